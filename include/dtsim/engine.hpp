@@ -1,0 +1,292 @@
+// The engine: one C++20 coroutine per virtual GPU on a Boost.Asio io_context.
+// Local operations run inline; collectives and point-to-point passes suspend
+// the rank's coroutine until they are matched. Each rank has its own virtual
+// clock; synchronisation moves clocks forward (a collective to the maximum of
+// its members' clocks, a receive to the message's clock). Runs are
+// deterministic: ready coroutines resume in the order they were released.
+#pragma once
+
+// <utility> must precede Asio with Boost 1.74 + g++ 12 (std::exchange in awaitable.hpp).
+#include <utility>
+
+#include "dtsim/errors.hpp"
+#include "dtsim/id_set.hpp"
+#include "dtsim/trace.hpp"
+
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/version.hpp>
+
+#include <any>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace dtsim {
+
+namespace asio = boost::asio;
+using Executor = asio::io_context::executor_type;
+// The coroutine type of strategies and of every operation that may suspend.
+template <class T = void>
+using Task = asio::awaitable<T, Executor>;
+
+class Simulation;
+class Communicator;
+
+// What a blocked rank is waiting for; read by the deadlock diagnosis.
+struct Wait {
+    enum class Kind : std::uint8_t { none, collective, send, receive };
+    Kind kind = Kind::none;
+    OpCode op;
+    std::int32_t layer = kNoLayer;
+    int peer = -1;                      // send: destination; receive: -1 (any sender)
+    std::uint64_t call = 0;             // collective: index of the call on its communicator
+    const Communicator* comm = nullptr;  // collective: where
+};
+
+// One virtual GPU as the engine sees it: a clock, an event log and a parking slot.
+class Gpu {
+public:
+    Gpu(Simulation& sim, int rank) : sim_(&sim) { log_.rank = rank; }
+    Gpu(const Gpu&) = delete;
+    Gpu& operator=(const Gpu&) = delete;
+
+    [[nodiscard]] int rank() const { return log_.rank; }
+    [[nodiscard]] Simulation& sim() const { return *sim_; }
+    [[nodiscard]] double clock() const { return clock_; }
+    void set_clock(double t) { clock_ = t; }
+
+    // Appends an event starting now and advances the clock by `duration`
+    // (`clock += duration`, in binary64, as the reference does).
+    Event& record(OpCode op, std::int32_t layer, double duration, double memory,
+                  IdSet batches = {}) {
+        auto& e = log_.events.emplace_back();
+        e.op = op;
+        e.layer = layer;
+        e.start = clock_;
+        e.duration = duration;
+        e.memory = memory;
+        e.batches = std::move(batches);
+        clock_ += duration;
+        return e;
+    }
+
+    // Appends an event at an explicit start time on `stream`, leaving the clock
+    // alone (for work on a second stream that overlaps the compute stream).
+    Event& record_at(OpCode op, std::int32_t layer, Stream stream, double start, double duration, double memory,
+                     IdSet batches = {}) {
+        auto& e = log_.events.emplace_back();
+        e.op = op;
+        e.layer = layer;
+        e.stream = stream;
+        e.start = start;
+        e.duration = duration;
+        e.memory = memory;
+        e.batches = std::move(batches);
+        return e;
+    }
+
+    [[nodiscard]] const RankTrace& log() const { return log_; }
+    RankTrace take_log() { return std::move(log_); }
+    [[nodiscard]] const Wait& waiting_for() const { return wait_; }
+    [[nodiscard]] bool finished() const { return finished_; }
+
+#if BOOST_VERSION == 107400
+    // The parked coroutine's thread of execution; launch() resumes it where it stopped.
+    using Handler = asio::detail::awaitable_thread<Executor>;
+    static void resume(Handler& h) { h.launch(); }
+#else
+    using Handler = asio::async_result<asio::use_awaitable_t<Executor>, void()>::handler_type;
+    static void resume(Handler& h) { h(); }
+#endif
+
+private:
+    friend class Simulation;
+    friend class Communicator;
+    Simulation* sim_;
+    double clock_ = 0;
+    RankTrace log_;
+    Wait wait_;
+    std::optional<Handler> parked_;
+    bool finished_ = false;
+};
+
+// A message in a mailbox.
+struct Message {
+    std::any payload;
+    double clock = 0;     // the sender's clock after its pass
+    double duration = 0;  // what the pass costs the receiver too
+    int from = -1;
+};
+
+// A group of ranks that run collectives together (the world, a data-, tensor-
+// or pipeline-parallel group). The k-th collective call of every member belongs
+// to the same round; the last arrival releases everyone.
+class Communicator {
+public:
+    Communicator(Simulation& sim, std::vector<int> members, std::string name);
+
+    [[nodiscard]] int size() const { return static_cast<int>(members_.size()); }
+    [[nodiscard]] const std::vector<int>& members() const { return members_; }
+    [[nodiscard]] const std::string& name() const { return name_; }
+    // Position of `rank` in the group, or -1.
+    [[nodiscard]] int position(int rank) const;
+
+    template <class V>
+    struct Result {
+        V value;
+        double clock;  // maximum of the members' clocks at arrival
+    };
+
+    // Joins this group's next collective with `value`. `combine(acc, value,
+    // from_rank)` folds the members' values in arrival order and may throw to
+    // reject a value. Suspends until every member has arrived; then
+    // `finish(Result<V>&&)` runs on this rank and its return value is the result.
+    // One coroutine frame per call: the hot path of every collective.
+    template <class V, class Combine, class Finish>
+    auto arrive(Gpu& gpu, OpCode op, std::int32_t layer, V value, Combine combine, Finish finish)
+        -> Task<std::invoke_result_t<Finish&, Result<V>&&>>;
+
+    // The same, returning the combined value and the maximum clock.
+    template <class V, class Combine>
+    Task<Result<V>> arrive(Gpu& gpu, OpCode op, std::int32_t layer, V value, Combine combine) {
+        return arrive(gpu, op, layer, std::move(value), std::move(combine), [](Result<V>&& r) { return std::move(r); });
+    }
+
+private:
+    friend class Simulation;
+    struct Round {
+        OpCode op;
+        std::int32_t layer = kNoLayer;
+        int first_rank = -1;
+        int arrived = 0;
+        int unread = 0;  // released members that have not taken the result yet
+        double max_clock = -std::numeric_limits<double>::infinity();
+        std::any acc;
+        std::vector<Gpu*> waiting;
+    };
+    Round& join(Gpu& gpu, OpCode op, std::int32_t layer, std::uint64_t& call);
+    void release(Round& round);
+    void finish_read(Round& round);
+
+    Simulation* sim_;
+    std::vector<int> members_;  // sorted ranks
+    std::string name_;
+    bool world_ = false;
+    std::vector<std::uint64_t> calls_;  // per member: collectives started
+    std::uint64_t base_ = 0;            // call index of rounds_.front()
+    std::deque<Round> rounds_;
+};
+
+class Simulation {
+public:
+    explicit Simulation(int ranks);
+    ~Simulation();
+    Simulation(const Simulation&) = delete;
+    Simulation& operator=(const Simulation&) = delete;
+
+    [[nodiscard]] int ranks() const { return static_cast<int>(gpus_.size()); }
+    Gpu& gpu(int rank) { return *gpus_.at(static_cast<std::size_t>(rank)); }
+    Communicator& world() { return *world_; }
+    // A communicator over `members` (distinct ranks); kept alive by the simulation.
+    Communicator& communicator(std::vector<int> members, std::string name);
+
+    // Runs `body(gpu)` as one coroutine per rank until all finish. Rethrows the
+    // first exception a rank raised (ScheduleErrors as they are, others wrapped
+    // with the rank); throws DeadlockError naming every blocked rank when no
+    // coroutine can proceed. Can be called once.
+    void run(const std::function<Task<>(Gpu&)>& body);
+
+    // Point to point, FIFO mailboxes with room for one message: `send` blocks
+    // while the destination's mailbox is full, `receive` while its own is empty.
+    Task<> send(Gpu& from, int dst, Message&& message);  // message must outlive the co_await
+    Task<Message> receive(Gpu& gpu);
+
+    // Suspends `gpu` until wake(gpu). The wait is described for diagnosis.
+    Task<> park(Gpu& gpu, const Wait& wait);
+    // Makes a parked rank ready; ready ranks resume in FIFO order.
+    void wake(Gpu& gpu) {
+        gpu.wait_ = Wait{};
+        ready_.push_back(&gpu);
+    }
+
+private:
+    struct Mailbox {
+        std::optional<Message> slot;
+        std::deque<std::pair<Gpu*, Message>> blocked_senders;
+        Gpu* waiting_receiver = nullptr;
+    };
+    [[noreturn]] void diagnose_deadlock() const;
+    void drain_parked();
+    void resume_ready();
+
+    std::deque<Gpu*> ready_;
+    asio::io_context ctx_;
+    std::vector<std::unique_ptr<Gpu>> gpus_;
+    std::vector<Mailbox> mailboxes_;
+    std::unique_ptr<Communicator> world_;
+    std::deque<std::unique_ptr<Communicator>> comms_;
+    std::exception_ptr error_;
+    int error_rank_ = -1;
+    bool ran_ = false;
+};
+
+// ---------------------------------------------------------------------------
+
+namespace detail {
+// Suspends the calling coroutine and leaves the handler that resumes it in `slot`.
+#if BOOST_VERSION == 107400
+// Boost 1.74's awaitable promise accepts a function of its frame that detaches
+// the coroutine's thread of execution (async_initiate works this way). Taking
+// the thread here parks the coroutine without the extra coroutine frame that
+// async_initiate's initiate() allocates; Gpu::resume relaunches it.
+inline auto park_in(std::optional<Gpu::Handler>& slot) {
+    return [&slot](auto* frame) {
+        slot.emplace(std::move(*frame->detach_thread()));
+        return static_cast<Gpu::Handler*>(nullptr);
+    };
+}
+#define DTSIM_PARK(slot) co_await ::dtsim::detail::park_in(slot)
+#else
+struct ParkIn {
+    std::optional<Gpu::Handler>* slot;
+    void operator()(Gpu::Handler h) const { slot->emplace(std::move(h)); }
+};
+#define DTSIM_PARK(slot)                                                                                  \
+    co_await asio::async_initiate<const asio::use_awaitable_t<Executor>&, void()>(::dtsim::detail::ParkIn{&(slot)}, \
+                                                                               asio::use_awaitable_t<Executor>{})
+#endif
+}  // namespace detail
+
+template <class V, class Combine, class Finish>
+auto Communicator::arrive(Gpu& gpu, OpCode op, std::int32_t layer, V value, Combine combine, Finish finish)
+    -> Task<std::invoke_result_t<Finish&, Result<V>&&>> {
+    std::uint64_t call = 0;
+    Round& round = join(gpu, op, layer, call);
+    if (round.arrived == 0)
+        round.acc.emplace<V>(std::move(value));
+    else
+        combine(*std::any_cast<V>(&round.acc), value, gpu.rank());
+    round.max_clock = std::max(round.max_clock, gpu.clock());
+    if (++round.arrived < size()) {
+        round.waiting.push_back(&gpu);
+        gpu.wait_ = Wait{Wait::Kind::collective, op, layer, -1, call, this};
+        DTSIM_PARK(gpu.parked_);
+    } else {
+        release(round);
+    }
+    Result<V> r{*std::any_cast<V>(&round.acc), round.max_clock};
+    finish_read(round);
+    co_return finish(std::move(r));
+}
+
+}  // namespace dtsim

@@ -1,0 +1,37 @@
+// The errors a simulated run can end with. Every message names the rank, the
+// operation and the layer involved and says what was expected.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace dtsim {
+
+// A schedule did something the world does not allow, deadlocked, or threw.
+class ScheduleError : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+// A check of the puzzle world failed (wrong layer, incomplete weight, missing batches...).
+class PuzzleError : public ScheduleError {
+public:
+    PuzzleError(int rank, std::string op, int layer, const std::string& what);
+    int rank;
+    std::string op;
+    int layer;  // kNoLayer when the operation has none
+};
+
+// The k-th collective of two ranks differ (operation or layer).
+class CollectiveMismatchError : public ScheduleError {
+public:
+    using ScheduleError::ScheduleError;
+};
+
+// No coroutine can proceed while some ranks have not finished.
+class DeadlockError : public ScheduleError {
+public:
+    using ScheduleError::ScheduleError;
+};
+
+}  // namespace dtsim

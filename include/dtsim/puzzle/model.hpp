@@ -1,0 +1,149 @@
+// A puzzle GPU: the Python reference's `Model`, as a C++ object a strategy
+// coroutine drives. Method names, store names and the uppercase sizes follow
+// the reference so that a port reads line for line like the seed solution.
+#pragma once
+
+#include "dtsim/engine.hpp"
+#include "dtsim/puzzle/cost_model.hpp"
+#include "dtsim/puzzle/memory_meter.hpp"
+#include "dtsim/puzzle/store.hpp"
+#include "dtsim/puzzle/values.hpp"
+
+#include <any>
+#include <map>
+#include <optional>
+#include <typeinfo>
+#include <vector>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+namespace dtsim::puzzle {
+
+// Python's range(n) as a batch set.
+inline IdSet range(std::int64_t n) { return IdSet::range(0, n); }
+
+template <class T>
+struct is_slot : std::false_type {};
+template <class V>
+struct is_slot<Slot<V>> : std::true_type {};
+
+// What `co_await model.receive()` returns: converts to the value that was passed.
+class Received {
+public:
+    Received(std::any v, int rank, int from) : v_(std::move(v)), rank_(rank), from_(from) {}
+    template <class T>
+    [[nodiscard]] T as() const {
+        if (const T* p = std::any_cast<T>(&v_)) return *p;
+        throw_wrong_type(typeid(T).name());
+    }
+    template <class T>
+        requires(!is_slot<T>::value && !std::is_reference_v<T>)
+    operator T() const {  // NOLINT: implicit, as Python's untyped receive
+        return as<T>();
+    }
+    [[nodiscard]] int from() const { return from_; }
+
+private:
+    [[noreturn]] void throw_wrong_type(const char* expected) const;
+    std::any v_;
+    int rank_;
+    int from_;
+};
+
+class Model {
+public:
+    Model(Gpu& gpu, int layers, int batches, const CostModel& costs = puzzle_costs());
+    Model(const Model&) = delete;
+    Model& operator=(const Model&) = delete;
+
+    Gpu& gpu;
+    const int rank;
+    const int RANKS;    // NOLINT: the reference's names
+    const int LAYERS;   // NOLINT
+    const int BATCHES;  // NOLINT
+
+private:
+    MemoryMeter meter_;
+
+public:
+    Store<Weight> weights;
+    Store<OptState> opt_states;
+    Store<Activation> activations;
+    Store<ActivationGrad> grad_activations;
+    Store<WeightGrad> grad_weights;
+
+    auto storage() { return std::tie(weights, opt_states, activations, grad_activations, grad_weights); }
+    // The GPU's memory now: everything held in the five stores.
+    [[nodiscard]] double memory() const { return meter_.value(); }
+    [[nodiscard]] double time() const { return gpu.clock(); }
+
+    // Local operations (no suspension).
+    std::pair<Weight, OptState> load_weights(int layer, int shard = 0, int total = 1);
+    Activation get_activation(IdSet batches);
+    Activation forward(int layer, const Activation& inp, const Weight& weight);
+    std::pair<WeightGrad, ActivationGrad> backward(int layer, const Activation& inp,
+                                                   const ActivationGrad& grad, const Weight& weight);
+    ActivationGrad loss(const Activation& inp);
+    std::pair<Weight, OptState> update(int layer, const WeightGrad& weight_grad, const Weight& weight,
+                                       const OptState& opt_state);
+    WeightGrad fake_grad(int layer, IdSet batches);
+
+    // Collectives over all ranks, matched by call order.
+    Task<WeightGrad> allreduce(WeightGrad v, int layer);
+    Task<Weight> allgather(Weight v, int layer);
+    Task<OptState> allgather(OptState v, int layer);
+    Task<WeightGrad> allgather(WeightGrad v, int layer);
+    Task<WeightGrad> scatterreduce(WeightGrad v, int layer);
+
+    // Point to point.
+    template <class T>
+    Task<> pass_to(int dst, const T& v) {
+        if constexpr (is_slot<T>::value) {
+            using V = std::remove_cvref_t<decltype(v.get())>;
+            return pass_any(dst, std::any(V(v.get())), size_of(*costs_, v.get()));
+        } else if constexpr (requires { size_of(std::declval<const CostModel&>(), v); }) {
+            return pass_any(dst, std::any(v), size_of(*costs_, v));
+        } else {
+            return pass_any(dst, std::any(v), Size{0, 1});
+        }
+    }
+    Task<> pass_to(int dst, const char* text) { return pass_any(dst, std::any(std::string(text)), Size{0, 1}); }
+    Task<Received> receive();
+
+    void set_final_weight(int layer, const Weight& weight);
+    // The final weight this rank set for `layer`, if any.
+    [[nodiscard]] const Weight* final_weight(int layer) const;
+
+    // Python's `assert cond, message` inside a strategy: a PuzzleError naming this rank.
+    void require(bool cond, const std::string& message) const;
+
+    [[nodiscard]] const CostModel& costs() const { return *costs_; }
+
+private:
+    template <class V>
+    Task<V> gather(V v, int layer);
+    Task<> pass_any(int dst, std::any v, Size size);
+    [[noreturn]] void fail(const char* op, int layer, const std::string& what) const;
+    double collective_time(OpCode op, int layer, Size s) const;
+
+    const CostModel* costs_;
+    std::vector<std::optional<Weight>> final_weights_;  // by layer
+};
+
+// The reference's Model.check: for every layer the final weights set by the
+// ranks all have step 1 and together are complete. Returns the first failure.
+template <class Models>
+std::optional<std::string> check(const Models& models);
+
+std::optional<std::string> check_final_weights(int layers, const std::vector<const Model*>& models);
+
+template <class Models>
+std::optional<std::string> check(const Models& models) {
+    std::vector<const Model*> ms;
+    for (const auto& m : models) ms.push_back(&m);
+    return check_final_weights(ms.empty() ? 0 : ms.front()->LAYERS, ms);
+}
+
+}  // namespace dtsim::puzzle

@@ -1,0 +1,26 @@
+// Running a puzzle strategy: one Model per rank, all ranks' coroutines to
+// completion, the trace with its summary and the reference's final check.
+#pragma once
+
+#include "dtsim/puzzle/model.hpp"
+#include "dtsim/trace.hpp"
+
+#include <optional>
+#include <string>
+
+namespace dtsim::puzzle {
+
+using Strategy = Task<> (*)(Model&);
+
+struct RunResult {
+    Trace trace;                            // summary.correct is set
+    std::optional<std::string> check_error;  // why the final check failed
+};
+
+// Throws ScheduleError (PuzzleError, DeadlockError, CollectiveMismatchError)
+// when the schedule breaks a rule or cannot finish.
+RunResult run_strategy(Strategy strategy, int layers, int batches, int ranks,
+                       const CostModel& costs = puzzle_costs(),
+                       nlohmann::json meta = nlohmann::json::object());
+
+}  // namespace dtsim::puzzle

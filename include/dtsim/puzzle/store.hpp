@@ -1,0 +1,211 @@
+// The five stores of a puzzle GPU (weights, optimizer states, activations,
+// activation grads, weight grads): maps from a key (an int or a pair of ints,
+// as the Python dicts are indexed) to values, whose contents are the GPU's
+// memory. `store[k] = v` stores, `del(store[k], ...)` frees at once.
+#pragma once
+
+#include "dtsim/puzzle/cost_model.hpp"
+#include "dtsim/puzzle/memory_meter.hpp"
+#include "dtsim/puzzle/values.hpp"
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace dtsim::puzzle {
+
+// A store key: `l` or `{l, r}`.
+struct Key {
+    static constexpr std::int64_t kNone = std::numeric_limits<std::int64_t>::min();
+    Key(std::int64_t first) : a(first) {}  // NOLINT: implicit, as Python's d[l]
+    Key(std::int64_t first, std::int64_t second) : a(first), b(second) {}
+    std::int64_t a;
+    std::int64_t b = kNone;
+    friend bool operator==(const Key&, const Key&) = default;
+    [[nodiscard]] std::string str() const;  // "3" or "(3, 0)"
+};
+
+class Model;
+
+// Where a store reports missing keys and finds its memory meter and sizes.
+struct StoreContext {
+    Model* model = nullptr;
+    MemoryMeter* meter = nullptr;
+    const CostModel* costs = nullptr;
+    int rank = 0;
+};
+
+[[noreturn]] void throw_missing_key(int rank, const char* store, const Key& key);
+
+Size size_of(const CostModel& c, const Weight& v);
+Size size_of(const CostModel& c, const OptState& v);
+Size size_of(const CostModel& c, const Activation& v);
+Size size_of(const CostModel& c, const ActivationGrad& v);
+Size size_of(const CostModel& c, const WeightGrad& v);
+
+template <class V>
+class Slot;
+
+template <class V>
+class Store {
+public:
+    Store(StoreContext ctx, const char* name) : ctx_(ctx), name_(name) {}
+    Store(const Store&) = delete;
+    Store& operator=(const Store&) = delete;
+
+    Slot<V> operator[](Key k) { return Slot<V>(*this, k); }
+
+    [[nodiscard]] const V& get(const Key& k) const {
+        const Entry* e = find(k);
+        if (!e) throw_missing_key(ctx_.rank, name_, k);
+        return e->value;
+    }
+    [[nodiscard]] bool contains(const Key& k) const { return find(k) != nullptr; }
+    [[nodiscard]] std::size_t size() const { return count_; }
+    [[nodiscard]] const char* name() const { return name_; }
+
+    void set(const Key& k, V v) {
+        Size s = size_of(*ctx_.costs, v);
+        if (Entry* e = find(k)) {
+            ctx_.meter->sub(size_of(*ctx_.costs, e->value));
+            ctx_.meter->add(s);
+            e->value = std::move(v);
+            return;
+        }
+        if ((count_ + 1) * 4 > slots_.size() * 3) grow();
+        insert_new(k, std::move(v), s);
+    }
+
+    void erase(const Key& k) {
+        if (slots_.empty()) throw_missing_key(ctx_.rank, name_, k);
+        std::size_t i = home(k);
+        while (true) {
+            Entry& e = slots_[i];
+            if (!e.used) throw_missing_key(ctx_.rank, name_, k);
+            if (e.key == k) break;
+            i = (i + 1) & mask();
+        }
+        ctx_.meter->sub(size_of(*ctx_.costs, slots_[i].value));
+        // Backward-shift deletion keeps probe chains intact without tombstones.
+        std::size_t hole = i;
+        std::size_t j = (i + 1) & mask();
+        while (slots_[j].used) {
+            std::size_t h = home(slots_[j].key);
+            if (((j - h) & mask()) >= ((j - hole) & mask())) {
+                slots_[hole] = std::move(slots_[j]);
+                hole = j;
+            }
+            j = (j + 1) & mask();
+        }
+        slots_[hole] = Entry{};
+        --count_;
+    }
+
+    template <class F>
+    void for_each(F&& f) const {
+        for (const auto& e : slots_)
+            if (e.used) f(e.key, e.value);
+    }
+
+private:
+    struct Entry {
+        Key key{0};
+        V value{};
+        bool used = false;
+    };
+    [[nodiscard]] std::size_t mask() const { return slots_.size() - 1; }
+    [[nodiscard]] std::size_t home(const Key& k) const {
+        auto h = static_cast<std::uint64_t>(k.a) * 0x9E3779B97F4A7C15ull ^
+                 (static_cast<std::uint64_t>(k.b) + 0x632BE59BD9B4E019ull) * 0xC2B2AE3D27D4EB4Full;
+        return static_cast<std::size_t>(h ^ (h >> 29)) & mask();
+    }
+    const Entry* find(const Key& k) const {
+        if (slots_.empty()) return nullptr;
+        for (std::size_t i = home(k);; i = (i + 1) & mask()) {
+            const Entry& e = slots_[i];
+            if (!e.used) return nullptr;
+            if (e.key == k) return &e;
+        }
+    }
+    Entry* find(const Key& k) { return const_cast<Entry*>(std::as_const(*this).find(k)); }
+    void insert_new(const Key& k, V v, Size s) {
+        std::size_t i = home(k);
+        while (slots_[i].used) i = (i + 1) & mask();
+        slots_[i] = Entry{k, std::move(v), true};
+        ++count_;
+        ctx_.meter->add(s);
+    }
+    void grow() {
+        std::vector<Entry> old = std::move(slots_);
+        slots_.assign(old.empty() ? 16 : old.size() * 2, Entry{});
+        for (auto& e : old)
+            if (e.used) {
+                std::size_t i = home(e.key);
+                while (slots_[i].used) i = (i + 1) & mask();
+                slots_[i] = std::move(e);
+            }
+    }
+
+    StoreContext ctx_;
+    const char* name_;
+    std::vector<Entry> slots_;
+    std::size_t count_ = 0;
+};
+
+// `store[k]`: reads as the stored value, assignment stores.
+template <class V>
+class Slot {
+public:
+    Slot(Store<V>& s, Key k) : store_(&s), key_(k) {}
+    Slot(const Slot&) = default;
+    operator const V&() const { return store_->get(key_); }  // NOLINT: implicit by design
+    [[nodiscard]] const V& get() const { return store_->get(key_); }
+    const V* operator->() const { return &get(); }
+    Slot& operator=(V v) {
+        store_->set(key_, std::move(v));
+        return *this;
+    }
+    Slot& operator=(const Slot& other) {  // copies the value, as `d[a] = d[b]`
+        store_->set(key_, V(other.get()));
+        return *this;
+    }
+    void erase() const { store_->erase(key_); }
+    [[nodiscard]] Store<V>& store() const { return *store_; }
+    [[nodiscard]] const Key& key() const { return key_; }
+
+private:
+    Store<V>* store_;
+    Key key_;
+};
+
+template <class V>
+std::size_t len(const Store<V>& s) {
+    return s.size();
+}
+
+// Python's `del a[k1], b[k2]`.
+template <class... V>
+void del(const Slot<V>&... slots) {
+    (slots.erase(), ...);
+}
+
+// Python's `a[k1], b[k2] = f()` for functions returning a pair.
+template <class A, class B>
+struct SlotPair {
+    Slot<A> first;
+    Slot<B> second;
+    SlotPair& operator=(std::pair<A, B> values) {
+        first = std::move(values.first);
+        second = std::move(values.second);
+        return *this;
+    }
+};
+
+template <class A, class B>
+SlotPair<A, B> tie(Slot<A> a, Slot<B> b) {
+    return {a, b};
+}
+
+}  // namespace dtsim::puzzle

@@ -1,0 +1,92 @@
+// The trace: every operation every rank performed, with its start, duration and
+// the rank's memory when it started. This is the in-memory form of the trace
+// JSON (shared/spec/trace-format.md); the renderer, the exporters and the CLI
+// read only this type.
+#pragma once
+
+#include "dtsim/id_set.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace dtsim {
+
+// Operation names are interned: an event stores a 16-bit code, the name lives once.
+class OpCode {
+public:
+    constexpr OpCode() = default;
+    // Interns `name` (any string; the puzzle ops below have fixed codes).
+    static OpCode of(std::string_view name);
+    [[nodiscard]] std::string_view name() const;
+    [[nodiscard]] constexpr std::uint16_t id() const { return id_; }
+    friend constexpr bool operator==(OpCode, OpCode) = default;
+
+    constexpr explicit OpCode(std::uint16_t id) : id_(id) {}
+
+private:
+    std::uint16_t id_ = 0;
+};
+
+namespace ops {
+// Puzzle-world operations (trace-format.md fixes these names).
+inline constexpr OpCode forward{0}, backward{1}, loss{2}, update{3}, allreduce{4}, allgather{5},
+    scatterreduce{6}, pass{7};
+}  // namespace ops
+
+// What kind of work an operation is; drives colours and time accounting.
+enum class OpKind : std::uint8_t { compute, update, collective, p2p, other };
+OpKind op_kind(OpCode op);
+
+enum class Stream : std::uint8_t { compute = 0, comm = 1 };
+
+inline constexpr std::int32_t kNoLayer = -1;
+
+struct Event {
+    OpCode op;
+    std::int32_t layer = kNoLayer;  // kNoLayer where the operation has none (JSON null)
+    Stream stream = Stream::compute;
+    double start = 0;
+    double duration = 0;
+    double memory = 0;  // rank's memory when the event starts, before its result is stored
+    IdSet batches;      // batch / microbatch ids (forward, backward)
+    double bytes = 0;   // hardware world: bytes moved (0 = not recorded)
+    double flops = 0;   // hardware world: FLOPs performed (0 = not recorded)
+
+    [[nodiscard]] double end() const { return start + duration; }
+};
+
+struct RankTrace {
+    int rank = 0;
+    std::vector<Event> events;
+};
+
+struct Summary {
+    double timesteps = 0;  // max over ranks of the start of the rank's last event
+    double makespan = 0;   // end of the last event
+    double max_memory = 0;
+    int max_memory_rank = 0;
+    double max_memory_time = 0;
+    std::optional<bool> correct;  // absent when the run has no correctness check
+};
+
+struct Trace {
+    std::string time_unit = "step";    // "step" (puzzle world) or "s"
+    std::string memory_unit = "unit";  // "unit" (puzzle world) or "byte"
+    nlohmann::json meta = nlohmann::json::object();
+    Summary summary;
+    std::optional<double> memory_capacity;  // per-GPU capacity, when known
+    std::vector<RankTrace> ranks;
+
+    [[nodiscard]] std::size_t event_count() const;
+};
+
+// Timesteps, makespan and maximum memory (first in rank order, then event order)
+// computed from the events; `correct` is left untouched.
+void summarize(Trace& trace);
+
+}  // namespace dtsim

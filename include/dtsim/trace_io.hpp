@@ -1,0 +1,27 @@
+// Reading and writing the trace JSON (shared/spec/trace-format.md).
+#pragma once
+
+#include "dtsim/trace.hpp"
+
+#include <iosfwd>
+#include <stdexcept>
+#include <string>
+
+namespace dtsim {
+
+// A malformed trace: what() names the source, the JSON path and what was expected.
+class TraceFormatError : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+// Writes the trace as JSON. Numbers use the shortest round-trip form, so the same
+// trace always gives the same bytes.
+void write_trace_json(const Trace& trace, std::ostream& out);
+void write_trace_file(const Trace& trace, const std::string& path);
+
+// `source` names the input in error messages (a file name, "<stdin>").
+Trace read_trace_json(std::istream& in, const std::string& source);
+Trace read_trace_file(const std::string& path);
+
+}  // namespace dtsim

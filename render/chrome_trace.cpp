@@ -1,0 +1,161 @@
+#include "dtsim/render.hpp"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <iterator>
+#include <numeric>
+#include <ostream>
+#include <stdexcept>
+#include <string_view>
+
+namespace dtsim::render {
+namespace {
+
+std::string_view kind_name(OpKind k) {
+    switch (k) {
+        case OpKind::compute: return "compute";
+        case OpKind::update: return "update";
+        case OpKind::collective: return "collective";
+        case OpKind::p2p: return "p2p";
+        case OpKind::other: break;
+    }
+    return "other";
+}
+
+// Shortest form that reads back to the same double; JSON has no NaN or infinity.
+void put_number(std::string& out, double v) {
+    if (!std::isfinite(v))
+        out += "null";
+    else if (v == std::floor(v) && std::fabs(v) < 1e15)
+        fmt::format_to(std::back_inserter(out), "{}", static_cast<long long>(v));
+    else
+        fmt::format_to(std::back_inserter(out), "{}", v);
+}
+
+void put_string(std::string& out, std::string_view s) { out += nlohmann::json(s).dump(); }
+
+// One event per line, separated by commas.
+void separate(std::string& out, bool& first) {
+    out += first ? "\n" : ",\n";
+    first = false;
+}
+
+void put_metadata(std::string& out, bool& first, int pid, int tid, std::string_view name,
+                  std::string_view key, const std::string& value_json) {
+    separate(out, first);
+    fmt::format_to(std::back_inserter(out),
+                   "{{\"ph\": \"M\", \"pid\": {}, \"tid\": {}, \"name\": \"{}\", \"args\": {{\"{}\": {}}}}}",
+                   pid, tid, name, key, value_json);
+}
+
+}  // namespace
+
+void write_chrome_trace(const Trace& trace, std::ostream& os) {
+    const bool seconds = trace.time_unit == "s";
+    const double us = seconds ? kChromeMicrosPerSecond : kChromeMicrosPerStep;
+    const std::string_view memory_key = trace.memory_unit == "byte" ? "bytes" : "units";
+    std::string out;
+    out.reserve(512 + trace.event_count() * 200);
+    out += "{\"displayTimeUnit\": \"ms\",\n\"otherData\": {\"generator\": \"dtsim\", \"time_unit\": ";
+    put_string(out, trace.time_unit);
+    out += ", \"microseconds_per_time_unit\": ";
+    put_number(out, us);
+    out += ", \"memory_unit\": ";
+    put_string(out, trace.memory_unit);
+    out += ", \"meta\": ";
+    out += trace.meta.dump();
+    out += "},\n\"traceEvents\": [";
+    bool first = true;
+    std::vector<std::size_t> order;
+    for (const auto& r : trace.ranks) {
+        const int pid = r.rank;
+        put_metadata(out, first, pid, 0, "process_name", "name", fmt::format("\"GPU {}\"", r.rank));
+        put_metadata(out, first, pid, 0, "process_sort_index", "sort_index", fmt::format("{}", r.rank));
+        put_metadata(out, first, pid, 0, "thread_name", "name", "\"compute\"");
+        put_metadata(out, first, pid, 0, "thread_sort_index", "sort_index", "0");
+        if (std::any_of(r.events.begin(), r.events.end(),
+                        [](const Event& e) { return e.stream == Stream::comm; })) {
+            put_metadata(out, first, pid, 1, "thread_name", "name", "\"comm\"");
+            put_metadata(out, first, pid, 1, "thread_sort_index", "sort_index", "1");
+        }
+        for (const auto& e : r.events) {
+            separate(out, first);
+            fmt::format_to(std::back_inserter(out),
+                           "{{\"ph\": \"X\", \"pid\": {}, \"tid\": {}, \"name\": ", pid,
+                           e.stream == Stream::comm ? 1 : 0);
+            put_string(out, e.op.name());
+            fmt::format_to(std::back_inserter(out), ", \"cat\": \"{}\", \"ts\": ", kind_name(op_kind(e.op)));
+            put_number(out, e.start * us);
+            out += ", \"dur\": ";
+            put_number(out, e.duration * us);
+            out += ", \"args\": {";
+            if (e.layer != kNoLayer) fmt::format_to(std::back_inserter(out), "\"layer\": {}, ", e.layer);
+            if (!e.batches.empty()) {
+                out += "\"batches\": [";
+                bool first_id = true;
+                e.batches.for_each([&](std::int64_t b) {
+                    if (!first_id) out += ", ";
+                    first_id = false;
+                    fmt::format_to(std::back_inserter(out), "{}", b);
+                });
+                out += "], ";
+            }
+            out += "\"memory\": ";
+            put_number(out, e.memory);
+            if (e.bytes > 0) {
+                out += ", \"bytes\": ";
+                put_number(out, e.bytes);
+            }
+            if (e.flops > 0) {
+                out += ", \"flops\": ";
+                put_number(out, e.flops);
+            }
+            out += "}}";
+        }
+        // Memory as a counter track: a sample wherever the value changes, in time order.
+        order.resize(r.events.size());
+        std::iota(order.begin(), order.end(), std::size_t{0});
+        std::stable_sort(order.begin(), order.end(),
+                         [&](std::size_t a, std::size_t b) { return r.events[a].start < r.events[b].start; });
+        bool have_last = false;
+        double last = 0;
+        for (auto i : order) {
+            const Event& e = r.events[i];
+            if (have_last && e.memory == last) continue;
+            have_last = true;
+            last = e.memory;
+            separate(out, first);
+            fmt::format_to(std::back_inserter(out),
+                           "{{\"ph\": \"C\", \"pid\": {}, \"tid\": 0, \"name\": \"memory\", \"ts\": ", pid);
+            put_number(out, e.start * us);
+            fmt::format_to(std::back_inserter(out), ", \"args\": {{\"{}\": ", memory_key);
+            put_number(out, e.memory);
+            out += "}}";
+        }
+        if (out.size() > (1u << 22)) {
+            os << out;
+            out.clear();
+        }
+    }
+    out += "\n]}\n";
+    os << out;
+    if (!os) throw std::runtime_error("writing the Chrome trace: the output stream failed");
+}
+
+void write_chrome_trace_file(const Trace& trace, const std::string& path) {
+    std::ofstream f(path, std::ios::binary);
+    if (!f) throw std::runtime_error(fmt::format("{}: cannot open for writing", path));
+    try {
+        write_chrome_trace(trace, f);
+        f.flush();
+        if (!f) throw std::runtime_error("write failed");
+    } catch (const std::runtime_error& e) {
+        throw std::runtime_error(fmt::format("{}: {}", path, e.what()));
+    }
+}
+
+}  // namespace dtsim::render

@@ -1,0 +1,95 @@
+// Where everything goes on the timeline picture, decided before anything is
+// drawn: the title and legend text, the rows (one per selected rank, or one per
+// group of ranks in the overview), their lanes, and the time-to-pixel mapping.
+// The drawing code and the tests read the same layout.
+#pragma once
+
+#include "dtsim/render.hpp"
+#include "palette.hpp"
+#include "units.hpp"
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace dtsim::render::detail {
+
+// A horizontal band of a row; absent when h == 0.
+struct Lane {
+    double y = 0;
+    double h = 0;
+    [[nodiscard]] bool present() const { return h > 0; }
+    [[nodiscard]] double bottom() const { return y + h; }
+};
+
+struct Row {
+    std::string label;                 // "GPU 3", or "GPU 0-21" in the overview
+    std::vector<std::size_t> members;  // indices into Trace::ranks
+    Lane compute;                      // boxes of the compute stream (every event in the puzzle world)
+    Lane comm;                         // boxes of the comm stream, a thinner lane (hardware traces)
+    Lane memory;                       // memory in use over time
+    double max_memory = 0;             // over the members' events
+    bool has_peak = false;             // holds the rank and time of Summary::max_memory
+};
+
+struct LegendEntry {
+    enum class Kind { box, marker, comm_lane, ramp, memory, peak, capacity };
+    Kind kind = Kind::box;
+    BoxClass cls = BoxClass::forward;  // for Kind::box
+    std::string label;
+    double x = 0;         // left of the swatch
+    double y = 0;         // text baseline
+    double swatch_w = 0;  // width of the swatch; the label starts 5 px after it
+};
+
+struct TextLine {
+    std::string text;
+    double size = 12;
+    bool bold = false;
+    bool faint = false;
+    double y = 0;  // baseline
+};
+
+struct Layout {
+    int width = 0;
+    int height = 0;
+    double margin = 12;
+
+    // Time: t0 at plot_x0, t1 at plot_x1.
+    double t0 = 0, t1 = 1;
+    double plot_x0 = 0, plot_x1 = 0;
+    double px_per_time = 1;
+    [[nodiscard]] double x_of(double t) const { return plot_x0 + (t - t0) * px_per_time; }
+    [[nodiscard]] int columns() const;
+
+    bool seconds = false;     // hardware world: time in seconds
+    bool bytes = false;       // hardware world: memory in bytes
+    int layers = 1;           // span of the layer colour ramp
+    double memory_scale = 0;  // memory drawn at full lane height (0: no memory to draw)
+    bool overview = false;    // rows stand for groups of ranks
+    bool has_comm = false;    // some selected rank has comm-stream events
+
+    std::vector<TextLine> header;  // title, figures, explanation
+    std::vector<LegendEntry> legend;
+    double legend_swatch = 12;
+    double legend_font = 11;
+
+    Ticks ticks;
+    double plot_top = 0;     // rows start below; top tick labels above
+    double plot_bottom = 0;  // rows end above; bottom tick labels below
+    double axis_title_y = 0;
+    std::string axis_title;  // "time (steps)", "time (ms)"
+
+    double label_font = 12;  // row labels
+    double box_font = 10;    // batch ids inside boxes
+    double side_font = 10;   // per-row maximum memory at the right
+    std::vector<Row> rows;
+};
+
+// Throws std::invalid_argument for bad options (see render.hpp).
+Layout make_layout(const Trace& trace, const Options& options);
+
+// "{0-3,7}" without the braces: the text written inside a box.
+std::string batch_label(const IdSet& batches);
+
+}  // namespace dtsim::render::detail

@@ -1,0 +1,60 @@
+// The colours of the picture: what kind of box an event is and how it is filled.
+#pragma once
+
+#include "dtsim/trace.hpp"
+
+#include <cstddef>
+#include <cstdint>
+
+namespace dtsim::render::detail {
+
+struct Rgba {
+    double r = 0, g = 0, b = 0, a = 1;
+    friend bool operator==(const Rgba&, const Rgba&) = default;
+};
+
+// How a box is drawn; one legend entry each.
+enum class BoxClass : std::uint8_t { forward, backward, loss, update, collective, p2p, other };
+inline constexpr std::size_t kBoxClasses = 7;
+
+BoxClass box_class(const Event& e);
+
+// A box's fill as one integer: its class and its layer (the colour ramp position).
+// Used to tally which style dominates a pixel column.
+using StyleKey = std::uint32_t;
+StyleKey style_key(const Event& e);
+StyleKey style_key(BoxClass cls, std::int32_t layer);
+BoxClass key_class(StyleKey key);
+std::int32_t key_layer(StyleKey key);
+
+// Fill colour of a style. `layers` is the number of layers the ramp spans.
+Rgba style_colour(StyleKey key, int layers);
+// Forward colour of a layer: a ramp from green (layer 0) to red (last layer).
+Rgba layer_colour(std::int32_t layer, int layers);
+// Mixes towards white by `amount` (0 = unchanged, 1 = white).
+Rgba lighter(Rgba c, double amount);
+// The colour a translucent fill shows over white.
+Rgba over_white(Rgba c);
+// Black or white, whichever reads better on `c` (seen over white).
+Rgba text_on(Rgba c);
+
+namespace colours {
+inline constexpr Rgba update{1.0, 0.82, 0.16};
+inline constexpr Rgba loss{0.47, 0.31, 0.67};
+inline constexpr Rgba p2p{0.55, 0.55, 0.55};
+inline constexpr Rgba other{0.76, 0.71, 0.59};
+inline constexpr Rgba no_layer{0.27, 0.43, 0.67};
+inline constexpr Rgba marker{0.35, 0.2, 0.51};        // zero-duration events
+inline constexpr Rgba memory{0.67, 0.67, 0.67};       // memory bars
+inline constexpr Rgba memory_lane{0.95, 0.95, 0.95};  // memory lane background
+inline constexpr Rgba peak{0.86, 0.08, 0.08};         // the maximum memory
+inline constexpr Rgba capacity{0.9, 0.47, 0.0};       // the memory capacity line
+inline constexpr Rgba outline{0.0, 0.0, 0.0, 0.45};   // box borders
+inline constexpr Rgba grid{0.88, 0.88, 0.88};
+inline constexpr Rgba text{0.1, 0.1, 0.1};
+inline constexpr Rgba faint_text{0.4, 0.4, 0.4};
+inline constexpr double collective_alpha = 0.5;
+inline constexpr double backward_lightening = 0.5;
+}  // namespace colours
+
+}  // namespace dtsim::render::detail

@@ -1,0 +1,342 @@
+#include "timeline.hpp"
+
+#include "cairo_util.hpp"
+#include "columns.hpp"
+#include "memory_profile.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <string_view>
+#include <utility>
+
+namespace dtsim::render::detail {
+namespace {
+
+// Boxes narrower than this go into per-pixel-column summaries instead.
+constexpr double kMinBoxPx = 0.5;
+// Boxes at least this wide get a border.
+constexpr double kOutlineFromPx = 3;
+constexpr double kMarkerPx = 2;
+constexpr double kMarkerPoke = 3;  // markers stick out above their lane
+constexpr double kMinPeakPx = 2;
+constexpr int kBusyLevels = 16;
+constexpr Rgba kWhite{1, 1, 1, 1};
+constexpr Rgba kLaneBackground{0.975, 0.975, 0.975};
+constexpr Rgba kAxis{0.35, 0.35, 0.35};
+
+void set_colour(cairo_t* cr, Rgba c) {
+    if (c.a >= 1)
+        cairo_set_source_rgb(cr, c.r, c.g, c.b);
+    else
+        cairo_set_source_rgba(cr, c.r, c.g, c.b, c.a);
+}
+
+void fill_rect(cairo_t* cr, double x, double y, double w, double h, Rgba c) {
+    cairo_rectangle(cr, x, y, w, h);
+    set_colour(cr, c);
+    cairo_fill(cr);
+}
+
+enum class Align { left, centre, right };
+
+void draw_text(cairo_t* cr, const std::string& s, double x, double y, double size, Rgba colour,
+               Align align = Align::left, Weight weight = Weight::normal) {
+    select_font(cr, size, weight);
+    if (align != Align::left) {
+        cairo_text_extents_t ext;
+        cairo_text_extents(cr, s.c_str(), &ext);
+        x -= align == Align::centre ? ext.x_advance / 2 : ext.x_advance;
+    }
+    set_colour(cr, colour);
+    cairo_move_to(cr, x, y);
+    cairo_show_text(cr, s.c_str());
+}
+
+void hline(cairo_t* cr, double x0, double x1, double y, double width, Rgba c) {
+    cairo_move_to(cr, x0, y);
+    cairo_line_to(cr, x1, y);
+    cairo_set_line_width(cr, width);
+    set_colour(cr, c);
+    cairo_stroke(cr);
+}
+
+double text_baseline(const Lane& lane, double size) { return lane.y + lane.h / 2 + size * 0.36; }
+
+// A short name for boxes too narrow for the operation's full name.
+std::string short_name(std::string_view op) {
+    static constexpr std::pair<std::string_view, std::string_view> kShort[] = {
+        {"allreduce", "AR"},     {"all_reduce", "AR"},     {"allgather", "AG"},   {"all_gather", "AG"},
+        {"scatterreduce", "SR"}, {"reduce_scatter", "RS"}, {"all_to_all", "A2A"}, {"broadcast", "BC"},
+        {"update", "U"},         {"optimizer", "opt"},     {"pass", "P"},         {"send", "S"},
+        {"recv", "R"},           {"recompute", "RC"},      {"loss", "L"}};
+    for (const auto& [name, abbrev] : kShort)
+        if (name == op) return std::string(abbrev);
+    return std::string(op.substr(0, 3));
+}
+
+// Fills a box in a style: a thin dark border on wide boxes; collectives get a
+// translucent fill inside a solid border of their layer colour.
+void paint_box(cairo_t* cr, double x, double y, double w, double h, StyleKey key, int layers) {
+    const Rgba fill = style_colour(key, layers);
+    cairo_rectangle(cr, x, y, w, h);
+    set_colour(cr, fill);
+    if (key_class(key) == BoxClass::collective && w >= kOutlineFromPx) {
+        cairo_fill_preserve(cr);
+        cairo_set_line_width(cr, 1.5);
+        set_colour(cr, {fill.r, fill.g, fill.b, 1});
+        cairo_stroke(cr);
+    } else if (w >= kOutlineFromPx) {
+        cairo_fill_preserve(cr);
+        cairo_set_line_width(cr, 0.5);
+        set_colour(cr, colours::outline);
+        cairo_stroke(cr);
+    } else {
+        cairo_fill(cr);
+    }
+}
+
+// Batch ids inside compute boxes; the operation's name (or a short form) inside the others.
+void label_box(cairo_t* cr, const Layout& l, const Lane& lane, const Event& e, double x, double w) {
+    if (lane.h < l.box_font + 2 || w < l.box_font) return;
+    std::string label;
+    if (!e.batches.empty()) {
+        label = batch_label(e.batches);
+        if (text_width(cr, label, l.box_font) + 4 > w) return;
+    } else {
+        label = std::string(e.op.name());
+        if (text_width(cr, label, l.box_font) + 6 > w) {
+            label = short_name(e.op.name());
+            if (text_width(cr, label, l.box_font) + 4 > w) return;
+        }
+    }
+    const Rgba fill = style_colour(style_key(e), l.layers);
+    draw_text(cr, label, x + w / 2, text_baseline(lane, l.box_font), l.box_font, text_on(fill),
+              Align::centre);
+}
+
+void draw_header(cairo_t* cr, const Layout& l) {
+    for (const auto& line : l.header)
+        draw_text(cr, line.text, l.margin, line.y, line.size,
+                  line.faint ? colours::faint_text : colours::text, Align::left,
+                  line.bold ? Weight::bold : Weight::normal);
+}
+
+void draw_legend(cairo_t* cr, const Layout& l) {
+    const double s = l.legend_swatch;
+    for (const auto& e : l.legend) {
+        const double top = e.y - s + 2;
+        switch (e.kind) {
+            case LegendEntry::Kind::box: {
+                const std::int32_t layer =
+                    e.cls == BoxClass::forward || e.cls == BoxClass::backward || e.cls == BoxClass::collective
+                        ? 0
+                        : kNoLayer;
+                paint_box(cr, e.x, top, e.swatch_w, s, style_key(e.cls, layer), l.layers);
+                break;
+            }
+            case LegendEntry::Kind::marker:
+                fill_rect(cr, e.x + (e.swatch_w - kMarkerPx) / 2, top - kMarkerPoke, kMarkerPx,
+                          s + kMarkerPoke, colours::marker);
+                break;
+            case LegendEntry::Kind::ramp: {
+                const int n = std::min(l.layers, 48);
+                const double w = e.swatch_w / n;
+                for (int k = 0; k < n; ++k) {
+                    const auto layer = static_cast<std::int32_t>(
+                        n > 1 ? std::lround(static_cast<double>(k) * (l.layers - 1) / (n - 1)) : 0);
+                    fill_rect(cr, e.x + k * w, top, w, s, layer_colour(layer, l.layers));
+                }
+                break;
+            }
+            case LegendEntry::Kind::comm_lane:
+                fill_rect(cr, e.x, top, e.swatch_w, s * 0.55, kLaneBackground);
+                fill_rect(cr, e.x, top + s * 0.6, e.swatch_w, s * 0.4,
+                          over_white(style_colour(style_key(BoxClass::collective, 0), l.layers)));
+                break;
+            case LegendEntry::Kind::memory: fill_rect(cr, e.x, top, e.swatch_w, s, colours::memory); break;
+            case LegendEntry::Kind::peak: fill_rect(cr, e.x, top, e.swatch_w, s, colours::peak); break;
+            case LegendEntry::Kind::capacity: {
+                const double dash[] = {4, 3};
+                cairo_set_dash(cr, dash, 2, 0);
+                hline(cr, e.x, e.x + e.swatch_w, top + s / 2, 1.5, colours::capacity);
+                cairo_set_dash(cr, nullptr, 0, 0);
+                break;
+            }
+        }
+        draw_text(cr, e.label, e.x + e.swatch_w + 5, e.y, l.legend_font, colours::text);
+    }
+}
+
+void draw_axes(cairo_t* cr, const Layout& l) {
+    cairo_set_line_width(cr, 1);
+    for (double v : l.ticks.values) {
+        const double x = std::round(l.x_of(v)) + 0.5;
+        cairo_move_to(cr, x, l.plot_top);
+        cairo_line_to(cr, x, l.plot_bottom);
+    }
+    set_colour(cr, colours::grid);
+    cairo_stroke(cr);
+    hline(cr, l.plot_x0, l.plot_x1, std::round(l.plot_top) + 0.5, 1, kAxis);
+    hline(cr, l.plot_x0, l.plot_x1, std::round(l.plot_bottom) + 0.5, 1, kAxis);
+    for (double v : l.ticks.values) {
+        const std::string label = tick_label(v, l.ticks);
+        const double x = l.x_of(v);
+        draw_text(cr, label, x, l.plot_top - 5, 10, colours::text, Align::centre);
+        draw_text(cr, label, x, l.plot_bottom + 14, 10, colours::text, Align::centre);
+    }
+    draw_text(cr, l.axis_title, (l.plot_x0 + l.plot_x1) / 2, l.axis_title_y, 11, colours::text, Align::centre,
+              Weight::bold);
+}
+
+// Draws the busy-column runs of a lane: height = busy fraction, colour = dominant style.
+void draw_busy(cairo_t* cr, const Layout& l, const Lane& lane, const BusyColumns& busy) {
+    for (const auto& run : busy.runs(kBusyLevels)) {
+        const double h = lane.h * run.level;
+        fill_rect(cr, l.plot_x0 + run.first, lane.bottom() - h, run.end - run.first, h,
+                  over_white(style_colour(run.key, l.layers)));
+    }
+}
+
+// One rank's events, box by box; what is too narrow is summarised per column.
+void draw_rank_events(cairo_t* cr, const Layout& l, const Row& row, const RankTrace& rank) {
+    const int ncols = l.columns();
+    BusyColumns busy_compute(ncols), busy_comm(ncols);
+    std::vector<bool> marked_compute(static_cast<std::size_t>(ncols) + 1), marked_comm(marked_compute.size());
+    struct Marker {
+        const Lane* lane;
+        double x;
+    };
+    std::vector<Marker> markers;
+    for (const auto& e : rank.events) {
+        const bool comm = l.has_comm && e.stream == Stream::comm;
+        const Lane& lane = comm ? row.comm : row.compute;
+        const double x = l.x_of(e.start);
+        if (e.duration == 0) {
+            auto& marked = comm ? marked_comm : marked_compute;
+            const auto col =
+                static_cast<std::size_t>(std::clamp(x - l.plot_x0, 0.0, static_cast<double>(ncols)));
+            if (!marked[col]) markers.push_back({&lane, x});
+            marked[col] = true;
+            continue;
+        }
+        const double w = e.duration * l.px_per_time;
+        if (w < kMinBoxPx)
+            (comm ? busy_comm : busy_compute).add(x - l.plot_x0, x - l.plot_x0 + w, style_key(e), 1.0);
+        else {
+            paint_box(cr, x, lane.y, w, lane.h, style_key(e), l.layers);
+            label_box(cr, l, lane, e, x, w);
+        }
+    }
+    draw_busy(cr, l, row.compute, busy_compute);
+    if (row.comm.present()) draw_busy(cr, l, row.comm, busy_comm);
+    for (const auto& mk : markers)
+        fill_rect(cr, mk.x - kMarkerPx / 2, mk.lane->y - kMarkerPoke, kMarkerPx, mk.lane->h + kMarkerPoke,
+                  colours::marker);
+}
+
+// A group of ranks: per column, the dominant style and the busy share of the group.
+void draw_group_events(cairo_t* cr, const Layout& l, const Row& row, const Trace& trace) {
+    const int ncols = l.columns();
+    BusyColumns busy_compute(ncols), busy_comm(ncols);
+    const double weight = 1.0 / static_cast<double>(row.members.size());
+    for (auto i : row.members)
+        for (const auto& e : trace.ranks[i].events) {
+            if (e.duration == 0) continue;
+            const double x = l.x_of(e.start) - l.plot_x0;
+            const bool comm = l.has_comm && e.stream == Stream::comm;
+            (comm ? busy_comm : busy_compute).add(x, x + e.duration * l.px_per_time, style_key(e), weight);
+        }
+    draw_busy(cr, l, row.compute, busy_compute);
+    if (row.comm.present()) draw_busy(cr, l, row.comm, busy_comm);
+}
+
+double bar_height(const Layout& l, const Row& row, double value) {
+    return row.memory.h * std::clamp(value / l.memory_scale, 0.0, 1.0);
+}
+
+void draw_memory(cairo_t* cr, const Layout& l, const Row& row, const Trace& trace) {
+    const Lane& lane = row.memory;
+    MaxColumns cols(l.columns());
+    for (auto i : row.members)
+        for (const auto& s : memory_steps(trace.ranks[i])) {
+            if (!(s.value > 0)) continue;
+            const double x0 = l.x_of(s.t0), x1 = l.x_of(s.t1);
+            if (!l.overview && x1 - x0 >= 1) {
+                const double h = bar_height(l, row, s.value);
+                fill_rect(cr, x0, lane.bottom() - h, x1 - x0, h, colours::memory);
+            } else {
+                cols.add(x0 - l.plot_x0, x1 - l.plot_x0, s.value);
+            }
+        }
+    for (const auto& run : cols.runs(l.memory_scale / (2 * lane.h))) {
+        const double h = bar_height(l, row, run.value);
+        fill_rect(cr, l.plot_x0 + run.first, lane.bottom() - h, run.end - run.first, h, colours::memory);
+    }
+    if (trace.memory_capacity && *trace.memory_capacity > 0) {
+        const double y = lane.bottom() - bar_height(l, row, *trace.memory_capacity);
+        const double dash[] = {4, 3};
+        cairo_set_dash(cr, dash, 2, 0);
+        hline(cr, l.plot_x0, l.plot_x1, y, 1.5, colours::capacity);
+        cairo_set_dash(cr, nullptr, 0, 0);
+    }
+    if (row.has_peak) {
+        // The step that starts at the summary's peak time, on the peak rank, in red.
+        const auto& s = trace.summary;
+        double t_end = s.max_memory_time;
+        for (auto i : row.members)
+            if (trace.ranks[i].rank == s.max_memory_rank)
+                for (const auto& step : memory_steps(trace.ranks[i]))
+                    if (step.t0 <= s.max_memory_time && s.max_memory_time < step.t1 &&
+                        step.value == s.max_memory)
+                        t_end = step.t1;
+        const double x0 = l.x_of(s.max_memory_time);
+        const double w = std::max(kMinPeakPx, l.x_of(t_end) - x0);
+        const double h = bar_height(l, row, s.max_memory);
+        fill_rect(cr, x0, lane.bottom() - h, w, h, colours::peak);
+    }
+}
+
+// Lane backgrounds go under the time grid; everything else over it.
+void draw_row_background(cairo_t* cr, const Layout& l, const Row& row) {
+    const double w = l.plot_x1 - l.plot_x0;
+    fill_rect(cr, l.plot_x0, row.compute.y, w, row.compute.h, kLaneBackground);
+    if (row.comm.present()) fill_rect(cr, l.plot_x0, row.comm.y, w, row.comm.h, kLaneBackground);
+    if (row.memory.present()) fill_rect(cr, l.plot_x0, row.memory.y, w, row.memory.h, colours::memory_lane);
+}
+
+void draw_row(cairo_t* cr, const Layout& l, const Row& row, const Trace& trace) {
+    draw_text(cr, row.label, l.plot_x0 - 10, text_baseline(row.compute, l.label_font), l.label_font,
+              colours::text, Align::right, Weight::bold);
+    if (row.comm.present() && row.comm.h >= 9)
+        draw_text(cr, "comm", l.plot_x0 - 10, text_baseline(row.comm, 8), 8, colours::faint_text,
+                  Align::right);
+    if (l.overview)
+        draw_group_events(cr, l, row, trace);
+    else
+        draw_rank_events(cr, l, row, trace.ranks[row.members.front()]);
+    if (row.memory.present()) {
+        if (row.memory.h >= 14)
+            draw_text(cr, "memory", l.plot_x0 - 10, text_baseline(row.memory, 9), 9, colours::faint_text,
+                      Align::right);
+        draw_memory(cr, l, row, trace);
+        draw_text(cr, "max " + format_memory(row.max_memory, l.bytes), l.plot_x1 + 10,
+                  text_baseline(row.memory, l.side_font), l.side_font,
+                  row.has_peak ? colours::peak : colours::faint_text);
+    }
+}
+
+}  // namespace
+
+void draw_timeline(cairo_t* cr, const Trace& trace, const Layout& layout) {
+    set_colour(cr, kWhite);
+    cairo_paint(cr);
+    draw_header(cr, layout);
+    draw_legend(cr, layout);
+    for (const auto& row : layout.rows) draw_row_background(cr, layout, row);
+    draw_axes(cr, layout);
+    for (const auto& row : layout.rows) draw_row(cr, layout, row, trace);
+    check(cr, "drawing the timeline");
+}
+
+}  // namespace dtsim::render::detail

@@ -1,0 +1,112 @@
+#include "units.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+namespace dtsim::render::detail {
+namespace {
+
+// Fixed-point with `sig` significant digits for values in [1, 1000), without a
+// trailing ".0": 1.75, 61.2, 80, 512.
+std::string compact(double v) {
+    const double a = std::fabs(v);
+    const int decimals = a >= 100 ? 0 : a >= 10 ? 1 : 2;
+    std::string s = fmt::format("{:.{}f}", v, decimals);
+    if (s.find('.') != std::string::npos) {
+        while (s.back() == '0') s.pop_back();
+        if (s.back() == '.') s.pop_back();
+    }
+    return s == "-0" ? "0" : s;
+}
+
+std::string group_thousands(long long v) {
+    std::string digits = fmt::format("{}", v < 0 ? -v : v);
+    std::string out;
+    const auto n = digits.size();
+    for (std::size_t i = 0; i < n; ++i) {
+        if (i > 0 && (n - i) % 3 == 0) out += ',';
+        out += digits[i];
+    }
+    return v < 0 ? "-" + out : out;
+}
+
+struct Unit {
+    const char* name;
+    double scale;
+};
+
+// The time unit in which `magnitude` seconds reads as a number >= 1.
+Unit seconds_unit(double magnitude) {
+    if (magnitude >= 1) return {"s", 1};
+    if (magnitude >= 1e-3) return {"ms", 1e3};
+    if (magnitude >= 1e-6) return {"\u00b5s", 1e6};
+    return {"ns", 1e9};
+}
+
+}  // namespace
+
+Ticks time_ticks(double t0, double t1, int target, bool seconds) {
+    Ticks t;
+    const double span = t1 > t0 ? t1 - t0 : 1;
+    const double raw = span / (target > 0 ? target : 1);
+    const double mag = std::pow(10.0, std::floor(std::log10(raw)));
+    t.step = 10 * mag;
+    for (double m : {1.0, 2.0, 5.0})
+        if (m * mag >= raw * (1 - 1e-9)) {
+            t.step = m * mag;
+            break;
+        }
+    if (seconds) {
+        const Unit u = seconds_unit(t.step);
+        t.unit = u.name;
+        t.unit_scale = u.scale;
+    } else {
+        t.unit = "steps";
+    }
+    const double shown = t.step * t.unit_scale;
+    t.decimals = std::max(0, static_cast<int>(-std::floor(std::log10(shown) + 1e-9)));
+    const auto first = static_cast<long long>(std::ceil(t0 / t.step - 1e-9));
+    for (long long k = first;; ++k) {
+        const double v = static_cast<double>(k) * t.step;
+        if (v > t1 + t.step * 1e-9) break;
+        t.values.push_back(v);
+    }
+    return t;
+}
+
+std::string tick_label(double value, const Ticks& ticks) {
+    std::string s = fmt::format("{:.{}f}", value * ticks.unit_scale, ticks.decimals);
+    if (s.starts_with("-") && s.find_first_not_of("-0.") == std::string::npos) s.erase(0, 1);
+    return s;
+}
+
+std::string format_number(double v) {
+    if (v == std::floor(v) && std::fabs(v) < 1e15) return fmt::format("{}", static_cast<long long>(v));
+    return fmt::format("{:.6g}", v);
+}
+
+std::string format_time(double t, bool seconds) {
+    if (!seconds) return format_number(t);
+    if (t == 0) return "0 s";
+    const Unit u = seconds_unit(std::fabs(t));
+    return fmt::format("{} {}", compact(t * u.scale), u.name);
+}
+
+std::string format_memory(double m, bool bytes) {
+    if (!bytes) {
+        if (m == std::floor(m) && std::fabs(m) < 1e15)
+            return group_thousands(static_cast<long long>(m)) + " units";
+        return fmt::format("{:.6g} units", m);
+    }
+    static constexpr const char* kNames[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    std::size_t i = 0;
+    double v = m;
+    while (std::fabs(v) >= 1024 && i + 1 < std::size(kNames)) {
+        v /= 1024;
+        ++i;
+    }
+    return fmt::format("{} {}", i == 0 ? format_number(std::round(v)) : compact(v), kNames[i]);
+}
+
+}  // namespace dtsim::render::detail

@@ -1,0 +1,163 @@
+// `dtsim bench`: how fast the engine simulates, printed as figures (never a
+// timed test). Each configuration runs in a child process so that its peak RSS
+// is its own; a baseline in the same run (appending the same events to plain
+// vectors, no coroutines) turns machine noise into a ratio.
+#include "commands.hpp"
+
+#include "dtsim/puzzle/registry.hpp"
+
+#include <fmt/format.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace dtsim::cli {
+namespace {
+
+struct BenchOptions {
+    std::vector<int> ranks{1024, 4096, 16384};
+    int layers = 32;
+    std::vector<std::string> strategies{"ddp", "fsdp"};
+    int repeat = 1;
+};
+
+struct Figures {
+    double wall_s = 0;
+    double baseline_s = 0;
+    std::size_t ops = 0;
+    long peak_rss_kib = 0;
+    bool correct = false;
+};
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The cost of merely recording the same events: one vector of events per rank.
+double baseline(const Trace& t) {
+    auto t0 = std::chrono::steady_clock::now();
+    std::vector<RankTrace> copy(t.ranks.size());
+    for (std::size_t r = 0; r < t.ranks.size(); ++r) {
+        auto& out = copy[r].events;
+        double clock = 0;
+        for (const auto& e : t.ranks[r].events) {
+            auto& n = out.emplace_back();
+            n.op = e.op;
+            n.layer = e.layer;
+            n.start = clock;
+            n.duration = e.duration;
+            n.memory = e.memory;
+            n.batches = e.batches;
+            clock += e.duration;
+        }
+    }
+    const double s = seconds_since(t0);
+    if (copy.empty() || copy.back().events.size() != t.ranks.back().events.size()) throw std::logic_error("baseline");
+    return s;
+}
+
+Figures measure(const puzzle::PuzzleInfo& p, int layers, int ranks, int repeat) {
+    Figures f;
+    f.wall_s = 1e300;
+    f.baseline_s = 1e300;
+    for (int i = 0; i < repeat; ++i) {
+        auto t0 = std::chrono::steady_clock::now();
+        auto run = puzzle::run_strategy(p.strategy, layers, ranks, ranks);
+        f.wall_s = std::min(f.wall_s, seconds_since(t0));
+        f.ops = run.trace.event_count();
+        f.correct = run.trace.summary.correct.value_or(false);
+        f.baseline_s = std::min(f.baseline_s, baseline(run.trace));
+    }
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    f.peak_rss_kib = u.ru_maxrss;
+    return f;
+}
+
+// Runs `measure` in a child process and reads its figures back through a pipe.
+Figures measure_isolated(const puzzle::PuzzleInfo& p, int layers, int ranks, int repeat) {
+    int fds[2];
+    if (pipe(fds) != 0) throw std::runtime_error("bench: pipe() failed");
+    std::fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0) throw std::runtime_error("bench: fork() failed");
+    if (pid == 0) {
+        close(fds[0]);
+        std::string line;
+        try {
+            Figures f = measure(p, layers, ranks, repeat);
+            line = fmt::format("{} {} {} {} {}\n", f.wall_s, f.baseline_s, f.ops, f.peak_rss_kib, f.correct ? 1 : 0);
+        } catch (const std::exception& e) {
+            line = fmt::format("error {}\n", e.what());
+        }
+        ssize_t n = write(fds[1], line.data(), line.size());
+        _exit(n == static_cast<ssize_t>(line.size()) ? 0 : 1);
+    }
+    close(fds[1]);
+    std::string text;
+    char buf[512];
+    ssize_t n;
+    while ((n = read(fds[0], buf, sizeof buf)) > 0) text.append(buf, static_cast<std::size_t>(n));
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (text.starts_with("error ")) throw std::runtime_error("bench: " + text.substr(6));
+    std::istringstream in(text);
+    Figures f;
+    int correct = 0;
+    if (!(in >> f.wall_s >> f.baseline_s >> f.ops >> f.peak_rss_kib >> correct))
+        throw std::runtime_error(fmt::format("bench: the child process for {} at {} ranks failed", p.name, ranks));
+    f.correct = correct != 0;
+    return f;
+}
+
+void run_bench(const BenchOptions& o) {
+    fmt::print("dtsim bench: strategies at {} layers, batches = ranks (one batch per rank); best of {}\n", o.layers,
+               o.repeat);
+    fmt::print("'ops' are simulated operations (trace events); 'baseline' appends the same events to plain vectors\n\n");
+    fmt::print("{:<10} {:>7} {:>11} {:>9} {:>13} {:>9} {:>11} {:>12} {}\n", "strategy", "ranks", "ops", "wall s",
+               "ops/s", "ns/op", "x baseline", "peak RSS", "correct");
+    for (const auto& name : o.strategies) {
+        const auto* p = puzzle::find_puzzle(name);
+        if (!p) throw UsageError(fmt::format("bench: unknown strategy '{}'", name));
+        double first_ns = 0;
+        for (int r : o.ranks) {
+            Figures f = measure_isolated(*p, o.layers, r, o.repeat);
+            const double ns = f.wall_s * 1e9 / static_cast<double>(f.ops);
+            if (first_ns == 0) first_ns = ns;
+            fmt::print("{:<10} {:>7} {:>11} {:>9.3f} {:>13.3e} {:>9.1f} {:>11.1f} {:>9.1f} MiB {}\n", name, r, f.ops,
+                       f.wall_s, static_cast<double>(f.ops) / f.wall_s, ns, f.wall_s / f.baseline_s,
+                       static_cast<double>(f.peak_rss_kib) / 1024.0, f.correct ? "yes" : "NO");
+        }
+    }
+    fmt::print("\nreference puzzle figures at the canonical sizes (the seed's printed Timesteps / Maximum Memory):\n");
+    for (const auto& name : o.strategies) {
+        const auto* p = puzzle::find_puzzle(name);
+        auto s = puzzle::run_strategy(p->strategy, p->layers, p->batches, p->ranks).trace.summary;
+        fmt::print("  {:<10} layers {} ranks {}: timesteps {} (target {}), max memory {} (target {})\n", name, p->layers,
+                   p->ranks, s.timesteps, p->target_steps, s.max_memory, p->target_memory);
+    }
+}
+
+}  // namespace
+
+void register_bench_command(CLI::App& app) {
+    auto o = std::make_shared<BenchOptions>();
+    auto* cmd = app.add_subcommand("bench", "Measure simulation speed and memory at scale (prints figures)");
+    cmd->add_option("--ranks", o->ranks, "Rank counts to simulate")->delimiter(',')->check(CLI::Range(1, 1 << 20))
+        ->capture_default_str();
+    cmd->add_option("--layers", o->layers, "Layers")->check(CLI::Range(1, 4096))->capture_default_str();
+    cmd->add_option("--strategies", o->strategies, "Puzzle strategies to run")->delimiter(',')->capture_default_str();
+    cmd->add_option("--repeat", o->repeat, "Runs per configuration; the best is reported")
+        ->check(CLI::Range(1, 100))
+        ->capture_default_str();
+    cmd->callback([o] { run_bench(*o); });
+}
+
+}  // namespace dtsim::cli

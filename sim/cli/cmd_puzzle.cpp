@@ -1,0 +1,187 @@
+// `dtsim puzzle NAME` and `dtsim puzzles`: run the seed's puzzles, check them,
+// compare with their targets, write traces and pictures.
+#include "commands.hpp"
+
+#include "dtsim/puzzle/registry.hpp"
+#include "dtsim/render.hpp"
+#include "dtsim/trace_io.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dtsim::cli {
+namespace {
+
+using puzzle::PuzzleInfo;
+
+struct Outputs {
+    std::string trace, svg, png, pdf, chrome;
+    std::string ranks;  // rank selection for pictures
+};
+
+std::string puzzle_names() {
+    std::string s;
+    for (const auto& p : puzzle::puzzles()) s += (s.empty() ? "" : ", ") + p.name;
+    return s;
+}
+
+const PuzzleInfo& lookup(const std::string& name) {
+    const PuzzleInfo* p = puzzle::find_puzzle(name);
+    if (!p) throw UsageError(fmt::format("unknown puzzle '{}'; the puzzles are: {}", name, puzzle_names()));
+    return *p;
+}
+
+struct Verdict {
+    double ratio;
+    bool met;
+};
+
+Verdict against(double achieved, double target, double tolerance_pct) {
+    const double ratio = achieved / target;
+    return {ratio, ratio <= 1.0 + tolerance_pct / 100.0};
+}
+
+// Short human form of a simulated time: 19.900000000000006 -> 19.9.
+std::string num(double v) {
+    if (v == static_cast<double>(static_cast<long long>(v)) && std::abs(v) < 1e15)
+        return fmt::format("{}", static_cast<long long>(v));
+    return fmt::format("{:.6g}", v);
+}
+
+void write_outputs(const Trace& trace, const Outputs& out) {
+    if (!out.trace.empty()) write_trace_file(trace, out.trace);
+    render::Options opts;
+    opts.ranks = out.ranks;
+    for (const auto* path : {&out.svg, &out.png, &out.pdf})
+        if (!path->empty()) render::write_image(trace, *path, opts);
+    if (!out.chrome.empty()) render::write_chrome_trace_file(trace, out.chrome);
+}
+
+struct PuzzleOptions {
+    std::string name;
+    int layers = 0, batches = 0, ranks = 0;
+    double tolerance = 5.0;
+    bool strict = false;
+    Outputs out;
+};
+
+void run_one(const PuzzleOptions& o) {
+    const PuzzleInfo& p = lookup(o.name);
+    const int L = o.layers ? o.layers : p.layers;
+    const int B = o.batches ? o.batches : p.batches;
+    const int R = o.ranks ? o.ranks : p.ranks;
+    auto result = puzzle::run_strategy(p.strategy, L, B, R, puzzle::puzzle_costs(), {{"puzzle", p.name}});
+    const auto& s = result.trace.summary;
+    fmt::print("puzzle {} (layers {}, batches {}, ranks {}): {}\n", p.name, L, B, R, p.title);
+    fmt::print("  correct     {}\n", result.check_error ? "no: " + *result.check_error : "yes");
+    const bool canonical = L == p.layers && B == p.batches && R == p.ranks;
+    bool missed = false;
+    if (canonical) {
+        auto t = against(s.timesteps, p.target_steps, o.tolerance);
+        auto m = against(s.max_memory, p.target_memory, o.tolerance);
+        missed = !t.met || !m.met;
+        fmt::print("  timesteps   {:<12} target {:<10} ratio {:.3f}  {}\n", num(s.timesteps), num(p.target_steps),
+                   t.ratio, t.met ? "met" : "MISSED");
+        fmt::print("  makespan    {}\n", num(s.makespan));
+        fmt::print("  max memory  {:<12} target {:<10} ratio {:.3f}  {}   at rank {}, time {}\n", num(s.max_memory),
+                   num(p.target_memory), m.ratio, m.met ? "met" : "MISSED", s.max_memory_rank,
+                   num(s.max_memory_time));
+        fmt::print("  (a target is met when achieved <= target x {:g}; the seed's targets are rounded)\n",
+                   1.0 + o.tolerance / 100.0);
+    } else {
+        fmt::print("  timesteps   {}\n  makespan    {}\n", num(s.timesteps), num(s.makespan));
+        fmt::print("  max memory  {}   at rank {}, time {}\n", num(s.max_memory), s.max_memory_rank,
+                   num(s.max_memory_time));
+        fmt::print("  (targets apply to the canonical sizes: layers {}, batches {}, ranks {})\n", p.layers,
+                   p.batches, p.ranks);
+    }
+    write_outputs(result.trace, o.out);
+    if (result.check_error || (o.strict && missed)) exit_status() = 1;
+}
+
+struct TableOptions {
+    double tolerance = 5.0;
+    bool strict = false;
+    std::string out_dir;
+};
+
+void run_all(const TableOptions& o) {
+    if (!o.out_dir.empty()) std::filesystem::create_directories(o.out_dir);
+    fmt::print("{:<14} {:>3} {:>3} {:>3}  {:>10} {:>7} {:>6}  {:>10} {:>8} {:>6}  {:>12}  {:<7} {}\n", "puzzle", "L",
+               "B", "R", "timesteps", "target", "ratio", "max memory", "target", "ratio", "peak at r/t", "correct",
+               "targets");
+    int failed = 0, missed = 0;
+    for (const auto& p : puzzle::puzzles()) {
+        std::optional<puzzle::RunResult> result;
+        try {
+            result = puzzle::run_strategy(p.strategy, p.layers, p.batches, p.ranks, puzzle::puzzle_costs(),
+                                          {{"puzzle", p.name}});
+        } catch (const ScheduleError& e) {
+            ++failed;
+            fmt::print("{:<14} failed: {}\n", p.name, e.what());
+            continue;
+        }
+        const auto& s = result->trace.summary;
+        auto t = against(s.timesteps, p.target_steps, o.tolerance);
+        auto m = against(s.max_memory, p.target_memory, o.tolerance);
+        const bool ok = !result->check_error;
+        failed += ok ? 0 : 1;
+        missed += (t.met && m.met) ? 0 : 1;
+        fmt::print("{:<14} {:>3} {:>3} {:>3}  {:>10} {:>7} {:>6.3f}  {:>10} {:>8} {:>6.3f}  {:>12}  {:<7} {}\n", p.name,
+                   p.layers, p.batches, p.ranks, num(s.timesteps), num(p.target_steps), t.ratio, num(s.max_memory),
+                   num(p.target_memory), m.ratio, fmt::format("{}/{}", s.max_memory_rank, num(s.max_memory_time)),
+                   ok ? "yes" : "NO", (t.met && m.met) ? "met" : "MISSED");
+        if (!ok) fmt::print("    {}\n", *result->check_error);
+        if (!o.out_dir.empty()) {
+            const auto base = std::filesystem::path(o.out_dir) / p.name;
+            write_trace_file(result->trace, base.string() + ".json");
+            render::write_image(result->trace, base.string() + ".svg", {});
+        }
+    }
+    fmt::print("\n{} of {} puzzles correct; {} meet both targets (achieved <= target x {:g}; the seed's targets are "
+               "rounded, several seed solutions land a few per cent above them)\n",
+               8 - failed, 8, 8 - missed - failed, 1.0 + o.tolerance / 100.0);
+    if (!o.out_dir.empty())
+        fmt::print("traces and SVG timelines: {}/<puzzle>.json, {}/<puzzle>.svg\n", o.out_dir, o.out_dir);
+    if (failed > 0 || (o.strict && missed > 0)) exit_status() = 1;
+}
+
+void add_tolerance(CLI::App* cmd, double& tolerance, bool& strict) {
+    cmd->add_option("--tolerance", tolerance, "Per cent above a target that still counts as met")
+        ->check(CLI::Range(0.0, 1000.0))
+        ->capture_default_str();
+    cmd->add_flag("--strict", strict, "Exit with status 1 when a target is missed");
+}
+
+}  // namespace
+
+void register_puzzle_commands(CLI::App& app) {
+    auto po = std::make_shared<PuzzleOptions>();
+    auto* one = app.add_subcommand("puzzle", "Run one puzzle strategy, check it and compare with its targets");
+    one->add_option("name", po->name, "Puzzle: " + puzzle_names())->required();
+    one->add_option("--layers", po->layers, "Layers (default: the puzzle's canonical size)")
+        ->check(CLI::Range(1, 1 << 20));
+    one->add_option("--batches", po->batches, "Batches (default: canonical)")->check(CLI::Range(1, 1 << 24));
+    one->add_option("--ranks", po->ranks, "Ranks, i.e. GPUs (default: canonical)")->check(CLI::Range(1, 1 << 20));
+    one->add_option("--trace", po->out.trace, "Write the trace JSON to this file");
+    one->add_option("--svg", po->out.svg, "Draw the timeline as SVG");
+    one->add_option("--png", po->out.png, "Draw the timeline as PNG");
+    one->add_option("--pdf", po->out.pdf, "Draw the timeline as PDF");
+    one->add_option("--chrome-trace", po->out.chrome, "Write a Chrome/Perfetto trace (ui.perfetto.dev)");
+    one->add_option("--show-ranks", po->out.ranks, "Ranks to draw, e.g. 0-7,15 (default: all, aggregated if many)");
+    add_tolerance(one, po->tolerance, po->strict);
+    one->callback([po] { run_one(*po); });
+
+    auto to = std::make_shared<TableOptions>();
+    auto* all = app.add_subcommand("puzzles", "Run the eight puzzles at their canonical sizes and print one table");
+    all->add_option("--out", to->out_dir, "Write <puzzle>.json traces and <puzzle>.svg timelines into this folder");
+    add_tolerance(all, to->tolerance, to->strict);
+    all->callback([to] { run_all(*to); });
+}
+
+}  // namespace dtsim::cli

@@ -1,0 +1,263 @@
+#include "dtsim/engine.hpp"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+
+namespace dtsim {
+
+// ----------------------------------------------------------------- Communicator
+
+Communicator::Communicator(Simulation& sim, std::vector<int> members, std::string name)
+    : sim_(&sim), members_(std::move(members)), name_(std::move(name)) {
+    std::sort(members_.begin(), members_.end());
+    if (members_.empty()) throw std::invalid_argument("communicator " + name_ + ": no members");
+    if (std::adjacent_find(members_.begin(), members_.end()) != members_.end())
+        throw std::invalid_argument("communicator " + name_ + ": a rank is listed twice");
+    if (members_.front() < 0 || members_.back() >= sim.ranks())
+        throw std::invalid_argument(fmt::format("communicator {}: ranks must be in [0, {})", name_,
+                                                sim.ranks()));
+    world_ = static_cast<int>(members_.size()) == sim.ranks();
+    calls_.assign(members_.size(), 0);
+}
+
+int Communicator::position(int rank) const {
+    if (world_) return rank >= 0 && rank < size() ? rank : -1;
+    auto it = std::lower_bound(members_.begin(), members_.end(), rank);
+    return it != members_.end() && *it == rank ? static_cast<int>(it - members_.begin()) : -1;
+}
+
+Communicator::Round& Communicator::join(Gpu& gpu, OpCode op, std::int32_t layer,
+                                        std::uint64_t& call) {
+    const int pos = position(gpu.rank());
+    if (pos < 0)
+        throw ScheduleError(fmt::format("rank {}: {} (layer {}) on communicator {}, which rank {} "
+                                        "is not a member of",
+                                        gpu.rank(), op.name(), layer, name_, gpu.rank()));
+    call = calls_[static_cast<std::size_t>(pos)]++;
+    while (base_ + rounds_.size() <= call) {
+        auto& r = rounds_.emplace_back();
+        r.unread = size();
+    }
+    Round& round = rounds_[static_cast<std::size_t>(call - base_)];
+    if (round.arrived == 0) {
+        round.op = op;
+        round.layer = layer;
+        round.first_rank = gpu.rank();
+        round.waiting.reserve(static_cast<std::size_t>(size()) - 1);
+    } else if (round.op != op || round.layer != layer) {
+        auto describe = [](OpCode o, std::int32_t l) {
+            return l == kNoLayer ? fmt::format("{}", o.name()) : fmt::format("{}(layer {})", o.name(), l);
+        };
+        throw CollectiveMismatchError(fmt::format(
+            "collective #{} on communicator {} does not match: rank {} called {} but rank {} called {}",
+            call, name_, round.first_rank, describe(round.op, round.layer), gpu.rank(),
+            describe(op, layer)));
+    }
+    return round;
+}
+
+void Communicator::release(Round& round) {
+    for (Gpu* g : round.waiting) sim_->wake(*g);
+    round.waiting.clear();
+    round.waiting.shrink_to_fit();
+}
+
+void Communicator::finish_read(Round& round) {
+    --round.unread;
+    while (!rounds_.empty() && rounds_.front().unread == 0) {
+        rounds_.pop_front();
+        ++base_;
+    }
+}
+
+// ------------------------------------------------------------------- Simulation
+
+Simulation::Simulation(int ranks) {
+    if (ranks < 1) throw std::invalid_argument(fmt::format("a simulation needs at least 1 rank, got {}", ranks));
+    gpus_.reserve(static_cast<std::size_t>(ranks));
+    for (int r = 0; r < ranks; ++r) gpus_.push_back(std::make_unique<Gpu>(*this, r));
+    mailboxes_.resize(static_cast<std::size_t>(ranks));
+    std::vector<int> all(static_cast<std::size_t>(ranks));
+    for (int r = 0; r < ranks; ++r) all[static_cast<std::size_t>(r)] = r;
+    world_ = std::make_unique<Communicator>(*this, std::move(all), "world");
+}
+
+Simulation::~Simulation() { drain_parked(); }
+
+Communicator& Simulation::communicator(std::vector<int> members, std::string name) {
+    comms_.push_back(std::make_unique<Communicator>(*this, std::move(members), std::move(name)));
+    return *comms_.back();
+}
+
+Task<> Simulation::park(Gpu& gpu, const Wait& wait) {
+    gpu.wait_ = wait;
+    DTSIM_PARK(gpu.parked_);
+}
+
+void Simulation::resume_ready() {
+    // Runs inside io_context::poll(), so coroutine frames use Asio's recycling allocator.
+    while (!ready_.empty()) {
+        Gpu* g = ready_.front();
+        ready_.pop_front();
+        Gpu::Handler h = std::move(*g->parked_);
+        g->parked_.reset();
+        Gpu::resume(h);  // runs the rank until it suspends again or finishes
+    }
+}
+
+Task<> Simulation::send(Gpu& from, int dst, Message&& message) {
+    if (dst < 0 || dst >= ranks())
+        throw ScheduleError(fmt::format("rank {}: pass to rank {}: destination must be in [0, {})",
+                                        from.rank(), dst, ranks()));
+    message.from = from.rank();
+    Mailbox& box = mailboxes_[static_cast<std::size_t>(dst)];
+    if (!box.slot) {
+        box.slot = std::move(message);
+        if (Gpu* r = std::exchange(box.waiting_receiver, nullptr)) wake(*r);
+        co_return;
+    }
+    box.blocked_senders.emplace_back(&from, std::move(message));
+    co_await park(from, Wait{Wait::Kind::send, ops::pass, kNoLayer, dst, 0, nullptr});
+}
+
+Task<Message> Simulation::receive(Gpu& gpu) {
+    Mailbox& box = mailboxes_[static_cast<std::size_t>(gpu.rank())];
+    if (!box.slot) {
+        box.waiting_receiver = &gpu;
+        co_await park(gpu, Wait{Wait::Kind::receive, ops::pass, kNoLayer, -1, 0, nullptr});
+    }
+    Message m = std::move(*box.slot);
+    box.slot.reset();
+    if (!box.blocked_senders.empty()) {
+        auto [sender, next] = std::move(box.blocked_senders.front());
+        box.blocked_senders.pop_front();
+        box.slot = std::move(next);
+        wake(*sender);
+    }
+    co_return m;
+}
+
+void Simulation::run(const std::function<Task<>(Gpu&)>& body) {
+    if (ran_) throw std::logic_error("Simulation::run called twice");
+    ran_ = true;
+    for (auto& g : gpus_) {
+        Gpu* gp = g.get();
+        asio::co_spawn(ctx_, body(*gp), [this, gp](std::exception_ptr e) {
+            gp->finished_ = true;
+            if (e && !error_) {
+                error_ = e;
+                error_rank_ = gp->rank();
+            }
+        });
+    }
+    // Spawned coroutines start through the io_context; parked ones resume
+    // from the ready queue, drained inside poll().
+    do {
+        ctx_.restart();
+        if (!ready_.empty()) asio::post(ctx_, [this] { resume_ready(); });
+    } while (ctx_.poll() > 0 || !ready_.empty());
+    if (error_) {
+        drain_parked();
+        try {
+            std::rethrow_exception(error_);
+        } catch (const ScheduleError&) {
+            throw;
+        } catch (const std::exception& e) {
+            throw ScheduleError(fmt::format("rank {}: {}", error_rank_, e.what()));
+        }
+    }
+    bool all_done = std::all_of(gpus_.begin(), gpus_.end(), [](const auto& g) { return g->finished_; });
+    if (!all_done) {
+        try {
+            diagnose_deadlock();
+        } catch (...) {
+            drain_parked();
+            throw;
+        }
+    }
+}
+
+void Simulation::drain_parked() {
+    // Parked handlers must die while the io_context lives; their destruction
+    // posts the unwinding of the coroutine stacks, which poll() then runs.
+    ctx_.restart();
+    ready_.clear();
+    for (auto& g : gpus_) g->parked_.reset();
+    while (ctx_.poll() > 0) {
+    }
+}
+
+namespace {
+
+std::string describe_event(const RankTrace& log) {
+    if (log.events.empty()) return "no event yet";
+    const auto& e = log.events.back();
+    std::string s = fmt::format("last event {}", e.op.name());
+    if (e.layer != kNoLayer) s += fmt::format(" layer {}", e.layer);
+    if (!e.batches.empty()) s += fmt::format(" batches {}", e.batches.str());
+    s += fmt::format(" at {}", e.start);
+    return s;
+}
+
+}  // namespace
+
+void Simulation::diagnose_deadlock() const {
+    // Group blocked ranks by what they wait for, so a 16,384-rank deadlock stays readable.
+    std::map<std::string, IdSet> groups;
+    std::vector<std::string> per_rank;
+    int blocked = 0;
+    for (const auto& g : gpus_) {
+        if (g->finished_) continue;
+        ++blocked;
+        const Wait& w = g->wait_;
+        std::string what;
+        switch (w.kind) {
+            case Wait::Kind::collective: {
+                // Which members have not arrived at this round?
+                IdSet missing;
+                const Communicator& c = *w.comm;
+                for (std::size_t p = 0; p < c.members_.size(); ++p)
+                    if (c.calls_[p] <= w.call) missing.insert(c.members_[p]);
+                what = fmt::format("{}", w.op.name());
+                if (w.layer != kNoLayer) what += fmt::format(" layer {}", w.layer);
+                what += fmt::format(" (collective #{} on {}), waiting for rank(s) {} that never called it",
+                                    w.call, c.name(), missing.str());
+                break;
+            }
+            case Wait::Kind::send:
+                what = fmt::format("pass to rank {}, whose mailbox stays full (rank {} never receives)",
+                                   w.peer, w.peer);
+                break;
+            case Wait::Kind::receive:
+                what = "receive, but no rank passes to it";
+                break;
+            case Wait::Kind::none:
+                what = "nothing (suspended outside the engine)";
+                break;
+        }
+        groups[what].insert(g->rank());
+        if (per_rank.size() < 64)
+            per_rank.push_back(fmt::format("  rank {} waits in {}; {}", g->rank(), what, describe_event(g->log_)));
+    }
+    std::string msg = fmt::format("deadlock: {} of {} ranks are blocked and none can proceed\n", blocked,
+                                  ranks());
+    if (blocked <= 64) {
+        for (const auto& l : per_rank) msg += l + "\n";
+    } else {
+        for (const auto& [what, rs] : groups)
+            msg += fmt::format("  ranks {} wait in {}\n", rs.str(), what);
+        msg += "  first blocked ranks in detail:\n";
+        for (std::size_t i = 0; i < 8 && i < per_rank.size(); ++i) msg += "  " + per_rank[i] + "\n";
+    }
+    int finished = ranks() - blocked;
+    if (finished > 0) msg += fmt::format("  ({} rank(s) finished)\n", finished);
+    msg.pop_back();
+    throw DeadlockError(msg);
+}
+
+}  // namespace dtsim

@@ -1,0 +1,127 @@
+#include "dtsim/id_set.hpp"
+
+#include <algorithm>
+#include <fmt/format.h>
+
+namespace dtsim {
+
+IdSet IdSet::range(std::int64_t lo, std::int64_t hi) {
+    IdSet s;
+    if (hi > lo) s.one_ = {lo, hi};
+    return s;
+}
+
+bool operator==(const IdSet& a, const IdSet& b) {
+    auto x = a.intervals(), y = b.intervals();
+    return std::equal(x.begin(), x.end(), y.begin(), y.end());
+}
+
+void IdSet::insert(std::int64_t id) { insert_range(id, id + 1); }
+
+void IdSet::normalize() {
+    if (many_ && many_->size() <= 1) {
+        one_ = many_->empty() ? Interval{0, 0} : (*many_)[0];
+        many_.reset();
+    }
+}
+
+void IdSet::insert_range(std::int64_t lo, std::int64_t hi) {
+    if (hi <= lo) return;
+    if (!many_) {
+        if (one_.hi <= one_.lo) {  // empty
+            one_ = {lo, hi};
+            return;
+        }
+        if (lo <= one_.hi && hi >= one_.lo) {  // touches the single interval
+            one_ = {std::min(lo, one_.lo), std::max(hi, one_.hi)};
+            return;
+        }
+        many_ = std::make_unique<std::vector<Interval>>(1, one_);
+    }
+    auto& iv = *many_;
+    // Fast path: at or past the end (the common case when building in order).
+    if (lo > iv.back().hi) {
+        iv.push_back({lo, hi});
+        return;
+    }
+    auto first = std::lower_bound(iv.begin(), iv.end(), lo,
+                                  [](const Interval& i, std::int64_t v) { return i.hi < v; });
+    auto last = first;
+    while (last != iv.end() && last->lo <= hi) {
+        lo = std::min(lo, last->lo);
+        hi = std::max(hi, last->hi);
+        ++last;
+    }
+    if (first == last) {
+        iv.insert(first, Interval{lo, hi});
+    } else {
+        *first = {lo, hi};
+        iv.erase(first + 1, last);
+    }
+    normalize();
+}
+
+std::int64_t IdSet::size() const {
+    std::int64_t n = 0;
+    for (const auto& i : intervals()) n += i.hi - i.lo;
+    return n;
+}
+
+bool IdSet::contains(std::int64_t id) const {
+    auto iv = intervals();
+    auto it = std::upper_bound(iv.begin(), iv.end(), id,
+                               [](std::int64_t v, const Interval& i) { return v < i.hi; });
+    return it != iv.end() && it->lo <= id;
+}
+
+bool IdSet::is_subset_of(const IdSet& other) const {
+    // Each of our intervals must lie inside one of other's (they are maximal).
+    auto theirs = other.intervals();
+    auto it = theirs.begin();
+    for (const auto& i : intervals()) {
+        while (it != theirs.end() && it->hi < i.hi) ++it;
+        if (it == theirs.end() || it->lo > i.lo) return false;
+    }
+    return true;
+}
+
+bool IdSet::is_prefix(std::int64_t n) const {
+    if (n <= 0) return empty();
+    return !many_ && one_.lo == 0 && one_.hi == n;
+}
+
+IdSet IdSet::operator|(const IdSet& other) const {
+    IdSet r = *this;
+    r |= other;
+    return r;
+}
+
+IdSet& IdSet::operator|=(const IdSet& other) {
+    for (const auto& i : other.intervals()) insert_range(i.lo, i.hi);
+    return *this;
+}
+
+std::vector<std::int64_t> IdSet::to_vector() const {
+    std::vector<std::int64_t> v;
+    v.reserve(static_cast<std::size_t>(size()));
+    for_each([&](std::int64_t id) { v.push_back(id); });
+    return v;
+}
+
+std::string IdSet::str() const {
+    std::string s = "{";
+    bool first = true;
+    for (const auto& i : intervals()) {
+        if (!first) s += ',';
+        first = false;
+        if (i.hi - i.lo == 1)
+            s += fmt::format("{}", i.lo);
+        else if (i.hi - i.lo == 2)
+            s += fmt::format("{},{}", i.lo, i.lo + 1);
+        else
+            s += fmt::format("{}-{}", i.lo, i.hi - 1);
+    }
+    return s + "}";
+}
+
+}  // namespace dtsim

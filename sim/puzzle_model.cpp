@@ -1,0 +1,358 @@
+#include "dtsim/puzzle/model.hpp"
+#include "dtsim/puzzle/run.hpp"
+
+#include <fmt/format.h>
+
+#include <deque>
+#include <stdexcept>
+
+namespace dtsim {
+
+PuzzleError::PuzzleError(int rank_, std::string op_, int layer_, const std::string& what)
+    : ScheduleError(layer_ == kNoLayer ? fmt::format("rank {}: {}: {}", rank_, op_, what)
+                                       : fmt::format("rank {}: {} (layer {}): {}", rank_, op_, layer_, what)),
+      rank(rank_),
+      op(std::move(op_)),
+      layer(layer_) {}
+
+namespace puzzle {
+
+// ------------------------------------------------------------------- values
+
+namespace {
+
+template <class V>
+V combine_shards(const V& a, const V& b, const char* what) {
+    if (a.layer != b.layer)
+        throw std::invalid_argument(fmt::format("cannot combine {} of layer {} with one of layer {}", what,
+                                                a.layer, b.layer));
+    if (a.total != b.total)
+        throw std::invalid_argument(fmt::format("cannot combine {} shards of {} with shards of {}", what,
+                                                a.total, b.total));
+    V r = a;
+    r.shards = a.shards | b.shards;
+    return r;
+}
+
+template <class V>
+V keep_shard(const V& a, int s, int n, const char* what) {
+    if (!a.is_complete())
+        throw std::invalid_argument(fmt::format("cannot shard an incomplete {} (shards {} of {})", what,
+                                                a.shards.str(), a.total));
+    if (s < 0 || s >= n)
+        throw std::invalid_argument(fmt::format("shard {} out of range [0, {})", s, n));
+    V r = a;
+    r.shards = IdSet::single(s);
+    r.total = n;
+    return r;
+}
+
+std::string shard_str(const IdSet& shards, int total) {
+    return total == 1 ? std::string() : fmt::format(", shards {} of {}", shards.str(), total);
+}
+
+}  // namespace
+
+Weight Weight::combine(const Weight& o) const { return combine_shards(*this, o, "weight"); }
+Weight Weight::shard(int s, int n) const { return keep_shard(*this, s, n, "weight"); }
+std::string Weight::str() const {
+    return fmt::format("Weight(layer {}, step {}{})", layer, step, shard_str(shards, total));
+}
+OptState OptState::combine(const OptState& o) const { return combine_shards(*this, o, "optimizer state"); }
+OptState OptState::shard(int s, int n) const { return keep_shard(*this, s, n, "optimizer state"); }
+std::string OptState::str() const {
+    return fmt::format("OptState(layer {}, step {}{})", layer, step, shard_str(shards, total));
+}
+std::string Activation::str() const { return fmt::format("Activation(layer {}, batches {})", layer, batches.str()); }
+std::string ActivationGrad::str() const {
+    return fmt::format("ActivationGrad(layer {}, batches {})", layer, batches.str());
+}
+WeightGrad WeightGrad::combine(const WeightGrad& o) const { return combine_shards(*this, o, "weight grad"); }
+WeightGrad WeightGrad::shard(int s, int n) const { return keep_shard(*this, s, n, "weight grad"); }
+std::string WeightGrad::str() const {
+    return fmt::format("WeightGrad(layer {}, batches {}{})", layer, batches.str(), shard_str(shards, total));
+}
+
+WeightGrad operator+(const WeightGrad& a, const WeightGrad& b) {
+    if (a.layer != b.layer)
+        throw std::invalid_argument(
+            fmt::format("only weight grads of the same layer add up: layer {} + layer {}", a.layer, b.layer));
+    if (a.shards != b.shards || a.total != b.total)
+        throw std::invalid_argument(fmt::format("weight grads add up only with the same shards: {} of {} + {} of {}",
+                                                a.shards.str(), a.total, b.shards.str(), b.total));
+    WeightGrad r = a;
+    r.batches = a.batches | b.batches;
+    return r;
+}
+
+// ------------------------------------------------------------------- stores
+
+std::string Key::str() const { return b == kNone ? fmt::format("{}", a) : fmt::format("({}, {})", a, b); }
+
+void throw_missing_key(int rank, const char* store, const Key& key) {
+    throw PuzzleError(rank, store, kNoLayer, fmt::format("no entry {} (KeyError)", key.str()));
+}
+
+Size size_of(const CostModel& c, const Weight& v) { return c.weight(v.shards.size(), v.total); }
+Size size_of(const CostModel& c, const OptState& v) { return c.opt_state(v.shards.size(), v.total); }
+Size size_of(const CostModel& c, const Activation& v) { return c.activation(v.batches.size()); }
+Size size_of(const CostModel& c, const ActivationGrad& v) { return c.activation_grad(v.batches.size()); }
+Size size_of(const CostModel& c, const WeightGrad& v) { return c.weight_grad(v.shards.size(), v.total); }
+
+const CostModel& puzzle_costs() {
+    static const PuzzleCosts costs;
+    return costs;
+}
+
+// -------------------------------------------------------------------- model
+
+void Received::throw_wrong_type(const char* expected) const {
+    throw PuzzleError(rank_, "receive", kNoLayer,
+                      fmt::format("received a message from rank {} that is not of the expected type {}", from_,
+                                  expected));
+}
+
+Model::Model(Gpu& g, int layers, int batches, const CostModel& costs)
+    : gpu(g),
+      rank(g.rank()),
+      RANKS(g.sim().ranks()),
+      LAYERS(layers),
+      BATCHES(batches),
+      weights({this, &meter_, &costs, g.rank()}, "weights"),
+      opt_states({this, &meter_, &costs, g.rank()}, "opt_states"),
+      activations({this, &meter_, &costs, g.rank()}, "activations"),
+      grad_activations({this, &meter_, &costs, g.rank()}, "grad_activations"),
+      grad_weights({this, &meter_, &costs, g.rank()}, "grad_weights"),
+      costs_(&costs) {}
+
+void Model::fail(const char* op, int layer, const std::string& what) const {
+    throw PuzzleError(rank, op, layer, what);
+}
+
+void Model::require(bool cond, const std::string& message) const {
+    if (!cond) fail("assert", kNoLayer, message);
+}
+
+std::pair<Weight, OptState> Model::load_weights(int layer, int shard, int total) {
+    if (layer < 0 || layer >= LAYERS)
+        fail("load_weights", layer, fmt::format("layer must be in [0, {})", LAYERS));
+    if (total < 1 || shard < 0 || shard >= total)
+        fail("load_weights", layer, fmt::format("shard {} of {}: expected 0 <= shard < total", shard, total));
+    return {Weight{layer, 0, IdSet::single(shard), total}, OptState{layer, 0, IdSet::single(shard), total}};
+}
+
+Activation Model::get_activation(IdSet batches) { return Activation{0, std::move(batches)}; }
+
+WeightGrad Model::fake_grad(int layer, IdSet batches) { return WeightGrad{layer, std::move(batches)}; }
+
+Activation Model::forward(int layer, const Activation& inp, const Weight& weight) {
+    gpu.record(ops::forward, layer, costs_->forward(layer, inp.batches), memory(), inp.batches);
+    if (!weight.is_complete())
+        fail("forward", layer, fmt::format("weight is incomplete ({}); allgather it first", weight.str()));
+    if (weight.layer != layer)
+        fail("forward", layer, fmt::format("weight should be layer {}, got {}", layer, weight.str()));
+    if (inp.layer != layer)
+        fail("forward", layer, fmt::format("input should be layer {}, got {}", layer, inp.str()));
+    return Activation{layer + 1, inp.batches};
+}
+
+std::pair<WeightGrad, ActivationGrad> Model::backward(int layer, const Activation& inp, const ActivationGrad& grad,
+                                                      const Weight& weight) {
+    gpu.record(ops::backward, layer, costs_->backward(layer, inp.batches), memory(), inp.batches);
+    if (!weight.is_complete())
+        fail("backward", layer, fmt::format("weight is incomplete ({}); allgather it first", weight.str()));
+    if (weight.layer != layer)
+        fail("backward", layer, fmt::format("weight should be layer {}, got {}", layer, weight.str()));
+    if (inp.layer != layer)
+        fail("backward", layer, fmt::format("input should be layer {}, got {}", layer, inp.str()));
+    if (inp.batches != grad.batches)
+        fail("backward", layer, fmt::format("batch mismatch: activation has batches {}, activation grad has {}",
+                                            inp.batches.str(), grad.batches.str()));
+    if (grad.layer != layer)
+        fail("backward", layer, fmt::format("activation grad should be layer {}, got {}", layer, grad.str()));
+    return {WeightGrad{layer, inp.batches}, ActivationGrad{layer - 1, inp.batches}};
+}
+
+ActivationGrad Model::loss(const Activation& inp) {
+    gpu.record(ops::loss, LAYERS, costs_->loss(inp.batches), memory());
+    if (inp.layer != LAYERS)
+        fail("loss", LAYERS, fmt::format("input should be the final layer {}, got {}", LAYERS, inp.str()));
+    return ActivationGrad{LAYERS - 1, inp.batches};
+}
+
+std::pair<Weight, OptState> Model::update(int layer, const WeightGrad& wg, const Weight& weight,
+                                          const OptState& opt) {
+    if (weight.layer != layer) fail("update", layer, fmt::format("weight should be layer {}, got {}", layer, weight.str()));
+    if (wg.layer != layer) fail("update", layer, fmt::format("grad weight should be layer {}, got {}", layer, wg.str()));
+    if (!wg.batches.is_prefix(BATCHES))
+        fail("update", layer, fmt::format("weight grad must cover exactly batches 0..{}, it has {}", BATCHES - 1,
+                                          wg.batches.str()));
+    if (opt.layer != layer) fail("update", layer, fmt::format("optimizer state should be layer {}, got {}", layer, opt.str()));
+    if (wg.total > 1) {
+        if (weight.total != wg.total || !weight.shards.is_subset_of(wg.shards))
+            fail("update", layer, fmt::format("weight {} is not within the weight grad's shards {} of {}", weight.str(),
+                                              wg.shards.str(), wg.total));
+        if (opt.total != wg.total || !opt.shards.is_subset_of(wg.shards))
+            fail("update", layer, fmt::format("optimizer state {} is not within the weight grad's shards {} of {}",
+                                              opt.str(), wg.shards.str(), wg.total));
+    }
+    if (weight.step != opt.step)
+        fail("update", layer, fmt::format("weight is at step {} but optimizer state at step {}", weight.step, opt.step));
+    OptState new_opt{layer, opt.step + 1, opt.shards, opt.total};
+    Weight new_weight{layer, weight.step + 1, weight.shards, weight.total};
+    gpu.record(ops::update, kNoLayer, costs_->update(layer, weight.shards.size(), weight.total), memory());
+    return {std::move(new_weight), std::move(new_opt)};
+}
+
+double Model::collective_time(OpCode op, int layer, Size s) const { return costs_->collective(op, layer, s, RANKS); }
+
+// Each collective is one coroutine frame (Communicator::arrive); what the rank
+// does after the round completes runs in the finisher.
+Task<WeightGrad> Model::allreduce(WeightGrad v, int layer) {
+    const double d = collective_time(ops::allreduce, layer, size_of(*costs_, v));
+    return gpu.sim().world().arrive(
+        gpu, ops::allreduce, layer, std::move(v),
+        [this, layer](WeightGrad& acc, const WeightGrad& x, int) {
+            try {
+                acc = acc + x;
+            } catch (const std::invalid_argument& e) {
+                fail("allreduce", layer, e.what());
+            }
+        },
+        [this, layer, d](Communicator::Result<WeightGrad>&& r) {
+            gpu.set_clock(r.clock);
+            gpu.record(ops::allreduce, layer, d, memory());
+            return std::move(r.value);
+        });
+}
+
+template <class V>
+Task<V> Model::gather(V v, int layer) {
+    const double d = collective_time(ops::allgather, layer, size_of(*costs_, v));
+    return gpu.sim().world().arrive(
+        gpu, ops::allgather, layer, std::move(v),
+        [this, layer](V& acc, const V& x, int) {
+            try {
+                acc = acc.combine(x);
+            } catch (const std::invalid_argument& e) {
+                fail("allgather", layer, e.what());
+            }
+        },
+        [this, layer, d](Communicator::Result<V>&& r) {
+            gpu.set_clock(r.clock);
+            gpu.record(ops::allgather, layer, d, memory());
+            return std::move(r.value);
+        });
+}
+
+Task<Weight> Model::allgather(Weight v, int layer) { return gather(std::move(v), layer); }
+Task<OptState> Model::allgather(OptState v, int layer) { return gather(std::move(v), layer); }
+Task<WeightGrad> Model::allgather(WeightGrad v, int layer) { return gather(std::move(v), layer); }
+
+Task<WeightGrad> Model::scatterreduce(WeightGrad v, int layer) {
+    const double d = collective_time(ops::scatterreduce, layer, size_of(*costs_, v));
+    return gpu.sim().world().arrive(
+        gpu, ops::scatterreduce, layer, std::move(v),
+        [this, layer](WeightGrad& acc, const WeightGrad& x, int) {
+            try {
+                acc = acc + x;
+            } catch (const std::invalid_argument& e) {
+                fail("scatterreduce", layer, e.what());
+            }
+        },
+        [this, layer, d](Communicator::Result<WeightGrad>&& r) {
+            gpu.set_clock(r.clock);
+            WeightGrad mine;
+            try {
+                mine = r.value.shard(rank, RANKS);
+            } catch (const std::invalid_argument& e) {
+                fail("scatterreduce", layer,
+                     fmt::format("the sum {} cannot be sharded: {}", r.value.str(), e.what()));
+            }
+            gpu.record(ops::scatterreduce, layer, d, memory());
+            return mine;
+        });
+}
+
+Task<> Model::pass_any(int dst, std::any v, Size size) {
+    const double d = costs_->pass(size);
+    gpu.record(ops::pass, kNoLayer, d, memory());
+    Message m{std::move(v), gpu.clock(), d, rank};
+    co_await gpu.sim().send(gpu, dst, std::move(m));
+}
+
+Task<Received> Model::receive() {
+    Message m = co_await gpu.sim().receive(gpu);
+    gpu.set_clock(std::max(m.clock, gpu.clock()));
+    gpu.record(ops::pass, kNoLayer, m.duration, memory());
+    co_return Received(std::move(m.payload), rank, m.from);
+}
+
+void Model::set_final_weight(int layer, const Weight& weight) {
+    if (layer < 0 || layer >= LAYERS)
+        fail("set_final_weight", layer, fmt::format("layer must be in [0, {})", LAYERS));
+    if (final_weights_.empty()) final_weights_.resize(static_cast<std::size_t>(LAYERS));
+    final_weights_[static_cast<std::size_t>(layer)] = weight;
+}
+
+const Weight* Model::final_weight(int layer) const {
+    if (layer < 0 || static_cast<std::size_t>(layer) >= final_weights_.size()) return nullptr;
+    const auto& w = final_weights_[static_cast<std::size_t>(layer)];
+    return w ? &*w : nullptr;
+}
+
+std::optional<std::string> check_final_weights(int layers, const std::vector<const Model*>& models) {
+    for (int l = 0; l < layers; ++l) {
+        std::optional<Weight> weight;
+        for (const Model* m : models) {
+            const Weight* w = m->final_weight(l);
+            if (!w) continue;
+            if (w->step != 1)
+                return fmt::format("layer {}: rank {} set a final weight at step {}, expected step 1", l, m->rank,
+                                   w->step);
+            if (!weight) {
+                weight = *w;
+            } else {
+                try {
+                    weight = weight->combine(*w);
+                } catch (const std::invalid_argument& e) {
+                    return fmt::format("layer {}: rank {}'s final weight: {}", l, m->rank, e.what());
+                }
+            }
+        }
+        if (!weight) return fmt::format("layer {}: no rank set a final weight (missing weight)", l);
+        if (!weight->is_complete())
+            return fmt::format("layer {}: the final weights cover shards {} of {}, not all of them", l,
+                               weight->shards.str(), weight->total);
+    }
+    return std::nullopt;
+}
+
+RunResult run_strategy(Strategy strategy, int layers, int batches, int ranks, const CostModel& costs,
+                       nlohmann::json meta) {
+    if (layers < 1 || batches < 1 || ranks < 1)
+        throw std::invalid_argument(
+            fmt::format("layers, batches and ranks must be at least 1 (got {}, {}, {})", layers, batches, ranks));
+    Simulation sim(ranks);
+    std::deque<Model> models;
+    for (int r = 0; r < ranks; ++r) models.emplace_back(sim.gpu(r), layers, batches, costs);
+    sim.run([&](Gpu& g) { return strategy(models[static_cast<std::size_t>(g.rank())]); });
+
+    RunResult out;
+    out.check_error = check(models);
+    Trace& t = out.trace;
+    t.time_unit = costs.time_unit();
+    t.memory_unit = costs.memory_unit();
+    t.meta = std::move(meta);
+    t.meta["layers"] = layers;
+    t.meta["batches"] = batches;
+    t.meta["ranks"] = ranks;
+    t.ranks.reserve(static_cast<std::size_t>(ranks));
+    for (int r = 0; r < ranks; ++r) t.ranks.push_back(sim.gpu(r).take_log());
+    summarize(t);
+    t.summary.correct = !out.check_error.has_value();
+    return out;
+}
+
+}  // namespace puzzle
+}  // namespace dtsim

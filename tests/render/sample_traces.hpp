@@ -1,0 +1,81 @@
+// Traces built in code for the renderer tests.
+#pragma once
+
+#include "dtsim/trace.hpp"
+
+namespace dtsim::render::testing {
+
+inline Event make_event(OpCode op, std::int32_t layer, double start, double duration, double memory,
+                        IdSet batches = {}, Stream stream = Stream::compute) {
+    Event e;
+    e.op = op;
+    e.layer = layer;
+    e.start = start;
+    e.duration = duration;
+    e.memory = memory;
+    e.batches = std::move(batches);
+    e.stream = stream;
+    return e;
+}
+
+// The ddp puzzle as the reference library ran it (shared/golden/ddp.json): 2 layers,
+// 4 batches, 4 ranks; rank r works on batch r.
+inline Trace ddp_trace() {
+    Trace t;
+    t.meta = {{"puzzle", "ddp"}, {"layers", 2}, {"batches", 4}, {"ranks", 4}};
+    for (int r = 0; r < 4; ++r) {
+        RankTrace rt;
+        rt.rank = r;
+        const auto b = IdSet::single(r);
+        rt.events = {
+            make_event(ops::forward, 0, 0, 1, 1179648, b),
+            make_event(ops::forward, 1, 1, 1, 1310720, b),
+            make_event(ops::loss, 2, 2, 0, 1441792),
+            make_event(ops::backward, 1, 2, 1, 1572864, b),
+            make_event(ops::backward, 0, 3, 1, 1703936, b),
+            make_event(ops::allreduce, 0, 4, 0.3, 1835008),
+            make_event(ops::update, kNoLayer, 4.3, 0.5, 1835008),
+            make_event(ops::allreduce, 1, 4.8, 0.3, 1835008),
+            make_event(ops::update, kNoLayer, 5.1, 0.5, 1835008),
+        };
+        t.ranks.push_back(std::move(rt));
+    }
+    summarize(t);
+    t.summary.correct = true;
+    return t;
+}
+
+// A hardware-world trace: seconds and bytes, all-reduces on the comm stream
+// overlapping the backward pass, a known capacity. Rank 1 peaks higher.
+inline Trace hardware_trace() {
+    Trace t;
+    t.time_unit = "s";
+    t.memory_unit = "byte";
+    t.meta = {{"config", "two-gpu-test"}, {"layers", 2}, {"ranks", 2}};
+    t.memory_capacity = 16.0 * (1 << 30);
+    const double gib = 1 << 30;
+    const auto all_reduce = OpCode::of("all_reduce");
+    for (int r = 0; r < 2; ++r) {
+        RankTrace rt;
+        rt.rank = r;
+        const double extra = r * 2 * gib;
+        const auto b = IdSet::range(2 * r, 2 * r + 2);
+        rt.events = {
+            make_event(ops::forward, 0, 0, 2e-3, 4 * gib + extra, b),
+            make_event(ops::forward, 1, 2e-3, 2e-3, 6 * gib + extra, b),
+            make_event(ops::backward, 1, 4e-3, 4e-3, 8 * gib + extra, b),
+            make_event(all_reduce, 1, 8e-3, 3e-3, 7 * gib + extra, {}, Stream::comm),
+            make_event(ops::backward, 0, 8e-3, 4e-3, 7 * gib + extra, b),
+            make_event(all_reduce, 0, 12e-3, 3e-3, 5 * gib + extra, {}, Stream::comm),
+            make_event(OpCode::of("optimizer"), kNoLayer, 15e-3, 1e-3, 5 * gib + extra),
+        };
+        rt.events[3].bytes = 512.0 * (1 << 20);
+        rt.events[5].bytes = 512.0 * (1 << 20);
+        rt.events[0].flops = 3e12;
+        t.ranks.push_back(std::move(rt));
+    }
+    summarize(t);
+    return t;
+}
+
+}  // namespace dtsim::render::testing

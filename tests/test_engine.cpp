@@ -1,0 +1,199 @@
+// The engine: coroutines per rank, collectives, mailboxes, deadlock and
+// mismatch diagnosis, exceptions, determinism.
+#include "dtsim/engine.hpp"
+#include "dtsim/puzzle/registry.hpp"
+#include "dtsim/trace_io.hpp"
+
+#include <doctest/doctest.h>
+
+#include <sstream>
+#include <string>
+
+using namespace dtsim;
+using namespace dtsim::puzzle;
+
+namespace {
+
+std::string error_of(Strategy s, int ranks, int layers = 2, int batches = 4) {
+    try {
+        run_strategy(s, layers, batches, ranks);
+    } catch (const ScheduleError& e) {
+        return e.what();
+    }
+    return "no error";
+}
+
+std::string trace_bytes(const Trace& t) {
+    std::ostringstream os;
+    write_trace_json(t, os);
+    return os.str();
+}
+
+}  // namespace
+
+TEST_CASE("a collective moves every member's clock to the latest arrival") {
+    Simulation sim(3);
+    std::vector<double> after(3);
+    sim.run([&](Gpu& g) -> Task<> {
+        g.set_clock(g.rank() * 1.5);
+        auto r = co_await sim.world().arrive(g, ops::allreduce, 0, g.rank(),
+                                             [](int& acc, int v, int) { acc += v; });
+        CHECK(r.value == 0 + 1 + 2);
+        after[static_cast<std::size_t>(g.rank())] = r.clock;
+    });
+    CHECK(after == std::vector<double>{3.0, 3.0, 3.0});
+}
+
+TEST_CASE("collectives on a subset communicator involve only its members") {
+    Simulation sim(4);
+    Communicator& evens = sim.communicator({0, 2}, "evens");
+    std::vector<int> got(4, -1);
+    sim.run([&](Gpu& g) -> Task<> {
+        if (g.rank() % 2 == 0) {
+            auto r = co_await evens.arrive(g, ops::allreduce, kNoLayer, g.rank() + 1,
+                                           [](int& acc, int v, int) { acc += v; });
+            got[static_cast<std::size_t>(g.rank())] = r.value;
+        }
+    });
+    CHECK(got == std::vector<int>{4, -1, 4, -1});
+}
+
+TEST_CASE("a rank that is not a member cannot join a communicator's collective") {
+    Simulation sim(2);
+    Communicator& one = sim.communicator({0}, "solo");
+    CHECK_THROWS_WITH_AS(sim.run([&](Gpu& g) -> Task<> {
+        co_await one.arrive(g, ops::allgather, 3, 0, [](int&, int, int) {});
+    }),
+                         "rank 1: allgather (layer 3) on communicator solo, which rank 1 is not a member of",
+                         ScheduleError);
+}
+
+TEST_CASE("ranks whose k-th collectives differ are reported with both calls") {
+    CHECK(error_of(
+              [](Model& m) -> Task<> {
+                  if (m.rank == 0)
+                      co_await m.allreduce(WeightGrad{0, IdSet{0}}, 0);
+                  else
+                      co_await m.allgather(Weight{0}, 0);
+              },
+              2) == "collective #0 on communicator world does not match: rank 0 called allreduce(layer 0) but rank 1 "
+                    "called allgather(layer 0)");
+    CHECK(error_of(
+              [](Model& m) -> Task<> {
+                  co_await m.allreduce(WeightGrad{0, IdSet{0}}, 0);
+                  co_await m.allreduce(WeightGrad{m.rank, IdSet{0}}, m.rank);
+              },
+              3) == "collective #1 on communicator world does not match: rank 2 called allreduce(layer 2) but rank 0 "
+                    "called allreduce(layer 0)");  // rank 2 completed round #0, so it runs on first
+}
+
+TEST_CASE("two ranks that both receive first deadlock, and the diagnosis says who waits for what") {
+    const std::string e = error_of(
+        [](Model& m) -> Task<> {
+            m.activations[0] = m.get_activation({m.rank});
+            auto x = co_await m.receive();
+            (void)x;
+        },
+        2);
+    CHECK(e.starts_with("deadlock: 2 of 2 ranks are blocked and none can proceed"));
+    CHECK(e.find("rank 0 waits in receive, but no rank passes to it; no event yet") != std::string::npos);
+    CHECK(e.find("rank 1 waits in receive, but no rank passes to it; no event yet") != std::string::npos);
+}
+
+TEST_CASE("a collective that one rank never calls is diagnosed with the missing rank and last events") {
+    const std::string e = error_of(
+        [](Model& m) -> Task<> {
+            auto [w, o] = m.load_weights(0);
+            m.forward(0, m.get_activation({m.rank}), w);
+            if (m.rank != 2) co_await m.allreduce(WeightGrad{0, IdSet{m.rank}}, 0);
+        },
+        3);
+    CHECK(e.starts_with("deadlock: 2 of 3 ranks are blocked and none can proceed"));
+    CHECK(e.find("rank 0 waits in allreduce layer 0 (collective #0 on world), waiting for rank(s) {2} that never "
+                 "called it; last event forward layer 0 batches {0} at 0") != std::string::npos);
+    CHECK(e.find("rank 1 waits in allreduce layer 0") != std::string::npos);
+    CHECK(e.find("(1 rank(s) finished)") != std::string::npos);
+}
+
+TEST_CASE("a sender blocked on a full mailbox is part of the diagnosis") {
+    const std::string e = error_of(
+        [](Model& m) -> Task<> {
+            if (m.rank == 0) {
+                co_await m.pass_to(1, "one");
+                co_await m.pass_to(1, "two");  // mailbox holds one message: blocks forever
+            }
+        },
+        2);
+    CHECK(e.find("rank 0 waits in pass to rank 1, whose mailbox stays full (rank 1 never receives); last event "
+                 "pass at 0.2") != std::string::npos);
+}
+
+TEST_CASE("a deadlock among thousands of ranks is summarised by groups") {
+    const std::string e = error_of(
+        [](Model& m) -> Task<> {
+            if (m.rank != 0) co_await m.allgather(Weight{0}, 0);
+        },
+        2000);
+    CHECK(e.starts_with("deadlock: 1999 of 2000 ranks are blocked"));
+    CHECK(e.find("ranks {1-1999} wait in allgather layer 0 (collective #0 on world), waiting for rank(s) {0}") !=
+          std::string::npos);
+    CHECK(e.size() < 4000);
+}
+
+TEST_CASE("mailboxes are FIFO and a full mailbox blocks the sender without costing time") {
+    auto r = run_strategy(
+        [](Model& m) -> Task<> {
+            if (m.rank == 0) {
+                for (int i = 0; i < 3; ++i) co_await m.pass_to(1, Activation{i, IdSet{i}});
+            } else {
+                for (int i = 0; i < 3; ++i) {
+                    Activation a = co_await m.receive();
+                    m.require(a.layer == i, "messages arrive in order");
+                    m.forward(0, Activation{0, IdSet{0, 1}}, Weight{0});  // 2 steps of work
+                }
+            }
+        },
+        1, 4, 2);
+    const auto& r0 = r.trace.ranks[0].events;
+    const auto& r1 = r.trace.ranks[1].events;
+    REQUIRE(r0.size() == 3);
+    // The sender's clock does not advance while it waits for room.
+    CHECK(r0[2].start == doctest::Approx(0.4));
+    // Receiver: clock = max(own, message clock) before each receive event.
+    CHECK(r1[0].start == doctest::Approx(0.2));
+    CHECK(r1[2].start == doctest::Approx(2.4));
+    CHECK(r1[4].start == doctest::Approx(4.6));
+}
+
+TEST_CASE("an exception thrown by a strategy surfaces with its rank") {
+    CHECK(error_of(
+              [](Model& m) -> Task<> {
+                  if (m.rank == 1) throw std::runtime_error("boom");
+                  co_await m.allgather(Weight{0}, 0);
+              },
+              3) == "rank 1: boom");
+}
+
+TEST_CASE("passing to a rank that does not exist is an error") {
+    CHECK(error_of(
+              [](Model& m) -> Task<> { co_await m.pass_to(m.rank + 1, "x"); }, 2) ==
+          "rank 1: pass to rank 2: destination must be in [0, 2)");
+}
+
+TEST_CASE("two runs give byte-identical traces") {
+    for (const auto& p : puzzles()) {
+        INFO(p.name);
+        auto a = run_strategy(p.strategy, p.layers, p.batches, p.ranks);
+        auto b = run_strategy(p.strategy, p.layers, p.batches, p.ranks);
+        CHECK(trace_bytes(a.trace) == trace_bytes(b.trace));
+    }
+}
+
+TEST_CASE("fsdp on 1024 ranks runs and is correct") {
+    auto r = run_strategy(&fsdp, 4, 1024, 1024);
+    CHECK(r.trace.summary.correct == true);
+    CHECK(r.trace.event_count() == 1024u * (4 * 2 + 1 + 4 * 2 + 4 + 4));
+    // Weight shards of 1/1024 stay exact: memory at the first event is
+    // 4 layers x (weight + optimizer) / 1024 shards + one batch of activations.
+    CHECK(r.trace.ranks[5].events[0].memory == 8.0 * 262144 / 1024 + 131072);
+}

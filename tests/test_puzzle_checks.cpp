@@ -1,0 +1,236 @@
+// Every check of the puzzle world is a typed error that names the rank, the
+// operation, the layer and what was expected.
+#include "dtsim/puzzle/registry.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <string>
+
+using namespace dtsim;
+using namespace dtsim::puzzle;
+
+namespace {
+
+// Runs `body` on `ranks` ranks of a 2-layer, 2-batch puzzle and returns the error text.
+template <class F>
+std::string error_of(F body, int ranks = 1, int layers = 2, int batches = 2) {
+    static F* current;
+    current = &body;
+    try {
+        run_strategy([](Model& m) -> Task<> { co_await (*current)(m); }, layers, batches, ranks);
+    } catch (const PuzzleError& e) {
+        return e.what();
+    }
+    return "no error";
+}
+
+}  // namespace
+
+TEST_CASE("forward checks the weight and the input") {
+    CHECK(error_of([](Model& m) -> Task<> {
+              auto [w, o] = m.load_weights(0, 0, 2);
+              m.forward(0, m.get_activation({0}), w);
+              co_return;
+          }) == "rank 0: forward (layer 0): weight is incomplete (Weight(layer 0, step 0, shards {0} of 2)); "
+                "allgather it first");
+    CHECK(error_of([](Model& m) -> Task<> {
+              auto [w, o] = m.load_weights(1);
+              m.forward(0, m.get_activation({0}), w);
+              co_return;
+          }) == "rank 0: forward (layer 0): weight should be layer 0, got Weight(layer 1, step 0)");
+    CHECK(error_of([](Model& m) -> Task<> {
+              auto [w, o] = m.load_weights(1);
+              m.forward(1, m.get_activation({0}), w);
+              co_return;
+          }) == "rank 0: forward (layer 1): input should be layer 1, got Activation(layer 0, batches {0})");
+}
+
+TEST_CASE("backward checks weight, input, batches and gradient layer") {
+    auto setup = [](Model& m) {
+        auto [w, o] = m.load_weights(1);
+        return w;
+    };
+    CHECK(error_of([&](Model& m) -> Task<> {
+              m.backward(1, Activation{1, IdSet{0}}, ActivationGrad{1, IdSet{1}}, setup(m));
+              co_return;
+          }) == "rank 0: backward (layer 1): batch mismatch: activation has batches {0}, activation grad has {1}");
+    CHECK(error_of([&](Model& m) -> Task<> {
+              m.backward(1, Activation{1, IdSet{0}}, ActivationGrad{0, IdSet{0}}, setup(m));
+              co_return;
+          }) == "rank 0: backward (layer 1): activation grad should be layer 1, got ActivationGrad(layer 0, batches {0})");
+    CHECK(error_of([&](Model& m) -> Task<> {
+              m.backward(1, Activation{0, IdSet{0}}, ActivationGrad{1, IdSet{0}}, setup(m));
+              co_return;
+          }) == "rank 0: backward (layer 1): input should be layer 1, got Activation(layer 0, batches {0})");
+    CHECK(error_of([&](Model& m) -> Task<> {
+              m.backward(0, Activation{0, IdSet{0}}, ActivationGrad{0, IdSet{0}}, setup(m));
+              co_return;
+          }) == "rank 0: backward (layer 0): weight should be layer 0, got Weight(layer 1, step 0)");
+    CHECK(error_of([&](Model& m) -> Task<> {
+              auto [w, o] = m.load_weights(1, 1, 2);
+              m.backward(1, Activation{1, IdSet{0}}, ActivationGrad{1, IdSet{0}}, w);
+              co_return;
+          }).starts_with("rank 0: backward (layer 1): weight is incomplete"));
+}
+
+TEST_CASE("loss needs the final layer's activation") {
+    CHECK(error_of([](Model& m) -> Task<> {
+              m.loss(Activation{1, IdSet{0}});
+              co_return;
+          }) == "rank 0: loss (layer 2): input should be the final layer 2, got Activation(layer 1, batches {0})");
+}
+
+TEST_CASE("update checks layers, batches, shards and steps") {
+    auto grad = [](int layer, IdSet b, IdSet shards = IdSet::single(0), int total = 1) {
+        return WeightGrad{layer, std::move(b), std::move(shards), total};
+    };
+    CHECK(error_of([&](Model& m) -> Task<> {
+              auto [w, o] = m.load_weights(0);
+              m.update(0, grad(0, IdSet{1}), w, o);
+              co_return;
+          }) == "rank 0: update (layer 0): weight grad must cover exactly batches 0..1, it has {1}");
+    CHECK(error_of([&](Model& m) -> Task<> {
+              auto [w, o] = m.load_weights(0);
+              m.update(1, grad(1, IdSet{0, 1}), w, o);
+              co_return;
+          }) == "rank 0: update (layer 1): weight should be layer 1, got Weight(layer 0, step 0)");
+    CHECK(error_of([&](Model& m) -> Task<> {
+              auto [w, o] = m.load_weights(0);
+              m.update(0, grad(1, IdSet{0, 1}), w, o);
+              co_return;
+          }) == "rank 0: update (layer 0): grad weight should be layer 0, got WeightGrad(layer 1, batches {0,1})");
+    CHECK(error_of([&](Model& m) -> Task<> {
+              auto [w, o] = m.load_weights(0);
+              auto [w1, o1] = m.load_weights(1);
+              m.update(0, grad(0, IdSet{0, 1}), w, o1);
+              co_return;
+          }) == "rank 0: update (layer 0): optimizer state should be layer 0, got OptState(layer 1, step 0)");
+    CHECK(error_of([&](Model& m) -> Task<> {
+              auto [w, o] = m.load_weights(0, 1, 4);
+              m.update(0, grad(0, IdSet{0, 1}, IdSet::single(0), 4), w, o);
+              co_return;
+          }) == "rank 0: update (layer 0): weight Weight(layer 0, step 0, shards {1} of 4) is not within the "
+                "weight grad's shards {0} of 4");
+    CHECK(error_of([&](Model& m) -> Task<> {
+              auto [w, o] = m.load_weights(0, 1, 4);
+              auto w2 = Weight{0, 0, IdSet::single(0), 4};
+              m.update(0, grad(0, IdSet{0, 1}, IdSet::single(0), 4), w2, o);
+              co_return;
+          }) == "rank 0: update (layer 0): optimizer state OptState(layer 0, step 0, shards {1} of 4) is not "
+                "within the weight grad's shards {0} of 4");
+    CHECK(error_of([&](Model& m) -> Task<> {
+              auto [w, o] = m.load_weights(0);
+              auto [w2, o2] = m.update(0, grad(0, IdSet{0, 1}), w, o);
+              m.update(0, grad(0, IdSet{0, 1}), w2, o);
+              co_return;
+          }) == "rank 0: update (layer 0): weight is at step 1 but optimizer state at step 0");
+}
+
+TEST_CASE("load_weights rejects shards outside the total") {
+    CHECK(error_of([](Model& m) -> Task<> {
+              (void)m.load_weights(0, 4, 4);
+              co_return;
+          }) == "rank 0: load_weights (layer 0): shard 4 of 4: expected 0 <= shard < total");
+    CHECK(error_of([](Model& m) -> Task<> {
+              (void)m.load_weights(2);
+              co_return;
+          }) == "rank 0: load_weights (layer 2): layer must be in [0, 2)");
+}
+
+TEST_CASE("reading a missing store entry is a KeyError naming the store and key") {
+    CHECK(error_of([](Model& m) -> Task<> {
+              auto [weights, opt_states, activations, grad_activations, grad_weights] = m.storage();
+              tie(weights[0], opt_states[0]) = m.load_weights(0);
+              m.forward(0, activations[{0, 1}], weights[0]);
+              co_return;
+          }) == "rank 0: activations: no entry (0, 1) (KeyError)");
+    CHECK(error_of([](Model& m) -> Task<> {
+              del(m.grad_weights[3]);
+              co_return;
+          }) == "rank 0: grad_weights: no entry 3 (KeyError)");
+}
+
+TEST_CASE("collectives check the values they combine, naming the arriving rank") {
+    CHECK(error_of(
+              [](Model& m) -> Task<> {
+                  co_await m.allreduce(WeightGrad{m.rank, IdSet{m.rank}}, 0);
+              },
+              2) == "rank 1: allreduce (layer 0): only weight grads of the same layer add up: layer 0 + layer 1");
+    CHECK(error_of(
+              [](Model& m) -> Task<> {
+                  co_await m.allgather(Weight{0, 0, IdSet::single(m.rank), 2 + m.rank}, 0);
+              },
+              2) == "rank 1: allgather (layer 0): cannot combine weight shards of 2 with shards of 3");
+    CHECK(error_of(
+              [](Model& m) -> Task<> {
+                  co_await m.scatterreduce(WeightGrad{0, IdSet{m.rank}, IdSet::single(m.rank), 2}, 0);
+              },
+              2) == "rank 1: scatterreduce (layer 0): weight grads add up only with the same shards: {0} of 2 + {1} of 2");
+    CHECK(error_of(
+              [](Model& m) -> Task<> {
+                  co_await m.scatterreduce(WeightGrad{0, IdSet{m.rank}, IdSet::single(0), 2}, 0);
+              },
+              2)
+               == "rank 1: scatterreduce (layer 0): the sum WeightGrad(layer 0, batches {0,1}, shards {0} of 2) "
+                    "cannot be sharded: cannot shard an incomplete weight grad (shards {0} of 2)");
+}
+
+TEST_CASE("receiving a value of another type than expected is an error") {
+    CHECK(error_of(
+              [](Model& m) -> Task<> {
+                  if (m.rank == 0) {
+                      co_await m.pass_to(1, ActivationGrad{1, IdSet{0}});
+                  } else {
+                      m.activations[1] = co_await m.receive();
+                  }
+              },
+              2)
+              .starts_with("rank 1: receive: received a message from rank 0 that is not of the expected type"));
+}
+
+TEST_CASE("an assertion in a strategy names its rank") {
+    CHECK(error_of([](Model& m) -> Task<> {
+              m.require(len(m.activations) == 1, "one activation expected");
+              co_return;
+          }) == "rank 0: assert: one activation expected");
+}
+
+TEST_CASE("the final check names the layer that is wrong") {
+    auto check_of = [](Strategy s, int ranks) {
+        return run_strategy(s, 2, 2, ranks).check_error.value_or("correct");
+    };
+    CHECK(check_of([](Model&) -> Task<> { co_return; }, 1) == "layer 0: no rank set a final weight (missing weight)");
+    CHECK(check_of(
+              [](Model& m) -> Task<> {
+                  auto [w, o] = m.load_weights(0);
+                  m.set_final_weight(0, w);
+                  co_return;
+              },
+              1) == "layer 0: rank 0 set a final weight at step 0, expected step 1");
+    CHECK(check_of(
+              [](Model& m) -> Task<> {
+                  for (int l = 0; l < 2; ++l) {
+                      auto w = m.load_weights(l, 0, 2).first;  // both ranks hold shard 0
+                      w.step = 1;
+                      m.set_final_weight(l, w);
+                  }
+                  co_return;
+              },
+              2) == "layer 0: the final weights cover shards {0} of 2, not all of them");
+}
+
+TEST_CASE("memory counts what the stores hold, shards as exact fractions") {
+    auto r = run_strategy(
+        [](Model& m) -> Task<> {
+            for (int s = 0; s < 3; ++s) tie(m.weights[s], m.opt_states[s]) = m.load_weights(0, s, 7);
+            m.activations[0] = m.get_activation({0, 1});
+            m.forward(0, m.activations[0], Weight{0});  // event memory: 6/7 weight + 2 batches
+            m.require(std::abs(m.memory() - (6.0 / 7 * 262144 + 2 * 131072)) < 1e-6, "memory before del");
+            del(m.weights[0], m.weights[1], m.weights[2], m.opt_states[0], m.opt_states[1], m.opt_states[2]);
+            m.require(m.memory() == 2 * 131072, "shards free exactly");
+            co_return;
+        },
+        1, 1, 2);
+    CHECK(r.trace.ranks[0].events[0].memory == doctest::Approx(6.0 / 7 * 262144 + 262144));
+}

@@ -1,0 +1,102 @@
+#include "dtsim/puzzle/registry.hpp"
+#include "dtsim/trace_io.hpp"
+
+#include <doctest/doctest.h>
+
+#include <sstream>
+
+using namespace dtsim;
+
+namespace {
+
+std::string to_json(const Trace& t) {
+    std::ostringstream os;
+    write_trace_json(t, os);
+    return os.str();
+}
+
+std::string read_error(const std::string& text) {
+    std::istringstream in(text);
+    try {
+        read_trace_json(in, "t.json");
+    } catch (const TraceFormatError& e) {
+        return e.what();
+    }
+    return "no error";
+}
+
+const char* kHead = R"({"format": "dtsim-trace", "version": 1, "ranks": [)";
+
+}  // namespace
+
+TEST_CASE("a written trace reads back to the same bytes") {
+    for (const auto& p : puzzle::puzzles()) {
+        INFO(p.name);
+        auto run = puzzle::run_strategy(p.strategy, p.layers, p.batches, p.ranks, puzzle::puzzle_costs(),
+                                        {{"puzzle", p.name}});
+        const std::string a = to_json(run.trace);
+        std::istringstream in(a);
+        Trace back = read_trace_json(in, "mem");
+        CHECK(to_json(back) == a);
+        CHECK(back.summary.correct == true);
+        CHECK(back.meta["puzzle"] == p.name);
+    }
+}
+
+TEST_CASE("the trace JSON has the documented fields and shortest-form numbers") {
+    auto run = puzzle::run_strategy(&puzzle::wsdp, 6, 4, 4);
+    const auto j = nlohmann::json::parse(to_json(run.trace));
+    CHECK(j["format"] == "dtsim-trace");
+    CHECK(j["version"] == 1);
+    CHECK(j["time_unit"] == "step");
+    CHECK(j["memory_unit"] == "unit");
+    CHECK(j["summary"]["timesteps"].get<double>() == 19.90000000000001);
+    CHECK(j["summary"]["max_memory_time"].get<double>() == 14.600000000000003);
+    CHECK(j["summary"]["correct"] == true);
+    const auto& e0 = j["ranks"][0]["events"][0];
+    CHECK(e0["op"] == "allgather");
+    CHECK(e0["layer"] == 0);
+    CHECK_FALSE(e0.contains("batches"));
+    CHECK(j["ranks"][0]["events"][1]["batches"] == nlohmann::json::array({0}));
+    CHECK(j["ranks"][0]["events"].back()["layer"].is_null());
+}
+
+TEST_CASE("malformed traces are rejected with the file and JSON path") {
+    CHECK(read_error("{").starts_with("t.json: not valid JSON"));
+    CHECK(read_error("[]") == "t.json: at $: expected a JSON object");
+    CHECK(read_error(R"({"format": "x", "version": 1, "ranks": []})") ==
+          "t.json: at $.format: expected \"dtsim-trace\", found \"x\"");
+    CHECK(read_error(R"({"format": "dtsim-trace", "version": 2, "ranks": []})") ==
+          "t.json: at $.version: expected 1, found 2");
+    CHECK(read_error(R"({"format": "dtsim-trace", "version": 1})") == "t.json: at $: missing field \"ranks\"");
+    CHECK(read_error(std::string(kHead) + R"({"rank": 1, "events": []}]})") ==
+          "t.json: at $.ranks[0].rank: ranks must be listed in order: expected 0, found 1");
+    CHECK(read_error(std::string(kHead) + R"({"rank": 0, "events": [{"op": "forward", "start": 0}]}]})") ==
+          "t.json: at $.ranks[0].events[0]: missing field \"duration\"");
+    CHECK(read_error(std::string(kHead) +
+                     R"({"rank": 0, "events": [{"op": "forward", "start": "x", "duration": 1, "memory": 0}]}]})") ==
+          "t.json: at $.ranks[0].events[0].start: expected a number, found \"x\"");
+    CHECK(read_error(std::string(kHead) +
+                     R"({"rank": 0, "events": [{"op": "f", "start": 0, "duration": -1, "memory": 0}]}]})") ==
+          "t.json: at $.ranks[0].events[0].duration: expected >= 0, found -1");
+    CHECK(read_error(std::string(kHead) +
+                     R"({"rank": 0, "events": [{"op": "f", "start": 0, "duration": 1, "memory": 0, "batches": [-1]}]}]})") ==
+          "t.json: at $.ranks[0].events[0].batches[0]: expected an id >= 0, found -1");
+    CHECK(read_error(std::string(kHead) +
+                     R"({"rank": 0, "events": [{"op": "f", "start": 0, "duration": 1, "memory": 0, "stream": "x"}]}]})") ==
+          "t.json: at $.ranks[0].events[0].stream: expected \"compute\" or \"comm\", found \"x\"");
+}
+
+TEST_CASE("the summary is recomputed from the events on reading") {
+    std::istringstream in(std::string(kHead) +
+                          R"({"rank": 0, "events": [{"op": "a", "start": 0, "duration": 2, "memory": 5},
+                                                    {"op": "b", "start": 2, "duration": 1, "memory": 7}]},
+                             {"rank": 1, "events": [{"op": "c", "start": 1, "duration": 4, "memory": 7}]}]})");
+    Trace t = read_trace_json(in, "x");
+    CHECK(t.summary.timesteps == 2);
+    CHECK(t.summary.makespan == 5);
+    CHECK(t.summary.max_memory == 7);
+    CHECK(t.summary.max_memory_rank == 0);
+    CHECK(t.summary.max_memory_time == 2);
+    CHECK_FALSE(t.summary.correct.has_value());
+}
