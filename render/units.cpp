@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 namespace dtsim::render::detail {
@@ -57,8 +58,8 @@ Ticks time_ticks(double t0, double t1, int target, bool seconds) {
             t.step = m * mag;
             break;
         }
-    if (seconds) {
-        const Unit u = seconds_unit(t.step);
+    if (seconds) {  // the unit in which the far end reads as a number >= 1
+        const Unit u = seconds_unit(std::max({std::fabs(t0), std::fabs(t1), t.step}));
         t.unit = u.name;
         t.unit_scale = u.scale;
     } else {
@@ -95,9 +96,20 @@ std::string format_time(double t, bool seconds) {
 
 std::string format_memory(double m, bool bytes) {
     if (!bytes) {
-        if (m == std::floor(m) && std::fabs(m) < 1e15)
-            return group_thousands(static_cast<long long>(m)) + " units";
-        return fmt::format("{:.6g} units", m);
+        if (!(std::fabs(m) < 1e15)) return fmt::format("{:.6g} units", m);
+        // Whole units grouped by thousands; fractions to two decimals at most.
+        const double hundredths = std::round(m * 100);
+        const auto whole = static_cast<long long>(std::trunc(hundredths / 100));
+        const auto frac = static_cast<int>(std::fabs(hundredths - static_cast<double>(whole) * 100));
+        std::string s;
+        if (m < 0 && whole == 0 && frac != 0) s += '-';
+        s += group_thousands(whole);
+        if (frac != 0) {
+            s += fmt::format(".{:02}", frac);
+            if (s.back() == '0') s.pop_back();
+        }
+        s += " units";
+        return s;
     }
     static constexpr const char* kNames[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
     std::size_t i = 0;

@@ -10,6 +10,35 @@
 
 namespace dtsim {
 
+// -------------------------------------------------------------------- EventLog
+
+void detail::EventLog::grow() {
+    chunks_.push_back(Chunk{std::make_unique<Event[]>(kChunk), std::make_unique<std::int32_t[]>(kChunk)});
+    pos_ = 0;
+}
+
+std::vector<RankTrace> detail::EventLog::split(int ranks) {
+    std::vector<RankTrace> out(static_cast<std::size_t>(ranks));
+    std::vector<std::size_t> count(static_cast<std::size_t>(ranks), 0);
+    for (std::size_t c = 0; c < chunks_.size(); ++c) {
+        const std::size_t n = c + 1 == chunks_.size() ? pos_ : kChunk;
+        for (std::size_t i = 0; i < n; ++i) ++count[static_cast<std::size_t>(chunks_[c].rank[i])];
+    }
+    for (int r = 0; r < ranks; ++r) {
+        out[static_cast<std::size_t>(r)].rank = r;
+        out[static_cast<std::size_t>(r)].events.reserve(count[static_cast<std::size_t>(r)]);
+    }
+    for (std::size_t c = 0; c < chunks_.size(); ++c) {
+        const std::size_t n = c + 1 == chunks_.size() ? pos_ : kChunk;
+        for (std::size_t i = 0; i < n; ++i)
+            out[static_cast<std::size_t>(chunks_[c].rank[i])].events.push_back(std::move(chunks_[c].events[i]));
+        chunks_[c] = Chunk{};  // free as we go
+    }
+    chunks_.clear();
+    pos_ = kChunk;
+    return out;
+}
+
 // ----------------------------------------------------------------- Communicator
 
 Communicator::Communicator(Simulation& sim, std::vector<int> members, std::string name)
@@ -80,7 +109,7 @@ void Communicator::finish_read(Round& round) {
 Simulation::Simulation(int ranks) {
     if (ranks < 1) throw std::invalid_argument(fmt::format("a simulation needs at least 1 rank, got {}", ranks));
     gpus_.reserve(static_cast<std::size_t>(ranks));
-    for (int r = 0; r < ranks; ++r) gpus_.push_back(std::make_unique<Gpu>(*this, r));
+    for (int r = 0; r < ranks; ++r) gpus_.push_back(std::make_unique<Gpu>(*this, log_, r));
     mailboxes_.resize(static_cast<std::size_t>(ranks));
     std::vector<int> all(static_cast<std::size_t>(ranks));
     for (int r = 0; r < ranks; ++r) all[static_cast<std::size_t>(r)] = r;
@@ -194,9 +223,9 @@ void Simulation::drain_parked() {
 
 namespace {
 
-std::string describe_event(const RankTrace& log) {
-    if (log.events.empty()) return "no event yet";
-    const auto& e = log.events.back();
+std::string describe_event(const Event* last) {
+    if (!last) return "no event yet";
+    const auto& e = *last;
     std::string s = fmt::format("last event {}", e.op.name());
     if (e.layer != kNoLayer) s += fmt::format(" layer {}", e.layer);
     if (!e.batches.empty()) s += fmt::format(" batches {}", e.batches.str());
@@ -242,7 +271,7 @@ void Simulation::diagnose_deadlock() const {
         }
         groups[what].insert(g->rank());
         if (per_rank.size() < 64)
-            per_rank.push_back(fmt::format("  rank {} waits in {}; {}", g->rank(), what, describe_event(g->log_)));
+            per_rank.push_back(fmt::format("  rank {} waits in {}; {}", g->rank(), what, describe_event(g->last_event())));
     }
     std::string msg = fmt::format("deadlock: {} of {} ranks are blocked and none can proceed\n", blocked,
                                   ranks());

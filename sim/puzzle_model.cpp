@@ -347,8 +347,7 @@ RunResult run_strategy(Strategy strategy, int layers, int batches, int ranks, co
     t.meta["layers"] = layers;
     t.meta["batches"] = batches;
     t.meta["ranks"] = ranks;
-    t.ranks.reserve(static_cast<std::size_t>(ranks));
-    for (int r = 0; r < ranks; ++r) t.ranks.push_back(sim.gpu(r).take_log());
+    t.ranks = sim.take_logs();
     summarize(t);
     t.summary.correct = !out.check_error.has_value();
     return out;

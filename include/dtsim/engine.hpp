@@ -53,29 +53,56 @@ struct Wait {
     const Communicator* comm = nullptr;  // collective: where
 };
 
-// One virtual GPU as the engine sees it: a clock, an event log and a parking slot.
+namespace detail {
+// All ranks' events in the order they happened, in fixed-size chunks: appending
+// writes memory sequentially whichever rank runs, instead of touching one cold
+// vector per rank. split() hands each rank its own events at the end.
+class EventLog {
+public:
+    Event& append(int rank) {
+        if (pos_ == kChunk) grow();
+        const std::size_t i = pos_++;
+        chunks_.back().rank[i] = rank;
+        return chunks_.back().events[i];
+    }
+    [[nodiscard]] std::int64_t size() const {
+        return chunks_.empty() ? 0 : static_cast<std::int64_t>((chunks_.size() - 1) * kChunk + pos_);
+    }
+    [[nodiscard]] const Event& at(std::int64_t i) const {
+        return chunks_[static_cast<std::size_t>(i) / kChunk].events[static_cast<std::size_t>(i) % kChunk];
+    }
+    // Each rank's events in order; empties the log.
+    std::vector<RankTrace> split(int ranks);
+
+private:
+    static constexpr std::size_t kChunk = 1 << 15;
+    struct Chunk {
+        std::unique_ptr<Event[]> events;
+        std::unique_ptr<std::int32_t[]> rank;
+    };
+    void grow();
+    std::vector<Chunk> chunks_;
+    std::size_t pos_ = kChunk;
+};
+}  // namespace detail
+
+// One virtual GPU as the engine sees it: a clock, its events and a parking slot.
 class Gpu {
 public:
-    Gpu(Simulation& sim, int rank) : sim_(&sim) { log_.rank = rank; }
+    Gpu(Simulation& sim, detail::EventLog& log, int rank) : sim_(&sim), log_(&log), rank_(rank) {}
     Gpu(const Gpu&) = delete;
     Gpu& operator=(const Gpu&) = delete;
 
-    [[nodiscard]] int rank() const { return log_.rank; }
+    [[nodiscard]] int rank() const { return rank_; }
     [[nodiscard]] Simulation& sim() const { return *sim_; }
     [[nodiscard]] double clock() const { return clock_; }
     void set_clock(double t) { clock_ = t; }
 
     // Appends an event starting now and advances the clock by `duration`
-    // (`clock += duration`, in binary64, as the reference does).
-    Event& record(OpCode op, std::int32_t layer, double duration, double memory,
-                  IdSet batches = {}) {
-        auto& e = log_.events.emplace_back();
-        e.op = op;
-        e.layer = layer;
-        e.start = clock_;
-        e.duration = duration;
-        e.memory = memory;
-        e.batches = std::move(batches);
+    // (`clock += duration`, in binary64, as the reference does). The reference
+    // is valid until the next event is recorded.
+    Event& record(OpCode op, std::int32_t layer, double duration, double memory, IdSet batches = {}) {
+        Event& e = record_at(op, layer, Stream::compute, clock_, duration, memory, std::move(batches));
         clock_ += duration;
         return e;
     }
@@ -84,7 +111,8 @@ public:
     // alone (for work on a second stream that overlaps the compute stream).
     Event& record_at(OpCode op, std::int32_t layer, Stream stream, double start, double duration, double memory,
                      IdSet batches = {}) {
-        auto& e = log_.events.emplace_back();
+        last_event_ = log_->size();
+        auto& e = log_->append(rank_);
         e.op = op;
         e.layer = layer;
         e.stream = stream;
@@ -95,8 +123,8 @@ public:
         return e;
     }
 
-    [[nodiscard]] const RankTrace& log() const { return log_; }
-    RankTrace take_log() { return std::move(log_); }
+    // The last event recorded on this rank, or null.
+    [[nodiscard]] const Event* last_event() const { return last_event_ < 0 ? nullptr : &log_->at(last_event_); }
     [[nodiscard]] const Wait& waiting_for() const { return wait_; }
     [[nodiscard]] bool finished() const { return finished_; }
 
@@ -113,8 +141,10 @@ private:
     friend class Simulation;
     friend class Communicator;
     Simulation* sim_;
+    detail::EventLog* log_;
+    int rank_;
     double clock_ = 0;
-    RankTrace log_;
+    std::int64_t last_event_ = -1;
     Wait wait_;
     std::optional<Handler> parked_;
     bool finished_ = false;
@@ -211,6 +241,9 @@ public:
     Task<> send(Gpu& from, int dst, Message&& message);  // message must outlive the co_await
     Task<Message> receive(Gpu& gpu);
 
+    // Every rank's events, in order; call after run(). Empties the log.
+    std::vector<RankTrace> take_logs() { return log_.split(ranks()); }
+
     // Suspends `gpu` until wake(gpu). The wait is described for diagnosis.
     Task<> park(Gpu& gpu, const Wait& wait);
     // Makes a parked rank ready; ready ranks resume in FIFO order.
@@ -231,6 +264,7 @@ private:
 
     std::deque<Gpu*> ready_;
     asio::io_context ctx_;
+    detail::EventLog log_;
     std::vector<std::unique_ptr<Gpu>> gpus_;
     std::vector<Mailbox> mailboxes_;
     std::unique_ptr<Communicator> world_;

@@ -13,6 +13,9 @@ TEST_CASE("memory reads as units in the puzzle world and KiB/MiB/GiB in bytes") 
     CHECK(format_memory(1835008, false) == "1,835,008 units");
     CHECK(format_memory(512, false) == "512 units");
     CHECK(format_memory(2.5, false) == "2.5 units");
+    CHECK(format_memory(2831155.2, false) == "2,831,155.2 units");
+    CHECK(format_memory(1234.567, false) == "1,234.57 units");
+    CHECK(format_memory(-0.25, false) == "-0.25 units");
     CHECK(format_memory(1000, true) == "1000 B");
     CHECK(format_memory(1536, true) == "1.5 KiB");
     CHECK(format_memory(1835008, true) == "1.75 MiB");
@@ -40,6 +43,10 @@ TEST_CASE("time ticks are 1, 2 or 5 times a power of ten, in a unit that suits t
     CHECK(ms.step == doctest::Approx(2e-3));
     CHECK(ms.unit == "ms");
     CHECK(tick_label(ms.values.back(), ms) == "16");
+    const Ticks s = time_ticks(0, 4.58, 10, true);
+    CHECK(s.unit == "s");
+    CHECK(s.step == doctest::Approx(0.5));
+    CHECK(tick_label(s.values.back(), s) == "4.5");
     const Ticks us = time_ticks(0, 3e-4, 6, true);
     CHECK(us.unit == "\u00b5s");
     CHECK(tick_label(us.values[1], us) == "50");
