@@ -8,6 +8,7 @@
 #include "dtsim/puzzle/memory_meter.hpp"
 #include "dtsim/puzzle/values.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -67,30 +68,39 @@ public:
     [[nodiscard]] const char* name() const { return name_; }
 
     void set(const Key& k, V v) {
-        Size s = size_of(*ctx_.costs, v);
+        ctx_.meter->add(size_of(*ctx_.costs, v));
         if (Entry* e = find(k)) {
             ctx_.meter->sub(size_of(*ctx_.costs, e->value));
-            ctx_.meter->add(s);
             e->value = std::move(v);
             return;
         }
-        if ((count_ + 1) * 4 > slots_.size() * 3) grow();
-        insert_new(k, std::move(v), s);
+        ++count_;
+        if (is_direct(k)) {
+            const auto i = static_cast<std::size_t>(k.a);
+            if (i >= direct_.size()) direct_.resize(std::max<std::size_t>(i + 1, direct_.size() * 2));
+            direct_[i] = Entry{k, std::move(v), true};
+            return;
+        }
+        if ((hashed_count_ + 1) * 4 > slots_.size() * 3) grow();
+        ++hashed_count_;
+        std::size_t i = home(k);
+        while (slots_[i].used) i = (i + 1) & mask();
+        slots_[i] = Entry{k, std::move(v), true};
     }
 
     void erase(const Key& k) {
-        if (slots_.empty()) throw_missing_key(ctx_.rank, name_, k);
-        std::size_t i = home(k);
-        while (true) {
-            Entry& e = slots_[i];
-            if (!e.used) throw_missing_key(ctx_.rank, name_, k);
-            if (e.key == k) break;
-            i = (i + 1) & mask();
+        Entry* e = find(k);
+        if (!e) throw_missing_key(ctx_.rank, name_, k);
+        ctx_.meter->sub(size_of(*ctx_.costs, e->value));
+        --count_;
+        if (is_direct(k)) {
+            *e = Entry{};
+            return;
         }
-        ctx_.meter->sub(size_of(*ctx_.costs, slots_[i].value));
+        --hashed_count_;
         // Backward-shift deletion keeps probe chains intact without tombstones.
-        std::size_t hole = i;
-        std::size_t j = (i + 1) & mask();
+        std::size_t hole = static_cast<std::size_t>(e - slots_.data());
+        std::size_t j = (hole + 1) & mask();
         while (slots_[j].used) {
             std::size_t h = home(slots_[j].key);
             if (((j - h) & mask()) >= ((j - hole) & mask())) {
@@ -100,11 +110,12 @@ public:
             j = (j + 1) & mask();
         }
         slots_[hole] = Entry{};
-        --count_;
     }
 
     template <class F>
     void for_each(F&& f) const {
+        for (const auto& e : direct_)
+            if (e.used) f(e.key, e.value);
         for (const auto& e : slots_)
             if (e.used) f(e.key, e.value);
     }
@@ -115,6 +126,11 @@ private:
         V value{};
         bool used = false;
     };
+    // Plain keys `l` (by far the most common, and consecutive: layers) index an
+    // array directly, so loops over layers walk memory forward; pairs `{l, r}`
+    // and unusual keys go to an open-addressing hash table.
+    static constexpr std::int64_t kDirectLimit = 1 << 20;
+    [[nodiscard]] static bool is_direct(const Key& k) { return k.b == Key::kNone && k.a >= 0 && k.a < kDirectLimit; }
     [[nodiscard]] std::size_t mask() const { return slots_.size() - 1; }
     [[nodiscard]] std::size_t home(const Key& k) const {
         auto h = static_cast<std::uint64_t>(k.a) * 0x9E3779B97F4A7C15ull ^
@@ -122,6 +138,10 @@ private:
         return static_cast<std::size_t>(h ^ (h >> 29)) & mask();
     }
     const Entry* find(const Key& k) const {
+        if (is_direct(k)) {
+            const auto i = static_cast<std::size_t>(k.a);
+            return i < direct_.size() && direct_[i].used ? &direct_[i] : nullptr;
+        }
         if (slots_.empty()) return nullptr;
         for (std::size_t i = home(k);; i = (i + 1) & mask()) {
             const Entry& e = slots_[i];
@@ -130,13 +150,6 @@ private:
         }
     }
     Entry* find(const Key& k) { return const_cast<Entry*>(std::as_const(*this).find(k)); }
-    void insert_new(const Key& k, V v, Size s) {
-        std::size_t i = home(k);
-        while (slots_[i].used) i = (i + 1) & mask();
-        slots_[i] = Entry{k, std::move(v), true};
-        ++count_;
-        ctx_.meter->add(s);
-    }
     void grow() {
         std::vector<Entry> old = std::move(slots_);
         slots_.assign(old.empty() ? 16 : old.size() * 2, Entry{});
@@ -150,8 +163,10 @@ private:
 
     StoreContext ctx_;
     const char* name_;
+    std::vector<Entry> direct_;
     std::vector<Entry> slots_;
     std::size_t count_ = 0;
+    std::size_t hashed_count_ = 0;
 };
 
 // `store[k]`: reads as the stored value, assignment stores.
