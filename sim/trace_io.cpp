@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <climits>
+#include <cmath>
+#include <cstdint>
 #include <fstream>
 #include <iterator>
 #include <ostream>
@@ -13,7 +16,7 @@ using nlohmann::json;
 
 // Shortest representation that reads back to the same double (as Python's repr).
 void put_number(std::string& out, double v) {
-    if (v == static_cast<double>(static_cast<long long>(v)) && v > -1e15 && v < 1e15)
+    if (std::fabs(v) < 1e15 && v == std::trunc(v))
         fmt::format_to(std::back_inserter(out), "{}", static_cast<long long>(v));
     else
         fmt::format_to(std::back_inserter(out), "{}", v);
@@ -80,7 +83,7 @@ double need_number(const json& v, const std::string& source, const std::string& 
 }
 
 std::int64_t need_int(const json& v, const std::string& source, const std::string& path) {
-    if (!v.is_number_integer())
+    if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<std::uint64_t>() > INT64_MAX))
         fail(source, path, fmt::format("expected an integer, found {}", v.dump()));
     return v.get<std::int64_t>();
 }
@@ -142,7 +145,7 @@ Trace read_trace_json(std::istream& in, const std::string& source) {
     json j;
     try {
         j = json::parse(in);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // parse errors, and numbers too large for a double
         throw TraceFormatError(fmt::format("{}: not valid JSON: {}", source, e.what()));
     }
     if (!j.is_object()) fail(source, "$", "expected a JSON object");
@@ -175,10 +178,10 @@ Trace read_trace_json(std::istream& in, const std::string& source) {
         const auto& r = ranks[i];
         if (!r.is_object()) fail(source, rp, "expected an object");
         RankTrace rt;
-        rt.rank = static_cast<int>(need_int(need(r, "rank", source, rp), source, rp + ".rank"));
-        if (rt.rank != static_cast<int>(i))
-            fail(source, rp + ".rank",
-                 fmt::format("ranks must be listed in order: expected {}, found {}", i, rt.rank));
+        const auto rank = need_int(need(r, "rank", source, rp), source, rp + ".rank");
+        if (rank != static_cast<std::int64_t>(i))
+            fail(source, rp + ".rank", fmt::format("ranks must be listed in order: expected {}, found {}", i, rank));
+        rt.rank = static_cast<int>(i);
         const auto& evs = need(r, "events", source, rp);
         if (!evs.is_array()) fail(source, rp + ".events", "expected an array");
         rt.events.reserve(evs.size());
