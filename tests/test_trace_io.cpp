@@ -87,6 +87,16 @@ TEST_CASE("malformed traces are rejected with the file and JSON path") {
           "t.json: at $.ranks[0].events[0].stream: expected \"compute\" or \"comm\", found \"x\"");
 }
 
+TEST_CASE("inputs found by fuzzing are rejected, not crashed on") {
+    // A number too large for a double (nlohmann reports it as out_of_range, not a parse error).
+    CHECK(read_error(R"({"format": 6666666666666666666666666666666e66666666666666})").starts_with("t.json: not valid JSON"));
+    // A rank that only matches after truncation to int.
+    CHECK(read_error(std::string(kHead) + R"({"rank": 4294967296, "events": []}]})") ==
+          "t.json: at $.ranks[0].rank: ranks must be listed in order: expected 0, found 4294967296");
+    CHECK(read_error(std::string(kHead) + R"({"rank": 18446744073709551615, "events": []}]})") ==
+          "t.json: at $.ranks[0].rank: expected an integer, found 18446744073709551615");
+}
+
 TEST_CASE("the summary is recomputed from the events on reading") {
     std::istringstream in(std::string(kHead) +
                           R"({"rank": 0, "events": [{"op": "a", "start": 0, "duration": 2, "memory": 5},
