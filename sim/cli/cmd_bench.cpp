@@ -136,6 +136,23 @@ void run_bench(const BenchOptions& o) {
                        static_cast<double>(f.peak_rss_kib) / 1024.0, f.correct ? "yes" : "NO");
         }
     }
+    // The engine alone: every rank records an event and joins a collective, `layers`
+    // times; no stores, no values. What the puzzle model adds is the difference.
+    fmt::print("\nengine alone (each rank: record an event, join an all-reduce; repeated {} times):\n", o.layers);
+    for (int r : o.ranks) {
+        auto t0 = std::chrono::steady_clock::now();
+        Simulation sim(r);
+        sim.run([&sim, layers = o.layers](Gpu& g) -> Task<> {
+            for (int k = 0; k < layers; ++k) {
+                g.record(ops::forward, k, 1, 0);
+                co_await sim.world().arrive(g, ops::allreduce, k, 1, [](int& a, int b, int) { a += b; });
+            }
+        });
+        const double s = seconds_since(t0);
+        const double n = static_cast<double>(r) * o.layers;
+        fmt::print("  {:>7} ranks: {:.3f} s, {:.1f} ns per rank-collective, {:.3e} collective-ops/s\n", r, s, s * 1e9 / n,
+                   n / s);
+    }
     fmt::print("\nreference puzzle figures at the canonical sizes (the seed's printed Timesteps / Maximum Memory):\n");
     for (const auto& name : o.strategies) {
         const auto* p = puzzle::find_puzzle(name);
