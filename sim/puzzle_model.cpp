@@ -129,6 +129,10 @@ void Model::fail(const char* op, int layer, const std::string& what) const {
     throw PuzzleError(rank, op, layer, what);
 }
 
+void Model::fail(OpCode op, int layer, const std::string& what) const {
+    throw PuzzleError(rank, std::string(op.name()), layer, what);
+}
+
 void Model::require(bool cond, const std::string& message) const {
     if (!cond) fail("assert", kNoLayer, message);
 }
@@ -206,72 +210,55 @@ std::pair<Weight, OptState> Model::update(int layer, const WeightGrad& wg, const
 
 double Model::collective_time(OpCode op, int layer, Size s) const { return costs_->collective(op, layer, s, RANKS); }
 
-// Each collective is one coroutine frame (Communicator::arrive); what the rank
-// does after the round completes runs in the finisher.
+// Each collective is one coroutine frame (Communicator::arrive). `fold` combines
+// the members' values (a failure names the arriving rank); `mine` turns the
+// combined value into this rank's result once the round is complete.
+template <class V, class Fold, class Mine>
+auto Model::collective(OpCode op, int layer, V v, Fold fold, Mine mine) {
+    const double d = collective_time(op, layer, size_of(*costs_, v));
+    return gpu.sim().world().arrive(
+        gpu, op, layer, std::move(v),
+        [this, op, layer, fold](V& acc, const V& x, int) {
+            try {
+                acc = fold(acc, x);
+            } catch (const std::invalid_argument& e) {
+                fail(op, layer, e.what());
+            }
+        },
+        [this, op, layer, d, mine](Communicator::Result<V>&& r) {
+            gpu.set_clock(r.clock);
+            auto result = mine(std::move(r.value));
+            gpu.record(op, layer, d, memory());
+            return result;
+        });
+}
+
+namespace {
+const auto sum = [](const WeightGrad& a, const WeightGrad& b) { return a + b; };
+const auto unite = [](const auto& a, const auto& b) { return a.combine(b); };
+const auto as_is = [](auto&& v) { return std::forward<decltype(v)>(v); };
+}  // namespace
+
 Task<WeightGrad> Model::allreduce(WeightGrad v, int layer) {
-    const double d = collective_time(ops::allreduce, layer, size_of(*costs_, v));
-    return gpu.sim().world().arrive(
-        gpu, ops::allreduce, layer, std::move(v),
-        [this, layer](WeightGrad& acc, const WeightGrad& x, int) {
-            try {
-                acc = acc + x;
-            } catch (const std::invalid_argument& e) {
-                fail("allreduce", layer, e.what());
-            }
-        },
-        [this, layer, d](Communicator::Result<WeightGrad>&& r) {
-            gpu.set_clock(r.clock);
-            gpu.record(ops::allreduce, layer, d, memory());
-            return std::move(r.value);
-        });
+    return collective(ops::allreduce, layer, std::move(v), sum, as_is);
 }
-
-template <class V>
-Task<V> Model::gather(V v, int layer) {
-    const double d = collective_time(ops::allgather, layer, size_of(*costs_, v));
-    return gpu.sim().world().arrive(
-        gpu, ops::allgather, layer, std::move(v),
-        [this, layer](V& acc, const V& x, int) {
-            try {
-                acc = acc.combine(x);
-            } catch (const std::invalid_argument& e) {
-                fail("allgather", layer, e.what());
-            }
-        },
-        [this, layer, d](Communicator::Result<V>&& r) {
-            gpu.set_clock(r.clock);
-            gpu.record(ops::allgather, layer, d, memory());
-            return std::move(r.value);
-        });
+Task<Weight> Model::allgather(Weight v, int layer) { return collective(ops::allgather, layer, std::move(v), unite, as_is); }
+Task<OptState> Model::allgather(OptState v, int layer) {
+    return collective(ops::allgather, layer, std::move(v), unite, as_is);
 }
-
-Task<Weight> Model::allgather(Weight v, int layer) { return gather(std::move(v), layer); }
-Task<OptState> Model::allgather(OptState v, int layer) { return gather(std::move(v), layer); }
-Task<WeightGrad> Model::allgather(WeightGrad v, int layer) { return gather(std::move(v), layer); }
+Task<WeightGrad> Model::allgather(WeightGrad v, int layer) {
+    return collective(ops::allgather, layer, std::move(v), unite, as_is);
+}
 
 Task<WeightGrad> Model::scatterreduce(WeightGrad v, int layer) {
-    const double d = collective_time(ops::scatterreduce, layer, size_of(*costs_, v));
-    return gpu.sim().world().arrive(
-        gpu, ops::scatterreduce, layer, std::move(v),
-        [this, layer](WeightGrad& acc, const WeightGrad& x, int) {
-            try {
-                acc = acc + x;
-            } catch (const std::invalid_argument& e) {
-                fail("scatterreduce", layer, e.what());
-            }
-        },
-        [this, layer, d](Communicator::Result<WeightGrad>&& r) {
-            gpu.set_clock(r.clock);
-            WeightGrad mine;
-            try {
-                mine = r.value.shard(rank, RANKS);
-            } catch (const std::invalid_argument& e) {
-                fail("scatterreduce", layer,
-                     fmt::format("the sum {} cannot be sharded: {}", r.value.str(), e.what()));
-            }
-            gpu.record(ops::scatterreduce, layer, d, memory());
-            return mine;
-        });
+    // The all-reduced sum, then this rank's shard of RANKS.
+    return collective(ops::scatterreduce, layer, std::move(v), sum, [this, layer](WeightGrad&& total) {
+        try {
+            return total.shard(rank, RANKS);
+        } catch (const std::invalid_argument& e) {
+            fail(ops::scatterreduce, layer, fmt::format("the sum {} cannot be sharded: {}", total.str(), e.what()));
+        }
+    });
 }
 
 Task<> Model::pass_any(int dst, std::any v, Size size) {

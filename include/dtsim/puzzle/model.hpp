@@ -122,10 +122,11 @@ public:
     [[nodiscard]] const CostModel& costs() const { return *costs_; }
 
 private:
-    template <class V>
-    Task<V> gather(V v, int layer);
+    template <class V, class Fold, class Mine>
+    auto collective(OpCode op, int layer, V v, Fold fold, Mine mine);
     Task<> pass_any(int dst, std::any v, Size size);
     [[noreturn]] void fail(const char* op, int layer, const std::string& what) const;
+    [[noreturn]] void fail(OpCode op, int layer, const std::string& what) const;
     double collective_time(OpCode op, int layer, Size s) const;
 
     const CostModel* costs_;
