@@ -23,6 +23,7 @@ inline int& exit_status() {
 void register_puzzle_commands(CLI::App& app);  // `puzzle`, `puzzles`
 void register_bench_command(CLI::App& app);    // `bench`
 void register_render_command(CLI::App& app);   // `render`
+void register_schedule_command(CLI::App& app); // `schedule` (pipeline schedules as data)
 void register_run_commands(CLI::App& app);     // `run`, `compare` (the hardware world)
 
 }  // namespace dtsim::cli

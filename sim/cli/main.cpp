@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
     dtsim::cli::register_puzzle_commands(app);
     dtsim::cli::register_bench_command(app);
     dtsim::cli::register_render_command(app);
+    dtsim::cli::register_schedule_command(app);
 #ifdef DTSIM_WITH_HW
     dtsim::cli::register_run_commands(app);
 #endif

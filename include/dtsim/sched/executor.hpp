@@ -1,0 +1,79 @@
+// Running a schedule on the engine: one coroutine per rank executes its actions
+// in order. Time is in steps, memory in activation units.
+//
+// Dependencies. F of stage s, microbatch i needs the output of F(s-1, i); B or I
+// of (s, i) needs F(s, i) on its own rank and, unless s is the last stage, the
+// input gradient of (s+1, i), produced by B(s+1, i) or I(s+1, i); W(s, i) needs
+// I(s, i). A tensor crossing ranks arrives `p2p` after its producer finished (or,
+// in a lowered schedule, after its SEND action ran); inside a rank it is free.
+// A rank waits for a missing input (its clock jumps to the arrival); otherwise
+// its actions run back to back. Sends never block (PyTorch's isend). In a lowered
+// schedule RECV only posts the receive; the consuming F/B/I waits, as in
+// PyTorch's runtime.
+//
+// Memory. One activation unit (Costs::activation) per (stage, microbatch) is
+// allocated when its F finishes and freed when its B, or its W (split backward),
+// finishes: I keeps it, since W needs the layer inputs. "In flight" on a rank is
+// the number of units it holds; each event's memory is the rank's holding when
+// the event starts (the trace's convention).
+//
+// Trace. Each F/B/I/W is an event on the compute stream: op forward, backward,
+// backward_input, backward_weight; layer = stage; batches = {microbatch}. SEND_F/
+// SEND_B and the implicit sends of a compute-only schedule (when p2p > 0) are
+// `send` events on the sender's comm stream, [sent, sent + p2p]; RECV and the
+// implicit receives are `recv` events on the receiver's comm stream over the same
+// interval, recorded when the consuming action takes the tensor. UNSHARD,
+// RESHARD and REDUCE_GRAD cost nothing and are not recorded.
+#pragma once
+
+#include "dtsim/sched/schedule.hpp"
+#include "dtsim/trace.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <vector>
+
+namespace dtsim::sched {
+
+// Costs in steps per (stage, microbatch); all must be finite and >= 0.
+struct Costs {
+    double forward = 1;          // T_F
+    double backward = 2;         // T_B, a full backward (B)
+    double backward_input = 1;   // T_I
+    double backward_weight = 1;  // T_W
+    double p2p = 0;              // a tensor crossing ranks; boundaries inside a rank are free
+    double activation = 1;       // memory units held per (stage, microbatch)
+};
+
+struct RankStats {
+    int rank = 0;
+    double busy = 0;             // sum of the rank's F/B/I/W durations
+    double idle = 0;             // makespan - busy: the rank's bubble
+    double bubble_fraction = 0;  // idle / makespan
+    int peak_in_flight = 0;      // most (stage, microbatch) activations held at once
+    double end = 0;              // end of the rank's last compute event
+};
+
+// Bubble fraction of a rank = (makespan - busy time of the rank) / makespan, where
+// the makespan is the end of the last event of any rank and time starts at 0.
+// Overall = the sum of the ranks' idle times / (ranks x makespan).
+struct RunStats {
+    double makespan = 0;
+    double bubble_fraction = 0;
+    std::vector<RankStats> ranks;
+};
+
+struct RunResult {
+    Trace trace;  // time_unit "step", memory_unit "unit"; meta name/stages/microbatches/ranks
+    RunStats stats;
+};
+
+// Validates the schedule (InvalidScheduleError), then runs it. A schedule that
+// cannot progress throws DeadlockError naming every blocked rank, the action it
+// is at, the stage and microbatch whose tensor it waits for, which action of
+// which rank would produce it and where that rank is stuck, the wait cycle, and
+// the engine's own report. Throws std::invalid_argument for bad costs.
+RunResult run_schedule(const Schedule& schedule, const Costs& costs = {},
+                       nlohmann::json meta = nlohmann::json::object());
+
+}  // namespace dtsim::sched

@@ -1,0 +1,266 @@
+// `dtsim schedule --generate NAME --stages P --microbatches M [--chunks V] [--write FILE]`
+// and `dtsim schedule FILE`: generate or read a pipeline schedule in
+// torch.distributed.pipelining's action notation (text or PyTorch's CSV), run it
+// on the engine, and print its makespan, bubbles and peak in-flight microbatches
+// beside the published formulas.
+#include "commands.hpp"
+
+#include "../sched/cli.hpp"
+
+#include "dtsim/render.hpp"
+#include "dtsim/sched/executor.hpp"
+#include "dtsim/sched/format.hpp"
+#include "dtsim/sched/formulas.hpp"
+#include "dtsim/sched/generators.hpp"
+#include "dtsim/sched/lowering.hpp"
+#include "dtsim/trace_io.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dtsim::cli {
+namespace {
+
+struct ScheduleArgs {
+    std::string file;
+    std::string generate;
+    int stages = 0, microbatches = 0, chunks = 0, group = 0;
+    bool lower = false;
+    std::string write, trace, svg, png, pdf, chrome, show_ranks;
+    sched::Costs costs;
+};
+
+std::string num(double v) {
+    if (v == std::floor(v) && std::abs(v) < 1e15) return fmt::format("{}", static_cast<long long>(v));
+    return fmt::format("{:.6g}", v);
+}
+
+bool same(double a, double b) { return std::abs(a - b) <= 1e-9 * std::max(1.0, std::abs(b)); }
+
+std::string generator_names() {
+    std::string s;
+    for (const auto& g : sched::generators()) s += fmt::format("{}{}", s.empty() ? "" : ", ", g.name);
+    return s;
+}
+
+// The generator (with its parameters) that produces this schedule's compute actions, if any.
+struct Match {
+    std::string name;
+    sched::GenerateParams params;
+};
+std::optional<Match> find_generator(const sched::Schedule& s) {
+    const sched::Schedule compute = s.lowered() ? sched::strip_comms(s) : s;
+    const int p = s.num_ranks(), S = s.num_stages(), m = s.num_microbatches();
+    if (p < 1 || m < 1 || S % p != 0) return std::nullopt;
+    for (const auto& g : sched::generators()) {
+        sched::GenerateParams q;
+        q.p = p;
+        q.m = m;
+        q.v = g.takes_chunks ? S / p : 1;
+        if (!g.takes_chunks && S != (g.name == "dualpipev" ? 2 * p : p)) continue;
+        try {
+            if (sched::generate(g.name, q) == compute) return Match{g.name, q};
+        } catch (const std::invalid_argument&) {
+        }
+    }
+    return std::nullopt;
+}
+
+void check_picture(const std::string& path) {
+    if (path.empty()) return;
+    try {
+        render::format_from_path(path);
+    } catch (const std::invalid_argument& e) {
+        throw UsageError(fmt::format("schedule: {}", e.what()));
+    }
+}
+
+void print_report(const sched::Schedule& s, const std::string& origin, const sched::RunStats& st,
+                  const std::optional<sched::Prediction>& pred, const std::optional<Match>& match,
+                  const sched::Costs& c) {
+    fmt::print("schedule {}: {} ranks, {} stages, {} microbatches, {}\n", origin, s.num_ranks(), s.num_stages(),
+               s.num_microbatches(), s.lowered() ? "with SEND/RECV actions" : "compute-only");
+    if (match) {
+        for (const auto& g : sched::generators())
+            if (g.name == match->name) fmt::print("  {}\n", g.title);
+        if (!s.source.empty())
+            fmt::print("  (the same actions as `--generate {} --stages {} --microbatches {}{}`)\n", match->name,
+                       match->params.p, match->params.m,
+                       match->params.v != 1 ? fmt::format(" --chunks {}", match->params.v) : std::string());
+    } else {
+        fmt::print("  (no built-in generator produces these actions, so no published formula applies)\n");
+    }
+    fmt::print("  costs in steps: T_F {}, T_B {}, T_I {}, T_W {}, p2p {}; memory: {} unit(s) per (stage, microbatch)\n",
+               num(c.forward), num(c.backward), num(c.backward_input), num(c.backward_weight), num(c.p2p),
+               num(c.activation));
+    if (pred) fmt::print("  formulas: {}\n", pred->reference);
+
+    double idle_min = st.ranks.empty() ? 0 : st.ranks.front().idle, idle_max = idle_min;
+    for (const auto& r : st.ranks) {
+        idle_min = std::min(idle_min, r.idle);
+        idle_max = std::max(idle_max, r.idle);
+    }
+    const std::string idle = same(idle_min, idle_max) ? num(idle_min) : num(idle_min) + ".." + num(idle_max);
+    auto verdict = [&](bool ok) { return ok ? "exact" : "differs"; };
+    fmt::print("\n  {:<18} {:<12} {:<34} {:<12}\n", "", "measured", "published formula", "predicted");
+    if (pred) {
+        fmt::print("  {:<18} {:<12} {:<34} {:<12} {}\n", "makespan", num(st.makespan), "busy + bubble",
+                   num(pred->makespan), verdict(same(st.makespan, pred->makespan)));
+        fmt::print("  {:<18} {:<12} {:<34} {:<12} {}\n", "bubble per rank", idle, pred->bubble_time_formula,
+                   num(pred->bubble_time), verdict(same(idle_min, pred->bubble_time) && same(idle_max, pred->bubble_time)));
+        fmt::print("  {:<18} {:<12.6f} {:<34} {:<12.6f} {}\n", "bubble fraction", st.bubble_fraction,
+                   pred->fraction_formula,
+                   pred->bubble_fraction, verdict(same(st.bubble_fraction, pred->bubble_fraction)));
+        if (!pred->memory_formula.empty()) {
+            const double ratio = st.ranks.front().peak_in_flight / pred->memory_scale;
+            fmt::print("  {:<18} {:<12.6g} {:<34} {:<12.6g} {}   (rank 0's peak {} / (v*p = {}))\n", "memory vs 1F1B",
+                       ratio, pred->memory_formula, pred->memory_ratio, verdict(same(ratio, pred->memory_ratio)),
+                       st.ranks.front().peak_in_flight, num(pred->memory_scale));
+        }
+        if (!pred->exact_expected) fmt::print("  (exact in this world only when {})\n", pred->conditions);
+    } else {
+        fmt::print("  {:<18} {}\n  {:<18} {}\n  {:<18} {:.6f}\n", "makespan", num(st.makespan), "bubble per rank", idle,
+                   "bubble fraction", st.bubble_fraction);
+    }
+
+    fmt::print("\n  {:>5} {:>9} {:>9} {:>10} {:>10} {:>9} {:>10}\n", "rank", "busy", "idle", "bubble", "predicted",
+               "peak", "predicted");
+    for (const auto& r : st.ranks) {
+        std::string pf = "-", pp = "-";
+        if (pred) {
+            pf = fmt::format("{:.6f}", pred->bubble_fraction);
+            pp = fmt::format("{}", pred->peak_in_flight[static_cast<std::size_t>(r.rank)]);
+        }
+        fmt::print("  {:>5} {:>9} {:>9} {:>10.6f} {:>10} {:>9} {:>10}\n", r.rank, num(r.busy), num(r.idle),
+                   r.bubble_fraction, pf, r.peak_in_flight, pp);
+    }
+    fmt::print("  {:>5} {:>9} {:>9} {:>10.6f} {:>10}\n", "all", "", "", st.bubble_fraction,
+               pred ? fmt::format("{:.6f}", pred->bubble_fraction) : std::string("-"));
+    if (pred) {
+        bool peaks_ok = true;
+        for (const auto& r : st.ranks)
+            peaks_ok = peaks_ok && r.peak_in_flight == pred->peak_in_flight[static_cast<std::size_t>(r.rank)];
+        fmt::print("  peak in-flight per rank: predicted {} -- {}\n", pred->peak_formula, peaks_ok ? "exact" : "differs");
+    }
+    fmt::print("  bubble = idle / makespan per rank (idle = makespan - busy); all = total idle / (ranks x makespan)\n"
+               "  peak = most (stage, microbatch) activations held at once, each from the end of its F to the end\n"
+               "         of its B (or W)\n");
+}
+
+void run_schedule_command(const ScheduleArgs& a) {
+    if (a.file.empty() == a.generate.empty())
+        throw UsageError("schedule: give a schedule FILE or --generate NAME (one of them)");
+    for (const auto* p : {&a.svg, &a.png, &a.pdf}) check_picture(*p);
+    sched::Schedule s;
+    std::string origin;
+    std::optional<Match> match;
+    if (!a.generate.empty()) {
+        const std::string name = sched::canonical_generator(a.generate);
+        if (name.empty())
+            throw UsageError(fmt::format("schedule: unknown generator '{}'; the generators are: {}", a.generate,
+                                         generator_names()));
+        if (a.stages < 1 || a.microbatches < 1)
+            throw UsageError("schedule: --generate needs --stages P (pipeline ranks) and --microbatches M");
+        sched::GenerateParams q;
+        q.p = a.stages;
+        q.m = a.microbatches;
+        const bool chunked = name == "interleaved" || name == "bfs";
+        q.v = a.chunks > 0 ? a.chunks : (chunked ? 2 : 1);
+        q.group = a.group;
+        try {
+            s = sched::generate(name, q);
+        } catch (const std::invalid_argument& e) {
+            throw UsageError(fmt::format("schedule: {}", e.what()));
+        }
+        match = Match{name, q};
+        origin = fmt::format("{} (p={}, m={}{})", name, q.p, q.m,
+                             chunked ? fmt::format(", v={}{}", q.v, q.group ? fmt::format(", g={}", q.group) : "")
+                                     : std::string());
+    } else {
+        if (a.stages || a.microbatches || a.chunks || a.group)
+            throw UsageError("schedule: --stages, --microbatches, --chunks and --group go with --generate; a schedule "
+                             "file has its own sizes");
+        s = sched::read_schedule_file(a.file);
+        match = find_generator(s);
+        origin = a.file;
+    }
+    if (a.lower) {
+        if (s.lowered()) throw UsageError("schedule: --lower: the schedule already has SEND/RECV actions");
+        sched::Schedule lowered = sched::lower(s);
+        lowered.source = s.source;  // locations are lost: lowering reorders
+        s = std::move(lowered);
+    }
+    if (!a.write.empty()) {
+        sched::validate(s);
+        sched::write_schedule_file(s, a.write);
+    }
+    nlohmann::json meta = nlohmann::json::object();
+    if (match) meta["generator"] = match->name;
+    if (!a.file.empty()) meta["file"] = a.file;
+    sched::RunResult result;
+    try {
+        result = sched::run_schedule(s, a.costs, meta);
+    } catch (const std::invalid_argument& e) {  // costs
+        throw UsageError(fmt::format("schedule: {}", e.what()));
+    }
+    std::optional<sched::Prediction> pred;
+    if (match) pred = sched::predict(match->name, match->params, a.costs);
+    print_report(s, origin, result.stats, pred, match, a.costs);
+    if (!a.write.empty()) fmt::print("schedule written to {}\n", a.write);
+
+    if (!a.trace.empty()) write_trace_file(result.trace, a.trace);
+    render::Options opts;
+    opts.ranks = a.show_ranks;
+    for (const auto* path : {&a.svg, &a.png, &a.pdf})
+        if (!path->empty()) render::write_image(result.trace, *path, opts);
+    if (!a.chrome.empty()) render::write_chrome_trace_file(result.trace, a.chrome);
+}
+
+}  // namespace
+
+void register_schedule_command(CLI::App& app) {
+    auto a = std::make_shared<ScheduleArgs>();
+    auto* cmd = app.add_subcommand(
+        "schedule",
+        "Generate or read a pipeline schedule (torch.distributed.pipelining's actions such as 0F0 1B0 0I2 0W2, as "
+        "per-rank text lists or PyTorch's CSV), run it, and compare its bubbles and memory with the published "
+        "formulas");
+    cmd->add_option("file", a->file, "Schedule to run: .csv (PyTorch's format, one row per rank) or text");
+    cmd->add_option("--generate", a->generate, "Generate a schedule: " + generator_names());
+    cmd->add_option("--stages", a->stages, "Pipeline ranks P (the pipeline-parallel degree); the model has P*V stages")
+        ->check(CLI::Range(1, 4096));
+    cmd->add_option("--microbatches", a->microbatches, "Microbatches M")->check(CLI::Range(1, 65536));
+    cmd->add_option("--chunks", a->chunks, "Model chunks V per rank (interleaved, bfs; default 2)")
+        ->check(CLI::Range(1, 1024));
+    cmd->add_option("--group", a->group, "interleaved: microbatch group size g, in [P, M] (default P; Megatron-LM's "
+                                         "microbatch_group_size_per_vp_stage)")
+        ->check(CLI::Range(1, 65536));
+    cmd->add_flag("--lower", a->lower,
+                  "Add SEND/RECV actions as PyTorch's _add_send_recv does (compute_only -> compute_comms)");
+    cmd->add_option("--write", a->write, "Write the schedule: FILE.csv (PyTorch's CSV) or any other name (text)");
+    cmd->add_option("--forward", a->costs.forward, "T_F: a forward of one stage, steps")->capture_default_str();
+    cmd->add_option("--backward", a->costs.backward, "T_B: a full backward (B), steps")->capture_default_str();
+    cmd->add_option("--backward-input", a->costs.backward_input, "T_I: a backward for the input (I), steps")
+        ->capture_default_str();
+    cmd->add_option("--backward-weight", a->costs.backward_weight, "T_W: a backward for the weights (W), steps")
+        ->capture_default_str();
+    cmd->add_option("--p2p", a->costs.p2p, "A tensor crossing ranks, steps (a boundary inside a rank is free)")
+        ->capture_default_str();
+    cmd->add_option("--activation", a->costs.activation, "Memory units per (stage, microbatch) activation")
+        ->capture_default_str();
+    cmd->add_option("--trace", a->trace, "Write the trace JSON to this file");
+    cmd->add_option("--svg", a->svg, "Draw the timeline as SVG");
+    cmd->add_option("--png", a->png, "Draw the timeline as PNG");
+    cmd->add_option("--pdf", a->pdf, "Draw the timeline as PDF");
+    cmd->add_option("--chrome-trace", a->chrome, "Write a Chrome/Perfetto trace (ui.perfetto.dev)");
+    cmd->add_option("--show-ranks", a->show_ranks, "Ranks to draw, e.g. 0-3 (default: all)");
+    cmd->callback([a] { run_schedule_command(*a); });
+}
+
+}  // namespace dtsim::cli

@@ -1,0 +1,385 @@
+// The executor against the published formulas (equal stage times, p2p = 0):
+// GPipe and 1F1B bubble (p-1)/(m+p-1), interleaved (p-1)/(v m+p-1), ZB-H1 bubble
+// (p-1)(T_F+T_B-T_W) (T_B there = our T_I), looped BFS; peak in-flight
+// microbatches GPipe m, 1F1B min(m, p-r), interleaved 1+(p-1)/(p v) relative to
+// 1F1B. Also its trace, p2p costs, lowered schedules and deadlock diagnosis.
+#include "dtsim/sched/executor.hpp"
+#include "dtsim/sched/format.hpp"
+#include "dtsim/sched/formulas.hpp"
+#include "dtsim/sched/generators.hpp"
+#include "dtsim/sched/lowering.hpp"
+#include "dtsim/trace_io.hpp"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <string>
+
+using namespace dtsim;
+using namespace dtsim::sched;
+
+namespace {
+
+bool near(double a, double b) { return std::abs(a - b) <= 1e-9 * std::max(1.0, std::abs(b)); }
+
+Schedule text(const std::string& t, const std::string& source = "s.txt") {
+    std::istringstream in(t);
+    return read_schedule_text(in, source);
+}
+
+std::string deadlock_of(const Schedule& s) {
+    try {
+        run_schedule(s);
+    } catch (const DeadlockError& e) {
+        return e.what();
+    }
+    return "no deadlock";
+}
+
+// Every rank's bubble fraction and the overall one equal `f`.
+void check_fraction(const RunStats& st, double f) {
+    CHECK(near(st.bubble_fraction, f));
+    for (const auto& r : st.ranks) CHECK(near(r.bubble_fraction, f));
+}
+
+}  // namespace
+
+TEST_CASE("GPipe and 1F1B: bubble fraction (p-1)/(m+p-1) on every rank, exactly") {
+    for (const auto& [tf, tb] : {std::pair{1.0, 2.0}, std::pair{1.0, 1.0}, std::pair{0.7, 2.3}})
+        for (int p = 1; p <= 8; ++p)
+            for (int m = 1; m <= 16; ++m) {
+                Costs c;
+                c.forward = tf;
+                c.backward = tb;
+                CAPTURE(p);
+                CAPTURE(m);
+                CAPTURE(tf);
+                CAPTURE(tb);
+                const double f = static_cast<double>(p - 1) / (m + p - 1);
+                for (const Schedule& s : {gpipe(p, m), one_f_one_b(p, m)}) {
+                    const RunStats st = run_schedule(s, c).stats;
+                    CHECK(near(st.makespan, (m + p - 1) * (tf + tb)));
+                    check_fraction(st, f);
+                }
+            }
+}
+
+TEST_CASE("peak in-flight microbatches: GPipe m on every rank, 1F1B min(m, p-r)") {
+    for (int p = 1; p <= 8; ++p)
+        for (int m = 1; m <= 12; ++m) {
+            CAPTURE(p);
+            CAPTURE(m);
+            const RunStats g = run_schedule(gpipe(p, m)).stats;
+            const RunStats o = run_schedule(one_f_one_b(p, m)).stats;
+            for (int r = 0; r < p; ++r) {
+                CHECK(g.ranks[static_cast<std::size_t>(r)].peak_in_flight == m);
+                CHECK(o.ranks[static_cast<std::size_t>(r)].peak_in_flight == std::min(m, p - r));
+            }
+            CHECK(o.ranks[0].peak_in_flight == std::min(m, p));  // stage 0
+        }
+}
+
+TEST_CASE("interleaved 1F1B: bubble (p-1)/(v m+p-1) when every microbatch group has p or more") {
+    for (int p : {2, 3, 4, 8})
+        for (int v : {2, 3, 4})
+            for (int m : {p, 2 * p, 3 * p}) {
+                CAPTURE(p);
+                CAPTURE(v);
+                CAPTURE(m);
+                const RunStats st = run_schedule(interleaved_1f1b(p, m, v)).stats;
+                CHECK(near(st.makespan, (v * m + p - 1) * 3.0));
+                check_fraction(st, static_cast<double>(p - 1) / (v * m + p - 1));
+                for (int r = 0; r < p; ++r)
+                    CHECK(st.ranks[static_cast<std::size_t>(r)].peak_in_flight ==
+                          std::min(v * m, 2 * (p - 1 - r) + (v - 1) * p + 1));
+            }
+    // Other group sizes g: exact as long as every group has at least p microbatches.
+    for (int p : {2, 3, 4, 5})
+        for (int v : {2, 3})
+            for (int g : {p, p + 1, 2 * p})
+                for (int m = g; m <= 3 * g; ++m) {
+                    if (m % g != 0 && m % g < p) continue;
+                    CAPTURE(p);
+                    CAPTURE(v);
+                    CAPTURE(g);
+                    CAPTURE(m);
+                    check_fraction(run_schedule(interleaved_1f1b(p, m, v, g)).stats,
+                                   static_cast<double>(p - 1) / (v * m + p - 1));
+                }
+    // A last group smaller than p adds bubbles: p=4, m=6, v=2 idles 19 steps per rank
+    // instead of (p-1)(T_F+T_B) = 9 ...
+    const RunStats odd = run_schedule(interleaved_1f1b(4, 6, 2)).stats;
+    CHECK(odd.ranks[0].idle == 19);
+    // ... and can even make a dependency cycle: rank 3 runs 7B0 before 7F4, rank 0 8F4 before 8B0.
+    const std::string msg = deadlock_of(interleaved_1f1b(4, 5, 3));
+    CAPTURE(msg);
+    CHECK(msg.find("rank 0 is blocked at 8F4") != std::string::npos);
+    CHECK(msg.find("rank 3 is blocked at 7B0") != std::string::npos);
+    CHECK(msg.find("wait cycle: rank 0 -> rank 3 -> rank 0") != std::string::npos);
+}
+
+TEST_CASE("interleaved 1F1B: activation memory 1+(p-1)/(p v) times 1F1B's (Narayanan et al.)") {
+    // A chunk holds 1/v of a rank's layers, so rank 0's peak count of (stage,
+    // microbatch) activations, divided by v, is in the units of 1F1B's p.
+    for (int p : {2, 4, 8})
+        for (int v : {2, 3, 4})
+            for (int m : {2 * p, 4 * p}) {
+                CAPTURE(p);
+                CAPTURE(v);
+                CAPTURE(m);
+                const int peak = run_schedule(interleaved_1f1b(p, m, v)).stats.ranks[0].peak_in_flight;
+                const int one_f_one_b_peak = run_schedule(one_f_one_b(p, m)).stats.ranks[0].peak_in_flight;
+                CHECK(one_f_one_b_peak == p);
+                CHECK(peak == (v + 1) * p - 1);
+                CHECK(near((static_cast<double>(peak) / v) / one_f_one_b_peak, 1.0 + static_cast<double>(p - 1) / (p * v)));
+            }
+}
+
+TEST_CASE("ZB-H1: every rank idles (p-1)(T_F+T_I-T_W) when T_W <= min(T_F, T_I) and m >= p") {
+    for (int p : {2, 3, 4, 8})
+        for (int m : {p, 2 * p, 3 * p + 1})
+            for (double tf : {0.5, 1.0, 2.0})
+                for (double ti : {0.5, 1.0, 2.0})
+                    for (double tw : {0.5, 1.0, 2.0}) {
+                        if (tw > std::min(tf, ti)) continue;
+                        Costs c;
+                        c.forward = tf;
+                        c.backward_input = ti;
+                        c.backward_weight = tw;
+                        CAPTURE(p);
+                        CAPTURE(m);
+                        CAPTURE(tf);
+                        CAPTURE(ti);
+                        CAPTURE(tw);
+                        const RunStats st = run_schedule(zb_h1(p, m), c).stats;
+                        const double bubble = (p - 1) * (tf + ti - tw);
+                        CHECK(near(st.makespan, m * (tf + ti + tw) + bubble));
+                        for (const auto& r : st.ranks) {
+                            CHECK(near(r.idle, bubble));
+                            CHECK(r.peak_in_flight == p);  // 1F1B's peak, on every rank
+                        }
+                    }
+    // Default costs (T_F = T_I = T_W = 1): a third of 1F1B's bubble with B = I + W.
+    const RunStats zb = run_schedule(zb_h1(4, 8)).stats;
+    const RunStats ob = run_schedule(one_f_one_b(4, 8)).stats;
+    CHECK(zb.ranks[0].idle == 3);
+    CHECK(ob.ranks[0].idle == 9);
+    // Outside the condition the formula is not met: T_W = 2 > T_F = T_I = 1 gives
+    // (p-1)T_F = 3, where (p-1)(T_F+T_I-T_W) would be 0.
+    Costs heavy_w;
+    heavy_w.backward_weight = 2;
+    CHECK(run_schedule(zb_h1(4, 8), heavy_w).stats.ranks[0].idle == 3);
+}
+
+TEST_CASE("looped BFS: bubble (p-1)/(v m+p-1) with m >= p, holding all v m activations") {
+    for (int p : {2, 3, 4})
+        for (int v : {2, 3})
+            for (int m : {p, 2 * p}) {
+                CAPTURE(p);
+                CAPTURE(v);
+                CAPTURE(m);
+                const RunStats st = run_schedule(looped_bfs(p, m, v)).stats;
+                check_fraction(st, static_cast<double>(p - 1) / (v * m + p - 1));
+                for (const auto& r : st.ranks) CHECK(r.peak_in_flight == v * m);
+            }
+}
+
+TEST_CASE("DualPipeV: measured bubble p-1 steps per rank at default costs and 2p+1 activations") {
+    // DeepSeek's (PP/2-1)(F&B+B-3W) assumes F&B overlapped; run sequentially here it
+    // would read (p-1)(T_F+2T_B-3T_W) = 2(p-1). The executor measures p-1 (regression).
+    for (int p : {2, 3, 4, 8})
+        for (int m : {2 * p, 3 * p}) {
+            CAPTURE(p);
+            CAPTURE(m);
+            const RunStats st = run_schedule(dualpipev(p, m)).stats;
+            CHECK(near(st.makespan, 2 * m * 3.0 + (p - 1)));
+            for (const auto& r : st.ranks) {
+                CHECK(near(r.idle, p - 1));
+                CHECK(r.peak_in_flight == 2 * p + 1);
+            }
+        }
+}
+
+TEST_CASE("predict() agrees with the executor wherever its conditions hold") {
+    int checked = 0;
+    for (const auto& g : generators())
+        for (int p : {1, 2, 4})
+            for (int m : {2, 4, 8})
+                for (int v : {1, 2, 3}) {
+                    if (!g.takes_chunks && v != 1) continue;
+                    GenerateParams q;
+                    q.p = p;
+                    q.m = m;
+                    q.v = v;
+                    Schedule s;
+                    try {
+                        s = generate(g.name, q);
+                    } catch (const std::invalid_argument&) {
+                        continue;
+                    }
+                    const auto pred = predict(g.name, q, Costs{});
+                    REQUIRE(pred);
+                    if (!pred->exact_expected) continue;
+                    CAPTURE(g.name);
+                    CAPTURE(p);
+                    CAPTURE(m);
+                    CAPTURE(v);
+                    const RunStats st = run_schedule(s).stats;
+                    CHECK(near(st.makespan, pred->makespan));
+                    check_fraction(st, pred->bubble_fraction);
+                    for (int r = 0; r < p; ++r)
+                        CHECK(st.ranks[static_cast<std::size_t>(r)].peak_in_flight ==
+                              pred->peak_in_flight[static_cast<std::size_t>(r)]);
+                    if (!pred->memory_formula.empty() && m >= 2 * p)
+                        CHECK(near(st.ranks[0].peak_in_flight / pred->memory_scale, pred->memory_ratio));
+                    ++checked;
+                }
+    CHECK(checked > 40);
+    CHECK_FALSE(predict("nosuch", GenerateParams{2, 2, 1, 0}, Costs{}));
+    CHECK_FALSE(predict("dualpipev", GenerateParams{2, 4, 1, 0}, Costs{})->exact_expected);
+}
+
+TEST_CASE("every action is a trace event: op, stage as layer, microbatch, memory before it") {
+    const RunResult res = run_schedule(zb_h1(2, 2));
+    const Trace& t = res.trace;
+    CHECK(t.time_unit == "step");
+    CHECK(t.memory_unit == "unit");
+    CHECK(t.meta["name"] == "pipeline schedule zbh1");
+    CHECK(t.meta["microbatches"] == 2);
+    REQUIRE(t.ranks.size() == 2);
+    // Rank 1 (stage 1): 1F0 1I0 1F1 1I1 1W0 1W1.
+    const auto& ev = t.ranks[1].events;
+    REQUIRE(ev.size() == 6);
+    const char* ops_in_order[] = {"forward", "backward_input", "forward", "backward_input", "backward_weight",
+                                  "backward_weight"};
+    const double starts[] = {1, 2, 3, 4, 5, 6};
+    const double memory[] = {0, 1, 1, 2, 2, 1};
+    const int mbs[] = {0, 0, 1, 1, 0, 1};
+    for (std::size_t i = 0; i < ev.size(); ++i) {
+        CAPTURE(i);
+        CHECK(ev[i].op.name() == ops_in_order[i]);
+        CHECK(ev[i].layer == 1);
+        CHECK(ev[i].start == starts[i]);
+        CHECK(ev[i].duration == 1);
+        CHECK(ev[i].memory == memory[i]);
+        CHECK(ev[i].batches == IdSet{mbs[i]});
+        CHECK(ev[i].stream == Stream::compute);
+    }
+    CHECK(t.summary.max_memory == 2);
+    // The trace is a valid trace file (what `dtsim render` reads).
+    std::stringstream json;
+    write_trace_json(t, json);
+    const Trace back = read_trace_json(json, "schedule.json");
+    CHECK(back.event_count() == t.event_count());
+}
+
+TEST_CASE("a tensor crossing ranks costs p2p, drawn as send and recv on the comm stream") {
+    Costs c;
+    c.p2p = 0.5;
+    const RunResult res = run_schedule(gpipe(2, 1), c);
+    // 0F0 [0,1], send [1,1.5], 1F0 [1.5,2.5], 1B0 [2.5,4.5], send [4.5,5], 0B0 [5,7].
+    CHECK(res.stats.makespan == 7);
+    const auto& r0 = res.trace.ranks[0].events;
+    REQUIRE(r0.size() == 4);
+    CHECK(r0[0].op.name() == "forward");
+    CHECK(r0[1].op.name() == "send");
+    CHECK(r0[1].stream == Stream::comm);
+    CHECK(r0[1].start == 1);
+    CHECK(r0[1].duration == 0.5);
+    CHECK(r0[2].op.name() == "recv");
+    CHECK(r0[2].start == 4.5);
+    CHECK(r0[3].op.name() == "backward");
+    CHECK(r0[3].start == 5);
+    // Stages on the same rank pass their tensors for free.
+    const RunResult one = run_schedule(text("rank 0: 0F0 1F0 1B0 0B0\n"), c);
+    CHECK(one.stats.makespan == 6);
+    CHECK(one.trace.ranks[0].events.size() == 4);
+}
+
+TEST_CASE("a lowered schedule runs exactly like its compute-only form") {
+    for (const auto& g : generators())
+        for (double p2p : {0.0, 0.25, 1.0}) {
+            GenerateParams q;
+            q.p = 4;
+            q.m = 8;
+            q.v = g.takes_chunks ? 2 : 1;
+            const Schedule s = generate(g.name, q);
+            Costs c;
+            c.p2p = p2p;
+            CAPTURE(g.name);
+            CAPTURE(p2p);
+            const RunResult a = run_schedule(s, c);
+            const RunResult b = run_schedule(lower(s), c);
+            CHECK(a.stats.makespan == b.stats.makespan);
+            for (int r = 0; r < 4; ++r) {
+                const auto& ra = a.stats.ranks[static_cast<std::size_t>(r)];
+                const auto& rb = b.stats.ranks[static_cast<std::size_t>(r)];
+                CHECK(ra.busy == rb.busy);
+                CHECK(ra.peak_in_flight == rb.peak_in_flight);
+                CHECK(ra.end == rb.end);
+            }
+        }
+}
+
+TEST_CASE("a schedule that cannot progress names each blocked rank and what it waits for") {
+    const std::string msg = deadlock_of(read_schedule_file(std::string(DTSIM_SCHEDULES) + "/deadlock_p2_m2.txt"));
+    CAPTURE(msg);
+    CHECK(msg.rfind("deadlock: ", 0) == 0);
+    CHECK(msg.find("cannot progress: 2 of 2 ranks are blocked") != std::string::npos);
+    CHECK(msg.find("rank 0 is blocked at 0B0 (its action 2 of 4, at ") != std::string::npos);
+    CHECK(msg.find("deadlock_p2_m2.txt:7:13): it waits for the gradient of stage 0 microbatch 0 (the input gradient "
+                   "of stage 1), which rank 1 produces in 1B0 (its action 3 of 4") != std::string::npos);
+    CHECK(msg.find("not reached: rank 1 is blocked at 1F1") != std::string::npos);
+    CHECK(msg.find("rank 1 is blocked at 1F1 (its action 2 of 4") != std::string::npos);
+    CHECK(msg.find("it waits for the activation of stage 1 microbatch 1 (the output of stage 0), which rank 0 "
+                   "produces in 0F1 (its action 3 of 4") != std::string::npos);
+    CHECK(msg.find("wait cycle: rank 0 -> rank 1 -> rank 0") != std::string::npos);
+    CHECK(msg.find("the engine's report:\n    deadlock: 2 of 2 ranks are blocked and none can proceed") !=
+          std::string::npos);
+}
+
+TEST_CASE("a lowered schedule that cannot progress names the SEND each rank waits for") {
+    const Schedule s = text(
+        "rank 0: 0F0 0SEND_F0 0RECV_B0 0B0 0F1 0SEND_F1 0RECV_B1 0B1\n"
+        "rank 1: 1RECV_F0 1F0 1RECV_F1 1F1 1B0 1SEND_B0 1B1 1SEND_B1\n",
+        "lowered.txt");
+    const std::string msg = deadlock_of(s);
+    CAPTURE(msg);
+    CHECK(msg.find("rank 0 is blocked at 0B0 (its action 4 of 8, at lowered.txt:1:31): it waits for the gradient of "
+                   "stage 0 microbatch 0 (the input gradient of stage 1), which rank 1 sends in 1SEND_B0 (its action 6 "
+                   "of 8") != std::string::npos);
+    CHECK(msg.find("rank 1 is blocked at 1F1 (its action 4 of 8") != std::string::npos);
+    CHECK(msg.find("which rank 0 sends in 0SEND_F1 (its action 6 of 8") != std::string::npos);
+    CHECK(msg.find("wait cycle: rank 0 -> rank 1 -> rank 0") != std::string::npos);
+}
+
+TEST_CASE("a three-rank deadlock shows the cycle among the blocked ranks") {
+    // Ranks 0 and 1 wait for each other; rank 2 waits for rank 1.
+    const Schedule s = text(
+        "rank 0: 0F0 0B0 0F1 0B1\n"
+        "rank 1: 1F0 1F1 1B0 1B1\n"
+        "rank 2: 2F0 2B0 2F1 2B1\n");
+    const std::string msg = deadlock_of(s);
+    CAPTURE(msg);
+    CHECK(msg.find("3 of 3 ranks are blocked") != std::string::npos);
+    CHECK(msg.find("rank 2 is blocked at 2F1 (its action 3 of 4, at s.txt:3:17): it waits for the activation of stage "
+                   "2 microbatch 1 (the output of stage 1), which rank 1 produces in 1F1 (its action 2 of 4, at "
+                   "s.txt:2:13), the action rank 1 is blocked at") != std::string::npos);
+    CHECK(msg.find("wait cycle: rank 0 -> rank 1 -> rank 0") != std::string::npos);
+}
+
+TEST_CASE("run_schedule checks the schedule and the costs first") {
+    CHECK_THROWS_WITH_AS(run_schedule(text("rank 0: 0B0 0F0\n", "bad.txt")),
+                         doctest::Contains("bad.txt: invalid schedule, 1 problem:\n  rank 0's action 1 (0B0"),
+                         InvalidScheduleError);
+    Costs c;
+    c.forward = -1;
+    CHECK_THROWS_WITH_AS(run_schedule(gpipe(2, 2), c),
+                         doctest::Contains("schedule costs: forward must be a finite number >= 0, got -1"),
+                         std::invalid_argument);
+    c.forward = 1;
+    c.p2p = std::nan("");
+    CHECK_THROWS_AS(run_schedule(gpipe(2, 2), c), std::invalid_argument);
+}
