@@ -1,0 +1,60 @@
+// What a collective costs: an alpha-beta model per algorithm, after NCCL's own
+// tuning model (src/graph/tuning.cc, ncclTopoTuneModel / ncclTopoGetAlgoTime):
+//
+//   time = latency + bus_factor * S / bus_bandwidth
+//
+// with S the buffer size as nccl-tests counts it (the whole array for
+// all_gather and reduce_scatter) and bus_factor nccl-tests' doc/PERFORMANCE.md
+// conversion: all_reduce 2(n-1)/n, all_gather and reduce_scatter (n-1)/n,
+// broadcast, reduce and send/recv 1.
+//
+// Ring:  latency = base + (steps - inter_steps) * intra_hop + inter_steps * inter_hop,
+//        steps = 2(n-1) for all_reduce, n-1 for all_gather/reduce_scatter/broadcast/reduce,
+//        inter_steps the same counts over nodes (NCCL: nsteps, nInterSteps).
+// Tree (all_reduce only, as in NCCL): latency = base + 2((n/nodes - 1) intra_hop
+//        + ceil(log2 nodes) inter_hop); bandwidth 0.9 x the ring's and an algorithm
+//        bandwidth of half of it (NCCL: busBw *= .9, ratio .5), i.e. 2S / (0.9 B).
+// NVLS (all_reduce inside one node, where the link has nvls_bandwidth):
+//        latency = base + 2 intra_hop, ring bus factor at nvls_bandwidth.
+//
+// The bus bandwidth of a group spanning nodes is bounded by the network: each
+// GPU has its own NIC and NCCL runs one ring per NIC, so a group with k members
+// on every node gets min(NVLink, k x NIC) (nccl-tests#309: 16 H100 on 2 nodes
+// reach ~390 GB/s busbw with NCCL_ALGO=Ring, 8 x 48 GB/s).
+#pragma once
+
+#include "dtsim/hw/topology.hpp"
+
+#include <cstdint>
+#include <string_view>
+
+namespace dtsim::hw {
+
+enum class Collective : std::uint8_t { all_reduce, all_gather, reduce_scatter, broadcast, reduce };
+std::string_view collective_name(Collective c);
+
+// nccl-tests' bus bandwidth factor for `n` ranks.
+double bus_factor(Collective c, int n);
+
+struct CollectiveCost {
+    double seconds = 0;
+    double latency = 0;
+    double bus_bandwidth = 0;  // bytes/s
+    Algorithm algorithm = Algorithm::ring;
+};
+
+// The ring bus bandwidth of a group (see above).
+double group_bus_bandwidth(const Cluster& c, const GroupShape& g);
+
+// `bytes` is S as above. `algorithm` automatic (or the cluster's choice when
+// that is automatic) takes the fastest applicable algorithm; a forced
+// algorithm that does not apply (tree for all_gather, NVLS across nodes) falls
+// back to ring, and the result says which ran.
+CollectiveCost collective_cost(const Cluster& c, Collective coll, double bytes, const GroupShape& g,
+                               Algorithm algorithm = Algorithm::automatic);
+
+// One send/recv of `bytes` between two GPUs: base + hop latency of the level
+// crossed + bytes / that level's p2p bandwidth.
+CollectiveCost p2p_cost(const Cluster& c, double bytes, bool same_node);
+
+}  // namespace dtsim::hw

@@ -1,0 +1,95 @@
+// JSON configs of the hardware world: a cluster, a model, a training setup and
+// a strategy. A config may include others ("include": ["../clusters/x.json"],
+// paths relative to the including file); included files merge first, in
+// order, and the including file's own keys override theirs (objects merge key
+// by key). Units are in the key names: _tflops, _GiB, _TBps, _GBps, _us, _MiB.
+// Every object also accepts "source" and "note" (citations, ignored).
+//
+// Errors name the file a value came from, its JSON path, and what was expected
+// against what was found; unknown keys are rejected with a did-you-mean.
+#pragma once
+
+#include "dtsim/hw/collective_cost.hpp"
+#include "dtsim/hw/topology.hpp"
+#include "dtsim/hw/transformer.hpp"
+#include "dtsim/hw/units.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace dtsim::hw {
+
+// A bad config: "FILE: $.json.path: what is wrong".
+class ConfigError : public std::runtime_error {
+public:
+    ConfigError(std::string file, std::string path, const std::string& message);
+    std::string file;  // the file (or "--set a.b=v") the bad value came from
+    std::string path;  // "$.strategy.tp"
+};
+
+struct TrainingConfig {
+    int global_batch = 1;  // sequences per optimizer step
+    int micro_batch = 1;   // sequences per microbatch on one GPU
+};
+
+struct ModelConfig {
+    std::string kind = "transformer";  // "transformer" or "puzzle" (layers of hidden x hidden weights)
+    TransformerSpec spec;
+};
+
+struct StrategyConfig {
+    std::string name;  // see strategy_names()
+    int dp = 1, tp = 1, pp = 1;  // dp not given: the GPU count / (tp x pp)
+    int microbatches = 0;  // per pipeline and step; 0 = global_batch / (micro_batch x dp)
+    int zero_stage = 0;
+    double bucket_bytes = 25 * kMiB;       // PyTorch DDP bucket_cap_mb default
+    double first_bucket_bytes = 1 * kMiB;  // PyTorch DDP first bucket (dist._DEFAULT_FIRST_BUCKET_BYTES)
+    bool overlap = true;                   // overlap gradient reduction with backward
+    bool prefetch = true;                  // FSDP: all-gather the next layer while computing this one
+    Recompute recompute = Recompute::none;
+    bool sequence_parallel = false;
+    bool flash_attention = false;          // fused attention: no s x s scores kept
+    std::optional<Algorithm> algorithm;    // overrides the cluster's collective algorithm
+    std::string puzzle;                    // name == "puzzle": which puzzle strategy
+};
+
+struct Config {
+    std::string name;
+    std::string file;  // the top-level file
+    Cluster cluster;
+    ModelConfig model;
+    TrainingConfig training;
+    StrategyConfig strategy;
+    nlohmann::json json;  // the merged document, as run
+
+    [[nodiscard]] int gpus() const { return strategy.dp * strategy.tp * strategy.pp; }
+    // Microbatches each pipeline runs per step.
+    [[nodiscard]] int microbatches() const;
+};
+
+// `--set path=value`: path is dotted ("strategy.tp", "$.strategy.tp");
+// value is JSON when it parses as JSON ("4", "true", "\"x\"") and a string otherwise.
+struct Override {
+    std::string path;
+    std::string value;
+};
+Override parse_override(const std::string& text);  // "a.b=v"; throws ConfigError
+
+// The names strategies are registered under (for validation and did-you-mean).
+const std::vector<std::string>& strategy_names();
+
+// Loads, merges, overrides, validates. Throws ConfigError.
+Config load_config(const std::string& path, const std::vector<Override>& overrides = {});
+// The same from a document already in memory; `file` names it in errors.
+Config parse_config(const nlohmann::json& document, const std::string& file,
+                    const std::vector<Override>& overrides = {});
+
+// Levenshtein distance (for did-you-mean).
+int edit_distance(std::string_view a, std::string_view b);
+
+}  // namespace dtsim::hw

@@ -1,0 +1,170 @@
+// A GPU of the hardware world, as a strategy coroutine drives it: a compute
+// stream and a communication stream with their own clocks, collectives over
+// groups that can be started now and awaited later, point-to-point transfers,
+// and memory in bytes with its peak and an out-of-memory verdict.
+//
+//   Task<> step(Device& gpu, Group& dp) {
+//       gpu.compute(hw::ops::backward, 1, 0.010);           // 10 ms on the compute stream
+//       auto h = co_await gpu.all_reduce_start(dp, 25 * kMiB, 1);  // overlaps what follows
+//       gpu.compute(hw::ops::backward, 0, 0.010);
+//       gpu.wait(h);                                        // compute clock = max(clock, end)
+//   }
+//
+// Every operation is recorded as a trace event with its stream, bytes, FLOPs
+// and the rank's memory when it starts.
+#pragma once
+
+#include "dtsim/engine.hpp"
+#include "dtsim/hw/collective_cost.hpp"
+#include "dtsim/hw/group.hpp"
+
+#include <optional>
+#include <string>
+
+namespace dtsim::hw {
+
+class World;
+
+// The operation names of the hardware world (trace-format.md: worlds add their own).
+namespace ops {
+inline const OpCode forward = dtsim::ops::forward;
+inline const OpCode backward = dtsim::ops::backward;
+inline const OpCode loss = dtsim::ops::loss;
+inline const OpCode recompute = OpCode::of("recompute");
+inline const OpCode embedding = OpCode::of("embedding");
+inline const OpCode logits = OpCode::of("logits");
+inline const OpCode optimizer = OpCode::of("optimizer");
+inline const OpCode all_reduce = OpCode::of("all_reduce");
+inline const OpCode all_gather = OpCode::of("all_gather");
+inline const OpCode reduce_scatter = OpCode::of("reduce_scatter");
+inline const OpCode broadcast = OpCode::of("broadcast");
+inline const OpCode reduce = OpCode::of("reduce");
+inline const OpCode send = OpCode::of("send");
+inline const OpCode recv = OpCode::of("recv");
+inline const OpCode model_states = OpCode::of("model_states");  // a memory label, not an event
+OpCode of(Collective c);
+}  // namespace ops
+
+// A transfer in flight: when it occupies its links.
+struct Transfer {
+    double start = 0;
+    double end = 0;
+};
+
+// Where a rank's step time went. compute + comm + idle = step time once the run ends.
+struct TimeSplit {
+    double compute = 0;  // busy on the compute stream
+    double comm = 0;     // blocked on a transfer that was moving (exposed communication)
+    double idle = 0;     // blocked waiting for other ranks (bubbles, stragglers, the tail)
+};
+
+struct MemoryEvent {
+    double bytes = 0;
+    double time = 0;
+    OpCode op;
+    int layer = kNoLayer;
+};
+
+struct MemoryStats {
+    double current = 0;
+    MemoryEvent peak;                 // the largest `current` and the allocation that reached it
+    std::optional<MemoryEvent> oom;   // the first allocation past capacity
+};
+
+class Device {
+public:
+    Device(World& world, Gpu& gpu);
+    Device(const Device&) = delete;
+    Device& operator=(const Device&) = delete;
+
+    [[nodiscard]] int rank() const { return gpu_->rank(); }
+    [[nodiscard]] World& world() const { return *world_; }
+    [[nodiscard]] const Cluster& cluster() const;
+    [[nodiscard]] const GpuSpec& spec() const;
+    [[nodiscard]] Gpu& engine() const { return *gpu_; }
+    // The compute stream's clock.
+    [[nodiscard]] double now() const { return gpu_->clock(); }
+    // When the communication stream is next free.
+    [[nodiscard]] double comm_free() const { return comm_free_; }
+
+    // ---- compute stream: each call advances the compute clock.
+    void compute(OpCode op, int layer, double seconds, double flops = 0, IdSet microbatches = {},
+                 double bytes = 0);
+    // `count` GEMMs (m x k)(k x n) priced by the GPU's GEMM model.
+    void gemm(OpCode op, int layer, double m, double n, double k, DType dtype, double count = 1,
+              IdSet microbatches = {});
+    // Memory-bound work moving `bytes` through HBM.
+    void memory_bound(OpCode op, int layer, double bytes, IdSet microbatches = {});
+
+    // ---- memory, in bytes. `op` and `layer` name the allocation in the peak and OOM verdicts.
+    void allocate(double bytes, OpCode op, int layer = kNoLayer);
+    void release(double bytes);
+    [[nodiscard]] double memory() const { return memory_.current; }
+    [[nodiscard]] const MemoryStats& memory_stats() const { return memory_; }
+
+    // ---- collectives over a group; every member makes the same calls in the same order.
+    // Asynchronous: runs on the communication stream once every member's data
+    // and stream are ready and its links are free. Suspends the coroutine only
+    // until all members have called it; the compute clock does not move.
+    Task<Transfer> start(Collective c, Group& g, double bytes, int layer = kNoLayer);
+    Task<Transfer> all_reduce_start(Group& g, double bytes, int layer = kNoLayer) {
+        return start(Collective::all_reduce, g, bytes, layer);
+    }
+    Task<Transfer> all_gather_start(Group& g, double bytes, int layer = kNoLayer) {
+        return start(Collective::all_gather, g, bytes, layer);
+    }
+    Task<Transfer> reduce_scatter_start(Group& g, double bytes, int layer = kNoLayer) {
+        return start(Collective::reduce_scatter, g, bytes, layer);
+    }
+    // The compute stream waits for a transfer: clock = max(clock, end).
+    void wait(const Transfer& t);
+
+    // Blocking, on the compute stream (as Megatron's tensor-parallel
+    // all-reduces): starts when every member's compute stream reaches it and
+    // the links are free; the compute clock moves to its end.
+    Task<Transfer> run(Collective c, Group& g, double bytes, int layer = kNoLayer);
+    Task<Transfer> all_reduce(Group& g, double bytes, int layer = kNoLayer) {
+        return run(Collective::all_reduce, g, bytes, layer);
+    }
+    Task<Transfer> all_gather(Group& g, double bytes, int layer = kNoLayer) {
+        return run(Collective::all_gather, g, bytes, layer);
+    }
+    Task<Transfer> reduce_scatter(Group& g, double bytes, int layer = kNoLayer) {
+        return run(Collective::reduce_scatter, g, bytes, layer);
+    }
+
+    // ---- point to point. `send` is eager (an isend): the transfer starts when
+    // this rank's data and its send stream are ready and the links are free,
+    // and the sender goes on at once. `recv` suspends until a message from
+    // `src` with `tag` has been sent (messages of one (src, tag) arrive in
+    // order), then the compute clock moves to its arrival.
+    Transfer send(int dst, double bytes, int tag, int layer = kNoLayer, IdSet microbatches = {});
+    Task<> recv(int src, int tag, int layer = kNoLayer, IdSet microbatches = {});
+
+    [[nodiscard]] const TimeSplit& time_split() const { return split_; }
+    // FLOPs this rank executed (recompute included).
+    [[nodiscard]] double flops() const { return flops_; }
+    // Events this rank recorded.
+    [[nodiscard]] std::size_t events() const { return events_; }
+
+private:
+    friend class World;
+    Task<Transfer> arrive(Collective c, Group& g, double bytes, int layer, bool async);
+    // The compute stream blocks until `t` ends: split the wait into idle and comm.
+    void block_on(const Transfer& t);
+    Event& record(OpCode op, int layer, Stream stream, double start, double duration, IdSet batches = {});
+
+    World* world_;
+    Gpu* gpu_;
+    double comm_free_ = 0;  // collective stream
+    double p2p_free_ = 0;   // send stream
+    MemoryStats memory_;
+    TimeSplit split_;
+    double flops_ = 0;
+    std::size_t events_ = 0;
+    // recv: what this rank waits for
+    int want_src_ = -1;
+    int want_tag_ = 0;
+};
+
+}  // namespace dtsim::hw

@@ -1,0 +1,59 @@
+// One GPU's compute and memory: peak FLOP/s per data type, HBM capacity and
+// bandwidth, and how fast a GEMM of a given shape runs.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace dtsim::hw {
+
+enum class DType : std::uint8_t { fp32, tf32, bf16, fp16, fp8 };
+inline constexpr int kDTypes = 5;
+
+std::string_view dtype_name(DType d);
+std::optional<DType> parse_dtype(std::string_view name);
+double bytes_per_element(DType d);  // fp32/tf32 4, bf16/fp16 2, fp8 1
+
+// GEMM time as a roofline with a fixed overhead:
+//
+//   t(m, n, k) = overhead + max(2mnk / (peak * max_efficiency),
+//                               (mk + kn + mn) * element_size / (hbm_bandwidth * bandwidth_fraction))
+//
+// Fitted by least squares on log(TFLOP/s) to the 23 shapes of
+// shared/calibration/gemm.json "h100_bf16_by_shape" (OpenXLA
+// matmul_interpolator_data.h, sm_90), with max_efficiency fixed to that file's
+// best measured shape (794.5 of 989.4 TFLOP/s = 0.803, stas00/ml-engineering):
+// overhead 5.85 us, bandwidth_fraction 0.685. Error of the fit on those shapes:
+// 10.3 % RMS in log space, worst +33.8 % (512x256x4096) and -12.6 %
+// (256x512x256); shapes of 1024^3 and larger are within 7 % but for
+// 2048x512x4096 (+13 %). Other GPUs reuse overhead and bandwidth_fraction with
+// their own max_efficiency (A100 bf16: 271.2 / 312 = 0.869, same source): the
+// shape of the curve is measured on H100 only.
+struct GemmModel {
+    double max_efficiency = 0.803;
+    double overhead_s = 5.85e-6;
+    double bandwidth_fraction = 0.685;
+};
+
+struct GpuSpec {
+    std::string name;
+    std::array<double, kDTypes> peak_flops{};  // dense FLOP/s by DType; 0 = not supported
+    double memory_bytes = 0;                   // HBM capacity
+    double memory_bandwidth = 0;               // HBM bytes/s
+    GemmModel gemm;
+
+    // Throws std::invalid_argument naming the GPU when it has no peak for `d`.
+    [[nodiscard]] double peak(DType d) const;
+    // Seconds for `count` GEMMs (m x k) * (k x n).
+    [[nodiscard]] double gemm_seconds(double m, double n, double k, DType d, double count = 1) const;
+    // Achieved / peak FLOP/s for one such GEMM.
+    [[nodiscard]] double gemm_efficiency(double m, double n, double k, DType d) const;
+    // Memory-bound work (norms, element-wise ops, the optimizer step): bytes
+    // read plus written at the effective bandwidth of the GEMM fit.
+    [[nodiscard]] double memory_seconds(double bytes) const;
+};
+
+}  // namespace dtsim::hw

@@ -1,0 +1,40 @@
+// A communicator over a subset of ranks (a data-, tensor- or pipeline-parallel
+// group, or everyone) with its place in the topology. A collective on a group
+// involves only its members and crosses only the levels its members span.
+#pragma once
+
+#include "dtsim/engine.hpp"
+#include "dtsim/hw/collective_cost.hpp"
+
+#include <string>
+#include <vector>
+
+namespace dtsim::hw {
+
+class World;
+class LinkCalendar;
+
+class Group {
+public:
+    [[nodiscard]] const std::string& name() const { return comm_->name(); }
+    [[nodiscard]] int size() const { return comm_->size(); }
+    [[nodiscard]] const std::vector<int>& members() const { return comm_->members(); }
+    // Position of `rank` in the group (members sorted by rank), or -1.
+    [[nodiscard]] int position(int rank) const { return comm_->position(rank); }
+    [[nodiscard]] const GroupShape& shape() const { return shape_; }
+    [[nodiscard]] Communicator& communicator() const { return *comm_; }
+    // What one collective of `bytes` (nccl-tests' S) costs on this group.
+    [[nodiscard]] CollectiveCost cost(Collective c, double bytes) const;
+
+private:
+    friend class World;
+    friend class Device;
+    Group(World& world, Communicator& comm, GroupShape shape, std::vector<LinkCalendar*> ports)
+        : world_(&world), comm_(&comm), shape_(shape), ports_(std::move(ports)) {}
+    World* world_;
+    Communicator* comm_;
+    GroupShape shape_;
+    std::vector<LinkCalendar*> ports_;  // the link ports its collectives occupy
+};
+
+}  // namespace dtsim::hw

@@ -1,0 +1,88 @@
+// Building blocks of transformer strategies in the hardware world: half
+// layers with the tensor-parallel collectives Megatron-LM puts around them
+// (an all-reduce after the attention block and after the MLP block, forward
+// and backward; all-gather before and reduce-scatter after with sequence
+// parallelism), the model's edges, model states, the optimizer step and
+// DDP-style gradient buckets.
+//
+// Every function takes the GPU first and the rank's job; microbatch `mb`
+// goes into the trace. Memory: layer_forward allocates the activations a
+// layer keeps, layer_backward frees them.
+#pragma once
+
+#include "dtsim/hw/device.hpp"
+#include "dtsim/hw/job.hpp"
+
+#include <vector>
+
+namespace dtsim::hw {
+
+// One half of a layer, forward (op is forward, or recompute when re-run).
+Task<> attention_forward(Device& gpu, const Job& job, int layer, int mb, OpCode op = ops::forward);
+Task<> mlp_forward(Device& gpu, const Job& job, int layer, int mb, OpCode op = ops::forward);
+// Both halves, after allocating the activations the layer keeps for `mb`.
+Task<> layer_forward(Device& gpu, const Job& job, int layer, int mb);
+// The recompute the policy asks for before the backward (nothing for none).
+Task<> recompute(Device& gpu, const Job& job, int layer, int mb);
+Task<> mlp_backward(Device& gpu, const Job& job, int layer, int mb);
+Task<> attention_backward(Device& gpu, const Job& job, int layer, int mb);
+// Recompute, both halves backward, then frees the layer's activations for `mb`.
+Task<> layer_backward(Device& gpu, const Job& job, int layer, int mb);
+
+// The model's edges (no-ops for a model without a vocabulary).
+Task<> embedding_forward(Device& gpu, const Job& job, int mb);  // first stage; TP all-reduce of the lookup
+void embedding_backward(Device& gpu, const Job& job, int mb);
+void logits_and_loss(Device& gpu, const Job& job, int mb);      // last stage; keeps the fp32 logits
+void logits_backward(Device& gpu, const Job& job, int mb);      // frees them
+
+// Allocates this rank's weights, gradients and optimizer state for the
+// strategy's ZeRO stage over the data-parallel group.
+void load_model_states(Device& gpu, const Job& job);
+// The Adam step over `params` parameters (memory-bound).
+void optimizer_step(Device& gpu, double params);
+
+// PyTorch DDP's gradient buckets (torch/nn/parallel/distributed.py,
+// bucket_cap_mb = 25 and a first bucket of 1 MiB,
+// dist._DEFAULT_FIRST_BUCKET_BYTES): gradients fill buckets in the order the
+// backward produces them; a bucket closes when it reaches its cap, and a
+// tensor larger than the cap fills a bucket alone.
+class GradBuckets {
+public:
+    GradBuckets(double first_cap, double cap) : first_cap_(first_cap), cap_(cap) {}
+    // Adds a tensor's gradient bytes; returns the size of the bucket this closed, or 0.
+    double add(double bytes);
+    // Closes the last, partly filled bucket; returns its size (0 if empty).
+    double flush();
+    [[nodiscard]] int closed() const { return closed_; }
+
+private:
+    double first_cap_, cap_;
+    double current_ = 0;
+    int closed_ = 0;
+};
+
+// Reduces gradients over the data-parallel group bucket by bucket: each
+// bucket starts as soon as it fills when `overlap` is on (during the last
+// backward), or all of them after the backward otherwise. With ZeRO stage >= 1
+// the buckets are reduce-scattered instead of all-reduced. Bucket buffers
+// count as memory while in flight.
+class GradientSync {
+public:
+    GradientSync(Device& gpu, const Job& job);
+    // The backward produced these gradient tensors (bytes each) of `layer`.
+    Task<> ready(const std::vector<double>& tensors, int layer);
+    // Starts what is left and waits for every bucket.
+    Task<> finish();
+    [[nodiscard]] int buckets() const { return buckets_.closed(); }
+
+private:
+    Task<> launch(double bytes, int layer);
+    Device* gpu_;
+    const Job* job_;
+    GradBuckets buckets_;
+    std::vector<std::pair<double, int>> deferred_;  // without overlap: (bucket bytes, layer)
+    std::vector<std::pair<Transfer, double>> pending_;
+    int last_layer_ = kNoLayer;
+};
+
+}  // namespace dtsim::hw

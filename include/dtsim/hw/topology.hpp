@@ -1,0 +1,59 @@
+// A cluster: identical nodes of GPUs, NVLink (or similar) inside a node and a
+// network across nodes. Two levels; every GPU has its own port on each level
+// (NVSwitch inside a node, one NIC per GPU across nodes, as DGX nodes are
+// built), and those ports are where concurrent transfers contend.
+#pragma once
+
+#include "dtsim/hw/gpu.hpp"
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+namespace dtsim::hw {
+
+// NCCL's algorithms (nccl-tests doc/PERFORMANCE.md, NCCL src/graph/tuning.cc).
+// `automatic` picks the fastest of those that apply, as NCCL's tuner does.
+enum class Algorithm : std::uint8_t { automatic, ring, tree, nvls };
+std::string_view algorithm_name(Algorithm a);
+
+// One level of the interconnect, as seen by one GPU.
+struct Link {
+    std::string name;
+    double bandwidth = 0;       // bus bandwidth of large collectives, bytes/s (nccl-tests busbw)
+    double p2p_bandwidth = 0;   // one send/recv stream, bytes/s
+    double hop_latency = 0;     // seconds per algorithm step crossing this level
+    double nvls_bandwidth = 0;  // NVLink SHARP all-reduce bus bandwidth; 0 = not available
+};
+
+enum class Level : std::uint8_t { intra_node = 0, inter_node = 1 };
+
+struct Cluster {
+    std::string name;
+    GpuSpec gpu;
+    int gpus_per_node = 8;
+    int nodes = 1;
+    Link intra_node;
+    Link inter_node;
+    double base_latency = 0;  // seconds added once per collective (NCCL's baseLat)
+    Algorithm algorithm = Algorithm::automatic;
+
+    [[nodiscard]] int gpus() const { return gpus_per_node * nodes; }
+    [[nodiscard]] int node_of(int rank) const { return rank / gpus_per_node; }
+    [[nodiscard]] const Link& link(Level l) const { return l == Level::intra_node ? intra_node : inter_node; }
+};
+
+// Where a group of ranks sits: how many ranks, over how many nodes, and how
+// many members the least and most populated node holds.
+struct GroupShape {
+    int ranks = 1;
+    int nodes = 1;
+    int min_per_node = 1;
+    int max_per_node = 1;
+
+    static GroupShape of(const Cluster& cluster, std::span<const int> members);
+    // Transfers of the group cross NVLink (some node holds two members) / the network.
+    [[nodiscard]] bool uses(Level l) const { return l == Level::intra_node ? max_per_node > 1 : nodes > 1; }
+};
+
+}  // namespace dtsim::hw

@@ -1,0 +1,115 @@
+// The work of a decoder-only transformer, per layer and per microbatch, on one
+// GPU of a tensor-parallel group: FLOPs, parameters, bytes moved and the
+// activation memory a layer keeps for its backward pass.
+#pragma once
+
+#include "dtsim/hw/gpu.hpp"
+
+#include <cstdint>
+#include <string>
+
+namespace dtsim::hw {
+
+enum class Mlp : std::uint8_t { gelu, swiglu };          // 2 matrices (GPT) or 3 (Llama)
+enum class Recompute : std::uint8_t { none, selective, full };
+std::string_view recompute_name(Recompute r);
+
+struct TransformerSpec {
+    std::string name;
+    int layers = 1;
+    int hidden = 512;
+    int heads = 8;
+    int kv_heads = 8;  // grouped-query attention; = heads for multi-head attention
+    int ffn = 2048;
+    int seq = 256;
+    int vocab = 0;     // 0: no embedding / output layer (the puzzle model)
+    DType dtype = DType::bf16;
+    Mlp mlp = Mlp::gelu;
+    bool tied_embeddings = true;
+
+    [[nodiscard]] double head_dim() const { return static_cast<double>(hidden) / heads; }
+    // Weights of one layer: QKV, output projection, MLP, two norms (biases ignored).
+    [[nodiscard]] double params_per_layer() const;
+    // Input embedding plus, when not tied, the output layer.
+    [[nodiscard]] double embedding_params() const;
+    [[nodiscard]] double total_params() const;
+};
+
+// How one layer is split: tensor-parallel degree t, sequence parallelism, recompute policy.
+struct LayerSplit {
+    int micro_batch = 1;
+    int tp = 1;
+    bool sequence_parallel = false;
+    Recompute recompute = Recompute::none;
+    // Fused attention (FlashAttention) never stores the s x s scores: the
+    // 5 a s^2 b term goes, as with selective recompute.
+    bool flash_attention = false;
+};
+
+// Forward FLOPs of one layer for one microbatch on one GPU (each /t):
+//   qkv        2 b s h (h + 2 kv h/a)
+//   attention  2 x 2 b s^2 h x 1/2   (QK^T and AV; causal masking halves both,
+//                                      as FlashAttention's causal kernels skip the upper triangle)
+//   projection 2 b s h^2
+//   mlp        2 b s h ffn x (2 or 3 matrices)
+// Backward is twice the forward; recompute adds a forward (full) or the
+// attention core (selective, Korthikanti et al. 2022 section 5).
+struct LayerFlops {
+    double qkv = 0, attention = 0, projection = 0, mlp = 0;
+    [[nodiscard]] double attention_block() const { return qkv + attention + projection; }
+    [[nodiscard]] double forward() const { return qkv + attention + projection + mlp; }
+};
+LayerFlops layer_flops(const TransformerSpec& m, const LayerSplit& s);
+
+// Output layer (logits) forward FLOPs for one microbatch on one GPU: 2 b s h V / t.
+double logits_flops(const TransformerSpec& m, const LayerSplit& s);
+
+// The model FLOPs of one training step over `samples` sequences: forward and
+// backward (3x forward) of every layer and of the logits, without recompute
+// (the numerator of MFU, PaLM appendix B; attention counted with causal masking).
+double model_flops_per_step(const TransformerSpec& m, double samples);
+
+// Bytes of activations one layer keeps for one microbatch until its backward
+// (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
+// Transformer Models", section 4 and Table 2), for a layer of the general
+// shape with s seq, b microbatch, h hidden, a heads, t = tp:
+//   kept whole on every TP rank (norm inputs, attention and MLP inputs, two
+//   dropout masks):                      10 sbh          (/t with sequence parallelism)
+//   split by TP: Q, K, V and projection input (4 + 4 kv/a) sbh, the MLP's
+//   intermediate ffn-wide tensors (4 or 8) sb ffn                              (/t)
+//   attention core (softmax, its dropout mask and output): 5 a s^2 b           (/t)
+// For GPT (ffn = 4h, kv = a) this is sbh(34 + 5as/h) without parallelism,
+// sbh(10 + 24/t + 5as/(ht)) with TP and sbh/t (34 + 5as/h) with TP+SP, as in
+// the paper. Selective recompute (and fused attention) drops the attention
+// core; full recompute keeps only the layer input, 2sbh (/t with SP).
+double layer_activation_bytes(const TransformerSpec& m, const LayerSplit& s);
+// The layer's activations while its backward runs after a full recompute (what
+// `none` keeps, with or without the attention core as flash_attention says),
+// present for one layer at a time.
+double layer_recompute_peak_bytes(const TransformerSpec& m, const LayerSplit& s);
+// The output layer's fp32 logits kept for the loss on the last stage: 4 s b V / t.
+double logits_activation_bytes(const TransformerSpec& m, const LayerSplit& s);
+
+// Bytes read and written by one layer's memory-bound forward work (norms,
+// residual adds, dropout, the MLP activation) for one microbatch: two bytes
+// per element, per token 10 h-wide passes (/t with SP) and 2 ffn-wide passes
+// for GeLU (read, write) or 5 for SwiGLU (/t).
+double layer_elementwise_bytes(const TransformerSpec& m, const LayerSplit& s);
+
+// Mixed-precision Adam model states per GPU for `params` parameters held by
+// the data-parallel group of `dp` GPUs at ZeRO `stage` (Rajbhandari et al.
+// 2020, ZeRO, section 5): bf16 weights 2, bf16 grads 2, fp32 master weights,
+// momentum and variance 12 bytes per parameter.
+//   stage 0: 16P   stage 1: 4P + 12P/N   stage 2: 2P + 14P/N   stage 3: 16P/N
+struct ModelStateBytes {
+    double weights = 0, grads = 0, optimizer = 0;
+    [[nodiscard]] double total() const { return weights + grads + optimizer; }
+};
+ModelStateBytes zero_model_states(double params, int stage, int dp);
+
+// Bytes the Adam step reads and writes per parameter it updates: fp32 master,
+// momentum and variance read and written (24), the bf16 grad read (2) and the
+// bf16 weight written (2).
+inline constexpr double kAdamBytesPerParam = 28;
+
+}  // namespace dtsim::hw

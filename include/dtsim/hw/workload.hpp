@@ -1,0 +1,56 @@
+// What one GPU does for one transformer layer and one microbatch, priced once
+// per configuration (seconds, FLOPs, bytes), so strategies only replay it.
+#pragma once
+
+#include "dtsim/hw/gpu.hpp"
+#include "dtsim/hw/transformer.hpp"
+
+#include <vector>
+
+namespace dtsim::hw {
+
+struct Work {
+    double seconds = 0;
+    double flops = 0;
+    double bytes = 0;  // HBM bytes of its memory-bound part
+};
+
+struct LayerWork {
+    // The two halves of a layer (Megatron splits a layer into the attention
+    // block and the MLP block, each followed by a tensor-parallel collective):
+    // their GEMMs on the GPU's GEMM model plus their memory-bound work
+    // (layer_elementwise_bytes, and without flash_attention 9 bytes per
+    // attention score for the softmax and its dropout) at the HBM rate.
+    Work attention_forward, mlp_forward;
+    Work attention_backward, mlp_backward;  // twice the forward GEMMs, twice the element-wise bytes
+    Work attention_recompute, mlp_recompute;  // re-run before the backward: all of the forward
+                                              // (full), the attention core (selective) or nothing
+    double tp_bytes = 0;               // S of each tensor-parallel collective: b s h x element size
+    double activation_bytes = 0;       // kept per microbatch until the backward (Korthikanti)
+    double recompute_peak_bytes = 0;   // more while the backward of a fully recomputed layer runs
+    double params = 0;                 // parameters of the layer on one GPU (after TP)
+    // Gradient bytes of the layer's tensors in the order the backward produces
+    // them: MLP (fc2, fc1[, fc3], norm), then attention (proj, qkv, norm).
+    std::vector<double> mlp_grad_tensors, attention_grad_tensors;
+};
+
+struct EdgeWork {
+    Work embedding_forward, embedding_backward;  // first stage: lookup, scatter-add of its grads
+    Work logits_forward, logits_backward;        // last stage: output GEMM
+    Work loss_forward;                           // last stage: softmax cross-entropy
+    double logits_activation_bytes = 0;          // fp32 logits kept for the loss
+    double embedding_params = 0;                 // on one GPU, per copy (after TP)
+    double p2p_bytes = 0;                        // activation (or its gradient) between stages
+};
+
+struct Workload {
+    TransformerSpec model;
+    LayerSplit split;
+    LayerWork layer;
+    EdgeWork edge;
+};
+
+// Prices every operation on `gpu` for `model` split as `split`.
+Workload make_workload(const TransformerSpec& model, const LayerSplit& split, const GpuSpec& gpu);
+
+}  // namespace dtsim::hw

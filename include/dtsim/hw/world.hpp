@@ -1,0 +1,92 @@
+// The hardware world: a simulation of `ranks` GPUs of a cluster, the groups
+// strategies communicate over, and the link ports where transfers contend.
+//
+//   hw::World world(cluster, 16);
+//   hw::Group& dp = world.group({0, 8}, "dp0");
+//   world.run([&](hw::Device& gpu) -> Task<> { ... });
+//   Trace trace = world.take_trace();
+#pragma once
+
+#include "dtsim/engine.hpp"
+#include "dtsim/hw/device.hpp"
+#include "dtsim/hw/group.hpp"
+#include "dtsim/hw/link_calendar.hpp"
+#include "dtsim/hw/topology.hpp"
+
+#include <deque>
+#include <functional>
+#include <memory>
+#include <vector>
+
+namespace dtsim::hw {
+
+class World {
+public:
+    // `ranks` GPUs placed in order on the cluster's nodes (rank r on node r / gpus_per_node).
+    World(Cluster cluster, int ranks);
+    ~World();
+    World(const World&) = delete;
+    World& operator=(const World&) = delete;
+
+    [[nodiscard]] int ranks() const { return sim_.ranks(); }
+    [[nodiscard]] const Cluster& cluster() const { return cluster_; }
+    [[nodiscard]] Simulation& simulation() { return sim_; }
+    Device& device(int rank) { return *devices_.at(static_cast<std::size_t>(rank)); }
+    // A new communicator over `members` (distinct ranks), kept by the world.
+    Group& group(std::vector<int> members, std::string name);
+    Group& everyone() { return *everyone_; }
+    // The collective algorithm (default: the cluster's).
+    void set_algorithm(Algorithm a) { algorithm_ = a; }
+    [[nodiscard]] Algorithm algorithm() const { return algorithm_; }
+
+    // Runs `body(device)` as one coroutine per rank until all finish; rethrows
+    // what the engine throws (ScheduleError, DeadlockError, ...). Once.
+    void run(const std::function<Task<>(Device&)>& body);
+    // The end of the last operation of any rank (after run()).
+    [[nodiscard]] double step_time() const { return step_time_; }
+    // The events (time in s, memory in bytes), summarized; empties the log.
+    Trace take_trace(nlohmann::json meta = nlohmann::json::object());
+
+private:
+    friend class Device;
+    friend class Group;
+    Transfer schedule(Group& g, Collective c, double bytes, double ready, bool async);
+    Transfer schedule_p2p(int src, int dst, double bytes, double ready);
+    LinkCalendar* port(int rank, Level level) {
+        return &ports_[static_cast<std::size_t>(rank) * 2 + static_cast<std::size_t>(level)];
+    }
+    void maybe_forget();
+
+    // The schedule of a collective round, computed by the first member
+    // released and read by every member (slots are reused once all have read).
+    struct RoundSlot {
+        bool done = false;
+        int unread = 0;
+        Transfer transfer;
+    };
+    int acquire_slot(int readers);
+    RoundSlot& slot(int i) { return slots_[static_cast<std::size_t>(i)]; }
+    void release_slot(int i) { free_slots_.push_back(i); }
+
+    struct Message {
+        int src;
+        int tag;
+        double bytes;
+        Transfer transfer;
+    };
+
+    Cluster cluster_;
+    Algorithm algorithm_;
+    Simulation sim_;
+    std::vector<LinkCalendar> ports_;  // per rank: intra-node, inter-node
+    std::vector<std::unique_ptr<Device>> devices_;
+    std::deque<Group> groups_;
+    Group* everyone_ = nullptr;
+    std::vector<std::vector<Message>> inbox_;  // per destination rank
+    std::vector<RoundSlot> slots_;
+    std::vector<int> free_slots_;
+    std::uint64_t schedules_ = 0;
+    double step_time_ = 0;
+};
+
+}  // namespace dtsim::hw

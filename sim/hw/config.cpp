@@ -1,0 +1,558 @@
+#include "dtsim/hw/config.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace dtsim::hw {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+ConfigError::ConfigError(std::string file_, std::string path_, const std::string& message)
+    : std::runtime_error(fmt::format("{}: {}: {}", file_, path_, message)),
+      file(std::move(file_)),
+      path(std::move(path_)) {}
+
+int edit_distance(std::string_view a, std::string_view b) {
+    std::vector<int> prev(b.size() + 1), cur(b.size() + 1);
+    for (std::size_t j = 0; j <= b.size(); ++j) prev[j] = static_cast<int>(j);
+    for (std::size_t i = 1; i <= a.size(); ++i) {
+        cur[0] = static_cast<int>(i);
+        for (std::size_t j = 1; j <= b.size(); ++j)
+            cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+        std::swap(prev, cur);
+    }
+    return prev[b.size()];
+}
+
+int Config::microbatches() const {
+    if (strategy.microbatches > 0) return strategy.microbatches;
+    return training.global_batch / (training.micro_batch * strategy.dp);
+}
+
+const std::vector<std::string>& strategy_names() {
+    static const std::vector<std::string> names{"ddp", "fsdp", "megatron", "gpipe", "1f1b", "puzzle"};
+    return names;
+}
+
+namespace {
+
+// ------------------------------------------------------------------ document
+
+// The merged document and the file each value came from, by JSON pointer.
+struct Document {
+    json root = json::object();
+    std::map<std::string, std::string> origin;
+
+    [[nodiscard]] std::string origin_of(std::string pointer) const {
+        for (;;) {
+            if (auto it = origin.find(pointer); it != origin.end()) return it->second;
+            if (pointer.empty()) return "<config>";
+            pointer.erase(pointer.rfind('/'));
+        }
+    }
+    void forget_below(const std::string& pointer) {
+        const std::string prefix = pointer + "/";
+        for (auto it = origin.lower_bound(prefix); it != origin.end() && it->first.rfind(prefix, 0) == 0;)
+            it = origin.erase(it);
+    }
+};
+
+std::string escape_key(const std::string& k) {
+    std::string out;
+    for (char c : k) {
+        if (c == '~')
+            out += "~0";
+        else if (c == '/')
+            out += "~1";
+        else
+            out += c;
+    }
+    return out;
+}
+
+// Merges `src` (with its origins) into `dst` at `pointer`: objects key by key, anything else replaces.
+void merge(Document& dst, json& into, const Document& src, const json& from, const std::string& pointer) {
+    for (const auto& [k, v] : from.items()) {
+        const std::string child = pointer + "/" + escape_key(k);
+        auto it = into.find(k);
+        if (it != into.end() && it->is_object() && v.is_object()) {
+            merge(dst, *it, src, v, child);
+            continue;
+        }
+        into[k] = v;
+        dst.forget_below(child);
+        dst.origin[child] = src.origin_of(child);
+        const std::string prefix = child + "/";
+        for (auto o = src.origin.lower_bound(prefix); o != src.origin.end() && o->first.rfind(prefix, 0) == 0; ++o)
+            dst.origin[o->first] = o->second;
+    }
+}
+
+std::string describe(const json& j) {
+    switch (j.type()) {
+        case json::value_t::null: return "null";
+        case json::value_t::boolean: return j.get<bool>() ? "true" : "false";
+        case json::value_t::string: return fmt::format("\"{}\" (a string)", j.get<std::string>());
+        case json::value_t::object: return "an object";
+        case json::value_t::array: return "an array";
+        default: return j.dump();
+    }
+}
+
+std::string display(const fs::path& p) { return p.lexically_normal().generic_string(); }
+
+Document load_file(const fs::path& path, std::vector<fs::path>& stack) {
+    const std::string name = display(path);
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw ConfigError(name, "$", "cannot open the file");
+    std::stringstream text;
+    text << in.rdbuf();
+    json j;
+    try {
+        j = json::parse(text.str());
+    } catch (const json::parse_error& e) {
+        // nlohmann reports a byte offset; turn it into a line and column.
+        const std::string s = text.str();
+        const std::size_t upto = std::min<std::size_t>(e.byte, s.size());
+        const auto line = 1 + std::count(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(upto), '\n');
+        const auto nl = s.rfind('\n', upto == 0 ? 0 : upto - 1);
+        const auto col = nl == std::string::npos ? upto : upto - nl - 1;
+        throw ConfigError(name, "$", fmt::format("invalid JSON at line {}, column {}", line, col));
+    }
+    if (!j.is_object()) throw ConfigError(name, "$", fmt::format("expected an object, found {}", describe(j)));
+
+    Document doc;
+    doc.origin[""] = name;
+    stack.push_back(fs::weakly_canonical(path));
+    if (auto inc = j.find("include"); inc != j.end()) {
+        std::vector<std::string> files;
+        if (inc->is_string()) {
+            files.push_back(inc->get<std::string>());
+        } else if (inc->is_array()) {
+            for (std::size_t i = 0; i < inc->size(); ++i) {
+                if (!(*inc)[i].is_string())
+                    throw ConfigError(name, fmt::format("$.include[{}]", i),
+                                      fmt::format("expected a file name, found {}", describe((*inc)[i])));
+                files.push_back((*inc)[i].get<std::string>());
+            }
+        } else {
+            throw ConfigError(name, "$.include",
+                              fmt::format("expected a file name or an array of them, found {}", describe(*inc)));
+        }
+        for (std::size_t i = 0; i < files.size(); ++i) {
+            const fs::path target = path.parent_path() / files[i];
+            const std::string where = inc->is_array() ? fmt::format("$.include[{}]", i) : "$.include";
+            if (!fs::exists(target))
+                throw ConfigError(name, where, fmt::format("included file \"{}\" not found (looked for {})", files[i],
+                                                           display(target)));
+            if (std::find(stack.begin(), stack.end(), fs::weakly_canonical(target)) != stack.end())
+                throw ConfigError(name, where, fmt::format("\"{}\" includes itself (through {})", files[i],
+                                                           display(target)));
+            Document sub = load_file(target, stack);
+            merge(doc, doc.root, sub, sub.root, "");
+        }
+        j.erase("include");
+    }
+    stack.pop_back();
+    Document own;
+    own.root = std::move(j);
+    own.origin[""] = name;
+    merge(doc, doc.root, own, own.root, "");
+    return doc;
+}
+
+std::vector<std::string> split_path(const std::string& dotted) {
+    std::string p = dotted;
+    if (p.rfind("$.", 0) == 0) p.erase(0, 2);
+    std::vector<std::string> out;
+    std::size_t start = 0;
+    for (;;) {
+        const auto dot = p.find('.', start);
+        out.push_back(p.substr(start, dot == std::string::npos ? std::string::npos : dot - start));
+        if (dot == std::string::npos) break;
+        start = dot + 1;
+    }
+    return out;
+}
+
+void apply(Document& doc, const Override& o) {
+    const std::string who = fmt::format("--set {}={}", o.path, o.value);
+    const auto parts = split_path(o.path);
+    json* node = &doc.root;
+    std::string pointer, path = "$";
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+        if (parts[i].empty()) throw ConfigError(who, path, fmt::format("empty key in \"{}\"", o.path));
+        if (node->is_null()) *node = json::object();  // a section no file has yet
+        if (!node->is_object())
+            throw ConfigError(who, path, fmt::format("cannot set \"{}\" inside {}", parts[i], describe(*node)));
+        pointer += "/" + escape_key(parts[i]);
+        path += "." + parts[i];
+        node = &(*node)[parts[i]];
+    }
+    json value = json::parse(o.value, nullptr, false);
+    if (value.is_discarded()) value = o.value;
+    *node = std::move(value);
+    doc.forget_below(pointer);
+    doc.origin[pointer] = who;
+}
+
+// ------------------------------------------------------------------- reading
+
+// A value of the document at a JSON path; reads check type and range and
+// throw ConfigError naming the file the value came from.
+class Node {
+public:
+    Node(const Document& doc, const json& j, std::string path, std::string pointer)
+        : doc_(&doc), j_(&j), path_(std::move(path)), pointer_(std::move(pointer)) {}
+
+    [[nodiscard]] const json& value() const { return *j_; }
+    [[nodiscard]] const std::string& path() const { return path_; }
+    [[nodiscard]] std::string file() const { return doc_->origin_of(pointer_); }
+
+    [[noreturn]] void fail(const std::string& message) const { throw ConfigError(file(), path_, message); }
+    [[noreturn]] void expected(std::string_view what) const {
+        fail(fmt::format("expected {}, found {}", what, describe(*j_)));
+    }
+
+    // Checks this is an object whose keys are all in `allowed` ("source" and "note" always are).
+    void keys(std::initializer_list<std::string_view> allowed) const {
+        if (!j_->is_object()) expected("an object");
+        for (const auto& [k, v] : j_->items()) {
+            if (k == "source" || k == "note") continue;
+            if (std::find(allowed.begin(), allowed.end(), k) != allowed.end()) continue;
+            std::string_view best;
+            int best_d = INT_MAX;
+            for (auto a : allowed) {
+                const int d = edit_distance(k, a);
+                if (d < best_d) best_d = d, best = a;
+            }
+            const Node bad = child_node(k);
+            if (best_d <= std::max<int>(2, static_cast<int>(k.size()) / 3))
+                bad.fail(fmt::format("unknown key \"{}\"; did you mean \"{}\"?", k, best));
+            std::string list;
+            for (auto a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
+            bad.fail(fmt::format("unknown key \"{}\"; the keys here are: {}", k, list));
+        }
+    }
+    [[nodiscard]] bool has(const std::string& k) const { return j_->contains(k); }
+    [[nodiscard]] Node operator[](const std::string& k) const {
+        if (!j_->contains(k)) fail(fmt::format("missing key \"{}\"", k));
+        return child_node(k);
+    }
+
+    [[nodiscard]] int integer(int min = INT_MIN) const {
+        const json& j = *j_;
+        const bool ok = j.is_number_integer() || (j.is_number_float() && std::floor(j.get<double>()) == j.get<double>());
+        if (!ok || j.get<double>() < min || j.get<double>() > INT_MAX)
+            expected(min == 1 ? "a positive integer" : min == 0 ? "an integer >= 0" : fmt::format("an integer >= {}", min));
+        return static_cast<int>(j.get<double>());
+    }
+    [[nodiscard]] double positive() const {
+        if (!j_->is_number() || !(j_->get<double>() > 0)) expected("a positive number");
+        return j_->get<double>();
+    }
+    [[nodiscard]] double non_negative() const {
+        if (!j_->is_number() || !(j_->get<double>() >= 0)) expected("a number >= 0");
+        return j_->get<double>();
+    }
+    [[nodiscard]] double fraction() const {
+        if (!j_->is_number() || !(j_->get<double>() > 0) || j_->get<double>() > 1) expected("a number in (0, 1]");
+        return j_->get<double>();
+    }
+    [[nodiscard]] bool boolean() const {
+        if (!j_->is_boolean()) expected("true or false");
+        return j_->get<bool>();
+    }
+    [[nodiscard]] std::string string() const {
+        if (!j_->is_string()) expected("a string");
+        return j_->get<std::string>();
+    }
+    // One of `choices`; a near miss gets a did-you-mean.
+    [[nodiscard]] std::string choice(const std::vector<std::string>& choices) const {
+        std::string list;
+        for (const auto& c : choices) list += (list.empty() ? "" : ", ") + fmt::format("\"{}\"", c);
+        if (!j_->is_string()) expected(fmt::format("one of {}", list));
+        const std::string s = j_->get<std::string>();
+        if (std::find(choices.begin(), choices.end(), s) != choices.end()) return s;
+        std::string hint;
+        int best_d = INT_MAX;
+        for (const auto& c : choices) {
+            const int d = edit_distance(s, c);
+            if (d < best_d && d <= std::max<int>(2, static_cast<int>(s.size()) / 3)) best_d = d, hint = c;
+        }
+        fail(fmt::format("expected one of {}, found \"{}\"{}", list, s,
+                         hint.empty() ? "" : fmt::format(" (did you mean \"{}\"?)", hint)));
+    }
+
+private:
+    [[nodiscard]] Node child_node(const std::string& k) const {
+        return Node(*doc_, j_->at(k), path_ + "." + k, pointer_ + "/" + escape_key(k));
+    }
+    const Document* doc_;
+    const json* j_;
+    std::string path_;
+    std::string pointer_;
+};
+
+// ------------------------------------------------------ one from_json per struct
+
+void from_json(const Node& n, GemmModel& g) {
+    n.keys({"max_efficiency", "overhead_us", "bandwidth_fraction"});
+    if (n.has("max_efficiency")) g.max_efficiency = n["max_efficiency"].fraction();
+    if (n.has("overhead_us")) g.overhead_s = n["overhead_us"].non_negative() * kMicro;
+    if (n.has("bandwidth_fraction")) g.bandwidth_fraction = n["bandwidth_fraction"].fraction();
+}
+
+void from_json(const Node& n, GpuSpec& g) {
+    n.keys({"name", "peak_tflops", "hbm_GiB", "hbm_TBps", "gemm"});
+    g.name = n.has("name") ? n["name"].string() : "gpu";
+    const Node peaks = n["peak_tflops"];
+    peaks.keys({"fp32", "tf32", "bf16", "fp16", "fp8"});
+    for (const auto& [k, v] : peaks.value().items()) {
+        if (k == "source" || k == "note") continue;
+        g.peak_flops[static_cast<std::size_t>(*parse_dtype(k))] = peaks[k].positive() * kTera;
+    }
+    g.memory_bytes = n["hbm_GiB"].positive() * kGiB;
+    g.memory_bandwidth = n["hbm_TBps"].positive() * kTera;
+    if (n.has("gemm")) from_json(n["gemm"], g.gemm);
+}
+
+void from_json(const Node& n, Link& l) {
+    n.keys({"name", "bandwidth_GBps", "p2p_bandwidth_GBps", "hop_latency_us", "nvls_bandwidth_GBps"});
+    l.name = n.has("name") ? n["name"].string() : "";
+    l.bandwidth = n["bandwidth_GBps"].positive() * kGB;
+    l.p2p_bandwidth = n.has("p2p_bandwidth_GBps") ? n["p2p_bandwidth_GBps"].positive() * kGB : l.bandwidth;
+    l.hop_latency = n["hop_latency_us"].non_negative() * kMicro;
+    l.nvls_bandwidth = n.has("nvls_bandwidth_GBps") ? n["nvls_bandwidth_GBps"].non_negative() * kGB : 0;
+}
+
+Algorithm read_algorithm(const Node& n) {
+    const std::string a = n.choice({"auto", "ring", "tree", "nvls"});
+    if (a == "ring") return Algorithm::ring;
+    if (a == "tree") return Algorithm::tree;
+    if (a == "nvls") return Algorithm::nvls;
+    return Algorithm::automatic;
+}
+
+void from_json(const Node& n, Cluster& c) {
+    n.keys({"name", "gpu", "gpus_per_node", "nodes", "links", "collective_base_latency_us", "algorithm"});
+    c.name = n.has("name") ? n["name"].string() : "cluster";
+    from_json(n["gpu"], c.gpu);
+    c.gpus_per_node = n["gpus_per_node"].integer(1);
+    c.nodes = n["nodes"].integer(1);
+    const Node links = n["links"];
+    links.keys({"intra_node", "inter_node"});
+    from_json(links["intra_node"], c.intra_node);
+    if (links.has("inter_node")) {
+        from_json(links["inter_node"], c.inter_node);
+    } else {
+        if (c.nodes > 1) links.fail("missing key \"inter_node\" (the cluster has more than one node)");
+        c.inter_node = c.intra_node;
+    }
+    c.base_latency = n.has("collective_base_latency_us") ? n["collective_base_latency_us"].non_negative() * kMicro : 0;
+    c.algorithm = n.has("algorithm") ? read_algorithm(n["algorithm"]) : Algorithm::automatic;
+}
+
+void from_json(const Node& n, ModelConfig& m) {
+    const std::string kind = n.has("kind") ? n["kind"].choice({"transformer", "puzzle"}) : "transformer";
+    m.kind = kind;
+    TransformerSpec& s = m.spec;
+    if (kind == "puzzle") {
+        // The puzzle model: LAYERS layers of hidden x hidden weights, batches of seq tokens.
+        n.keys({"name", "kind", "layers", "hidden", "seq", "dtype"});
+        s.name = n.has("name") ? n["name"].string() : "puzzle";
+        s.layers = n["layers"].integer(1);
+        s.hidden = n.has("hidden") ? n["hidden"].integer(1) : 512;
+        s.seq = n.has("seq") ? n["seq"].integer(1) : 256;
+        s.heads = s.kv_heads = 1;
+        s.ffn = s.hidden;
+        s.vocab = 0;
+    } else {
+        n.keys({"name", "kind", "layers", "hidden", "heads", "kv_heads", "ffn", "seq", "vocab", "dtype", "mlp",
+                "tied_embeddings"});
+        s.name = n.has("name") ? n["name"].string() : "model";
+        s.layers = n["layers"].integer(1);
+        s.hidden = n["hidden"].integer(1);
+        s.heads = n["heads"].integer(1);
+        s.kv_heads = n.has("kv_heads") ? n["kv_heads"].integer(1) : s.heads;
+        s.ffn = n.has("ffn") ? n["ffn"].integer(1) : 4 * s.hidden;
+        s.seq = n["seq"].integer(1);
+        s.vocab = n["vocab"].integer(0);
+        s.mlp = n.has("mlp") && n["mlp"].choice({"gelu", "swiglu"}) == "swiglu" ? Mlp::swiglu : Mlp::gelu;
+        s.tied_embeddings = n.has("tied_embeddings") ? n["tied_embeddings"].boolean() : true;
+        if (s.hidden % s.heads != 0)
+            n["hidden"].fail(fmt::format("hidden {} is not divisible by heads {}", s.hidden, s.heads));
+        if (s.heads % s.kv_heads != 0)
+            n["kv_heads"].fail(fmt::format("heads {} is not divisible by kv_heads {}", s.heads, s.kv_heads));
+    }
+    if (n.has("dtype")) s.dtype = *parse_dtype(n["dtype"].choice({"fp32", "tf32", "bf16", "fp16", "fp8"}));
+}
+
+void from_json(const Node& n, TrainingConfig& t) {
+    n.keys({"global_batch", "micro_batch"});
+    t.global_batch = n["global_batch"].integer(1);
+    t.micro_batch = n.has("micro_batch") ? n["micro_batch"].integer(1) : 1;
+}
+
+void from_json(const Node& n, StrategyConfig& s) {
+    n.keys({"name", "dp", "tp", "pp", "microbatches", "zero_stage", "bucket_MiB", "first_bucket_MiB", "overlap",
+            "prefetch", "recompute", "sequence_parallel", "flash_attention", "algorithm", "puzzle"});
+    s.name = n["name"].choice(strategy_names());
+    if (n.has("dp")) s.dp = n["dp"].integer(1);
+    if (n.has("tp")) s.tp = n["tp"].integer(1);
+    if (n.has("pp")) s.pp = n["pp"].integer(1);
+    if (n.has("microbatches")) s.microbatches = n["microbatches"].integer(1);
+    if (n.has("zero_stage")) {
+        s.zero_stage = n["zero_stage"].integer(0);
+        if (s.zero_stage > 3) n["zero_stage"].expected("0, 1, 2 or 3");
+    }
+    if (n.has("bucket_MiB")) s.bucket_bytes = n["bucket_MiB"].positive() * kMiB;
+    if (n.has("first_bucket_MiB")) s.first_bucket_bytes = n["first_bucket_MiB"].positive() * kMiB;
+    if (n.has("overlap")) s.overlap = n["overlap"].boolean();
+    if (n.has("prefetch")) s.prefetch = n["prefetch"].boolean();
+    if (n.has("recompute")) {
+        const std::string r = n["recompute"].choice({"none", "selective", "full"});
+        s.recompute = r == "full" ? Recompute::full : r == "selective" ? Recompute::selective : Recompute::none;
+    }
+    if (n.has("sequence_parallel")) s.sequence_parallel = n["sequence_parallel"].boolean();
+    if (n.has("flash_attention")) s.flash_attention = n["flash_attention"].boolean();
+    if (n.has("algorithm")) s.algorithm = read_algorithm(n["algorithm"]);
+    if (n.has("puzzle")) s.puzzle = n["puzzle"].string();
+}
+
+// Sizes that must agree across sections, explained.
+void validate(const Node& root, Config& c) {
+    const Node st = root["strategy"];
+    const StrategyConfig& s = c.strategy;
+    const TransformerSpec& m = c.model.spec;
+    const int gpus = c.cluster.gpus();
+    auto where = [&](const char* key) { return st.has(key) ? st[key] : st; };
+    // Point at whichever size was overridden on the command line, if one was.
+    const char* culprit = "dp";
+    for (const char* k : {"tp", "pp", "dp"})
+        if (st.has(k) && st[k].file().rfind("--set", 0) == 0) {
+            culprit = k;
+            break;
+        }
+    const std::string machine = fmt::format("the cluster {} has {} GPUs ({} node{} x {} GPUs per node)", c.cluster.name,
+                                            gpus, c.cluster.nodes, c.cluster.nodes == 1 ? "" : "s",
+                                            c.cluster.gpus_per_node);
+    if (s.dp * s.tp * s.pp != gpus) {
+        if (!st.has("dp"))
+            where(culprit).fail(fmt::format("tp x pp = {} x {} = {} does not divide the GPU count: {}; data "
+                                            "parallelism takes the GPUs left over when dp is not given",
+                                            s.tp, s.pp, s.tp * s.pp, machine));
+        where(culprit).fail(fmt::format("tp x pp x dp = {} x {} x {} = {}, but {}; the product must equal the GPU count",
+                                        s.tp, s.pp, s.dp, s.tp * s.pp * s.dp, machine));
+    }
+    if (m.layers % s.pp != 0)
+        where("pp").fail(fmt::format("{} layers cannot be split evenly into {} pipeline stages ({} % {} = {})",
+                                     m.layers, s.pp, m.layers, s.pp, m.layers % s.pp));
+    const bool puzzle_model = c.model.kind == "puzzle";
+    if (puzzle_model != (s.name == "puzzle"))
+        st["name"].fail(puzzle_model ? fmt::format("the puzzle model runs only with strategy \"puzzle\", found \"{}\"", s.name)
+                                     : "strategy \"puzzle\" needs a model of kind \"puzzle\"");
+    if (s.name == "puzzle") {
+        if (s.tp != 1 || s.pp != 1)
+            where("tp").fail("puzzle strategies place their own layers: set dp to the GPU count and leave tp and pp at 1");
+        if (!st.has("puzzle")) st.fail("missing key \"puzzle\" (which puzzle strategy to run)");
+        return;
+    }
+    if (s.tp > 1) {
+        if (m.heads % s.tp != 0)
+            where("tp").fail(fmt::format("{} attention heads cannot be split over tp = {}", m.heads, s.tp));
+        if (m.ffn % s.tp != 0)
+            where("tp").fail(fmt::format("ffn {} cannot be split over tp = {}", m.ffn, s.tp));
+        if (m.kv_heads % s.tp != 0 && s.tp % m.kv_heads != 0)
+            where("tp").fail(fmt::format("{} kv heads cannot be split over (or replicated across) tp = {}",
+                                         m.kv_heads, s.tp));
+    }
+    const TrainingConfig& t = c.training;
+    const Node tr = root["training"];
+    if (t.global_batch % (t.micro_batch * s.dp) != 0)
+        tr["global_batch"].fail(fmt::format(
+            "global batch {} is not a multiple of micro_batch x dp = {} x {} = {}", t.global_batch, t.micro_batch,
+            s.dp, t.micro_batch * s.dp));
+    const int derived = t.global_batch / (t.micro_batch * s.dp);
+    if (s.microbatches > 0 && s.microbatches != derived)
+        st["microbatches"].fail(fmt::format("{} microbatches disagree with the training section: global_batch / "
+                                            "(micro_batch x dp) = {} / ({} x {}) = {}",
+                                            s.microbatches, t.global_batch, t.micro_batch, s.dp, derived));
+    if ((s.name == "ddp" || s.name == "fsdp") && (s.tp != 1 || s.pp != 1))
+        where("tp").fail(fmt::format("strategy \"{}\" is pure data parallelism: tp and pp must be 1 (found tp {}, pp "
+                                     "{}); use \"megatron\", \"gpipe\" or \"1f1b\" to combine them",
+                                     s.name, s.tp, s.pp));
+    if (s.name == "megatron" && s.pp != 1)
+        where("pp").fail(fmt::format("strategy \"megatron\" has no pipeline: pp must be 1, found {}; use \"gpipe\" or "
+                                     "\"1f1b\"",
+                                     s.pp));
+    if (s.name == "fsdp" && st.has("zero_stage") && s.zero_stage != 3)
+        st["zero_stage"].fail(fmt::format("strategy \"fsdp\" is ZeRO stage 3, found {}", s.zero_stage));
+    if (s.name == "ddp" && s.zero_stage != 0)
+        st["zero_stage"].fail(fmt::format("strategy \"ddp\" keeps full replicas (stage 0), found {}; use \"fsdp\"",
+                                          s.zero_stage));
+    if (s.name != "fsdp" && s.zero_stage > 1)
+        st["zero_stage"].fail(fmt::format("strategy \"{}\" supports ZeRO stages 0 and 1 (distributed optimizer), "
+                                          "found {}",
+                                          s.name, s.zero_stage));
+    if (s.sequence_parallel && s.tp == 1) st["sequence_parallel"].fail("sequence parallelism needs tp > 1");
+}
+
+void from_json(const Node& n, Config& c) {
+    n.keys({"name", "cluster", "model", "training", "strategy"});
+    from_json(n["cluster"], c.cluster);
+    from_json(n["model"], c.model);
+    from_json(n["training"], c.training);
+    from_json(n["strategy"], c.strategy);
+    if (c.strategy.name == "fsdp") c.strategy.zero_stage = 3;
+    // Without dp, data parallelism takes the GPUs the other dimensions leave.
+    if (!n["strategy"].has("dp")) {
+        const int model_parallel = c.strategy.tp * c.strategy.pp;
+        c.strategy.dp = c.cluster.gpus() % model_parallel == 0 ? c.cluster.gpus() / model_parallel : 0;
+    }
+    c.name = n.has("name") ? n["name"].string()
+                           : fmt::format("{} / {} / {}", c.model.spec.name, c.cluster.name, c.strategy.name);
+    validate(n, c);
+}
+
+Config finish(Document& doc, const std::string& file, const std::vector<Override>& overrides) {
+    for (const auto& o : overrides) apply(doc, o);
+    Config c;
+    c.file = file;
+    from_json(Node(doc, doc.root, "$", ""), c);
+    c.json = doc.root;
+    return c;
+}
+
+}  // namespace
+
+Override parse_override(const std::string& text) {
+    const auto eq = text.find('=');
+    if (eq == std::string::npos || eq == 0)
+        throw ConfigError("--set " + text, "$", "expected path=value (for example strategy.tp=4)");
+    return Override{text.substr(0, eq), text.substr(eq + 1)};
+}
+
+Config load_config(const std::string& path, const std::vector<Override>& overrides) {
+    std::vector<fs::path> stack;
+    Document doc = load_file(path, stack);
+    return finish(doc, display(path), overrides);
+}
+
+Config parse_config(const nlohmann::json& document, const std::string& file, const std::vector<Override>& overrides) {
+    if (!document.is_object()) throw ConfigError(file, "$", fmt::format("expected an object, found {}", describe(document)));
+    if (document.contains("include")) throw ConfigError(file, "$.include", "includes need a file: use load_config");
+    Document doc;
+    doc.root = document;
+    doc.origin[""] = file;
+    return finish(doc, file, overrides);
+}
+
+}  // namespace dtsim::hw

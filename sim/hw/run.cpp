@@ -1,0 +1,167 @@
+#include "dtsim/hw/run.hpp"
+
+#include "dtsim/hw/job.hpp"
+#include "dtsim/hw/puzzle_costs.hpp"
+#include "dtsim/hw/strategies.hpp"
+#include "dtsim/hw/workload.hpp"
+#include "dtsim/hw/world.hpp"
+#include "dtsim/puzzle/registry.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <stdexcept>
+
+namespace dtsim::hw {
+
+namespace {
+
+std::string describe_op(OpCode op, int layer) {
+    return layer == kNoLayer ? std::string(op.name()) : fmt::format("{} (layer {})", op.name(), layer);
+}
+
+void rates(RunReport& r, const Config& c) {
+    const double denom = r.gpus * r.peak_flops * r.step_time;
+    r.mfu = denom > 0 ? r.model_flops / denom : 0;
+    r.hfu = denom > 0 ? r.hardware_flops / denom : 0;
+    r.tflops_per_gpu = r.step_time > 0 ? r.hardware_flops / r.gpus / r.step_time / kTera : 0;
+    r.tokens_per_second =
+        r.step_time > 0 ? static_cast<double>(c.training.global_batch) * c.model.spec.seq / r.step_time : 0;
+}
+
+RunResult simulate_transformer(const Config& c, const RunOptions& options) {
+    RunResult out;
+    RunReport& r = out.report;
+    const StrategyInfo* strategy = find_hw_strategy(c.strategy.name);
+    if (!strategy) throw std::invalid_argument(fmt::format("no hardware strategy \"{}\"", c.strategy.name));
+    const LayerSplit split{c.training.micro_batch, c.strategy.tp, c.strategy.sequence_parallel, c.strategy.recompute,
+                           c.strategy.flash_attention};
+    const Workload work = make_workload(c.model.spec, split, c.cluster.gpu);
+
+    World world(c.cluster, c.gpus());
+    if (c.strategy.algorithm) world.set_algorithm(*c.strategy.algorithm);
+    const std::vector<Job> jobs = make_jobs(world, c, work);
+    world.run([&](Device& d) { return strategy->run(d, jobs[static_cast<std::size_t>(d.rank())]); });
+
+    r.step_time = world.step_time();
+    r.model_flops = model_flops_per_step(c.model.spec, c.training.global_batch);
+    for (int i = 0; i < world.ranks(); ++i) {
+        const Device& d = world.device(i);
+        r.hardware_flops += d.flops();
+        r.events += d.events();
+        r.split.compute += d.time_split().compute / world.ranks();
+        r.split.comm += d.time_split().comm / world.ranks();
+        r.split.idle += d.time_split().idle / world.ranks();
+        const MemoryStats& m = d.memory_stats();
+        r.rank_peaks.push_back(m.peak.bytes);
+        if (i == 0 || m.peak.bytes > r.peak.bytes)
+            r.peak = MemoryVerdict{i, m.peak.time, describe_op(m.peak.op, m.peak.layer), m.peak.bytes};
+        if (m.oom && (!r.oom || m.oom->time < r.oom->time))
+            r.oom = MemoryVerdict{i, m.oom->time, describe_op(m.oom->op, m.oom->layer), m.oom->bytes};
+    }
+    if (options.keep_trace) {
+        nlohmann::json meta = c.json;
+        meta["config"] = c.name;
+        out.trace = world.take_trace(std::move(meta));
+    }
+    return out;
+}
+
+RunResult simulate_puzzle(const Config& c, const RunOptions& options) {
+    const puzzle::PuzzleInfo* p = puzzle::find_puzzle(c.strategy.puzzle);
+    if (!p) {
+        std::string names;
+        for (const auto& q : puzzle::puzzles()) names += (names.empty() ? "" : ", ") + q.name;
+        throw ConfigError(c.file, "$.strategy.puzzle",
+                          fmt::format("unknown puzzle strategy \"{}\"; the puzzles are: {}", c.strategy.puzzle, names));
+    }
+    const TransformerSpec& m = c.model.spec;
+    Cluster cluster = c.cluster;
+    if (c.strategy.algorithm) cluster.algorithm = *c.strategy.algorithm;
+    const HardwareCosts costs(cluster, c.gpus(), m.hidden, m.seq, m.dtype);
+    nlohmann::json meta = c.json;
+    meta["config"] = c.name;
+    meta["puzzle"] = p->name;
+    auto run = puzzle::run_strategy(p->strategy, m.layers, c.training.global_batch, c.gpus(), costs, std::move(meta));
+
+    RunResult out;
+    RunReport& r = out.report;
+    out.trace = std::move(run.trace);
+    out.trace.memory_capacity = c.cluster.gpu.memory_bytes;
+    const Trace& t = out.trace;
+    r.step_time = t.summary.makespan;
+    r.model_flops = 3 * costs.forward_flops_per_batch() * m.layers * c.training.global_batch;
+    r.hardware_flops = r.model_flops;
+    for (const auto& rank : t.ranks) {
+        double peak = 0;
+        for (const auto& e : rank.events) peak = std::max(peak, e.memory);
+        r.rank_peaks.push_back(peak);
+        TimeSplit s;
+        for (const auto& e : rank.events) {
+            const OpKind k = op_kind(e.op);
+            if (k == OpKind::collective || k == OpKind::p2p)
+                s.comm += e.duration;
+            else
+                s.compute += e.duration;
+        }
+        s.idle = std::max(0.0, r.step_time - s.compute - s.comm);
+        r.split.compute += s.compute / static_cast<double>(t.ranks.size());
+        r.split.comm += s.comm / static_cast<double>(t.ranks.size());
+        r.split.idle += s.idle / static_cast<double>(t.ranks.size());
+    }
+    r.peak = MemoryVerdict{t.summary.max_memory_rank, t.summary.max_memory_time, "", t.summary.max_memory};
+    for (const auto& e : t.ranks[static_cast<std::size_t>(t.summary.max_memory_rank)].events)
+        if (e.start == t.summary.max_memory_time && e.memory == t.summary.max_memory) {
+            r.peak.op = describe_op(e.op, e.layer);
+            break;
+        }
+    if (r.peak.bytes > c.cluster.gpu.memory_bytes) r.oom = r.peak;
+    r.correct = t.summary.correct;
+    if (run.check_error) r.check_error = *run.check_error;
+    r.events = t.event_count();
+    if (!options.keep_trace) out.trace.ranks.clear();
+    return out;
+}
+
+}  // namespace
+
+RunResult simulate(const Config& c, const RunOptions& options) {
+    const auto t0 = std::chrono::steady_clock::now();
+    RunResult out = c.strategy.name == "puzzle" ? simulate_puzzle(c, options) : simulate_transformer(c, options);
+    RunReport& r = out.report;
+    r.name = c.name;
+    r.strategy = c.strategy.name == "puzzle" ? "puzzle " + c.strategy.puzzle : c.strategy.name;
+    r.gpus = c.gpus();
+    r.peak_flops = c.cluster.gpu.peak(c.model.spec.dtype);
+    r.capacity = c.cluster.gpu.memory_bytes;
+    rates(r, c);
+    r.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return out;
+}
+
+nlohmann::json to_json(const RunReport& r) {
+    auto verdict = [](const MemoryVerdict& v) {
+        return nlohmann::json{{"rank", v.rank}, {"time_s", v.time}, {"op", v.op}, {"bytes", v.bytes}};
+    };
+    nlohmann::json j{{"name", r.name},
+                     {"strategy", r.strategy},
+                     {"gpus", r.gpus},
+                     {"step_time_s", r.step_time},
+                     {"mfu", r.mfu},
+                     {"hfu", r.hfu},
+                     {"tflops_per_gpu", r.tflops_per_gpu},
+                     {"tokens_per_s", r.tokens_per_second},
+                     {"model_flops", r.model_flops},
+                     {"hardware_flops", r.hardware_flops},
+                     {"time_split_s", {{"compute", r.split.compute}, {"exposed_comm", r.split.comm}, {"idle", r.split.idle}}},
+                     {"memory", {{"capacity_bytes", r.capacity}, {"peak", verdict(r.peak)}, {"oom", nullptr}}},
+                     {"events", r.events},
+                     {"wall_s", r.wall_seconds}};
+    if (r.oom) j["memory"]["oom"] = verdict(*r.oom);
+    if (r.correct) j["correct"] = *r.correct;
+    if (!r.check_error.empty()) j["check_error"] = r.check_error;
+    return j;
+}
+
+}  // namespace dtsim::hw

@@ -1,0 +1,47 @@
+// Distributed data parallelism as PyTorch's DistributedDataParallel runs it:
+// full replicas; gradient accumulation over microbatches without
+// synchronisation (no_sync) and, in the last backward, gradients reduced in
+// buckets (1 MiB first, then 25 MiB) that start as soon as they fill, while
+// the backward goes on.
+#include "dtsim/hw/steps.hpp"
+#include "dtsim/hw/strategies.hpp"
+
+namespace dtsim::hw {
+
+Task<> ddp(Device& gpu, const Job& job) {
+    const LayerWork& w = job.work->layer;
+    const EdgeWork& e = job.work->edge;
+    // The embeddings' gradient, one tensor (g++ 12 cannot take a braced list inside co_await).
+    const std::vector<double> embedding_grad{bytes_per_element(job.work->model.dtype) * e.embedding_params};
+    load_model_states(gpu, job);
+    GradientSync grads(gpu, job);
+
+    const int M = job.microbatches;
+    for (int mb = 0; mb < M; ++mb) {
+        const bool sync = mb == M - 1;
+        // Forward
+        co_await embedding_forward(gpu, job, mb);
+        for (int l = 0; l < job.layers; ++l) co_await layer_forward(gpu, job, l, mb);
+        logits_and_loss(gpu, job, mb);
+
+        // Backward; each half layer's gradients join the buckets as they are produced.
+        logits_backward(gpu, job, mb);
+        if (sync && !job.work->model.tied_embeddings) co_await grads.ready(embedding_grad, kNoLayer);
+        for (int l = job.layers - 1; l >= 0; --l) {
+            co_await recompute(gpu, job, l, mb);
+            co_await mlp_backward(gpu, job, l, mb);
+            if (sync) co_await grads.ready(w.mlp_grad_tensors, l);
+            co_await attention_backward(gpu, job, l, mb);
+            if (sync) co_await grads.ready(w.attention_grad_tensors, l);
+            gpu.release(w.activation_bytes + w.recompute_peak_bytes);
+        }
+        embedding_backward(gpu, job, mb);
+        if (sync && e.embedding_params > 0) co_await grads.ready(embedding_grad, kNoLayer);
+    }
+
+    // Update
+    co_await grads.finish();
+    optimizer_step(gpu, job.params());
+}
+
+}  // namespace dtsim::hw

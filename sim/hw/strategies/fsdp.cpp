@@ -1,0 +1,99 @@
+// Fully sharded data parallelism (ZeRO-3, PyTorch FSDP with one unit per
+// layer): every rank keeps 1/N of the weights, gradients and optimizer state;
+// a layer's weights are all-gathered before its forward and again before its
+// backward and freed after; its gradients are reduce-scattered after its
+// backward. With prefetch the next layer's all-gather is started before this
+// layer computes (forward_prefetch, backward_prefetch=BACKWARD_PRE), so it
+// overlaps the computation. The embeddings form the root unit, gathered for
+// the whole step.
+#include "dtsim/hw/steps.hpp"
+#include "dtsim/hw/strategies.hpp"
+
+#include <deque>
+#include <utility>
+
+namespace dtsim::hw {
+
+namespace {
+
+// Allocates the unsharded weights of a unit and starts gathering them.
+Task<Transfer> gather(Device& gpu, const Job& job, double bytes, int layer) {
+    gpu.allocate(bytes, ops::all_gather, layer);
+    if (!job.dp_group) co_return Transfer{gpu.now(), gpu.now()};
+    co_return co_await gpu.all_gather_start(*job.dp_group, bytes, layer);
+}
+
+// Reduce-scatters of gradients in flight; their unsharded buffers are freed once done.
+struct Scatters {
+    std::deque<std::pair<Transfer, double>> pending;
+    void release_done(Device& gpu) {
+        while (!pending.empty() && pending.front().first.end <= gpu.now()) {
+            gpu.release(pending.front().second);
+            pending.pop_front();
+        }
+    }
+    void drain(Device& gpu) {
+        for (const auto& [t, bytes] : pending) {
+            gpu.wait(t);
+            gpu.release(bytes);
+        }
+        pending.clear();
+    }
+};
+
+Task<> scatter(Device& gpu, const Job& job, Scatters& s, double bytes, int layer) {
+    gpu.allocate(bytes, ops::reduce_scatter, layer);
+    Transfer t{gpu.now(), gpu.now()};
+    if (job.dp_group) t = co_await gpu.reduce_scatter_start(*job.dp_group, bytes, layer);
+    s.pending.emplace_back(t, bytes);
+}
+
+}  // namespace
+
+Task<> fsdp(Device& gpu, const Job& job) {
+    const int L = job.layers;
+    const bool prefetch = job.strategy().prefetch;
+    const double layer_bytes = bytes_per_element(job.work->model.dtype) * job.work->layer.params;
+    const double root_bytes = bytes_per_element(job.work->model.dtype) * (job.params() - L * job.work->layer.params);
+    load_model_states(gpu, job);
+    Scatters scatters;
+
+    if (root_bytes > 0) gpu.wait(co_await gather(gpu, job, root_bytes, kNoLayer));
+    for (int mb = 0; mb < job.microbatches; ++mb) {
+        // Forward
+        co_await embedding_forward(gpu, job, mb);
+        Transfer next = co_await gather(gpu, job, layer_bytes, 0);
+        for (int l = 0; l < L; ++l) {
+            const Transfer current = next;
+            if (prefetch && l + 1 < L) next = co_await gather(gpu, job, layer_bytes, l + 1);
+            gpu.wait(current);
+            co_await layer_forward(gpu, job, l, mb);
+            gpu.release(layer_bytes);  // reshard after forward
+            if (!prefetch && l + 1 < L) next = co_await gather(gpu, job, layer_bytes, l + 1);
+        }
+        logits_and_loss(gpu, job, mb);
+
+        // Backward
+        logits_backward(gpu, job, mb);
+        next = co_await gather(gpu, job, layer_bytes, L - 1);
+        for (int l = L - 1; l >= 0; --l) {
+            const Transfer current = next;
+            if (prefetch && l > 0) next = co_await gather(gpu, job, layer_bytes, l - 1);
+            gpu.wait(current);
+            co_await layer_backward(gpu, job, l, mb);
+            gpu.release(layer_bytes);
+            co_await scatter(gpu, job, scatters, layer_bytes, l);
+            scatters.release_done(gpu);
+            if (!prefetch && l > 0) next = co_await gather(gpu, job, layer_bytes, l - 1);
+        }
+        embedding_backward(gpu, job, mb);
+        if (root_bytes > 0) co_await scatter(gpu, job, scatters, root_bytes, kNoLayer);
+    }
+
+    // Update: each rank steps its own shard.
+    scatters.drain(gpu);
+    if (root_bytes > 0) gpu.release(root_bytes);
+    optimizer_step(gpu, job.params() / job.dp);
+}
+
+}  // namespace dtsim::hw

@@ -1,0 +1,172 @@
+#include "dtsim/hw/steps.hpp"
+
+#include "dtsim/hw/transformer.hpp"
+
+namespace dtsim::hw {
+
+namespace {
+
+void run_work(Device& gpu, OpCode op, int layer, const Work& w, int mb) {
+    if (w.seconds > 0) gpu.compute(op, layer, w.seconds, w.flops, IdSet::single(mb), w.bytes);
+}
+
+bool sp(const Job& job) { return job.strategy().sequence_parallel; }
+
+// Megatron's collectives around a block, for a rank with a tensor-parallel
+// group. Forward: an all-reduce after it, or with sequence parallelism an
+// all-gather before and a reduce-scatter after; the backward mirrors them.
+// Plain functions returning the collective's task: no coroutine frame of their own.
+Task<Transfer> tp_before(Device& gpu, const Job& job, int layer) {
+    return gpu.all_gather(*job.tp_group, job.work->layer.tp_bytes, layer);
+}
+Task<Transfer> tp_after(Device& gpu, const Job& job, int layer) {
+    if (sp(job)) return gpu.reduce_scatter(*job.tp_group, job.work->layer.tp_bytes, layer);
+    return gpu.all_reduce(*job.tp_group, job.work->layer.tp_bytes, layer);
+}
+
+// A block of work with its tensor-parallel collectives.
+Task<> block(Device& gpu, const Job& job, OpCode op, int layer, const Work& w, int mb) {
+    if (!job.tp_group) {
+        run_work(gpu, op, layer, w, mb);
+        co_return;
+    }
+    if (sp(job)) co_await tp_before(gpu, job, layer);
+    run_work(gpu, op, layer, w, mb);
+    co_await tp_after(gpu, job, layer);
+}
+
+}  // namespace
+
+Task<> attention_forward(Device& gpu, const Job& job, int layer, int mb, OpCode op) {
+    return block(gpu, job, op, layer, job.work->layer.attention_forward, mb);
+}
+
+Task<> mlp_forward(Device& gpu, const Job& job, int layer, int mb, OpCode op) {
+    return block(gpu, job, op, layer, job.work->layer.mlp_forward, mb);
+}
+
+Task<> layer_forward(Device& gpu, const Job& job, int layer, int mb) {
+    gpu.allocate(job.work->layer.activation_bytes, ops::forward, layer);
+    co_await attention_forward(gpu, job, layer, mb);
+    co_await mlp_forward(gpu, job, layer, mb);
+}
+
+Task<> recompute(Device& gpu, const Job& job, int layer, int mb) {
+    const LayerWork& w = job.work->layer;
+    switch (job.strategy().recompute) {
+        case Recompute::none: break;
+        case Recompute::selective: run_work(gpu, ops::recompute, layer, w.attention_recompute, mb); break;
+        case Recompute::full:
+            gpu.allocate(w.recompute_peak_bytes, ops::recompute, layer);
+            co_await attention_forward(gpu, job, layer, mb, ops::recompute);
+            co_await mlp_forward(gpu, job, layer, mb, ops::recompute);
+            break;
+    }
+}
+
+Task<> mlp_backward(Device& gpu, const Job& job, int layer, int mb) {
+    return block(gpu, job, ops::backward, layer, job.work->layer.mlp_backward, mb);
+}
+
+Task<> attention_backward(Device& gpu, const Job& job, int layer, int mb) {
+    return block(gpu, job, ops::backward, layer, job.work->layer.attention_backward, mb);
+}
+
+Task<> layer_backward(Device& gpu, const Job& job, int layer, int mb) {
+    co_await recompute(gpu, job, layer, mb);
+    co_await mlp_backward(gpu, job, layer, mb);
+    co_await attention_backward(gpu, job, layer, mb);
+    gpu.release(job.work->layer.activation_bytes + job.work->layer.recompute_peak_bytes);
+}
+
+Task<> embedding_forward(Device& gpu, const Job& job, int mb) {
+    const EdgeWork& e = job.work->edge;
+    if (e.embedding_forward.seconds <= 0) co_return;
+    run_work(gpu, ops::embedding, kNoLayer, e.embedding_forward, mb);
+    // Megatron's vocabulary-parallel embedding sums the ranks' partial lookups.
+    if (job.tp_group) co_await gpu.all_reduce(*job.tp_group, job.work->layer.tp_bytes, kNoLayer);
+}
+
+void embedding_backward(Device& gpu, const Job& job, int mb) {
+    run_work(gpu, ops::embedding, kNoLayer, job.work->edge.embedding_backward, mb);
+}
+
+void logits_and_loss(Device& gpu, const Job& job, int mb) {
+    const EdgeWork& e = job.work->edge;
+    if (e.logits_forward.seconds <= 0) return;
+    gpu.allocate(e.logits_activation_bytes, ops::logits, kNoLayer);
+    run_work(gpu, ops::logits, kNoLayer, e.logits_forward, mb);
+    run_work(gpu, ops::loss, kNoLayer, e.loss_forward, mb);
+}
+
+void logits_backward(Device& gpu, const Job& job, int mb) {
+    const EdgeWork& e = job.work->edge;
+    if (e.logits_forward.seconds <= 0) return;
+    run_work(gpu, ops::logits, kNoLayer, e.logits_backward, mb);
+    gpu.release(e.logits_activation_bytes);
+}
+
+void load_model_states(Device& gpu, const Job& job) {
+    const ModelStateBytes s = zero_model_states(job.params(), job.strategy().zero_stage, job.dp);
+    gpu.allocate(s.total(), ops::model_states);
+}
+
+void optimizer_step(Device& gpu, double params) {
+    gpu.memory_bound(ops::optimizer, kNoLayer, params * kAdamBytesPerParam);
+}
+
+// ---------------------------------------------------------------- gradients
+
+double GradBuckets::add(double bytes) {
+    current_ += bytes;
+    const double cap = closed_ == 0 ? first_cap_ : cap_;
+    if (current_ < cap) return 0;
+    const double b = current_;
+    current_ = 0;
+    ++closed_;
+    return b;
+}
+
+double GradBuckets::flush() {
+    const double b = current_;
+    current_ = 0;
+    if (b > 0) ++closed_;
+    return b;
+}
+
+GradientSync::GradientSync(Device& gpu, const Job& job)
+    : gpu_(&gpu), job_(&job), buckets_(job.strategy().first_bucket_bytes, job.strategy().bucket_bytes) {}
+
+Task<> GradientSync::launch(double bytes, int layer) {
+    gpu_->allocate(bytes, ops::of(Collective::all_reduce), layer);  // the bucket buffer
+    const Collective c = job_->strategy().zero_stage >= 1 ? Collective::reduce_scatter : Collective::all_reduce;
+    const Transfer t = co_await gpu_->start(c, *job_->dp_group, bytes, layer);
+    pending_.emplace_back(t, bytes);
+}
+
+Task<> GradientSync::ready(const std::vector<double>& tensors, int layer) {
+    if (!job_->dp_group) co_return;
+    last_layer_ = layer;
+    for (double t : tensors) {
+        const double b = buckets_.add(t);
+        if (b <= 0) continue;
+        if (job_->strategy().overlap)
+            co_await launch(b, layer);
+        else
+            deferred_.emplace_back(b, layer);
+    }
+}
+
+Task<> GradientSync::finish() {
+    if (!job_->dp_group) co_return;
+    if (const double b = buckets_.flush(); b > 0) deferred_.emplace_back(b, last_layer_);
+    for (const auto& [bytes, layer] : deferred_) co_await launch(bytes, layer);
+    deferred_.clear();
+    for (const auto& [t, bytes] : pending_) {
+        gpu_->wait(t);
+        gpu_->release(bytes);
+    }
+    pending_.clear();
+}
+
+}  // namespace dtsim::hw

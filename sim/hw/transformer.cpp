@@ -1,0 +1,111 @@
+#include "dtsim/hw/transformer.hpp"
+
+#include <fmt/format.h>
+
+#include <stdexcept>
+
+namespace dtsim::hw {
+
+std::string_view recompute_name(Recompute r) {
+    switch (r) {
+        case Recompute::none: return "none";
+        case Recompute::selective: return "selective";
+        case Recompute::full: return "full";
+    }
+    return "?";
+}
+
+namespace {
+double mlp_matrices(const TransformerSpec& m) { return m.mlp == Mlp::gelu ? 2 : 3; }
+double kv_ratio(const TransformerSpec& m) { return static_cast<double>(m.kv_heads) / m.heads; }
+}  // namespace
+
+double TransformerSpec::params_per_layer() const {
+    const double h = hidden;
+    const double qkv = h * h * (1 + 2 * kv_ratio(*this));
+    const double proj = h * h;
+    const double mlp_weights = mlp_matrices(*this) * h * ffn;
+    const double norms = 2 * h;
+    return qkv + proj + mlp_weights + norms;
+}
+
+double TransformerSpec::embedding_params() const {
+    const double e = static_cast<double>(vocab) * hidden;
+    return tied_embeddings ? e : 2 * e;
+}
+
+double TransformerSpec::total_params() const { return layers * params_per_layer() + embedding_params(); }
+
+LayerFlops layer_flops(const TransformerSpec& m, const LayerSplit& s) {
+    const double b = s.micro_batch, S = m.seq, h = m.hidden, t = s.tp;
+    LayerFlops f;
+    f.qkv = 2 * b * S * h * h * (1 + 2 * kv_ratio(m)) / t;
+    f.attention = 2 * b * S * S * h / t;  // 2 GEMMs x 2bs^2h, halved by the causal mask
+    f.projection = 2 * b * S * h * h / t;
+    f.mlp = 2 * b * S * h * m.ffn * mlp_matrices(m) / t;
+    return f;
+}
+
+double logits_flops(const TransformerSpec& m, const LayerSplit& s) {
+    return 2.0 * s.micro_batch * m.seq * m.hidden * m.vocab / s.tp;
+}
+
+double model_flops_per_step(const TransformerSpec& m, double samples) {
+    const LayerSplit one{1, 1, false, Recompute::none};
+    const double forward = m.layers * layer_flops(m, one).forward() + logits_flops(m, one);
+    return 3 * forward * samples;
+}
+
+double layer_activation_bytes(const TransformerSpec& m, const LayerSplit& s) {
+    const double b = s.micro_batch, S = m.seq, h = m.hidden, t = s.tp, a = m.heads;
+    const double sbh = S * b * h;
+    const double whole = s.sequence_parallel ? 10 * sbh / t : 10 * sbh;
+    const double split = ((4 + 4 * kv_ratio(m)) * sbh + (m.mlp == Mlp::gelu ? 4 : 8) * S * b * m.ffn) / t;
+    const double core = s.flash_attention ? 0 : 5 * a * S * S * b / t;
+    switch (s.recompute) {
+        case Recompute::none: return whole + split + core;
+        case Recompute::selective: return whole + split;
+        case Recompute::full: return s.sequence_parallel ? 2 * sbh / t : 2 * sbh;
+    }
+    return whole + split + core;
+}
+
+double layer_recompute_peak_bytes(const TransformerSpec& m, const LayerSplit& s) {
+    LayerSplit all = s;
+    all.recompute = Recompute::none;
+    return layer_activation_bytes(m, all);
+}
+
+double logits_activation_bytes(const TransformerSpec& m, const LayerSplit& s) {
+    return 4.0 * m.seq * s.micro_batch * m.vocab / s.tp;
+}
+
+double layer_elementwise_bytes(const TransformerSpec& m, const LayerSplit& s) {
+    const double tokens = static_cast<double>(s.micro_batch) * m.seq;
+    const double h_passes = 10.0 * m.hidden / (s.sequence_parallel ? s.tp : 1);
+    const double f_passes = (m.mlp == Mlp::gelu ? 2.0 : 5.0) * m.ffn / s.tp;
+    return 2 * tokens * (h_passes + f_passes);
+}
+
+ModelStateBytes zero_model_states(double params, int stage, int dp) {
+    if (dp < 1) throw std::invalid_argument(fmt::format("data-parallel size must be at least 1, got {}", dp));
+    const double n = dp;
+    ModelStateBytes b{2 * params, 2 * params, 12 * params};
+    switch (stage) {
+        case 0: break;
+        case 1: b.optimizer /= n; break;
+        case 2:
+            b.optimizer /= n;
+            b.grads /= n;
+            break;
+        case 3:
+            b.optimizer /= n;
+            b.grads /= n;
+            b.weights /= n;
+            break;
+        default: throw std::invalid_argument(fmt::format("ZeRO stage must be 0, 1, 2 or 3, got {}", stage));
+    }
+    return b;
+}
+
+}  // namespace dtsim::hw

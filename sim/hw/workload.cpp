@@ -1,0 +1,77 @@
+#include "dtsim/hw/workload.hpp"
+
+namespace dtsim::hw {
+
+namespace {
+Work times(const Work& w, double k) { return Work{w.seconds * k, w.flops * k, w.bytes * k}; }
+}  // namespace
+
+Workload make_workload(const TransformerSpec& m, const LayerSplit& s, const GpuSpec& gpu) {
+    Workload w;
+    w.model = m;
+    w.split = s;
+    const DType d = m.dtype;
+    const double el = bytes_per_element(d);
+    const double b = s.micro_batch, S = m.seq, h = m.hidden, t = s.tp, a = m.heads;
+    const double hd = m.head_dim(), kv = m.kv_heads, ffn = m.ffn;
+    const double tokens = b * S;
+    const double mlp_in = m.mlp == Mlp::gelu ? 1 : 2;  // SwiGLU fuses gate and up projections
+    const LayerFlops f = layer_flops(m, s);
+
+    // GEMMs of one layer on one GPU (Megatron: QKV and fc1 column-parallel, proj and fc2 row-parallel).
+    const double qkv = gpu.gemm_seconds(tokens, h * (1 + 2 * kv / a) / t, h, d);
+    // Attention core as one batched GEMM per product over b x a/t heads; the causal mask halves it.
+    const double core = 0.5 * (gpu.gemm_seconds(S * b * a / t, S, hd, d) + gpu.gemm_seconds(S * b * a / t, hd, S, d));
+    const double proj = gpu.gemm_seconds(tokens, h, h / t, d);
+    const double fc1 = gpu.gemm_seconds(tokens, mlp_in * ffn / t, h, d);
+    const double fc2 = gpu.gemm_seconds(tokens, h, ffn / t, d);
+
+    const double elementwise = layer_elementwise_bytes(m, s);
+    const double h_bytes = 2 * tokens * 10 * h / (s.sequence_parallel ? t : 1);
+    // Without fused attention the s x s scores go through HBM: softmax reads and
+    // writes them, dropout reads them and writes its output and mask (9 bytes
+    // per score, the full matrix: Megatron's fused masked softmax covers it all).
+    const double scores = s.flash_attention ? 0 : 9 * b * (a / t) * S * S;
+    const double attn_bytes = h_bytes / 2 + scores, mlp_bytes = elementwise - h_bytes / 2;
+
+    LayerWork& L = w.layer;
+    L.attention_forward = {qkv + core + proj + gpu.memory_seconds(attn_bytes), f.attention_block(), attn_bytes};
+    L.mlp_forward = {fc1 + fc2 + gpu.memory_seconds(mlp_bytes), f.mlp, mlp_bytes};
+    L.attention_backward = times(L.attention_forward, 2);
+    L.mlp_backward = times(L.mlp_forward, 2);
+    switch (s.recompute) {
+        case Recompute::full:
+            L.attention_recompute = L.attention_forward;
+            L.mlp_recompute = L.mlp_forward;
+            break;
+        case Recompute::selective:
+            L.attention_recompute = {core, f.attention, 0};
+            break;
+        case Recompute::none: break;
+    }
+    L.tp_bytes = s.tp > 1 ? tokens * h * el : 0;
+    L.activation_bytes = layer_activation_bytes(m, s);
+    L.recompute_peak_bytes = s.recompute == Recompute::full ? layer_recompute_peak_bytes(m, s) : 0;
+    L.params = (m.params_per_layer() - 2 * h) / t + 2 * h;  // norms are replicated
+    // Gradients in bf16, in the order the backward produces them.
+    L.mlp_grad_tensors = {el * h * ffn / t, el * h * ffn * mlp_in / t, el * h};
+    L.attention_grad_tensors = {el * h * h / t, el * h * h * (1 + 2 * kv / a) / t, el * h};
+
+    EdgeWork& E = w.edge;
+    if (m.vocab > 0) {
+        const double v = m.vocab;
+        E.embedding_forward = {gpu.memory_seconds(2 * tokens * h * el), 0, 2 * tokens * h * el};
+        E.embedding_backward = times(E.embedding_forward, 2);
+        E.logits_forward = {gpu.gemm_seconds(tokens, v / t, h, d), logits_flops(m, s), 0};
+        E.logits_backward = times(E.logits_forward, 2);
+        // Softmax cross-entropy over fp32 logits: read, exponentiate, write the gradient.
+        E.loss_forward = {gpu.memory_seconds(12 * tokens * v / t), 0, 12 * tokens * v / t};
+        E.logits_activation_bytes = logits_activation_bytes(m, s);
+        E.embedding_params = v * h / t;
+    }
+    // Megatron's scatter/gather optimization: each TP rank sends 1/t of the activation.
+    E.p2p_bytes = tokens * h * el / t;
+    return w;
+}
+
+}  // namespace dtsim::hw

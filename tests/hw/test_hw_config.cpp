@@ -1,0 +1,161 @@
+// JSON configs: includes, overrides, one from_json per struct, and errors that
+// name the file, the JSON path, and what was expected against what was found.
+#include "dtsim/hw/config.hpp"
+#include "dtsim/hw/run.hpp"
+
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <string>
+
+using namespace dtsim::hw;
+
+namespace {
+
+const std::string kData = DTSIM_HW_TEST_DATA;
+
+std::string error_of(const std::string& file, const std::vector<Override>& overrides = {}) {
+    try {
+        load_config(kData + "/" + file, overrides);
+    } catch (const ConfigError& e) {
+        return e.what();
+    }
+    return "no error";
+}
+
+}  // namespace
+
+TEST_CASE("a config merges its includes, paths relative to the including file") {
+    const Config c = load_config(kData + "/run.json");
+    CHECK(c.cluster.name == "two-nodes");
+    CHECK(c.cluster.gpus() == 16);
+    CHECK(c.cluster.gpu.peak(DType::bf16) == doctest::Approx(989.4e12));
+    CHECK(c.cluster.gpu.memory_bytes == doctest::Approx(80 * kGiB));
+    CHECK(c.cluster.inter_node.bandwidth == doctest::Approx(48e9));
+    CHECK(c.cluster.inter_node.p2p_bandwidth == doctest::Approx(48e9));  // defaults to the bandwidth
+    CHECK(c.model.spec.ffn == 4 * 2048);                                  // default 4h
+    CHECK(c.model.spec.kv_heads == 16);                                   // default: multi-head
+    CHECK(c.strategy.bucket_bytes == doctest::Approx(25 * kMiB));
+    CHECK(c.strategy.first_bucket_bytes == doctest::Approx(1 * kMiB));
+    CHECK(c.microbatches() == 32 / (2 * 4));
+    CHECK(c.name == "small / two-nodes / 1f1b");
+    CHECK(c.json["model"]["hidden"] == 2048);
+}
+
+TEST_CASE("the including file's keys override the included ones, object by object") {
+    const Config c = load_config(kData + "/override.json");
+    CHECK(c.name == "override");
+    CHECK(c.cluster.nodes == 4);
+    CHECK(c.cluster.gpus_per_node == 8);  // kept from the cluster file
+    CHECK(c.strategy.dp == 8);
+    CHECK(c.strategy.tp == 2);  // kept from run.json
+}
+
+TEST_CASE("without dp, data parallelism takes the GPUs left over") {
+    const Config c = load_config(kData + "/parts/cluster.json",
+                                 {parse_override("model={\"layers\": 4, \"hidden\": 1024, \"heads\": 8, \"seq\": 512, "
+                                                 "\"vocab\": 0}"),
+                                  parse_override("training.global_batch=64"), parse_override("strategy.name=1f1b"),
+                                  parse_override("strategy.tp=4"), parse_override("strategy.pp=2")});
+    CHECK(c.strategy.dp == 2);
+    CHECK(error_of("parts/cluster.json", {parse_override("model={\"layers\": 3, \"hidden\": 1024, \"heads\": 8, "
+                                                         "\"seq\": 512, \"vocab\": 0}"),
+                                          parse_override("training.global_batch=64"),
+                                          parse_override("strategy.name=megatron"), parse_override("strategy.tp=3")}) ==
+          "--set strategy.tp=3: $.strategy.tp: tp x pp = 3 x 1 = 3 does not divide the GPU count: the cluster "
+          "two-nodes has 16 GPUs (2 nodes x 8 GPUs per node); data parallelism takes the GPUs left over when dp is "
+          "not given");
+}
+
+TEST_CASE("--set overrides any field after the includes") {
+    const Config c = load_config(kData + "/run.json", {parse_override("strategy.tp=4"), parse_override("strategy.dp=2"),
+                                                       parse_override("$.strategy.recompute=full"),
+                                                       parse_override("name=swept")});
+    CHECK(c.strategy.tp == 4);
+    CHECK(c.strategy.recompute == Recompute::full);  // not JSON: taken as a string
+    CHECK(c.name == "swept");
+    CHECK_THROWS_WITH_AS(parse_override("strategy.tp"), "--set strategy.tp: $: expected path=value (for example strategy.tp=4)",
+                         ConfigError);
+}
+
+TEST_CASE("an unknown key is rejected with a did-you-mean, naming the file and the JSON path") {
+    CHECK(error_of("typo.json") ==
+          kData + "/typo.json: $.strategy.microbatch: unknown key \"microbatch\"; did you mean \"microbatches\"?");
+    CHECK(error_of("run.json", {parse_override("strategy.tpp=2")}) ==
+          "--set strategy.tpp=2: $.strategy.tpp: unknown key \"tpp\"; did you mean \"tp\"?");
+    CHECK(error_of("run.json", {parse_override("strategy.zzzzzzzz=1")}) ==
+          "--set strategy.zzzzzzzz=1: $.strategy.zzzzzzzz: unknown key \"zzzzzzzz\"; the keys here are: name, dp, tp, pp, "
+          "microbatches, zero_stage, bucket_MiB, first_bucket_MiB, overlap, prefetch, recompute, sequence_parallel, "
+          "flash_attention, algorithm, puzzle");
+}
+
+TEST_CASE("an error in an included file names that file") {
+    CHECK(error_of("bad-include.json") == kData +
+                                              "/parts/bad-link.json: $.cluster.links.inter_node.hop_latency: unknown key "
+                                              "\"hop_latency\"; did you mean \"hop_latency_us\"?");
+}
+
+TEST_CASE("a value of the wrong type says what was expected and what was found") {
+    CHECK(error_of("bad-type.json") ==
+          kData + "/bad-type.json: $.strategy.tp: expected a positive integer, found \"eight\" (a string)");
+    CHECK(error_of("run.json", {parse_override("strategy.name=dpp")}) ==
+          "--set strategy.name=dpp: $.strategy.name: expected one of \"ddp\", \"fsdp\", \"megatron\", \"gpipe\", "
+          "\"1f1b\", \"puzzle\", found \"dpp\" (did you mean \"ddp\"?)");
+    CHECK(error_of("run.json", {parse_override("training.global_batch=-4")}) ==
+          "--set training.global_batch=-4: $.training.global_batch: expected a positive integer, found -4");
+    CHECK(error_of("run.json", {parse_override("cluster.gpu.hbm_GiB=0")}) ==
+          "--set cluster.gpu.hbm_GiB=0: $.cluster.gpu.hbm_GiB: expected a positive number, found 0");
+}
+
+TEST_CASE("inconsistent sizes are explained") {
+    CHECK(error_of("wrong-count.json") ==
+          kData + "/wrong-count.json: $.strategy.dp: tp x pp x dp = 2 x 2 x 2 = 8, but the cluster two-nodes has 16 GPUs "
+                  "(2 nodes x 8 GPUs per node); the product must equal the GPU count");
+    CHECK(error_of("wrong-count.json", {parse_override("strategy.pp=1")}) ==
+          "--set strategy.pp=1: $.strategy.pp: tp x pp x dp = 2 x 1 x 2 = 4, but the cluster two-nodes has 16 GPUs "
+          "(2 nodes x 8 GPUs per node); the product must equal the GPU count");
+    CHECK(error_of("uneven-stages.json") ==
+          kData + "/uneven-stages.json: $.strategy.pp: 8 layers cannot be split evenly into 3 pipeline stages (8 % 3 = 2)");
+    CHECK(error_of("run.json", {parse_override("training.global_batch=30")}) ==
+          "--set training.global_batch=30: $.training.global_batch: global batch 30 is not a multiple of micro_batch x "
+          "dp = 2 x 4 = 8");
+    CHECK(error_of("run.json", {parse_override("strategy.microbatches=3")}) ==
+          "--set strategy.microbatches=3: $.strategy.microbatches: 3 microbatches disagree with the training section: "
+          "global_batch / (micro_batch x dp) = 32 / (2 x 4) = 4");
+    CHECK(error_of("run.json", {parse_override("strategy.tp=16"), parse_override("strategy.dp=1"),
+                                parse_override("strategy.pp=1"), parse_override("model.heads=8")}) ==
+          "--set strategy.tp=16: $.strategy.tp: 8 attention heads cannot be split over tp = 16");
+    CHECK(error_of("run.json", {parse_override("strategy.name=ddp")}) ==
+          kData + "/run.json: $.strategy.tp: strategy \"ddp\" is pure data parallelism: tp and pp must be 1 (found tp "
+                  "2, pp 2); use \"megatron\", \"gpipe\" or \"1f1b\" to combine them");
+}
+
+TEST_CASE("missing keys, missing files, include cycles and malformed JSON are errors with a place") {
+    CHECK(error_of("run.json", {parse_override("model={\"layers\": 2}")}) ==
+          "--set model={\"layers\": 2}: $.model: missing key \"hidden\"");
+    CHECK(error_of("missing-include.json") ==
+          kData + "/missing-include.json: $.include[0]: included file \"parts/nosuch.json\" not found (looked for " +
+              kData + "/parts/nosuch.json)");
+    CHECK(error_of("cycle.json") ==
+          kData + "/cycle.json: $.include: \"cycle.json\" includes itself (through " + kData + "/cycle.json)");
+    CHECK(error_of("not-json.json") == kData + "/not-json.json: $: invalid JSON at line 2, column 30");
+    CHECK(error_of("nosuch.json") == kData + "/nosuch.json: $: cannot open the file");
+}
+
+TEST_CASE("edit distance") {
+    CHECK(edit_distance("tpp", "tp") == 1);
+    CHECK(edit_distance("microbatch", "microbatches") == 2);
+    CHECK(edit_distance("", "abc") == 3);
+    CHECK(edit_distance("kitten", "sitting") == 3);
+}
+
+TEST_CASE("every shipped config loads") {
+    int n = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(std::string(DTSIM_CONFIGS) + "/runs")) {
+        if (entry.path().extension() != ".json") continue;
+        CAPTURE(entry.path().string());
+        CHECK_NOTHROW(load_config(entry.path().string()));
+        ++n;
+    }
+    CHECK(n >= 6);
+}

@@ -1,0 +1,192 @@
+// The cost models against known results: nccl-tests' bus-bandwidth formulas,
+// NCCL's latency model, the GEMM fit, transformer FLOPs (Narayanan et al.
+// 2021), activation memory (Korthikanti et al. 2022) and ZeRO's model states
+// (Rajbhandari et al. 2020).
+#include "dtsim/hw/collective_cost.hpp"
+#include "dtsim/hw/transformer.hpp"
+#include "dtsim/hw/units.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+using namespace dtsim::hw;
+
+namespace {
+
+Cluster test_cluster(int nodes = 4) {
+    Cluster c;
+    c.name = "test";
+    c.gpu.name = "gpu";
+    c.gpu.peak_flops[static_cast<std::size_t>(DType::bf16)] = 989.4e12;
+    c.gpu.memory_bytes = 80 * kGiB;
+    c.gpu.memory_bandwidth = 3.35e12;
+    c.gpus_per_node = 8;
+    c.nodes = nodes;
+    c.intra_node = Link{"nvlink", 370e9, 292e9, 4.8e-6, 475e9};
+    c.inter_node = Link{"ib", 48e9, 48e9, 5e-6, 0};
+    c.base_latency = 20e-6;
+    return c;
+}
+
+std::vector<int> iota(int n, int first = 0, int stride = 1) {
+    std::vector<int> v(static_cast<std::size_t>(n));
+    for (int i = 0; i < n; ++i) v[static_cast<std::size_t>(i)] = first + i * stride;
+    return v;
+}
+
+}  // namespace
+
+TEST_CASE("ring all-reduce of S bytes on n ranks takes 2(n-1)/n S/B plus its latency term") {
+    const Cluster c = test_cluster();
+    for (int n : {2, 4, 8}) {
+        const GroupShape g = GroupShape::of(c, iota(n));
+        const double S = 256 * kMiB, B = c.intra_node.bandwidth;
+        const auto cost = collective_cost(c, Collective::all_reduce, S, g, Algorithm::ring);
+        const double latency = c.base_latency + 2 * (n - 1) * c.intra_node.hop_latency;
+        CHECK(cost.algorithm == Algorithm::ring);
+        CHECK(cost.latency == doctest::Approx(latency));
+        CHECK(cost.seconds == doctest::Approx(latency + 2.0 * (n - 1) / n * S / B));
+    }
+}
+
+TEST_CASE("all-gather and reduce-scatter move (n-1)/n of the whole array") {
+    const Cluster c = test_cluster();
+    const GroupShape g = GroupShape::of(c, iota(8));
+    const double S = 1 * kGiB;
+    for (auto coll : {Collective::all_gather, Collective::reduce_scatter}) {
+        const auto cost = collective_cost(c, coll, S, g, Algorithm::ring);
+        CHECK(cost.seconds == doctest::Approx(c.base_latency + 7 * 4.8e-6 + 7.0 / 8 * S / 370e9));
+    }
+    CHECK(bus_factor(Collective::broadcast, 8) == 1);
+    CHECK(bus_factor(Collective::all_reduce, 1) == 0);
+}
+
+TEST_CASE("a group spanning nodes is bounded by the network: k members per node get k NICs") {
+    const Cluster c = test_cluster(4);
+    // One member per node (a data-parallel group next to TP 8): one NIC each.
+    const GroupShape one_per_node = GroupShape::of(c, iota(4, 0, 8));
+    CHECK(one_per_node.nodes == 4);
+    CHECK_FALSE(one_per_node.uses(Level::intra_node));
+    CHECK(group_bus_bandwidth(c, one_per_node) == doctest::Approx(48e9));
+    // Two full nodes: 8 NICs each, but no more than NVLink.
+    const GroupShape two_nodes = GroupShape::of(c, iota(16));
+    CHECK(group_bus_bandwidth(c, two_nodes) == doctest::Approx(std::min(370e9, 8 * 48e9)));
+    // Two members per node.
+    CHECK(group_bus_bandwidth(c, GroupShape::of(c, iota(8, 0, 4))) == doctest::Approx(96e9));
+    // The ring's latency: 2(n-1) steps, 2(nodes-1) of them cross the network.
+    const auto ring = collective_cost(c, Collective::all_reduce, 1e6, two_nodes, Algorithm::ring);
+    CHECK(ring.latency == doctest::Approx(20e-6 + 28 * 4.8e-6 + 2 * 5e-6));
+}
+
+TEST_CASE("tree all-reduce: logarithmic latency, half the bus bandwidth of 0.9 B; auto picks the faster") {
+    Cluster c = test_cluster(64);
+    const GroupShape g = GroupShape::of(c, iota(64, 0, 8));  // 64 nodes, one rank each
+    const auto tree = collective_cost(c, Collective::all_reduce, 1e6, g, Algorithm::tree);
+    CHECK(tree.latency == doctest::Approx(20e-6 + 2 * (0 * 4.8e-6 + 6 * 5e-6)));
+    CHECK(tree.seconds == doctest::Approx(tree.latency + 1e6 / (0.5 * 0.9 * 48e9)));
+    const auto ring = collective_cost(c, Collective::all_reduce, 1e6, g, Algorithm::ring);
+    CHECK(tree.seconds < ring.seconds);  // small message, many ranks
+    CHECK(collective_cost(c, Collective::all_reduce, 1e6, g).algorithm == Algorithm::tree);
+    const auto big = collective_cost(c, Collective::all_reduce, 16 * kGiB, g);
+    CHECK(big.algorithm == Algorithm::ring);  // bandwidth-bound: 2(n-1)/n < 2/0.9
+    // Tree exists only for all-reduce; a forced tree all-gather runs as a ring.
+    CHECK(collective_cost(c, Collective::all_gather, 1e6, g, Algorithm::tree).algorithm == Algorithm::ring);
+}
+
+TEST_CASE("NVLS applies to all-reduce inside one node") {
+    const Cluster c = test_cluster(2);
+    const GroupShape node = GroupShape::of(c, iota(8));
+    const auto v = collective_cost(c, Collective::all_reduce, 1 * kGiB, node, Algorithm::nvls);
+    CHECK(v.algorithm == Algorithm::nvls);
+    CHECK(v.seconds == doctest::Approx(20e-6 + 2 * 4.8e-6 + 1.75 * kGiB / 475e9));
+    CHECK(collective_cost(c, Collective::all_reduce, 1 * kGiB, node).algorithm == Algorithm::nvls);
+    const GroupShape across = GroupShape::of(c, iota(16));
+    CHECK(collective_cost(c, Collective::all_reduce, 1 * kGiB, across, Algorithm::nvls).algorithm == Algorithm::ring);
+}
+
+TEST_CASE("a collective on one rank costs nothing; send/recv pays one hop and the p2p bandwidth") {
+    const Cluster c = test_cluster();
+    CHECK(collective_cost(c, Collective::all_reduce, 1e9, GroupShape::of(c, iota(1))).seconds == 0);
+    CHECK(p2p_cost(c, 1e9, true).seconds == doctest::Approx(20e-6 + 4.8e-6 + 1e9 / 292e9));
+    CHECK(p2p_cost(c, 1e9, false).seconds == doctest::Approx(20e-6 + 5e-6 + 1e9 / 48e9));
+}
+
+TEST_CASE("the GEMM model fits the H100 shapes of gemm.json within its documented error") {
+    // shared/calibration/gemm.json "h100_bf16_by_shape" (OpenXLA matmul_interpolator_data.h, sm_90): m, n, k, TFLOP/s.
+    const double table[][4] = {
+        {256, 512, 256, 12.52},     {256, 256, 1024, 17.85},    {1024, 256, 256, 23.97},   {1024, 256, 512, 41.84},
+        {512, 256, 4096, 92.18},    {512, 512, 2048, 115.31},   {2048, 1024, 256, 139.81}, {1024, 512, 1024, 141.88},
+        {1024, 4096, 256, 214.75},  {4096, 256, 1024, 216.13},  {256, 4096, 1024, 229.04}, {4096, 512, 512, 239.25},
+        {1024, 1024, 1024, 246.72}, {256, 2048, 4096, 288.33},  {1024, 4096, 512, 340.68}, {2048, 512, 4096, 455.75},
+        {2048, 2048, 1024, 492.09}, {1024, 2048, 2048, 526.34}, {512, 4096, 4096, 653.13}, {2048, 1024, 4096, 659.14},
+        {4096, 4096, 1024, 681.09}, {2048, 4096, 2048, 717.5},  {4096, 2048, 4096, 764.09}};
+    GpuSpec h100;
+    h100.name = "H100-SXM";
+    h100.peak_flops[static_cast<std::size_t>(DType::bf16)] = 989.4e12;
+    h100.memory_bandwidth = 3.35e12;
+    double sum = 0, worst = 0;
+    for (const auto& r : table) {
+        const double predicted = 2 * r[0] * r[1] * r[2] / h100.gemm_seconds(r[0], r[1], r[2], DType::bf16) / 1e12;
+        const double e = std::log(predicted / r[3]);
+        sum += e * e;
+        worst = std::max(worst, std::abs(e));
+    }
+    const double rms = std::sqrt(sum / 23);
+    CHECK(rms < 0.104);    // documented: 10.3 %
+    CHECK(worst < 0.295);  // documented: +33.8 % = log 1.338 = 0.291
+    // Large GEMMs approach the best measured efficiency, never exceed it.
+    CHECK(h100.gemm_efficiency(8192, 8192, 8192, DType::bf16) == doctest::Approx(0.803).epsilon(0.02));
+    CHECK(h100.gemm_efficiency(8192, 8192, 8192, DType::bf16) < 0.803);
+}
+
+TEST_CASE("transformer FLOPs follow Megatron's 72 B s l h^2 (1 + s/6h + V/12lh), causal attention halved") {
+    TransformerSpec gpt3{"gpt3-175b", 96, 12288, 96, 96, 49152, 2048, 51200, DType::bf16, Mlp::gelu, true};
+    CHECK(gpt3.total_params() == doctest::Approx(175e9).epsilon(0.01));
+    const double B = 1536, s = 2048, l = 96, h = 12288, V = 51200;
+    const double expected = 72 * B * s * l * h * h * (1 + s / (12 * h) + V / (12 * l * h));
+    CHECK(model_flops_per_step(gpt3, B) == doctest::Approx(expected));
+    // Tensor parallelism divides every GEMM.
+    const LayerFlops one = layer_flops(gpt3, {1, 1});
+    const LayerFlops eight = layer_flops(gpt3, {1, 8});
+    CHECK(eight.forward() * 8 == doctest::Approx(one.forward()));
+    CHECK(one.forward() == doctest::Approx(24 * s * h * h + 2 * s * s * h));
+}
+
+TEST_CASE("activation memory per layer matches Korthikanti et al. 2022, Table 2") {
+    TransformerSpec m{"gpt", 1, 12288, 96, 96, 4 * 12288, 2048, 0, DType::bf16, Mlp::gelu, true};
+    const double s = 2048, b = 2, h = 12288, a = 96, t = 8;
+    const double sbh = s * b * h;
+    auto bytes = [&](int tp, bool sp, Recompute r) {
+        return layer_activation_bytes(m, LayerSplit{2, tp, sp, r, false});
+    };
+    CHECK(bytes(1, false, Recompute::none) == doctest::Approx(sbh * (34 + 5 * a * s / h)));
+    CHECK(bytes(8, false, Recompute::none) == doctest::Approx(sbh * (10 + 24 / t + 5 * a * s / (h * t))));
+    CHECK(bytes(8, true, Recompute::none) == doctest::Approx(sbh / t * (34 + 5 * a * s / h)));
+    CHECK(bytes(8, false, Recompute::selective) == doctest::Approx(sbh * (10 + 24 / t)));
+    CHECK(bytes(8, true, Recompute::selective) == doctest::Approx(sbh * 34 / t));
+    CHECK(bytes(8, false, Recompute::full) == doctest::Approx(2 * sbh));
+    CHECK(bytes(8, true, Recompute::full) == doctest::Approx(2 * sbh / t));
+    // Fused attention keeps no s x s scores, like selective recompute.
+    CHECK(layer_activation_bytes(m, LayerSplit{2, 8, true, Recompute::none, true}) == doctest::Approx(sbh * 34 / t));
+}
+
+TEST_CASE("ZeRO model states per GPU: 16P, 4P + 12P/N, 2P + 14P/N, 16P/N") {
+    const double P = 7.5e9;
+    const int N = 64;
+    CHECK(zero_model_states(P, 0, N).total() == doctest::Approx(16 * P));
+    CHECK(zero_model_states(P, 1, N).total() == doctest::Approx(4 * P + 12 * P / N));
+    CHECK(zero_model_states(P, 2, N).total() == doctest::Approx(2 * P + 14 * P / N));
+    CHECK(zero_model_states(P, 3, N).total() == doctest::Approx(16 * P / N));
+    CHECK_THROWS_WITH_AS(zero_model_states(P, 4, N), "ZeRO stage must be 0, 1, 2 or 3, got 4", std::invalid_argument);
+}
+
+TEST_CASE("times and sizes print through one formatter each") {
+    CHECK(fmt::format("{}", Seconds{1.5}) == "1.500 s");
+    CHECK(fmt::format("{}", Seconds{0.0123}) == "12.300 ms");
+    CHECK(fmt::format("{}", Seconds{4.5e-6}) == "4.500 us");
+    CHECK(fmt::format("{}", Bytes{1.5 * kGiB}) == "1.50 GiB");
+    CHECK(fmt::format("{}", Bytes{3 * kMiB}) == "3.00 MiB");
+}

@@ -1,0 +1,266 @@
+// The Device API: compute and communication streams, collectives started now
+// and awaited later, blocking collectives, point to point, link contention,
+// memory and its verdicts.
+#include "dtsim/hw/link_calendar.hpp"
+#include "dtsim/hw/units.hpp"
+#include "dtsim/hw/world.hpp"
+
+#include <doctest/doctest.h>
+
+#include <vector>
+
+using dtsim::DeadlockError;
+using dtsim::Event;
+using dtsim::IdSet;
+using dtsim::Stream;
+using dtsim::Task;
+using dtsim::Trace;
+using namespace dtsim::hw;
+
+namespace {
+
+Cluster cluster(int nodes = 2) {
+    Cluster c;
+    c.name = "test";
+    c.gpu.name = "gpu";
+    c.gpu.peak_flops[static_cast<std::size_t>(DType::bf16)] = 1e15;
+    c.gpu.memory_bytes = 10 * kGiB;
+    c.gpu.memory_bandwidth = 2e12;
+    c.gpus_per_node = 4;
+    c.nodes = nodes;
+    c.intra_node = Link{"nvlink", 200e9, 100e9, 2e-6, 0};
+    c.inter_node = Link{"ib", 25e9, 25e9, 5e-6, 0};
+    c.base_latency = 10e-6;
+    c.algorithm = Algorithm::ring;
+    return c;
+}
+
+}  // namespace
+
+TEST_CASE("an asynchronous all-reduce starts when the last member is ready and leaves compute alone") {
+    World world(cluster(1), 4);
+    Group& all = world.everyone();
+    const double S = 64 * kMiB;
+    const double cost = all.cost(Collective::all_reduce, S).seconds;
+    std::vector<Transfer> got(4);
+    std::vector<double> before_wait(4), after_wait(4);
+    world.run([&](Device& gpu) -> Task<> {
+        gpu.compute(ops::backward, 0, 0.001 * (gpu.rank() + 1));  // rank 3 is ready last, at 4 ms
+        const Transfer h = co_await gpu.all_reduce_start(all, S, 0);
+        gpu.compute(ops::backward, 1, 0.002);
+        before_wait[static_cast<std::size_t>(gpu.rank())] = gpu.now();
+        gpu.wait(h);
+        after_wait[static_cast<std::size_t>(gpu.rank())] = gpu.now();
+        got[static_cast<std::size_t>(gpu.rank())] = h;
+    });
+    for (int r = 0; r < 4; ++r) {
+        CHECK(got[static_cast<std::size_t>(r)].start == doctest::Approx(0.004));
+        CHECK(got[static_cast<std::size_t>(r)].end == doctest::Approx(0.004 + cost));
+        CHECK(before_wait[static_cast<std::size_t>(r)] == doctest::Approx(0.001 * (r + 1) + 0.002));
+        CHECK(after_wait[static_cast<std::size_t>(r)] ==
+              doctest::Approx(std::max(0.001 * (r + 1) + 0.002, 0.004 + cost)));
+    }
+    CHECK(world.step_time() == doctest::Approx(std::max(0.006, 0.004 + cost)));
+}
+
+TEST_CASE("the time split adds up: compute, exposed communication, idle") {
+    World world(cluster(1), 2);
+    Group& all = world.everyone();
+    const double cost = all.cost(Collective::all_reduce, 1e9).seconds;
+    world.run([&](Device& gpu) -> Task<> {
+        gpu.compute(ops::forward, 0, gpu.rank() == 0 ? 0.010 : 0.004);
+        co_await gpu.all_reduce(all, 1e9, 0);  // blocking: rank 1 idles 6 ms, both then move data
+    });
+    const TimeSplit& fast = world.device(1).time_split();
+    CHECK(fast.compute == doctest::Approx(0.004));
+    CHECK(fast.idle == doctest::Approx(0.006));
+    CHECK(fast.comm == doctest::Approx(cost));
+    for (int r = 0; r < 2; ++r) {
+        const TimeSplit& s = world.device(r).time_split();
+        CHECK(s.compute + s.comm + s.idle == doctest::Approx(world.step_time()));
+    }
+}
+
+TEST_CASE("collectives on a subset group involve only its members") {
+    World world(cluster(1), 4);
+    Group& pair = world.group({1, 3}, "pair");
+    std::vector<double> clocks(4);
+    world.run([&](Device& gpu) -> Task<> {
+        gpu.compute(ops::forward, 0, 0.001 * gpu.rank());
+        if (pair.position(gpu.rank()) >= 0) co_await gpu.all_reduce(pair, 1e6, 0);
+        clocks[static_cast<std::size_t>(gpu.rank())] = gpu.now();
+    });
+    const double cost = pair.cost(Collective::all_reduce, 1e6).seconds;
+    CHECK(clocks[0] == 0);
+    CHECK(clocks[2] == doctest::Approx(0.002));
+    CHECK(clocks[1] == doctest::Approx(0.003 + cost));
+    CHECK(clocks[3] == doctest::Approx(0.003 + cost));
+}
+
+TEST_CASE("collectives on one rank's stream run one after another; on disjoint links they overlap") {
+    // Ranks 0-3 on node 0, 4-7 on node 1. Groups a and b hold ranks 0 and 1;
+    // group c lives on node 1.
+    World world(cluster(2), 8);
+    Group& a = world.group({0, 1}, "a");
+    Group& b = world.group({0, 1}, "b");
+    Group& c = world.group({4, 5}, "c");
+    const double S = 1 * kGiB;
+    std::vector<Transfer> ta(8), tb(8), tc(8);
+    world.run([&](Device& gpu) -> Task<> {
+        const int r = gpu.rank();
+        if (r == 0 || r == 1) {
+            ta[static_cast<std::size_t>(r)] = co_await gpu.all_reduce_start(a, S, 0);
+            tb[static_cast<std::size_t>(r)] = co_await gpu.all_reduce_start(b, S, 1);
+        }
+        if (r == 4 || r == 5) tc[static_cast<std::size_t>(r)] = co_await gpu.all_reduce_start(c, S, 0);
+    });
+    const double d = a.cost(Collective::all_reduce, S).seconds;
+    CHECK(ta[0].start == 0);
+    CHECK(tb[0].start == doctest::Approx(d));  // FIFO on the collective stream
+    CHECK(tb[0].end == doctest::Approx(2 * d));
+    CHECK(tc[4].start == 0);  // its own links
+    CHECK(tc[4].end == doctest::Approx(d));
+}
+
+TEST_CASE("a transfer that finds its links busy shares them at half rate") {
+    // An asynchronous all-reduce on the collective stream and a blocking one on
+    // the compute stream, same members, same links, both ready at 0.
+    World world(cluster(1), 2);
+    Group& a = world.group({0, 1}, "a");
+    Group& b = world.group({0, 1}, "b");
+    const double S = 1 * kGiB;
+    Transfer background, blocking;
+    world.run([&](Device& gpu) -> Task<> {
+        const Transfer t = co_await gpu.all_reduce_start(a, S, 0);
+        const Transfer u = co_await gpu.all_reduce(b, S, 1);
+        if (gpu.rank() == 0) background = t, blocking = u;
+    });
+    const double d = a.cost(Collective::all_reduce, S).seconds;
+    CHECK(background.end == doctest::Approx(d));
+    CHECK(blocking.start == 0);
+    CHECK(blocking.end == doctest::Approx(1.5 * d));  // half of it during [0, d), the rest at full rate
+}
+
+TEST_CASE("the link calendar: busy stretches merge; a newcomer moves at half rate through them") {
+    LinkCalendar cal;
+    cal.reserve(0, 1);
+    cal.reserve(3, 4);
+    CHECK(cal.intervals() == 2);
+    LinkCalendar* one[] = {&cal};
+    CHECK(LinkCalendar::finish(one, 1, 1) == 2);      // in the free [1, 3)
+    CHECK(LinkCalendar::finish(one, 1, 2.5) == 4);    // 2 free, then 0.5 at half rate through [3, 4)
+    CHECK(LinkCalendar::finish(one, 1, 3) == 4.5);    // 2 free, 0.5 in [3, 4), 0.5 free
+    CHECK(LinkCalendar::finish(one, 0, 0.25) == 0.5);
+    CHECK(LinkCalendar::finish(one, 5, 1) == 6);
+    cal.reserve(0.5, 3.5);  // overlaps both: one stretch [0, 4)
+    CHECK(cal.intervals() == 1);
+    CHECK(cal.busy_at(2));
+    CHECK_FALSE(cal.busy_at(4));
+    LinkCalendar other;
+    other.reserve(4, 6);
+    LinkCalendar* both[] = {&cal, &other};
+    CHECK(LinkCalendar::finish(both, 0, 4) == 7);  // busy until 6 on one port or the other: 3 done, 1 more
+    cal.forget_before(10);
+    CHECK(cal.intervals() == 0);
+}
+
+TEST_CASE("send is eager; recv waits for the message and moves the clock to its arrival") {
+    World world(cluster(2), 8);
+    double arrival = 0, sender_after = 0;
+    const double S = 100e6;
+    world.run([&](Device& gpu) -> Task<> {
+        if (gpu.rank() == 0) {
+            gpu.compute(ops::forward, 0, 0.010);
+            gpu.send(4, S, 0, 0, IdSet::single(0));  // across nodes
+            sender_after = gpu.now();
+        } else if (gpu.rank() == 4) {
+            co_await gpu.recv(0, 0, 0, IdSet::single(0));
+            arrival = gpu.now();
+        }
+        co_return;
+    });
+    CHECK(sender_after == doctest::Approx(0.010));
+    CHECK(arrival == doctest::Approx(0.010 + 10e-6 + 5e-6 + S / 25e9));
+    const TimeSplit& s = world.device(4).time_split();
+    CHECK(s.idle == doctest::Approx(0.010));  // waiting for the sender
+    CHECK(s.comm == doctest::Approx(arrival - 0.010));
+}
+
+TEST_CASE("messages of one (source, tag) arrive in order; tags keep flows apart") {
+    World world(cluster(1), 2);
+    std::vector<double> got;
+    world.run([&](Device& gpu) -> Task<> {
+        if (gpu.rank() == 0) {
+            gpu.send(1, 1e6, 7);
+            gpu.compute(ops::forward, 0, 0.001);
+            gpu.send(1, 1e6, 3);
+        } else {
+            co_await gpu.recv(0, 3);
+            got.push_back(gpu.now());
+            co_await gpu.recv(0, 7);
+            got.push_back(gpu.now());
+        }
+    });
+    REQUIRE(got.size() == 2);
+    CHECK(got[0] > 0.001);
+    CHECK(got[1] == got[0]);  // tag 7 arrived long before
+}
+
+TEST_CASE("a recv nobody sends to is a deadlock naming the rank") {
+    World world(cluster(1), 2);
+    CHECK_THROWS_AS(world.run([&](Device& gpu) -> Task<> {
+        if (gpu.rank() == 1) co_await gpu.recv(0, 0);
+    }),
+                    DeadlockError);
+}
+
+TEST_CASE("memory: the peak names its rank, time and op; the first allocation past capacity is the OOM verdict") {
+    World world(cluster(1), 2);
+    world.run([&](Device& gpu) -> Task<> {
+        gpu.allocate(4 * kGiB, ops::model_states);
+        gpu.compute(ops::forward, 0, 0.5);
+        if (gpu.rank() == 1) {
+            gpu.allocate(7 * kGiB, ops::forward, 3);  // 11 GiB > 10 GiB
+            gpu.release(7 * kGiB);
+        }
+        gpu.allocate(1 * kGiB, ops::backward, 2);
+        co_return;
+    });
+    const MemoryStats& ok = world.device(0).memory_stats();
+    CHECK(ok.peak.bytes == doctest::Approx(5 * kGiB));
+    CHECK(ok.peak.op == ops::backward);
+    CHECK(ok.peak.layer == 2);
+    CHECK_FALSE(ok.oom.has_value());
+    const MemoryStats& bad = world.device(1).memory_stats();
+    REQUIRE(bad.oom.has_value());
+    CHECK(bad.oom->time == doctest::Approx(0.5));
+    CHECK(bad.oom->op == ops::forward);
+    CHECK(bad.oom->layer == 3);
+    CHECK(bad.oom->bytes == doctest::Approx(11 * kGiB));
+}
+
+TEST_CASE("every operation is a trace event with its stream, bytes, FLOPs and memory") {
+    World world(cluster(1), 2);
+    Group& all = world.everyone();
+    world.run([&](Device& gpu) -> Task<> {
+        gpu.allocate(1000, ops::model_states);
+        gpu.gemm(ops::forward, 0, 1024, 1024, 1024, DType::bf16, 1, IdSet::single(0));
+        auto h = co_await gpu.all_reduce_start(all, 4096, 0);
+        gpu.wait(h);
+    });
+    Trace t = world.take_trace();
+    CHECK(t.time_unit == "s");
+    CHECK(t.memory_unit == "byte");
+    REQUIRE(t.ranks[0].events.size() == 2);
+    const Event& f = t.ranks[0].events[0];
+    CHECK(f.op == ops::forward);
+    CHECK(f.stream == Stream::compute);
+    CHECK(f.flops == doctest::Approx(2.0 * 1024 * 1024 * 1024));
+    CHECK(f.memory == 1000);
+    const Event& c = t.ranks[0].events[1];
+    CHECK(c.op.name() == "all_reduce");
+    CHECK(c.stream == Stream::comm);
+    CHECK(c.bytes == 4096);
+    CHECK(c.start == doctest::Approx(f.end()));
+    CHECK(t.memory_capacity == doctest::Approx(10 * kGiB));
+}

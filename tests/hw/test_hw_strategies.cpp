@@ -1,0 +1,234 @@
+// The strategies against known results: pipeline bubbles, activation memory
+// of GPipe and 1F1B, DDP's overlap, FSDP's prefetch, Megatron's collectives
+// per layer, a small 3D run, and the eight puzzle strategies in seconds and bytes.
+#include "dtsim/hw/puzzle_costs.hpp"
+#include "dtsim/hw/steps.hpp"
+#include "dtsim/hw/run.hpp"
+#include "dtsim/puzzle/registry.hpp"
+
+#include <doctest/doctest.h>
+
+#include <map>
+#include <string>
+
+using namespace dtsim;
+using namespace dtsim::hw;
+using json = nlohmann::json;
+
+namespace {
+
+// A cluster whose point-to-point transfers and memory-bound work are free, so
+// that pipeline stages take exactly their GEMM time.
+json ideal_cluster(int nodes, int gpus_per_node) {
+    return {{"name", "ideal"},
+            {"gpu", {{"name", "gpu"}, {"peak_tflops", {{"bf16", 1000}}}, {"hbm_GiB", 80}, {"hbm_TBps", 1e9}}},
+            {"gpus_per_node", gpus_per_node},
+            {"nodes", nodes},
+            {"links",
+             {{"intra_node", {{"bandwidth_GBps", 1e12}, {"hop_latency_us", 0}}},
+              {"inter_node", {{"bandwidth_GBps", 1e12}, {"hop_latency_us", 0}}}}}};
+}
+
+json realistic_cluster(int nodes) {
+    return {{"name", "h100"},
+            {"gpu", {{"name", "H100"}, {"peak_tflops", {{"bf16", 989.4}}}, {"hbm_GiB", 80}, {"hbm_TBps", 3.35}}},
+            {"gpus_per_node", 8},
+            {"nodes", nodes},
+            {"links",
+             {{"intra_node", {{"bandwidth_GBps", 370}, {"p2p_bandwidth_GBps", 292}, {"hop_latency_us", 4.8}}},
+              {"inter_node", {{"bandwidth_GBps", 48}, {"hop_latency_us", 5}}}}},
+            {"collective_base_latency_us", 20}};
+}
+
+json small_model(int layers, int vocab = 0) {
+    return {{"name", "small"}, {"layers", layers}, {"hidden", 2048}, {"heads", 16}, {"seq", 1024}, {"vocab", vocab}};
+}
+
+RunReport run(const json& doc, bool keep = false, Trace* trace = nullptr) {
+    auto r = simulate(parse_config(doc, "test.json"), {.keep_trace = keep});
+    if (trace) *trace = std::move(r.trace);
+    return r.report;
+}
+
+json pipeline(const std::string& schedule, int p, int m) {
+    return {{"cluster", ideal_cluster(1, p)},
+            {"model", small_model(2 * p)},
+            {"training", {{"global_batch", m}, {"micro_batch", 1}}},
+            {"strategy", {{"name", schedule}, {"pp", p}}}};
+}
+
+}  // namespace
+
+TEST_CASE("GPipe and 1F1B with equal stage times have bubble fraction (p-1)/(m+p-1)") {
+    for (const char* schedule : {"gpipe", "1f1b"})
+        for (auto [p, m] : {std::pair{4, 8}, {4, 4}, {2, 16}, {8, 3}}) {
+            CAPTURE(schedule);
+            CAPTURE(p);
+            CAPTURE(m);
+            const RunReport r = run(pipeline(schedule, p, m));
+            CHECK(r.split.idle / r.step_time == doctest::Approx(double(p - 1) / (m + p - 1)).epsilon(1e-6));
+            CHECK(r.split.comm / r.step_time < 1e-6);
+        }
+}
+
+TEST_CASE("1F1B stage 0 holds at most min(m, p) microbatches of activations, GPipe all m") {
+    for (auto [p, m] : {std::pair{4, 8}, {4, 2}, {2, 6}}) {
+        json doc = pipeline("1f1b", p, m);
+        const Config c = parse_config(doc, "test.json");
+        const double per_microbatch =
+            (c.model.spec.layers / p) * layer_activation_bytes(c.model.spec, LayerSplit{1, 1, false, Recompute::none});
+        const double states = 16 * (c.model.spec.layers / p) * c.model.spec.params_per_layer();
+        const RunReport one = run(doc);
+        doc["strategy"]["name"] = "gpipe";
+        const RunReport all = run(doc);
+        CAPTURE(p);
+        CAPTURE(m);
+        CHECK((one.rank_peaks[0] - states) / per_microbatch == doctest::Approx(std::min(m, p)));
+        CHECK((all.rank_peaks[0] - states) / per_microbatch == doctest::Approx(m));
+        // The last stage of 1F1B holds one.
+        CHECK((one.rank_peaks[static_cast<std::size_t>(p - 1)] - states) / per_microbatch == doctest::Approx(1));
+    }
+}
+
+TEST_CASE("DDP with overlap never takes longer than without") {
+    for (int nodes : {1, 2, 4})
+        for (double bucket : {1.0, 25.0, 200.0})
+            for (int layers : {4, 12}) {
+                json doc{{"cluster", realistic_cluster(nodes)},
+                         {"model", small_model(layers, 32000)},
+                         {"training", {{"global_batch", 8 * nodes * 2}, {"micro_batch", 1}}},
+                         {"strategy", {{"name", "ddp"}, {"dp", 8 * nodes}, {"bucket_MiB", bucket}}}};
+                const RunReport overlapped = run(doc);
+                doc["strategy"]["overlap"] = false;
+                const RunReport sequential = run(doc);
+                CAPTURE(nodes);
+                CAPTURE(bucket);
+                CAPTURE(layers);
+                CHECK(overlapped.step_time <= sequential.step_time);
+                CHECK(overlapped.split.comm <= sequential.split.comm);
+            }
+}
+
+TEST_CASE("DDP fills a 1 MiB first bucket, then 25 MiB buckets") {
+    GradBuckets b(1 * kMiB, 25 * kMiB);
+    CHECK(b.add(0.5 * kMiB) == 0);
+    CHECK(b.add(0.75 * kMiB) == doctest::Approx(1.25 * kMiB));
+    CHECK(b.add(20 * kMiB) == 0);
+    CHECK(b.add(10 * kMiB) == doctest::Approx(30 * kMiB));
+    CHECK(b.add(100 * kMiB) == doctest::Approx(100 * kMiB));  // a large tensor fills a bucket alone
+    CHECK(b.add(3 * kMiB) == 0);
+    CHECK(b.flush() == doctest::Approx(3 * kMiB));
+    CHECK(b.closed() == 4);
+}
+
+TEST_CASE("FSDP's prefetch never takes longer than gathering each layer when it is needed") {
+    for (int nodes : {1, 4}) {
+        json doc{{"cluster", realistic_cluster(nodes)},
+                 {"model", small_model(8, 32000)},
+                 {"training", {{"global_batch", 8 * nodes}, {"micro_batch", 1}}},
+                 {"strategy", {{"name", "fsdp"}, {"dp", 8 * nodes}}}};
+        const RunReport prefetched = run(doc);
+        doc["strategy"]["prefetch"] = false;
+        const RunReport on_demand = run(doc);
+        CHECK(prefetched.step_time <= on_demand.step_time);
+        CHECK(prefetched.split.comm < on_demand.split.comm);
+    }
+}
+
+TEST_CASE("Megatron tensor parallelism: two all-reduces forward and two backward per layer") {
+    json doc{{"cluster", realistic_cluster(1)},
+             {"model", small_model(4)},
+             {"training", {{"global_batch", 6}, {"micro_batch", 1}}},
+             {"strategy", {{"name", "megatron"}, {"tp", 4}, {"dp", 2}}}};
+    // Events of rank 0 by name; the data-parallel gradient buckets run on the comm stream.
+    auto count = [](const Trace& t) {
+        std::map<std::string, int> n;
+        for (const auto& e : t.ranks[0].events)
+            n[std::string(e.op.name()) + (e.stream == Stream::comm ? " (comm)" : "")] += 1;
+        return n;
+    };
+    Trace t;
+    run(doc, true, &t);
+    auto n = count(t);
+    const int microbatches = 3, layers = 4;
+    CHECK(n["all_reduce"] == 4 * layers * microbatches);
+    CHECK(n["all_reduce (comm)"] > 1);  // DDP-style buckets over the data-parallel pair
+    CHECK(n["forward"] == 2 * layers * microbatches);
+    CHECK(n["backward"] == 2 * layers * microbatches);
+    // Full recompute re-runs the forward, its all-reduces included.
+    doc["strategy"]["recompute"] = "full";
+    run(doc, true, &t);
+    n = count(t);
+    CHECK(n["all_reduce"] == 6 * layers * microbatches);
+    CHECK(n["recompute"] == 2 * layers * microbatches);
+    // Sequence parallelism: an all-gather before and a reduce-scatter after each block.
+    doc["strategy"]["recompute"] = "none";
+    doc["strategy"]["sequence_parallel"] = true;
+    run(doc, true, &t);
+    n = count(t);
+    CHECK(n["all_gather"] == 4 * layers * microbatches);
+    CHECK(n["reduce_scatter"] == 4 * layers * microbatches);
+}
+
+TEST_CASE("a 3D run (dp x tp x pp) with tied embeddings finishes and accounts for its time") {
+    for (const char* schedule : {"1f1b", "gpipe"}) {
+        json doc{{"cluster", realistic_cluster(2)},
+                 {"model", small_model(8, 32000)},
+                 {"training", {{"global_batch", 16}, {"micro_batch", 2}}},
+                 {"strategy", {{"name", schedule}, {"dp", 2}, {"tp", 4}, {"pp", 2}, {"zero_stage", 1}}}};
+        Trace t;
+        const RunReport r = run(doc, true, &t);
+        CHECK(r.gpus == 16);
+        CHECK(r.split.compute + r.split.comm + r.split.idle == doctest::Approx(r.step_time));
+        CHECK(r.mfu > 0.05);
+        CHECK(r.mfu < r.hfu + 1e-12);
+        CHECK_FALSE(r.oom.has_value());
+        CHECK(t.time_unit == "s");
+        CHECK(t.summary.makespan == doctest::Approx(r.step_time));
+        int sends = 0, recvs = 0;
+        for (const auto& rank : t.ranks)
+            for (const auto& e : rank.events) {
+                sends += e.op.name() == "send";
+                recvs += e.op.name() == "recv";
+            }
+        CHECK(sends == recvs);
+        CHECK(sends == 2 * 4 * 8);  // activations and gradients of 4 microbatches, in 8 pipelines
+    }
+}
+
+TEST_CASE("the eight puzzle strategies run unchanged in the hardware world, correct, in seconds and bytes") {
+    Config c = parse_config({{"cluster", realistic_cluster(1)},
+                             {"model", {{"kind", "puzzle"}, {"layers", 2}}},
+                             {"training", {{"global_batch", 8}}},
+                             {"strategy", {{"name", "puzzle"}, {"puzzle", "ddp"}, {"dp", 8}}}},
+                            "test.json");
+    for (const auto& p : puzzle::puzzles()) {
+        CAPTURE(p.name);
+        const HardwareCosts costs(c.cluster, p.ranks);
+        auto result = puzzle::run_strategy(p.strategy, p.layers, p.batches, p.ranks, costs);
+        CHECK_FALSE(result.check_error.has_value());
+        CHECK(result.trace.summary.correct == true);
+        CHECK(result.trace.time_unit == "s");
+        CHECK(result.trace.memory_unit == "byte");
+        CHECK(result.trace.summary.makespan > 0);
+        CHECK(result.trace.summary.makespan < 0.1);
+        // Memory in bytes: at least the bf16 weights of one layer shard.
+        CHECK(result.trace.summary.max_memory >= 2.0 * 512 * 512 / p.ranks);
+    }
+    // A forward of one batch is one 256 x 512 x 512 GEMM on the GPU model.
+    const HardwareCosts costs(c.cluster, 4);
+    CHECK(costs.forward(0, IdSet::single(0)) == doctest::Approx(c.cluster.gpu.gemm_seconds(256, 512, 512, DType::bf16)));
+    CHECK(costs.weight(1, 1).num == 2 * 512 * 512);
+    CHECK(costs.opt_state(1, 4).num == 12 * 512 * 512);
+    CHECK(costs.opt_state(1, 4).den == 4);
+}
+
+TEST_CASE("a puzzle config runs through simulate() with the puzzle's check") {
+    const RunReport r = run({{"cluster", realistic_cluster(1)},
+                             {"model", {{"kind", "puzzle"}, {"layers", 6}}},
+                             {"training", {{"global_batch", 8}}},
+                             {"strategy", {{"name", "puzzle"}, {"puzzle", "fsdp"}, {"dp", 8}}}});
+    CHECK(r.correct == true);
+    CHECK(r.strategy == "puzzle fsdp");
+    CHECK(r.split.compute + r.split.comm + r.split.idle == doctest::Approx(r.step_time));
+}
