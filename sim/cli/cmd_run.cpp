@@ -16,6 +16,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -100,15 +101,28 @@ std::string memory_verdict(const hw::RunReport& r) {
                        Seconds{r.oom->time}, r.oom->op);
 }
 
+// The strategy with the knobs that shape it: "interleaved (v 5)", "fsdp (hybrid)".
+std::string strategy_label(const hw::Config& c) {
+    const auto& s = c.strategy;
+    std::string extra;
+    if (s.name == "interleaved" || s.name == "bfs") extra = fmt::format("v {}", s.chunks);
+    if (s.name == "interleaved" && s.microbatch_group > 0) extra += fmt::format(", group {}", s.microbatch_group);
+    if (s.name == "fsdp") extra = s.sharding == "full" ? "full shard, ZeRO-3" : s.sharding;
+    if (s.name == "schedule") extra = s.schedule_file;
+    if (s.sequence_parallel) extra += std::string(extra.empty() ? "" : ", ") + "sequence parallel";
+    return extra.empty() ? s.name : fmt::format("{} ({})", s.name, extra);
+}
+
 void print_report(const hw::Config& c, const hw::RunReport& r) {
     const auto& s = c.strategy;
     if (s.name == "puzzle")
         fmt::print("{}: puzzle strategy {} on {} x {} ({} layers, {} batches)\n", r.name, s.puzzle, r.gpus,
                    c.cluster.gpu.name, c.model.spec.layers, c.training.global_batch);
     else
-        fmt::print("{}: {} on {} x {}, dp {} x tp {} x pp {}, {} microbatches of {}, recompute {}{}\n", r.name, s.name,
-                   r.gpus, c.cluster.gpu.name, s.dp, s.tp, s.pp, c.microbatches(), c.training.micro_batch,
-                   hw::recompute_name(s.recompute), s.zero_stage ? fmt::format(", ZeRO-{}", s.zero_stage) : "");
+        fmt::print("{}: {} on {} x {}, dp {} x tp {} x pp {}, {} microbatches of {}, recompute {}{}\n", r.name,
+                   strategy_label(c), r.gpus, c.cluster.gpu.name, s.dp, s.tp, s.pp, c.microbatches(),
+                   c.training.micro_batch, hw::recompute_name(s.recompute),
+                   s.zero_stage && s.name != "fsdp" ? fmt::format(", ZeRO-{}", s.zero_stage) : "");
     fmt::print("  step time     {}\n", Seconds{r.step_time});
     fmt::print("  MFU           {:.1f} %   (hardware FLOPs incl. recompute: {:.1f} %, {:.1f} TFLOP/s per GPU)\n",
                100 * r.mfu, 100 * r.hfu, r.tflops_per_gpu);
@@ -123,14 +137,20 @@ void print_report(const hw::Config& c, const hw::RunReport& r) {
     fmt::print("  simulated     {} events in {:.3f} s\n", r.events, r.wall_seconds);
 }
 
+std::size_t cell_width(const std::vector<std::string>& keys) {
+    std::size_t w = 18;
+    for (const auto& k : keys) w = std::max(w, k.size());
+    return w;
+}
+
 void table_header(const std::vector<std::string>& keys) {
-    for (const auto& k : keys) fmt::print("{:<18} ", k);
+    for (const auto& k : keys) fmt::print("{:<{}} ", k, cell_width(keys));
     fmt::print("{:>11} {:>6} {:>11} {:>8} {:>8} {:>8} {:>11} {}\n", "step", "MFU", "tokens/s", "compute", "comm",
                "idle", "peak mem", "memory");
 }
 
-void table_row(const std::vector<std::string>& cells, const hw::RunReport& r) {
-    for (const auto& v : cells) fmt::print("{:<18} ", v);
+void table_row(const std::vector<std::string>& cells, const hw::RunReport& r, std::size_t width = 18) {
+    for (const auto& v : cells) fmt::print("{:<{}} ", v, width);
     fmt::print("{:>11} {:>5.1f}% {:>11.0f} {:>8} {:>8} {:>8} {:>11} {}{}\n", fmt::format("{}", Seconds{r.step_time}),
                100 * r.mfu, r.tokens_per_second, percent(r.split.compute, r.step_time),
                percent(r.split.comm, r.step_time), percent(r.split.idle, r.step_time),
@@ -194,13 +214,13 @@ void run(const RunArgs& a) {
             if (a.out.json)
                 rows.push_back({{"set", set}, {"report", hw::to_json(result.report)}});
             else
-                table_row(cells, result.report);
+                table_row(cells, result.report, cell_width(keys));
         } catch (const std::exception& e) {
             any_error = true;
             if (a.out.json) {
                 rows.push_back({{"set", set}, {"error", e.what()}});
             } else {
-                for (const auto& v : cells) fmt::print("{:<18} ", v);
+                for (const auto& v : cells) fmt::print("{:<{}} ", v, cell_width(keys));
                 fmt::print("error: {}\n", e.what());
             }
         }

@@ -37,8 +37,14 @@ int Config::microbatches() const {
 }
 
 const std::vector<std::string>& strategy_names() {
-    static const std::vector<std::string> names{"ddp", "fsdp", "megatron", "gpipe", "1f1b", "puzzle"};
+    static const std::vector<std::string> names{"ddp",         "fsdp", "megatron", "gpipe",    "1f1b",
+                                                "interleaved", "zbh1", "bfs",      "dualpipev", "schedule",
+                                                "puzzle"};
     return names;
+}
+
+bool is_scheduled_pipeline(const std::string& name) {
+    return name == "interleaved" || name == "zbh1" || name == "bfs" || name == "dualpipev" || name == "schedule";
 }
 
 namespace {
@@ -403,7 +409,8 @@ void from_json(const Node& n, TrainingConfig& t) {
 
 void from_json(const Node& n, StrategyConfig& s) {
     n.keys({"name", "dp", "tp", "pp", "microbatches", "zero_stage", "bucket_MiB", "first_bucket_MiB", "overlap",
-            "prefetch", "recompute", "sequence_parallel", "flash_attention", "algorithm", "puzzle"});
+            "prefetch", "recompute", "sequence_parallel", "flash_attention", "algorithm", "puzzle", "chunks",
+            "microbatch_group", "schedule_file", "sharding"});
     s.name = n["name"].choice(strategy_names());
     if (n.has("dp")) s.dp = n["dp"].integer(1);
     if (n.has("tp")) s.tp = n["tp"].integer(1);
@@ -425,6 +432,20 @@ void from_json(const Node& n, StrategyConfig& s) {
     if (n.has("flash_attention")) s.flash_attention = n["flash_attention"].boolean();
     if (n.has("algorithm")) s.algorithm = read_algorithm(n["algorithm"]);
     if (n.has("puzzle")) s.puzzle = n["puzzle"].string();
+    if (n.has("chunks")) s.chunks = n["chunks"].integer(1);
+    if (n.has("microbatch_group")) s.microbatch_group = n["microbatch_group"].integer(1);
+    if (n.has("sharding")) s.sharding = n["sharding"].choice({"full", "grad_op", "hybrid"});
+    if (n.has("schedule_file")) {
+        const Node f = n["schedule_file"];
+        const std::string name = f.string();
+        const std::string origin = f.file();
+        // Relative to the file that names it; a --set value is relative to the working directory.
+        const fs::path base = origin.rfind("--set", 0) == 0 ? fs::path() : fs::path(origin).parent_path();
+        const fs::path path = fs::path(name).is_absolute() ? fs::path(name) : base / name;
+        if (!fs::exists(path))
+            f.fail(fmt::format("schedule file \"{}\" not found (looked for {})", name, display(path)));
+        s.schedule_file = display(path);
+    }
 }
 
 // Sizes that must agree across sections, explained.
@@ -451,6 +472,24 @@ void validate(const Node& root, Config& c) {
                                             s.tp, s.pp, s.tp * s.pp, machine));
         where(culprit).fail(fmt::format("tp x pp x dp = {} x {} x {} = {}, but {}; the product must equal the GPU count",
                                         s.tp, s.pp, s.dp, s.tp * s.pp * s.dp, machine));
+    }
+    const auto knob = [&](const char* key, bool wanted) {
+        if (st.has(key) && !wanted)
+            st[key].fail(fmt::format("strategy \"{}\" does not take \"{}\"", s.name, key));
+    };
+    knob("chunks", s.name == "interleaved" || s.name == "bfs");
+    knob("microbatch_group", s.name == "interleaved");
+    knob("schedule_file", s.name == "schedule");
+    knob("sharding", s.name == "fsdp");
+    if (s.name == "schedule" && !st.has("schedule_file"))
+        st.fail("missing key \"schedule_file\" (the schedule to run, PyTorch action notation or CSV)");
+    if (s.name == "interleaved" || s.name == "bfs" || s.name == "dualpipev") {
+        const int v = s.name == "dualpipev" ? 2 : s.chunks;
+        if (m.layers % (s.pp * v) != 0)
+            where(s.name == "dualpipev" ? "pp" : "chunks")
+                .fail(fmt::format("{} layers cannot be split evenly into pp x chunks = {} x {} = {} pipeline stages "
+                                  "({} % {} = {})",
+                                  m.layers, s.pp, v, s.pp * v, m.layers, s.pp * v, m.layers % (s.pp * v)));
     }
     if (m.layers % s.pp != 0)
         where("pp").fail(fmt::format("{} layers cannot be split evenly into {} pipeline stages ({} % {} = {})",
@@ -495,10 +534,11 @@ void validate(const Node& root, Config& c) {
                                      s.pp));
     if (s.name == "fsdp" && st.has("zero_stage") && s.zero_stage != 3)
         st["zero_stage"].fail(fmt::format("strategy \"fsdp\" is ZeRO stage 3, found {}", s.zero_stage));
-    if (s.name == "ddp" && s.zero_stage != 0)
-        st["zero_stage"].fail(fmt::format("strategy \"ddp\" keeps full replicas (stage 0), found {}; use \"fsdp\"",
+    if (s.name == "ddp" && s.zero_stage > 2)
+        st["zero_stage"].fail(fmt::format("strategy \"ddp\" runs ZeRO stages 0, 1 and 2, found {}; use \"fsdp\" for "
+                                          "stage 3",
                                           s.zero_stage));
-    if (s.name != "fsdp" && s.zero_stage > 1)
+    if (s.name != "fsdp" && s.name != "ddp" && s.zero_stage > 1)
         st["zero_stage"].fail(fmt::format("strategy \"{}\" supports ZeRO stages 0 and 1 (distributed optimizer), "
                                           "found {}",
                                           s.name, s.zero_stage));

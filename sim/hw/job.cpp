@@ -3,21 +3,36 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace dtsim::hw {
 
 double Job::params() const {
     const double layers_params = layers * work->layer.params;
     double edges = 0;
-    if (first_stage()) edges += work->edge.embedding_params;
-    if (last_stage() && (pp > 1 || !work->model.tied_embeddings)) edges += work->edge.embedding_params;
+    if (embedding_here) edges += work->edge.embedding_params;
+    if (logits_here && separate_output) edges += work->edge.embedding_params;
     return layers_params + edges;
 }
 
-std::vector<Job> make_jobs(World& world, const Config& config, const Workload& work) {
+int Job::zero_ranks() const {
+    const Group* g = zero_group();
+    return g ? g->size() : 1;
+}
+
+int Job::rank_of_stage(int s) const {
+    return (plan->owner[static_cast<std::size_t>(s)] * dp + dp_rank) * tp + tp_rank;
+}
+
+std::vector<Job> make_jobs(World& world, const Config& config, const Workload& work, const PipelinePlan* plan) {
     const int dp = config.strategy.dp, tp = config.strategy.tp, pp = config.strategy.pp;
     auto rank_of = [&](int stage, int d, int t) { return (stage * dp + d) * tp + t; };
     std::vector<Job> jobs(static_cast<std::size_t>(dp * tp * pp));
     const int per_stage = work.model.layers / pp;
+    // Which pipeline ranks hold the model's edges.
+    const int embedding_rank = plan ? plan->owner.front() : 0;
+    const int logits_rank = plan ? plan->owner.back() : pp - 1;
+    const bool separate_output = !work.model.tied_embeddings || embedding_rank != logits_rank;
     for (int s = 0; s < pp; ++s)
         for (int d = 0; d < dp; ++d)
             for (int t = 0; t < tp; ++t) {
@@ -35,6 +50,10 @@ std::vector<Job> make_jobs(World& world, const Config& config, const Workload& w
                 j.next = s + 1 < pp ? rank_of(s + 1, d, t) : -1;
                 j.first_layer = s * per_stage;
                 j.layers = per_stage;
+                j.embedding_here = s == embedding_rank;
+                j.logits_here = s == logits_rank;
+                j.separate_output = separate_output;
+                j.plan = plan;
             }
     if (tp > 1)
         for (int s = 0; s < pp; ++s)
@@ -52,10 +71,30 @@ std::vector<Job> make_jobs(World& world, const Config& config, const Workload& w
                 Group& g = world.group(members, fmt::format("dp[stage {}, tp {}]", s, t));
                 for (int r : members) jobs[static_cast<std::size_t>(r)].dp_group = &g;
             }
-    if (pp > 1 && work.model.tied_embeddings && work.model.vocab > 0)
+    // HYBRID_SHARD: the data-parallel ranks of one node shard the model states;
+    // the same shard position across nodes forms a replica group.
+    const bool hybrid = config.strategy.name == "fsdp" && config.strategy.sharding == "hybrid";
+    const int per_node = std::max(1, std::min(dp, config.cluster.gpus_per_node / tp));
+    if (hybrid && dp > per_node && dp % per_node == 0)
+        for (int s = 0; s < pp; ++s)
+            for (int t = 0; t < tp; ++t) {
+                for (int node = 0; node < dp / per_node; ++node) {
+                    std::vector<int> members;
+                    for (int i = 0; i < per_node; ++i) members.push_back(rank_of(s, node * per_node + i, t));
+                    Group& g = world.group(members, fmt::format("shard[stage {}, tp {}, node {}]", s, t, node));
+                    for (int r : members) jobs[static_cast<std::size_t>(r)].shard_group = &g;
+                }
+                for (int i = 0; i < per_node; ++i) {
+                    std::vector<int> members;
+                    for (int node = 0; node < dp / per_node; ++node) members.push_back(rank_of(s, node * per_node + i, t));
+                    Group& g = world.group(members, fmt::format("replica[stage {}, tp {}, shard {}]", s, t, i));
+                    for (int r : members) jobs[static_cast<std::size_t>(r)].replica_group = &g;
+                }
+            }
+    if (pp > 1 && work.model.tied_embeddings && work.model.vocab > 0 && embedding_rank != logits_rank)
         for (int d = 0; d < dp; ++d)
             for (int t = 0; t < tp; ++t) {
-                const int first = rank_of(0, d, t), last = rank_of(pp - 1, d, t);
+                const int first = rank_of(embedding_rank, d, t), last = rank_of(logits_rank, d, t);
                 Group& g = world.group({first, last}, fmt::format("embedding[dp {}, tp {}]", d, t));
                 jobs[static_cast<std::size_t>(first)].embedding_group = &g;
                 jobs[static_cast<std::size_t>(last)].embedding_group = &g;

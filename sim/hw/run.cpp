@@ -6,11 +6,16 @@
 #include "dtsim/hw/workload.hpp"
 #include "dtsim/hw/world.hpp"
 #include "dtsim/puzzle/registry.hpp"
+#include "dtsim/sched/executor.hpp"
+#include "dtsim/sched/format.hpp"
+#include "dtsim/sched/generators.hpp"
+#include "dtsim/sched/lowering.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <stdexcept>
 
 namespace dtsim::hw {
@@ -30,6 +35,50 @@ void rates(RunReport& r, const Config& c) {
         r.step_time > 0 ? static_cast<double>(c.training.global_batch) * c.model.spec.seq / r.step_time : 0;
 }
 
+// The schedule a scheduled-pipeline strategy runs, checked against the config.
+PipelinePlan make_plan(const Config& c) {
+    const StrategyConfig& s = c.strategy;
+    PipelinePlan plan;
+    const int m = c.microbatches();
+    try {
+        if (s.name == "schedule") {
+            plan.schedule = sched::read_schedule_file(s.schedule_file);
+        } else {
+            sched::GenerateParams params{s.pp, m, s.name == "dualpipev" ? 2 : s.chunks, s.microbatch_group};
+            plan.schedule = sched::generate(s.name, params);
+        }
+        if (plan.schedule.lowered()) plan.schedule = sched::strip_comms(plan.schedule);
+        sched::validate(plan.schedule);
+    } catch (const ConfigError&) {
+        throw;
+    } catch (const std::exception& e) {
+        throw ConfigError(c.file, s.name == "schedule" ? "$.strategy.schedule_file" : "$.strategy",
+                          fmt::format("strategy \"{}\": {}", s.name, e.what()));
+    }
+    const sched::Schedule& sc = plan.schedule;
+    const std::string where = s.name == "schedule" ? "$.strategy.schedule_file" : "$.strategy";
+    if (sc.num_ranks() != s.pp)
+        throw ConfigError(c.file, where, fmt::format("the schedule has {} ranks, but pp = {}", sc.num_ranks(), s.pp));
+    if (sc.num_microbatches() != m)
+        throw ConfigError(c.file, where,
+                          fmt::format("the schedule has {} microbatches, but the config runs {} (global_batch / "
+                                      "(micro_batch x dp) = {} / ({} x {}))",
+                                      sc.num_microbatches(), m, c.training.global_batch, c.training.micro_batch, s.dp));
+    plan.stages = sc.num_stages();
+    if (c.model.spec.layers % plan.stages != 0)
+        throw ConfigError(c.file, where,
+                          fmt::format("{} layers cannot be split evenly into the schedule's {} stages ({} % {} = {})",
+                                      c.model.spec.layers, plan.stages, c.model.spec.layers, plan.stages,
+                                      c.model.spec.layers % plan.stages));
+    plan.layers_per_stage = c.model.spec.layers / plan.stages;
+    plan.owner = sched::stage_owners(sc);
+    // A schedule that cannot progress is diagnosed in steps first, where the
+    // executor names who waits for which tensor (the hardware world would only
+    // see ranks blocked in recv): run_schedule throws DeadlockError.
+    (void)sched::run_schedule(sc);
+    return plan;
+}
+
 RunResult simulate_transformer(const Config& c, const RunOptions& options) {
     RunResult out;
     RunReport& r = out.report;
@@ -41,7 +90,9 @@ RunResult simulate_transformer(const Config& c, const RunOptions& options) {
 
     World world(c.cluster, c.gpus());
     if (c.strategy.algorithm) world.set_algorithm(*c.strategy.algorithm);
-    const std::vector<Job> jobs = make_jobs(world, c, work);
+    std::optional<PipelinePlan> plan;
+    if (is_scheduled_pipeline(c.strategy.name)) plan = make_plan(c);
+    const std::vector<Job> jobs = make_jobs(world, c, work, plan ? &*plan : nullptr);
     world.run([&](Device& d) { return strategy->run(d, jobs[static_cast<std::size_t>(d.rank())]); });
 
     r.step_time = world.step_time();

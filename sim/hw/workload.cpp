@@ -4,6 +4,7 @@ namespace dtsim::hw {
 
 namespace {
 Work times(const Work& w, double k) { return Work{w.seconds * k, w.flops * k, w.bytes * k}; }
+Work minus(const Work& a, const Work& b) { return Work{a.seconds - b.seconds, a.flops - b.flops, a.bytes - b.bytes}; }
 }  // namespace
 
 Workload make_workload(const TransformerSpec& m, const LayerSplit& s, const GpuSpec& gpu) {
@@ -39,6 +40,10 @@ Workload make_workload(const TransformerSpec& m, const LayerSplit& s, const GpuS
     L.mlp_forward = {fc1 + fc2 + gpu.memory_seconds(mlp_bytes), f.mlp, mlp_bytes};
     L.attention_backward = times(L.attention_forward, 2);
     L.mlp_backward = times(L.mlp_forward, 2);
+    L.attention_backward_weight = {qkv + proj, f.qkv + f.projection, 0};
+    L.mlp_backward_weight = {fc1 + fc2, f.mlp, 0};
+    L.attention_backward_input = minus(L.attention_backward, L.attention_backward_weight);
+    L.mlp_backward_input = minus(L.mlp_backward, L.mlp_backward_weight);
     switch (s.recompute) {
         case Recompute::full:
             L.attention_recompute = L.attention_forward;

@@ -86,7 +86,7 @@ TEST_CASE("an unknown key is rejected with a did-you-mean, naming the file and t
     CHECK(error_of("run.json", {parse_override("strategy.zzzzzzzz=1")}) ==
           "--set strategy.zzzzzzzz=1: $.strategy.zzzzzzzz: unknown key \"zzzzzzzz\"; the keys here are: name, dp, tp, pp, "
           "microbatches, zero_stage, bucket_MiB, first_bucket_MiB, overlap, prefetch, recompute, sequence_parallel, "
-          "flash_attention, algorithm, puzzle");
+          "flash_attention, algorithm, puzzle, chunks, microbatch_group, schedule_file, sharding");
 }
 
 TEST_CASE("an error in an included file names that file") {
@@ -100,7 +100,8 @@ TEST_CASE("a value of the wrong type says what was expected and what was found")
           kData + "/bad-type.json: $.strategy.tp: expected a positive integer, found \"eight\" (a string)");
     CHECK(error_of("run.json", {parse_override("strategy.name=dpp")}) ==
           "--set strategy.name=dpp: $.strategy.name: expected one of \"ddp\", \"fsdp\", \"megatron\", \"gpipe\", "
-          "\"1f1b\", \"puzzle\", found \"dpp\" (did you mean \"ddp\"?)");
+          "\"1f1b\", \"interleaved\", \"zbh1\", \"bfs\", \"dualpipev\", \"schedule\", \"puzzle\", found \"dpp\" (did "
+          "you mean \"ddp\"?)");
     CHECK(error_of("run.json", {parse_override("training.global_batch=-4")}) ==
           "--set training.global_batch=-4: $.training.global_batch: expected a positive integer, found -4");
     CHECK(error_of("run.json", {parse_override("cluster.gpu.hbm_GiB=0")}) ==

@@ -56,7 +56,19 @@ struct StrategyConfig {
     bool flash_attention = false;          // fused attention: no s x s scores kept
     std::optional<Algorithm> algorithm;    // overrides the cluster's collective algorithm
     std::string puzzle;                    // name == "puzzle": which puzzle strategy
+    // Schedule-driven pipelines (names "interleaved", "zbh1", "bfs", "dualpipev", "schedule"):
+    int chunks = 1;             // "interleaved", "bfs": model chunks (virtual stages) per pipeline rank, v
+    int microbatch_group = 0;   // "interleaved": Megatron's microbatch_group_size_per_vp_stage; 0 = pp
+    std::string schedule_file;  // "schedule": a schedule in PyTorch action notation (.txt) or CSV,
+                                // resolved against the file that names it
+    // "fsdp": "full" (FULL_SHARD, ZeRO-3), "grad_op" (SHARD_GRAD_OP: weights stay
+    // gathered from forward to backward), "hybrid" (HYBRID_SHARD: full shard
+    // inside a node, replicas across nodes).
+    std::string sharding = "full";
 };
+
+// Strategies that run a pipeline schedule from dtsim::sched.
+bool is_scheduled_pipeline(const std::string& name);
 
 struct Config {
     std::string name;

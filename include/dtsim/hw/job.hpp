@@ -10,8 +10,23 @@
 #include "dtsim/hw/config.hpp"
 #include "dtsim/hw/group.hpp"
 #include "dtsim/hw/workload.hpp"
+#include "dtsim/sched/schedule.hpp"
+
+#include <memory>
+#include <vector>
 
 namespace dtsim::hw {
+
+// A pipeline schedule from dtsim::sched run in this world (strategies
+// "interleaved", "zbh1", "bfs", "dualpipev", "schedule"): its stages, which
+// pipeline rank owns each, and the layers of each stage (layers / stages,
+// consecutive). Shared by every rank of the job.
+struct PipelinePlan {
+    sched::Schedule schedule;      // compute-only (a lowered one has its SEND/RECV stripped)
+    std::vector<int> owner;        // pipeline rank of each stage
+    int stages = 1;
+    int layers_per_stage = 1;
+};
 
 struct Job {
     const Config* config = nullptr;
@@ -23,17 +38,34 @@ struct Job {
     Group* tp_group = nullptr;         // same stage and dp_rank (null when tp = 1)
     Group* embedding_group = nullptr;  // first and last stage of this pipeline (tied embeddings, pp > 1)
     int prev = -1, next = -1;          // neighbouring stages of this pipeline, -1 at the ends
-    int first_layer = 0, layers = 0;   // this stage's layers
+    int first_layer = 0, layers = 0;   // this stage's layers (all of this rank's chunks for a plan)
+    // This rank holds the input embedding / the output layer (with a plan, the
+    // owner of the first / last stage; a rank can hold both, as DualPipeV's rank 0).
+    bool embedding_here = false, logits_here = false;
+    // The output layer has weights of its own: untied, or tied but on another rank.
+    bool separate_output = false;
+    const PipelinePlan* plan = nullptr;  // schedule-driven pipelines only
+    // Hybrid sharding (FSDP HYBRID_SHARD): ZeRO inside shard_group (the node),
+    // gradients all-reduced across replica_group; null otherwise.
+    Group* shard_group = nullptr;
+    Group* replica_group = nullptr;
 
     [[nodiscard]] const StrategyConfig& strategy() const { return config->strategy; }
     [[nodiscard]] bool first_stage() const { return stage == 0; }
     [[nodiscard]] bool last_stage() const { return stage == pp - 1; }
+    // Ranks that shard the model states (the data-parallel group, or the shard group when hybrid).
+    [[nodiscard]] Group* zero_group() const { return shard_group ? shard_group : dp_group; }
+    [[nodiscard]] int zero_ranks() const;
+    // The global rank holding pipeline stage `s` of this rank's pipeline (plans only).
+    [[nodiscard]] int rank_of_stage(int s) const;
     // Parameters this GPU holds before ZeRO: its layers and its share of the embeddings.
     [[nodiscard]] double params() const;
 };
 
 class World;
 // The grid's groups on `world` and every rank's job.
-std::vector<Job> make_jobs(World& world, const Config& config, const Workload& work);
+// `plan` (kept alive by the caller) is given for schedule-driven pipelines.
+std::vector<Job> make_jobs(World& world, const Config& config, const Workload& work,
+                           const PipelinePlan* plan = nullptr);
 
 }  // namespace dtsim::hw

@@ -28,6 +28,12 @@ Task<> mlp_backward(Device& gpu, const Job& job, int layer, int mb);
 Task<> attention_backward(Device& gpu, const Job& job, int layer, int mb);
 // Recompute, both halves backward, then frees the layer's activations for `mb`.
 Task<> layer_backward(Device& gpu, const Job& job, int layer, int mb);
+// The zero-bubble split of the backward (Qi et al. 2023): recompute, then the
+// input gradients of both halves with their tensor-parallel collectives; the
+// activations stay until the weight gradients...
+Task<> layer_backward_input(Device& gpu, const Job& job, int layer, int mb);
+// ...which need no communication and free them.
+void layer_backward_weight(Device& gpu, const Job& job, int layer, int mb);
 
 // The model's edges (no-ops for a model without a vocabulary).
 Task<> embedding_forward(Device& gpu, const Job& job, int mb);  // first stage; TP all-reduce of the lookup
@@ -36,7 +42,7 @@ void logits_and_loss(Device& gpu, const Job& job, int mb);      // last stage; k
 void logits_backward(Device& gpu, const Job& job, int mb);      // frees them
 
 // Allocates this rank's weights, gradients and optimizer state for the
-// strategy's ZeRO stage over the data-parallel group.
+// strategy's ZeRO stage over the data-parallel group (the shard group when hybrid).
 void load_model_states(Device& gpu, const Job& job);
 // The Adam step over `params` parameters (memory-bound).
 void optimizer_step(Device& gpu, double params);
@@ -66,17 +72,29 @@ private:
 // backward), or all of them after the backward otherwise. With ZeRO stage >= 1
 // the buckets are reduce-scattered instead of all-reduced. Bucket buffers
 // count as memory while in flight.
+class GradientSync;
+// The end of a step of a replicated-weights strategy (DDP, Megatron, the
+// pipelines): waits for the gradient buckets, all-reduces the tied
+// embeddings' gradients between the ranks holding the input and output
+// layer, steps the optimizer (1/dp of it with ZeRO-1 and 2, then all-gathers
+// the updated bf16 weights over the data-parallel group).
+Task<> finish_step(Device& gpu, const Job& job, GradientSync& grads);
+
 class GradientSync {
 public:
     GradientSync(Device& gpu, const Job& job);
     // The backward produced these gradient tensors (bytes each) of `layer`.
     Task<> ready(const std::vector<double>& tensors, int layer);
+    // Starts the partly filled bucket now (ZeRO-2 reduces every microbatch's
+    // gradients as DeepSpeed does: the full gradients are never kept).
+    Task<> flush();
     // Starts what is left and waits for every bucket.
     Task<> finish();
     [[nodiscard]] int buckets() const { return buckets_.closed(); }
 
 private:
     Task<> launch(double bytes, int layer);
+    void release_done();
     Device* gpu_;
     const Job* job_;
     GradBuckets buckets_;

@@ -4,6 +4,8 @@
 //   megatron  Megatron-LM tensor parallelism (x data parallelism), gradient accumulation over microbatches
 //   gpipe     pipeline: all forwards, then all backwards (x tensor x data parallelism)
 //   1f1b      pipeline: PipeDream-Flush / Megatron's one-forward-one-backward schedule
+//   interleaved, zbh1, bfs, dualpipev, schedule
+//             a dtsim::sched pipeline schedule (generated, or read from a file) x tensor x data parallelism
 // and `puzzle`, which runs one of the eight puzzle strategies on HardwareCosts.
 #pragma once
 
@@ -23,6 +25,8 @@ Task<> fsdp(Device& gpu, const Job& job);
 Task<> megatron(Device& gpu, const Job& job);
 Task<> gpipe(Device& gpu, const Job& job);
 Task<> one_f_one_b(Device& gpu, const Job& job);
+// Runs job.plan's schedule.
+Task<> scheduled_pipeline(Device& gpu, const Job& job);
 
 struct StrategyInfo {
     std::string name;

@@ -23,6 +23,13 @@ struct LayerWork {
     // attention score for the softmax and its dropout) at the HBM rate.
     Work attention_forward, mlp_forward;
     Work attention_backward, mlp_backward;  // twice the forward GEMMs, twice the element-wise bytes
+    // The backward split as zero-bubble schedules split it (Qi et al. 2023): the
+    // weight gradient W is one GEMM per weight matrix with the FLOPs of its
+    // forward (QKV and projection; fc1[, fc3] and fc2); the input gradient I is
+    // the rest (the input-gradient GEMMs, the attention core's backward, the
+    // element-wise work). I + W = the full backward.
+    Work attention_backward_input, mlp_backward_input;
+    Work attention_backward_weight, mlp_backward_weight;
     Work attention_recompute, mlp_recompute;  // re-run before the backward: all of the forward
                                               // (full), the attention core (selective) or nothing
     double tp_bytes = 0;               // S of each tensor-parallel collective: b s h x element size

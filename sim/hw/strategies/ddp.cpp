@@ -2,7 +2,10 @@
 // full replicas; gradient accumulation over microbatches without
 // synchronisation (no_sync) and, in the last backward, gradients reduced in
 // buckets (1 MiB first, then 25 MiB) that start as soon as they fill, while
-// the backward goes on.
+// the backward goes on. With ZeRO-1 the buckets are reduce-scattered and each
+// rank steps its 1/N of the optimizer, then all-gathers the weights; with
+// ZeRO-2 the gradients are reduce-scattered after every microbatch's backward
+// (DeepSpeed's stage 2: no rank keeps the full gradients between microbatches).
 #include "dtsim/hw/steps.hpp"
 #include "dtsim/hw/strategies.hpp"
 
@@ -18,7 +21,7 @@ Task<> ddp(Device& gpu, const Job& job) {
 
     const int M = job.microbatches;
     for (int mb = 0; mb < M; ++mb) {
-        const bool sync = mb == M - 1;
+        const bool sync = mb == M - 1 || job.strategy().zero_stage == 2;
         // Forward
         co_await embedding_forward(gpu, job, mb);
         for (int l = 0; l < job.layers; ++l) co_await layer_forward(gpu, job, l, mb);
@@ -37,11 +40,11 @@ Task<> ddp(Device& gpu, const Job& job) {
         }
         embedding_backward(gpu, job, mb);
         if (sync && e.embedding_params > 0) co_await grads.ready(embedding_grad, kNoLayer);
+        if (sync && mb < M - 1) co_await grads.flush();
     }
 
     // Update
-    co_await grads.finish();
-    optimizer_step(gpu, job.params());
+    co_await finish_step(gpu, job, grads);
 }
 
 }  // namespace dtsim::hw

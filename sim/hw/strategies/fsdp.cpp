@@ -6,6 +6,14 @@
 // layer computes (forward_prefetch, backward_prefetch=BACKWARD_PRE), so it
 // overlaps the computation. The embeddings form the root unit, gathered for
 // the whole step.
+//
+// Sharding strategies (torch.distributed.fsdp.ShardingStrategy):
+//   full     FULL_SHARD as above (ZeRO-3: 3 x the parameter bytes moved per step).
+//   grad_op  SHARD_GRAD_OP: a layer gathered for its forward stays gathered
+//            through its backward (no second all-gather; ZeRO-2's 2 x).
+//   hybrid   HYBRID_SHARD: FULL_SHARD inside a node (the shard group), and
+//            each rank's reduced gradient shard all-reduced across the nodes
+//            holding the same shard (the replica group).
 #include "dtsim/hw/steps.hpp"
 #include "dtsim/hw/strategies.hpp"
 
@@ -19,8 +27,8 @@ namespace {
 // Allocates the unsharded weights of a unit and starts gathering them.
 Task<Transfer> gather(Device& gpu, const Job& job, double bytes, int layer) {
     gpu.allocate(bytes, ops::all_gather, layer);
-    if (!job.dp_group) co_return Transfer{gpu.now(), gpu.now()};
-    co_return co_await gpu.all_gather_start(*job.dp_group, bytes, layer);
+    if (!job.zero_group()) co_return Transfer{gpu.now(), gpu.now()};
+    co_return co_await gpu.all_gather_start(*job.zero_group(), bytes, layer);
 }
 
 // Reduce-scatters of gradients in flight; their unsharded buffers are freed once done.
@@ -44,7 +52,9 @@ struct Scatters {
 Task<> scatter(Device& gpu, const Job& job, Scatters& s, double bytes, int layer) {
     gpu.allocate(bytes, ops::reduce_scatter, layer);
     Transfer t{gpu.now(), gpu.now()};
-    if (job.dp_group) t = co_await gpu.reduce_scatter_start(*job.dp_group, bytes, layer);
+    if (job.zero_group()) t = co_await gpu.reduce_scatter_start(*job.zero_group(), bytes, layer);
+    // Hybrid: this rank's reduced shard, all-reduced with the other replicas (after it on the comm stream).
+    if (job.replica_group) t = co_await gpu.all_reduce_start(*job.replica_group, bytes / job.zero_ranks(), layer);
     s.pending.emplace_back(t, bytes);
 }
 
@@ -53,6 +63,7 @@ Task<> scatter(Device& gpu, const Job& job, Scatters& s, double bytes, int layer
 Task<> fsdp(Device& gpu, const Job& job) {
     const int L = job.layers;
     const bool prefetch = job.strategy().prefetch;
+    const bool regather = job.strategy().sharding != "grad_op";
     const double layer_bytes = bytes_per_element(job.work->model.dtype) * job.work->layer.params;
     const double root_bytes = bytes_per_element(job.work->model.dtype) * (job.params() - L * job.work->layer.params);
     load_model_states(gpu, job);
@@ -68,23 +79,23 @@ Task<> fsdp(Device& gpu, const Job& job) {
             if (prefetch && l + 1 < L) next = co_await gather(gpu, job, layer_bytes, l + 1);
             gpu.wait(current);
             co_await layer_forward(gpu, job, l, mb);
-            gpu.release(layer_bytes);  // reshard after forward
+            if (regather) gpu.release(layer_bytes);  // reshard after forward
             if (!prefetch && l + 1 < L) next = co_await gather(gpu, job, layer_bytes, l + 1);
         }
         logits_and_loss(gpu, job, mb);
 
         // Backward
         logits_backward(gpu, job, mb);
-        next = co_await gather(gpu, job, layer_bytes, L - 1);
+        if (regather) next = co_await gather(gpu, job, layer_bytes, L - 1);
         for (int l = L - 1; l >= 0; --l) {
             const Transfer current = next;
-            if (prefetch && l > 0) next = co_await gather(gpu, job, layer_bytes, l - 1);
-            gpu.wait(current);
+            if (regather && prefetch && l > 0) next = co_await gather(gpu, job, layer_bytes, l - 1);
+            if (regather) gpu.wait(current);
             co_await layer_backward(gpu, job, l, mb);
             gpu.release(layer_bytes);
             co_await scatter(gpu, job, scatters, layer_bytes, l);
             scatters.release_done(gpu);
-            if (!prefetch && l > 0) next = co_await gather(gpu, job, layer_bytes, l - 1);
+            if (regather && !prefetch && l > 0) next = co_await gather(gpu, job, layer_bytes, l - 1);
         }
         embedding_backward(gpu, job, mb);
         if (root_bytes > 0) co_await scatter(gpu, job, scatters, root_bytes, kNoLayer);
@@ -93,7 +104,7 @@ Task<> fsdp(Device& gpu, const Job& job) {
     // Update: each rank steps its own shard.
     scatters.drain(gpu);
     if (root_bytes > 0) gpu.release(root_bytes);
-    optimizer_step(gpu, job.params() / job.dp);
+    optimizer_step(gpu, job.params() / job.zero_ranks());
 }
 
 }  // namespace dtsim::hw

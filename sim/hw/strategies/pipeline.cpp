@@ -41,7 +41,7 @@ Task<> backward_step(Device& gpu, const Job& job, int mb, GradientSync* grads) {
     const std::vector<double> embedding_grad{bytes_per_element(job.work->model.dtype) * job.work->edge.embedding_params};
     if (job.last_stage()) {
         logits_backward(gpu, job, mb);
-        if (grads && job.work->edge.embedding_params > 0 && (job.pp > 1 || !job.work->model.tied_embeddings))
+        if (grads && job.work->edge.embedding_params > 0 && job.separate_output)
             co_await grads->ready(embedding_grad, kNoLayer);
     } else {
         co_await gpu.recv(job.next, kGradient, last_layer(job), IdSet::single(mb));
@@ -60,16 +60,6 @@ Task<> backward_step(Device& gpu, const Job& job, int mb, GradientSync* grads) {
     } else {
         gpu.send(job.prev, job.work->edge.p2p_bytes, kGradient, job.first_layer, IdSet::single(mb));
     }
-}
-
-Task<> finish_step(Device& gpu, const Job& job, GradientSync& grads) {
-    co_await grads.finish();
-    if (job.embedding_group)
-        co_await gpu.all_reduce(*job.embedding_group,
-                                bytes_per_element(job.work->model.dtype) * job.work->edge.embedding_params);
-    const bool zero1 = job.strategy().zero_stage >= 1 && job.dp_group;
-    optimizer_step(gpu, zero1 ? job.params() / job.dp : job.params());
-    if (zero1) co_await gpu.all_gather(*job.dp_group, bytes_per_element(job.work->model.dtype) * job.params());
 }
 
 }  // namespace

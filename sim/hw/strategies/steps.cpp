@@ -79,6 +79,20 @@ Task<> layer_backward(Device& gpu, const Job& job, int layer, int mb) {
     gpu.release(job.work->layer.activation_bytes + job.work->layer.recompute_peak_bytes);
 }
 
+Task<> layer_backward_input(Device& gpu, const Job& job, int layer, int mb) {
+    const LayerWork& w = job.work->layer;
+    co_await recompute(gpu, job, layer, mb);
+    co_await block(gpu, job, ops::backward_input, layer, w.mlp_backward_input, mb);
+    co_await block(gpu, job, ops::backward_input, layer, w.attention_backward_input, mb);
+}
+
+void layer_backward_weight(Device& gpu, const Job& job, int layer, int mb) {
+    const LayerWork& w = job.work->layer;
+    run_work(gpu, ops::backward_weight, layer, w.mlp_backward_weight, mb);
+    run_work(gpu, ops::backward_weight, layer, w.attention_backward_weight, mb);
+    gpu.release(w.activation_bytes + w.recompute_peak_bytes);
+}
+
 Task<> embedding_forward(Device& gpu, const Job& job, int mb) {
     const EdgeWork& e = job.work->edge;
     if (e.embedding_forward.seconds <= 0) co_return;
@@ -107,7 +121,7 @@ void logits_backward(Device& gpu, const Job& job, int mb) {
 }
 
 void load_model_states(Device& gpu, const Job& job) {
-    const ModelStateBytes s = zero_model_states(job.params(), job.strategy().zero_stage, job.dp);
+    const ModelStateBytes s = zero_model_states(job.params(), job.strategy().zero_stage, job.zero_ranks());
     gpu.allocate(s.total(), ops::model_states);
 }
 
@@ -144,8 +158,16 @@ Task<> GradientSync::launch(double bytes, int layer) {
     pending_.emplace_back(t, bytes);
 }
 
+void GradientSync::release_done() {
+    // Bucket buffers whose transfer has ended by now are free again (in booking order).
+    std::size_t done = 0;
+    while (done < pending_.size() && pending_[done].first.end <= gpu_->now()) gpu_->release(pending_[done++].second);
+    pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(done));
+}
+
 Task<> GradientSync::ready(const std::vector<double>& tensors, int layer) {
     if (!job_->dp_group) co_return;
+    release_done();
     last_layer_ = layer;
     for (double t : tensors) {
         const double b = buckets_.add(t);
@@ -155,6 +177,26 @@ Task<> GradientSync::ready(const std::vector<double>& tensors, int layer) {
         else
             deferred_.emplace_back(b, layer);
     }
+}
+
+Task<> GradientSync::flush() {
+    if (!job_->dp_group) co_return;
+    release_done();
+    if (const double b = buckets_.flush(); b > 0) {
+        if (job_->strategy().overlap)
+            co_await launch(b, last_layer_);
+        else
+            deferred_.emplace_back(b, last_layer_);
+    }
+}
+
+Task<> finish_step(Device& gpu, const Job& job, GradientSync& grads) {
+    co_await grads.finish();
+    const double el = bytes_per_element(job.work->model.dtype);
+    if (job.embedding_group) co_await gpu.all_reduce(*job.embedding_group, el * job.work->edge.embedding_params);
+    const bool sharded = job.strategy().zero_stage >= 1 && job.dp_group;
+    optimizer_step(gpu, sharded ? job.params() / job.dp : job.params());
+    if (sharded) co_await gpu.all_gather(*job.dp_group, el * job.params());
 }
 
 Task<> GradientSync::finish() {

@@ -1,0 +1,153 @@
+// Sharded data parallelism against the ZeRO paper (Rajbhandari et al. 2020,
+// sections 5 and 7): model states per GPU 16Ψ (DDP), 4Ψ + 12Ψ/N (ZeRO-1),
+// 2Ψ + 14Ψ/N (ZeRO-2), 16Ψ/N (ZeRO-3 / FSDP full shard) bytes for Ψ
+// parameters in mixed-precision Adam, as the simulation allocates them; and
+// the communication volume per GPU of one step, in units of the parameter
+// bytes moved per rank by a ring collective ((n-1)/n of the array): 2Ψ for
+// DDP, ZeRO-1 and ZeRO-2 (a reduce-scatter and an all-gather, or one
+// all-reduce), 3Ψ for ZeRO-3 (an all-gather in the forward, another in the
+// backward, a reduce-scatter), 2Ψ for FSDP's SHARD_GRAD_OP. Hybrid sharding
+// divides the states by the shard group (a node) only.
+#include "dtsim/hw/collective_cost.hpp"
+#include "dtsim/hw/run.hpp"
+
+#include <doctest/doctest.h>
+
+#include <string>
+
+using namespace dtsim;
+using namespace dtsim::hw;
+using json = nlohmann::json;
+
+namespace {
+
+json cluster(int nodes) {
+    return {{"name", "h100"},
+            {"gpu", {{"name", "H100"}, {"peak_tflops", {{"bf16", 989.4}}}, {"hbm_GiB", 80}, {"hbm_TBps", 3.35}}},
+            {"gpus_per_node", 8},
+            {"nodes", nodes},
+            {"links",
+             {{"intra_node", {{"bandwidth_GBps", 370}, {"p2p_bandwidth_GBps", 292}, {"hop_latency_us", 4.8}}},
+              {"inter_node", {{"bandwidth_GBps", 48}, {"hop_latency_us", 5}}}}},
+            {"collective_base_latency_us", 20}};
+}
+
+// No vocabulary: every parameter is in a layer, Ψ = layers x params_per_layer.
+json data_parallel(const std::string& name, int nodes, int microbatches) {
+    return {{"cluster", cluster(nodes)},
+            {"model", {{"name", "small"}, {"layers", 4}, {"hidden", 1024}, {"heads", 16}, {"seq", 512}, {"vocab", 0}}},
+            {"training", {{"global_batch", 8 * nodes * microbatches}, {"micro_batch", 1}}},
+            {"strategy", {{"name", name}, {"dp", 8 * nodes}}}};
+}
+
+struct Measured {
+    Config config;
+    RunResult result;
+    double psi = 0;  // parameters
+};
+
+Measured measure(const json& doc) {
+    Measured m{parse_config(doc, "test.json"), {}, 0};
+    m.result = simulate(m.config, {.keep_trace = true});
+    m.psi = m.config.model.spec.layers * m.config.model.spec.params_per_layer();
+    return m;
+}
+
+// Rank 0's bytes moved by its collectives, as a ring moves them: bus factor x S.
+double moved(const Measured& m, int n) {
+    double total = 0;
+    for (const auto& e : m.result.trace.ranks[0].events) {
+        const std::string op(e.op.name());
+        if (op == "all_reduce") total += bus_factor(Collective::all_reduce, n) * e.bytes;
+        if (op == "all_gather") total += bus_factor(Collective::all_gather, n) * e.bytes;
+        if (op == "reduce_scatter") total += bus_factor(Collective::reduce_scatter, n) * e.bytes;
+    }
+    return total;
+}
+
+}  // namespace
+
+TEST_CASE("model states per GPU as the simulation allocates them: 16Ψ, 4Ψ+12Ψ/N, 2Ψ+14Ψ/N, 16Ψ/N") {
+    for (int nodes : {1, 2}) {
+        const double N = 8 * nodes;
+        CAPTURE(N);
+        for (int stage : {0, 1, 2}) {
+            CAPTURE(stage);
+            json doc = data_parallel("ddp", nodes, 1);
+            doc["strategy"]["zero_stage"] = stage;
+            const Measured m = measure(doc);
+            // The first event (layer 0's forward) sees the model states plus layer 0's activations.
+            const auto& first = m.result.trace.ranks[0].events.front();
+            REQUIRE(first.op.name() == "forward");
+            const double activations = layer_activation_bytes(m.config.model.spec, LayerSplit{});
+            const double expected = stage == 0 ? 16 * m.psi : stage == 1 ? 4 * m.psi + 12 * m.psi / N
+                                                                         : 2 * m.psi + 14 * m.psi / N;
+            CHECK(first.memory - activations == doctest::Approx(expected));
+        }
+        // FSDP: the first event is layer 0's all-gather, its unsharded bf16 weights allocated.
+        const Measured m = measure(data_parallel("fsdp", nodes, 1));
+        const auto& first = m.result.trace.ranks[0].events.front();
+        REQUIRE(first.op.name() == "all_gather");
+        const double layer_weights = 2 * m.config.model.spec.params_per_layer();
+        CHECK(first.memory - layer_weights == doctest::Approx(16 * m.psi / N));
+    }
+}
+
+TEST_CASE("hybrid sharding keeps 16Ψ/8 on 8-GPU nodes whatever the node count") {
+    for (int nodes : {2, 4}) {
+        json doc = data_parallel("fsdp", nodes, 1);
+        doc["strategy"]["sharding"] = "hybrid";
+        const Measured m = measure(doc);
+        const auto& first = m.result.trace.ranks[0].events.front();
+        const double layer_weights = 2 * m.config.model.spec.params_per_layer();
+        CHECK(first.memory - layer_weights == doctest::Approx(16 * m.psi / 8));
+        // ... and all-reduces each gradient shard across the nodes: Ψ/8 per layer per step.
+        double across = 0;
+        for (const auto& e : m.result.trace.ranks[0].events)
+            if (e.op.name() == "all_reduce") across += e.bytes;
+        CHECK(across == doctest::Approx(2 * m.psi / 8));  // bf16 gradient shards
+    }
+}
+
+TEST_CASE("communication volume per step: 2Ψ for DDP, ZeRO-1 and ZeRO-2, 3Ψ for ZeRO-3, 2Ψ for SHARD_GRAD_OP") {
+    for (int nodes : {1, 2}) {
+        const int n = 8 * nodes;
+        CAPTURE(n);
+        // The unit: Ψ bf16 parameters, (n-1)/n of them through each rank.
+        auto unit = [&](const Measured& m) { return bus_factor(Collective::all_gather, n) * 2 * m.psi; };
+        for (int stage : {0, 1, 2}) {
+            CAPTURE(stage);
+            json doc = data_parallel("ddp", nodes, 1);
+            doc["strategy"]["zero_stage"] = stage;
+            const Measured m = measure(doc);
+            CHECK(moved(m, n) / unit(m) == doctest::Approx(2));
+        }
+        const Measured full = measure(data_parallel("fsdp", nodes, 1));
+        CHECK(moved(full, n) / unit(full) == doctest::Approx(3));
+        json doc = data_parallel("fsdp", nodes, 1);
+        doc["strategy"]["sharding"] = "grad_op";
+        const Measured grad_op = measure(doc);
+        CHECK(moved(grad_op, n) / unit(grad_op) == doctest::Approx(2));
+    }
+}
+
+TEST_CASE("with gradient accumulation ZeRO-2 reduces every microbatch, ZeRO-1 once; SHARD_GRAD_OP holds the weights") {
+    const int m = 4, n = 8;
+    auto run = [&](const json& doc) { return measure(doc); };
+    json doc = data_parallel("ddp", 1, m);
+    doc["strategy"]["zero_stage"] = 1;
+    const Measured one = run(doc);
+    doc["strategy"]["zero_stage"] = 2;
+    const Measured two = run(doc);
+    const double unit = bus_factor(Collective::all_gather, n) * 2 * one.psi;
+    CHECK(moved(one, n) / unit == doctest::Approx(2));      // reduce-scatter Ψ, all-gather Ψ
+    CHECK(moved(two, n) / unit == doctest::Approx(m + 1));  // reduce-scatter Ψ per microbatch, all-gather Ψ
+    // ZeRO-2 never keeps the full gradients: its peak is below ZeRO-1's by about 2Ψ (1 - 1/N).
+    CHECK(two.result.report.peak.bytes < one.result.report.peak.bytes);
+    // SHARD_GRAD_OP keeps every layer's weights gathered from its forward to its backward: + 2Ψ (1 - 1/N) at the peak.
+    const Measured full = run(data_parallel("fsdp", 1, 1));
+    json g = data_parallel("fsdp", 1, 1);
+    g["strategy"]["sharding"] = "grad_op";
+    const Measured grad_op = run(g);
+    CHECK(grad_op.result.report.peak.bytes > full.result.report.peak.bytes + 2 * full.psi * (1 - 1.0 / n) * 0.5);
+}
