@@ -12,6 +12,7 @@
 #include "dtsim/hw/config.hpp"
 #include "dtsim/hw/run.hpp"
 #include "dtsim/render.hpp"
+#include "dtsim/render_compare.hpp"
 #include "dtsim/trace_io.hpp"
 
 #include <fmt/format.h>
@@ -229,39 +230,6 @@ void run(const RunArgs& a) {
     exit_status() = any_error ? 1 : any_oom ? 3 : 0;
 }
 
-// The comparison as a picture: a synthetic trace with one row per config whose
-// boxes are the mean step split (compute, exposed comm, idle) and whose memory
-// is the peak, drawn against the common capacity by the timeline renderer.
-Trace comparison_trace(const std::vector<hw::RunReport>& reports) {
-    Trace t;
-    t.time_unit = std::string("s");  // (operator=(const char*) trips g++ 12 -Wrestrict)
-    t.memory_unit = std::string("byte");
-    t.meta = {{"compare", nlohmann::json::array()}};
-    const OpCode compute = ops::forward, comm = OpCode::of("all_reduce"), idle = OpCode::of("idle");
-    double capacity = 0;
-    for (std::size_t i = 0; i < reports.size(); ++i) {
-        const auto& r = reports[i];
-        t.meta["compare"].push_back(r.name);
-        capacity = std::max(capacity, r.capacity);
-        RankTrace rt;
-        rt.rank = static_cast<int>(i);
-        double at = 0;
-        for (auto [op, d] : {std::pair{compute, r.split.compute}, {comm, r.split.comm}, {idle, r.split.idle}}) {
-            Event e;
-            e.op = op;
-            e.start = at;
-            e.duration = d;
-            e.memory = r.peak.bytes;
-            rt.events.push_back(e);
-            at += d;
-        }
-        t.ranks.push_back(std::move(rt));
-    }
-    t.memory_capacity = capacity;
-    summarize(t);
-    return t;
-}
-
 void compare(const CompareArgs& a) {
     if (a.configs.size() < 2) throw UsageError("compare needs at least two configs");
     std::vector<hw::Override> overrides;
@@ -297,14 +265,11 @@ void compare(const CompareArgs& a) {
         fmt::print("fastest that fits: {}\n", best->oom ? "none (all out of memory)" : best->name);
     }
     if (!a.svg.empty()) {
-        render::Options opts;
-        opts.title = "compare: mean step split (compute, exposed comm, idle) and peak memory per GPU";
-        render::write_image(comparison_trace(reports), a.svg, opts);
-        if (!a.json) {
-            fmt::print("chart {}: row i is config i:", a.svg);
-            for (std::size_t i = 0; i < reports.size(); ++i) fmt::print(" {}={}", i, reports[i].name);
-            fmt::print("\n");
-        }
+        std::vector<render::CompareRow> rows;
+        for (const auto& r : reports)
+            rows.push_back({r.name, r.split.compute, r.split.comm, r.split.idle, r.peak.bytes, r.capacity});
+        render::write_compare_chart(rows, a.svg, "dtsim compare: step time split and peak memory per GPU");
+        if (!a.json) fmt::print("chart {}\n", a.svg);
     }
     if (any_error) exit_status() = 1;
 }

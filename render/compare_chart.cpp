@@ -1,0 +1,195 @@
+#include "dtsim/render_compare.hpp"
+
+#include "cairo_util.hpp"
+#include "dtsim/render.hpp"
+#include "svg_ids.hpp"
+
+#include <cairo-pdf.h>
+#include <cairo-svg.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <stdexcept>
+
+namespace dtsim::render {
+namespace {
+
+struct Rgb {
+    double r, g, b;
+};
+constexpr Rgb kCompute{0.27, 0.45, 0.69}, kComm{0.93, 0.55, 0.17}, kIdle{0.75, 0.75, 0.75};
+constexpr Rgb kMemory{0.45, 0.62, 0.35}, kOom{0.84, 0.15, 0.16}, kInk{0.1, 0.1, 0.1}, kGrid{0.88, 0.88, 0.88};
+
+constexpr double kMargin = 16, kRow = 30, kBar = 18, kFont = 12, kTitle = 15, kPanelGap = 40;
+constexpr double kTimeWidth = 440, kMemoryWidth = 260;
+
+void fill(cairo_t* cr, Rgb c) { cairo_set_source_rgb(cr, c.r, c.g, c.b); }
+
+void text(cairo_t* cr, double x, double y, const std::string& s, double size, detail::Weight w = detail::Weight::normal,
+          bool right = false) {
+    detail::select_font(cr, size, w);
+    if (right) x -= detail::text_width(cr, s, size, w);
+    fill(cr, kInk);
+    cairo_move_to(cr, x, y);
+    cairo_show_text(cr, s.c_str());
+}
+
+// A round axis step: 1, 2 or 5 times a power of ten, about `target` ticks over `max`.
+double tick_step(double max, int target) {
+    const double raw = max / target;
+    const double p = std::pow(10.0, std::floor(std::log10(raw)));
+    for (double m : {1.0, 2.0, 5.0, 10.0})
+        if (raw <= m * p) return m * p;
+    return 10 * p;
+}
+
+struct Geometry {
+    double label_width, width, height, time_x, memory_x, top;
+};
+
+void draw(cairo_t* cr, const std::vector<CompareRow>& rows, const std::string& title, const Geometry& g) {
+    fill(cr, {1, 1, 1});
+    cairo_paint(cr);
+    text(cr, kMargin, kMargin + kTitle, title, kTitle, detail::Weight::bold);
+    // Legend.
+    double lx = kMargin;
+    const double ly = kMargin + kTitle + 18;
+    for (auto [name, c] : {std::pair{"compute", kCompute}, {"exposed comm", kComm}, {"idle (bubble, waits)", kIdle},
+                           {"peak memory", kMemory}, {"past capacity", kOom}}) {
+        fill(cr, c);
+        cairo_rectangle(cr, lx, ly - 10, 12, 12);
+        cairo_fill(cr);
+        text(cr, lx + 16, ly, name, kFont);
+        lx += 16 + detail::text_width(cr, name, kFont) + 18;
+    }
+    double max_time = 0, max_memory = 0;
+    for (const auto& r : rows) {
+        max_time = std::max(max_time, r.compute + r.comm + r.idle);
+        max_memory = std::max({max_memory, r.peak_memory, r.capacity});
+    }
+    if (max_time <= 0) max_time = 1;
+    if (max_memory <= 0) max_memory = 1;
+    const double bottom = g.top + kRow * static_cast<double>(rows.size());
+    // Axes: grid lines and tick labels under each panel.
+    const double ts = tick_step(max_time, 5);
+    for (double t = 0; t <= max_time * 1.0001; t += ts) {
+        const double x = g.time_x + kTimeWidth * t / max_time;
+        fill(cr, kGrid);
+        cairo_rectangle(cr, x, g.top, 1, bottom - g.top);
+        cairo_fill(cr);
+        text(cr, x - 8, bottom + 16, fmt::format("{:g} s", t), kFont - 1);
+    }
+    const double gib = 1024.0 * 1024.0 * 1024.0, ms = tick_step(max_memory / gib, 4);
+    for (double m = 0; m <= max_memory / gib * 1.0001; m += ms) {
+        const double x = g.memory_x + kMemoryWidth * m * gib / max_memory;
+        fill(cr, kGrid);
+        cairo_rectangle(cr, x, g.top, 1, bottom - g.top);
+        cairo_fill(cr);
+        text(cr, x - 8, bottom + 16, fmt::format("{:g} GiB", m), kFont - 1);
+    }
+    text(cr, g.time_x, g.top - 6, "step time per GPU (mean)", kFont, detail::Weight::bold);
+    text(cr, g.memory_x, g.top - 6, "peak memory per GPU", kFont, detail::Weight::bold);
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+        const CompareRow& r = rows[i];
+        const double y = g.top + kRow * static_cast<double>(i) + (kRow - kBar) / 2;
+        text(cr, g.time_x - 8, y + kBar - 5, r.name, kFont, detail::Weight::normal, true);
+        double x = g.time_x;
+        for (auto [v, c] : {std::pair{r.compute, kCompute}, {r.comm, kComm}, {r.idle, kIdle}}) {
+            const double w = kTimeWidth * v / max_time;
+            fill(cr, c);
+            cairo_rectangle(cr, x, y, w, kBar);
+            cairo_fill(cr);
+            x += w;
+        }
+        text(cr, x + 4, y + kBar - 5, fmt::format("{:.3f} s", r.compute + r.comm + r.idle), kFont - 1);
+        const bool oom = r.capacity > 0 && r.peak_memory > r.capacity;
+        const double fits = kMemoryWidth * std::min(r.peak_memory, r.capacity > 0 ? r.capacity : r.peak_memory) / max_memory;
+        fill(cr, kMemory);
+        cairo_rectangle(cr, g.memory_x, y, fits, kBar);
+        cairo_fill(cr);
+        if (oom) {
+            fill(cr, kOom);
+            cairo_rectangle(cr, g.memory_x + fits, y, kMemoryWidth * r.peak_memory / max_memory - fits, kBar);
+            cairo_fill(cr);
+        }
+        if (r.capacity > 0) {  // the capacity, dashed
+            const double cx = g.memory_x + kMemoryWidth * r.capacity / max_memory;
+            fill(cr, kInk);
+            const double dash[] = {3, 2};
+            cairo_set_dash(cr, dash, 2, 0);
+            cairo_set_line_width(cr, 1.5);
+            cairo_move_to(cr, cx, y - 3);
+            cairo_line_to(cr, cx, y + kBar + 3);
+            cairo_stroke(cr);
+            cairo_set_dash(cr, nullptr, 0, 0);
+        }
+        text(cr, g.memory_x + kMemoryWidth + 6, y + kBar - 5,
+             fmt::format("{:.1f} GiB{}", r.peak_memory / gib, oom ? " OOM" : ""), kFont - 1);
+    }
+}
+
+cairo_status_t append(void* closure, const unsigned char* data, unsigned int length) {
+    static_cast<std::string*>(closure)->append(reinterpret_cast<const char*>(data), length);
+    return CAIRO_STATUS_SUCCESS;
+}
+
+void render(cairo_surface_t* surface, const std::vector<CompareRow>& rows, const std::string& title, const Geometry& g) {
+    detail::check(surface, "drawing the comparison");
+    {
+        const detail::Context cr(cairo_create(surface));
+        draw(cr.get(), rows, title, g);
+        detail::check(cr.get(), "drawing the comparison");
+    }
+    if (cairo_surface_get_type(surface) == CAIRO_SURFACE_TYPE_IMAGE)
+        cairo_surface_flush(surface);
+    else
+        cairo_surface_finish(surface);
+    detail::check(surface, "drawing the comparison");
+}
+
+}  // namespace
+
+void write_compare_chart(const std::vector<CompareRow>& rows, const std::string& path, const std::string& title) {
+    const Format format = format_from_path(path);
+    const detail::TextMeasure measure;
+    double label = 0;
+    for (const auto& r : rows) label = std::max(label, measure.width(r.name, kFont));
+    Geometry g{};
+    g.label_width = label;
+    g.time_x = kMargin + label + 10;
+    g.memory_x = g.time_x + kTimeWidth + 60 + kPanelGap;
+    g.top = kMargin + kTitle + 18 + 34;
+    g.width = std::ceil(std::max(g.memory_x + kMemoryWidth + 120, kMargin + measure.width(title, kTitle) + kMargin));
+    g.height = std::ceil(g.top + kRow * static_cast<double>(rows.size()) + 24 + kMargin);
+    std::string data;
+    switch (format) {
+        case Format::svg: {
+            const detail::Surface s(cairo_svg_surface_create_for_stream(append, &data, g.width, g.height));
+            cairo_svg_surface_set_document_unit(s.get(), CAIRO_SVG_UNIT_PX);
+            render(s.get(), rows, title, g);
+            data = detail::normalise_surface_ids(data);
+            break;
+        }
+        case Format::pdf: {
+            const detail::Surface s(cairo_pdf_surface_create_for_stream(append, &data, g.width, g.height));
+            render(s.get(), rows, title, g);
+            break;
+        }
+        case Format::png: {
+            const detail::Surface s(cairo_image_surface_create(CAIRO_FORMAT_RGB24, static_cast<int>(g.width),
+                                                               static_cast<int>(g.height)));
+            render(s.get(), rows, title, g);
+            if (cairo_surface_write_to_png_stream(s.get(), append, &data) != CAIRO_STATUS_SUCCESS)
+                throw std::runtime_error(fmt::format("{}: writing PNG failed", path));
+            break;
+        }
+    }
+    std::ofstream f(path, std::ios::binary);
+    if (!f) throw std::runtime_error(fmt::format("{}: cannot open for writing", path));
+    f.write(data.data(), static_cast<std::streamsize>(data.size()));
+    if (!f) throw std::runtime_error(fmt::format("{}: write failed", path));
+}
+
+}  // namespace dtsim::render
