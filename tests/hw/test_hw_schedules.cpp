@@ -141,10 +141,12 @@ TEST_CASE("a 1F1B schedule file runs exactly as the built-in 1F1B, with TP, reco
     REQUIRE(sched::read_schedule_file(file) == sched::one_f_one_b(4, 8));
     for (const char* recompute : {"none", "selective", "full"}) {
         CAPTURE(recompute);
-        json doc{{"cluster", realistic_cluster(1)},
+        // Two nodes: TP 2 x PP 4 x DP 2, gradients bucketed over the data-parallel pairs, ZeRO-1.
+        json doc{{"cluster", realistic_cluster(2)},
                  {"model", small_model(8, 32000)},
-                 {"training", {{"global_batch", 8}, {"micro_batch", 1}}},
-                 {"strategy", {{"name", "1f1b"}, {"tp", 2}, {"pp", 4}, {"recompute", recompute}}}};
+                 {"training", {{"global_batch", 16}, {"micro_batch", 1}}},
+                 {"strategy",
+                  {{"name", "1f1b"}, {"tp", 2}, {"pp", 4}, {"dp", 2}, {"zero_stage", 1}, {"recompute", recompute}}}};
         const RunReport builtin = run(doc).report;
         doc["strategy"]["name"] = "schedule";
         doc["strategy"]["schedule_file"] = file;

@@ -18,9 +18,9 @@
 //            gradients and frees them.
 // SEND/RECV actions of a lowered schedule are stripped (the transfers follow
 // from F and B as above) and FSDP's UNSHARD/RESHARD/REDUCE_GRAD cost nothing.
-// A stage's gradients join the data-parallel buckets in the action that
-// finishes its last backward on this rank; the step ends as the other
-// pipelines' (finish_step).
+// A stage's gradients join the data-parallel buckets, layer by layer, in the
+// action that finishes its last backward on this rank; the step ends as the
+// other pipelines' (finish_step).
 #include "dtsim/hw/steps.hpp"
 #include "dtsim/hw/strategies.hpp"
 
@@ -72,42 +72,57 @@ Task<> forward(Device& gpu, const Stage& st, int mb) {
                  IdSet::single(mb));
 }
 
-// The gradients of this stage's layers (and edges) join the buckets.
-Task<> gradients_ready(const Stage& st, GradientSync& grads) {
+// The edges' gradients join the buckets (`grads` is given for this stage's last backward).
+Task<> edge_gradients(const Stage& st, GradientSync* grads, bool output) {
     const Job& job = st.job;
-    const LayerWork& w = job.work->layer;
+    if (!grads || job.work->edge.embedding_params <= 0) co_return;
     const std::vector<double> edge{bytes_per_element(job.work->model.dtype) * job.work->edge.embedding_params};
-    if (st.last() && job.work->edge.embedding_params > 0 && job.separate_output) co_await grads.ready(edge, kNoLayer);
-    for (int l = st.last_layer(); l >= st.first_layer(); --l) {
-        co_await grads.ready(w.mlp_grad_tensors, l);
-        co_await grads.ready(w.attention_grad_tensors, l);
-    }
-    if (st.first() && job.work->edge.embedding_params > 0) co_await grads.ready(edge, kNoLayer);
+    if (output ? st.last() && job.separate_output : st.first()) co_await grads->ready(edge, kNoLayer);
 }
 
-// B (input and weights) or I (input only).
-Task<> backward(Device& gpu, const Stage& st, int mb, bool weights) {
+// B (input and weights) or I (input only). For the stage's last backward on
+// this rank, `grads` takes each half layer's gradients as the backward
+// produces them, as in the built-in pipelines.
+Task<> backward(Device& gpu, const Stage& st, int mb, bool weights, GradientSync* grads) {
     const Job& job = st.job;
     const PipelinePlan& plan = st.plan();
+    const LayerWork& w = job.work->layer;
     if (st.last())
         logits_backward(gpu, job, mb);
     else if (const int from = st.peer(st.stage + 1, gpu.rank()); from >= 0)
         co_await gpu.recv(from, tag(plan, st.stage, mb, kGradient), st.last_layer(), IdSet::single(mb));
+    if (weights) co_await edge_gradients(st, grads, true);
     for (int l = st.last_layer(); l >= st.first_layer(); --l) {
-        if (weights)
-            co_await layer_backward(gpu, job, l, mb);
-        else
+        if (weights) {
+            co_await recompute(gpu, job, l, mb);
+            co_await mlp_backward(gpu, job, l, mb);
+            if (grads) co_await grads->ready(w.mlp_grad_tensors, l);
+            co_await attention_backward(gpu, job, l, mb);
+            if (grads) co_await grads->ready(w.attention_grad_tensors, l);
+            gpu.release(w.activation_bytes + w.recompute_peak_bytes);
+        } else {
             co_await layer_backward_input(gpu, job, l, mb);
+        }
     }
     if (st.first())
         embedding_backward(gpu, job, mb);
     else if (const int to = st.peer(st.stage - 1, gpu.rank()); to >= 0)
         gpu.send(to, job.work->edge.p2p_bytes, tag(plan, st.stage - 1, mb, kGradient), st.first_layer(),
                  IdSet::single(mb));
+    if (weights) co_await edge_gradients(st, grads, false);
 }
 
-void weights(Device& gpu, const Stage& st, int mb) {
-    for (int l = st.last_layer(); l >= st.first_layer(); --l) layer_backward_weight(gpu, st.job, l, mb);
+Task<> weights(Device& gpu, const Stage& st, int mb, GradientSync* grads) {
+    const LayerWork& w = st.job.work->layer;
+    co_await edge_gradients(st, grads, true);
+    for (int l = st.last_layer(); l >= st.first_layer(); --l) {
+        layer_backward_weight(gpu, st.job, l, mb);
+        if (grads) {
+            co_await grads->ready(w.mlp_grad_tensors, l);
+            co_await grads->ready(w.attention_grad_tensors, l);
+        }
+    }
+    co_await edge_gradients(st, grads, false);
 }
 
 }  // namespace
@@ -126,18 +141,12 @@ Task<> scheduled_pipeline(Device& gpu, const Job& job) {
     for (std::size_t i = 0; i < actions.size(); ++i) {
         const sched::Action& a = actions[i];
         const Stage st{job, a.stage};
-        const bool last = last_weights[static_cast<std::size_t>(a.stage)] == i;
+        GradientSync* sync = last_weights[static_cast<std::size_t>(a.stage)] == i ? &grads : nullptr;
         switch (a.type) {
             case ActionType::forward: co_await forward(gpu, st, a.microbatch); break;
-            case ActionType::full_backward:
-                co_await backward(gpu, st, a.microbatch, true);
-                if (last) co_await gradients_ready(st, grads);
-                break;
-            case ActionType::backward_input: co_await backward(gpu, st, a.microbatch, false); break;
-            case ActionType::backward_weight:
-                weights(gpu, st, a.microbatch);
-                if (last) co_await gradients_ready(st, grads);
-                break;
+            case ActionType::full_backward: co_await backward(gpu, st, a.microbatch, true, sync); break;
+            case ActionType::backward_input: co_await backward(gpu, st, a.microbatch, false, nullptr); break;
+            case ActionType::backward_weight: co_await weights(gpu, st, a.microbatch, sync); break;
             default: break;  // SEND/RECV are stripped; UNSHARD, RESHARD, REDUCE_GRAD cost nothing here
         }
     }
