@@ -90,6 +90,7 @@ RunResult simulate_transformer(const Config& c, const RunOptions& options) {
 
     World world(c.cluster, c.gpus());
     if (c.strategy.algorithm) world.set_algorithm(*c.strategy.algorithm);
+    world.set_recording(options.keep_trace);
     std::optional<PipelinePlan> plan;
     if (is_scheduled_pipeline(c.strategy.name)) plan = make_plan(c);
     const std::vector<Job> jobs = make_jobs(world, c, work, plan ? &*plan : nullptr);

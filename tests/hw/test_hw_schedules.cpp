@@ -262,3 +262,18 @@ TEST_CASE("a schedule that cannot progress is a deadlock naming who waits for wh
     CHECK(msg.find("rank 1") != std::string::npos);
     CHECK(msg.find("it waits for the gradient of stage 0 microbatch 0") != std::string::npos);
 }
+
+TEST_CASE("a run without a trace reports the same figures as one with it") {
+    json doc{{"cluster", realistic_cluster(2)},
+             {"model", small_model(8, 32000)},
+             {"training", {{"global_batch", 16}, {"micro_batch", 1}}},
+             {"strategy", {{"name", "zbh1"}, {"tp", 2}, {"pp", 4}, {"dp", 2}, {"recompute", "full"}}}};
+    const RunResult with = run(doc, true), without = run(doc, false);
+    CHECK(with.report.step_time == without.report.step_time);
+    CHECK(with.report.rank_peaks == without.report.rank_peaks);
+    CHECK(with.report.split.comm == without.report.split.comm);
+    CHECK(with.report.hardware_flops == without.report.hardware_flops);
+    CHECK(with.report.events == without.report.events);
+    CHECK(with.trace.event_count() == with.report.events);
+    CHECK(without.trace.event_count() == 0);
+}

@@ -164,6 +164,7 @@ private:
     TimeSplit split_;
     double flops_ = 0;
     std::size_t events_ = 0;
+    Event scratch_;  // where an operation goes when the world does not record
     // recv: what this rank waits for
     int want_src_ = -1;
     int want_tag_ = 0;

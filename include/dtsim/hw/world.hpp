@@ -38,6 +38,12 @@ public:
     // The collective algorithm (default: the cluster's).
     void set_algorithm(Algorithm a) { algorithm_ = a; }
     [[nodiscard]] Algorithm algorithm() const { return algorithm_; }
+    // Whether operations are kept as trace events (default). Off, a run still
+    // counts them and keeps every figure of the report (clocks, time split,
+    // FLOPs, memory), but take_trace() has no events, and a deadlock report
+    // cannot name the ranks' last events: for large runs that need no trace.
+    void set_recording(bool on) { recording_ = on; }
+    [[nodiscard]] bool recording() const { return recording_; }
 
     // Runs `body(device)` as one coroutine per rank until all finish; rethrows
     // what the engine throws (ScheduleError, DeadlockError, ...). Once.
@@ -87,6 +93,7 @@ private:
     std::vector<int> free_slots_;
     std::uint64_t schedules_ = 0;
     double step_time_ = 0;
+    bool recording_ = true;
 };
 
 }  // namespace dtsim::hw
