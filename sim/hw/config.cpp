@@ -526,7 +526,7 @@ void validate(const Node& root, Config& c) {
                                             s.microbatches, t.global_batch, t.micro_batch, s.dp, derived));
     if ((s.name == "ddp" || s.name == "fsdp") && (s.tp != 1 || s.pp != 1))
         where("tp").fail(fmt::format("strategy \"{}\" is pure data parallelism: tp and pp must be 1 (found tp {}, pp "
-                                     "{}); use \"megatron\", \"gpipe\" or \"1f1b\" to combine them",
+                                     "{}); use \"megatron\" or a pipeline (\"1f1b\", \"interleaved\", ...) to combine them",
                                      s.name, s.tp, s.pp));
     if (s.name == "megatron" && s.pp != 1)
         where("pp").fail(fmt::format("strategy \"megatron\" has no pipeline: pp must be 1, found {}; use \"gpipe\" or "

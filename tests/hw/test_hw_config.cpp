@@ -128,7 +128,7 @@ TEST_CASE("inconsistent sizes are explained") {
           "--set strategy.tp=16: $.strategy.tp: 8 attention heads cannot be split over tp = 16");
     CHECK(error_of("run.json", {parse_override("strategy.name=ddp")}) ==
           kData + "/run.json: $.strategy.tp: strategy \"ddp\" is pure data parallelism: tp and pp must be 1 (found tp "
-                  "2, pp 2); use \"megatron\", \"gpipe\" or \"1f1b\" to combine them");
+                  "2, pp 2); use \"megatron\" or a pipeline (\"1f1b\", \"interleaved\", ...) to combine them");
 }
 
 TEST_CASE("missing keys, missing files, include cycles and malformed JSON are errors with a place") {
