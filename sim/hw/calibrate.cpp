@@ -517,7 +517,10 @@ CalibrateResult calibrate(const json& base, const std::string& base_file, const 
                           fmt::format("cannot tell the GPU family of \"{}\" (expected a name like H100-SXM)", c.gpu.name));
     std::vector<std::string> sources;
     if (cl.contains("source") && cl["source"].is_array())
-        for (const auto& s : cl["source"]) sources.push_back(s.is_string() ? s.get<std::string>() : s.dump());
+        for (const auto& s : cl["source"]) {
+            const std::string text = s.is_string() ? s.get<std::string>() : s.dump();
+            if (text.find("dtsim calibrate") == std::string::npos) sources.push_back(text);  // earlier runs' lines go
+        }
 
     // Collectives: one curve per (level, operation, algorithm) from the data sets of this GPU family.
     struct Group {
@@ -674,6 +677,11 @@ CalibrateResult calibrate(const json& base, const std::string& base_file, const 
                                       "of Megatron rows {} is zero (the other rows stay held out)",
                                       e, fmt::join(ids, ", ")));
     }
+    // Parameters an earlier calibration fitted and this one left alone keep their data sets.
+    if (gm.contains("datasets") && gm["datasets"].is_array())
+        for (const auto& d : gm["datasets"])
+            if (d.is_string() && std::find(all.begin(), all.end(), d.get<std::string>()) == all.end())
+                all.push_back(d.get<std::string>());
     if (!all.empty()) {
         gm["datasets"] = all;
         sources.push_back(fmt::format("gpu.gemm: dtsim calibrate on {}", fmt::join(all, ", ")));

@@ -123,10 +123,13 @@ const CollectiveFit* find_for(const Link& l, std::string_view op, Algorithm a, b
     return nullptr;
 }
 
-double envelope(const CollectiveFit& f, double x, double latency_scale, double bandwidth_scale, double* latency) {
+double envelope(const CollectiveFit& f, double x, double latency_scale, double bandwidth_scale, double* latency,
+                double bandwidth_cap = 0) {
     double best = -1, lat = 0;
     for (const auto& line : f.lines) {
-        const double t = line.latency * latency_scale + x / (line.bus_bandwidth * bandwidth_scale);
+        double bw = line.bus_bandwidth * bandwidth_scale;
+        if (bandwidth_cap > 0) bw = std::min(bw, bandwidth_cap);
+        const double t = line.latency * latency_scale + x / bw;
         if (best < 0 || t < best) best = t, lat = line.latency * latency_scale;
     }
     if (latency) *latency = lat;
@@ -163,7 +166,9 @@ CollectiveCost collective_cost(const Cluster& c, Collective coll, double bytes, 
     const CollectiveCost here = ring(c, coll, 0, g), there = ring(c, coll, 0, fg);
     const double ls = there.latency > 0 ? here.latency / there.latency : 1;
     const double bs = there.bus_bandwidth > 0 ? here.bus_bandwidth / there.bus_bandwidth : 1;
-    r.seconds = envelope(*f, bus_factor(coll, g.ranks) * bytes, ls, bs, &r.latency);
+    // Across nodes, another layout per node (fewer NICs in use) may not beat the ring bound of that layout.
+    const bool same_layout = g.nodes == 1 || (g.min_per_node == f->per_node && g.max_per_node == f->per_node);
+    r.seconds = envelope(*f, bus_factor(coll, g.ranks) * bytes, ls, bs, &r.latency, same_layout ? 0 : here.bus_bandwidth);
     r.bus_bandwidth = bus_factor(coll, g.ranks) * bytes / std::max(r.seconds - r.latency, 1e-30);
     return r;
 }

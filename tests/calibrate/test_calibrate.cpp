@@ -128,6 +128,20 @@ TEST_CASE("a measured curve replaces the alpha-beta model and scales to other gr
     const double ls = (20 + 6 * 4.8) / (20 + 14 * 4.8), s = 1 * kGiB, x = 1.5 * s;
     CHECK(collective_cost(c, Collective::all_reduce, s, half).seconds ==
           doctest::Approx(std::min(30e-6 * ls + x / 100e9, 100e-6 * ls + x / 450e9)));
+    // Below the smallest size measured the curve is not extrapolated.
+    c.intra_node.fits.front().min_bytes = 1 * kMiB;
+    Cluster none = c;
+    none.intra_node.fits.clear();
+    CHECK(collective_cost(c, Collective::all_reduce, 64 * kKiB, node).seconds ==
+          doctest::Approx(collective_cost(none, Collective::all_reduce, 64 * kKiB, node).seconds));
+    c.intra_node.fits.front().min_bytes = 0;
+    // Across nodes, a curve measured on 2 full nodes: one member per node is held to its NIC (48 GB/s).
+    Cluster two = c;
+    two.inter_node.fits.push_back(CollectiveFit{"all_reduce", Algorithm::automatic, 16, 2, 8, 0, {{50e-6, 470e9}}, {}});
+    const GroupShape sparse = GroupShape::of(c, iota(4, 0, 8));
+    const double ring_l = (20 + 6 * 5.0) / (20 + 28 * 4.8 + 2 * 5.0);
+    CHECK(collective_cost(two, Collective::all_reduce, s, sparse).seconds ==
+          doctest::Approx(50e-6 * ring_l + 1.5 * s / 48e9));
     // Across nodes nothing was measured: the alpha-beta model as before.
     const GroupShape across = GroupShape::of(c, iota(16));
     Cluster plain = c;
