@@ -181,9 +181,16 @@ ValidationSet collective_set(const CollectiveSet& s, const GroundTruth& data, Cl
         std::vector<std::pair<double, double>> pts;
         std::vector<std::string> ids;
         double smallest = 0;
+        auto compatible = [&](const CollectiveSet& other) {
+            return other.id != s.id && gpu_family(other.gpu) == fam && other.op == s.op &&
+                   other.algorithm == s.algorithm && other.nodes == s.nodes && other.gpus_per_node == s.gpus_per_node;
+        };
+        // Data of the same network where there is some; else of any network (the label says which).
+        const bool same_network = std::any_of(data.collectives.begin(), data.collectives.end(), [&](const auto& other) {
+            return compatible(other) && network_kind(other.network) == network_kind(s.network);
+        });
         for (const auto& other : data.collectives) {
-            if (other.id == s.id || gpu_family(other.gpu) != fam || other.op != s.op || other.algorithm != s.algorithm ||
-                other.nodes != s.nodes || other.gpus_per_node != s.gpus_per_node)
+            if (!compatible(other) || (same_network && network_kind(other.network) != network_kind(s.network)))
                 continue;
             ids.push_back(other.id + (network_kind(other.network) != network_kind(s.network)
                                           ? fmt::format(" ({})", network_kind(other.network))
@@ -204,7 +211,8 @@ ValidationSet collective_set(const CollectiveSet& s, const GroundTruth& data, Cl
                 {"lines", arr}, {"datasets", ids}};
             v.fit = fmt::format("held out: curve fitted to {} only", join(ids));
         } else {
-            v.fit = "held out: no other data set of this kind; the config's alpha-beta parameters";
+            v.fit = "held out from the curves: no other data set of this kind; the config's alpha-beta parameters "
+                    "(their sources say which measurements they were read from)";
         }
     }
     const Cluster c = make_cluster(doc, cd->file, s.nodes, s.gpus_per_node);
@@ -224,7 +232,8 @@ ValidationSet collective_set(const CollectiveSet& s, const GroundTruth& data, Cl
         else if (f)
             v.fit = fmt::format("held out: curve fitted to {}", join(f->datasets));
         else
-            v.fit = "alpha-beta parameters of the config (see its sources)";
+            v.fit = "no curve: the config's alpha-beta parameters (their sources say which measurements they were "
+                    "read from)";
     }
     v.note = fmt::format("{} {} GPUs ({} node{}), {}", s.op, s.ranks(), s.nodes, s.nodes > 1 ? "s" : "",
                          s.algorithm == Algorithm::automatic ? "NCCL's algorithm choice"
