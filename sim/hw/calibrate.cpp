@@ -195,12 +195,14 @@ void read_gemm(const Val& root, const std::string& stem, GroundTruth& out) {
                 g.rows.push_back({r["gpu"].string(), read_dtype(r["dtype"]), mnk[0], mnk[1], mnk[2], r["tflops"].positive()});
             }
         } else {
-            // "<gpu>_<dtype>_by_shape"
-            const auto a = key.find('_'), b = key.rfind("_by_shape");
-            if (a == std::string::npos || b == std::string::npos || b <= a)
+            // "<gpu>_<dtype>_by_shape" (dtsim-gemm also writes "gpu" and "dtype" in the section)
+            const auto b = key.rfind("_by_shape");
+            const auto a = b == std::string::npos || b == 0 ? std::string::npos : key.rfind('_', b - 1);
+            if (a == std::string::npos || b <= a + 1)
                 sec.fail("expected a section named max_achievable or <gpu>_<dtype>_by_shape");
-            const std::string gpu = key.substr(0, a), dt = key.substr(a + 1, b - a - 1);
-            const auto d = parse_dtype(dt);
+            const std::string gpu = sec.has("gpu") ? sec["gpu"].string() : key.substr(0, a);
+            const std::string dt = key.substr(a + 1, b - a - 1);
+            const auto d = sec.has("dtype") ? std::optional<DType>(read_dtype(sec["dtype"])) : parse_dtype(dt);
             if (!d) sec.fail(fmt::format("unknown dtype \"{}\" in the section name", dt));
             const auto at = columns(sec["columns"], {"m", "n", "k", "tflops"});
             const Val rows = sec["rows"];

@@ -255,6 +255,25 @@ TEST_CASE("bad files are rejected with the file, the JSON path and what was foun
                          ConfigError);
 }
 
+TEST_CASE("the harness's GEMM output is read as the published table is") {
+    // The layout dtsim-gemm writes (calibration/host/gemm_shapes.cpp gemm_json).
+    const std::string file = write_temp("dtsim_harness_gemm.json", R"({"description": "d", "meta": {},
+        "max_achievable": {"source": "measured", "rows": [{"gpu": "NVIDIA H100 80GB HBM3", "dtype": "bf16",
+            "tflops": 700.5, "shape": "2048x8192x4096"}]},
+        "nvidia_h100_80gb_hbm3_bf16_by_shape": {"source": "measured", "gpu": "NVIDIA H100 80GB HBM3", "dtype": "bf16",
+            "columns": ["m", "n", "k", "tflops", "time_us", "name", "layout"],
+            "rows": [[2048, 12288, 4096, 650.25, 317.1, "qkv", "NT"], [2048, 4096, 4096, 600, 114.5, "proj", "NT"]]}})");
+    const auto data = cal::load_ground_truth({file});
+    REQUIRE(data.gemms.size() == 2);
+    for (const auto& g : data.gemms) {
+        REQUIRE_FALSE(g.rows.empty());
+        CHECK(cal::same_family(g.rows[0].gpu, "H100"));
+        CHECK(g.rows[0].dtype == DType::bf16);
+    }
+    CHECK(data.gemms[1].rows[1].n == 4096);
+    CHECK(data.gemms[1].rows[1].tflops == 600);
+}
+
 TEST_CASE("gpu families and Megatron's FLOP count") {
     CHECK(cal::gpu_family("H100 SXM 80GB") == "H100");
     CHECK(cal::gpu_family("H100 (p5.48xlarge)") == "H100");
