@@ -169,8 +169,8 @@ void register_calibrate_commands(CLI::App& app) {
     cal_cmd->add_option("--base", ca->base,
                         "Cluster config to start from (default: the shipped one of the data's GPU family)")
         ->check(CLI::ExistingFile);
-    cal_cmd->add_option("--only", ca->only, "Use only these data set ids (repeatable)");
-    cal_cmd->add_option("--exclude", ca->exclude, "Leave out these data set ids (repeatable)");
+    cal_cmd->add_option("--only", ca->only, "Use only these data set ids (repeatable or comma-separated)")->delimiter(',');
+    cal_cmd->add_option("--exclude", ca->exclude, "Leave out these data set ids (repeatable or comma-separated)")->delimiter(',');
     cal_cmd->add_option("--fit-megatron", ca->megatron_rows,
                         "Fit the fp16 GEMM ceiling end to end to these Megatron rows (model names, e.g. 1.7B; "
                         "repeatable or comma-separated); the other rows stay held out")

@@ -330,8 +330,9 @@ std::vector<std::string> shipped_data_files() {
     return files;
 }
 
-std::string shipped_cluster_for(const std::string& family) {
+std::string shipped_cluster_for(const std::string& family, const std::string& network) {
     const fs::path dir = fs::path(DTSIM_CONFIGS_DIR) / "clusters";
+    if (family == "H100" && network_kind(network) == "EFA") return (dir / "p5-h100-efa.json").string();
     if (family == "H100") return (dir / "dgx-h100.json").string();
     if (family == "A100") return (dir / "selene-a100.json").string();
     return "";

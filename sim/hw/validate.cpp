@@ -121,10 +121,10 @@ public:
             for (const auto& d : given_)
                 if (d.family == family && network_kind(d.network) == network_kind(network)) return &d.doc;
         if (auto it = by_family_.find(family); it != by_family_.end()) return &it->second;
-        const std::string f = shipped_cluster_for(family);
+        const std::string f = shipped_cluster_for(family, network);
         if (f.empty()) return nullptr;
-        by_family_[family] = ClusterDoc{read_cluster_file(f), f};
-        return &by_family_[family];
+        if (!shipped_.count(f)) shipped_[f] = ClusterDoc{read_cluster_file(f), f};
+        return &shipped_[f];
     }
 
 private:
@@ -133,7 +133,8 @@ private:
         ClusterDoc doc;
     };
     std::vector<Given> given_;
-    std::map<std::string, ClusterDoc> by_family_;
+    std::map<std::string, ClusterDoc> by_family_;  // given with --cluster
+    std::map<std::string, ClusterDoc> shipped_;    // configs/clusters, by file
 };
 
 std::string join(const std::vector<std::string>& v) {

@@ -83,8 +83,9 @@ struct GroundTruth {
 GroundTruth load_ground_truth(const std::vector<std::string>& files);
 // The data files shipped in calibration/data (the default of `dtsim validate`).
 std::vector<std::string> shipped_data_files();
-// The shipped cluster config for a GPU family ("H100" -> configs/clusters/dgx-h100.json), or "".
-std::string shipped_cluster_for(const std::string& family);
+// The shipped cluster config for a GPU family and network ("H100" -> configs/clusters/dgx-h100.json,
+// "H100" over EFA -> p5-h100-efa.json), or "".
+std::string shipped_cluster_for(const std::string& family, const std::string& network = "");
 
 // "H100" from "H100 SXM 80GB", "H100-SXM", "A100 (p4d)": the first run of
 // capital letters followed by at least two digits; "" if none.
