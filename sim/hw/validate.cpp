@@ -250,7 +250,8 @@ ValidationSet collective_set(const CollectiveSet& s, const GroundTruth& data, Cl
                 if (collective_name(x) == s.op) coll = x;
             t = collective_cost(c, coll, r.bytes, g, s.algorithm).seconds;
         }
-        v.points.push_back({size_label(r.bytes), r.bytes, r.seconds / kMicro, t / kMicro, "us", r.bytes >= o.min_bytes});
+        v.points.push_back({size_label(r.bytes), r.bytes, r.seconds / kMicro, t / kMicro, "us", r.bytes >= o.min_bytes,
+                            v.fit.rfind("in-sample", 0) == 0});
     }
     return v;
 }
@@ -285,7 +286,9 @@ ValidationSet gemm_set(const GemmSet& s, Clusters& clusters, const ValidateOptio
         v.points.push_back({label, 2 * p.m * p.n * p.k, p.tflops, 2 * p.m * p.n * p.k / t / kTera, "TFLOP/s", true});
     }
     v.cluster = join(used);
-    if (o.holdout && !s.best_shape)
+    const bool leave_one_out = o.holdout && !s.best_shape;
+    for (auto& p : v.points) p.in_sample = in_sample && !leave_one_out;
+    if (leave_one_out)
         v.fit = "held out: each shape predicted from a fit to the other shapes of the table (leave one out)";
     else if (s.best_shape)
         v.fit = in_sample ? "in-sample: these rows set the efficiency ceilings" : "held out";

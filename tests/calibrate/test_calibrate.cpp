@@ -219,10 +219,12 @@ TEST_CASE("calibrate writes a cluster that predicts its own data and marks it in
     REQUIRE(sets.size() == 1);
     CHECK(sets[0].max < 1e-4);
     CHECK(sets[0].fit.find("in-sample") != std::string::npos);
+    CHECK(sets[0].held_counted == 0);  // every point in-sample
     // Held out, there is nothing else to fit: the base config's alpha-beta model, far off.
     o.holdout = true;
     const auto held = cal::validate(data, o);
     CHECK(held[0].fit.find("held out") != std::string::npos);
+    CHECK(held[0].held_counted == held[0].counted);
     CHECK(held[0].max > 0.1);
 }
 
