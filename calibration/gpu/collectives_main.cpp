@@ -13,6 +13,8 @@
 
 #include <fmt/format.h>
 
+#include <cstdlib>
+
 #include <algorithm>
 #include <cstdio>
 #include <exception>
@@ -280,7 +282,12 @@ int run(int argc, char** argv) {
     double busbw_sum = 0;
     int busbw_rows = 0;
     for (Collective c : ops) {
-        SweepDataset out_ds{c, false, fmt::format("{}; iters {}; warmup {}", dtype.name, iters, warmup), {}, {}};
+        // NCCL_ALGO in the note: `dtsim calibrate` and `dtsim validate` read it as the algorithm NCCL was told to use.
+        const char* nccl_algo = std::getenv("NCCL_ALGO");
+        SweepDataset out_ds{c, false,
+                            fmt::format("{}; iters {}; warmup {}{}", dtype.name, iters, warmup,
+                                        nccl_algo && *nccl_algo ? fmt::format("; NCCL_ALGO={}", nccl_algo) : ""),
+                            {}, {}};
         SweepDataset in_ds{c, true, out_ds.note, {}, {}};
         if (root) fmt::print("#\n# {}\n{}", collective_name(c), table_header(run_out, run_in));
         for (std::uint64_t bytes : sizes) {

@@ -197,7 +197,9 @@ nlohmann::json sweep_json(const nlohmann::json& meta, const SweepHardware& hw, c
     for (const auto& d : datasets) {
         nlohmann::json ds = nlohmann::json::object();
         const std::string placement = d.in_place ? "in-place" : "out-of-place";
-        ds["id"] = fmt::format("measured-{}-{}", collective_name(d.collective), placement);
+        // The group in the id: sweeps of several machines can be calibrated together.
+        ds["id"] = fmt::format("measured-{}x{}-{}-{}", hw.nodes, hw.gpus_per_node, collective_name(d.collective),
+                               placement);
         ds["source"] = "measured: dtsim-collectives (this file's meta.command)";
         nlohmann::json h = nlohmann::json::object();
         h["gpu"] = hw.gpu;

@@ -146,7 +146,7 @@ TEST_CASE("the sweep file has nccl_tests.json's layout, plus the run's metadata"
         CHECK(same_kind(ds["hardware"][k], v));
     }
     CHECK(ds["collective"] == "reduce_scatter");
-    CHECK(ds["id"] == "measured-reduce_scatter-out-of-place");
+    CHECK(ds["id"] == "measured-1x8-reduce_scatter-out-of-place");
     CHECK(ds["note"] == "out-of-place; float; iters 20");
     CHECK(keys_of(ds["rows"][0]) == keys_of(ref["rows"][0]));
 }

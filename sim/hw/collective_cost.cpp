@@ -82,10 +82,9 @@ CollectiveCost nvls(const Cluster& c, double bytes, const GroupShape& g) {
 
 }  // namespace
 
-CollectiveCost collective_cost(const Cluster& c, Collective coll, double bytes, const GroupShape& g,
-                               Algorithm algorithm) {
-    if (g.ranks <= 1) return CollectiveCost{0, 0, 0, Algorithm::ring};
-    if (algorithm == Algorithm::automatic) algorithm = c.algorithm;
+namespace {
+
+CollectiveCost structural(const Cluster& c, Collective coll, double bytes, const GroupShape& g, Algorithm algorithm) {
     switch (algorithm) {
         case Algorithm::tree:
             return coll == Collective::all_reduce ? tree(c, bytes, g) : ring(c, coll, bytes, g);
@@ -108,6 +107,72 @@ CollectiveCost collective_cost(const Cluster& c, Collective coll, double bytes, 
     return best;
 }
 
+const CollectiveFit* find_in(const Link& l, std::string_view op, Algorithm a) {
+    for (const auto& f : l.fits)
+        if (f.op == op && f.algorithm == a && !f.lines.empty()) return &f;
+    return nullptr;
+}
+
+// The curve measured with NCCL's choice stands for `automatic`; one measured
+// with NCCL_ALGO=Ring also stands for it where ring is the only algorithm the
+// model has (everything but all-reduce), and the other way round.
+const CollectiveFit* find_for(const Link& l, std::string_view op, Algorithm a, bool ring_only) {
+    if (const auto* f = find_in(l, op, a)) return f;
+    if (ring_only && a == Algorithm::automatic) return find_in(l, op, Algorithm::ring);
+    if (ring_only && a == Algorithm::ring) return find_in(l, op, Algorithm::automatic);
+    return nullptr;
+}
+
+double envelope(const CollectiveFit& f, double x, double latency_scale, double bandwidth_scale, double* latency,
+                double bandwidth_cap = 0) {
+    double best = -1, lat = 0;
+    for (const auto& line : f.lines) {
+        double bw = line.bus_bandwidth * bandwidth_scale;
+        if (bandwidth_cap > 0) bw = std::min(bw, bandwidth_cap);
+        const double t = line.latency * latency_scale + x / bw;
+        if (best < 0 || t < best) best = t, lat = line.latency * latency_scale;
+    }
+    if (latency) *latency = lat;
+    return best;
+}
+
+}  // namespace
+
+const CollectiveFit* find_fit(const Cluster& c, std::string_view op, const GroupShape& g, Algorithm algorithm) {
+    if (algorithm == Algorithm::automatic) algorithm = c.algorithm;
+    const Link& l = g.nodes > 1 ? c.inter_node : c.intra_node;
+    const bool ring_only = op != "all_reduce";
+    if (const auto* f = find_for(l, op, algorithm, ring_only)) return f;
+    // all_gather and reduce_scatter are the same ring, each half of an all-reduce
+    // (nccl-tests#326, stas00: ~360 GB/s busbw for both on 8 x H100/H200).
+    if (op == "all_gather") return find_for(l, "reduce_scatter", algorithm, true);
+    if (op == "reduce_scatter") return find_for(l, "all_gather", algorithm, true);
+    return nullptr;
+}
+
+double fitted_seconds(const CollectiveFit& f, double scaled_bytes, double latency_scale, double bandwidth_scale) {
+    return envelope(f, scaled_bytes, latency_scale, bandwidth_scale, nullptr);
+}
+
+CollectiveCost collective_cost(const Cluster& c, Collective coll, double bytes, const GroupShape& g,
+                               Algorithm algorithm) {
+    if (g.ranks <= 1) return CollectiveCost{0, 0, 0, Algorithm::ring};
+    if (algorithm == Algorithm::automatic) algorithm = c.algorithm;
+    CollectiveCost r = structural(c, coll, bytes, g, algorithm);
+    const CollectiveFit* f = find_fit(c, collective_name(coll), g, algorithm);
+    if (!f || bytes < f->min_bytes) return r;
+    // Another group than the one measured: scale by the ring's latency and bus bandwidth.
+    const GroupShape fg{f->ranks, f->nodes, f->per_node, f->per_node};
+    const CollectiveCost here = ring(c, coll, 0, g), there = ring(c, coll, 0, fg);
+    const double ls = there.latency > 0 ? here.latency / there.latency : 1;
+    const double bs = there.bus_bandwidth > 0 ? here.bus_bandwidth / there.bus_bandwidth : 1;
+    // Across nodes, another layout per node (fewer NICs in use) may not beat the ring bound of that layout.
+    const bool same_layout = g.nodes == 1 || (g.min_per_node == f->per_node && g.max_per_node == f->per_node);
+    r.seconds = envelope(*f, bus_factor(coll, g.ranks) * bytes, ls, bs, &r.latency, same_layout ? 0 : here.bus_bandwidth);
+    r.bus_bandwidth = bus_factor(coll, g.ranks) * bytes / std::max(r.seconds - r.latency, 1e-30);
+    return r;
+}
+
 CollectiveCost p2p_cost(const Cluster& c, double bytes, bool same_node) {
     const Link& l = same_node ? c.intra_node : c.inter_node;
     CollectiveCost r;
@@ -115,6 +180,7 @@ CollectiveCost p2p_cost(const Cluster& c, double bytes, bool same_node) {
     r.bus_bandwidth = l.p2p_bandwidth;
     r.latency = c.base_latency + l.hop_latency;
     r.seconds = r.latency + bytes / l.p2p_bandwidth;
+    if (const auto* f = find_for(l, "sendrecv", Algorithm::automatic, true); f && bytes >= f->min_bytes) r.seconds = envelope(*f, bytes, 1, 1, &r.latency);
     return r;
 }
 

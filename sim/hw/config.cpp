@@ -309,11 +309,32 @@ private:
 
 // ------------------------------------------------------ one from_json per struct
 
+// "datasets": ["id", ...], the measurements a fit came from.
+std::vector<std::string> read_datasets(const Node& n) {
+    if (!n.value().is_array()) n.expected("an array of data set ids");
+    std::vector<std::string> out;
+    for (std::size_t i = 0; i < n.value().size(); ++i) {
+        const auto& v = n.value()[i];
+        if (!v.is_string()) n.fail(fmt::format("element [{}]: expected a data set id (a string), found {}", i, describe(v)));
+        out.push_back(v.get<std::string>());
+    }
+    return out;
+}
+
 void from_json(const Node& n, GemmModel& g) {
-    n.keys({"max_efficiency", "overhead_us", "bandwidth_fraction"});
+    n.keys({"max_efficiency", "overhead_us", "bandwidth_fraction", "efficiency_by_dtype", "datasets"});
     if (n.has("max_efficiency")) g.max_efficiency = n["max_efficiency"].fraction();
     if (n.has("overhead_us")) g.overhead_s = n["overhead_us"].non_negative() * kMicro;
     if (n.has("bandwidth_fraction")) g.bandwidth_fraction = n["bandwidth_fraction"].fraction();
+    if (n.has("efficiency_by_dtype")) {
+        const Node e = n["efficiency_by_dtype"];
+        e.keys({"fp32", "tf32", "bf16", "fp16", "fp8"});
+        for (const auto& [k, v] : e.value().items()) {
+            if (k == "source" || k == "note") continue;
+            g.dtype_efficiency[static_cast<std::size_t>(*parse_dtype(k))] = e[k].fraction();
+        }
+    }
+    if (n.has("datasets")) g.datasets = read_datasets(n["datasets"]);
 }
 
 void from_json(const Node& n, GpuSpec& g) {
@@ -330,13 +351,65 @@ void from_json(const Node& n, GpuSpec& g) {
     if (n.has("gemm")) from_json(n["gemm"], g.gemm);
 }
 
+
+// One measured curve, under the key "<op>" (NCCL's own algorithm choice) or
+// "<op>@<algorithm>" (NCCL_ALGO forced), see CollectiveFit:
+//   {"ranks": 16, "nodes": 2, "per_node": 8, "min_bytes": 65536,
+//    "lines": [[latency_us, bus_bandwidth_GBps], ...], "datasets": [...]}
+void from_json(const Node& n, const std::string& key, CollectiveFit& f) {
+    n.keys({"ranks", "nodes", "per_node", "min_bytes", "lines", "datasets"});
+    const auto at = key.find('@');
+    f.op = key.substr(0, at);
+    static const std::vector<std::string> ops{"all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce",
+                                              "sendrecv"};
+    if (std::find(ops.begin(), ops.end(), f.op) == ops.end())
+        n.fail(fmt::format("unknown operation \"{}\"; expected all_reduce, all_gather, reduce_scatter, broadcast, "
+                           "reduce or sendrecv, optionally followed by @ring, @tree or @nvls",
+                           f.op));
+    f.algorithm = Algorithm::automatic;
+    if (at != std::string::npos) {
+        const std::string a = key.substr(at + 1);
+        if (a == "ring") f.algorithm = Algorithm::ring;
+        else if (a == "tree") f.algorithm = Algorithm::tree;
+        else if (a == "nvls") f.algorithm = Algorithm::nvls;
+        else if (a != "auto") n.fail(fmt::format("unknown algorithm \"{}\"; expected ring, tree, nvls or auto", a));
+    }
+    f.ranks = n["ranks"].integer(1);
+    f.nodes = n.has("nodes") ? n["nodes"].integer(1) : 1;
+    f.per_node = n.has("per_node") ? n["per_node"].integer(1) : f.ranks / f.nodes;
+    f.min_bytes = n.has("min_bytes") ? n["min_bytes"].non_negative() : 0;
+    const Node lines = n["lines"];
+    if (!lines.value().is_array() || lines.value().empty())
+        lines.expected("a non-empty array of [latency_us, bus_bandwidth_GBps] pairs");
+    for (std::size_t i = 0; i < lines.value().size(); ++i) {
+        const auto& p = lines.value()[i];
+        if (!p.is_array() || p.size() != 2 || !p[0].is_number() || !p[1].is_number() || p[0].get<double>() < 0 ||
+            !(p[1].get<double>() > 0))
+            lines.fail(fmt::format("element [{}]: expected [latency_us >= 0, bus_bandwidth_GBps > 0], found {}", i,
+                                   p.dump()));
+        f.lines.push_back(FitLine{p[0].get<double>() * kMicro, p[1].get<double>() * kGB});
+    }
+    if (n.has("datasets")) f.datasets = read_datasets(n["datasets"]);
+}
+
 void from_json(const Node& n, Link& l) {
-    n.keys({"name", "bandwidth_GBps", "p2p_bandwidth_GBps", "hop_latency_us", "nvls_bandwidth_GBps"});
+    n.keys({"name", "bandwidth_GBps", "p2p_bandwidth_GBps", "hop_latency_us", "nvls_bandwidth_GBps", "fits"});
     l.name = n.has("name") ? n["name"].string() : "";
     l.bandwidth = n["bandwidth_GBps"].positive() * kGB;
     l.p2p_bandwidth = n.has("p2p_bandwidth_GBps") ? n["p2p_bandwidth_GBps"].positive() * kGB : l.bandwidth;
     l.hop_latency = n["hop_latency_us"].non_negative() * kMicro;
     l.nvls_bandwidth = n.has("nvls_bandwidth_GBps") ? n["nvls_bandwidth_GBps"].non_negative() * kGB : 0;
+    l.fits.clear();
+    if (n.has("fits")) {
+        const Node fits = n["fits"];
+        if (!fits.value().is_object()) fits.expected("an object of measured curves by operation");
+        for (const auto& [k, v] : fits.value().items()) {
+            if (k == "source" || k == "note") continue;
+            CollectiveFit f;
+            from_json(fits[k], k, f);
+            l.fits.push_back(std::move(f));
+        }
+    }
 }
 
 Algorithm read_algorithm(const Node& n) {

@@ -48,7 +48,7 @@ double GpuSpec::gemm_seconds(double m, double n, double k, DType d, double count
     if (m <= 0 || n <= 0 || k <= 0 || count <= 0) return 0;
     const double flops = 2 * m * n * k;
     const double bytes = (m * k + k * n + m * n) * bytes_per_element(d);
-    const double t = gemm.overhead_s + std::max(flops / (peak(d) * gemm.max_efficiency),
+    const double t = gemm.overhead_s + std::max(flops / (peak(d) * gemm.efficiency(d)),
                                                 bytes / (memory_bandwidth * gemm.bandwidth_fraction));
     return count * t;
 }

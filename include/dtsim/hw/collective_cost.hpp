@@ -54,7 +54,34 @@ CollectiveCost collective_cost(const Cluster& c, Collective coll, double bytes, 
                                Algorithm algorithm = Algorithm::automatic);
 
 // One send/recv of `bytes` between two GPUs: base + hop latency of the level
-// crossed + bytes / that level's p2p bandwidth.
+// crossed + bytes / that level's p2p bandwidth; with a "sendrecv" curve on
+// that level (nccl-tests sendrecv_perf), the curve.
 CollectiveCost p2p_cost(const Cluster& c, double bytes, bool same_node);
+
+// Measured curves (Link::fits, written by `dtsim calibrate`). A group inside
+// one node uses the intra_node curves, one across nodes the inter_node ones.
+// Where a curve for the operation and algorithm exists, collective_cost
+// returns it instead of the alpha-beta model above:
+//
+//   seconds = min over lines (latency x Ls + bus_factor x S / (bus_bandwidth x Bs))
+//
+// with Ls and Bs the ratios of the ring's latency and bus bandwidth (above)
+// for this group to those for the group measured: 1 for the group measured;
+// fewer ranks, fewer ring steps; fewer members per node, fewer NICs. A group
+// laid out otherwise than the one measured (members per node) gets no line
+// faster than its ring bound (group_bus_bandwidth): 16 GPUs on 2 nodes reach
+// 469 GB/s busbw with NCCL's tree (nccl-tests#309), one GPU per node is held
+// to its NIC. These extrapolations are validated only on the shapes measured. An
+// automatic (NCCL default) curve stands for `automatic`; for everything but
+// all-reduce, where ring is the model's only algorithm, ring and automatic
+// curves stand for each other, and all_gather and reduce_scatter share a
+// curve when only one was measured. Below the smallest size a curve was
+// measured at (CollectiveFit::min_bytes) it is not extrapolated: the
+// alpha-beta model stands. Without a curve nothing changes.
+const CollectiveFit* find_fit(const Cluster& c, std::string_view op, const GroupShape& g,
+                              Algorithm algorithm = Algorithm::automatic);
+// The curve's time at `scaled_bytes` = bus_factor x S, with the scales above.
+double fitted_seconds(const CollectiveFit& f, double scaled_bytes, double latency_scale = 1,
+                      double bandwidth_scale = 1);
 
 }  // namespace dtsim::hw

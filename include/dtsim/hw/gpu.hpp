@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace dtsim::hw {
 
@@ -32,10 +33,23 @@ double bytes_per_element(DType d);  // fp32/tf32 4, bf16/fp16 2, fp8 1
 // 2048x512x4096 (+13 %). Other GPUs reuse overhead and bandwidth_fraction with
 // their own max_efficiency (A100 bf16: 271.2 / 312 = 0.869, same source): the
 // shape of the curve is measured on H100 only.
+//
+// `dtype_efficiency` replaces max_efficiency for one data type where it is
+// set (> 0): the best fp8 GEMM on H100 reaches 1402.6 of 1978.9 TFLOP/s
+// (0.709), bf16 0.803 (gemm.json max_achievable). `datasets` names the
+// measurements the parameters were fitted to (`dtsim calibrate`), so
+// `dtsim validate` can tell in-sample points from held-out ones.
 struct GemmModel {
     double max_efficiency = 0.803;
     double overhead_s = 5.85e-6;
     double bandwidth_fraction = 0.685;
+    std::array<double, kDTypes> dtype_efficiency{};
+    std::vector<std::string> datasets{};
+
+    [[nodiscard]] double efficiency(DType d) const {
+        const double e = dtype_efficiency[static_cast<std::size_t>(d)];
+        return e > 0 ? e : max_efficiency;
+    }
 };
 
 struct GpuSpec {

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 namespace dtsim::hw {
 
@@ -17,6 +18,29 @@ namespace dtsim::hw {
 enum class Algorithm : std::uint8_t { automatic, ring, tree, nvls };
 std::string_view algorithm_name(Algorithm a);
 
+// A measured curve of one operation on one level (written by `dtsim calibrate`):
+//
+//   time(S) = min over lines (latency + bus_factor x S / bus_bandwidth)
+//
+// NCCL's own form: it prices every (algorithm, protocol) pair as latency +
+// size / bandwidth and runs the cheapest (src/graph/tuning.cc,
+// ncclTopoGetAlgoTime), so measured time is the lower envelope of a few lines,
+// one per protocol it switches to (LL, LL128, Simple). `ranks`, `nodes` and
+// `per_node` are the group that was measured; other groups scale the latency
+// and the bandwidth by the structural model's ratio (collective_cost.hpp).
+struct FitLine {
+    double latency = 0;        // seconds
+    double bus_bandwidth = 0;  // bytes/s (nccl-tests busbw)
+};
+struct CollectiveFit {
+    std::string op;                              // all_reduce, all_gather, reduce_scatter, sendrecv
+    Algorithm algorithm = Algorithm::automatic;  // NCCL_ALGO of the measurement; automatic = NCCL's choice
+    int ranks = 0, nodes = 1, per_node = 0;
+    double min_bytes = 0;  // the smallest size measured: below it the alpha-beta model stands (no extrapolation down)
+    std::vector<FitLine> lines;
+    std::vector<std::string> datasets;  // ids of the measurements it was fitted to
+};
+
 // One level of the interconnect, as seen by one GPU.
 struct Link {
     std::string name;
@@ -24,6 +48,7 @@ struct Link {
     double p2p_bandwidth = 0;   // one send/recv stream, bytes/s
     double hop_latency = 0;     // seconds per algorithm step crossing this level
     double nvls_bandwidth = 0;  // NVLink SHARP all-reduce bus bandwidth; 0 = not available
+    std::vector<CollectiveFit> fits{};  // measured curves; they replace the alpha-beta model where they apply
 };
 
 enum class Level : std::uint8_t { intra_node = 0, inter_node = 1 };

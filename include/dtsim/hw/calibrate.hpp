@@ -1,0 +1,205 @@
+// Ground truth: measurements the hardware cost models are fitted to
+// (`dtsim calibrate`) and checked against (`dtsim validate`).
+//
+// Three kinds of data file are read (calibration/data, or what the harness in
+// calibration/ writes):
+//   - collective sweeps, nccl-tests' tables: {"datasets": [{"id", "source",
+//     "hardware": {"gpu", "gpus_per_node", "nodes", "inter"?}, "collective",
+//     "note", "algorithm"?, "rows": [{"size_bytes", "time_us", ...}]}]};
+//     NCCL_ALGO=<name> in "note" (or "algorithm") says NCCL was told which
+//     algorithm to run; otherwise it chose;
+//   - GEMM throughput: {"max_achievable": {"source", "rows": [{"gpu", "dtype",
+//     "tflops", "shape": "MxNxK"}]}, "<gpu>_<dtype>_by_shape": {"source",
+//     "columns": ["m", "n", "k", "tflops", ...], "rows": [[...], ...]}};
+//   - Megatron-LM runs: {"source", "columns": [..., "heads", "hidden",
+//     "layers", "tp", "pp", "gpus", "global_batch", "micro_batch",
+//     "tflops_per_gpu"], "rows": [[...], ...]}.
+// Bad files throw ConfigError naming the file, the JSON path and what was
+// expected against what was found.
+#pragma once
+
+#include "dtsim/hw/config.hpp"
+#include "dtsim/hw/topology.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dtsim::hw::calib {
+
+struct CollectivePoint {
+    double bytes = 0;    // nccl-tests size (the whole array)
+    double seconds = 0;  // measured time
+};
+
+struct CollectiveSet {
+    std::string id, source, file, note;
+    std::string gpu;      // hardware.gpu as published ("H100 SXM 80GB")
+    std::string network;  // hardware.inter ("" inside one node)
+    std::size_t index = 0;  // in the file's "datasets"
+    std::string op;       // all_reduce, all_gather, reduce_scatter, broadcast, reduce, sendrecv
+    int gpus_per_node = 8, nodes = 1;
+    Algorithm algorithm = Algorithm::automatic;
+    std::vector<CollectivePoint> rows;
+    [[nodiscard]] int ranks() const { return gpus_per_node * nodes; }
+};
+
+struct GemmPoint {
+    std::string gpu;
+    DType dtype = DType::bf16;
+    double m = 0, n = 0, k = 0;
+    double tflops = 0;  // measured
+};
+
+struct GemmSet {
+    std::string id;  // "<file stem>:<section>"
+    std::string source, file;
+    bool best_shape = false;  // max_achievable: the best shape of a search, which sets the efficiency ceiling
+    std::vector<GemmPoint> rows;
+};
+
+struct MegatronRow {
+    std::string model;
+    int heads = 0, hidden = 0, layers = 0, tp = 1, pp = 1, gpus = 1, global_batch = 1, micro_batch = 1;
+    double tflops_per_gpu = 0;  // measured, Megatron's count (megatron_flops)
+};
+
+struct MegatronSet {
+    std::string id, source, file;
+    std::string gpu = "A100";
+    std::vector<MegatronRow> rows;
+};
+
+struct GroundTruth {
+    std::vector<CollectiveSet> collectives;
+    std::vector<GemmSet> gemms;
+    std::vector<MegatronSet> megatron;
+    std::vector<std::string> skipped;  // files with none of the three (e.g. gpus.json), and why
+};
+
+// Reads and checks the files. Throws ConfigError.
+GroundTruth load_ground_truth(const std::vector<std::string>& files);
+// The data files shipped in calibration/data (the default of `dtsim validate`).
+std::vector<std::string> shipped_data_files();
+// The shipped cluster config for a GPU family and network ("H100" -> configs/clusters/dgx-h100.json,
+// "H100" over EFA -> p5-h100-efa.json), or "".
+std::string shipped_cluster_for(const std::string& family, const std::string& network = "");
+
+// "H100" from "H100 SXM 80GB", "H100-SXM", "A100 (p4d)": the first run of
+// capital letters followed by at least two digits; "" if none.
+std::string gpu_family(const std::string& name);
+// The kind of network of hardware.inter: "EFA", "InfiniBand", or the text itself.
+std::string network_kind(const std::string& inter);
+// `gpu` (any case: "h100", "A100-SXM") is of `family`.
+bool same_family(const std::string& gpu, const std::string& family);
+
+// nccl-tests' bus factor for an operation name ("sendrecv": 1).
+double op_bus_factor(const std::string& op, int ranks);
+
+// ------------------------------------------------------------------- fitting
+
+// The lower envelope of at most `max_lines` lines t = latency + x / bandwidth
+// (x = bus_factor x size) that minimizes the squared relative error over the
+// points: the points, by size, are cut into contiguous runs, each run gets a
+// weighted least-squares line (latency >= 0), and the cut whose envelope fits
+// best wins; another line is kept only if it removes a quarter of the squared
+// error fewer lines leave (a protocol switch does; +-1 % noise around one
+// line does not). Lines come back by increasing bandwidth. Throws std::invalid_argument for fewer than 2 points.
+std::vector<FitLine> fit_lines(std::vector<std::pair<double, double>> x_seconds, int max_lines = 3);
+
+// The GEMM model's overhead and bandwidth_fraction by least squares on
+// log(TFLOP/s) over `points` (max efficiency as in `gpu`); returns the
+// GemmModel with them and the RMS of log(predicted / measured).
+struct GemmFitResult {
+    GemmModel model;
+    double rms_log = 0;
+};
+GemmFitResult fit_gemm(const GpuSpec& gpu, const std::vector<GemmPoint>& points);
+
+struct CalibrateOptions {
+    std::vector<std::string> only;     // data set ids to use (empty: all that match the cluster's GPU)
+    std::vector<std::string> exclude;  // data set ids to leave out
+    int max_lines = 3;
+    double min_bytes = 64 * 1024;      // collective rows below this are not fitted (launch noise)
+    // Megatron rows (model names, e.g. "1.7B") the GEMM efficiency ceiling of
+    // their dtype is fitted to, end to end: the ceiling at which the median
+    // signed error of those rows' TFLOP/s is zero. The other rows stay held out.
+    std::vector<std::string> megatron_rows;
+};
+
+struct CalibrateResult {
+    nlohmann::json cluster;          // {"cluster": {...}}: a cluster config as configs/clusters/*.json
+    std::vector<std::string> log;    // what was fitted to what, one line each
+};
+
+// Fits the parameters of `base` (a cluster config document, {"cluster": ...})
+// to the data of its GPU family: per operation and level the measured curve
+// (Link::fits), the GEMM efficiency ceiling per dtype (max_achievable) and
+// its shape curve (<gpu>_<dtype>_by_shape). Throws ConfigError when two data
+// sets of different hardware would fit the same curve.
+CalibrateResult calibrate(const nlohmann::json& base, const std::string& base_file, const GroundTruth& data,
+                          const CalibrateOptions& options = {});
+
+// ---------------------------------------------------------------- validation
+
+// Megatron-LM's count of FLOPs per iteration with full recompute (Narayanan et
+// al. SC21, eq. 3): 96 B s l h^2 (1 + s / 6h + V / 16 l h).
+double megatron_flops(double batch, double seq, double layers, double hidden, double vocab);
+
+// The strategy a Megatron row runs with (interleaved 1F1B in the paper; see validate.cpp).
+nlohmann::json megatron_strategy(const MegatronRow& row);
+// The whole config of a Megatron row on `cluster` ({"cluster": ...}).
+nlohmann::json megatron_config(const MegatronRow& row, const nlohmann::json& cluster);
+// Megatron's TFLOP/s per GPU for the row as dtsim::hw::simulate predicts it on `cluster`.
+double predict_megatron(const MegatronRow& row, const nlohmann::json& cluster, const std::string& file);
+// The id a Megatron row is fitted under: "<set id>:<model>".
+std::string megatron_row_id(const MegatronSet& set, const MegatronRow& row);
+
+struct ValidationPoint {
+    std::string label;          // "1 MiB", "1024x1024x1024 bf16", "175B"
+    double x = 0;               // size in bytes, FLOPs or GPUs (for ordering)
+    double measured = 0, predicted = 0;
+    std::string unit;           // "us" or "TFLOP/s"
+    bool counted = true;        // in the set's median and maximum
+    bool in_sample = false;     // a parameter was fitted to this very point
+    [[nodiscard]] double error() const { return measured != 0 ? predicted / measured - 1 : 0; }
+};
+
+struct ValidationSet {
+    std::string id, kind, source, file;  // kind: collective, gemm, megatron
+    std::string cluster;                 // the cluster config it ran on
+    std::string fit;                     // "in-sample (fitted to it)", "held out", ...
+    std::string note;                    // what the prediction assumes
+    std::vector<ValidationPoint> points;
+    double median = 0, max = 0;          // of |error| over counted points
+    int counted = 0;
+    double held_median = 0, held_max = 0;  // the same over counted points not in-sample
+    int held_counted = 0;
+};
+
+struct ValidateOptions {
+    // Cluster config files: a data set runs on the first of its GPU family (for multi-node
+    // collectives, the first whose inter_node link name is of the data's network kind, if any),
+    // else on the shipped config of its family.
+    std::vector<std::string> clusters;
+    double min_bytes = 1024 * 1024;     // collective points below this are shown, not counted
+    bool holdout = false;               // collectives: fit on the other data sets; GEMM: leave one shape out
+    int max_lines = 3;
+    double calibrate_min_bytes = 64 * 1024;
+};
+
+std::vector<ValidationSet> validate(const GroundTruth& data, const ValidateOptions& options = {});
+
+// median and maximum of |error| over the counted points.
+void summarize(ValidationSet& s);
+
+nlohmann::json to_json(const std::vector<ValidationSet>& sets);
+
+// Reads a cluster config file ({"cluster": ...}, "include" allowed) as a document.
+nlohmann::json read_cluster_file(const std::string& path);
+// The Cluster of a cluster document with `nodes` nodes of `gpus_per_node` (0: as in the document).
+Cluster make_cluster(const nlohmann::json& doc, const std::string& file, int nodes = 0, int gpus_per_node = 0);
+
+}  // namespace dtsim::hw::calib

@@ -1,0 +1,698 @@
+// Ground-truth files, the fits of `dtsim calibrate`, and the cluster config it writes.
+#include "dtsim/hw/calibrate.hpp"
+
+#include "dtsim/hw/collective_cost.hpp"
+#include "dtsim/hw/units.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+#ifndef DTSIM_CALIBRATION_DATA
+#define DTSIM_CALIBRATION_DATA "calibration/data"
+#endif
+#ifndef DTSIM_CONFIGS_DIR
+#define DTSIM_CONFIGS_DIR "configs"
+#endif
+
+namespace dtsim::hw::calib {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+std::string describe(const json& j) {
+    switch (j.type()) {
+        case json::value_t::null: return "null";
+        case json::value_t::boolean: return j.get<bool>() ? "true" : "false";
+        case json::value_t::string: return fmt::format("\"{}\" (a string)", j.get<std::string>());
+        case json::value_t::object: return "an object";
+        case json::value_t::array: return "an array";
+        default: return j.dump();
+    }
+}
+
+// A value in a data file, with its JSON path for errors.
+struct Val {
+    const json& j;
+    std::string file, path;
+
+    [[noreturn]] void fail(const std::string& m) const { throw ConfigError(file, path, m); }
+    [[noreturn]] void expected(const std::string& what) const {
+        fail(fmt::format("expected {}, found {}", what, describe(j)));
+    }
+    [[nodiscard]] bool has(const std::string& k) const { return j.is_object() && j.contains(k); }
+    [[nodiscard]] Val operator[](const std::string& k) const {
+        if (!j.is_object()) expected("an object");
+        if (!j.contains(k)) fail(fmt::format("missing key \"{}\"", k));
+        return Val{j.at(k), file, path + "." + k};
+    }
+    [[nodiscard]] Val at(std::size_t i) const {
+        if (!j.is_array()) expected("an array");
+        if (i >= j.size()) fail(fmt::format("missing element [{}]", i));
+        return Val{j.at(i), file, fmt::format("{}[{}]", path, i)};
+    }
+    [[nodiscard]] std::size_t size() const {
+        if (!j.is_array()) expected("an array");
+        return j.size();
+    }
+    [[nodiscard]] double positive() const {
+        if (!j.is_number() || !(j.get<double>() > 0)) expected("a positive number");
+        return j.get<double>();
+    }
+    [[nodiscard]] int integer() const {
+        if (!j.is_number() || j.get<double>() < 1 || std::floor(j.get<double>()) != j.get<double>() ||
+            j.get<double>() > 1e9)
+            expected("a positive integer");
+        return static_cast<int>(j.get<double>());
+    }
+    [[nodiscard]] std::string string() const {
+        if (!j.is_string()) expected("a string");
+        return j.get<std::string>();
+    }
+    [[nodiscard]] std::string string_or(const std::string& k, const std::string& fallback) const {
+        return has(k) ? (*this)[k].string() : fallback;
+    }
+};
+
+const std::vector<std::string>& op_names() {
+    static const std::vector<std::string> ops{"all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce",
+                                              "sendrecv"};
+    return ops;
+}
+
+std::optional<Algorithm> algorithm_from(std::string s) {
+    for (auto& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    if (s == "ring") return Algorithm::ring;
+    if (s == "tree") return Algorithm::tree;
+    if (s == "nvls") return Algorithm::nvls;
+    if (s == "auto" || s == "default") return Algorithm::automatic;
+    return std::nullopt;
+}
+
+void read_collectives(const Val& root, GroundTruth& out) {
+    const Val sets = root["datasets"];
+    for (std::size_t i = 0; i < sets.size(); ++i) {
+        const Val d = sets.at(i);
+        CollectiveSet s;
+        s.file = d.file;
+        s.index = i;
+        s.id = d["id"].string();
+        s.source = d["source"].string();
+        s.note = d.string_or("note", "");
+        const Val hw = d["hardware"];
+        s.gpu = hw["gpu"].string();
+        s.gpus_per_node = hw["gpus_per_node"].integer();
+        s.nodes = hw["nodes"].integer();
+        s.network = hw.string_or("inter", "");
+        s.op = d["collective"].string();
+        if (std::find(op_names().begin(), op_names().end(), s.op) == op_names().end())
+            d["collective"].fail(fmt::format("expected one of all_reduce, all_gather, reduce_scatter, broadcast, "
+                                             "reduce, sendrecv, found \"{}\"",
+                                             s.op));
+        if (d.has("algorithm")) {
+            const auto a = algorithm_from(d["algorithm"].string());
+            if (!a) d["algorithm"].fail(fmt::format("expected ring, tree, nvls or auto, found \"{}\"", d["algorithm"].string()));
+            s.algorithm = *a;
+        } else if (const auto at = s.note.find("NCCL_ALGO="); at != std::string::npos) {
+            std::string name;
+            for (std::size_t k = at + 10; k < s.note.size() && std::isalnum(static_cast<unsigned char>(s.note[k])); ++k)
+                name += s.note[k];
+            const auto a = algorithm_from(name);
+            if (!a) d["note"].fail(fmt::format("NCCL_ALGO={} is not an algorithm the model has (ring, tree, nvls)", name));
+            s.algorithm = *a;
+        }
+        const Val rows = d["rows"];
+        for (std::size_t r = 0; r < rows.size(); ++r) {
+            const Val row = rows.at(r);
+            s.rows.push_back({row["size_bytes"].positive(), row["time_us"].positive() * kMicro});
+        }
+        if (s.rows.empty()) rows.fail("expected at least one row");
+        for (const auto& other : out.collectives)
+            if (other.id == s.id) d["id"].fail(fmt::format("data set id \"{}\" appears twice (also in {})", s.id, other.file));
+        out.collectives.push_back(std::move(s));
+    }
+}
+
+// "1024x10240x5120" -> m, n, k.
+std::array<double, 3> parse_shape(const Val& v) {
+    const std::string s = v.string();
+    std::array<double, 3> mnk{};
+    std::size_t start = 0;
+    for (int i = 0; i < 3; ++i) {
+        const auto x = s.find('x', start);
+        const std::string part = s.substr(start, x == std::string::npos ? std::string::npos : x - start);
+        char* end = nullptr;
+        const double value = std::strtod(part.c_str(), &end);
+        if (part.empty() || end != part.c_str() + part.size() || !(value > 0) || (i < 2) == (x == std::string::npos))
+            v.fail(fmt::format("expected a shape \"MxNxK\", found \"{}\"", s));
+        mnk[static_cast<std::size_t>(i)] = value;
+        start = x + 1;
+    }
+    return mnk;
+}
+
+DType read_dtype(const Val& v) {
+    const auto d = parse_dtype(v.string());
+    if (!d) v.fail(fmt::format("expected one of fp32, tf32, bf16, fp16, fp8, found \"{}\"", v.string()));
+    return *d;
+}
+
+// Index of each wanted column; `required` ones must be there.
+std::map<std::string, std::size_t> columns(const Val& cols, const std::vector<std::string>& required) {
+    std::map<std::string, std::size_t> at;
+    for (std::size_t i = 0; i < cols.size(); ++i) at[cols.at(i).string()] = i;
+    for (const auto& r : required)
+        if (!at.count(r)) cols.fail(fmt::format("missing column \"{}\"", r));
+    return at;
+}
+
+void read_gemm(const Val& root, const std::string& stem, GroundTruth& out) {
+    for (const auto& [key, value] : root.j.items()) {
+        if (key == "description" || key == "source" || key == "note" || key == "meta") continue;
+        const Val sec = root[key];
+        if (!sec.j.is_object()) continue;
+        GemmSet g;
+        g.id = stem + ":" + key;
+        g.file = root.file;
+        g.source = sec["source"].string();
+        if (key == "max_achievable") {
+            g.best_shape = true;
+            const Val rows = sec["rows"];
+            for (std::size_t i = 0; i < rows.size(); ++i) {
+                const Val r = rows.at(i);
+                const auto mnk = parse_shape(r["shape"]);
+                g.rows.push_back({r["gpu"].string(), read_dtype(r["dtype"]), mnk[0], mnk[1], mnk[2], r["tflops"].positive()});
+            }
+        } else {
+            // "<gpu>_<dtype>_by_shape" (dtsim-gemm also writes "gpu" and "dtype" in the section)
+            const auto b = key.rfind("_by_shape");
+            const auto a = b == std::string::npos || b == 0 ? std::string::npos : key.rfind('_', b - 1);
+            if (a == std::string::npos || b <= a + 1)
+                sec.fail("expected a section named max_achievable or <gpu>_<dtype>_by_shape");
+            const std::string gpu = sec.has("gpu") ? sec["gpu"].string() : key.substr(0, a);
+            const std::string dt = key.substr(a + 1, b - a - 1);
+            const auto d = sec.has("dtype") ? std::optional<DType>(read_dtype(sec["dtype"])) : parse_dtype(dt);
+            if (!d) sec.fail(fmt::format("unknown dtype \"{}\" in the section name", dt));
+            const auto at = columns(sec["columns"], {"m", "n", "k", "tflops"});
+            const Val rows = sec["rows"];
+            for (std::size_t i = 0; i < rows.size(); ++i) {
+                const Val r = rows.at(i);
+                auto col = [&](const char* c) { return r.at(at.at(c)).positive(); };
+                g.rows.push_back({gpu, *d, col("m"), col("n"), col("k"), col("tflops")});
+            }
+        }
+        if (g.rows.empty()) sec.fail("expected at least one row");
+        out.gemms.push_back(std::move(g));
+    }
+}
+
+void read_megatron(const Val& root, const std::string& stem, GroundTruth& out) {
+    MegatronSet m;
+    m.id = stem;
+    m.file = root.file;
+    m.source = root["source"].string();
+    const std::string desc = root.string_or("description", "");
+    m.gpu = gpu_family(desc).empty() ? "A100" : gpu_family(desc);
+    const auto at = columns(root["columns"], {"heads", "hidden", "layers", "tp", "pp", "gpus", "global_batch",
+                                              "micro_batch", "tflops_per_gpu"});
+    const Val rows = root["rows"];
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+        const Val r = rows.at(i);
+        auto col = [&](const char* c) { return r.at(at.at(c)); };
+        MegatronRow row;
+        row.model = at.count("model") ? col("model").j.dump() : fmt::format("row {}", i);
+        if (at.count("model") && col("model").j.is_string()) row.model = col("model").string();
+        row.heads = col("heads").integer();
+        row.hidden = col("hidden").integer();
+        row.layers = col("layers").integer();
+        row.tp = col("tp").integer();
+        row.pp = col("pp").integer();
+        row.gpus = col("gpus").integer();
+        row.global_batch = col("global_batch").integer();
+        row.micro_batch = col("micro_batch").integer();
+        row.tflops_per_gpu = col("tflops_per_gpu").positive();
+        if (row.gpus % (row.tp * row.pp) != 0)
+            r.fail(fmt::format("gpus {} is not a multiple of tp x pp = {}", row.gpus, row.tp * row.pp));
+        m.rows.push_back(row);
+    }
+    out.megatron.push_back(std::move(m));
+}
+
+json parse_file(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw ConfigError(path, "$", "cannot open the file");
+    std::stringstream text;
+    text << in.rdbuf();
+    try {
+        return json::parse(text.str());
+    } catch (const json::parse_error& e) {
+        throw ConfigError(path, "$", fmt::format("invalid JSON: {}", e.what()));
+    }
+}
+
+}  // namespace
+
+std::string gpu_family(const std::string& name) {
+    for (std::size_t i = 0; i < name.size(); ++i) {
+        std::size_t j = i;
+        while (j < name.size() && std::isupper(static_cast<unsigned char>(name[j]))) ++j;
+        if (j == i) continue;
+        std::size_t k = j;
+        while (k < name.size() && std::isdigit(static_cast<unsigned char>(name[k]))) ++k;
+        if (k - j >= 2) return name.substr(i, k - i);
+        i = j > i ? j - 1 : i;
+    }
+    return "";
+}
+
+std::string network_kind(const std::string& inter) {
+    if (inter.find("EFA") != std::string::npos) return "EFA";
+    if (inter.find("IB") != std::string::npos || inter.find("InfiniBand") != std::string::npos) return "InfiniBand";
+    return inter;
+}
+
+bool same_family(const std::string& gpu, const std::string& family) {
+    std::string up = gpu;
+    for (auto& ch : up) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+    return !family.empty() && gpu_family(up) == family;
+}
+
+double op_bus_factor(const std::string& op, int ranks) {
+    if (op == "sendrecv") return 1;
+    for (auto c : {Collective::all_reduce, Collective::all_gather, Collective::reduce_scatter, Collective::broadcast,
+                   Collective::reduce})
+        if (collective_name(c) == op) return bus_factor(c, ranks);
+    throw std::invalid_argument(fmt::format("unknown operation \"{}\"", op));
+}
+
+GroundTruth load_ground_truth(const std::vector<std::string>& files) {
+    GroundTruth out;
+    for (const auto& file : files) {
+        const json j = parse_file(file);
+        const Val root{j, file, "$"};
+        if (!j.is_object()) root.expected("an object");
+        const std::string stem = fs::path(file).stem().string();
+        bool by_shape = j.contains("max_achievable");
+        for (const auto& [k, v] : j.items()) by_shape |= k.find("_by_shape") != std::string::npos;
+        if (j.contains("datasets")) {
+            read_collectives(root, out);
+        } else if (by_shape) {
+            read_gemm(root, stem, out);
+        } else if (j.contains("columns") && j.contains("rows")) {
+            read_megatron(root, stem, out);
+        } else {
+            out.skipped.push_back(fmt::format("{}: no collective \"datasets\", GEMM sections or Megatron \"rows\"; "
+                                                  "not ground truth the simulator predicts",
+                                                  file));
+        }
+    }
+    return out;
+}
+
+std::vector<std::string> shipped_data_files() {
+    std::vector<std::string> files;
+    const fs::path dir = DTSIM_CALIBRATION_DATA;
+    if (!fs::is_directory(dir)) throw ConfigError(dir.string(), "$", "the shipped data directory is missing");
+    for (const auto& e : fs::directory_iterator(dir))
+        if (e.path().extension() == ".json") files.push_back(e.path().string());
+    std::sort(files.begin(), files.end());
+    return files;
+}
+
+std::string shipped_cluster_for(const std::string& family, const std::string& network) {
+    const fs::path dir = fs::path(DTSIM_CONFIGS_DIR) / "clusters";
+    if (family == "H100" && network_kind(network) == "EFA") return (dir / "p5-h100-efa.json").string();
+    if (family == "H100") return (dir / "dgx-h100.json").string();
+    if (family == "A100") return (dir / "selene-a100.json").string();
+    return "";
+}
+
+// ------------------------------------------------------------------- fitting
+
+namespace {
+
+// Weighted least squares of t = a + b x minimizing sum ((a + b x) / t - 1)^2, a >= 0, b > 0.
+FitLine fit_one(const std::vector<std::pair<double, double>>& pts, std::size_t from, std::size_t to) {
+    double s00 = 0, s01 = 0, s11 = 0, r0 = 0, r1 = 0;
+    for (std::size_t i = from; i < to; ++i) {
+        const double u0 = 1 / pts[i].second, u1 = pts[i].first / pts[i].second;
+        s00 += u0 * u0, s01 += u0 * u1, s11 += u1 * u1, r0 += u0, r1 += u1;
+    }
+    const double det = s00 * s11 - s01 * s01;
+    double a = 0, b = 0;
+    if (std::abs(det) > 1e-12 * s00 * s11) {
+        a = (r0 * s11 - r1 * s01) / det;
+        b = (s00 * r1 - s01 * r0) / det;
+    }
+    if (!(a >= 0) || !(b > 0)) {
+        a = 0;
+        b = r1 / s11;  // through the origin
+    }
+    if (!(b > 0)) b = 1e-30;
+    return FitLine{a, 1 / b};
+}
+
+double envelope_at(const std::vector<FitLine>& lines, double x) {
+    double best = std::numeric_limits<double>::infinity();
+    for (const auto& l : lines) best = std::min(best, l.latency + x / l.bus_bandwidth);
+    return best;
+}
+
+double sq_error(const std::vector<FitLine>& lines, const std::vector<std::pair<double, double>>& pts) {
+    double e = 0;
+    for (const auto& [x, t] : pts) {
+        const double r = envelope_at(lines, x) / t - 1;
+        e += r * r;
+    }
+    return e;
+}
+
+}  // namespace
+
+std::vector<FitLine> fit_lines(std::vector<std::pair<double, double>> pts, int max_lines) {
+    if (pts.size() < 2) throw std::invalid_argument("fitting a curve needs at least 2 points");
+    std::sort(pts.begin(), pts.end());
+    const std::size_t n = pts.size();
+    std::vector<FitLine> best;
+    double best_err = std::numeric_limits<double>::infinity();
+    for (int k = 1; k <= std::max(1, max_lines); ++k) {
+        std::vector<FitLine> best_k;
+        double err_k = std::numeric_limits<double>::infinity();
+        // Cuts c_1 < ... < c_{k-1}; every run at least 2 points.
+        std::vector<std::size_t> cuts(static_cast<std::size_t>(k - 1));
+        auto search = [&](auto&& self, std::size_t depth, std::size_t from) -> void {
+            if (depth == cuts.size()) {
+                if (n - from < 2) return;
+                std::vector<FitLine> lines;
+                std::size_t prev = 0;
+                for (std::size_t c : cuts) lines.push_back(fit_one(pts, prev, c)), prev = c;
+                lines.push_back(fit_one(pts, prev, n));
+                const double e = sq_error(lines, pts);
+                if (e < err_k) err_k = e, best_k = std::move(lines);
+                return;
+            }
+            for (std::size_t c = from + 2; c + 2 <= n; ++c) {
+                cuts[depth] = c;
+                self(self, depth + 1, c);
+            }
+        };
+        search(search, 0, 0);
+        if (best_k.empty()) break;
+        if (best.empty() || (err_k < 0.75 * best_err && best_err > 1e-9)) best = std::move(best_k), best_err = err_k;
+    }
+    // Drop lines the envelope never uses at any point, order by bandwidth.
+    std::vector<FitLine> used;
+    for (const auto& l : best)
+        for (const auto& [x, t] : pts)
+            if (l.latency + x / l.bus_bandwidth <= envelope_at(best, x)) {
+                used.push_back(l);
+                break;
+            }
+    std::sort(used.begin(), used.end(), [](const FitLine& a, const FitLine& b) { return a.bus_bandwidth < b.bus_bandwidth; });
+    return used;
+}
+
+GemmFitResult fit_gemm(const GpuSpec& gpu, const std::vector<GemmPoint>& points) {
+    if (points.size() < 2) throw std::invalid_argument("fitting the GEMM model needs at least 2 shapes");
+    GpuSpec g = gpu;
+    auto err = [&](double overhead, double fraction) {
+        g.gemm.overhead_s = overhead;
+        g.gemm.bandwidth_fraction = fraction;
+        double e = 0;
+        for (const auto& p : points) {
+            const double predicted = 2 * p.m * p.n * p.k / g.gemm_seconds(p.m, p.n, p.k, p.dtype) / kTera;
+            const double r = std::log(predicted / p.tflops);
+            e += r * r;
+        }
+        return e;
+    };
+    // A grid, then coordinate refinement: two parameters, a smooth error.
+    double bo = gpu.gemm.overhead_s, bf = gpu.gemm.bandwidth_fraction, be = err(bo, bf);
+    for (int i = 0; i <= 100; ++i)
+        for (int j = 1; j <= 100; ++j) {
+            const double o = i * 0.5e-6, f = j * 0.01;
+            const double e = err(o, f);
+            if (e < be) be = e, bo = o, bf = f;
+        }
+    double so = 0.25e-6, sf = 0.005;
+    for (int it = 0; it < 200 && (so > 1e-12 || sf > 1e-7); ++it) {
+        bool moved = false;
+        for (auto [d_o, df] : {std::pair{so, 0.0}, {-so, 0.0}, {0.0, sf}, {0.0, -sf}}) {
+            const double o = bo + d_o, f = bf + df;
+            if (o < 0 || f <= 0 || f > 1) continue;
+            const double e = err(o, f);
+            if (e < be) be = e, bo = o, bf = f, moved = true;
+        }
+        if (!moved) so /= 2, sf /= 2;
+    }
+    GemmFitResult r;
+    r.model = gpu.gemm;
+    r.model.overhead_s = bo;
+    r.model.bandwidth_fraction = bf;
+    r.rms_log = std::sqrt(be / static_cast<double>(points.size()));
+    return r;
+}
+
+// ------------------------------------------------------------------ calibrate
+
+json read_cluster_file(const std::string& path) {
+    json j = parse_file(path);
+    const Val root{j, path, "$"};
+    if (!j.is_object()) root.expected("an object");
+    if (j.contains("include")) root["include"].fail("a cluster config for calibration cannot include other files");
+    (void)root["cluster"];
+    return j;
+}
+
+Cluster make_cluster(const json& doc, const std::string& file, int nodes, int gpus_per_node) {
+    json d = json::object();
+    d["cluster"] = doc.at("cluster");
+    if (nodes > 0) d["cluster"]["nodes"] = nodes;
+    if (gpus_per_node > 0) d["cluster"]["gpus_per_node"] = gpus_per_node;
+    // A placeholder workload: only the cluster is wanted, read by the same code as `dtsim run`.
+    const int gpus = d["cluster"].value("nodes", 1) * d["cluster"].value("gpus_per_node", 1);
+    d["model"] = {{"name", "none"}, {"layers", 1}, {"hidden", 64}, {"heads", 1}, {"seq", 1}, {"vocab", 0}};
+    d["training"] = {{"global_batch", std::max(1, gpus)}};
+    d["strategy"] = {{"name", "ddp"}};
+    return parse_config(d, file).cluster;
+}
+
+namespace {
+
+std::string algorithm_key(const std::string& op, Algorithm a) {
+    return a == Algorithm::automatic ? op : op + "@" + std::string(algorithm_name(a));
+}
+
+bool wanted(const std::string& id, const CalibrateOptions& o) {
+    if (!o.only.empty() && std::find(o.only.begin(), o.only.end(), id) == o.only.end()) return false;
+    return std::find(o.exclude.begin(), o.exclude.end(), id) == o.exclude.end();
+}
+
+std::string fmt_lines(const std::vector<FitLine>& lines) {
+    std::string s;
+    for (const auto& l : lines)
+        s += fmt::format("{}{:.1f} us + x / {:.1f} GB/s", s.empty() ? "" : ", ", l.latency / kMicro, l.bus_bandwidth / kGB);
+    return s;
+}
+
+}  // namespace
+
+CalibrateResult calibrate(const json& base, const std::string& base_file, const GroundTruth& data,
+                          const CalibrateOptions& o) {
+    CalibrateResult out;
+    out.cluster = base;
+    json& cl = out.cluster["cluster"];
+    const Cluster c = make_cluster(base, base_file);
+    const std::string family = gpu_family(c.gpu.name);
+    if (family.empty())
+        throw ConfigError(base_file, "$.cluster.gpu.name",
+                          fmt::format("cannot tell the GPU family of \"{}\" (expected a name like H100-SXM)", c.gpu.name));
+    std::vector<std::string> sources;
+    if (cl.contains("source") && cl["source"].is_array())
+        for (const auto& s : cl["source"]) {
+            const std::string text = s.is_string() ? s.get<std::string>() : s.dump();
+            if (text.find("dtsim calibrate") == std::string::npos) sources.push_back(text);  // earlier runs' lines go
+        }
+
+    // Collectives: one curve per (level, operation, algorithm) from the data sets of this GPU family.
+    struct Group {
+        std::vector<const CollectiveSet*> sets;
+    };
+    std::map<std::tuple<int, std::string, int>, Group> groups;
+    for (const auto& s : data.collectives) {
+        if (gpu_family(s.gpu) != family || !wanted(s.id, o)) continue;
+        groups[{s.nodes > 1 ? 1 : 0, s.op, static_cast<int>(s.algorithm)}].sets.push_back(&s);
+    }
+    for (const auto& [key, g] : groups) {
+        const auto& [level, op, alg] = key;
+        const CollectiveSet& first = *g.sets.front();
+        for (const auto* s : g.sets)
+            if (s->nodes != first.nodes || s->gpus_per_node != first.gpus_per_node ||
+                network_kind(s->network) != network_kind(first.network))
+                throw ConfigError(s->file, fmt::format("$.datasets[{}].hardware", s->index),
+                                  fmt::format("data sets \"{}\" ({} x {} GPUs, network \"{}\") and \"{}\" ({} x {}, "
+                                              "network \"{}\") would fit the same {} curve; choose with --only or "
+                                              "--exclude",
+                                              first.id, first.nodes, first.gpus_per_node, first.network, s->id,
+                                              s->nodes, s->gpus_per_node, s->network, algorithm_key(op, Algorithm(alg))));
+        std::vector<std::pair<double, double>> pts;
+        std::vector<std::string> ids;
+        double smallest = 0;
+        for (const auto* s : g.sets) {
+            ids.push_back(s->id);
+            for (const auto& r : s->rows)
+                if (r.bytes >= o.min_bytes && (smallest == 0 || r.bytes < smallest)) smallest = r.bytes;
+            const double f = op_bus_factor(op, s->ranks());
+            for (const auto& r : s->rows)
+                if (r.bytes >= o.min_bytes) pts.push_back({f * r.bytes, r.seconds});
+        }
+        if (pts.size() < 2) {
+            out.log.push_back(fmt::format("skipped {} ({}): fewer than 2 rows of {} bytes or more", algorithm_key(op, Algorithm(alg)),
+                                          fmt::join(ids, ", "), o.min_bytes));
+            continue;
+        }
+        const auto lines = fit_lines(pts, o.max_lines);
+        json arr = json::array();
+        for (const auto& l : lines)
+            arr.push_back({std::round(l.latency / kMicro * 1000) / 1000, std::round(l.bus_bandwidth / kGB * 1000) / 1000});
+        const char* level_name = level ? "inter_node" : "intra_node";
+        json fit = {{"ranks", first.ranks()}, {"nodes", first.nodes}, {"per_node", first.gpus_per_node},
+                    {"min_bytes", smallest}, {"lines", arr}, {"datasets", ids}};
+        std::vector<std::string> srcs;
+        for (const auto* s : g.sets) srcs.push_back(s->source);
+        fit["source"] = fmt::format("dtsim calibrate: lower envelope of [latency_us, bus_bandwidth_GBps] lines fitted to "
+                                    "{} ({} rows >= {} bytes); {}",
+                                    fmt::join(ids, ", "), pts.size(), o.min_bytes, fmt::join(srcs, "; "));
+        if (level == 1 && !cl["links"].contains("inter_node"))
+            throw ConfigError(base_file, "$.cluster.links", "multi-node data but the cluster has no inter_node link");
+        cl["links"][level_name]["fits"][algorithm_key(op, Algorithm(alg))] = fit;
+        out.log.push_back(fmt::format("{} {}: {} on {} x {} GPUs from {} ({} rows)", level_name,
+                                      algorithm_key(op, Algorithm(alg)), fmt_lines(lines), first.nodes,
+                                      first.gpus_per_node, fmt::join(ids, ", "), pts.size()));
+        sources.push_back(fmt::format("links.{}.fits.{}: dtsim calibrate on {}", level_name,
+                                      algorithm_key(op, Algorithm(alg)), fmt::join(ids, ", ")));
+    }
+
+    // GEMM: the efficiency ceiling per dtype from best-shape rows, the shape curve from by-shape tables.
+    GpuSpec gpu = c.gpu;
+    std::vector<std::string> gemm_ids;
+    std::map<DType, std::pair<double, std::string>> ceiling;
+    std::vector<GemmPoint> shapes;
+    std::vector<std::string> shape_ids;
+    for (const auto& s : data.gemms) {
+        if (!wanted(s.id, o)) continue;
+        bool used = false;
+        for (const auto& p : s.rows) {
+            if (!same_family(p.gpu, family)) continue;
+            if (gpu.peak_flops[static_cast<std::size_t>(p.dtype)] <= 0) continue;
+            used = true;
+            if (s.best_shape) {
+                const double e = p.tflops * kTera / gpu.peak(p.dtype);
+                auto& best = ceiling[p.dtype];
+                if (e > best.first) best = {e, s.id};
+            } else {
+                shapes.push_back(p);
+            }
+        }
+        if (used) (s.best_shape ? gemm_ids : shape_ids).push_back(s.id);
+    }
+    json& gm = cl["gpu"]["gemm"];
+    if (!ceiling.empty()) {
+        // The dtype the shape curve is measured in (else bf16, else any) sets max_efficiency; the others get their own.
+        DType main = shapes.empty() ? (ceiling.count(DType::bf16) ? DType::bf16 : ceiling.begin()->first) : shapes.front().dtype;
+        if (!ceiling.count(main)) main = ceiling.begin()->first;
+        gpu.gemm.max_efficiency = std::min(1.0, ceiling[main].first);
+        gm["max_efficiency"] = std::round(gpu.gemm.max_efficiency * 10000) / 10000;
+        json by = json::object();
+        for (const auto& [d, e] : ceiling) {
+            if (d == main) continue;
+            gpu.gemm.dtype_efficiency[static_cast<std::size_t>(d)] = std::min(1.0, e.first);
+            by[std::string(dtype_name(d))] = std::round(std::min(1.0, e.first) * 10000) / 10000;
+        }
+        if (!by.empty()) gm["efficiency_by_dtype"] = by;
+        std::string list;
+        for (const auto& [d, e] : ceiling) list += fmt::format("{}{} {:.4f}", list.empty() ? "" : ", ", dtype_name(d), e.first);
+        out.log.push_back(fmt::format("gemm efficiency ceiling (best shape / peak): {} from {}", list, fmt::join(gemm_ids, ", ")));
+    }
+    if (shapes.size() >= 2) {
+        const auto fit = fit_gemm(gpu, shapes);
+        gpu.gemm = fit.model;
+        gm["overhead_us"] = std::round(fit.model.overhead_s / kMicro * 1000) / 1000;
+        gm["bandwidth_fraction"] = std::round(fit.model.bandwidth_fraction * 10000) / 10000;
+        out.log.push_back(fmt::format("gemm shape curve: overhead {:.3f} us, bandwidth_fraction {:.4f} from {} ({} shapes, "
+                                      "RMS of log error {:.1f} %)",
+                                      fit.model.overhead_s / kMicro, fit.model.bandwidth_fraction, fmt::join(shape_ids, ", "),
+                                      shapes.size(), 100 * fit.rms_log));
+    }
+    std::vector<std::string> all = gemm_ids;
+    all.insert(all.end(), shape_ids.begin(), shape_ids.end());
+
+    // Megatron rows: the fp16 GEMM ceiling (the SC21 runs are fp16) fitted end to end.
+    if (!o.megatron_rows.empty()) {
+        std::vector<std::pair<const MegatronSet*, const MegatronRow*>> rows;
+        std::vector<std::string> names;
+        for (const auto& set : data.megatron) {
+            if (set.gpu != family || !wanted(set.id, o)) continue;
+            for (const auto& row : set.rows) {
+                names.push_back(row.model);
+                if (std::find(o.megatron_rows.begin(), o.megatron_rows.end(), row.model) != o.megatron_rows.end())
+                    rows.push_back({&set, &row});
+            }
+        }
+        for (const auto& want : o.megatron_rows)
+            if (std::none_of(rows.begin(), rows.end(), [&](const auto& r) { return r.second->model == want; }))
+                throw std::invalid_argument(fmt::format("no Megatron row \"{}\" of {} in the data; the rows are: {}", want,
+                                                        family, names.empty() ? std::string("(none)") : fmt::format("{}", fmt::join(names, ", "))));
+        json doc = out.cluster;
+        auto median_error = [&](double e) {
+            doc["cluster"]["gpu"]["gemm"]["efficiency_by_dtype"]["fp16"] = e;
+            std::vector<double> errs;
+            for (const auto& [set, row] : rows) errs.push_back(predict_megatron(*row, doc, base_file) / row->tflops_per_gpu - 1);
+            std::sort(errs.begin(), errs.end());
+            const std::size_t n = errs.size();
+            return n % 2 ? errs[n / 2] : (errs[n / 2 - 1] + errs[n / 2]) / 2;
+        };
+        // Throughput rises with the ceiling: bisect for a median error of zero.
+        double lo = 0.2, hi = 1.0;
+        if (median_error(hi) <= 0) lo = hi;
+        else if (median_error(lo) >= 0) hi = lo;
+        for (int i = 0; i < 30 && hi - lo > 1e-5; ++i) {
+            const double mid = (lo + hi) / 2;
+            (median_error(mid) > 0 ? hi : lo) = mid;
+        }
+        const double e = std::round((lo + hi) / 2 * 10000) / 10000;
+        gm["efficiency_by_dtype"]["fp16"] = e;
+        std::vector<std::string> ids;
+        for (const auto& [set, row] : rows) ids.push_back(megatron_row_id(*set, *row));
+        all.insert(all.end(), ids.begin(), ids.end());
+        out.log.push_back(fmt::format("gemm fp16 efficiency ceiling {:.4f}: fitted end to end so that the median error "
+                                      "of Megatron rows {} is zero (the other rows stay held out)",
+                                      e, fmt::join(ids, ", ")));
+    }
+    // Parameters an earlier calibration fitted and this one left alone keep their data sets.
+    if (gm.contains("datasets") && gm["datasets"].is_array())
+        for (const auto& d : gm["datasets"])
+            if (d.is_string() && std::find(all.begin(), all.end(), d.get<std::string>()) == all.end())
+                all.push_back(d.get<std::string>());
+    if (!all.empty()) {
+        gm["datasets"] = all;
+        sources.push_back(fmt::format("gpu.gemm: dtsim calibrate on {}", fmt::join(all, ", ")));
+    }
+    cl["source"] = sources;
+    // The result must load as it is.
+    (void)make_cluster(out.cluster, base_file + " (calibrated)");
+    return out;
+}
+
+}  // namespace dtsim::hw::calib

@@ -1,0 +1,371 @@
+// `dtsim validate`: every ground-truth point through the simulator's own cost
+// code: collective_cost / p2p_cost for nccl-tests rows, GpuSpec::gemm_seconds
+// for GEMM shapes, and dtsim::hw::simulate() (what `dtsim run` calls) for
+// Megatron-LM runs. No per-point factors: a point is predicted from the
+// cluster config of its GPU family and nothing else.
+#include "dtsim/hw/calibrate.hpp"
+
+#include "dtsim/hw/collective_cost.hpp"
+#include "dtsim/hw/run.hpp"
+#include "dtsim/hw/units.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <numeric>
+
+namespace dtsim::hw::calib {
+
+using json = nlohmann::json;
+
+double megatron_flops(double B, double s, double l, double h, double V) {
+    return 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));
+}
+
+// The schedule of the SC21 runs is interleaved 1F1B (Narayanan et al. 2021,
+// section 2.2; layers per virtual stage in megatron_a100_sc21.json). dtsim's
+// hardware world has plain 1F1B only, whose pipeline bubble is v times
+// larger for v model chunks per stage: the rows with pp > 1 are predicted
+// with that approximation (the validation note says so). When an interleaved
+// strategy exists, this is the one place to switch.
+nlohmann::json megatron_strategy(const MegatronRow& row) {
+    // SC21 Megatron-LM reduces data-parallel gradients after the backward pass
+    // (no overlap), as configs/runs/gpt3-175b-1024xa100-sc21.json.
+    return {{"name", "1f1b"}, {"tp", row.tp}, {"pp", row.pp}, {"dp", row.gpus / (row.tp * row.pp)},
+            {"recompute", "full"}, {"overlap", false}};
+}
+constexpr const char* kMegatronScheduleNote =
+    "schedule approximated: plain 1F1B for Megatron's interleaved 1F1B (a larger pipeline bubble where pp > 1)";
+
+nlohmann::json megatron_config(const MegatronRow& row, const nlohmann::json& cluster) {
+    json d = json::object();
+    d["name"] = fmt::format("megatron {} on {} GPUs", row.model, row.gpus);
+    d["cluster"] = cluster.at("cluster");
+    const int per_node = d["cluster"].value("gpus_per_node", 8);
+    d["cluster"]["nodes"] = (row.gpus + per_node - 1) / per_node;
+    // SC21: seq 2048, vocab 51200, fp16 mixed precision, GPT (GeLU MLP of 4h, tied embeddings).
+    d["model"] = {{"name", row.model}, {"layers", row.layers}, {"hidden", row.hidden}, {"heads", row.heads},
+                  {"seq", 2048},       {"vocab", 51200},       {"dtype", "fp16"},      {"mlp", "gelu"},
+                  {"tied_embeddings", true}};
+    d["training"] = {{"global_batch", row.global_batch}, {"micro_batch", row.micro_batch}};
+    d["strategy"] = megatron_strategy(row);
+    return d;
+}
+
+double predict_megatron(const MegatronRow& row, const nlohmann::json& cluster, const std::string& file) {
+    const Config cfg = parse_config(megatron_config(row, cluster), fmt::format("{} (Megatron row {})", file, row.model));
+    const RunResult r = simulate(cfg, {.keep_trace = false});
+    const double flops = megatron_flops(row.global_batch, 2048, row.layers, row.hidden, 51200);
+    return flops / row.gpus / r.report.step_time / kTera;
+}
+
+std::string megatron_row_id(const MegatronSet& set, const MegatronRow& row) { return set.id + ":" + row.model; }
+
+namespace {
+void median_max(std::vector<double> e, double& median, double& max, int& count) {
+    count = static_cast<int>(e.size());
+    median = max = 0;
+    if (e.empty()) return;
+    std::sort(e.begin(), e.end());
+    const std::size_t n = e.size();
+    median = n % 2 ? e[n / 2] : (e[n / 2 - 1] + e[n / 2]) / 2;
+    max = e.back();
+}
+}  // namespace
+
+void summarize(ValidationSet& s) {
+    std::vector<double> all, held;
+    for (const auto& p : s.points)
+        if (p.counted) {
+            all.push_back(std::abs(p.error()));
+            if (!p.in_sample) held.push_back(std::abs(p.error()));
+        }
+    median_max(all, s.median, s.max, s.counted);
+    median_max(held, s.held_median, s.held_max, s.held_counted);
+}
+
+namespace {
+
+struct ClusterDoc {
+    json doc;
+    std::string file;
+};
+
+std::string size_label(double bytes) {
+    if (bytes >= kGiB && std::fmod(bytes, kGiB) == 0) return fmt::format("{:.0f} GiB", bytes / kGiB);
+    if (bytes >= kMiB && std::fmod(bytes, kMiB) == 0) return fmt::format("{:.0f} MiB", bytes / kMiB);
+    if (bytes >= kKiB && std::fmod(bytes, kKiB) == 0) return fmt::format("{:.0f} KiB", bytes / kKiB);
+    return fmt::format("{:.0f} B", bytes);
+}
+
+class Clusters {
+public:
+    explicit Clusters(const std::vector<std::string>& files) {
+        for (const auto& f : files) {
+            ClusterDoc d{read_cluster_file(f), f};
+            const std::string fam = gpu_family(make_cluster(d.doc, f).gpu.name);
+            if (fam.empty())
+                throw ConfigError(f, "$.cluster.gpu.name", "cannot tell the GPU family (expected a name like H100-SXM)");
+            const Cluster c = make_cluster(d.doc, f);
+            given_.push_back({fam, c.inter_node.name, d});
+            if (!by_family_.count(fam)) by_family_[fam] = std::move(d);
+        }
+    }
+    // The cluster for a GPU family: given with --cluster, else the shipped one; null if none.
+    // With a network (multi-node data), a given cluster whose inter_node link is of that kind
+    // ("EFA", "InfiniBand") comes first.
+    const ClusterDoc* get(const std::string& family, const std::string& network = "") {
+        if (!network.empty())
+            for (const auto& d : given_)
+                if (d.family == family && network_kind(d.network) == network_kind(network)) return &d.doc;
+        if (auto it = by_family_.find(family); it != by_family_.end()) return &it->second;
+        const std::string f = shipped_cluster_for(family, network);
+        if (f.empty()) return nullptr;
+        if (!shipped_.count(f)) shipped_[f] = ClusterDoc{read_cluster_file(f), f};
+        return &shipped_[f];
+    }
+
+private:
+    struct Given {
+        std::string family, network;
+        ClusterDoc doc;
+    };
+    std::vector<Given> given_;
+    std::map<std::string, ClusterDoc> by_family_;  // given with --cluster
+    std::map<std::string, ClusterDoc> shipped_;    // configs/clusters, by file
+};
+
+std::string join(const std::vector<std::string>& v) {
+    std::string s;
+    for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+    return s;
+}
+
+std::string key_of(const std::string& op, Algorithm a) {
+    return a == Algorithm::automatic ? op : op + "@" + std::string(algorithm_name(a));
+}
+
+// Removes the curves that could stand for `op` at `level` (see find_fit).
+void drop_fits(json& cluster_doc, const char* level, const std::string& op) {
+    json& links = cluster_doc["cluster"]["links"];
+    if (!links.contains(level) || !links[level].contains("fits")) return;
+    json& fits = links[level]["fits"];
+    std::vector<std::string> gone;
+    for (const auto& [k, v] : fits.items()) {
+        const std::string base = k.substr(0, k.find('@'));
+        const bool pair = (op == "all_gather" || op == "reduce_scatter") &&
+                          (base == "all_gather" || base == "reduce_scatter");
+        if (base == op || pair) gone.push_back(k);
+    }
+    for (const auto& k : gone) fits.erase(k);
+}
+
+ValidationSet collective_set(const CollectiveSet& s, const GroundTruth& data, Clusters& clusters,
+                             const ValidateOptions& o) {
+    ValidationSet v;
+    v.id = s.id;
+    v.kind = "collective";
+    v.source = s.source;
+    v.file = s.file;
+    const std::string fam = gpu_family(s.gpu);
+    const ClusterDoc* cd = clusters.get(fam, s.nodes > 1 ? s.network : "");
+    if (!cd) {
+        v.fit = fmt::format("not predicted: no cluster config for GPU family \"{}\" (give one with --cluster)", fam);
+        return v;
+    }
+    json doc = cd->doc;
+    v.cluster = cd->file;
+    const char* level = s.nodes > 1 ? "inter_node" : "intra_node";
+    if (o.holdout) {
+        std::vector<std::pair<double, double>> pts;
+        std::vector<std::string> ids;
+        double smallest = 0;
+        auto compatible = [&](const CollectiveSet& other) {
+            return other.id != s.id && gpu_family(other.gpu) == fam && other.op == s.op &&
+                   other.algorithm == s.algorithm && other.nodes == s.nodes && other.gpus_per_node == s.gpus_per_node;
+        };
+        // Data of the same network where there is some; else of any network (the label says which).
+        const bool same_network = std::any_of(data.collectives.begin(), data.collectives.end(), [&](const auto& other) {
+            return compatible(other) && network_kind(other.network) == network_kind(s.network);
+        });
+        for (const auto& other : data.collectives) {
+            if (!compatible(other) || (same_network && network_kind(other.network) != network_kind(s.network)))
+                continue;
+            ids.push_back(other.id + (network_kind(other.network) != network_kind(s.network)
+                                          ? fmt::format(" ({})", network_kind(other.network))
+                                          : ""));
+            const double f = op_bus_factor(other.op, other.ranks());
+            for (const auto& r : other.rows)
+                if (r.bytes >= o.calibrate_min_bytes) {
+                    pts.push_back({f * r.bytes, r.seconds});
+                    smallest = smallest == 0 ? r.bytes : std::min(smallest, r.bytes);
+                }
+        }
+        drop_fits(doc, level, s.op);
+        if (pts.size() >= 2) {
+            json arr = json::array();
+            for (const auto& l : fit_lines(pts, o.max_lines)) arr.push_back({l.latency / kMicro, l.bus_bandwidth / kGB});
+            doc["cluster"]["links"][level]["fits"][key_of(s.op, s.algorithm)] = {
+                {"ranks", s.ranks()}, {"nodes", s.nodes}, {"per_node", s.gpus_per_node}, {"min_bytes", smallest},
+                {"lines", arr}, {"datasets", ids}};
+            v.fit = fmt::format("held out: curve fitted to {} only", join(ids));
+        } else {
+            v.fit = "held out from the curves: no other data set of this kind; the config's alpha-beta parameters "
+                    "(their sources say which measurements they were read from)";
+        }
+    }
+    const Cluster c = make_cluster(doc, cd->file, s.nodes, s.gpus_per_node);
+    std::vector<int> members(static_cast<std::size_t>(s.ranks()));
+    std::iota(members.begin(), members.end(), 0);
+    const GroupShape g = GroupShape::of(c, members);
+    if (!o.holdout) {
+        const CollectiveFit* f =
+            s.op == "sendrecv" ? nullptr : find_fit(c, s.op, g, s.algorithm == Algorithm::automatic ? c.algorithm : s.algorithm);
+        if (s.op == "sendrecv") {
+            const Link& l = s.nodes > 1 ? c.inter_node : c.intra_node;
+            for (const auto& x : l.fits)
+                if (x.op == "sendrecv") f = &x;
+        }
+        if (f && std::find(f->datasets.begin(), f->datasets.end(), s.id) != f->datasets.end())
+            v.fit = fmt::format("in-sample: curve fitted to {}", join(f->datasets));
+        else if (f)
+            v.fit = fmt::format("held out: curve fitted to {}", join(f->datasets));
+        else
+            v.fit = "no curve: the config's alpha-beta parameters (their sources say which measurements they were "
+                    "read from)";
+    }
+    v.note = fmt::format("{} {} GPUs ({} node{}), {}", s.op, s.ranks(), s.nodes, s.nodes > 1 ? "s" : "",
+                         s.algorithm == Algorithm::automatic ? "NCCL's algorithm choice"
+                                                             : "NCCL_ALGO=" + std::string(algorithm_name(s.algorithm)));
+    for (const auto& r : s.rows) {
+        double t = 0;
+        if (s.op == "sendrecv") {
+            t = p2p_cost(c, r.bytes, s.nodes == 1).seconds;
+        } else {
+            Collective coll = Collective::all_reduce;
+            for (auto x : {Collective::all_reduce, Collective::all_gather, Collective::reduce_scatter, Collective::broadcast,
+                           Collective::reduce})
+                if (collective_name(x) == s.op) coll = x;
+            t = collective_cost(c, coll, r.bytes, g, s.algorithm).seconds;
+        }
+        v.points.push_back({size_label(r.bytes), r.bytes, r.seconds / kMicro, t / kMicro, "us", r.bytes >= o.min_bytes,
+                            v.fit.rfind("in-sample", 0) == 0});
+    }
+    return v;
+}
+
+ValidationSet gemm_set(const GemmSet& s, Clusters& clusters, const ValidateOptions& o) {
+    ValidationSet v;
+    v.id = s.id;
+    v.kind = "gemm";
+    v.source = s.source;
+    v.file = s.file;
+    std::vector<std::string> used, fits;
+    bool in_sample = false;
+    for (std::size_t i = 0; i < s.rows.size(); ++i) {
+        const GemmPoint& p = s.rows[i];
+        std::string up = p.gpu;
+        for (auto& ch : up) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+        const std::string fam = gpu_family(up);
+        const ClusterDoc* cd = clusters.get(fam);
+        const std::string label = fmt::format("{:.0f}x{:.0f}x{:.0f} {} {}", p.m, p.n, p.k, p.gpu, dtype_name(p.dtype));
+        if (!cd) continue;
+        GpuSpec gpu = make_cluster(cd->doc, cd->file).gpu;
+        if (gpu.peak_flops[static_cast<std::size_t>(p.dtype)] <= 0) continue;
+        if (std::find(used.begin(), used.end(), cd->file) == used.end()) used.push_back(cd->file);
+        in_sample |= std::find(gpu.gemm.datasets.begin(), gpu.gemm.datasets.end(), s.id) != gpu.gemm.datasets.end();
+        if (o.holdout && !s.best_shape) {
+            std::vector<GemmPoint> rest;
+            for (std::size_t j = 0; j < s.rows.size(); ++j)
+                if (j != i && same_family(s.rows[j].gpu, fam)) rest.push_back(s.rows[j]);
+            if (rest.size() >= 2) gpu.gemm = fit_gemm(gpu, rest).model;
+        }
+        const double t = gpu.gemm_seconds(p.m, p.n, p.k, p.dtype);
+        v.points.push_back({label, 2 * p.m * p.n * p.k, p.tflops, 2 * p.m * p.n * p.k / t / kTera, "TFLOP/s", true});
+    }
+    v.cluster = join(used);
+    const bool leave_one_out = o.holdout && !s.best_shape;
+    for (auto& p : v.points) p.in_sample = in_sample && !leave_one_out;
+    if (leave_one_out)
+        v.fit = "held out: each shape predicted from a fit to the other shapes of the table (leave one out)";
+    else if (s.best_shape)
+        v.fit = in_sample ? "in-sample: these rows set the efficiency ceilings" : "held out";
+    else
+        v.fit = in_sample ? "in-sample: the shape curve was fitted to this table" : "held out";
+    v.note = "GpuSpec::gemm_seconds (roofline with overhead)";
+    return v;
+}
+
+ValidationSet megatron_set(const MegatronSet& s, Clusters& clusters) {
+    ValidationSet v;
+    v.id = s.id;
+    v.kind = "megatron";
+    v.source = s.source;
+    v.file = s.file;
+    const ClusterDoc* cd = clusters.get(s.gpu);
+    if (!cd) {
+        v.fit = fmt::format("not predicted: no cluster config for GPU family \"{}\"", s.gpu);
+        return v;
+    }
+    v.cluster = cd->file;
+    const Cluster c = make_cluster(cd->doc, cd->file);
+    std::vector<std::string> fitted;
+    for (const Link* l : {&c.intra_node, &c.inter_node})
+        for (const auto& f : l->fits)
+            for (const auto& d : f.datasets)
+                if (std::find(fitted.begin(), fitted.end(), d) == fitted.end()) fitted.push_back(d);
+    for (const auto& d : c.gpu.gemm.datasets)
+        if (std::find(fitted.begin(), fitted.end(), d) == fitted.end() && d.rfind(s.id + ":", 0) != 0)
+            fitted.push_back(d);
+    v.fit = fitted.empty() ? "held out: the config's parameters (see its sources)"
+                           : fmt::format("held out: parameters fitted to {}", join(fitted));
+    v.note = fmt::format("dtsim::hw::simulate, strategy {}, recompute full, fp16, seq 2048, vocab 51200; "
+                         "TFLOP/s = Megatron's 96 B s l h^2 (1 + s/6h + V/16lh) / (GPUs x step time); {}",
+                         megatron_strategy(s.rows.front())["name"].get<std::string>(), kMegatronScheduleNote);
+    std::vector<std::string> fitted_rows;
+    for (const auto& row : s.rows) {
+        const double predicted = predict_megatron(row, cd->doc, cd->file);
+        const auto& ds = c.gpu.gemm.datasets;
+        const bool in = std::find(ds.begin(), ds.end(), megatron_row_id(s, row)) != ds.end();
+        if (in) fitted_rows.push_back(row.model);
+        v.points.push_back({fmt::format("{} tp{} pp{} {} GPUs{}", row.model, row.tp, row.pp, row.gpus, in ? " (fitted)" : ""),
+                            static_cast<double>(row.gpus), row.tflops_per_gpu, predicted, "TFLOP/s", true, in});
+    }
+    if (!fitted_rows.empty())
+        v.fit = fmt::format("rows {} in-sample (the {} GEMM ceiling was fitted to them), the others held out; "
+                            "parameters fitted to {}",
+                            join(fitted_rows), "fp16", join(fitted));
+    return v;
+}
+
+}  // namespace
+
+std::vector<ValidationSet> validate(const GroundTruth& data, const ValidateOptions& o) {
+    Clusters clusters(o.clusters);
+    std::vector<ValidationSet> out;
+    for (const auto& s : data.collectives) out.push_back(collective_set(s, data, clusters, o));
+    for (const auto& s : data.gemms) out.push_back(gemm_set(s, clusters, o));
+    for (const auto& s : data.megatron) out.push_back(megatron_set(s, clusters));
+    for (auto& s : out) summarize(s);
+    return out;
+}
+
+json to_json(const std::vector<ValidationSet>& sets) {
+    json arr = json::array();
+    for (const auto& s : sets) {
+        json pts = json::array();
+        for (const auto& p : s.points)
+            pts.push_back({{"label", p.label}, {"measured", p.measured}, {"predicted", p.predicted}, {"unit", p.unit},
+                           {"error", p.error()}, {"counted", p.counted}, {"in_sample", p.in_sample}});
+        arr.push_back({{"id", s.id}, {"kind", s.kind}, {"source", s.source}, {"file", s.file}, {"cluster", s.cluster},
+                       {"fit", s.fit}, {"note", s.note}, {"counted", s.counted}, {"median_abs_error", s.median},
+                       {"max_abs_error", s.max}, {"held_out_counted", s.held_counted},
+                       {"held_out_median_abs_error", s.held_median}, {"held_out_max_abs_error", s.held_max},
+                       {"points", pts}});
+    }
+    return arr;
+}
+
+}  // namespace dtsim::hw::calib
