@@ -1,7 +1,10 @@
 // `dtsim run CONFIG` and `dtsim compare A B ...`: the hardware world from the
 // command line. A run prints step time, MFU, tokens/s, the split of the step
 // into compute, exposed communication and idle time, and the peak memory per
-// GPU against its capacity with the out-of-memory verdict. `--set path=value`
+// GPU against its capacity with the out-of-memory verdict, and the rank the
+// step's critical path spends the most time on (world.hpp: CriticalPath); with
+// "stragglers" in the config, also how much they stretch the step against the
+// same run without them (simulated too). `--set path=value`
 // overrides any field; `--set path=v1,v2,v3` sweeps it and prints a row per value.
 //
 // Exit status: 0 when every run fits in memory (and puzzle runs are correct),

@@ -578,7 +578,7 @@ void read_stragglers(const Node& n, Config& c) {
                 if (auto it = named_by.find(r); it != named_by.end())
                     f.fail(fmt::format("rank {} is already slowed by \"{}\"", r, it->second));
                 named_by[r] = k;
-                st.slowdown[r] = factor;
+                if (factor != 1) st.slowdown[r] = factor;  // 1: not a straggler (a sweep's baseline)
             }
         }
     }

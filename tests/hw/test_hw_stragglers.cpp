@@ -341,6 +341,8 @@ TEST_CASE("stragglers in a config: errors name the file, the path, what was expe
     const Config c = parse_config(with({{"slowdown", {{"2-4", 1.25}}}}), "test.json", {{"stragglers.slowdown.7", "2"}});
     CHECK(c.stragglers.slowdown == std::map<int, double>{{2, 1.25}, {3, 1.25}, {4, 1.25}, {7, 2.0}});
     CHECK(describe(c.stragglers) == "ranks 2-4 x1.25, rank 7 x2.00");
+    // A factor of 1 is no straggler: a sweep over the factor starting at 1 has the plain run first.
+    CHECK(!parse_config(with({{"slowdown", {{"3", 1}}}}), "test.json").stragglers.any());
     const Config l = parse_config(with({{"jitter", {{"distribution", "lognormal"}, {"sigma", 0.1}, {"seed", 9}}}}),
                                   "test.json");
     CHECK(l.stragglers.jitter.sigma == 0.1);
