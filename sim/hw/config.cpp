@@ -550,8 +550,12 @@ void read_stragglers(const Node& n, Config& c) {
     n.keys({"slowdown", "jitter"});
     Stragglers& st = c.stragglers;
     const int gpus = c.gpus();
-    if (c.strategy.name == "puzzle")
-        n.fail("puzzle strategies run on the puzzle's own cost model; stragglers apply to the transformer strategies");
+    if (c.strategy.name == "puzzle") {
+        // Named at its first value, which knows the file (or --set) it came from.
+        Node first = n;
+        while (first.value().is_object() && !first.value().empty()) first = first[first.value().begin().key()];
+        first.fail("puzzle strategies run on the puzzle's own cost model; stragglers apply to the transformer strategies");
+    }
     if (n.has("slowdown")) {
         const Node sd = n["slowdown"];
         if (!sd.value().is_object()) sd.expected("an object of ranks to factors, as {\"3\": 1.5, \"8-15\": 1.1}");

@@ -337,6 +337,15 @@ TEST_CASE("stragglers in a config: errors name the file, the path, what was expe
           "test.json: $.stragglers.jitter: missing key \"cv\" (or \"sigma\")");
     CHECK(config_error(with({{"jitter", {{"distribution", "lognormal"}, {"cv", 0.1}, {"seed", -1}}}})) ==
           "test.json: $.stragglers.jitter.seed: expected an integer >= 0, found -1");
+    try {
+        (void)load_config(DTSIM_CONFIGS "/runs/puzzle-fsdp-dgx-h100.json", {{"stragglers.slowdown.1", "2"}});
+        FAIL("a puzzle strategy took stragglers");
+    } catch (const ConfigError& e) {
+        CHECK(e.file == "--set stragglers.slowdown.1=2");
+        CHECK(e.path == "$.stragglers.slowdown.1");
+        CHECK(std::string(e.what()).find("puzzle strategies run on the puzzle's own cost model; stragglers apply to "
+                                         "the transformer strategies") != std::string::npos);
+    }
     // A range and --set.
     const Config c = parse_config(with({{"slowdown", {{"2-4", 1.25}}}}), "test.json", {{"stragglers.slowdown.7", "2"}});
     CHECK(c.stragglers.slowdown == std::map<int, double>{{2, 1.25}, {3, 1.25}, {4, 1.25}, {7, 2.0}});
