@@ -547,7 +547,7 @@ void validate(const Node& root, Config& c) {
 
 // "stragglers": checked against the run's GPU count.
 void read_stragglers(const Node& n, Config& c) {
-    n.keys({"slowdown", "jitter"});
+    n.keys({"slowdown", "slow_memory_bound", "jitter"});
     Stragglers& st = c.stragglers;
     const int gpus = c.gpus();
     if (c.strategy.name == "puzzle") {
@@ -586,6 +586,7 @@ void read_stragglers(const Node& n, Config& c) {
             }
         }
     }
+    if (n.has("slow_memory_bound")) st.slow_memory_bound = n["slow_memory_bound"].boolean();
     if (n.has("jitter")) {
         const Node j = n["jitter"];
         j.keys({"distribution", "cv", "sigma", "seed"});

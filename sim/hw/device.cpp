@@ -41,8 +41,12 @@ Event& Device::record(OpCode op, int layer, Stream stream, double start, double 
 }
 
 void Device::compute(OpCode op, int layer, double seconds, double flops, IdSet microbatches, double bytes) {
-    const Jitter& jitter = world_->stragglers().jitter;
-    seconds *= slowdown_;
+    const Stragglers& st = world_->stragglers();
+    const Jitter& jitter = st.jitter;
+    if (slowdown_ != 1) {
+        const double memory = st.slow_memory_bound ? 0 : std::min(seconds, spec().memory_seconds(bytes));
+        seconds = (seconds - memory) * slowdown_ + memory;
+    }
     if (jitter.on()) seconds *= jitter.factor(rank(), compute_ops_);
     ++compute_ops_;
     Event& e = record(op, layer, Stream::compute, now(), seconds, std::move(microbatches));

@@ -222,6 +222,7 @@ std::string describe(const Stragglers& s) {
                        : fmt::format("ranks {}-{} x{:.2f}", it->first, last->first, it->second));
         it = std::next(last);
     }
+    if (!s.slowdown.empty() && !s.slow_memory_bound) add("memory-bound work at full speed");
     if (s.jitter.on()) add(fmt::format("jitter {} cv {:.3f} seed {}", jitter_name(s.jitter.distribution), s.jitter.cv,
                                        s.jitter.seed));
     return out;

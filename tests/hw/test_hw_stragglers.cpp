@@ -210,6 +210,29 @@ TEST_CASE("DDP without overlap: one GPU slower by f takes the step to f x comput
         }
 }
 
+TEST_CASE("a slowdown of the SMs only (slow_memory_bound false) leaves memory-bound time alone") {
+    // As above, with the slow rank's compute C split into GEMM time G and
+    // memory-bound time M (each operation's HBM bytes at the memory rate):
+    // step = f G + M + comm.
+    const json base = ddp(1, false);
+    const Config c = parse_config(base, "test.json");
+    const RunResult before = simulate(c, {.keep_trace = true});
+    const int slow = 2;
+    const double f = 1.5;
+    double M = 0;
+    for (const Event& e : before.trace.ranks[slow].events)
+        if (e.stream == Stream::compute) M += c.cluster.gpu.memory_seconds(e.bytes);
+    const double C = before.report.rank_splits[slow].compute;
+    const double comm = before.report.step_time - C;
+    CHECK(M > 0.01 * C);  // the optimizer step, norms, the loss: enough to tell the two apart
+    json doc = base;
+    doc["stragglers"] = {{"slowdown", {{std::to_string(slow), f}}}, {"slow_memory_bound", false}};
+    const RunReport r = run(doc);
+    CHECK(r.step_time == doctest::Approx(f * (C - M) + M + comm).epsilon(1e-12));
+    CHECK(r.rank_splits[slow].compute == doctest::Approx(f * (C - M) + M).epsilon(1e-12));
+    CHECK(r.stragglers == "rank 2 x1.50, memory-bound work at full speed");
+}
+
 TEST_CASE("DDP with overlap: the slow GPU gates every bucket and the others idle") {
     const json base = ddp(2, true);
     const RunReport before = run(base);

@@ -1,8 +1,11 @@
 // Stragglers in the hardware world: GPUs slower than the others (a per-rank
-// slowdown factor) and per-operation jitter, applied to every operation of the
-// compute stream (GEMMs and memory-bound work alike: the whole GPU runs
-// slower, as a clock-throttled or degraded GPU does). Communication is not
-// slowed: a straggler delays the collectives it joins by arriving late.
+// slowdown factor) and per-operation jitter, applied to the operations of the
+// compute stream. The slowdown applies to GEMMs and memory-bound work alike
+// (the whole GPU runs slower), or with slow_memory_bound = false to the GEMM
+// time only (an SM clock throttled by power or heat while HBM keeps its
+// bandwidth: an operation's memory-bound part, its HBM bytes at the GPU's
+// memory rate, keeps its time). Communication is not slowed: a straggler
+// delays the collectives it joins by arriving late.
 //
 // Jitter multiplies the duration of the k-th compute operation of rank r by a
 // factor X(seed, r, k) with mean 1 and coefficient of variation cv, drawn from
@@ -85,6 +88,7 @@ struct Jitter {
 
 struct Stragglers {
     std::map<int, double> slowdown;  // rank -> factor on its compute durations (1.5: 50 % slower)
+    bool slow_memory_bound = true;   // false: the slowdown leaves memory-bound time alone
     Jitter jitter;
 
     [[nodiscard]] bool any() const { return !slowdown.empty() || jitter.on(); }
