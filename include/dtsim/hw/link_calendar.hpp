@@ -16,11 +16,12 @@
 // on a port move at 1/k each, and a newcomer slows the incumbents):
 //   - a transfer that takes d alone takes between d and 2d here;
 //   - two equal transfers of d ready together: exact, both end at 2d; here
-//     the first booked ends at d and the second at 2d (the pair's last end is
-//     exact, the first is early);
-//   - k >= 3 concurrent transfers: exact, all end at k d; here the first ends
-//     at d and the others at most 2d: the port carries up to (k + 1) / 2 times
-//     its bandwidth, so heavy fan-in on one port is underestimated;
+//     the first booked ends at d and the second at 1.5d (half of it during
+//     [0, d), the rest at full rate): the port carried 1.5x its bandwidth;
+//   - k >= 3 equal transfers ready together: exact, all end at k d; here at
+//     d, 1.5d, 1.75d, ... (the i-th at 2d - d / 2^(i-1)), all before 2d: the
+//     port carries up to (k + 1) / 2 times its bandwidth, so heavy fan-in on
+//     one port is underestimated;
 //   - a transfer ready midway through another's: exact, both move at half
 //     rate while they overlap; here only the newcomer does;
 //   - "booked before" is the order in which the simulation books transfers,
