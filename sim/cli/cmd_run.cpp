@@ -1,7 +1,10 @@
 // `dtsim run CONFIG` and `dtsim compare A B ...`: the hardware world from the
 // command line. A run prints step time, MFU, tokens/s, the split of the step
 // into compute, exposed communication and idle time, and the peak memory per
-// GPU against its capacity with the out-of-memory verdict. `--set path=value`
+// GPU against its capacity with the out-of-memory verdict, and the rank the
+// step's critical path spends the most time on (world.hpp: CriticalPath); with
+// "stragglers" in the config, also how much they stretch the step against the
+// same run without them (simulated too). `--set path=value`
 // overrides any field; `--set path=v1,v2,v3` sweeps it and prints a row per value.
 //
 // Exit status: 0 when every run fits in memory (and puzzle runs are correct),
@@ -131,6 +134,16 @@ void print_report(const hw::Config& c, const hw::RunReport& r) {
     fmt::print("  time split    compute {} ({}), exposed comm {} ({}), idle {} ({})   mean per GPU\n",
                Seconds{r.split.compute}, percent(r.split.compute, r.step_time), Seconds{r.split.comm},
                percent(r.split.comm, r.step_time), Seconds{r.split.idle}, percent(r.split.idle, r.step_time));
+    if (!r.rank_splits.empty())
+        fmt::print("  critical path rank {} (on it {} of the step, in transfers {})\n",
+                   r.critical_rank, percent(r.critical_share, 1), percent(r.critical_transfers_share, 1));
+    if (!r.stragglers.empty()) {
+        if (r.baseline_step_time)
+            fmt::print("  stragglers    {}: step {:+.1f} % against {} without them\n", r.stragglers,
+                       100 * (r.step_time / *r.baseline_step_time - 1), Seconds{*r.baseline_step_time});
+        else
+            fmt::print("  stragglers    {}\n", r.stragglers);
+    }
     fmt::print("  peak memory   {} of {} per GPU, worst on rank {} at {} in {}: {}\n", Bytes{r.peak.bytes},
                Bytes{r.capacity}, r.peak.rank, Seconds{r.peak.time}, r.peak.op, memory_verdict(r));
     if (r.correct)

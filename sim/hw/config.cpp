@@ -618,8 +618,80 @@ void validate(const Node& root, Config& c) {
     if (s.sequence_parallel && s.tp == 1) st["sequence_parallel"].fail("sequence parallelism needs tp > 1");
 }
 
+// "stragglers": checked against the run's GPU count.
+void read_stragglers(const Node& n, Config& c) {
+    n.keys({"slowdown", "slow_memory_bound", "jitter"});
+    Stragglers& st = c.stragglers;
+    const int gpus = c.gpus();
+    if (c.strategy.name == "puzzle") {
+        // Named at its first value, which knows the file (or --set) it came from.
+        Node first = n;
+        while (first.value().is_object() && !first.value().empty()) first = first[first.value().begin().key()];
+        first.fail("puzzle strategies run on the puzzle's own cost model; stragglers apply to the transformer strategies");
+    }
+    if (n.has("slowdown")) {
+        const Node sd = n["slowdown"];
+        if (!sd.value().is_object()) sd.expected("an object of ranks to factors, as {\"3\": 1.5, \"8-15\": 1.1}");
+        std::map<int, std::string> named_by;
+        for (const auto& [k, v] : sd.value().items()) {
+            if (k == "source" || k == "note") continue;
+            const Node f = sd[k];
+            // "3" or "8-15"
+            int lo = -1, hi = -1;
+            const auto dash = k.find('-');
+            auto number = [](const std::string& t) {
+                if (t.empty() || t.size() > 9 || !std::all_of(t.begin(), t.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))
+                    return -1;
+                return std::stoi(t);
+            };
+            lo = number(k.substr(0, dash));
+            hi = dash == std::string::npos ? lo : number(k.substr(dash + 1));
+            if (lo < 0 || hi < lo)
+                f.fail(fmt::format("expected a rank or a range of ranks as the key (\"3\", \"8-15\"), found \"{}\"", k));
+            if (hi >= gpus)
+                f.fail(fmt::format("rank {} is not in this run's {} GPUs (ranks 0 to {})", hi, gpus, gpus - 1));
+            const double factor = f.positive();
+            for (int r = lo; r <= hi; ++r) {
+                if (auto it = named_by.find(r); it != named_by.end())
+                    f.fail(fmt::format("rank {} is already slowed by \"{}\"", r, it->second));
+                named_by[r] = k;
+                if (factor != 1) st.slowdown[r] = factor;  // 1: not a straggler (a sweep's baseline)
+            }
+        }
+    }
+    if (n.has("slow_memory_bound")) st.slow_memory_bound = n["slow_memory_bound"].boolean();
+    if (n.has("jitter")) {
+        const Node j = n["jitter"];
+        j.keys({"distribution", "cv", "sigma", "seed"});
+        const std::string d = j["distribution"].choice({"lognormal", "normal", "uniform"});
+        Jitter& jt = st.jitter;
+        jt.distribution = d == "lognormal" ? JitterDistribution::lognormal
+                          : d == "normal"  ? JitterDistribution::normal
+                                           : JitterDistribution::uniform;
+        if (j.has("sigma")) {
+            if (d != "lognormal") j["sigma"].fail(fmt::format("\"sigma\" is the lognormal's; give \"{}\" jitter a \"cv\"", d));
+            if (j.has("cv")) j["sigma"].fail("give \"cv\" or \"sigma\", not both");
+            jt.sigma = j["sigma"].non_negative();
+            jt.cv = Jitter::lognormal_cv(jt.sigma);
+        } else {
+            if (!j.has("cv")) j.fail(d == "lognormal" ? "missing key \"cv\" (or \"sigma\")" : "missing key \"cv\"");
+            jt.cv = j["cv"].non_negative();
+            jt.sigma = Jitter::lognormal_sigma(jt.cv);
+            if (d == "normal" && jt.cv > 0.25)
+                j["cv"].fail(fmt::format("expected a cv <= 0.25 for normal jitter (a duration must stay positive), found "
+                                         "{}; use \"lognormal\"",
+                                         jt.cv));
+            if (d == "uniform" && jt.cv >= 1 / std::sqrt(3.0))
+                j["cv"].fail(fmt::format("expected a cv < 1/sqrt(3) = 0.577 for uniform jitter (a duration must stay "
+                                         "positive), found {}",
+                                         jt.cv));
+        }
+        jt.seed = j.has("seed") ? static_cast<std::uint64_t>(j["seed"].integer(0)) : 0;
+    }
+}
+
 void from_json(const Node& n, Config& c) {
-    n.keys({"name", "cluster", "model", "training", "strategy"});
+    n.keys({"name", "cluster", "model", "training", "strategy", "stragglers"});
     from_json(n["cluster"], c.cluster);
     from_json(n["model"], c.model);
     from_json(n["training"], c.training);
@@ -633,6 +705,7 @@ void from_json(const Node& n, Config& c) {
     c.name = n.has("name") ? n["name"].string()
                            : fmt::format("{} / {} / {}", c.model.spec.name, c.cluster.name, c.strategy.name);
     validate(n, c);
+    if (n.has("stragglers")) read_stragglers(n["stragglers"], c);
 }
 
 Config finish(Document& doc, const std::string& file, const std::vector<Override>& overrides) {

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <tuple>
 
 namespace dtsim::hw {
 
@@ -13,11 +14,19 @@ namespace {
 // where the first member released leaves the schedule for all of them.
 struct Arrival {
     double ready;
-    int slot;  // -1 until a second member arrives
+    int slot;       // -1 until a second member arrives
+    int gate;       // the member ready last (the lowest rank on ties), and where its path goes on
+    double gate_time;
+    int rank;
 };
 }  // namespace
 
 Device::Device(World& world, Gpu& gpu) : world_(&world), gpu_(&gpu) {}
+
+std::pair<int, double> Device::gate(double ready, const Transfer& last) const {
+    if (ready <= now() || last.gate < 0) return {rank(), ready};
+    return {last.gate, last.gate_time};
+}
 
 const Cluster& Device::cluster() const { return world_->cluster(); }
 const GpuSpec& Device::spec() const { return world_->cluster().gpu; }
@@ -32,6 +41,14 @@ Event& Device::record(OpCode op, int layer, Stream stream, double start, double 
 }
 
 void Device::compute(OpCode op, int layer, double seconds, double flops, IdSet microbatches, double bytes) {
+    const Stragglers& st = world_->stragglers();
+    const Jitter& jitter = st.jitter;
+    if (slowdown_ != 1) {
+        const double memory = st.slow_memory_bound ? 0 : std::min(seconds, spec().memory_seconds(bytes));
+        seconds = (seconds - memory) * slowdown_ + memory;
+    }
+    if (jitter.on()) seconds *= jitter.factor(rank(), compute_ops_);
+    ++compute_ops_;
     Event& e = record(op, layer, Stream::compute, now(), seconds, std::move(microbatches));
     e.flops = flops;
     e.bytes = bytes;
@@ -66,6 +83,9 @@ void Device::block_on(const Transfer& t) {
     const double moving_from = std::max(c, t.start);
     split_.idle += moving_from - c;
     split_.comm += t.end - moving_from;
+    // The path through this wait leaves the rank unless the transfer started
+    // now from a member ready now (this rank among the last to arrive).
+    if (t.gate >= 0 && !(t.start == c && t.gate_time == c)) jumps_.push_back(PathJump{t.end, t.gate_time, t.gate});
     gpu_->set_clock(t.end);
 }
 
@@ -81,25 +101,32 @@ Task<Transfer> Device::run(Collective c, Group& g, double bytes, int layer) {
 
 Task<Transfer> Device::arrive(Collective c, Group& g, double bytes, int layer, bool async) {
     const double ready = async ? std::max(now(), comm_free_) : now();
+    const auto [gate_rank, gate_time] = gate(ready, last_comm_);
     const OpCode op = ops::of(c);
     return g.communicator().arrive(
-        *gpu_, op, layer, Arrival{ready, -1},
+        *gpu_, op, layer, Arrival{ready, -1, gate_rank, gate_time, rank()},
         [this, &g](Arrival& acc, const Arrival& x, int) {
-            acc.ready = std::max(acc.ready, x.ready);
+            if (x.ready > acc.ready || (x.ready == acc.ready && x.rank < acc.rank)) {
+                acc.ready = x.ready;
+                acc.gate = x.gate;
+                acc.gate_time = x.gate_time;
+                acc.rank = x.rank;
+            }
             if (acc.slot < 0) acc.slot = world_->acquire_slot(g.size());
         },
         [this, &g, c, bytes, layer, async, op](Communicator::Result<Arrival>&& r) {
             Transfer t;
-            if (r.value.slot < 0) {
-                t = world_->schedule(g, c, bytes, r.value.ready, async);  // a group of one
+            const Arrival& a = r.value;
+            if (a.slot < 0) {
+                t = world_->schedule(g, c, bytes, a.ready, a.gate, a.gate_time, async);  // a group of one
             } else {
-                World::RoundSlot& s = world_->slot(r.value.slot);
+                World::RoundSlot& s = world_->slot(a.slot);
                 if (!s.done) {
-                    s.transfer = world_->schedule(g, c, bytes, r.value.ready, async);
+                    s.transfer = world_->schedule(g, c, bytes, a.ready, a.gate, a.gate_time, async);
                     s.done = true;
                 }
                 t = s.transfer;
-                if (--s.unread == 0) world_->release_slot(r.value.slot);
+                if (--s.unread == 0) world_->release_slot(a.slot);
             }
             if (async) {
                 record(op, layer, Stream::comm, t.start, t.end - t.start).bytes = bytes;
@@ -116,8 +143,10 @@ Transfer Device::send(int dst, double bytes, int tag, int layer, IdSet microbatc
         throw ScheduleError(fmt::format("rank {}: send to rank {}: destination must be in [0, {})", rank(), dst,
                                         world_->ranks()));
     const double ready = std::max(now(), p2p_free_);
-    const Transfer t = world_->schedule_p2p(rank(), dst, bytes, ready);
+    Transfer t = world_->schedule_p2p(rank(), dst, bytes, ready);
+    std::tie(t.gate, t.gate_time) = gate(ready, last_p2p_);
     p2p_free_ = t.end;
+    last_p2p_ = t;
     record(ops::send, layer, Stream::comm, t.start, t.end - t.start, std::move(microbatches)).bytes = bytes;
     world_->inbox_[static_cast<std::size_t>(dst)].push_back(World::Message{rank(), tag, bytes, t});
     Device& d = world_->device(dst);

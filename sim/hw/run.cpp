@@ -91,6 +91,7 @@ RunResult simulate_transformer(const Config& c, const RunOptions& options) {
     World world(c.cluster, c.gpus());
     if (c.strategy.algorithm) world.set_algorithm(*c.strategy.algorithm);
     world.set_recording(options.keep_trace);
+    world.set_stragglers(c.stragglers);
     std::optional<PipelinePlan> plan;
     if (is_scheduled_pipeline(c.strategy.name)) plan = make_plan(c);
     const std::vector<Job> jobs = make_jobs(world, c, work, plan ? &*plan : nullptr);
@@ -105,12 +106,19 @@ RunResult simulate_transformer(const Config& c, const RunOptions& options) {
         r.split.compute += d.time_split().compute / world.ranks();
         r.split.comm += d.time_split().comm / world.ranks();
         r.split.idle += d.time_split().idle / world.ranks();
+        r.rank_splits.push_back(d.time_split());
         const MemoryStats& m = d.memory_stats();
         r.rank_peaks.push_back(m.peak.bytes);
         if (i == 0 || m.peak.bytes > r.peak.bytes)
             r.peak = MemoryVerdict{i, m.peak.time, describe_op(m.peak.op, m.peak.layer), m.peak.bytes};
         if (m.oom && (!r.oom || m.oom->time < r.oom->time))
             r.oom = MemoryVerdict{i, m.oom->time, describe_op(m.oom->op, m.oom->layer), m.oom->bytes};
+    }
+    const CriticalPath path = world.critical_path();
+    r.critical_rank = path.rank;
+    if (r.step_time > 0) {
+        r.critical_share = path.on_rank[static_cast<std::size_t>(path.rank)] / r.step_time;
+        r.critical_transfers_share = path.transfers / r.step_time;
     }
     if (options.keep_trace) {
         nlohmann::json meta = c.json;
@@ -182,6 +190,14 @@ RunResult simulate(const Config& c, const RunOptions& options) {
     const auto t0 = std::chrono::steady_clock::now();
     RunResult out = c.strategy.name == "puzzle" ? simulate_puzzle(c, options) : simulate_transformer(c, options);
     RunReport& r = out.report;
+    if (c.stragglers.any()) {
+        r.stragglers = describe(c.stragglers);
+        if (options.straggler_baseline) {
+            Config without = c;
+            without.stragglers = Stragglers{};
+            r.baseline_step_time = simulate_transformer(without, {.keep_trace = false}).report.step_time;
+        }
+    }
     r.name = c.name;
     r.strategy = c.strategy.name == "puzzle" ? "puzzle " + c.strategy.puzzle : c.strategy.name;
     r.gpus = c.gpus();
@@ -189,6 +205,26 @@ RunResult simulate(const Config& c, const RunOptions& options) {
     r.capacity = c.cluster.gpu.memory_bytes;
     rates(r, c);
     r.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return out;
+}
+
+std::string describe(const Stragglers& s) {
+    std::string out;
+    auto add = [&](const std::string& part) { out += (out.empty() ? "" : ", ") + part; };
+    // Runs of consecutive ranks with one factor print as a range.
+    for (auto it = s.slowdown.begin(); it != s.slowdown.end();) {
+        auto last = it;
+        for (auto next = std::next(it); next != s.slowdown.end() && next->first == last->first + 1 &&
+                                        next->second == it->second;
+             ++next)
+            last = next;
+        add(last == it ? fmt::format("rank {} x{:.2f}", it->first, it->second)
+                       : fmt::format("ranks {}-{} x{:.2f}", it->first, last->first, it->second));
+        it = std::next(last);
+    }
+    if (!s.slowdown.empty() && !s.slow_memory_bound) add("memory-bound work at full speed");
+    if (s.jitter.on()) add(fmt::format("jitter {} cv {:.3f} seed {}", jitter_name(s.jitter.distribution), s.jitter.cv,
+                                       s.jitter.seed));
     return out;
 }
 
@@ -211,6 +247,17 @@ nlohmann::json to_json(const RunReport& r) {
                      {"events", r.events},
                      {"wall_s", r.wall_seconds}};
     if (r.oom) j["memory"]["oom"] = verdict(*r.oom);
+    if (!r.rank_splits.empty())
+        j["critical_path"] = {{"rank", r.critical_rank},
+                              {"share", r.critical_share},
+                              {"transfers_share", r.critical_transfers_share}};
+    if (!r.stragglers.empty()) {
+        j["stragglers"] = {{"description", r.stragglers}};
+        if (r.baseline_step_time) {
+            j["stragglers"]["baseline_step_time_s"] = *r.baseline_step_time;
+            j["stragglers"]["stretch"] = r.step_time / *r.baseline_step_time - 1;
+        }
+    }
     if (r.correct) j["correct"] = *r.correct;
     if (!r.check_error.empty()) j["check_error"] = r.check_error;
     return j;

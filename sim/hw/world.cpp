@@ -76,14 +76,21 @@ void World::maybe_forget() {
     for (auto& p : ports_) p.forget_before(floor);
 }
 
-Transfer World::schedule(Group& g, Collective c, double bytes, double ready, bool async) {
+Transfer World::schedule(Group& g, Collective c, double bytes, double ready, int gate, double gate_time,
+                         bool async) {
     const double d = g.cost(c, bytes).seconds;
     Transfer t;
     t.start = ready;
     t.end = LinkCalendar::finish(g.ports_, ready, d);
+    t.gate = gate;
+    t.gate_time = gate_time;
     for (LinkCalendar* p : g.ports_) p->reserve(t.start, t.end);
     if (async)
-        for (int r : g.members()) devices_[static_cast<std::size_t>(r)]->comm_free_ = t.end;
+        for (int r : g.members()) {
+            Device& m = *devices_[static_cast<std::size_t>(r)];
+            m.comm_free_ = t.end;
+            m.last_comm_ = t;
+        }
     maybe_forget();
     return t;
 }
@@ -99,6 +106,69 @@ Transfer World::schedule_p2p(int src, int dst, double bytes, double ready) {
     for (LinkCalendar* p : ports) p->reserve(t.start, t.end);
     maybe_forget();
     return t;
+}
+
+void World::set_stragglers(Stragglers s) {
+    for (const auto& [rank, factor] : s.slowdown) {
+        if (rank < 0 || rank >= ranks())
+            throw std::invalid_argument(fmt::format("stragglers: rank {} is not in [0, {})", rank, ranks()));
+        if (!(factor > 0))
+            throw std::invalid_argument(fmt::format("stragglers: rank {}: slowdown {} is not positive", rank, factor));
+    }
+    stragglers_ = std::move(s);
+    for (auto& d : devices_) d->slowdown_ = stragglers_.slowdown_of(d->rank());
+}
+
+CriticalPath World::critical_path() const {
+    CriticalPath path;
+    path.on_rank.assign(static_cast<std::size_t>(ranks()), 0.0);
+    if (ranks() == 0) return path;
+    // Where the step ends: a compute stream, or else a communication stream
+    // (the path then starts in the last transfer on it).
+    int r = -1;
+    double t = step_time_;
+    for (const auto& d : devices_)
+        if (d->now() == step_time_) {
+            r = d->rank();
+            break;
+        }
+    if (r < 0)
+        for (const auto& d : devices_) {
+            const Transfer* last = d->comm_free_ == step_time_ ? &d->last_comm_
+                                   : d->p2p_free_ == step_time_ ? &d->last_p2p_
+                                                                : nullptr;
+            if (last && last->gate >= 0) {
+                path.transfers += step_time_ - last->gate_time;
+                r = last->gate;
+                t = last->gate_time;
+                break;
+            }
+        }
+    if (r < 0) r = 0;
+    // Each jump is taken at most once (`left`): the walk ends even where
+    // transfers of no duration chain at one instant.
+    std::vector<std::size_t> left(devices_.size());
+    for (std::size_t i = 0; i < devices_.size(); ++i) left[i] = devices_[i]->jumps_.size();
+    for (;;) {
+        const auto& jumps = devices_[static_cast<std::size_t>(r)]->jumps_;
+        std::size_t& n = left[static_cast<std::size_t>(r)];
+        const auto it = std::upper_bound(jumps.begin(), jumps.begin() + static_cast<std::ptrdiff_t>(n), t,
+                                         [](double x, const Device::PathJump& j) { return x < j.resume; });
+        if (it == jumps.begin()) {
+            path.on_rank[static_cast<std::size_t>(r)] += t;
+            break;
+        }
+        const Device::PathJump& j = *(it - 1);
+        n = static_cast<std::size_t>(it - 1 - jumps.begin());
+        path.on_rank[static_cast<std::size_t>(r)] += t - j.resume;
+        path.transfers += j.resume - j.gate_time;
+        ++path.jumps;
+        r = j.gate;
+        t = j.gate_time;
+    }
+    for (int i = 1; i < ranks(); ++i)
+        if (path.on_rank[static_cast<std::size_t>(i)] > path.on_rank[static_cast<std::size_t>(path.rank)]) path.rank = i;
+    return path;
 }
 
 void World::run(const std::function<Task<>(Device&)>& body) {

@@ -7,6 +7,7 @@
 
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <vector>
 
 using dtsim::DeadlockError;
@@ -162,6 +163,22 @@ TEST_CASE("the link calendar: busy stretches merge; a newcomer moves at half rat
     CHECK(LinkCalendar::finish(both, 0, 4) == 7);  // busy until 6 on one port or the other: 3 done, 1 more
     cal.forget_before(10);
     CHECK(cal.intervals() == 0);
+}
+
+TEST_CASE("equal transfers ready together: the half-rate approximation against an exact equal share") {
+    // link_calendar.hpp: booked one after the other at time 0, k transfers of
+    // d end at d, 1.5d, 1.75d, ... (the i-th at 2d - d / 2^(i-1)); an exact
+    // equal share would end all of them at k d.
+    const double d = 0.004;
+    LinkCalendar cal;
+    LinkCalendar* one[] = {&cal};
+    for (int i = 1; i <= 5; ++i) {
+        CAPTURE(i);
+        const double end = LinkCalendar::finish(one, 0, d);
+        CHECK(end == doctest::Approx(2 * d - d / std::pow(2.0, i - 1)));
+        CHECK(end < 2 * d);  // all before 2d, where the exact share ends the last at 5d
+        cal.reserve(0, end);
+    }
 }
 
 TEST_CASE("send is eager; recv waits for the message and moves the clock to its arrival") {

@@ -10,6 +10,7 @@
 #pragma once
 
 #include "dtsim/hw/collective_cost.hpp"
+#include "dtsim/hw/stragglers.hpp"
 #include "dtsim/hw/topology.hpp"
 #include "dtsim/hw/transformer.hpp"
 #include "dtsim/hw/units.hpp"
@@ -77,6 +78,14 @@ struct Config {
     ModelConfig model;
     TrainingConfig training;
     StrategyConfig strategy;
+    // "stragglers": {"slowdown": {"3": 1.5, "8-15": 1.1},
+    //                "jitter": {"distribution": "lognormal", "cv": 0.05, "seed": 42}}
+    // slowdown: ranks (a rank or a range "a-b") -> factor on their compute
+    // durations (GEMMs and memory-bound work; "slow_memory_bound": false
+    // slows the GEMM time only); jitter: "lognormal" (with "cv", or "sigma" of ln X), "normal"
+    // (cv <= 0.25) or "uniform" (cv < 1/sqrt(3)), mean 1, "seed" an integer >= 0
+    // (default 0). See stragglers.hpp.
+    Stragglers stragglers;
     nlohmann::json json;  // the merged document, as run
 
     [[nodiscard]] int gpus() const { return strategy.dp * strategy.tp * strategy.pp; }

@@ -18,8 +18,11 @@
 #include "dtsim/hw/collective_cost.hpp"
 #include "dtsim/hw/group.hpp"
 
+#include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace dtsim::hw {
 
@@ -47,10 +50,16 @@ inline const OpCode model_states = OpCode::of("model_states");  // a memory labe
 OpCode of(Collective c);
 }  // namespace ops
 
-// A transfer in flight: when it occupies its links.
+// A transfer in flight: when it occupies its links. Its start was set by the
+// member that was ready last (the gate); the step's critical path continues
+// backwards from `start` on the gate's compute stream at `gate_time` (earlier
+// than `start` when the gate's communication stream was still busy with the
+// transfers before: the path then runs back through them).
 struct Transfer {
     double start = 0;
     double end = 0;
+    int gate = -1;  // -1: no member (nothing to wait for)
+    double gate_time = 0;
 };
 
 // Where a rank's step time went. compute + comm + idle = step time once the run ends.
@@ -148,18 +157,39 @@ public:
     [[nodiscard]] double flops() const { return flops_; }
     // Events this rank recorded.
     [[nodiscard]] std::size_t events() const { return events_; }
+    // The factor on this rank's compute durations (stragglers; 1 by default).
+    [[nodiscard]] double slowdown() const { return slowdown_; }
+    // Compute operations this rank ran (the jitter's operation index).
+    [[nodiscard]] std::uint64_t compute_ops() const { return compute_ops_; }
 
 private:
     friend class World;
     Task<Transfer> arrive(Collective c, Group& g, double bytes, int layer, bool async);
-    // The compute stream blocks until `t` ends: split the wait into idle and comm.
+    // The compute stream blocks until `t` ends: split the wait into idle and
+    // comm, and remember where the critical path jumps when it passes here.
     void block_on(const Transfer& t);
+    // Where the path to a transfer this rank is ready for at `ready` continues:
+    // here at `ready` when the compute stream set it, else through the transfer
+    // that held the stream (`last`).
+    [[nodiscard]] std::pair<int, double> gate(double ready, const Transfer& last) const;
     Event& record(OpCode op, int layer, Stream stream, double start, double duration, IdSet batches = {});
 
     World* world_;
     Gpu* gpu_;
     double comm_free_ = 0;  // collective stream
     double p2p_free_ = 0;   // send stream
+    Transfer last_comm_;    // the last transfer on each stream
+    Transfer last_p2p_;
+    double slowdown_ = 1;
+    std::uint64_t compute_ops_ = 0;
+    // The compute stream's waits that the critical path jumps over: when the
+    // clock moved to `resume`, the path continues on `gate` at `gate_time`.
+    struct PathJump {
+        double resume;
+        double gate_time;
+        int gate;
+    };
+    std::vector<PathJump> jumps_;
     MemoryStats memory_;
     TimeSplit split_;
     double flops_ = 0;

@@ -11,6 +11,32 @@
 // newcomer's half share is not taken from the incumbent). Transfers on the
 // same stream of a rank (its collective stream, its send stream) are FIFO and
 // never overlap each other; that ordering is the Device's, not the calendar's.
+//
+// Against an exact equal share of each port (processor sharing: k transfers
+// on a port move at 1/k each, and a newcomer slows the incumbents):
+//   - a transfer that takes d alone takes between d and 2d here;
+//   - two equal transfers of d ready together: exact, both end at 2d; here
+//     the first booked ends at d and the second at 1.5d (half of it during
+//     [0, d), the rest at full rate): the port carried 1.5x its bandwidth;
+//   - k >= 3 equal transfers ready together: exact, all end at k d; here at
+//     d, 1.5d, 1.75d, ... (the i-th at 2d - d / 2^(i-1)), all before 2d: the
+//     port carries up to (k + 1) / 2 times its bandwidth, so heavy fan-in on
+//     one port is underestimated;
+//   - a transfer ready midway through another's: exact, both move at half
+//     rate while they overlap; here only the newcomer does;
+//   - "booked before" is the order in which the simulation books transfers,
+//     not simulated time: ranks have their own clocks and run ahead until
+//     they synchronise, so a transfer starting earlier in simulated time can
+//     be booked after, and be slowed by, one that starts later.
+// The exact model is not a change of this calendar alone: end times are
+// handed to the waiting ranks when a transfer is booked (their clocks move,
+// later transfers on the stream are booked from them), and bookings arrive
+// out of time order, so a newcomer cannot slow an incumbent without undoing
+// what followed from its end. It needs transfers whose end is fixed only once
+// no rank can book an overlapping transfer any more (every rank's clock, or
+// for a blocked rank a lower bound on its next transfer's start, past it),
+// with waiting coroutines parked until then: a conservative global clock over
+// the engine's per-rank clocks.
 #pragma once
 
 #include <cstddef>

@@ -34,6 +34,15 @@ struct RunReport {
     double tflops_per_gpu = 0;   // hardware_flops / gpus / step_time / 1e12 (Megatron's figure)
     double tokens_per_second = 0;
     TimeSplit split;             // mean over GPUs; compute + comm + idle = step_time
+    std::vector<TimeSplit> rank_splits;  // per GPU (not for puzzle strategies)
+    // The critical path (world.hpp: CriticalPath): the rank it spends the most
+    // time on, that time and the time in transfers, as fractions of the step.
+    int critical_rank = 0;
+    double critical_share = 0;
+    double critical_transfers_share = 0;
+    // With stragglers: their description and the step time of the same run without them.
+    std::string stragglers;
+    std::optional<double> baseline_step_time;
     double capacity = 0;         // bytes per GPU
     MemoryVerdict peak;          // the worst rank's peak
     std::vector<double> rank_peaks;    // every rank's peak, bytes
@@ -51,6 +60,7 @@ struct RunResult {
 
 struct RunOptions {
     bool keep_trace = true;  // false drops the events after the report is computed
+    bool straggler_baseline = true;  // with stragglers, also run without them (baseline_step_time)
 };
 
 // Throws ScheduleError if the strategy cannot finish, std::invalid_argument for
@@ -58,5 +68,8 @@ struct RunOptions {
 RunResult simulate(const Config& config, const RunOptions& options = {});
 
 nlohmann::json to_json(const RunReport& r);
+
+// "rank 3 x1.50, ranks 8-15 x1.10, jitter lognormal cv 0.050 seed 42" ("" without stragglers).
+std::string describe(const Stragglers& s);
 
 }  // namespace dtsim::hw

@@ -11,6 +11,7 @@
 #include "dtsim/hw/device.hpp"
 #include "dtsim/hw/group.hpp"
 #include "dtsim/hw/link_calendar.hpp"
+#include "dtsim/hw/stragglers.hpp"
 #include "dtsim/hw/topology.hpp"
 
 #include <deque>
@@ -19,6 +20,23 @@
 #include <vector>
 
 namespace dtsim::hw {
+
+// The step's critical path, walked backwards from the end of the step: from
+// the rank that finished last (the lowest on ties) along its compute stream
+// until the latest wait that moved its clock to the end of a transfer whose
+// start it did not set itself (a member ready later, or an earlier transfer on
+// its stream, did); there the path runs back through that transfer (and the
+// transfers that held the gate's stream before it) to the time the member
+// ready last (the gate) was ready, and goes on along the gate's stream. Time on
+// a rank's stream (its compute, its waits for transfers it gated itself) counts
+// for that rank; time spent in transfers another member gated counts as
+// `transfers`. on_rank + transfers = the step time.
+struct CriticalPath {
+    std::vector<double> on_rank;  // seconds, per rank
+    double transfers = 0;         // seconds
+    int rank = 0;                 // the rank the path spends the most time on (the lowest on ties)
+    int jumps = 0;                // transfers the path went through
+};
 
 class World {
 public:
@@ -45,18 +63,24 @@ public:
     void set_recording(bool on) { recording_ = on; }
     [[nodiscard]] bool recording() const { return recording_; }
 
+    // Slow GPUs and per-operation jitter on the compute streams (before run()).
+    void set_stragglers(Stragglers s);
+    [[nodiscard]] const Stragglers& stragglers() const { return stragglers_; }
+
     // Runs `body(device)` as one coroutine per rank until all finish; rethrows
     // what the engine throws (ScheduleError, DeadlockError, ...). Once.
     void run(const std::function<Task<>(Device&)>& body);
     // The end of the last operation of any rank (after run()).
     [[nodiscard]] double step_time() const { return step_time_; }
+    // The critical path of the step (after run()).
+    [[nodiscard]] CriticalPath critical_path() const;
     // The events (time in s, memory in bytes), summarized; empties the log.
     Trace take_trace(nlohmann::json meta = nlohmann::json::object());
 
 private:
     friend class Device;
     friend class Group;
-    Transfer schedule(Group& g, Collective c, double bytes, double ready, bool async);
+    Transfer schedule(Group& g, Collective c, double bytes, double ready, int gate, double gate_time, bool async);
     Transfer schedule_p2p(int src, int dst, double bytes, double ready);
     LinkCalendar* port(int rank, Level level) {
         return &ports_[static_cast<std::size_t>(rank) * 2 + static_cast<std::size_t>(level)];
@@ -94,6 +118,7 @@ private:
     std::uint64_t schedules_ = 0;
     double step_time_ = 0;
     bool recording_ = true;
+    Stragglers stragglers_;
 };
 
 }  // namespace dtsim::hw
