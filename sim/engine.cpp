@@ -10,33 +10,12 @@
 
 namespace dtsim {
 
-// -------------------------------------------------------------------- EventLog
+// ------------------------------------------------------------------------- Gpu
 
-void detail::EventLog::grow() {
-    chunks_.push_back(Chunk{std::make_unique<Event[]>(kChunk), std::make_unique<std::int32_t[]>(kChunk)});
-    pos_ = 0;
-}
-
-std::vector<RankTrace> detail::EventLog::split(int ranks) {
-    std::vector<RankTrace> out(static_cast<std::size_t>(ranks));
-    std::vector<std::size_t> count(static_cast<std::size_t>(ranks), 0);
-    for (std::size_t c = 0; c < chunks_.size(); ++c) {
-        const std::size_t n = c + 1 == chunks_.size() ? pos_ : kChunk;
-        for (std::size_t i = 0; i < n; ++i) ++count[static_cast<std::size_t>(chunks_[c].rank[i])];
-    }
-    for (int r = 0; r < ranks; ++r) {
-        out[static_cast<std::size_t>(r)].rank = r;
-        out[static_cast<std::size_t>(r)].events.reserve(count[static_cast<std::size_t>(r)]);
-    }
-    for (std::size_t c = 0; c < chunks_.size(); ++c) {
-        const std::size_t n = c + 1 == chunks_.size() ? pos_ : kChunk;
-        for (std::size_t i = 0; i < n; ++i)
-            out[static_cast<std::size_t>(chunks_[c].rank[i])].events.push_back(std::move(chunks_[c].events[i]));
-        chunks_[c] = Chunk{};  // free as we go
-    }
-    chunks_.clear();
-    pos_ = kChunk;
-    return out;
+void Gpu::grow_events() {
+    // Each rank appends to its own vector: no merge pass at the end, and the
+    // trace is built once. Doubling keeps the copies to one per event at most.
+    events_.reserve(events_.empty() ? 64 : events_.capacity() * 2);
 }
 
 // ----------------------------------------------------------------- Communicator
@@ -109,7 +88,7 @@ void Communicator::finish_read(Round& round) {
 Simulation::Simulation(int ranks) {
     if (ranks < 1) throw std::invalid_argument(fmt::format("a simulation needs at least 1 rank, got {}", ranks));
     gpus_.reserve(static_cast<std::size_t>(ranks));
-    for (int r = 0; r < ranks; ++r) gpus_.push_back(std::make_unique<Gpu>(*this, log_, r));
+    for (int r = 0; r < ranks; ++r) gpus_.push_back(std::make_unique<Gpu>(*this, r));
     mailboxes_.resize(static_cast<std::size_t>(ranks));
     std::vector<int> all(static_cast<std::size_t>(ranks));
     for (int r = 0; r < ranks; ++r) all[static_cast<std::size_t>(r)] = r;
@@ -117,6 +96,16 @@ Simulation::Simulation(int ranks) {
 }
 
 Simulation::~Simulation() { drain_parked(); }
+
+std::vector<RankTrace> Simulation::take_logs() {
+    std::vector<RankTrace> out(gpus_.size());
+    for (std::size_t r = 0; r < gpus_.size(); ++r) {
+        out[r].rank = static_cast<int>(r);
+        out[r].events = std::move(gpus_[r]->events_);
+        gpus_[r]->events_ = {};
+    }
+    return out;
+}
 
 Communicator& Simulation::communicator(std::vector<int> members, std::string name) {
     comms_.push_back(std::make_unique<Communicator>(*this, std::move(members), std::move(name)));

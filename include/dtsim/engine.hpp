@@ -53,43 +53,11 @@ struct Wait {
     const Communicator* comm = nullptr;  // collective: where
 };
 
-namespace detail {
-// All ranks' events in the order they happened, in fixed-size chunks: appending
-// writes memory sequentially whichever rank runs, instead of touching one cold
-// vector per rank. split() hands each rank its own events at the end.
-class EventLog {
-public:
-    Event& append(int rank) {
-        if (pos_ == kChunk) grow();
-        const std::size_t i = pos_++;
-        chunks_.back().rank[i] = rank;
-        return chunks_.back().events[i];
-    }
-    [[nodiscard]] std::int64_t size() const {
-        return chunks_.empty() ? 0 : static_cast<std::int64_t>((chunks_.size() - 1) * kChunk + pos_);
-    }
-    [[nodiscard]] const Event& at(std::int64_t i) const {
-        return chunks_[static_cast<std::size_t>(i) / kChunk].events[static_cast<std::size_t>(i) % kChunk];
-    }
-    // Each rank's events in order; empties the log.
-    std::vector<RankTrace> split(int ranks);
-
-private:
-    static constexpr std::size_t kChunk = 1 << 15;
-    struct Chunk {
-        std::unique_ptr<Event[]> events;
-        std::unique_ptr<std::int32_t[]> rank;
-    };
-    void grow();
-    std::vector<Chunk> chunks_;
-    std::size_t pos_ = kChunk;
-};
-}  // namespace detail
 
 // One virtual GPU as the engine sees it: a clock, its events and a parking slot.
 class Gpu {
 public:
-    Gpu(Simulation& sim, detail::EventLog& log, int rank) : sim_(&sim), log_(&log), rank_(rank) {}
+    Gpu(Simulation& sim, int rank) : sim_(&sim), rank_(rank) {}
     Gpu(const Gpu&) = delete;
     Gpu& operator=(const Gpu&) = delete;
 
@@ -111,8 +79,8 @@ public:
     // alone (for work on a second stream that overlaps the compute stream).
     Event& record_at(OpCode op, std::int32_t layer, Stream stream, double start, double duration, double memory,
                      IdSet batches = {}) {
-        last_event_ = log_->size();
-        auto& e = log_->append(rank_);
+        if (events_.size() == events_.capacity()) grow_events();
+        auto& e = events_.emplace_back();
         e.op = op;
         e.layer = layer;
         e.stream = stream;
@@ -124,7 +92,7 @@ public:
     }
 
     // The last event recorded on this rank, or null.
-    [[nodiscard]] const Event* last_event() const { return last_event_ < 0 ? nullptr : &log_->at(last_event_); }
+    [[nodiscard]] const Event* last_event() const { return events_.empty() ? nullptr : &events_.back(); }
     [[nodiscard]] const Wait& waiting_for() const { return wait_; }
     [[nodiscard]] bool finished() const { return finished_; }
 
@@ -140,11 +108,11 @@ public:
 private:
     friend class Simulation;
     friend class Communicator;
+    void grow_events();
     Simulation* sim_;
-    detail::EventLog* log_;
     int rank_;
     double clock_ = 0;
-    std::int64_t last_event_ = -1;
+    std::vector<Event> events_;  // this rank's events in order
     Wait wait_;
     std::optional<Handler> parked_;
     bool finished_ = false;
@@ -242,7 +210,7 @@ public:
     Task<Message> receive(Gpu& gpu);
 
     // Every rank's events, in order; call after run(). Empties the log.
-    std::vector<RankTrace> take_logs() { return log_.split(ranks()); }
+    std::vector<RankTrace> take_logs();
 
     // Suspends `gpu` until wake(gpu). The wait is described for diagnosis.
     Task<> park(Gpu& gpu, const Wait& wait);
@@ -264,7 +232,6 @@ private:
 
     std::deque<Gpu*> ready_;
     asio::io_context ctx_;
-    detail::EventLog log_;
     std::vector<std::unique_ptr<Gpu>> gpus_;
     std::vector<Mailbox> mailboxes_;
     std::unique_ptr<Communicator> world_;
