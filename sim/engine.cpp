@@ -70,7 +70,11 @@ Communicator::Round& Communicator::join(Gpu& gpu, OpCode op, std::int32_t layer,
 }
 
 void Communicator::release(Round& round) {
-    for (Gpu* g : round.waiting) sim_->wake(*g);
+    const std::size_t n = round.waiting.size();
+    for (std::size_t i = 0; i < n; ++i) {
+        if (i + 8 < n) __builtin_prefetch(&round.waiting[i + 8]->wait_, 1);
+        sim_->wake(*round.waiting[i]);
+    }
     round.waiting.clear();
     round.waiting.shrink_to_fit();
 }
@@ -114,12 +118,20 @@ Communicator& Simulation::communicator(std::vector<int> members, std::string nam
 
 Task<> Simulation::park(Gpu& gpu, const Wait& wait) {
     gpu.wait_ = wait;
-    DTSIM_PARK(gpu.parked_);
+    DTSIM_PARK(gpu);
 }
 
 void Simulation::resume_ready() {
     // Runs inside io_context::poll(), so coroutine frames use Asio's recycling allocator.
     while (!ready_.empty()) {
+        // Prefetch ranks about to run: their Gpu objects eight ahead, then
+        // (reading those objects) their frames, event tails and hot memory four ahead.
+        const std::size_t n = ready_.size();
+        if (n > 8) {
+            const char* p = reinterpret_cast<const char*>(ready_[8]);
+            for (std::size_t o = 0; o < sizeof(Gpu); o += 64) __builtin_prefetch(p + o);
+        }
+        if (n > 4) ready_[4]->prefetch_for_resume();
         Gpu* g = ready_.front();
         ready_.pop_front();
         Gpu::Handler h = std::move(*g->parked_);

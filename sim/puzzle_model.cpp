@@ -146,6 +146,10 @@ Model::Model(Gpu& g, int layers, int batches, const CostModel& costs)
     activations.reserve(n);
     grad_activations.reserve(n);
     grad_weights.reserve(n);
+    g.set_hot_memory(this, sizeof(Model));
+    // A forward, a backward and an update per layer and up to three collectives:
+    // the data-parallel strategies' events fit without reallocating.
+    g.reserve_events(6 * n);
 }
 
 void Model::fail(const char* op, int layer, const std::string& what) const {

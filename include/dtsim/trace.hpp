@@ -46,8 +46,9 @@ enum class Stream : std::uint8_t { compute = 0, comm = 1 };
 
 inline constexpr std::int32_t kNoLayer = -1;
 
-// 64 bytes: one cache line per recorded operation.
-struct Event {
+// 64 bytes and aligned to 64: one cache line per recorded operation, so that
+// appending an event touches a single line.
+struct alignas(64) Event {
     OpCode op;
     Stream stream = Stream::compute;
     std::int32_t layer = kNoLayer;  // kNoLayer where the operation has none (JSON null)
