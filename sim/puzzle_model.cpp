@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <deque>
 #include <stdexcept>
 
@@ -316,28 +317,39 @@ const Weight* Model::final_weight(int layer) const {
 }
 
 std::optional<std::string> check_final_weights(int layers, const std::vector<const Model*>& models) {
-    for (int l = 0; l < layers; ++l) {
-        std::optional<Weight> weight;
-        for (const Model* m : models) {
+    // One pass over the ranks, folding every layer (each model is read once, in
+    // memory order, instead of once per layer). Layers are independent, so the
+    // first failure in layer order is the one a layer-by-layer check reports.
+    const auto n = static_cast<std::size_t>(std::max(layers, 0));
+    std::vector<std::optional<Weight>> weight(n);
+    std::vector<std::optional<std::string>> error(n);
+    for (const Model* m : models) {
+        for (std::size_t i = 0; i < n; ++i) {
+            if (error[i]) continue;
+            const int l = static_cast<int>(i);
             const Weight* w = m->final_weight(l);
             if (!w) continue;
-            if (w->step != 1)
-                return fmt::format("layer {}: rank {} set a final weight at step {}, expected step 1", l, m->rank,
-                                   w->step);
-            if (!weight) {
-                weight = *w;
+            if (w->step != 1) {
+                error[i] = fmt::format("layer {}: rank {} set a final weight at step {}, expected step 1", l, m->rank,
+                                       w->step);
+            } else if (!weight[i]) {
+                weight[i] = *w;
             } else {
                 try {
-                    weight = weight->combine(*w);
+                    weight[i]->combine_into(*w);
                 } catch (const std::invalid_argument& e) {
-                    return fmt::format("layer {}: rank {}'s final weight: {}", l, m->rank, e.what());
+                    error[i] = fmt::format("layer {}: rank {}'s final weight: {}", l, m->rank, e.what());
                 }
             }
         }
-        if (!weight) return fmt::format("layer {}: no rank set a final weight (missing weight)", l);
-        if (!weight->is_complete())
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+        const int l = static_cast<int>(i);
+        if (error[i]) return error[i];
+        if (!weight[i]) return fmt::format("layer {}: no rank set a final weight (missing weight)", l);
+        if (!weight[i]->is_complete())
             return fmt::format("layer {}: the final weights cover shards {} of {}, not all of them", l,
-                               weight->shards.str(), weight->total);
+                               weight[i]->shards.str(), weight[i]->total);
     }
     return std::nullopt;
 }

@@ -81,15 +81,8 @@ public:
     Event& record_at(OpCode op, std::int32_t layer, Stream stream, double start, double duration, double memory,
                      IdSet batches = {}) {
         if (events_.size() == events_.capacity()) grow_events();
-        auto& e = events_.emplace_back();
-        e.op = op;
-        e.layer = layer;
-        e.stream = stream;
-        e.start = start;
-        e.duration = duration;
-        e.memory = memory;
-        e.batches = std::move(batches);
-        return e;
+        // Constructed in place: the new (cold) cache line is only written, never read.
+        return events_.emplace_back(op, stream, layer, start, duration, memory, std::move(batches));
     }
 
     // Room for `n` events without reallocating (a hint; the log grows anyway).

@@ -92,9 +92,14 @@ public:
         ++count_;
         if (is_direct(k)) {
             const auto i = static_cast<std::size_t>(k.a);
-            if (i >= direct_.size())
-                direct_.resize(i < direct_.capacity() ? i + 1 : std::max<std::size_t>(i + 1, direct_.size() * 2));
-            direct_[i] = Direct{std::move(v), true};
+            if (i < direct_.size()) {
+                direct_[i] = Direct{std::move(v), true};
+                return;
+            }
+            // Appending (the usual case, layer after layer) constructs in place.
+            if (i >= direct_.capacity()) direct_.reserve(std::max<std::size_t>(i + 1, direct_.size() * 2));
+            direct_.resize(i);
+            direct_.emplace_back(std::move(v), true);
             return;
         }
         if ((hashed_count_ + 1) * 4 > slots_.size() * 3) grow();
