@@ -56,6 +56,15 @@ void IdSet::insert_range(std::int64_t lo, std::int64_t hi) {
     }
     auto first = std::lower_bound(iv.begin(), iv.end(), lo,
                                   [](const Interval& i, std::int64_t v) { return i.hi < v; });
+    // Fast path: one interval grows without reaching the next (a rank's id
+    // joining its neighbour's while another interval stays apart).
+    if (first != iv.end() && first->lo <= hi) {
+        const std::int64_t merged_hi = std::max(hi, first->hi);
+        if (first + 1 == iv.end() || (first + 1)->lo > merged_hi) {
+            *first = {std::min(lo, first->lo), merged_hi};
+            return;
+        }
+    }
     auto last = first;
     while (last != iv.end() && last->lo <= hi) {
         lo = std::min(lo, last->lo);

@@ -135,8 +135,8 @@ void run_bench(const BenchOptions& o) {
     fmt::print("'ops' are simulated operations (trace events); 'baseline' appends the same events to plain vectors;\n"
                "ops/s and ns/op are per wall-clock second; 'cpu s' is the run's user + system time (on a shared\n"
                "machine wall time includes waiting for a core)\n\n");
-    fmt::print("{:<10} {:>7} {:>11} {:>9} {:>9} {:>13} {:>9} {:>11} {:>12} {}\n", "strategy", "ranks", "ops",
-               "wall s", "cpu s", "ops/s", "ns/op", "x baseline", "peak RSS", "correct");
+    fmt::print("{:<10} {:>7} {:>11} {:>9} {:>9} {:>13} {:>9} {:>10} {:>11} {:>12} {}\n", "strategy", "ranks", "ops",
+               "wall s", "cpu s", "ops/s", "ns/op", "cpu ns/op", "x baseline", "peak RSS", "correct");
     for (const auto& name : o.strategies) {
         const auto* p = puzzle::find_puzzle(name);
         if (!p) throw UsageError(fmt::format("bench: unknown strategy '{}'", name));
@@ -145,8 +145,9 @@ void run_bench(const BenchOptions& o) {
             Figures f = measure_isolated(*p, o.layers, r, o.repeat);
             const double ns = f.wall_s * 1e9 / static_cast<double>(f.ops);
             if (first_ns == 0) first_ns = ns;
-            fmt::print("{:<10} {:>7} {:>11} {:>9.3f} {:>9.3f} {:>13.3e} {:>9.1f} {:>11.1f} {:>9.1f} MiB {}\n", name, r,
-                       f.ops, f.wall_s, f.cpu_s, static_cast<double>(f.ops) / f.wall_s, ns, f.wall_s / f.baseline_s,
+            fmt::print("{:<10} {:>7} {:>11} {:>9.3f} {:>9.3f} {:>13.3e} {:>9.1f} {:>10.1f} {:>11.1f} {:>9.1f} MiB {}\n",
+                       name, r, f.ops, f.wall_s, f.cpu_s, static_cast<double>(f.ops) / f.wall_s, ns,
+                       f.cpu_s * 1e9 / static_cast<double>(f.ops), f.wall_s / f.baseline_s,
                        static_cast<double>(f.peak_rss_kib) / 1024.0, f.correct ? "yes" : "NO");
         }
     }
