@@ -140,16 +140,25 @@ void run_bench(const BenchOptions& o) {
     for (const auto& name : o.strategies) {
         const auto* p = puzzle::find_puzzle(name);
         if (!p) throw UsageError(fmt::format("bench: unknown strategy '{}'", name));
-        double first_ns = 0;
+        double first_ns = 0, first_cpu_ns = 0, last_ns = 0, last_cpu_ns = 0;
         for (int r : o.ranks) {
             Figures f = measure_isolated(*p, o.layers, r, o.repeat);
             const double ns = f.wall_s * 1e9 / static_cast<double>(f.ops);
-            if (first_ns == 0) first_ns = ns;
+            const double cpu_ns = f.cpu_s * 1e9 / static_cast<double>(f.ops);
+            if (first_ns == 0) {
+                first_ns = ns;
+                first_cpu_ns = cpu_ns;
+            }
+            last_ns = ns;
+            last_cpu_ns = cpu_ns;
             fmt::print("{:<10} {:>7} {:>11} {:>9.3f} {:>9.3f} {:>13.3e} {:>9.1f} {:>10.1f} {:>11.1f} {:>9.1f} MiB {}\n",
                        name, r, f.ops, f.wall_s, f.cpu_s, static_cast<double>(f.ops) / f.wall_s, ns,
                        f.cpu_s * 1e9 / static_cast<double>(f.ops), f.wall_s / f.baseline_s,
                        static_cast<double>(f.peak_rss_kib) / 1024.0, f.correct ? "yes" : "NO");
         }
+        if (o.ranks.size() > 1)
+            fmt::print("{:<10} per-op cost at {} ranks / at {} ranks: wall x{:.2f}, cpu x{:.2f} (flat = x1.00)\n", name,
+                       o.ranks.back(), o.ranks.front(), last_ns / first_ns, last_cpu_ns / first_cpu_ns);
     }
     // The engine alone: every rank records an event and joins a collective, `layers`
     // times; no stores, no values. What the puzzle model adds is the difference.
