@@ -10,33 +10,12 @@
 
 namespace dtsim {
 
-// -------------------------------------------------------------------- EventLog
+// ------------------------------------------------------------------------- Gpu
 
-void detail::EventLog::grow() {
-    chunks_.push_back(Chunk{std::make_unique<Event[]>(kChunk), std::make_unique<std::int32_t[]>(kChunk)});
-    pos_ = 0;
-}
-
-std::vector<RankTrace> detail::EventLog::split(int ranks) {
-    std::vector<RankTrace> out(static_cast<std::size_t>(ranks));
-    std::vector<std::size_t> count(static_cast<std::size_t>(ranks), 0);
-    for (std::size_t c = 0; c < chunks_.size(); ++c) {
-        const std::size_t n = c + 1 == chunks_.size() ? pos_ : kChunk;
-        for (std::size_t i = 0; i < n; ++i) ++count[static_cast<std::size_t>(chunks_[c].rank[i])];
-    }
-    for (int r = 0; r < ranks; ++r) {
-        out[static_cast<std::size_t>(r)].rank = r;
-        out[static_cast<std::size_t>(r)].events.reserve(count[static_cast<std::size_t>(r)]);
-    }
-    for (std::size_t c = 0; c < chunks_.size(); ++c) {
-        const std::size_t n = c + 1 == chunks_.size() ? pos_ : kChunk;
-        for (std::size_t i = 0; i < n; ++i)
-            out[static_cast<std::size_t>(chunks_[c].rank[i])].events.push_back(std::move(chunks_[c].events[i]));
-        chunks_[c] = Chunk{};  // free as we go
-    }
-    chunks_.clear();
-    pos_ = kChunk;
-    return out;
+void Gpu::grow_events() {
+    // Each rank appends to its own vector: no merge pass at the end, and the
+    // trace is built once. Doubling keeps the copies to one per event at most.
+    events_.reserve(events_.empty() ? 64 : events_.capacity() * 2);
 }
 
 // ----------------------------------------------------------------- Communicator
@@ -91,7 +70,11 @@ Communicator::Round& Communicator::join(Gpu& gpu, OpCode op, std::int32_t layer,
 }
 
 void Communicator::release(Round& round) {
-    for (Gpu* g : round.waiting) sim_->wake(*g);
+    const std::size_t n = round.waiting.size();
+    for (std::size_t i = 0; i < n; ++i) {
+        if (i + 8 < n) __builtin_prefetch(&round.waiting[i + 8]->wait_, 1);
+        sim_->wake(*round.waiting[i]);
+    }
     round.waiting.clear();
     round.waiting.shrink_to_fit();
 }
@@ -109,7 +92,7 @@ void Communicator::finish_read(Round& round) {
 Simulation::Simulation(int ranks) {
     if (ranks < 1) throw std::invalid_argument(fmt::format("a simulation needs at least 1 rank, got {}", ranks));
     gpus_.reserve(static_cast<std::size_t>(ranks));
-    for (int r = 0; r < ranks; ++r) gpus_.push_back(std::make_unique<Gpu>(*this, log_, r));
+    for (int r = 0; r < ranks; ++r) gpus_.push_back(std::make_unique<Gpu>(*this, r));
     mailboxes_.resize(static_cast<std::size_t>(ranks));
     std::vector<int> all(static_cast<std::size_t>(ranks));
     for (int r = 0; r < ranks; ++r) all[static_cast<std::size_t>(r)] = r;
@@ -118,6 +101,16 @@ Simulation::Simulation(int ranks) {
 
 Simulation::~Simulation() { drain_parked(); }
 
+std::vector<RankTrace> Simulation::take_logs() {
+    std::vector<RankTrace> out(gpus_.size());
+    for (std::size_t r = 0; r < gpus_.size(); ++r) {
+        out[r].rank = static_cast<int>(r);
+        out[r].events = std::move(gpus_[r]->events_);
+        gpus_[r]->events_ = {};
+    }
+    return out;
+}
+
 Communicator& Simulation::communicator(std::vector<int> members, std::string name) {
     comms_.push_back(std::make_unique<Communicator>(*this, std::move(members), std::move(name)));
     return *comms_.back();
@@ -125,12 +118,20 @@ Communicator& Simulation::communicator(std::vector<int> members, std::string nam
 
 Task<> Simulation::park(Gpu& gpu, const Wait& wait) {
     gpu.wait_ = wait;
-    DTSIM_PARK(gpu.parked_);
+    DTSIM_PARK(gpu);
 }
 
 void Simulation::resume_ready() {
     // Runs inside io_context::poll(), so coroutine frames use Asio's recycling allocator.
     while (!ready_.empty()) {
+        // Prefetch ranks about to run: their Gpu objects eight ahead, then
+        // (reading those objects) their frames, event tails and hot memory four ahead.
+        const std::size_t n = ready_.size();
+        if (n > 8) {
+            const char* p = reinterpret_cast<const char*>(ready_[8]);
+            for (std::size_t o = 0; o < sizeof(Gpu); o += 64) __builtin_prefetch(p + o);
+        }
+        if (n > 4) ready_[4]->prefetch_for_resume();
         Gpu* g = ready_.front();
         ready_.pop_front();
         Gpu::Handler h = std::move(*g->parked_);

@@ -5,29 +5,39 @@
 
 namespace dtsim {
 
-IdSet IdSet::range(std::int64_t lo, std::int64_t hi) {
-    IdSet s;
-    if (hi > lo) s.one_ = {lo, hi};
-    return s;
-}
-
-bool operator==(const IdSet& a, const IdSet& b) {
+bool IdSet::equal_slow(const IdSet& a, const IdSet& b) {
     auto x = a.intervals(), y = b.intervals();
     return std::equal(x.begin(), x.end(), y.begin(), y.end());
 }
 
 void IdSet::insert(std::int64_t id) { insert_range(id, id + 1); }
 
+std::int64_t IdSet::copy_many() const {
+    return static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(new std::vector<Interval>(many())));
+}
+
+void IdSet::free_many() {
+    delete &many();
+    one_ = {0, 0};
+}
+
+std::int64_t IdSet::many_size() const {
+    std::int64_t n = 0;
+    for (const auto& i : many()) n += i.hi - i.lo;
+    return n;
+}
+
 void IdSet::normalize() {
-    if (many_ && many_->size() <= 1) {
-        one_ = many_->empty() ? Interval{0, 0} : (*many_)[0];
-        many_.reset();
+    if (is_many() && many().size() <= 1) {
+        const Interval one = many().empty() ? Interval{0, 0} : many()[0];
+        free_many();
+        one_ = one;
     }
 }
 
 void IdSet::insert_range(std::int64_t lo, std::int64_t hi) {
     if (hi <= lo) return;
-    if (!many_) {
+    if (!is_many()) {
         if (one_.hi <= one_.lo) {  // empty
             one_ = {lo, hi};
             return;
@@ -36,9 +46,9 @@ void IdSet::insert_range(std::int64_t lo, std::int64_t hi) {
             one_ = {std::min(lo, one_.lo), std::max(hi, one_.hi)};
             return;
         }
-        many_ = std::make_unique<std::vector<Interval>>(1, one_);
+        set_many(new std::vector<Interval>(1, one_));
     }
-    auto& iv = *many_;
+    auto& iv = many();
     // Fast path: at or past the end (the common case when building in order).
     if (lo > iv.back().hi) {
         iv.push_back({lo, hi});
@@ -46,6 +56,15 @@ void IdSet::insert_range(std::int64_t lo, std::int64_t hi) {
     }
     auto first = std::lower_bound(iv.begin(), iv.end(), lo,
                                   [](const Interval& i, std::int64_t v) { return i.hi < v; });
+    // Fast path: one interval grows without reaching the next (a rank's id
+    // joining its neighbour's while another interval stays apart).
+    if (first != iv.end() && first->lo <= hi) {
+        const std::int64_t merged_hi = std::max(hi, first->hi);
+        if (first + 1 == iv.end() || (first + 1)->lo > merged_hi) {
+            *first = {std::min(lo, first->lo), merged_hi};
+            return;
+        }
+    }
     auto last = first;
     while (last != iv.end() && last->lo <= hi) {
         lo = std::min(lo, last->lo);
@@ -61,12 +80,6 @@ void IdSet::insert_range(std::int64_t lo, std::int64_t hi) {
     normalize();
 }
 
-std::int64_t IdSet::size() const {
-    std::int64_t n = 0;
-    for (const auto& i : intervals()) n += i.hi - i.lo;
-    return n;
-}
-
 bool IdSet::contains(std::int64_t id) const {
     auto iv = intervals();
     auto it = std::upper_bound(iv.begin(), iv.end(), id,
@@ -74,7 +87,7 @@ bool IdSet::contains(std::int64_t id) const {
     return it != iv.end() && it->lo <= id;
 }
 
-bool IdSet::is_subset_of(const IdSet& other) const {
+bool IdSet::is_subset_of_slow(const IdSet& other) const {
     // Each of our intervals must lie inside one of other's (they are maximal).
     auto theirs = other.intervals();
     auto it = theirs.begin();
@@ -85,18 +98,8 @@ bool IdSet::is_subset_of(const IdSet& other) const {
     return true;
 }
 
-bool IdSet::is_prefix(std::int64_t n) const {
-    if (n <= 0) return empty();
-    return !many_ && one_.lo == 0 && one_.hi == n;
-}
-
-IdSet IdSet::operator|(const IdSet& other) const {
-    IdSet r = *this;
-    r |= other;
-    return r;
-}
-
-IdSet& IdSet::operator|=(const IdSet& other) {
+IdSet& IdSet::unite_slow(const IdSet& other) {
+    if (this == &other) return *this;
     for (const auto& i : other.intervals()) insert_range(i.lo, i.hi);
     return *this;
 }

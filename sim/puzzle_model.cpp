@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <deque>
 #include <stdexcept>
 
@@ -21,16 +22,22 @@ namespace puzzle {
 
 namespace {
 
+// Folds b's shards into a; a is unchanged when they cannot be combined.
 template <class V>
-V combine_shards(const V& a, const V& b, const char* what) {
+void combine_shards_into(V& a, const V& b, const char* what) {
     if (a.layer != b.layer)
         throw std::invalid_argument(fmt::format("cannot combine {} of layer {} with one of layer {}", what,
                                                 a.layer, b.layer));
     if (a.total != b.total)
         throw std::invalid_argument(fmt::format("cannot combine {} shards of {} with shards of {}", what,
                                                 a.total, b.total));
+    a.shards |= b.shards;
+}
+
+template <class V>
+V combine_shards(const V& a, const V& b, const char* what) {
     V r = a;
-    r.shards = a.shards | b.shards;
+    combine_shards_into(r, b, what);
     return r;
 }
 
@@ -54,11 +61,13 @@ std::string shard_str(const IdSet& shards, int total) {
 }  // namespace
 
 Weight Weight::combine(const Weight& o) const { return combine_shards(*this, o, "weight"); }
+void Weight::combine_into(const Weight& o) { combine_shards_into(*this, o, "weight"); }
 Weight Weight::shard(int s, int n) const { return keep_shard(*this, s, n, "weight"); }
 std::string Weight::str() const {
     return fmt::format("Weight(layer {}, step {}{})", layer, step, shard_str(shards, total));
 }
 OptState OptState::combine(const OptState& o) const { return combine_shards(*this, o, "optimizer state"); }
+void OptState::combine_into(const OptState& o) { combine_shards_into(*this, o, "optimizer state"); }
 OptState OptState::shard(int s, int n) const { return keep_shard(*this, s, n, "optimizer state"); }
 std::string OptState::str() const {
     return fmt::format("OptState(layer {}, step {}{})", layer, step, shard_str(shards, total));
@@ -68,20 +77,26 @@ std::string ActivationGrad::str() const {
     return fmt::format("ActivationGrad(layer {}, batches {})", layer, batches.str());
 }
 WeightGrad WeightGrad::combine(const WeightGrad& o) const { return combine_shards(*this, o, "weight grad"); }
+void WeightGrad::combine_into(const WeightGrad& o) { combine_shards_into(*this, o, "weight grad"); }
 WeightGrad WeightGrad::shard(int s, int n) const { return keep_shard(*this, s, n, "weight grad"); }
 std::string WeightGrad::str() const {
     return fmt::format("WeightGrad(layer {}, batches {}{})", layer, batches.str(), shard_str(shards, total));
 }
 
-WeightGrad operator+(const WeightGrad& a, const WeightGrad& b) {
+WeightGrad& operator+=(WeightGrad& a, const WeightGrad& b) {
     if (a.layer != b.layer)
         throw std::invalid_argument(
             fmt::format("only weight grads of the same layer add up: layer {} + layer {}", a.layer, b.layer));
     if (a.shards != b.shards || a.total != b.total)
         throw std::invalid_argument(fmt::format("weight grads add up only with the same shards: {} of {} + {} of {}",
                                                 a.shards.str(), a.total, b.shards.str(), b.total));
+    a.batches |= b.batches;
+    return a;
+}
+
+WeightGrad operator+(const WeightGrad& a, const WeightGrad& b) {
     WeightGrad r = a;
-    r.batches = a.batches | b.batches;
+    r += b;
     return r;
 }
 
@@ -123,7 +138,20 @@ Model::Model(Gpu& g, int layers, int batches, const CostModel& costs)
       activations({this, &meter_, &costs, g.rank()}, "activations"),
       grad_activations({this, &meter_, &costs, g.rank()}, "grad_activations"),
       grad_weights({this, &meter_, &costs, g.rank()}, "grad_weights"),
-      costs_(&costs) {}
+      costs_(&costs) {
+    // Keys are mostly layers: reserving them up front allocates each rank's
+    // stores once and together, in rank order, instead of by repeated doubling.
+    const auto n = static_cast<std::size_t>(layers) + 1;
+    weights.reserve(n);
+    opt_states.reserve(n);
+    activations.reserve(n);
+    grad_activations.reserve(n);
+    grad_weights.reserve(n);
+    g.set_hot_memory(this, sizeof(Model));
+    // A forward, a backward and an update per layer and up to three collectives:
+    // the data-parallel strategies' events fit without reallocating.
+    g.reserve_events(6 * n);
+}
 
 void Model::fail(const char* op, int layer, const std::string& what) const {
     throw PuzzleError(rank, op, layer, what);
@@ -220,7 +248,7 @@ auto Model::collective(OpCode op, int layer, V v, Fold fold, Mine mine) {
         gpu, op, layer, std::move(v),
         [this, op, layer, fold](V& acc, const V& x, int) {
             try {
-                acc = fold(acc, x);
+                fold(acc, x);  // in place: the accumulator is never copied
             } catch (const std::invalid_argument& e) {
                 fail(op, layer, e.what());
             }
@@ -234,8 +262,8 @@ auto Model::collective(OpCode op, int layer, V v, Fold fold, Mine mine) {
 }
 
 namespace {
-const auto sum = [](const WeightGrad& a, const WeightGrad& b) { return a + b; };
-const auto unite = [](const auto& a, const auto& b) { return a.combine(b); };
+const auto sum = [](WeightGrad& acc, const WeightGrad& b) { acc += b; };
+const auto unite = [](auto& acc, const auto& b) { acc.combine_into(b); };
 const auto as_is = [](auto&& v) { return std::forward<decltype(v)>(v); };
 }  // namespace
 
@@ -289,28 +317,39 @@ const Weight* Model::final_weight(int layer) const {
 }
 
 std::optional<std::string> check_final_weights(int layers, const std::vector<const Model*>& models) {
-    for (int l = 0; l < layers; ++l) {
-        std::optional<Weight> weight;
-        for (const Model* m : models) {
+    // One pass over the ranks, folding every layer (each model is read once, in
+    // memory order, instead of once per layer). Layers are independent, so the
+    // first failure in layer order is the one a layer-by-layer check reports.
+    const auto n = static_cast<std::size_t>(std::max(layers, 0));
+    std::vector<std::optional<Weight>> weight(n);
+    std::vector<std::optional<std::string>> error(n);
+    for (const Model* m : models) {
+        for (std::size_t i = 0; i < n; ++i) {
+            if (error[i]) continue;
+            const int l = static_cast<int>(i);
             const Weight* w = m->final_weight(l);
             if (!w) continue;
-            if (w->step != 1)
-                return fmt::format("layer {}: rank {} set a final weight at step {}, expected step 1", l, m->rank,
-                                   w->step);
-            if (!weight) {
-                weight = *w;
+            if (w->step != 1) {
+                error[i] = fmt::format("layer {}: rank {} set a final weight at step {}, expected step 1", l, m->rank,
+                                       w->step);
+            } else if (!weight[i]) {
+                weight[i] = *w;
             } else {
                 try {
-                    weight = weight->combine(*w);
+                    weight[i]->combine_into(*w);
                 } catch (const std::invalid_argument& e) {
-                    return fmt::format("layer {}: rank {}'s final weight: {}", l, m->rank, e.what());
+                    error[i] = fmt::format("layer {}: rank {}'s final weight: {}", l, m->rank, e.what());
                 }
             }
         }
-        if (!weight) return fmt::format("layer {}: no rank set a final weight (missing weight)", l);
-        if (!weight->is_complete())
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+        const int l = static_cast<int>(i);
+        if (error[i]) return error[i];
+        if (!weight[i]) return fmt::format("layer {}: no rank set a final weight (missing weight)", l);
+        if (!weight[i]->is_complete())
             return fmt::format("layer {}: the final weights cover shards {} of {}, not all of them", l,
-                               weight->shards.str(), weight->total);
+                               weight[i]->shards.str(), weight[i]->total);
     }
     return std::nullopt;
 }

@@ -19,6 +19,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/version.hpp>
 
+#include <algorithm>
 #include <any>
 #include <cstdint>
 #include <deque>
@@ -53,43 +54,11 @@ struct Wait {
     const Communicator* comm = nullptr;  // collective: where
 };
 
-namespace detail {
-// All ranks' events in the order they happened, in fixed-size chunks: appending
-// writes memory sequentially whichever rank runs, instead of touching one cold
-// vector per rank. split() hands each rank its own events at the end.
-class EventLog {
-public:
-    Event& append(int rank) {
-        if (pos_ == kChunk) grow();
-        const std::size_t i = pos_++;
-        chunks_.back().rank[i] = rank;
-        return chunks_.back().events[i];
-    }
-    [[nodiscard]] std::int64_t size() const {
-        return chunks_.empty() ? 0 : static_cast<std::int64_t>((chunks_.size() - 1) * kChunk + pos_);
-    }
-    [[nodiscard]] const Event& at(std::int64_t i) const {
-        return chunks_[static_cast<std::size_t>(i) / kChunk].events[static_cast<std::size_t>(i) % kChunk];
-    }
-    // Each rank's events in order; empties the log.
-    std::vector<RankTrace> split(int ranks);
-
-private:
-    static constexpr std::size_t kChunk = 1 << 15;
-    struct Chunk {
-        std::unique_ptr<Event[]> events;
-        std::unique_ptr<std::int32_t[]> rank;
-    };
-    void grow();
-    std::vector<Chunk> chunks_;
-    std::size_t pos_ = kChunk;
-};
-}  // namespace detail
 
 // One virtual GPU as the engine sees it: a clock, its events and a parking slot.
 class Gpu {
 public:
-    Gpu(Simulation& sim, detail::EventLog& log, int rank) : sim_(&sim), log_(&log), rank_(rank) {}
+    Gpu(Simulation& sim, int rank) : sim_(&sim), rank_(rank) {}
     Gpu(const Gpu&) = delete;
     Gpu& operator=(const Gpu&) = delete;
 
@@ -111,22 +80,27 @@ public:
     // alone (for work on a second stream that overlaps the compute stream).
     Event& record_at(OpCode op, std::int32_t layer, Stream stream, double start, double duration, double memory,
                      IdSet batches = {}) {
-        last_event_ = log_->size();
-        auto& e = log_->append(rank_);
-        e.op = op;
-        e.layer = layer;
-        e.stream = stream;
-        e.start = start;
-        e.duration = duration;
-        e.memory = memory;
-        e.batches = std::move(batches);
-        return e;
+        if (events_.size() == events_.capacity()) grow_events();
+        // Constructed in place: the new (cold) cache line is only written, never read.
+        return events_.emplace_back(op, stream, layer, start, duration, memory, std::move(batches));
     }
 
+    // Room for `n` events without reallocating (a hint; the log grows anyway).
+    void reserve_events(std::size_t n) { events_.reserve(n); }
+
     // The last event recorded on this rank, or null.
-    [[nodiscard]] const Event* last_event() const { return last_event_ < 0 ? nullptr : &log_->at(last_event_); }
+    [[nodiscard]] const Event* last_event() const { return events_.empty() ? nullptr : &events_.back(); }
     [[nodiscard]] const Wait& waiting_for() const { return wait_; }
     [[nodiscard]] bool finished() const { return finished_; }
+
+    // Memory this rank's coroutine touches as soon as it resumes (a strategy's
+    // model object, say). The engine prefetches it, with the rank's parked
+    // coroutine frames and event tail, a few ranks before resuming it: at
+    // thousands of ranks every resumed rank is cold in cache.
+    void set_hot_memory(const void* p, std::size_t bytes) {
+        hot_ = p;
+        hot_bytes_ = std::min<std::size_t>(bytes, 1024);
+    }
 
 #if BOOST_VERSION == 107400
     // The parked coroutine's thread of execution; launch() resumes it where it stopped.
@@ -140,13 +114,27 @@ public:
 private:
     friend class Simulation;
     friend class Communicator;
+    void grow_events();
+    void prefetch_for_resume() const {
+        // The top frame (a collective's) is small; the caller (the strategy) is larger.
+        if (frames_[0])
+            for (int i = -1; i < 3; ++i) __builtin_prefetch(static_cast<const char*>(frames_[0]) + 64 * i);
+        if (frames_[1])
+            for (int i = -1; i < 7; ++i) __builtin_prefetch(static_cast<const char*>(frames_[1]) + 64 * i);
+        // The next two events' lines, which the rank is about to write.
+        __builtin_prefetch(events_.data() + events_.size(), 1);
+        __builtin_prefetch(events_.data() + events_.size() + 1, 1);
+        for (std::size_t o = 0; o < hot_bytes_; o += 64) __builtin_prefetch(static_cast<const char*>(hot_) + o);
+    }
     Simulation* sim_;
-    detail::EventLog* log_;
     int rank_;
     double clock_ = 0;
-    std::int64_t last_event_ = -1;
+    std::vector<Event> events_;  // this rank's events in order
     Wait wait_;
     std::optional<Handler> parked_;
+    const void* frames_[2] = {nullptr, nullptr};  // the parked coroutine's top frame and its caller
+    const void* hot_ = nullptr;
+    std::size_t hot_bytes_ = 0;
     bool finished_ = false;
 };
 
@@ -242,7 +230,7 @@ public:
     Task<Message> receive(Gpu& gpu);
 
     // Every rank's events, in order; call after run(). Empties the log.
-    std::vector<RankTrace> take_logs() { return log_.split(ranks()); }
+    std::vector<RankTrace> take_logs();
 
     // Suspends `gpu` until wake(gpu). The wait is described for diagnosis.
     Task<> park(Gpu& gpu, const Wait& wait);
@@ -264,7 +252,6 @@ private:
 
     std::deque<Gpu*> ready_;
     asio::io_context ctx_;
-    detail::EventLog log_;
     std::vector<std::unique_ptr<Gpu>> gpus_;
     std::vector<Mailbox> mailboxes_;
     std::unique_ptr<Communicator> world_;
@@ -283,21 +270,29 @@ namespace detail {
 // the coroutine's thread of execution (async_initiate works this way). Taking
 // the thread here parks the coroutine without the extra coroutine frame that
 // async_initiate's initiate() allocates; Gpu::resume relaunches it.
-inline auto park_in(std::optional<Gpu::Handler>& slot) {
-    return [&slot](auto* frame) {
+// Reads a frame's caller (a protected member) through a member pointer.
+struct FramePeek : asio::detail::awaitable_frame_base<Executor> {
+    static const void* caller_of(asio::detail::awaitable_frame_base<Executor>* f) {
+        return f->*(&FramePeek::caller_);
+    }
+};
+inline auto park_in(std::optional<Gpu::Handler>& slot, const void* (&frames)[2]) {
+    return [&slot, &frames](auto* frame) {
+        frames[0] = frame;
+        frames[1] = FramePeek::caller_of(frame);
         slot.emplace(std::move(*frame->detach_thread()));
         return static_cast<Gpu::Handler*>(nullptr);
     };
 }
-#define DTSIM_PARK(slot) co_await ::dtsim::detail::park_in(slot)
+#define DTSIM_PARK(gpu) co_await ::dtsim::detail::park_in((gpu).parked_, (gpu).frames_)
 #else
 struct ParkIn {
     std::optional<Gpu::Handler>* slot;
     void operator()(Gpu::Handler h) const { slot->emplace(std::move(h)); }
 };
-#define DTSIM_PARK(slot)                                                                                  \
-    co_await asio::async_initiate<const asio::use_awaitable_t<Executor>&, void()>(::dtsim::detail::ParkIn{&(slot)}, \
-                                                                               asio::use_awaitable_t<Executor>{})
+#define DTSIM_PARK(gpu)                                                                                   \
+    co_await asio::async_initiate<const asio::use_awaitable_t<Executor>&, void()>(                        \
+        ::dtsim::detail::ParkIn{&(gpu).parked_}, asio::use_awaitable_t<Executor>{})
 #endif
 }  // namespace detail
 
@@ -314,7 +309,7 @@ auto Communicator::arrive(Gpu& gpu, OpCode op, std::int32_t layer, V value, Comb
     if (++round.arrived < size()) {
         round.waiting.push_back(&gpu);
         gpu.wait_ = Wait{Wait::Kind::collective, op, layer, -1, call, this};
-        DTSIM_PARK(gpu.parked_);
+        DTSIM_PARK(gpu);
     } else {
         release(round);
     }

@@ -46,10 +46,12 @@ enum class Stream : std::uint8_t { compute = 0, comm = 1 };
 
 inline constexpr std::int32_t kNoLayer = -1;
 
-struct Event {
+// 64 bytes and aligned to 64: one cache line per recorded operation, so that
+// appending an event touches a single line.
+struct alignas(64) Event {
     OpCode op;
-    std::int32_t layer = kNoLayer;  // kNoLayer where the operation has none (JSON null)
     Stream stream = Stream::compute;
+    std::int32_t layer = kNoLayer;  // kNoLayer where the operation has none (JSON null)
     double start = 0;
     double duration = 0;
     double memory = 0;  // rank's memory when the event starts, before its result is stored
@@ -59,6 +61,8 @@ struct Event {
 
     [[nodiscard]] double end() const { return start + duration; }
 };
+
+static_assert(sizeof(IdSet) == 16 && sizeof(Event) == 64, "Event should fill one cache line");
 
 struct RankTrace {
     int rank = 0;

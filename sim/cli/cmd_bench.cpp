@@ -29,11 +29,19 @@ struct BenchOptions {
 
 struct Figures {
     double wall_s = 0;
+    double cpu_s = 0;  // user + system time of the same run: what the run costs when the machine is shared
     double baseline_s = 0;
     std::size_t ops = 0;
     long peak_rss_kib = 0;
     bool correct = false;
 };
+
+double cpu_seconds() {
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    auto s = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6; };
+    return s(u.ru_utime) + s(u.ru_stime);
+}
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -65,11 +73,14 @@ double baseline(const Trace& t) {
 Figures measure(const puzzle::PuzzleInfo& p, int layers, int ranks, int repeat) {
     Figures f;
     f.wall_s = 1e300;
+    f.cpu_s = 1e300;
     f.baseline_s = 1e300;
     for (int i = 0; i < repeat; ++i) {
+        const double c0 = cpu_seconds();
         auto t0 = std::chrono::steady_clock::now();
         auto run = puzzle::run_strategy(p.strategy, layers, ranks, ranks);
         f.wall_s = std::min(f.wall_s, seconds_since(t0));
+        f.cpu_s = std::min(f.cpu_s, cpu_seconds() - c0);
         f.ops = run.trace.event_count();
         f.correct = run.trace.summary.correct.value_or(false);
         f.baseline_s = std::min(f.baseline_s, baseline(run.trace));
@@ -92,7 +103,8 @@ Figures measure_isolated(const puzzle::PuzzleInfo& p, int layers, int ranks, int
         std::string line;
         try {
             Figures f = measure(p, layers, ranks, repeat);
-            line = fmt::format("{} {} {} {} {}\n", f.wall_s, f.baseline_s, f.ops, f.peak_rss_kib, f.correct ? 1 : 0);
+            line = fmt::format("{} {} {} {} {} {}\n", f.wall_s, f.cpu_s, f.baseline_s, f.ops, f.peak_rss_kib,
+                               f.correct ? 1 : 0);
         } catch (const std::exception& e) {
             line = fmt::format("error {}\n", e.what());
         }
@@ -111,7 +123,7 @@ Figures measure_isolated(const puzzle::PuzzleInfo& p, int layers, int ranks, int
     std::istringstream in(text);
     Figures f;
     int correct = 0;
-    if (!(in >> f.wall_s >> f.baseline_s >> f.ops >> f.peak_rss_kib >> correct))
+    if (!(in >> f.wall_s >> f.cpu_s >> f.baseline_s >> f.ops >> f.peak_rss_kib >> correct))
         throw std::runtime_error(fmt::format("bench: the child process for {} at {} ranks failed", p.name, ranks));
     f.correct = correct != 0;
     return f;
@@ -120,21 +132,33 @@ Figures measure_isolated(const puzzle::PuzzleInfo& p, int layers, int ranks, int
 void run_bench(const BenchOptions& o) {
     fmt::print("dtsim bench: strategies at {} layers, batches = ranks (one batch per rank); best of {}\n", o.layers,
                o.repeat);
-    fmt::print("'ops' are simulated operations (trace events); 'baseline' appends the same events to plain vectors\n\n");
-    fmt::print("{:<10} {:>7} {:>11} {:>9} {:>13} {:>9} {:>11} {:>12} {}\n", "strategy", "ranks", "ops", "wall s",
-               "ops/s", "ns/op", "x baseline", "peak RSS", "correct");
+    fmt::print("'ops' are simulated operations (trace events); 'baseline' appends the same events to plain vectors;\n"
+               "ops/s and ns/op are per wall-clock second; 'cpu s' is the run's user + system time (on a shared\n"
+               "machine wall time includes waiting for a core)\n\n");
+    fmt::print("{:<10} {:>7} {:>11} {:>9} {:>9} {:>13} {:>9} {:>10} {:>11} {:>12} {}\n", "strategy", "ranks", "ops",
+               "wall s", "cpu s", "ops/s", "ns/op", "cpu ns/op", "x baseline", "peak RSS", "correct");
     for (const auto& name : o.strategies) {
         const auto* p = puzzle::find_puzzle(name);
         if (!p) throw UsageError(fmt::format("bench: unknown strategy '{}'", name));
-        double first_ns = 0;
+        double first_ns = 0, first_cpu_ns = 0, last_ns = 0, last_cpu_ns = 0;
         for (int r : o.ranks) {
             Figures f = measure_isolated(*p, o.layers, r, o.repeat);
             const double ns = f.wall_s * 1e9 / static_cast<double>(f.ops);
-            if (first_ns == 0) first_ns = ns;
-            fmt::print("{:<10} {:>7} {:>11} {:>9.3f} {:>13.3e} {:>9.1f} {:>11.1f} {:>9.1f} MiB {}\n", name, r, f.ops,
-                       f.wall_s, static_cast<double>(f.ops) / f.wall_s, ns, f.wall_s / f.baseline_s,
+            const double cpu_ns = f.cpu_s * 1e9 / static_cast<double>(f.ops);
+            if (first_ns == 0) {
+                first_ns = ns;
+                first_cpu_ns = cpu_ns;
+            }
+            last_ns = ns;
+            last_cpu_ns = cpu_ns;
+            fmt::print("{:<10} {:>7} {:>11} {:>9.3f} {:>9.3f} {:>13.3e} {:>9.1f} {:>10.1f} {:>11.1f} {:>9.1f} MiB {}\n",
+                       name, r, f.ops, f.wall_s, f.cpu_s, static_cast<double>(f.ops) / f.wall_s, ns,
+                       f.cpu_s * 1e9 / static_cast<double>(f.ops), f.wall_s / f.baseline_s,
                        static_cast<double>(f.peak_rss_kib) / 1024.0, f.correct ? "yes" : "NO");
         }
+        if (o.ranks.size() > 1)
+            fmt::print("{:<10} per-op cost at {} ranks / at {} ranks: wall x{:.2f}, cpu x{:.2f} (flat = x1.00)\n", name,
+                       o.ranks.back(), o.ranks.front(), last_ns / first_ns, last_cpu_ns / first_cpu_ns);
     }
     // The engine alone: every rank records an event and joins a collective, `layers`
     // times; no stores, no values. What the puzzle model adds is the difference.

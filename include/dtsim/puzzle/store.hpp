@@ -46,6 +46,19 @@ Size size_of(const CostModel& c, const Activation& v);
 Size size_of(const CostModel& c, const ActivationGrad& v);
 Size size_of(const CostModel& c, const WeightGrad& v);
 
+// What a value's size depends on (the cost model is a pure function of it):
+// lets a store remember the last size instead of asking the cost model per operation.
+struct SizeKey {
+    std::int64_t count = -1;
+    std::int64_t total = -1;
+    friend bool operator==(const SizeKey&, const SizeKey&) = default;
+};
+inline SizeKey size_key(const Weight& v) { return {v.shards.size(), v.total}; }
+inline SizeKey size_key(const OptState& v) { return {v.shards.size(), v.total}; }
+inline SizeKey size_key(const Activation& v) { return {v.batches.size(), 0}; }
+inline SizeKey size_key(const ActivationGrad& v) { return {v.batches.size(), 0}; }
+inline SizeKey size_key(const WeightGrad& v) { return {v.shards.size(), v.total}; }
+
 template <class V>
 class Slot;
 
@@ -59,26 +72,34 @@ public:
     Slot<V> operator[](Key k) { return Slot<V>(*this, k); }
 
     [[nodiscard]] const V& get(const Key& k) const {
-        const Entry* e = find(k);
-        if (!e) throw_missing_key(ctx_.rank, name_, k);
-        return e->value;
+        const V* v = find(k);
+        if (!v) throw_missing_key(ctx_.rank, name_, k);
+        return *v;
     }
     [[nodiscard]] bool contains(const Key& k) const { return find(k) != nullptr; }
     [[nodiscard]] std::size_t size() const { return count_; }
     [[nodiscard]] const char* name() const { return name_; }
+    // Room for plain keys 0..n-1 without reallocating (the model reserves one per layer).
+    void reserve(std::size_t n) { direct_.reserve(n); }
 
     void set(const Key& k, V v) {
-        ctx_.meter->add(size_of(*ctx_.costs, v));
-        if (Entry* e = find(k)) {
-            ctx_.meter->sub(size_of(*ctx_.costs, e->value));
-            e->value = std::move(v);
+        ctx_.meter->add(size(v));
+        if (V* old = find(k)) {
+            ctx_.meter->sub(size(*old));
+            *old = std::move(v);
             return;
         }
         ++count_;
         if (is_direct(k)) {
             const auto i = static_cast<std::size_t>(k.a);
-            if (i >= direct_.size()) direct_.resize(std::max<std::size_t>(i + 1, direct_.size() * 2));
-            direct_[i] = Entry{k, std::move(v), true};
+            if (i < direct_.size()) {
+                direct_[i] = Direct{std::move(v), true};
+                return;
+            }
+            // Appending (the usual case, layer after layer) constructs in place.
+            if (i >= direct_.capacity()) direct_.reserve(std::max<std::size_t>(i + 1, direct_.size() * 2));
+            direct_.resize(i);
+            direct_.emplace_back(std::move(v), true);
             return;
         }
         if ((hashed_count_ + 1) * 4 > slots_.size() * 3) grow();
@@ -89,14 +110,18 @@ public:
     }
 
     void erase(const Key& k) {
-        Entry* e = find(k);
-        if (!e) throw_missing_key(ctx_.rank, name_, k);
-        ctx_.meter->sub(size_of(*ctx_.costs, e->value));
-        --count_;
         if (is_direct(k)) {
-            *e = Entry{};
+            const auto i = static_cast<std::size_t>(k.a);
+            if (i >= direct_.size() || !direct_[i].used) throw_missing_key(ctx_.rank, name_, k);
+            ctx_.meter->sub(size(direct_[i].value));
+            --count_;
+            direct_[i] = Direct{};
             return;
         }
+        Entry* e = find_hashed(k);
+        if (!e) throw_missing_key(ctx_.rank, name_, k);
+        ctx_.meter->sub(size(e->value));
+        --count_;
         --hashed_count_;
         // Backward-shift deletion keeps probe chains intact without tombstones.
         std::size_t hole = static_cast<std::size_t>(e - slots_.data());
@@ -114,21 +139,36 @@ public:
 
     template <class F>
     void for_each(F&& f) const {
-        for (const auto& e : direct_)
-            if (e.used) f(e.key, e.value);
+        for (std::size_t i = 0; i < direct_.size(); ++i)
+            if (direct_[i].used) f(Key(static_cast<std::int64_t>(i)), direct_[i].value);
         for (const auto& e : slots_)
             if (e.used) f(e.key, e.value);
     }
 
 private:
+    // The size of a value, remembered for the last two size keys (a store
+    // often alternates between two kinds, e.g. weight shards and whole weights).
+    Size size(const V& v) {
+        const SizeKey k = size_key(v);
+        if (k == memo_[0].key) return memo_[0].size;
+        if (k == memo_[1].key) return memo_[1].size;
+        memo_[1] = memo_[0];
+        memo_[0] = {k, size_of(*ctx_.costs, v)};
+        return memo_[0].size;
+    }
+
+    // Plain keys `l` (by far the most common, and consecutive: layers) index an
+    // array directly, so loops over layers walk memory forward and the key is
+    // the index; pairs `{l, r}` and unusual keys go to an open-addressing hash table.
+    struct Direct {
+        V value{};
+        bool used = false;
+    };
     struct Entry {
         Key key{0};
         V value{};
         bool used = false;
     };
-    // Plain keys `l` (by far the most common, and consecutive: layers) index an
-    // array directly, so loops over layers walk memory forward; pairs `{l, r}`
-    // and unusual keys go to an open-addressing hash table.
     static constexpr std::int64_t kDirectLimit = 1 << 20;
     [[nodiscard]] static bool is_direct(const Key& k) { return k.b == Key::kNone && k.a >= 0 && k.a < kDirectLimit; }
     [[nodiscard]] std::size_t mask() const { return slots_.size() - 1; }
@@ -137,11 +177,7 @@ private:
                  (static_cast<std::uint64_t>(k.b) + 0x632BE59BD9B4E019ull) * 0xC2B2AE3D27D4EB4Full;
         return static_cast<std::size_t>(h ^ (h >> 29)) & mask();
     }
-    const Entry* find(const Key& k) const {
-        if (is_direct(k)) {
-            const auto i = static_cast<std::size_t>(k.a);
-            return i < direct_.size() && direct_[i].used ? &direct_[i] : nullptr;
-        }
+    const Entry* find_hashed(const Key& k) const {
         if (slots_.empty()) return nullptr;
         for (std::size_t i = home(k);; i = (i + 1) & mask()) {
             const Entry& e = slots_[i];
@@ -149,7 +185,16 @@ private:
             if (e.key == k) return &e;
         }
     }
-    Entry* find(const Key& k) { return const_cast<Entry*>(std::as_const(*this).find(k)); }
+    Entry* find_hashed(const Key& k) { return const_cast<Entry*>(std::as_const(*this).find_hashed(k)); }
+    const V* find(const Key& k) const {
+        if (is_direct(k)) {
+            const auto i = static_cast<std::size_t>(k.a);
+            return i < direct_.size() && direct_[i].used ? &direct_[i].value : nullptr;
+        }
+        const Entry* e = find_hashed(k);
+        return e ? &e->value : nullptr;
+    }
+    V* find(const Key& k) { return const_cast<V*>(std::as_const(*this).find(k)); }
     void grow() {
         std::vector<Entry> old = std::move(slots_);
         slots_.assign(old.empty() ? 16 : old.size() * 2, Entry{});
@@ -163,10 +208,15 @@ private:
 
     StoreContext ctx_;
     const char* name_;
-    std::vector<Entry> direct_;
+    std::vector<Direct> direct_;
     std::vector<Entry> slots_;
     std::size_t count_ = 0;
     std::size_t hashed_count_ = 0;
+    struct Memo {
+        SizeKey key;
+        Size size;
+    };
+    Memo memo_[2];
 };
 
 // `store[k]`: reads as the stored value, assignment stores.

@@ -18,6 +18,7 @@ struct Weight {
     [[nodiscard]] bool is_complete() const { return shards.size() == total; }
     // Union of the shards (same layer and same total required).
     [[nodiscard]] Weight combine(const Weight& other) const;
+    void combine_into(const Weight& other);  // the same, in place
     // Keeps shard `s` of `n`; the weight must be complete.
     [[nodiscard]] Weight shard(int s, int n) const;
     [[nodiscard]] std::string str() const;
@@ -31,6 +32,7 @@ struct OptState {
 
     [[nodiscard]] bool is_complete() const { return shards.size() == total; }
     [[nodiscard]] OptState combine(const OptState& other) const;
+    void combine_into(const OptState& other);  // the same, in place
     [[nodiscard]] OptState shard(int s, int n) const;
     [[nodiscard]] std::string str() const;
 };
@@ -57,6 +59,7 @@ struct WeightGrad {
 
     [[nodiscard]] bool is_complete() const { return shards.size() == total; }
     [[nodiscard]] WeightGrad combine(const WeightGrad& other) const;
+    void combine_into(const WeightGrad& other);  // the same, in place
     [[nodiscard]] WeightGrad shard(int s, int n) const;
     [[nodiscard]] std::string str() const;
 };
@@ -64,5 +67,6 @@ struct WeightGrad {
 // Sum of two gradients of the same layer and shards: unions the batches.
 // Throws std::invalid_argument (turned into a PuzzleError by the model) otherwise.
 WeightGrad operator+(const WeightGrad& a, const WeightGrad& b);
+WeightGrad& operator+=(WeightGrad& a, const WeightGrad& b);
 
 }  // namespace dtsim::puzzle
