@@ -159,6 +159,12 @@ Schedule dualpipev(int p, int m) {
             out.push_back(I(stage[ph], mb));
             weights.push_back(W(stage[ph], mb));
         };
+        // _forward_backward_chunk(f, b): F of phase f overlapped with the full B of phase b.
+        auto forward_backward = [&](int f, int b) {
+            forward(f);
+            out.back().overlap_next = true;
+            backward(b, false);
+        };
         auto weight = [&] {
             out.push_back(weights.front());
             weights.pop_front();
@@ -176,18 +182,21 @@ Schedule dualpipev(int p, int m) {
             weight();
             forward(1);
         }
-        // Step 4 (main): nF0B1F1B0
+        // Step 4 (main): nF0B1F1B0, two overlapped pairs; the last rank's first
+        // F0 and B1 are not overlapped ("to further reduce bubble size").
         for (int i = 0; i < m - 2 * p + r + 1; ++i) {
-            forward(0);
-            backward(1, false);
-            forward(1);
-            backward(0, false);
+            if (i == 0 && r == p - 1) {
+                forward(0);
+                backward(1, false);
+            } else {
+                forward_backward(0, 1);
+            }
+            forward_backward(1, 0);
         }
-        // Step 5: nB1F1B0
+        // Step 5: nB1F1B0, B1 then an overlapped pair
         for (int i = 0; i < p - r - 1; ++i) {
             backward(1, false);
-            forward(1);
-            backward(0, false);
+            forward_backward(1, 0);
         }
         // Step 6: nB1B0 (the second half with zero bubble)
         bool zb = false;

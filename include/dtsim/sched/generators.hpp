@@ -57,9 +57,12 @@ Schedule looped_bfs(int p, int m, int v);
 // DualPipeV (DeepSeek, deepseek-ai/DualPipe dualpipev.py): the V-shaped two-chunk
 // schedule, rank r running stages r (phase 0) and 2p-1-r (phase 1), in the eight
 // steps of DualPipeV.step() (nF0, nF0F1, nB1W1F1, nF0B1F1B0, nB1F1B0, nB1B0,
-// nWB0, nW). A "forward_backward" pair is written as F then full B (there is no
-// overlap in this world); the zero-bubble backward chunks are I with their W
-// taken from a FIFO queue, as WeightGradStore does. Requires m >= 2p.
+// nWB0, nW). Each _forward_backward_chunk is an overlapped pair, an F with
+// overlap_next and then a full B (PyTorch's ScheduleDualPipeV writes it
+// `(F;B)OVERLAP_F_B`): in step 4 (F0&B1, F1&B0; but the last rank's first F0 and
+// B1 are not overlapped) and step 5 (B1, F1&B0). The zero-bubble backward chunks
+// are I with their W taken from a FIFO queue, as WeightGradStore does. Requires
+// m >= 2p.
 Schedule dualpipev(int p, int m);
 
 struct GeneratorInfo {
