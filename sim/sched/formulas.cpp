@@ -79,7 +79,8 @@ std::optional<Prediction> predict(std::string_view name, const GenerateParams& q
             out.memory_ratio = static_cast<double>(2 * (p - 1) + (v - 1) * g + 1) / (v * p);
         }
         out.memory_scale = static_cast<double>(v) * p;
-        out.conditions = "p2p = 0 and every microbatch group has at least p microbatches (m mod g = 0 or >= p)";
+        out.conditions = "p2p = 0 and every microbatch group has at least p microbatches (m mod g = 0 or >= p, "
+                         "Megatron-LM's rule, which the generator enforces)";
         out.exact_expected = no_p2p && (m % g == 0 || m % g >= p);
     } else if (n == "zbh1") {
         out.reference = "Qi et al. 2023 (Zero Bubble Pipeline Parallelism), ZB-H1; T_B there is our T_I";

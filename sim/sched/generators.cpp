@@ -75,6 +75,19 @@ Schedule interleaved_1f1b(int p, int m, int v, int g) {
             "interleaved: the microbatch group size g must be in [p, m] (Megatron-LM: "
             "microbatch_group_size_per_vp_stage in [PP, M]; g defaults to p), got p={}, g={}, m={}",
             p, g, m));
+    // Megatron-LM, megatron/core/pipeline_parallel/schedules.py,
+    // forward_backward_pipelining_with_interleaving: a last group with fewer than PP
+    // microbatches is a RuntimeError (since the SC21 code's m % p == 0 assertion was
+    // relaxed to groups). Its order has dependency bubbles, and for some sizes
+    // (p=4, m=5, v=3) a wait cycle.
+    if (const int last = m % g; last != 0 && last < p)
+        throw std::invalid_argument(fmt::format(
+            "interleaved: m mod g = {} mod {} = {} is neither 0 nor >= p = {}; Megatron-LM rejects this "
+            "(forward_backward_pipelining_with_interleaving: \"The remainder of M (the total micro-batches) divided "
+            "by N (number of contiguous micro-batches in a virtual pipeline stage) should be 0, or larger than or "
+            "equal to the pipeline-parallel size ... Otherwise, it introduces dependency bubbles in the pipeline\"); "
+            "choose m a multiple of g (g defaults to p) or another g in [p, m], e.g. g = m",
+            m, g, last, p));
     // Megatron's get_schedule_table: (microbatch, chunk) for each virtual microbatch.
     std::vector<std::pair<int, int>> table;
     for (int first = 0; first < m; first += g) {

@@ -82,6 +82,7 @@ TEST_CASE("interleaved 1F1B warms up with 2(p-1-r)+(v-1)g forwards, then alterna
         for (int v : {2, 3, 4})
             for (int m : {p, 2 * p, 3 * p + 1})
                 for (int g : {p, m}) {
+                    if (m % g != 0 && m % g < p) continue;  // rejected, as Megatron-LM does
                     const Schedule s = interleaved_1f1b(p, m, v, g);
                     for (int r = 0; r < p; ++r) {
                         CAPTURE(p);
@@ -154,6 +155,9 @@ TEST_CASE("generators reject impossible sizes, naming the parameter") {
     CHECK_THROWS_WITH_AS(gpipe(2, 0), doctest::Contains("microbatches m must be at least 1"), std::invalid_argument);
     CHECK_THROWS_WITH_AS(interleaved_1f1b(4, 2, 2), doctest::Contains("g must be in [p, m]"), std::invalid_argument);
     CHECK_THROWS_WITH_AS(interleaved_1f1b(4, 8, 2, 3), doctest::Contains("got p=4, g=3, m=8"), std::invalid_argument);
+    CHECK_THROWS_WITH_AS(interleaved_1f1b(4, 13, 2, 6), doctest::Contains("m mod g = 13 mod 6 = 1 is neither 0 nor >= p = 4"),
+                         std::invalid_argument);
+    CHECK_NOTHROW(interleaved_1f1b(4, 10, 2, 6));  // a last group of 4 = p is allowed
     CHECK_THROWS_WITH_AS(looped_bfs(2, 2, 0), doctest::Contains("chunks v must be at least 1"), std::invalid_argument);
     CHECK_THROWS_WITH_AS(dualpipev(4, 7), doctest::Contains("needs at least 2p microbatches"), std::invalid_argument);
 }

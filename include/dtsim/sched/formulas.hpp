@@ -10,7 +10,8 @@
 // Exactness. With p2p = 0 the executor reproduces each formula exactly under its
 // `conditions` (checked by tests/sched): GPipe, 1F1B always; interleaved when
 // every microbatch group holds at least p microbatches (m mod g = 0 or >= p; with
-// the default g = p: m a multiple of p); ZB-H1 when m >= p and T_W <= min(T_F,
+// the default g = p: m a multiple of p; Megatron-LM's rule, so the generator
+// rejects other sizes); ZB-H1 when m >= p and T_W <= min(T_F,
 // T_I); looped BFS when m >= p; DualPipeV (m >= 2p) when T_I = T_F, T_B = T_I +
 // T_W, T_W <= T_F and T_B <= T_F&B <= T_F + T_B (see predict()).
 //

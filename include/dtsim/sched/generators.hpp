@@ -33,10 +33,11 @@ Schedule one_f_one_b(int p, int m);
 // (get_schedule_table); the k-th backward takes the k-th entry of the same table
 // with the chunk reversed (v-1-c). Rank r runs min(2(p-1-r) + (v-1)g, v*m)
 // warm-up forwards, then one forward and one backward at a time, then the
-// remaining backwards. Megatron requires p <= g <= m, and so does this. When the
-// last group is smaller than p (0 < m mod g < p) the order idles more than the
-// formula, and for some sizes (e.g. p=4, m=5, v=3) it has a dependency cycle that
-// no execution can break: the executor reports it as a deadlock.
+// remaining backwards. Megatron-LM requires p <= g <= m and a last group of 0 or
+// at least p microbatches (m mod g = 0 or >= p; with the default g = p, m a
+// multiple of p), raising an error otherwise; so does this, quoting its rule
+// (such orders idle more than the formula, and some, e.g. p=4, m=5, v=3, have a
+// dependency cycle no execution can break).
 Schedule interleaved_1f1b(int p, int m, int v, int g = 0);
 
 // ZB-H1 (Qi et al. 2023, "Zero Bubble Pipeline Parallelism", handcrafted
