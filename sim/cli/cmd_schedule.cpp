@@ -96,8 +96,10 @@ void print_report(const sched::Schedule& s, const std::string& origin, const sch
     } else {
         fmt::print("  (no built-in generator produces these actions, so no published formula applies)\n");
     }
-    fmt::print("  costs in steps: T_F {}, T_B {}, T_I {}, T_W {}, p2p {}; memory: {} unit(s) per (stage, microbatch)\n",
-               num(c.forward), num(c.backward), num(c.backward_input), num(c.backward_weight), num(c.p2p),
+    fmt::print("  costs in steps: T_F {}, T_B {}, T_I {}, T_W {}, T_F&B {}{}, p2p {}; memory: {} unit(s) per (stage, "
+               "microbatch)\n",
+               num(c.forward), num(c.backward), num(c.backward_input), num(c.backward_weight),
+               num(sched::overlapped_cost(c)), c.forward_backward < 0 ? " (T_F+T_B)" : "", num(c.p2p),
                num(c.activation));
     if (pred) fmt::print("  formulas: {}\n", pred->reference);
 
@@ -112,8 +114,16 @@ void print_report(const sched::Schedule& s, const std::string& origin, const sch
     if (pred) {
         fmt::print("  {:<18} {:<12} {:<34} {:<12} {}\n", "makespan", num(st.makespan), "busy + bubble",
                    num(pred->makespan), verdict(same(st.makespan, pred->makespan)));
-        fmt::print("  {:<18} {:<12} {:<34} {:<12} {}\n", "bubble per rank", idle, pred->bubble_time_formula,
-                   num(pred->bubble_time), verdict(same(idle_min, pred->bubble_time) && same(idle_max, pred->bubble_time)));
+        bool idle_ok = pred->idle.size() == st.ranks.size();
+        double pmin = pred->bubble_time, pmax = pmin;
+        for (std::size_t r = 0; idle_ok && r < st.ranks.size(); ++r) {
+            idle_ok = same(st.ranks[r].idle, pred->idle[r]);
+            pmin = std::min(pmin, pred->idle[r]);
+            pmax = std::max(pmax, pred->idle[r]);
+        }
+        const std::string pidle = same(pmin, pmax) ? num(pmin) : num(pmin) + ".." + num(pmax);
+        fmt::print("  {:<18} {:<12} {:<34} {:<12} {}\n", "bubble per rank", idle, pred->bubble_time_formula, pidle,
+                   verdict(idle_ok));
         fmt::print("  {:<18} {:<12.6f} {:<34} {:<12.6f} {}\n", "bubble fraction", st.bubble_fraction,
                    pred->fraction_formula,
                    pred->bubble_fraction, verdict(same(st.bubble_fraction, pred->bubble_fraction)));
@@ -134,7 +144,9 @@ void print_report(const sched::Schedule& s, const std::string& origin, const sch
     for (const auto& r : st.ranks) {
         std::string pf = "-", pp = "-";
         if (pred) {
-            pf = fmt::format("{:.6f}", pred->bubble_fraction);
+            const double pm = pred->makespan;
+            const auto ri = static_cast<std::size_t>(r.rank);
+            pf = fmt::format("{:.6f}", ri < pred->idle.size() && pm > 0 ? pred->idle[ri] / pm : pred->bubble_fraction);
             pp = fmt::format("{}", pred->peak_in_flight[static_cast<std::size_t>(r.rank)]);
         }
         fmt::print("  {:>5} {:>9} {:>9} {:>10.6f} {:>10} {:>9} {:>10}\n", r.rank, num(r.busy), num(r.idle),
@@ -249,6 +261,10 @@ void register_schedule_command(CLI::App& app) {
     cmd->add_option("--backward-input", a->costs.backward_input, "T_I: a backward for the input (I), steps")
         ->capture_default_str();
     cmd->add_option("--backward-weight", a->costs.backward_weight, "T_W: a backward for the weights (W), steps")
+        ->capture_default_str();
+    cmd->add_option("--forward-backward", a->costs.forward_backward,
+                    "T_F&B: an overlapped forward and full backward ((F;B)OVERLAP_F_B, DualPipeV), steps; negative "
+                    "(the default) means T_F + T_B, no gain from the overlap")
         ->capture_default_str();
     cmd->add_option("--p2p", a->costs.p2p, "A tensor crossing ranks, steps (a boundary inside a rank is free)")
         ->capture_default_str();

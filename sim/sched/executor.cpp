@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -55,6 +56,9 @@ void check_costs(const Costs& c) {
     for (const auto& [name, v] : all)
         if (!std::isfinite(v) || v < 0)
             throw std::invalid_argument(fmt::format("schedule costs: {} must be a finite number >= 0, got {}", name, v));
+    if (!std::isfinite(c.forward_backward))
+        throw std::invalid_argument(fmt::format(
+            "schedule costs: forward_backward must be a finite number (negative: T_F + T_B), got {}", c.forward_backward));
 }
 
 class Executor {
@@ -118,6 +122,10 @@ private:
         const auto& list = s_.ranks[static_cast<std::size_t>(r)];
         for (st.pc = 0; st.pc < list.size(); ++st.pc) {
             const Action a = list[st.pc];
+            if (a.overlap_next && st.pc + 1 < list.size()) {
+                co_await overlapped(gpu, a, list[st.pc + 1]);
+                continue;
+            }
             switch (a.type) {
                 case ActionType::forward: {
                     if (a.stage > 0 && owner(a.stage - 1) != r) {
@@ -157,6 +165,28 @@ private:
                     break;
             }
         }
+    }
+
+    // An OVERLAP_F_B pair f (at pc) and b (at pc+1): both inputs, T_{F&B}, both outputs.
+    Task<> overlapped(Gpu& gpu, const Action& f, const Action& b) {
+        const int r = gpu.rank();
+        RankState& st = state(r);
+        std::optional<Delivery> df, db;
+        if (f.stage > 0 && owner(f.stage - 1) != r) df = co_await take(gpu, Tensor::activation, f.stage, f.microbatch);
+        ++st.pc;  // now at b: a wait for its gradient is reported there
+        if (b.stage + 1 < S_ && owner(b.stage + 1) != r)
+            db = co_await take(gpu, Tensor::gradient, b.stage, b.microbatch);
+        if (df) received(gpu, f.stage, f.microbatch, *df);
+        if (db) received(gpu, b.stage, b.microbatch, *db);
+        const double total = overlapped_cost(c_);
+        const double sum = c_.forward + c_.backward;
+        const double tf = sum > 0 ? total * c_.forward / sum : total / 2;
+        compute(gpu, ops::forward, f, tf);
+        st.peak = std::max(st.peak, ++st.in_flight);
+        compute(gpu, ops::backward, b, total - tf);
+        --st.in_flight;
+        if (!lowered_ && f.stage + 1 < S_ && owner(f.stage + 1) != r) post(gpu, Tensor::activation, f.stage + 1, f.microbatch);
+        if (!lowered_ && b.stage > 0 && owner(b.stage - 1) != r) post(gpu, Tensor::gradient, b.stage - 1, b.microbatch);
     }
 
     // Waits until stage `stage`'s tensor for microbatch `mb` has been sent to this rank.

@@ -133,6 +133,10 @@ Schedule read_schedule_text(std::istream& in, const std::string& source) {
                 continue;
             }
             const std::size_t start = pos;
+            if (c == '(') {  // an OVERLAP_F_B pair: its sub-actions may have spaces around them
+                const std::size_t close = line.find(')', pos);
+                pos = close == std::string::npos ? line.size() : close;
+            }
             while (pos < line.size() && !is_space(line[pos]) && line[pos] != ',' && line[pos] != '[' &&
                    line[pos] != ']')
                 ++pos;
@@ -143,7 +147,7 @@ Schedule read_schedule_text(std::istream& in, const std::string& source) {
                 throw ScheduleFormatError(fmt::format("{}:{}:{}: expected 'rank N:' before the first action, got '{}'",
                                                       source, lineno, column, token));
             try {
-                b.add(parse_action(token), Location{lineno, column, 0});
+                for (const Action& a : parse_slot(token)) b.add(a, Location{lineno, column, 0});
             } catch (const std::invalid_argument& e) {
                 throw ScheduleFormatError(fmt::format("{}:{}:{}: rank {}: {}", source, lineno, column, b.current(),
                                                       e.what()));
@@ -226,7 +230,7 @@ Schedule read_schedule_csv(std::istream& in, const std::string& source) {
             const std::string& text = rows[r][c].text;
             if (text.find_first_not_of(" \t") == std::string::npos) continue;  // an idle slot (None)
             try {
-                b.add(parse_action(text), Location{row_line[r], 0, static_cast<int>(c) + 1});
+                for (const Action& a : parse_slot(text)) b.add(a, Location{row_line[r], 0, static_cast<int>(c) + 1});
             } catch (const std::invalid_argument& e) {
                 throw ScheduleFormatError(
                     fmt::format("{}:{}: cell {} (rank {}): {}", source, row_line[r], c + 1, r, e.what()));
@@ -258,9 +262,9 @@ void write_schedule_text(const Schedule& s, std::ostream& out) {
     out << "# rank R: its actions in order; <stage><F|B|I|W|SEND_F|RECV_F|SEND_B|RECV_B><microbatch>\n";
     for (int r = 0; r < s.num_ranks(); ++r) {
         std::string line = fmt::format("rank {}:", r);
-        for (const auto& a : s.ranks[static_cast<std::size_t>(r)]) {
+        for (const auto& a : action_strings(s.ranks[static_cast<std::size_t>(r)])) {
             line += ' ';
-            line += to_string(a);
+            line += a;
         }
         out << line << '\n';
     }
@@ -269,9 +273,10 @@ void write_schedule_text(const Schedule& s, std::ostream& out) {
 void write_schedule_csv(const Schedule& s, std::ostream& out) {
     for (const auto& rank : s.ranks) {
         std::string line;
-        for (std::size_t i = 0; i < rank.size(); ++i) {
+        const std::vector<std::string> cells = action_strings(rank);
+        for (std::size_t i = 0; i < cells.size(); ++i) {
             if (i > 0) line += ',';
-            line += to_string(rank[i]);
+            line += cells[i];
         }
         out << line << '\n';
     }

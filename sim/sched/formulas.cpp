@@ -1,20 +1,33 @@
 #include "dtsim/sched/formulas.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 namespace dtsim::sched {
 namespace {
 
-// Compute time of rank 0 of a generated schedule (all ranks have the same here).
-double busy_of(const Schedule& s, const Costs& c) {
+// Compute time of rank r of a generated schedule; an overlapped F and B cost T_F&B together.
+double busy_of(const Schedule& s, const Costs& c, int r = 0) {
     double t = 0;
-    for (const auto& a : s.ranks.front()) switch (a.type) {
+    bool paired = false;  // the previous action opened an OVERLAP_F_B pair
+    for (const auto& a : s.ranks[static_cast<std::size_t>(r)]) {
+        if (paired) {  // the pair's B
+            paired = false;
+            continue;
+        }
+        if (a.overlap_next) {
+            t += overlapped_cost(c);
+            paired = true;
+            continue;
+        }
+        switch (a.type) {
             case ActionType::forward: t += c.forward; break;
             case ActionType::full_backward: t += c.backward; break;
             case ActionType::backward_input: t += c.backward_input; break;
             case ActionType::backward_weight: t += c.backward_weight; break;
             default: break;
         }
+    }
     return t;
 }
 
@@ -66,7 +79,8 @@ std::optional<Prediction> predict(std::string_view name, const GenerateParams& q
             out.memory_ratio = static_cast<double>(2 * (p - 1) + (v - 1) * g + 1) / (v * p);
         }
         out.memory_scale = static_cast<double>(v) * p;
-        out.conditions = "p2p = 0 and every microbatch group has at least p microbatches (m mod g = 0 or >= p)";
+        out.conditions = "p2p = 0 and every microbatch group has at least p microbatches (m mod g = 0 or >= p, "
+                         "Megatron-LM's rule, which the generator enforces)";
         out.exact_expected = no_p2p && (m % g == 0 || m % g >= p);
     } else if (n == "zbh1") {
         out.reference = "Qi et al. 2023 (Zero Bubble Pipeline Parallelism), ZB-H1; T_B there is our T_I";
@@ -88,18 +102,34 @@ std::optional<Prediction> predict(std::string_view name, const GenerateParams& q
         out.conditions = "p2p = 0 and m >= p";
         out.exact_expected = no_p2p && m >= p;
     } else {  // dualpipev
+        const double fab = overlapped_cost(c);
         out.reference = "DeepSeek DualPipe README, DualPipeV on PP/2 = p devices: bubble (PP/2-1)(F&B+B-3W), "
-                        "activation PP+1";
-        out.bubble_time_formula = "(p-1)(F&B+B-3W), F&B = T_F+T_B";
-        out.bubble_time = (p - 1) * (fb + c.backward - 3 * c.backward_weight);
-        out.fraction_formula = "bubble/(busy+bubble)";
+                        "activation PP+1; dualpipev.py DualPipeV.step()";
+        out.bubble_time_formula = "(p-1)(F&B+B-3W), ranks p-2, p-1";
+        out.bubble_time = (p - 1) * (fab + c.backward - 3 * c.backward_weight);
+        out.busy = busy_of(s, c, p - 1);
+        out.fraction_formula = "sum of idle/(p x makespan)";
         out.peak_formula = "PP+1 = 2p+1";
         peaks([&](int) { return 2 * p + 1; });
-        out.conditions = "an F&B chunk overlaps F and B, which it does not here (F then B): DeepSeek's figure is a "
-                         "reference, not a prediction";
-        out.exact_expected = false;
+        out.idle.resize(static_cast<std::size_t>(p));
+        double idle = 0;
+        for (int r = 0; r < p; ++r) {
+            const double x = out.bubble_time - std::max(0, p - 2 - r) * (c.forward + c.backward - fab);
+            out.idle[static_cast<std::size_t>(r)] = x;
+            idle += x;
+        }
+        const double makespan = out.busy + out.bubble_time;
+        out.bubble_fraction = makespan > 0 ? idle / (p * makespan) : 0;
+        out.conditions = "p2p = 0, T_I = T_F, T_B = T_I+T_W, T_W <= T_F and T_B <= T_F&B <= T_F+T_B; rank r < p-2 "
+                         "idles (p-2-r)(T_F+T_B-T_F&B) less (more overlapped pairs)";
+        const double eps = 1e-12 * std::max(1.0, c.forward + c.backward);
+        out.exact_expected = no_p2p && std::abs(c.backward_input - c.forward) <= eps &&
+                             std::abs(c.backward - c.backward_input - c.backward_weight) <= eps &&
+                             c.backward_weight <= c.forward + eps && fab >= c.backward - eps &&
+                             fab <= c.forward + c.backward + eps;
     }
     out.makespan = out.busy + out.bubble_time;
+    if (out.idle.empty()) out.idle.assign(static_cast<std::size_t>(p), out.bubble_time);
     if (out.bubble_fraction == 0 && out.makespan > 0) out.bubble_fraction = out.bubble_time / out.makespan;
     return out;
 }

@@ -75,6 +75,19 @@ Schedule interleaved_1f1b(int p, int m, int v, int g) {
             "interleaved: the microbatch group size g must be in [p, m] (Megatron-LM: "
             "microbatch_group_size_per_vp_stage in [PP, M]; g defaults to p), got p={}, g={}, m={}",
             p, g, m));
+    // Megatron-LM, megatron/core/pipeline_parallel/schedules.py,
+    // forward_backward_pipelining_with_interleaving: a last group with fewer than PP
+    // microbatches is a RuntimeError (since the SC21 code's m % p == 0 assertion was
+    // relaxed to groups). Its order has dependency bubbles, and for some sizes
+    // (p=4, m=5, v=3) a wait cycle.
+    if (const int last = m % g; last != 0 && last < p)
+        throw std::invalid_argument(fmt::format(
+            "interleaved: m mod g = {} mod {} = {} is neither 0 nor >= p = {}; Megatron-LM rejects this "
+            "(forward_backward_pipelining_with_interleaving: \"The remainder of M (the total micro-batches) divided "
+            "by N (number of contiguous micro-batches in a virtual pipeline stage) should be 0, or larger than or "
+            "equal to the pipeline-parallel size ... Otherwise, it introduces dependency bubbles in the pipeline\"); "
+            "choose m a multiple of g (g defaults to p) or another g in [p, m], e.g. g = m",
+            m, g, last, p));
     // Megatron's get_schedule_table: (microbatch, chunk) for each virtual microbatch.
     std::vector<std::pair<int, int>> table;
     for (int first = 0; first < m; first += g) {
@@ -159,6 +172,12 @@ Schedule dualpipev(int p, int m) {
             out.push_back(I(stage[ph], mb));
             weights.push_back(W(stage[ph], mb));
         };
+        // _forward_backward_chunk(f, b): F of phase f overlapped with the full B of phase b.
+        auto forward_backward = [&](int f, int b) {
+            forward(f);
+            out.back().overlap_next = true;
+            backward(b, false);
+        };
         auto weight = [&] {
             out.push_back(weights.front());
             weights.pop_front();
@@ -176,18 +195,21 @@ Schedule dualpipev(int p, int m) {
             weight();
             forward(1);
         }
-        // Step 4 (main): nF0B1F1B0
+        // Step 4 (main): nF0B1F1B0, two overlapped pairs; the last rank's first
+        // F0 and B1 are not overlapped ("to further reduce bubble size").
         for (int i = 0; i < m - 2 * p + r + 1; ++i) {
-            forward(0);
-            backward(1, false);
-            forward(1);
-            backward(0, false);
+            if (i == 0 && r == p - 1) {
+                forward(0);
+                backward(1, false);
+            } else {
+                forward_backward(0, 1);
+            }
+            forward_backward(1, 0);
         }
-        // Step 5: nB1F1B0
+        // Step 5: nB1F1B0, B1 then an overlapped pair
         for (int i = 0; i < p - r - 1; ++i) {
             backward(1, false);
-            forward(1);
-            backward(0, false);
+            forward_backward(1, 0);
         }
         // Step 6: nB1B0 (the second half with zero bubble)
         bool zb = false;

@@ -62,17 +62,23 @@ Schedule lower(const Schedule& in) {
             std::size_t& i = next[static_cast<std::size_t>(r)];
             if (i >= list.size()) continue;
             left = true;
-            const Action& a = list[i];
-            if (!ready(r, a)) continue;
-            append(r, a);
-            if (has_comms(a)) {
+            // An OVERLAP_F_B pair is one slot: placed when both sub-actions are ready,
+            // then the sends of each (PyTorch's _add_send_recv over sub_actions).
+            const std::size_t n = list[i].overlap_next && i + 1 < list.size() ? 2 : 1;
+            bool all_ready = true;
+            for (std::size_t k = 0; k < n; ++k) all_ready = all_ready && ready(r, list[i + k]);
+            if (!all_ready) continue;
+            for (std::size_t k = 0; k < n; ++k) append(r, list[i + k]);
+            for (std::size_t k = 0; k < n; ++k) {
+                const Action& a = list[i + k];
+                if (!has_comms(a)) continue;
                 const bool fwd = a.type == ActionType::forward;
                 append(r, Action{a.stage, fwd ? ActionType::send_f : ActionType::send_b, a.microbatch});
                 const Action recv{fwd ? a.stage + 1 : a.stage - 1, fwd ? ActionType::recv_f : ActionType::recv_b,
                                   a.microbatch};
                 append(own(recv.stage), recv);
             }
-            ++i;
+            i += n;
             progress = true;
         }
         if (!left) break;

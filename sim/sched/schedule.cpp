@@ -93,6 +93,7 @@ public:
         check_placement();
         check_duplicates();
         check_pairs();
+        check_overlaps();
         if (s_.lowered()) check_comms();
         if (problems_.size() > limit_) {
             const std::size_t more = problems_.size() - limit_;
@@ -244,6 +245,35 @@ private:
                         add(fmt::format("{} needs the gradient from {}, which comes later on the same rank",
                                         at(bwd->rank, bwd->index), at(next->rank, next->index)));
                 }
+            }
+        }
+    }
+
+    // OVERLAP_F_B: an F with overlap_next is followed on its rank by a full B
+    // (ScheduleDualPipeV's (F;B) sub-actions) that does not need that F.
+    void check_overlaps() {
+        for (int r = 0; r < s_.num_ranks(); ++r) {
+            const auto& list = s_.ranks[static_cast<std::size_t>(r)];
+            for (std::size_t i = 0; i < list.size(); ++i) {
+                const Action& a = list[i];
+                if (!a.overlap_next) continue;
+                if (a.type != ActionType::forward) {
+                    add(fmt::format("{} is marked as overlapped with the next action; only a forward opens an "
+                                    "OVERLAP_F_B pair (<F>;<B>)",
+                                    at(r, i)));
+                    continue;
+                }
+                if (i + 1 >= list.size() || list[i + 1].type != ActionType::full_backward || list[i + 1].overlap_next) {
+                    add(fmt::format("{} opens an OVERLAP_F_B pair but {}; the pair is (<F>;<B>), a forward and a "
+                                    "full backward",
+                                    at(r, i),
+                                    i + 1 >= list.size() ? std::string("it is the rank's last action")
+                                                         : "the next action is " + to_string(list[i + 1])));
+                    continue;
+                }
+                const Action& b = list[i + 1];
+                if (b.stage == a.stage && b.microbatch == a.microbatch)
+                    add(fmt::format("{}: an OVERLAP_F_B pair cannot hold the backward of its own forward", at(r, i + 1)));
             }
         }
     }

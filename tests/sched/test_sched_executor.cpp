@@ -2,7 +2,7 @@
 // GPipe and 1F1B bubble (p-1)/(m+p-1), interleaved (p-1)/(v m+p-1), ZB-H1 bubble
 // (p-1)(T_F+T_B-T_W) (T_B there = our T_I), looped BFS; peak in-flight
 // microbatches GPipe m, 1F1B min(m, p-r), interleaved 1+(p-1)/(p v) relative to
-// 1F1B. Also its trace, p2p costs, lowered schedules and deadlock diagnosis.
+// 1F1B; DualPipeV (p-1)(F&B+B-3W) with overlapped pairs. Also its trace, p2p costs, lowered schedules and deadlock diagnosis.
 #include "dtsim/sched/executor.hpp"
 #include "dtsim/sched/format.hpp"
 #include "dtsim/sched/formulas.hpp"
@@ -108,16 +108,19 @@ TEST_CASE("interleaved 1F1B: bubble (p-1)/(v m+p-1) when every microbatch group 
                     check_fraction(run_schedule(interleaved_1f1b(p, m, v, g)).stats,
                                    static_cast<double>(p - 1) / (v * m + p - 1));
                 }
-    // A last group smaller than p adds bubbles: p=4, m=6, v=2 idles 19 steps per rank
-    // instead of (p-1)(T_F+T_B) = 9 ...
-    const RunStats odd = run_schedule(interleaved_1f1b(4, 6, 2)).stats;
-    CHECK(odd.ranks[0].idle == 19);
-    // ... and can even make a dependency cycle: rank 3 runs 7B0 before 7F4, rank 0 8F4 before 8B0.
-    const std::string msg = deadlock_of(interleaved_1f1b(4, 5, 3));
-    CAPTURE(msg);
-    CHECK(msg.find("rank 0 is blocked at 8F4") != std::string::npos);
-    CHECK(msg.find("rank 3 is blocked at 7B0") != std::string::npos);
-    CHECK(msg.find("wait cycle: rank 0 -> rank 3 -> rank 0") != std::string::npos);
+    // A last group smaller than p (it adds bubbles, and for p=4, m=5, v=3 makes a
+    // dependency cycle: rank 3 would run 7B0 before 7F4, rank 0 8F4 before 8B0) is
+    // rejected up front, as Megatron-LM's forward_backward_pipelining_with_interleaving
+    // does, with its rule.
+    CHECK_THROWS_WITH_AS(interleaved_1f1b(4, 5, 3),
+                         doctest::Contains("m mod g = 5 mod 4 = 1 is neither 0 nor >= p = 4; Megatron-LM rejects this"),
+                         std::invalid_argument);
+    CHECK_THROWS_WITH_AS(interleaved_1f1b(4, 6, 2), doctest::Contains("should be 0, or larger than or equal to the "
+                                                                      "pipeline-parallel size"),
+                         std::invalid_argument);
+    // With g = m (one group) or a g dividing m, the same sizes run and meet the formula.
+    check_fraction(run_schedule(interleaved_1f1b(4, 5, 3, 5)).stats, 3.0 / (3 * 5 + 3));
+    check_fraction(run_schedule(interleaved_1f1b(4, 6, 2, 6)).stats, 3.0 / (2 * 6 + 3));
 }
 
 TEST_CASE("interleaved 1F1B: activation memory 1+(p-1)/(p v) times 1F1B's (Narayanan et al.)") {
@@ -186,20 +189,103 @@ TEST_CASE("looped BFS: bubble (p-1)/(v m+p-1) with m >= p, holding all v m activ
             }
 }
 
-TEST_CASE("DualPipeV: measured bubble p-1 steps per rank at default costs and 2p+1 activations") {
-    // DeepSeek's (PP/2-1)(F&B+B-3W) assumes F&B overlapped; run sequentially here it
-    // would read (p-1)(T_F+2T_B-3T_W) = 2(p-1). The executor measures p-1 (regression).
-    for (int p : {2, 3, 4, 8})
-        for (int m : {2 * p, 3 * p}) {
-            CAPTURE(p);
-            CAPTURE(m);
-            const RunStats st = run_schedule(dualpipev(p, m)).stats;
-            CHECK(near(st.makespan, 2 * m * 3.0 + (p - 1)));
-            for (const auto& r : st.ranks) {
-                CHECK(near(r.idle, p - 1));
-                CHECK(r.peak_in_flight == 2 * p + 1);
+TEST_CASE("DualPipeV: the README's bubble (PP/2-1)(F&B+B-3W) with overlapped F&B pairs, on a grid of p and m") {
+    // deepseek-ai/DualPipe README, "Pipeline Bubbles and Memory Usage Comparison":
+    // DualPipeV on PP/2 devices, bubble (PP/2-1)(F&B+B-3W), activation PP+1; with
+    // p = PP/2 ranks, (p-1)(T_F&B+T_B-3T_W). The schedule is dualpipev.py's
+    // DualPipeV.step() with each _forward_backward_chunk an overlapped pair costing
+    // T_F&B. Exact, for every m >= 2p, when T_I = T_F, T_B = T_I+T_W, T_W <= T_F and
+    // T_B <= T_F&B <= T_F+T_B: ranks p-2 and p-1 idle exactly the README's figure,
+    // rank r < p-2 idles (p-2-r)(T_F+T_B-T_F&B) less (it runs p-2-r more pairs).
+    struct C {
+        double f, w, fb;  // T_F = T_I, T_W, T_F&B; T_B = T_F + T_W
+    };
+    int checked = 0;
+    for (const C& k : {C{1, 1, 3}, C{1, 1, 2}, C{1, 1, 2.5}, C{2, 1, 3}, C{2, 1, 4}, C{1, 0.5, 1.5}, C{1, 0.25, 2},
+                       C{1.5, 1.5, 3.5}})
+        for (int p = 1; p <= 8; ++p)
+            for (int m : {2 * p, 2 * p + 1, 3 * p, 4 * p + 3}) {
+                Costs c;
+                c.forward = c.backward_input = k.f;
+                c.backward_weight = k.w;
+                c.backward = k.f + k.w;
+                c.forward_backward = k.fb;
+                CAPTURE(p);
+                CAPTURE(m);
+                CAPTURE(k.f);
+                CAPTURE(k.w);
+                CAPTURE(k.fb);
+                const RunStats st = run_schedule(dualpipev(p, m), c).stats;
+                const double readme = (p - 1) * (k.fb + c.backward - 3 * k.w);
+                double worst = 0;
+                for (const auto& r : st.ranks) worst = std::max(worst, r.idle);
+                CHECK(near(worst, readme));
+                CHECK(near(st.ranks[static_cast<std::size_t>(p - 1)].idle, readme));
+                if (p >= 2) CHECK(near(st.ranks[static_cast<std::size_t>(p - 2)].idle, readme));
+                for (const auto& r : st.ranks) {
+                    CHECK(near(r.idle, readme - std::max(0, p - 2 - r.rank) * (c.forward + c.backward - k.fb)));
+                    CHECK(r.peak_in_flight == 2 * p + 1);  // PP+1
+                }
+                const auto pred = predict("dualpipev", GenerateParams{p, m, 1, 0}, c);
+                REQUIRE(pred);
+                CHECK(pred->exact_expected);
+                CHECK(near(pred->bubble_time, readme));
+                CHECK(near(st.makespan, pred->makespan));
+                CHECK(near(st.bubble_fraction, pred->bubble_fraction));
+                for (int r = 0; r < p; ++r)
+                    CHECK(near(st.ranks[static_cast<std::size_t>(r)].idle, pred->idle[static_cast<std::size_t>(r)]));
+                ++checked;
             }
-        }
+    CHECK(checked == 8 * 8 * 4);
+}
+
+TEST_CASE("DualPipeV: outside the conditions the README's figure is not this world's bubble, and predict() says so") {
+    // T_I != T_F (ZB's split backward uneven): the W passes no longer fill the same holes.
+    Costs c;
+    c.forward = 2;
+    c.backward = 2;
+    c.backward_input = 1;
+    c.backward_weight = 1;
+    c.forward_backward = 3;
+    const RunStats st = run_schedule(dualpipev(4, 8), c).stats;
+    double worst = 0;
+    for (const auto& r : st.ranks) worst = std::max(worst, r.idle);
+    CHECK_FALSE(near(worst, 3 * (3 + 2 - 3.0)));
+    CHECK_FALSE(predict("dualpipev", GenerateParams{4, 8, 1, 0}, c)->exact_expected);
+    Costs d;  // T_F&B below T_B
+    d.forward_backward = 1.5;
+    CHECK_FALSE(predict("dualpipev", GenerateParams{4, 8, 1, 0}, d)->exact_expected);
+    d.forward_backward = 3;
+    d.p2p = 0.5;
+    CHECK_FALSE(predict("dualpipev", GenerateParams{4, 8, 1, 0}, d)->exact_expected);
+}
+
+TEST_CASE("an OVERLAP_F_B pair waits for both inputs, runs T_F&B, then sends both outputs") {
+    const Schedule s = text("rank 0: 0F0 0F1 0B0 0B1\nrank 1: 1F0 (1F1;1B0)OVERLAP_F_B 1B1\n");
+    Costs c;
+    c.forward_backward = 2.5;
+    const RunResult res = run_schedule(s, c);
+    // rank 1: 1F0 [1,2]; the pair waits for 0F1 (at 2), runs [2,4.5], sends 1B0's gradient at 4.5;
+    // 0B0 [4.5,6.5] and 1B1 [4.5,6.5]; 0B1 [6.5,8.5].
+    CHECK(near(res.stats.makespan, 8.5));
+    CHECK(near(res.stats.ranks[1].busy, 1 + 2.5 + 2));
+    CHECK(near(res.stats.ranks[0].busy, 6));
+    CHECK(res.stats.ranks[1].peak_in_flight == 2);
+    // The trace: F and B of the pair back to back, T_F and T_B scaled to T_F&B.
+    const auto& ev = res.trace.ranks[1].events;
+    REQUIRE(ev.size() >= 3);
+    CHECK(near(ev[1].start, 2));
+    CHECK(near(ev[1].duration, 2.5 / 3));
+    CHECK(near(ev[2].start + ev[2].duration, 4.5));
+    // Default T_F&B = T_F + T_B: the same as F then B, but the F's output leaves after the B.
+    const RunResult plain = run_schedule(s);
+    CHECK(near(plain.stats.ranks[1].busy, 6));
+    // A lowered schedule runs the same.
+    CHECK(near(run_schedule(lower(s), c).stats.makespan, 8.5));
+    Costs bad;
+    bad.forward_backward = std::nan("");
+    CHECK_THROWS_WITH_AS(run_schedule(s, bad), doctest::Contains("forward_backward must be a finite number"),
+                         std::invalid_argument);
 }
 
 TEST_CASE("predict() agrees with the executor wherever its conditions hold") {
@@ -238,7 +324,7 @@ TEST_CASE("predict() agrees with the executor wherever its conditions hold") {
                 }
     CHECK(checked > 40);
     CHECK_FALSE(predict("nosuch", GenerateParams{2, 2, 1, 0}, Costs{}));
-    CHECK_FALSE(predict("dualpipev", GenerateParams{2, 4, 1, 0}, Costs{})->exact_expected);
+    CHECK(predict("dualpipev", GenerateParams{2, 4, 1, 0}, Costs{})->exact_expected);
 }
 
 TEST_CASE("every action is a trace event: op, stage as layer, microbatch, memory before it") {

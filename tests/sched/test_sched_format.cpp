@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 using namespace dtsim::sched;
 
@@ -230,4 +231,45 @@ TEST_CASE("the example files in configs/schedules read as the generators' schedu
         CHECK(std::string(e.what()).find("broken_syntax.csv:2: cell 2 (rank 1): '1X1': unknown action type 'X'") !=
               std::string::npos);
     }
+}
+
+TEST_CASE("OVERLAP_F_B pairs read and write as PyTorch's _Action with sub_actions") {
+    // torch/distributed/pipelining/schedules.py: _Action.__repr__ writes an action
+    // with sub_actions as "(" + ";".join(sub reprs) + ")" + computation type, and
+    // _Action.from_str reads it back (strip()ing each sub-action).
+    std::istringstream in("rank 0: 0F0 (0F1; 1B0)OVERLAP_F_B, 0B1\nrank 1: 1F0 1F1 1B1\n");
+    const Schedule s = read_schedule_text(in, "p.txt");
+    REQUIRE(s.ranks[0].size() == 4);
+    CHECK(s.ranks[0][1] == act::F_overlapped(0, 1));
+    CHECK(s.ranks[0][2] == act::B(1, 0));
+    CHECK(s.where(0, 1) == "p.txt:1:13");
+    CHECK(s.where(0, 2) == "p.txt:1:13");
+    CHECK(action_strings(s.ranks[0]) == std::vector<std::string>{"0F0", "(0F1;1B0)OVERLAP_F_B", "0B1"});
+    CHECK(text_round_trip(s) == s);
+    CHECK(csv_round_trip(s) == s);
+    std::ostringstream csv;
+    write_schedule_csv(s, csv);
+    CHECK(csv.str() == "0F0,(0F1;1B0)OVERLAP_F_B,0B1\n1F0,1F1,1B1\n");
+    std::istringstream cin(csv.str());
+    const Schedule c = read_schedule_csv(cin, "p.csv");
+    CHECK(c == s);
+    CHECK(c.where(0, 2) == "p.csv:1: cell 2");
+    const Schedule d = dualpipev(3, 7);
+    CHECK(text_round_trip(d) == d);
+    CHECK(csv_round_trip(d) == d);
+}
+
+TEST_CASE("malformed OVERLAP_F_B pairs are errors at their file, line and column") {
+    CHECK(error_of_text("rank 0: 0F0\nrank 1: 1F0 (1F1;0B0)OVERLAP\n") ==
+          "f.txt:2:13: rank 1: '(1F1;0B0)OVERLAP': the type after the sub-actions is 'OVERLAP': expected an "
+          "overlapped pair (<forward>;<full backward>)OVERLAP_F_B such as (0F5;7B2)OVERLAP_F_B");
+    CHECK(error_of_text("rank 0: (0B0;0F1)OVERLAP_F_B\n").find(
+              "f.txt:1:9: rank 0: '(0B0;0F1)OVERLAP_F_B': the sub-actions are 0B0 and 0F1") == 0);
+    CHECK(error_of_text("rank 0: (0F1;0B0;0W0)OVERLAP_F_B\n").find("exactly two sub-actions") != std::string::npos);
+    CHECK(error_of_text("rank 0: (0F1;0B0\n").find("f.txt:1:9: rank 0: '(0F1;0B0': no ')' closes") == 0);
+    CHECK(error_of_text("rank 0: (0F1;0X0)OVERLAP_F_B\n").find("unknown action type 'X'") != std::string::npos);
+    CHECK(error_of_csv("0F0,(0F1;0I0)OVERLAP_F_B\n").find("f.csv:1: cell 2 (rank 0): '(0F1;0I0)OVERLAP_F_B': the "
+                                                          "sub-actions are 0F1 and 0I0") == 0);
+    CHECK(parse_error("(0F1;0B0)OVERLAP_F_B").find("an overlapped pair is not a single action here") !=
+          std::string::npos);
 }

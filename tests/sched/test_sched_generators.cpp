@@ -17,9 +17,9 @@ namespace {
 // One rank's actions as "0F0 0F1 ...".
 std::string line(const Schedule& s, int r) {
     std::string out;
-    for (const auto& a : s.ranks[static_cast<std::size_t>(r)]) {
+    for (const auto& a : action_strings(s.ranks[static_cast<std::size_t>(r)])) {
         if (!out.empty()) out += ' ';
-        out += to_string(a);
+        out += a;
     }
     return out;
 }
@@ -82,6 +82,7 @@ TEST_CASE("interleaved 1F1B warms up with 2(p-1-r)+(v-1)g forwards, then alterna
         for (int v : {2, 3, 4})
             for (int m : {p, 2 * p, 3 * p + 1})
                 for (int g : {p, m}) {
+                    if (m % g != 0 && m % g < p) continue;  // rejected, as Megatron-LM does
                     const Schedule s = interleaved_1f1b(p, m, v, g);
                     for (int r = 0; r < p; ++r) {
                         CAPTURE(p);
@@ -123,10 +124,26 @@ TEST_CASE("looped BFS: every microbatch through a chunk before the next; backwar
 
 TEST_CASE("DualPipeV follows the eight steps of DualPipeV.step()") {
     // Worked by hand from deepseek-ai/DualPipe dualpipev.py for 2 ranks, 4 microbatches:
-    // rank 0 holds stages 0 and 3, rank 1 stages 1 and 2.
+    // rank 0 holds stages 0 and 3, rank 1 stages 1 and 2. Each _forward_backward_chunk
+    // is an overlapped pair, written as PyTorch's ScheduleDualPipeV writes its
+    // OVERLAP_F_B actions (_calculate_single_rank_operations, add_overlap_f_b); the
+    // last rank's first step-4 F0 and B1 are not overlapped.
     const Schedule s = dualpipev(2, 4);
-    CHECK(line(s, 0) == "0F0 0F1 0F2 3F0 3I0 3W0 3F1 0F3 3B1 3F2 0B0 3B2 3F3 0B1 3B3 0I2 0W2 0I3 0W3");
-    CHECK(line(s, 1) == "1F0 2F0 1F1 2F1 1F2 2B0 2F2 1B0 1F3 2B1 2F3 1B1 2B2 1B2 2I3 1I3 2W3 1W3");
+    CHECK(line(s, 0) == "0F0 0F1 0F2 3F0 3I0 3W0 3F1 (0F3;3B1)OVERLAP_F_B (3F2;0B0)OVERLAP_F_B 3B2 "
+                        "(3F3;0B1)OVERLAP_F_B 3B3 0I2 0W2 0I3 0W3");
+    CHECK(line(s, 1) == "1F0 2F0 1F1 2F1 1F2 2B0 (2F2;1B0)OVERLAP_F_B (1F3;2B1)OVERLAP_F_B (2F3;1B1)OVERLAP_F_B 2B2 "
+                        "1B2 2I3 1I3 2W3 1W3");
+    // Pairs per rank: 2m-3p+r+1 on rank r < p-1, 2m-2p-1 on rank p-1 (steps 4 and 5).
+    for (int p : {2, 3, 4, 5})
+        for (int m : {2 * p, 2 * p + 3}) {
+            const Schedule d = dualpipev(p, m);
+            for (int r = 0; r < p; ++r) {
+                int pairs = 0;
+                for (const auto& a : d.ranks[static_cast<std::size_t>(r)]) pairs += a.overlap_next ? 1 : 0;
+                CHECK(pairs == (r < p - 1 ? 2 * m - 3 * p + r + 1 : 2 * m - 2 * p - 1));
+            }
+            CHECK(find_problems(d).empty());
+        }
     const Schedule big = dualpipev(4, 8);
     for (int r = 0; r < 4; ++r)
         for (const auto& a : big.ranks[static_cast<std::size_t>(r)]) CHECK((a.stage == r || a.stage == 7 - r));
@@ -138,6 +155,9 @@ TEST_CASE("generators reject impossible sizes, naming the parameter") {
     CHECK_THROWS_WITH_AS(gpipe(2, 0), doctest::Contains("microbatches m must be at least 1"), std::invalid_argument);
     CHECK_THROWS_WITH_AS(interleaved_1f1b(4, 2, 2), doctest::Contains("g must be in [p, m]"), std::invalid_argument);
     CHECK_THROWS_WITH_AS(interleaved_1f1b(4, 8, 2, 3), doctest::Contains("got p=4, g=3, m=8"), std::invalid_argument);
+    CHECK_THROWS_WITH_AS(interleaved_1f1b(4, 13, 2, 6), doctest::Contains("m mod g = 13 mod 6 = 1 is neither 0 nor >= p = 4"),
+                         std::invalid_argument);
+    CHECK_NOTHROW(interleaved_1f1b(4, 10, 2, 6));  // a last group of 4 = p is allowed
     CHECK_THROWS_WITH_AS(looped_bfs(2, 2, 0), doctest::Contains("chunks v must be at least 1"), std::invalid_argument);
     CHECK_THROWS_WITH_AS(dualpipev(4, 7), doctest::Contains("needs at least 2p microbatches"), std::invalid_argument);
 }

@@ -159,3 +159,37 @@ TEST_CASE("lowering refuses a lowered schedule and one that cannot progress") {
                                            "rank 1 cannot place its action 2 (1F1)"),
                          InvalidScheduleError);
 }
+
+TEST_CASE("an OVERLAP_F_B pair is a forward then a full backward, not of the same stage and microbatch") {
+    Schedule s;
+    s.ranks = {{act::F(0, 0), act::F_overlapped(0, 1), act::B(0, 0), act::B(0, 1)}};
+    CHECK(find_problems(s).empty());
+    s.ranks = {{act::F(0, 0), act::F(0, 1), act::B(0, 0), act::B(0, 1)}};
+    s.ranks[0][2].overlap_next = true;
+    CHECK(has(find_problems(s).front(), "rank 0's action 3 (0B0) is marked as overlapped with the next action"));
+    s.ranks = {{act::F(0, 0), act::F(0, 1), act::B(0, 0), act::F_overlapped(0, 2), act::I(0, 1), act::W(0, 1), act::B(0, 2)}};
+    CHECK(has(find_problems(s).front(), "rank 0's action 4 (0F2) opens an OVERLAP_F_B pair but the next action is 0I1"));
+    s.ranks = {{act::F(0, 0), act::F_overlapped(0, 1), act::B(0, 1), act::B(0, 0)}};
+    CHECK(has(find_problems(s).front(),
+              "rank 0's action 3 (0B1): an OVERLAP_F_B pair cannot hold the backward of its own forward"));
+    s.ranks = {{act::F(0, 0), act::B(0, 0), act::F_overlapped(0, 1)}};
+    std::string all;
+    for (const auto& p : find_problems(s)) all += p + "\n";
+    CHECK(has(all, "rank 0's action 3 (0F1) opens an OVERLAP_F_B pair but it is the rank's last action"));
+}
+
+TEST_CASE("lowering places an OVERLAP_F_B pair when both inputs are ready, then the sends of each") {
+    const Schedule low = lower(dualpipev(2, 4));
+    CHECK(find_problems(low).empty());
+    std::string r0;
+    for (const auto& a : action_strings(low.ranks[0])) r0 += a + " ";
+    // PyTorch's _add_send_recv: the pair, then SEND_F of its F and SEND_B of its B.
+    std::string r1;
+    for (const auto& a : action_strings(low.ranks[1])) r1 += a + " ";
+    CHECK(has(r0, "(0F3;3B1)OVERLAP_F_B 0SEND_F3 3SEND_B1 "));
+    CHECK(has(r1, "(2F2;1B0)OVERLAP_F_B 2SEND_F2 1SEND_B0 "));
+    CHECK(has(r0, "(3F2;0B0)OVERLAP_F_B "));  // stage 3 is the last, stage 0 the first: nothing to send
+    CHECK_FALSE(has(r0, "(3F2;0B0)OVERLAP_F_B 3SEND"));
+    CHECK_FALSE(has(r0, "(3F2;0B0)OVERLAP_F_B 0SEND"));
+    CHECK(strip_comms(low) == dualpipev(2, 4));
+}

@@ -5,11 +5,20 @@
 // (stage 0 sends microbatch 1's activation to stage 1), `1RECV_F1` (stage 1
 // receives it), `1SEND_B1`, `0RECV_B1`. PyTorch's FSDP actions `0UNSHARD`,
 // `0RESHARD` and `0REDUCE_GRAD` carry no microbatch.
+//
+// Overlapped forward and backward (PyTorch's OVERLAP_F_B computation type, used
+// by ScheduleDualPipeV; DualPipe's _forward_backward_chunk): one slot that runs
+// a forward of one microbatch and a full backward of another together, written
+// as PyTorch's _Action.__repr__ writes an action with sub_actions:
+// `(0F5;7B2)OVERLAP_F_B`. Here it is two consecutive actions of the rank's list,
+// the F with `overlap_next` set and then the B, so every per-action rule and
+// index applies to both unchanged; the executor runs the pair as one unit.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace dtsim::sched {
 
@@ -44,15 +53,29 @@ struct Action {
     int stage = 0;
     ActionType type = ActionType::forward;
     int microbatch = kNoMicrobatch;  // kNoMicrobatch for UNSHARD, RESHARD, REDUCE_GRAD
+    // An F that runs overlapped with the next action of its rank, a B: the two
+    // are one OVERLAP_F_B (validate() checks the pairing).
+    bool overlap_next = false;
     friend bool operator==(const Action&, const Action&) = default;
 };
 
-// "0F0", "3SEND_B12", "1UNSHARD".
+// "0F0", "3SEND_B12", "1UNSHARD" (one action: an overlapped F prints as itself).
 std::string to_string(const Action& action);
+// PyTorch's OVERLAP_F_B spelling of a pair: "(0F5;7B2)OVERLAP_F_B".
+std::string overlap_string(const Action& forward, const Action& backward);
+// A rank's actions as PyTorch writes them, one string per slot: an overlapped
+// pair (an F with overlap_next and the action after it) is one slot.
+std::vector<std::string> action_strings(const std::vector<Action>& actions);
 
 // Parses one action (surrounding spaces are ignored). Throws std::invalid_argument
 // whose message says what was expected and what was found.
 Action parse_action(std::string_view text);
+// One slot: a single action (one element) or `(<F>;<B>)OVERLAP_F_B` (two
+// elements, the F with overlap_next set). Spaces around the sub-actions are
+// ignored, as in PyTorch's _Action.from_str. Throws std::invalid_argument. This
+// world models an OVERLAP_F_B as exactly one forward followed by one full
+// backward (what ScheduleDualPipeV emits); other sub-action lists are rejected.
+std::vector<Action> parse_slot(std::string_view text);
 
 // Shorthands for writing schedules in code: act::F(0, 3) is 0F3.
 namespace act {
@@ -60,6 +83,8 @@ constexpr Action F(int stage, int mb) { return {stage, ActionType::forward, mb};
 constexpr Action B(int stage, int mb) { return {stage, ActionType::full_backward, mb}; }
 constexpr Action I(int stage, int mb) { return {stage, ActionType::backward_input, mb}; }
 constexpr Action W(int stage, int mb) { return {stage, ActionType::backward_weight, mb}; }
+// The F of an overlapped pair (the B follows it).
+constexpr Action F_overlapped(int stage, int mb) { return {stage, ActionType::forward, mb, true}; }
 }  // namespace act
 
 }  // namespace dtsim::sched

@@ -24,6 +24,13 @@
 // implicit receives are `recv` events on the receiver's comm stream over the same
 // interval, recorded when the consuming action takes the tensor. UNSHARD,
 // RESHARD and REDUCE_GRAD cost nothing and are not recorded.
+//
+// Overlapped F&B (an F with overlap_next and the B after it, PyTorch's
+// OVERLAP_F_B): as DualPipe's _forward_backward_chunk, the pair waits for both
+// inputs (the F's activation, the B's gradient), computes for T_{F&B}
+// (Costs::forward_backward), then sends both outputs. The trace shows its F and
+// B back to back, their durations T_F and T_B scaled to sum to T_{F&B}; memory
+// is as for F then B (the F's unit is held, then the B's freed).
 #pragma once
 
 #include "dtsim/sched/schedule.hpp"
@@ -35,19 +42,26 @@
 
 namespace dtsim::sched {
 
-// Costs in steps per (stage, microbatch); all must be finite and >= 0.
+// Costs in steps per (stage, microbatch); all must be finite and >= 0, except
+// forward_backward, where a negative value means T_F + T_B.
 struct Costs {
     double forward = 1;          // T_F
     double backward = 2;         // T_B, a full backward (B)
     double backward_input = 1;   // T_I
     double backward_weight = 1;  // T_W
+    double forward_backward = -1;  // T_{F&B}, an overlapped F and B (OVERLAP_F_B); < 0: T_F + T_B (no gain)
     double p2p = 0;              // a tensor crossing ranks; boundaries inside a rank are free
     double activation = 1;       // memory units held per (stage, microbatch)
 };
 
+// T_{F&B}: costs.forward_backward, or T_F + T_B when it is negative.
+[[nodiscard]] inline double overlapped_cost(const Costs& c) {
+    return c.forward_backward < 0 ? c.forward + c.backward : c.forward_backward;
+}
+
 struct RankStats {
     int rank = 0;
-    double busy = 0;             // sum of the rank's F/B/I/W durations
+    double busy = 0;             // sum of the rank's F/B/I/W durations (T_{F&B} per overlapped pair)
     double idle = 0;             // makespan - busy: the rank's bubble
     double bubble_fraction = 0;  // idle / makespan
     int peak_in_flight = 0;      // most (stage, microbatch) activations held at once

@@ -8,12 +8,15 @@
 //   spaces and/or commas; a line without a header continues the previous rank.
 //   `[`, `]` and the token `None` (PyTorch's idle slot) are ignored, so a
 //   rank's list printed by Python (`0: [0F0, 0F1, None, 0B0]`) reads as is.
-//   Ranks may come in any order; each of 0..R-1 exactly once.
+//   Ranks may come in any order; each of 0..R-1 exactly once. An overlapped
+//   pair is one token, `(0F5;7B2)OVERLAP_F_B` (spaces allowed inside the
+//   parentheses); both of its actions are located at the token.
 //
 // CSV (.csv): torch.distributed.pipelining's `_dump_csv`/`_load_csv` format: row r
 //   is rank r's actions, one action per cell (`csv.writer` rows of `str(action)`).
 //   Empty cells are idle slots (PyTorch writes `None` as an empty cell) and are
-//   skipped; an empty line is a rank without actions, as for Python's csv.reader
+//   skipped; a cell `(0F5;7B2)OVERLAP_F_B` is an overlapped pair (PyTorch's
+//   str() of an OVERLAP_F_B action); an empty line is a rank without actions, as for Python's csv.reader
 //   (so a blank line at the end adds an idle rank). LF or CRLF line ends; RFC 4180
 //   quoting.
 //   A row with SEND/RECV cells is PyTorch's "compute_comms" format, without them

@@ -33,10 +33,11 @@ Schedule one_f_one_b(int p, int m);
 // (get_schedule_table); the k-th backward takes the k-th entry of the same table
 // with the chunk reversed (v-1-c). Rank r runs min(2(p-1-r) + (v-1)g, v*m)
 // warm-up forwards, then one forward and one backward at a time, then the
-// remaining backwards. Megatron requires p <= g <= m, and so does this. When the
-// last group is smaller than p (0 < m mod g < p) the order idles more than the
-// formula, and for some sizes (e.g. p=4, m=5, v=3) it has a dependency cycle that
-// no execution can break: the executor reports it as a deadlock.
+// remaining backwards. Megatron-LM requires p <= g <= m and a last group of 0 or
+// at least p microbatches (m mod g = 0 or >= p; with the default g = p, m a
+// multiple of p), raising an error otherwise; so does this, quoting its rule
+// (such orders idle more than the formula, and some, e.g. p=4, m=5, v=3, have a
+// dependency cycle no execution can break).
 Schedule interleaved_1f1b(int p, int m, int v, int g = 0);
 
 // ZB-H1 (Qi et al. 2023, "Zero Bubble Pipeline Parallelism", handcrafted
@@ -57,9 +58,12 @@ Schedule looped_bfs(int p, int m, int v);
 // DualPipeV (DeepSeek, deepseek-ai/DualPipe dualpipev.py): the V-shaped two-chunk
 // schedule, rank r running stages r (phase 0) and 2p-1-r (phase 1), in the eight
 // steps of DualPipeV.step() (nF0, nF0F1, nB1W1F1, nF0B1F1B0, nB1F1B0, nB1B0,
-// nWB0, nW). A "forward_backward" pair is written as F then full B (there is no
-// overlap in this world); the zero-bubble backward chunks are I with their W
-// taken from a FIFO queue, as WeightGradStore does. Requires m >= 2p.
+// nWB0, nW). Each _forward_backward_chunk is an overlapped pair, an F with
+// overlap_next and then a full B (PyTorch's ScheduleDualPipeV writes it
+// `(F;B)OVERLAP_F_B`): in step 4 (F0&B1, F1&B0; but the last rank's first F0 and
+// B1 are not overlapped) and step 5 (B1, F1&B0). The zero-bubble backward chunks
+// are I with their W taken from a FIFO queue, as WeightGradStore does. Requires
+// m >= 2p.
 Schedule dualpipev(int p, int m);
 
 struct GeneratorInfo {

@@ -13,7 +13,8 @@ namespace dtsim::sched {
 // gradient; W and first/last-stage actions always). After an F whose next stage is
 // on another rank it appends SEND_F and the consumer rank gets RECV_F (stage s+1);
 // after a B or I whose previous stage is on another rank, SEND_B and RECV_B (stage
-// s-1). Throws InvalidScheduleError when the input is invalid, already lowered, or
+// s-1). An OVERLAP_F_B pair is placed when both its F and B are ready, followed
+// by the sends of each, as PyTorch does for an action with sub_actions. Throws InvalidScheduleError when the input is invalid, already lowered, or
 // a full round makes no progress ("can't schedule sends/recvs" in PyTorch), naming
 // each rank's next action.
 Schedule lower(const Schedule& compute_only);

@@ -74,7 +74,9 @@ public:
 //    on the producing rank, after the action that produces the tensor, and
 //    exactly one RECV on the consuming rank, before the action that consumes it;
 //    no SEND/RECV for a boundary inside one rank or past the first/last stage;
-//  - UNSHARD/RESHARD/REDUCE_GRAD name a stage of the rank they are on.
+//  - UNSHARD/RESHARD/REDUCE_GRAD name a stage of the rank they are on;
+//  - an F with overlap_next (OVERLAP_F_B) is followed by a full B on its rank,
+//    not the backward of the same stage and microbatch.
 // Returns the problems (empty when the schedule is valid); at most `limit`.
 std::vector<std::string> find_problems(const Schedule& schedule, std::size_t limit = 50);
 // Throws InvalidScheduleError listing the problems, if any.

@@ -16,6 +16,12 @@
 //   I, W     B split as zero-bubble schedules split it: I is B without the
 //            weight gradients and keeps the activations, W computes the weight
 //            gradients and frees them.
+//   (F;B)OVERLAP_F_B  (DualPipeV's overlapped pairs: an F with overlap_next
+//            and the B after it) runs as that F and then that B on the one
+//            compute stream, each at its own cost: no gain from the overlap
+//            is modelled here (DualPipe's gain comes from hiding one chunk's
+//            all-to-all under the other's compute, which needs a per-kernel
+//            model of both chunks); the step executor's T_F&B prices it.
 // SEND/RECV actions of a lowered schedule are stripped (the transfers follow
 // from F and B as above) and FSDP's UNSHARD/RESHARD/REDUCE_GRAD cost nothing.
 // A stage's gradients join the data-parallel buckets, layer by layer, in the
@@ -142,7 +148,7 @@ Task<> scheduled_pipeline(Device& gpu, const Job& job) {
         const sched::Action& a = actions[i];
         const Stage st{job, a.stage};
         GradientSync* sync = last_weights[static_cast<std::size_t>(a.stage)] == i ? &grads : nullptr;
-        switch (a.type) {
+        switch (a.type) {  // an overlapped F (overlap_next) runs as a plain F, its B next
             case ActionType::forward: co_await forward(gpu, st, a.microbatch); break;
             case ActionType::full_backward: co_await backward(gpu, st, a.microbatch, true, sync); break;
             case ActionType::backward_input: co_await backward(gpu, st, a.microbatch, false, nullptr); break;
