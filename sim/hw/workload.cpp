@@ -48,6 +48,14 @@ Workload make_workload(const TransformerSpec& m, const LayerSplit& s, const GpuS
                            attn_bytes};
     L.mlp_forward = {fc1 + fc2 + gpu.memory_seconds(mlp_bytes), f.mlp, mlp_bytes};
     L.attention_backward = times(L.attention_forward, 2);
+    // The scores' backward is not twice their forward: dropout's backward reads
+    // the gradient and the mask and writes the gradient (2 + 1 + 2 bytes), the
+    // softmax's reads the gradient and its output and writes the gradient
+    // (2 + 2 + 2; Megatron-LM's fused scaled_upper_triang_masked_softmax backward):
+    // 11 bytes per score against the 2 x 9 of two forwards.
+    const double scores_backward = s.flash_attention ? 0 : 11 * b * (a / t) * S * S;
+    L.attention_backward.seconds -= gpu.memory_seconds(2 * scores) - gpu.memory_seconds(scores_backward);
+    L.attention_backward.bytes -= 2 * scores - scores_backward;
     L.mlp_backward = times(L.mlp_forward, 2);
     L.attention_backward_weight = {qkv + proj, f.qkv + f.projection, 0};
     L.mlp_backward_weight = {fc1 + fc2, f.mlp, 0};

@@ -27,6 +27,7 @@ struct LayerWork {
     // counts what runs.
     Work attention_forward, mlp_forward;
     Work attention_backward, mlp_backward;  // twice the forward GEMMs, twice the element-wise bytes
+                                            // but 11 (not 18) bytes per attention score
     // The backward split as zero-bubble schedules split it (Qi et al. 2023): the
     // weight gradient W is one GEMM per weight matrix with the FLOPs of its
     // forward (QKV and projection; fc1[, fc3] and fc2); the input gradient I is
