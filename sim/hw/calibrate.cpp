@@ -242,6 +242,13 @@ void read_megatron(const Val& root, const std::string& stem, GroundTruth& out) {
         row.global_batch = col("global_batch").integer();
         row.micro_batch = col("micro_batch").integer();
         row.tflops_per_gpu = col("tflops_per_gpu").positive();
+        if (at.count("layers_per_virtual_stage") && !col("layers_per_virtual_stage").j.is_null())
+            row.layers_per_virtual_stage = col("layers_per_virtual_stage").integer();
+        if (at.count("ddp") && !col("ddp").j.is_null()) {
+            row.ddp = col("ddp").string();
+            if (row.ddp != "torch" && row.ddp != "local")
+                col("ddp").fail(fmt::format("expected \"torch\" or \"local\" (Megatron's --DDP-impl), found \"{}\"", row.ddp));
+        }
         if (row.gpus % (row.tp * row.pp) != 0)
             r.fail(fmt::format("gpus {} is not a multiple of tp x pp = {}", row.gpus, row.tp * row.pp));
         m.rows.push_back(row);

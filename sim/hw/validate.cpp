@@ -24,20 +24,44 @@ double megatron_flops(double B, double s, double l, double h, double V) {
     return 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));
 }
 
-// The schedule of the SC21 runs is interleaved 1F1B (Narayanan et al. 2021,
-// section 2.2; layers per virtual stage in megatron_a100_sc21.json). dtsim's
-// hardware world has plain 1F1B only, whose pipeline bubble is v times
-// larger for v model chunks per stage: the rows with pp > 1 are predicted
-// with that approximation (the validation note says so). When an interleaved
-// strategy exists, this is the one place to switch.
-nlohmann::json megatron_strategy(const MegatronRow& row) {
-    // SC21 Megatron-LM reduces data-parallel gradients after the backward pass
-    // (no overlap), as configs/runs/gpt3-175b-1024xa100-sc21.json.
-    return {{"name", "1f1b"}, {"tp", row.tp}, {"pp", row.pp}, {"dp", row.gpus / (row.tp * row.pp)},
-            {"recompute", "full"}, {"overlap", false}};
+// The schedule of each SC21 run, from NVIDIA/Megatron-LM examples/sc21/run_table_1.sh
+// (columns layers_per_virtual_stage and ddp of megatron_a100_sc21.json):
+// interleaved 1F1B (Narayanan et al. 2021, section 2.2) where the script passes
+// --num-layers-per-virtual-pipeline-stage, plain 1F1B for the other pp > 1 rows,
+// no pipeline for pp = 1. Gradients: --DDP-impl local all-reduces them after the
+// backward (train_step calls allreduce_gradients after forward_backward_func), torch
+// DDP overlaps the all-reduce with the last microbatch's backward (Megatron runs the
+// other microbatches under no_sync).
+nlohmann::json megatron_strategy(const MegatronRow& row, const std::string& file) {
+    const int dp = row.dp();
+    json s = {{"name", "1f1b"}, {"tp", row.tp}, {"pp", row.pp}, {"dp", dp}, {"recompute", "full"},
+              {"overlap", row.ddp == "torch"}};
+    if (row.layers_per_virtual_stage > 0 && row.pp > 1) {
+        const int per_chunk = row.pp * row.layers_per_virtual_stage;
+        auto fail = [&](const std::string& why) {
+            throw ConfigError(file, fmt::format("$.rows (Megatron row {})", row.model),
+                              fmt::format("interleaved 1F1B with {} layers per virtual stage: {}",
+                                          row.layers_per_virtual_stage, why));
+        };
+        if (row.layers % per_chunk != 0)
+            fail(fmt::format("{} layers are not a multiple of pp x layers per virtual stage = {}", row.layers, per_chunk));
+        if (row.chunks() < 2) fail(fmt::format("{} layers over pp {} leave a single model chunk", row.layers, row.pp));
+        // SC21-era Megatron (megatron/schedules.py, forward_backward_pipelining_with_interleaving)
+        // asserts that the microbatches divide into groups of pp.
+        if (row.microbatches() % row.pp != 0)
+            fail(fmt::format("{} microbatches are not a multiple of pp = {}", row.microbatches(), row.pp));
+        s["name"] = "interleaved";
+        s["chunks"] = row.chunks();
+        s["microbatch_group"] = row.pp;
+    }
+    return s;
 }
-constexpr const char* kMegatronScheduleNote =
-    "schedule approximated: plain 1F1B for Megatron's interleaved 1F1B (a larger pipeline bubble where pp > 1)";
+
+std::string megatron_schedule_label(const MegatronRow& row) {
+    if (row.pp == 1) return "no pipeline";
+    if (row.chunks() > 1) return fmt::format("interleaved 1F1B v={}", row.chunks());
+    return "1F1B";
+}
 
 nlohmann::json megatron_config(const MegatronRow& row, const nlohmann::json& cluster) {
     json d = json::object();
@@ -321,16 +345,18 @@ ValidationSet megatron_set(const MegatronSet& s, Clusters& clusters) {
             fitted.push_back(d);
     v.fit = fitted.empty() ? "held out: the config's parameters (see its sources)"
                            : fmt::format("held out: parameters fitted to {}", join(fitted));
-    v.note = fmt::format("dtsim::hw::simulate, strategy {}, recompute full, fp16, seq 2048, vocab 51200; "
-                         "TFLOP/s = Megatron's 96 B s l h^2 (1 + s/6h + V/16lh) / (GPUs x step time); {}",
-                         megatron_strategy(s.rows.front())["name"].get<std::string>(), kMegatronScheduleNote);
+    v.note = "dtsim::hw::simulate, each row's schedule as run_table_1.sh ran it (interleaved 1F1B with v chunks, "
+             "plain 1F1B, or no pipeline for pp 1), recompute full, fp16, seq 2048, vocab 51200, gradients "
+             "all-reduced after the backward (DDP local) or overlapping it (torch DDP, pp 1); TFLOP/s = Megatron's "
+             "96 B s l h^2 (1 + s/6h + V/16lh) / (GPUs x step time)";
     std::vector<std::string> fitted_rows;
     for (const auto& row : s.rows) {
         const double predicted = predict_megatron(row, cd->doc, cd->file);
         const auto& ds = c.gpu.gemm.datasets;
         const bool in = std::find(ds.begin(), ds.end(), megatron_row_id(s, row)) != ds.end();
         if (in) fitted_rows.push_back(row.model);
-        v.points.push_back({fmt::format("{} tp{} pp{} {} GPUs{}", row.model, row.tp, row.pp, row.gpus, in ? " (fitted)" : ""),
+        v.points.push_back({fmt::format("{} tp{} pp{} {} GPUs, {}{}", row.model, row.tp, row.pp, row.gpus,
+                                        megatron_schedule_label(row), in ? " (fitted)" : ""),
                             static_cast<double>(row.gpus), row.tflops_per_gpu, predicted, "TFLOP/s", true, in});
     }
     if (!fitted_rows.empty())

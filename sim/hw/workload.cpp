@@ -21,8 +21,16 @@ Workload make_workload(const TransformerSpec& m, const LayerSplit& s, const GpuS
 
     // GEMMs of one layer on one GPU (Megatron: QKV and fc1 column-parallel, proj and fc2 row-parallel).
     const double qkv = gpu.gemm_seconds(tokens, h * (1 + 2 * kv / a) / t, h, d);
-    // Attention core as one batched GEMM per product over b x a/t heads; the causal mask halves it.
-    const double core = 0.5 * (gpu.gemm_seconds(S * b * a / t, S, hd, d) + gpu.gemm_seconds(S * b * a / t, hd, S, d));
+    // Attention core as one batched GEMM per product over b x a/t heads. A fused
+    // causal kernel (FlashAttention) skips the upper triangle: half of both.
+    // Unfused attention multiplies the whole s x s matrix and masks it in the
+    // softmax afterwards: Megatron-LM's ParallelAttention (megatron/model/
+    // transformer.py, 2021) runs torch.baddbmm for Q K^T and torch.bmm for the
+    // probabilities times V over all s x s scores, so it pays (and executes) both
+    // products in full.
+    const double core_share = s.flash_attention ? 0.5 : 1.0;
+    const double core = core_share * (gpu.gemm_seconds(S * b * a / t, S, hd, d) + gpu.gemm_seconds(S * b * a / t, hd, S, d));
+    const double core_flops = f.attention * 2 * core_share;  // f.attention is the causal half
     const double proj = gpu.gemm_seconds(tokens, h, h / t, d);
     const double fc1 = gpu.gemm_seconds(tokens, mlp_in * ffn / t, h, d);
     const double fc2 = gpu.gemm_seconds(tokens, h, ffn / t, d);
@@ -36,9 +44,18 @@ Workload make_workload(const TransformerSpec& m, const LayerSplit& s, const GpuS
     const double attn_bytes = h_bytes / 2 + scores, mlp_bytes = elementwise - h_bytes / 2;
 
     LayerWork& L = w.layer;
-    L.attention_forward = {qkv + core + proj + gpu.memory_seconds(attn_bytes), f.attention_block(), attn_bytes};
+    L.attention_forward = {qkv + core + proj + gpu.memory_seconds(attn_bytes), f.qkv + core_flops + f.projection,
+                           attn_bytes};
     L.mlp_forward = {fc1 + fc2 + gpu.memory_seconds(mlp_bytes), f.mlp, mlp_bytes};
     L.attention_backward = times(L.attention_forward, 2);
+    // The scores' backward is not twice their forward: dropout's backward reads
+    // the gradient and the mask and writes the gradient (2 + 1 + 2 bytes), the
+    // softmax's reads the gradient and its output and writes the gradient
+    // (2 + 2 + 2; Megatron-LM's fused scaled_upper_triang_masked_softmax backward):
+    // 11 bytes per score against the 2 x 9 of two forwards.
+    const double scores_backward = s.flash_attention ? 0 : 11 * b * (a / t) * S * S;
+    L.attention_backward.seconds -= gpu.memory_seconds(2 * scores) - gpu.memory_seconds(scores_backward);
+    L.attention_backward.bytes -= 2 * scores - scores_backward;
     L.mlp_backward = times(L.mlp_forward, 2);
     L.attention_backward_weight = {qkv + proj, f.qkv + f.projection, 0};
     L.mlp_backward_weight = {fc1 + fc2, f.mlp, 0};
@@ -50,7 +67,7 @@ Workload make_workload(const TransformerSpec& m, const LayerSplit& s, const GpuS
             L.mlp_recompute = L.mlp_forward;
             break;
         case Recompute::selective:
-            L.attention_recompute = {core, f.attention, 0};
+            L.attention_recompute = {core, core_flops, 0};
             break;
         case Recompute::none: break;
     }

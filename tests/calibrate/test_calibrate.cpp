@@ -11,6 +11,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <numeric>
 #include <vector>
 
@@ -284,6 +285,7 @@ TEST_CASE("a held-out Megatron row through dtsim::hw::simulate on the shipped A1
     row.model = "18B";
     row.heads = 48, row.hidden = 6144, row.layers = 40, row.tp = 8, row.pp = 1, row.gpus = 256;
     row.global_batch = 1024, row.micro_batch = 8, row.tflops_per_gpu = 135;
+    row.ddp = "torch";  // run_table_1.sh: DDP=torch, the gradient all-reduce overlaps the backward
     const std::string file = std::string(DTSIM_CONFIGS) + "/clusters/selene-a100.json";
     const auto cluster = cal::read_cluster_file(file);
     const auto& ds = cluster["cluster"]["gpu"]["gemm"]["datasets"];
@@ -296,6 +298,78 @@ TEST_CASE("a held-out Megatron row through dtsim::hw::simulate on the shipped A1
     CHECK(cfg.strategy.dp == 32);
     CHECK(cfg.strategy.recompute == Recompute::full);
     CHECK(cfg.model.spec.dtype == DType::fp16);
+    CHECK(cfg.strategy.overlap);
+}
+
+TEST_CASE("a held-out interleaved Megatron row (76B) through dtsim::hw::simulate on the shipped A100 cluster") {
+    // SC21 Table 1, 76B: 80 heads, hidden 10240, 60 layers, TP 8, PP 4, 1024 GPUs, batch 1792,
+    // microbatch 2: 140 TFLOP/s; run_table_1.sh: --num-layers-per-virtual-pipeline-stage 5, DDP local.
+    cal::MegatronRow row;
+    row.model = "76B";
+    row.heads = 80, row.hidden = 10240, row.layers = 60, row.tp = 8, row.pp = 4, row.gpus = 1024;
+    row.global_batch = 1792, row.micro_batch = 2, row.tflops_per_gpu = 140;
+    row.layers_per_virtual_stage = 5, row.ddp = "local";
+    CHECK(row.dp() == 32);
+    CHECK(row.microbatches() == 28);
+    CHECK(row.chunks() == 3);  // 60 / (4 x 5)
+    CHECK(cal::megatron_schedule_label(row) == "interleaved 1F1B v=3");
+    const std::string file = std::string(DTSIM_CONFIGS) + "/clusters/selene-a100.json";
+    const auto cluster = cal::read_cluster_file(file);
+    const auto& ds = cluster["cluster"]["gpu"]["gemm"]["datasets"];
+    CHECK(std::find(ds.begin(), ds.end(), "megatron_a100_sc21:76B") == ds.end());
+    const auto cfg = parse_config(cal::megatron_config(row, cluster), "row");
+    CHECK(cfg.strategy.name == "interleaved");
+    CHECK(cfg.strategy.chunks == 3);
+    CHECK(cfg.strategy.microbatch_group == 4);
+    CHECK_FALSE(cfg.strategy.overlap);
+    const double predicted = cal::predict_megatron(row, cluster, file);
+    CHECK(std::abs(predicted / 140 - 1) < 0.15);
+}
+
+TEST_CASE("Megatron rows: schedule and gradient overlap from the run script's settings") {
+    cal::MegatronRow row;
+    row.model = "x";
+    row.heads = 8, row.hidden = 1024, row.layers = 24, row.tp = 1, row.pp = 4, row.gpus = 8;
+    row.global_batch = 16, row.micro_batch = 1;  // dp 2, 8 microbatches
+    CHECK(cal::megatron_strategy(row)["name"] == "1f1b");
+    CHECK(cal::megatron_schedule_label(row) == "1F1B");
+    CHECK(cal::megatron_strategy(row)["overlap"] == false);
+    row.ddp = "torch";
+    CHECK(cal::megatron_strategy(row)["overlap"] == true);
+    row.layers_per_virtual_stage = 3;  // 24 / (4 x 3) = 2 chunks
+    const auto s = cal::megatron_strategy(row);
+    CHECK(s["name"] == "interleaved");
+    CHECK(s["chunks"] == 2);
+    CHECK(s["microbatch_group"] == 4);
+    row.global_batch = 12;  // 6 microbatches: SC21-era Megatron needs a multiple of pp
+    CHECK_THROWS_WITH_AS(cal::megatron_strategy(row, "t.json"),
+                         doctest::Contains("6 microbatches are not a multiple of pp = 4"), ConfigError);
+    row.global_batch = 16;
+    row.layers_per_virtual_stage = 5;  // 24 % 20
+    CHECK_THROWS_WITH_AS(cal::megatron_strategy(row, "t.json"), doctest::Contains("not a multiple of pp x layers"),
+                         ConfigError);
+    row.layers_per_virtual_stage = 6;  // one chunk
+    CHECK_THROWS_WITH_AS(cal::megatron_strategy(row, "t.json"), doctest::Contains("single model chunk"), ConfigError);
+    row.pp = 1, row.layers_per_virtual_stage = 0;
+    CHECK(cal::megatron_schedule_label(row) == "no pipeline");
+}
+
+TEST_CASE("the shipped Megatron table: each row's schedule as run_table_1.sh ran it") {
+    const auto data = cal::load_ground_truth({std::string(DTSIM_CONFIGS) + "/../calibration/data/megatron_a100_sc21.json"});
+    REQUIRE(data.megatron.size() == 1);
+    std::map<std::string, std::string> label;
+    for (const auto& r : data.megatron[0].rows) {
+        label[r.model] = cal::megatron_schedule_label(r);
+        CHECK(r.ddp == (r.pp == 1 ? "torch" : "local"));
+        (void)cal::megatron_strategy(r);  // the interleaved rows meet Megatron's constraints
+    }
+    CHECK(label["18B"] == "no pipeline");
+    CHECK(label["39B"] == "1F1B");
+    CHECK(label["76B"] == "interleaved 1F1B v=3");
+    CHECK(label["145B"] == "interleaved 1F1B v=2");
+    CHECK(label["310B"] == "interleaved 1F1B v=2");
+    CHECK(label["530B"] == "interleaved 1F1B v=3");
+    CHECK(label["1T"] == "1F1B");
 }
 
 TEST_CASE("gpu families and Megatron's FLOP count") {

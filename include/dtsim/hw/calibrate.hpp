@@ -13,7 +13,7 @@
 //     "columns": ["m", "n", "k", "tflops", ...], "rows": [[...], ...]}};
 //   - Megatron-LM runs: {"source", "columns": [..., "heads", "hidden",
 //     "layers", "tp", "pp", "gpus", "global_batch", "micro_batch",
-//     "tflops_per_gpu"], "rows": [[...], ...]}.
+//     "tflops_per_gpu", "layers_per_virtual_stage"?, "ddp"?], "rows": [[...], ...]}.
 // Bad files throw ConfigError naming the file, the JSON path and what was
 // expected against what was found.
 #pragma once
@@ -64,6 +64,20 @@ struct MegatronRow {
     std::string model;
     int heads = 0, hidden = 0, layers = 0, tp = 1, pp = 1, gpus = 1, global_batch = 1, micro_batch = 1;
     double tflops_per_gpu = 0;  // measured, Megatron's count (megatron_flops)
+    // Megatron's --num-layers-per-virtual-pipeline-stage (optional column
+    // "layers_per_virtual_stage"; null or absent: 0, not interleaved): the run
+    // used interleaved 1F1B with layers / (pp x this) model chunks per GPU.
+    int layers_per_virtual_stage = 0;
+    // Megatron's --DDP-impl (optional column "ddp"): "torch" (PyTorch DDP, the
+    // gradient all-reduce overlaps the last microbatch's backward), "local"
+    // (all-reduced after the backward), "" (unknown: as local).
+    std::string ddp;
+    [[nodiscard]] int dp() const { return gpus / (tp * pp); }
+    [[nodiscard]] int microbatches() const { return global_batch / (micro_batch * dp()); }
+    // Model chunks per GPU of the interleaved schedule; 1 when not interleaved.
+    [[nodiscard]] int chunks() const {
+        return layers_per_virtual_stage > 0 && pp > 1 ? layers / (pp * layers_per_virtual_stage) : 1;
+    }
 };
 
 struct MegatronSet {
@@ -148,8 +162,17 @@ CalibrateResult calibrate(const nlohmann::json& base, const std::string& base_fi
 // al. SC21, eq. 3): 96 B s l h^2 (1 + s / 6h + V / 16 l h).
 double megatron_flops(double batch, double seq, double layers, double hidden, double vocab);
 
-// The strategy a Megatron row runs with (interleaved 1F1B in the paper; see validate.cpp).
-nlohmann::json megatron_strategy(const MegatronRow& row);
+// The strategy a Megatron row runs with: "interleaved" with row.chunks() chunks
+// where the row gives layers per virtual stage, else "1f1b" (pp = 1: no
+// pipeline); full recompute; the gradient all-reduce overlapping the backward
+// only with torch DDP. Throws ConfigError (naming `file` and the row) when the
+// row breaks a constraint of SC21-era Megatron's interleaved schedule: layers
+// divisible by pp x layers per virtual stage, more than one chunk, and the
+// microbatches a multiple of pp.
+nlohmann::json megatron_strategy(const MegatronRow& row, const std::string& file = "megatron row");
+// How the row's schedule reads in validate's output: "interleaved 1F1B v=2",
+// "1F1B", "no pipeline".
+std::string megatron_schedule_label(const MegatronRow& row);
 // The whole config of a Megatron row on `cluster` ({"cluster": ...}).
 nlohmann::json megatron_config(const MegatronRow& row, const nlohmann::json& cluster);
 // Megatron's TFLOP/s per GPU for the row as dtsim::hw::simulate predicts it on `cluster`.

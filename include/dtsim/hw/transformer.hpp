@@ -49,7 +49,8 @@ struct LayerSplit {
 // Forward FLOPs of one layer for one microbatch on one GPU (each /t):
 //   qkv        2 b s h (h + 2 kv h/a)
 //   attention  2 x 2 b s^2 h x 1/2   (QK^T and AV; causal masking halves both,
-//                                      as FlashAttention's causal kernels skip the upper triangle)
+//                                      as FlashAttention's causal kernels skip the upper triangle;
+//                                      unfused attention executes both in full: see LayerWork)
 //   projection 2 b s h^2
 //   mlp        2 b s h ffn x (2 or 3 matrices)
 // Backward is twice the forward; recompute adds a forward (full) or the
