@@ -25,5 +25,6 @@ void register_bench_command(CLI::App& app);    // `bench`
 void register_render_command(CLI::App& app);   // `render`
 void register_schedule_command(CLI::App& app); // `schedule` (pipeline schedules as data)
 void register_run_commands(CLI::App& app);     // `run`, `compare` (the hardware world)
+void register_failures_command(CLI::App& app); // `failures` (faults and checkpoints, hardware world)
 
 }  // namespace dtsim::cli

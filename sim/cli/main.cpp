@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
     dtsim::cli::register_schedule_command(app);
 #ifdef DTSIM_WITH_HW
     dtsim::cli::register_run_commands(app);
+    dtsim::cli::register_failures_command(app);
 #endif
     try {
         app.parse(argc, argv);

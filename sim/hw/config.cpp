@@ -342,7 +342,7 @@ Algorithm read_algorithm(const Node& n) {
 }
 
 void from_json(const Node& n, Cluster& c) {
-    n.keys({"name", "gpu", "gpus_per_node", "nodes", "links", "collective_base_latency_us", "algorithm"});
+    n.keys({"name", "gpu", "gpus_per_node", "nodes", "links", "collective_base_latency_us", "algorithm", "storage"});
     c.name = n.has("name") ? n["name"].string() : "cluster";
     from_json(n["gpu"], c.gpu);
     c.gpus_per_node = n["gpus_per_node"].integer(1);
@@ -361,6 +361,14 @@ void from_json(const Node& n, Cluster& c) {
     }
     c.base_latency = n.has("collective_base_latency_us") ? n["collective_base_latency_us"].non_negative() * kMicro : 0;
     c.algorithm = n.has("algorithm") ? read_algorithm(n["algorithm"]) : Algorithm::automatic;
+    if (n.has("storage")) {
+        // Checkpoint storage: aggregate write and read bandwidth, and each node's own link to it.
+        const Node st = n["storage"];
+        st.keys({"write_GBps", "read_GBps", "per_node_GBps"});
+        c.storage.write_bandwidth = st["write_GBps"].positive() * kGB;
+        c.storage.read_bandwidth = st.has("read_GBps") ? st["read_GBps"].positive() * kGB : c.storage.write_bandwidth;
+        c.storage.node_bandwidth = st["per_node_GBps"].positive() * kGB;
+    }
 }
 
 void from_json(const Node& n, ModelConfig& m) {
