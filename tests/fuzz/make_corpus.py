@@ -39,15 +39,17 @@ def scrub(v):
     return v
 
 
-for run in sorted((root / "configs" / "runs").glob("*.json")):
-    (out / "config" / run.name).write_text(json.dumps(scrub(load(run)), indent=1) + "\n")
+runs = [(r, r.name) for r in sorted((root / "configs" / "runs").glob("*.json"))]
+runs += [(r, "resilience-" + r.name) for r in sorted((root / "configs" / "resilience").glob("*.json"))]
+for run, name in runs:
+    (out / "config" / name).write_text(json.dumps(scrub(load(run)), indent=1) + "\n")
     doc = json.loads(run.read_text())
     inc = doc.pop("include", [])
     inc = [inc] if isinstance(inc, str) else inc
     parts = [scrub(load(run.parent / name)) for name in inc[:3]]
     doc["include"] = [f"f{i + 1}.json" for i in range(len(parts))]
     text = "\n----\n".join(json.dumps(scrub(d), indent=1) for d in [doc] + parts)
-    (out / "include" / run.name).write_text(text + "\n")
+    (out / "include" / name).write_text(text + "\n")
 (out / "config" / "override.json").write_text(
     "@set strategy.tp=2\n@set strategy.name=megatron\n"
     + json.dumps(scrub(load(root / "configs" / "runs" / "llama3-8b-8xh100-megatron.json"))) + "\n")
