@@ -125,6 +125,18 @@ Document load_file(const fs::path& path, std::vector<fs::path>& stack) {
         const auto nl = s.rfind('\n', upto == 0 ? 0 : upto - 1);
         const auto col = nl == std::string::npos ? upto : upto - nl - 1;
         throw ConfigError(name, "$", fmt::format("invalid JSON at line {}, column {}", line, col));
+    } catch (const json::out_of_range& e) {
+        // A number too large for a double (1e400): nlohmann names the number, not its place; find it.
+        const std::string s = text.str(), what = e.what();
+        const auto q = what.find('\'');
+        const std::string number = q == std::string::npos ? "" : what.substr(q + 1, what.rfind('\'') - q - 1);
+        const auto at = number.empty() ? std::string::npos : s.find(number);
+        if (at == std::string::npos) throw ConfigError(name, "$", "invalid JSON: a number is out of range");
+        const auto line = 1 + std::count(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(at), '\n');
+        const auto nl = s.rfind('\n', at == 0 ? 0 : at - 1);
+        const auto col = (nl == std::string::npos || at == 0) ? at + 1 : at - nl;
+        throw ConfigError(name, "$", fmt::format("invalid JSON at line {}, column {}: the number {} is out of range",
+                                                 line, col, number));
     }
     if (!j.is_object()) throw ConfigError(name, "$", fmt::format("expected an object, found {}", describe(j)));
 

@@ -74,6 +74,13 @@ TEST_CASE("config: invalid JSON names the file, line and column") {
     CHECK(config_file_error("not-json.json") == kData + "/not-json.json: $: invalid JSON at line 3, column 15");
 }
 
+// Regression (fuzz_config_include): a number too large for a double made nlohmann
+// throw out_of_range, which escaped load_config as a non-ConfigError naming no place.
+TEST_CASE("config: a number out of range names the file, line and column") {
+    CHECK(config_file_error("huge-number.json") ==
+          kData + "/huge-number.json: $: invalid JSON at line 3, column 24: the number 444e444444 is out of range");
+}
+
 TEST_CASE("config: an unknown key names its JSON path and suggests the near miss") {
     json d = base();
     d["strategy"]["tpp"] = 2;
