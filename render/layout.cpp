@@ -152,6 +152,12 @@ std::string class_label(BoxClass c, const Census& census) {
             return names.size() == 1 && names[0] == "update" ? "update" : with_names("update");
         case BoxClass::collective: return with_names("collective");
         case BoxClass::p2p: return with_names("point-to-point");
+        case BoxClass::train: return "training steps";
+        case BoxClass::lost: return "lost work (redone)";
+        case BoxClass::checkpoint: return "checkpoint write";
+        case BoxClass::restart: return "restart (relaunch, load)";
+        case BoxClass::failure: return "failed node";
+        case BoxClass::idle: return "idle";
         case BoxClass::other: return with_names("other");
     }
     return "";

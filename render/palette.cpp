@@ -23,6 +23,13 @@ BoxClass box_class(const Event& e) {
         case OpKind::p2p: return BoxClass::p2p;
         case OpKind::other: break;
     }
+    const auto name = e.op.name();
+    if (name == "train") return BoxClass::train;
+    if (name == "lost") return BoxClass::lost;
+    if (name == "checkpoint") return BoxClass::checkpoint;
+    if (name == "restart") return BoxClass::restart;
+    if (name == "failure") return BoxClass::failure;
+    if (name == "idle") return BoxClass::idle;
     return BoxClass::other;
 }
 
@@ -69,6 +76,12 @@ Rgba style_colour(StyleKey key, int layers) {
             return c;
         }
         case BoxClass::p2p: return colours::p2p;
+        case BoxClass::train: return colours::train;
+        case BoxClass::lost: return colours::lost;
+        case BoxClass::checkpoint: return colours::checkpoint;
+        case BoxClass::restart: return colours::restart;
+        case BoxClass::failure: return colours::failure;
+        case BoxClass::idle: return colours::idle;
         case BoxClass::other: break;
     }
     return colours::other;

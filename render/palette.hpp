@@ -13,9 +13,15 @@ struct Rgba {
     friend bool operator==(const Rgba&, const Rgba&) = default;
 };
 
-// How a box is drawn; one legend entry each.
-enum class BoxClass : std::uint8_t { forward, backward, loss, update, collective, p2p, other };
-inline constexpr std::size_t kBoxClasses = 7;
+// How a box is drawn; one legend entry each. The faults-and-checkpoints classes
+// (`dtsim failures` traces) are the ops named train, lost, checkpoint, restart,
+// failure and idle.
+enum class BoxClass : std::uint8_t {
+    forward, backward, loss, update, collective, p2p,
+    train, lost, checkpoint, restart, failure, idle,
+    other
+};
+inline constexpr std::size_t kBoxClasses = 13;
 
 BoxClass box_class(const Event& e);
 
@@ -43,6 +49,12 @@ inline constexpr Rgba update{1.0, 0.82, 0.16};
 inline constexpr Rgba loss{0.47, 0.31, 0.67};
 inline constexpr Rgba p2p{0.55, 0.55, 0.55};
 inline constexpr Rgba other{0.76, 0.71, 0.59};
+inline constexpr Rgba train{0.14, 0.59, 0.24};       // useful steps (kept by a checkpoint)
+inline constexpr Rgba lost{0.96, 0.6, 0.6};          // steps done, then lost to a failure
+inline constexpr Rgba checkpoint{0.12, 0.39, 0.75};  // writing a checkpoint
+inline constexpr Rgba restart{1.0, 0.6, 0.1};        // relaunch and checkpoint load
+inline constexpr Rgba failure{0.8, 0.0, 0.0};        // the failed node, until replaced
+inline constexpr Rgba idle{0.9, 0.9, 0.9};           // waiting for others
 inline constexpr Rgba no_layer{0.27, 0.43, 0.67};
 inline constexpr Rgba marker{0.35, 0.2, 0.51};        // zero-duration events
 inline constexpr Rgba memory{0.67, 0.67, 0.67};       // memory bars

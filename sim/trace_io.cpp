@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iterator>
 #include <ostream>
+#include <stdexcept>
 
 namespace dtsim {
 namespace {
@@ -193,7 +194,12 @@ Trace read_trace_json(std::istream& in, const std::string& source) {
             const auto& op = need(ej, "op", source, ep);
             if (!op.is_string() || op.get_ref<const std::string&>().empty())
                 fail(source, ep + ".op", fmt::format("expected an operation name, found {}", op.dump()));
-            e.op = OpCode::of(op.get_ref<const std::string&>());
+            try {
+                e.op = OpCode::of(op.get_ref<const std::string&>());
+            } catch (const std::length_error&) {  // the process-wide table of names is full
+                fail(source, ep + ".op", fmt::format("too many distinct operation names (at most 65535 in one process), "
+                                                     "found {}", op.dump()));
+            }
             if (auto it = ej.find("layer"); it != ej.end() && !it->is_null()) {
                 auto l = need_int(*it, source, ep + ".layer");
                 if (l < 0 || l > 1'000'000'000)

@@ -26,5 +26,6 @@ void register_render_command(CLI::App& app);   // `render`
 void register_schedule_command(CLI::App& app); // `schedule` (pipeline schedules as data)
 void register_run_commands(CLI::App& app);     // `run`, `compare` (the hardware world)
 void register_calibrate_commands(CLI::App& app); // `calibrate`, `validate` (ground truth)
+void register_failures_command(CLI::App& app); // `failures` (faults and checkpoints, hardware world)
 
 }  // namespace dtsim::cli

@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
 #ifdef DTSIM_WITH_HW
     dtsim::cli::register_run_commands(app);
     dtsim::cli::register_calibrate_commands(app);
+    dtsim::cli::register_failures_command(app);
 #endif
     try {
         app.parse(argc, argv);

@@ -131,6 +131,18 @@ Document load_file(const fs::path& path, std::vector<fs::path>& stack) {
         const auto nl = s.rfind('\n', upto == 0 ? 0 : upto - 1);
         const auto col = nl == std::string::npos ? upto : upto - nl - 1;
         throw ConfigError(name, "$", fmt::format("invalid JSON at line {}, column {}", line, col));
+    } catch (const json::out_of_range& e) {
+        // A number too large for a double (1e400): nlohmann names the number, not its place; find it.
+        const std::string s = text.str(), what = e.what();
+        const auto q = what.find('\'');
+        const std::string number = q == std::string::npos ? "" : what.substr(q + 1, what.rfind('\'') - q - 1);
+        const auto at = number.empty() ? std::string::npos : s.find(number);
+        if (at == std::string::npos) throw ConfigError(name, "$", "invalid JSON: a number is out of range");
+        const auto line = 1 + std::count(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(at), '\n');
+        const auto nl = s.rfind('\n', at == 0 ? 0 : at - 1);
+        const auto col = (nl == std::string::npos || at == 0) ? at + 1 : at - nl;
+        throw ConfigError(name, "$", fmt::format("invalid JSON at line {}, column {}: the number {} is out of range",
+                                                 line, col, number));
     }
     if (!j.is_object()) throw ConfigError(name, "$", fmt::format("expected an object, found {}", describe(j)));
 
@@ -421,11 +433,14 @@ Algorithm read_algorithm(const Node& n) {
 }
 
 void from_json(const Node& n, Cluster& c) {
-    n.keys({"name", "gpu", "gpus_per_node", "nodes", "links", "collective_base_latency_us", "algorithm"});
+    n.keys({"name", "gpu", "gpus_per_node", "nodes", "links", "collective_base_latency_us", "algorithm", "storage"});
     c.name = n.has("name") ? n["name"].string() : "cluster";
     from_json(n["gpu"], c.gpu);
     c.gpus_per_node = n["gpus_per_node"].integer(1);
     c.nodes = n["nodes"].integer(1);
+    if (static_cast<long long>(c.gpus_per_node) * c.nodes > INT_MAX)
+        n["nodes"].fail(fmt::format("{} nodes x {} GPUs per node is more GPUs than dtsim counts (at most {})", c.nodes,
+                                    c.gpus_per_node, INT_MAX));
     const Node links = n["links"];
     links.keys({"intra_node", "inter_node"});
     from_json(links["intra_node"], c.intra_node);
@@ -437,6 +452,14 @@ void from_json(const Node& n, Cluster& c) {
     }
     c.base_latency = n.has("collective_base_latency_us") ? n["collective_base_latency_us"].non_negative() * kMicro : 0;
     c.algorithm = n.has("algorithm") ? read_algorithm(n["algorithm"]) : Algorithm::automatic;
+    if (n.has("storage")) {
+        // Checkpoint storage: aggregate write and read bandwidth, and each node's own link to it.
+        const Node st = n["storage"];
+        st.keys({"write_GBps", "read_GBps", "per_node_GBps"});
+        c.storage.write_bandwidth = st["write_GBps"].positive() * kGB;
+        c.storage.read_bandwidth = st.has("read_GBps") ? st["read_GBps"].positive() * kGB : c.storage.write_bandwidth;
+        c.storage.node_bandwidth = st["per_node_GBps"].positive() * kGB;
+    }
 }
 
 void from_json(const Node& n, ModelConfig& m) {
@@ -538,13 +561,17 @@ void validate(const Node& root, Config& c) {
     const std::string machine = fmt::format("the cluster {} has {} GPUs ({} node{} x {} GPUs per node)", c.cluster.name,
                                             gpus, c.cluster.nodes, c.cluster.nodes == 1 ? "" : "s",
                                             c.cluster.gpus_per_node);
-    if (s.dp * s.tp * s.pp != gpus) {
+    // 64-bit products: each size is an int, and tp x pp x dp may overflow one.
+    const long long model_parallel = static_cast<long long>(s.tp) * s.pp;
+    if (model_parallel > gpus || model_parallel * s.dp != gpus) {
         if (!st.has("dp"))
             where(culprit).fail(fmt::format("tp x pp = {} x {} = {} does not divide the GPU count: {}; data "
                                             "parallelism takes the GPUs left over when dp is not given",
-                                            s.tp, s.pp, s.tp * s.pp, machine));
+                                            s.tp, s.pp, model_parallel, machine));
+        const std::string product = model_parallel <= INT_MAX ? std::to_string(model_parallel * s.dp)
+                                                              : fmt::format("{} x {}", model_parallel, s.dp);
         where(culprit).fail(fmt::format("tp x pp x dp = {} x {} x {} = {}, but {}; the product must equal the GPU count",
-                                        s.tp, s.pp, s.dp, s.tp * s.pp * s.dp, machine));
+                                        s.tp, s.pp, s.dp, product, machine));
     }
     const auto knob = [&](const char* key, bool wanted) {
         if (st.has(key) && !wanted)
@@ -588,11 +615,12 @@ void validate(const Node& root, Config& c) {
     }
     const TrainingConfig& t = c.training;
     const Node tr = root["training"];
-    if (t.global_batch % (t.micro_batch * s.dp) != 0)
+    const long long per_microbatch = static_cast<long long>(t.micro_batch) * s.dp;
+    if (t.global_batch % per_microbatch != 0)
         tr["global_batch"].fail(fmt::format(
             "global batch {} is not a multiple of micro_batch x dp = {} x {} = {}", t.global_batch, t.micro_batch,
-            s.dp, t.micro_batch * s.dp));
-    const int derived = t.global_batch / (t.micro_batch * s.dp);
+            s.dp, per_microbatch));
+    const int derived = static_cast<int>(t.global_batch / per_microbatch);
     if (s.microbatches > 0 && s.microbatches != derived)
         st["microbatches"].fail(fmt::format("{} microbatches disagree with the training section: global_batch / "
                                             "(micro_batch x dp) = {} / ({} x {}) = {}",
@@ -699,8 +727,8 @@ void from_json(const Node& n, Config& c) {
     if (c.strategy.name == "fsdp") c.strategy.zero_stage = 3;
     // Without dp, data parallelism takes the GPUs the other dimensions leave.
     if (!n["strategy"].has("dp")) {
-        const int model_parallel = c.strategy.tp * c.strategy.pp;
-        c.strategy.dp = c.cluster.gpus() % model_parallel == 0 ? c.cluster.gpus() / model_parallel : 0;
+        const long long model_parallel = static_cast<long long>(c.strategy.tp) * c.strategy.pp;
+        c.strategy.dp = c.cluster.gpus() % model_parallel == 0 ? static_cast<int>(c.cluster.gpus() / model_parallel) : 0;
     }
     c.name = n.has("name") ? n["name"].string()
                            : fmt::format("{} / {} / {}", c.model.spec.name, c.cluster.name, c.strategy.name);

@@ -88,6 +88,7 @@ public:
             add("the schedule has no actions");
             return std::move(problems_);
         }
+        if (too_sparse()) return std::move(problems_);
         index_actions();
         check_owners();
         check_placement();
@@ -105,6 +106,33 @@ public:
 
 private:
     void add(std::string p) { problems_.push_back(std::move(p)); }
+
+    // Every (stage, microbatch) pair needs a forward and a backward, and the
+    // checks below walk all S x M pairs. A schedule naming a stage or microbatch
+    // index far beyond what its actions can cover (a typo such as 0F4000000) is
+    // reported once, at the actions naming the largest indices, instead of pair
+    // by pair (which took time and memory in S x M).
+    bool too_sparse() {
+        std::size_t actions = 0;
+        int stage_rank = 0, mb_rank = -1;
+        std::size_t stage_index = 0, mb_index = 0;
+        for (int r = 0; r < s_.num_ranks(); ++r) {
+            const auto& list = s_.ranks[static_cast<std::size_t>(r)];
+            actions += list.size();
+            for (std::size_t i = 0; i < list.size(); ++i) {
+                if (list[i].stage == S_ - 1) stage_rank = r, stage_index = i;
+                if (is_compute(list[i].type) && list[i].microbatch == M_ - 1) mb_rank = r, mb_index = i;
+            }
+        }
+        const long long pairs = static_cast<long long>(S_) * std::max(M_, 1);
+        if (pairs <= 16 * (static_cast<long long>(actions) + 1024)) return false;
+        add(fmt::format("{} stages x {} microbatches = {} (stage, microbatch) pairs, each needing a forward and a "
+                        "backward, but the schedule has {} actions: stage {} is named by {}{}",
+                        S_, M_, pairs, actions, S_ - 1, at(stage_rank, stage_index),
+                        mb_rank < 0 ? std::string()
+                                    : fmt::format(", microbatch {} by {}", M_ - 1, at(mb_rank, mb_index))));
+        return true;
+    }
 
     // "rank 1's action 4 (1B0, at f.txt:2:17)"; actions are numbered from 1.
     std::string at(int rank, std::size_t index) const {

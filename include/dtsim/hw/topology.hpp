@@ -53,6 +53,16 @@ struct Link {
 
 enum class Level : std::uint8_t { intra_node = 0, inter_node = 1 };
 
+// Shared storage that checkpoints are written to and read back from (a parallel
+// file system or object store), as the "storage" key of a cluster config. All
+// zero when the config gives none.
+struct Storage {
+    double write_bandwidth = 0;  // aggregate over all writers, bytes/s
+    double read_bandwidth = 0;   // aggregate over all readers, bytes/s
+    double node_bandwidth = 0;   // one node's own link to storage, bytes/s each way
+    [[nodiscard]] bool given() const { return write_bandwidth > 0; }
+};
+
 struct Cluster {
     std::string name;
     GpuSpec gpu;
@@ -62,6 +72,7 @@ struct Cluster {
     Link inter_node;
     double base_latency = 0;  // seconds added once per collective (NCCL's baseLat)
     Algorithm algorithm = Algorithm::automatic;
+    Storage storage;
 
     [[nodiscard]] int gpus() const { return gpus_per_node * nodes; }
     [[nodiscard]] int node_of(int rank) const { return rank / gpus_per_node; }

@@ -1,0 +1,96 @@
+// Faults and checkpoints: a long training run of many steps with node failures
+// (at given times, or drawn from a per-node MTBF), a checkpoint every k steps,
+// restarts and the work lost since the last checkpoint; its goodput, and the
+// checkpoint interval that maximises it next to the Young/Daly optimum.
+//
+// The step time and the model comes from `simulate()` of a run config; what a
+// checkpoint writes follows the strategy (ZeRO stage, data-parallel size):
+//   - replicas (ZeRO 0: DDP, Megatron, pipelines): the first data-parallel
+//     replica writes (rank 0 alone for DDP), each rank its tp x pp shard of
+//     bf16 weights and fp32 master weights, momentum and variance (14 bytes per
+//     parameter, ZeRO paper section 5 without the gradients);
+//   - ZeRO 1/2: every rank writes its optimizer shard (12P/dp); the first
+//     replica also writes the bf16 weights;
+//   - ZeRO 3 (FSDP): every rank writes its shard (14P/dp), all in parallel.
+// A write takes max(bytes through the busiest node / the node's storage link,
+// all bytes / the storage's aggregate write bandwidth); the restart load reads
+// every rank's state the same way at the read bandwidth.
+#pragma once
+
+#include "dtsim/hw/config.hpp"
+#include "dtsim/trace.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dtsim::hw {
+
+// What one checkpoint writes and one restart reads, per rank.
+struct CheckpointPlan {
+    std::vector<double> write_bytes;  // per rank; 0 = the rank does not write
+    std::vector<double> read_bytes;   // per rank, at restart
+    int gpus_per_node = 1;
+    double write_time = 0;  // s, one checkpoint (training waits: a synchronous save)
+    double read_time = 0;   // s, loading it at restart
+    int writers = 0;
+    double total_bytes = 0;  // written per checkpoint
+    std::string who;         // "rank 0 writes the whole state", ...
+};
+
+// Throws ConfigError (at $.cluster.storage) when the cluster gives no storage.
+CheckpointPlan plan_checkpoint(const Config& config);
+
+// Times in seconds.
+struct FaultOptions {
+    long long steps = 1000;            // useful steps the run must complete
+    int checkpoint_every = 100;        // k: steps between checkpoints
+    double node_mtbf = 0;              // mean time between failures of one node; 0 = no random failures
+    std::vector<double> fail_at;       // failures at these wall-clock times (node 0), besides the drawn ones
+    double restart_overhead = 600;     // relaunch, rendezvous, NCCL init: before the checkpoint load
+    std::uint64_t seed = 1;
+};
+
+struct LongRun {
+    int checkpoint_every = 0;
+    double wall = 0;           // s, until the last step is done
+    double useful = 0;         // s of steps kept (= steps x step time)
+    double lost = 0;           // s of steps (and partial steps) redone after failures
+    double checkpointing = 0;  // s writing checkpoints (including writes cut short by a failure)
+    double restarting = 0;     // s from failures to training again
+    int failures = 0;
+    int checkpoints = 0;
+    [[nodiscard]] double goodput() const { return wall > 0 ? useful / wall : 0; }  // fraction of wall time
+};
+
+// One run; `trace` (if not null) receives the timeline: per rank "train",
+// "lost", "checkpoint" (writers) or "idle" (the others during a write),
+// "failure" (the failed node's ranks until relaunched; "idle" on the others)
+// and "restart" (everyone loading the checkpoint).
+LongRun simulate_long_run(double step_time, const CheckpointPlan& plan, int nodes, const FaultOptions& options,
+                          Trace* trace = nullptr);
+
+// The mean over `trials` seeds (seed, seed+1, ...) of runs with interval k.
+LongRun mean_long_run(double step_time, const CheckpointPlan& plan, int nodes, FaultOptions options, int trials);
+
+// Young (1974) first-order optimum checkpoint interval, in seconds of work
+// between checkpoints: sqrt(2 x checkpoint cost x MTBF), MTBF of the whole job.
+double young_interval(double checkpoint_cost, double mtbf);
+// Daly (2006, eq. 37) higher-order optimum: sqrt(2 d M) [1 + sqrt(d/(2M))/3 + d/(18 M)] - d
+// for d < 2M, else M.
+double daly_interval(double checkpoint_cost, double mtbf);
+
+// A deterministic generator (splitmix64, Steele et al. 2014) and the
+// exponential draw by inversion, written out so every standard library gives
+// the same sequence.
+class SplitMix64 {
+public:
+    explicit SplitMix64(std::uint64_t seed) : state_(seed) {}
+    std::uint64_t next();
+    double uniform();                    // [0, 1), 53 bits
+    double exponential(double mean);     // -mean x ln(1 - u)
+private:
+    std::uint64_t state_;
+};
+
+}  // namespace dtsim::hw

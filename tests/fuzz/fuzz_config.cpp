@@ -1,0 +1,38 @@
+// libFuzzer target: the config loader on a JSON document in memory. Any input
+// must either load or be rejected with a ConfigError; an invalid JSON document
+// is not interesting and is skipped. Lines at the start of the input of the form
+// "@set PATH=VALUE" are applied as `--set` overrides (parse_override).
+#include "dtsim/hw/config.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+    std::string_view text(reinterpret_cast<const char*>(data), size);
+    std::vector<dtsim::hw::Override> overrides;
+    try {
+        while (text.substr(0, 5) == "@set ") {
+            const auto nl = text.find('\n');
+            const std::string line(text.substr(5, nl == std::string_view::npos ? std::string_view::npos : nl - 5));
+            overrides.push_back(dtsim::hw::parse_override(line));
+            text = nl == std::string_view::npos ? std::string_view{} : text.substr(nl + 1);
+        }
+    } catch (const dtsim::hw::ConfigError&) {
+        return 0;
+    }
+    const nlohmann::json doc = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (doc.is_discarded()) return 0;
+    try {
+        const dtsim::hw::Config c = dtsim::hw::parse_config(doc, "fuzz.json", overrides);
+        // What `dtsim run` derives before simulating must be defined for any accepted config.
+        (void)c.gpus();
+        (void)c.microbatches();
+    } catch (const dtsim::hw::ConfigError&) {
+    }
+    return 0;
+}

@@ -1,0 +1,204 @@
+// Faults and checkpoints: what each strategy writes, the long run against
+// closed forms, and the best simulated interval against Young/Daly.
+#include "dtsim/hw/resilience.hpp"
+
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <set>
+#include <string>
+
+using namespace dtsim;
+using namespace dtsim::hw;
+using nlohmann::json;
+
+namespace {
+
+// 2 nodes x 8 GPUs, a 1B-ish model, storage 10 GB/s per node and 15 GB/s in all.
+json doc(const std::string& strategy, int dp, int tp = 1, int pp = 1) {
+    json d = json::parse(R"({
+      "cluster": {"name": "c", "gpu": {"peak_tflops": {"bf16": 1000}, "hbm_GiB": 80, "hbm_TBps": 3},
+                  "gpus_per_node": 8, "nodes": 2,
+                  "links": {"intra_node": {"bandwidth_GBps": 300, "hop_latency_us": 5},
+                            "inter_node": {"bandwidth_GBps": 40, "hop_latency_us": 5}},
+                  "storage": {"write_GBps": 15, "read_GBps": 30, "per_node_GBps": 10}},
+      "model": {"name": "m", "layers": 8, "hidden": 2048, "heads": 16, "seq": 1024, "vocab": 32000},
+      "training": {"global_batch": 64, "micro_batch": 1},
+      "strategy": {}
+    })");
+    d["strategy"] = {{"name", strategy}, {"dp", dp}, {"tp", tp}, {"pp", pp}};
+    return d;
+}
+
+Config config(const json& d) { return parse_config(d, "r.json"); }
+
+bool near(double a, double b, double rel = 1e-9) { return std::abs(a - b) <= rel * std::max(1.0, std::abs(b)); }
+
+}  // namespace
+
+TEST_CASE("splitmix64 gives the reference sequence, and exponential draws have the mean asked for") {
+    SplitMix64 g(0);
+    CHECK(g.next() == 0xE220A8397B1DCDAFULL);  // Vigna's splitmix64.c, seeded with 0
+    CHECK(g.next() == 0x6E789E6AA1B965F4ULL);
+    SplitMix64 e(7);
+    double sum = 0;
+    const int n = 200000;
+    for (int i = 0; i < n; ++i) sum += e.exponential(3.0);
+    CHECK(std::abs(sum / n - 3.0) < 0.03);  // standard error 3/sqrt(n) = 0.0067
+}
+
+TEST_CASE("Young and Daly intervals") {
+    CHECK(near(young_interval(50, 3600 * 10), std::sqrt(2 * 50 * 36000.0)));
+    const double d = 50, m = 36000;
+    CHECK(near(daly_interval(d, m), std::sqrt(2 * d * m) * (1 + std::sqrt(d / (2 * m)) / 3 + d / (18 * m)) - d));
+    CHECK(daly_interval(100, 40) == 40);  // d >= 2M: checkpoint every MTBF
+}
+
+TEST_CASE("DDP saves from rank 0 alone; FSDP saves every shard in parallel") {
+    const Config ddp = config(doc("ddp", 16));
+    const CheckpointPlan a = plan_checkpoint(ddp);
+    const double P = ddp.model.spec.total_params();
+    CHECK(a.writers == 1);
+    CHECK(a.write_bytes[0] == doctest::Approx(14 * P));
+    CHECK(a.total_bytes == doctest::Approx(14 * P));
+    CHECK(a.write_time == doctest::Approx(14 * P / 10e9));  // one node's 10 GB/s link
+    CHECK(a.who.find("rank 0 writes") == 0);
+
+    const CheckpointPlan f = plan_checkpoint(config(doc("fsdp", 16)));
+    CHECK(f.writers == 16);
+    CHECK(f.total_bytes == doctest::Approx(14 * P));
+    // Two nodes' links would give 20 GB/s; the storage's 15 GB/s in all binds.
+    CHECK(f.write_time == doctest::Approx(14 * P / 15e9));
+    CHECK(f.write_time < a.write_time);
+    // Every rank loads what it holds: DDP a full replica each (16 x 14P at 30 GB/s, 10 per node binds).
+    CHECK(a.read_time == doctest::Approx(8 * 14 * P / 10e9));
+    CHECK(f.read_time == doctest::Approx(14 * P / 20e9));
+}
+
+TEST_CASE("replicated model-parallel strategies save from the first data-parallel replica") {
+    const Config c = config(doc("megatron", 4, 4));  // rank = d x tp + t
+    const CheckpointPlan p = plan_checkpoint(c);
+    CHECK(p.writers == 4);
+    for (int r = 0; r < 16; ++r) CHECK((p.write_bytes[static_cast<std::size_t>(r)] > 0) == (r < 4));
+    CHECK(p.total_bytes == doctest::Approx(14 * c.model.spec.total_params()));
+}
+
+TEST_CASE("a cluster without storage cannot checkpoint, and the error names the place") {
+    json d = doc("ddp", 16);
+    d["cluster"].erase("storage");
+    CHECK_THROWS_WITH_AS(plan_checkpoint(config(d)),
+                         doctest::Contains("r.json: $.cluster.storage: missing: checkpoints need the cluster's storage"),
+                         ConfigError);
+    d = doc("ddp", 16);
+    d["cluster"]["storage"]["per_node_GB"] = 1;
+    CHECK_THROWS_WITH_AS(config(d), "r.json: $.cluster.storage.per_node_GB: unknown key \"per_node_GB\"; did you mean "
+                                    "\"per_node_GBps\"?",
+                         ConfigError);
+    d = doc("ddp", 16);
+    d["cluster"]["storage"]["write_GBps"] = 0;
+    CHECK_THROWS_WITH_AS(config(d), "r.json: $.cluster.storage.write_GBps: expected a positive number, found 0",
+                         ConfigError);
+}
+
+TEST_CASE("without failures the run is steps plus one checkpoint per interval (none after the last step)") {
+    CheckpointPlan p;
+    p.write_bytes = p.read_bytes = {1, 1};
+    p.gpus_per_node = 1;
+    p.write_time = 5;
+    p.read_time = 7;
+    FaultOptions o;
+    o.steps = 1000;
+    o.checkpoint_every = 300;  // checkpoints after 300, 600 and 900
+    const LongRun r = simulate_long_run(2.0, p, 2, o);
+    CHECK(r.failures == 0);
+    CHECK(r.checkpoints == 3);
+    CHECK(r.wall == doctest::Approx(2000 + 3 * 5));
+    CHECK(r.useful == doctest::Approx(2000));
+    CHECK(r.goodput() == doctest::Approx(2000.0 / 2015));
+}
+
+TEST_CASE("a failure loses the work since the last checkpoint and costs a restart") {
+    CheckpointPlan p;
+    p.write_bytes = p.read_bytes = {1, 1};
+    p.gpus_per_node = 1;
+    p.write_time = 5;
+    p.read_time = 7;
+    FaultOptions o;
+    o.steps = 1000;
+    o.checkpoint_every = 300;
+    o.restart_overhead = 60;
+    o.fail_at = {700};  // checkpoint done at 605 (step 300); steps 300..347 and part of 348 lost
+    Trace t;
+    const LongRun r = simulate_long_run(2.0, p, 2, o, &t);
+    CHECK(r.failures == 1);
+    CHECK(r.lost == doctest::Approx(700 - 605));
+    CHECK(r.restarting == doctest::Approx(67));
+    CHECK(r.wall == doctest::Approx(2000 + 3 * 5 + 95 + 67));
+    // The timeline shows it: every op, the failed node's ranks distinct from the others'.
+    std::set<std::string> ops0, ops1;
+    for (const auto& e : t.ranks[0].events) ops0.insert(std::string(e.op.name()));
+    for (const auto& e : t.ranks[1].events) ops1.insert(std::string(e.op.name()));
+    CHECK(ops0 == std::set<std::string>{"train", "checkpoint", "lost", "failure", "restart"});
+    CHECK(ops1 == std::set<std::string>{"train", "checkpoint", "lost", "idle", "restart"});
+    CHECK(t.summary.makespan == doctest::Approx(r.wall));
+}
+
+TEST_CASE("a failure during a checkpoint write loses the write too") {
+    CheckpointPlan p;
+    p.write_bytes = {1, 0};
+    p.read_bytes = {1, 1};
+    p.gpus_per_node = 1;
+    p.write_time = 50;
+    FaultOptions o;
+    o.steps = 100;
+    o.checkpoint_every = 50;
+    o.restart_overhead = 10;
+    o.fail_at = {120};  // steps end at 100, the write would end at 150
+    const LongRun r = simulate_long_run(2.0, p, 2, o);
+    CHECK(r.lost == doctest::Approx(100));
+    CHECK(r.checkpointing == doctest::Approx(20 + 50));  // the cut write, then the one that completes
+    CHECK(r.wall == doctest::Approx(120 + 10 + 100 + 50 + 100));
+}
+
+TEST_CASE("the same seed gives the same run") {
+    CheckpointPlan p;
+    p.write_bytes = p.read_bytes = {1, 1, 1, 1};
+    p.gpus_per_node = 1;
+    p.write_time = 30;
+    FaultOptions o;
+    o.steps = 100000;
+    o.checkpoint_every = 200;
+    o.node_mtbf = 4 * 24 * 3600.0;
+    o.seed = 42;
+    const LongRun a = simulate_long_run(1.0, p, 4, o), b = simulate_long_run(1.0, p, 4, o);
+    CHECK(a.failures > 0);
+    CHECK(a.wall == b.wall);
+    CHECK(a.failures == b.failures);
+}
+
+TEST_CASE("the best simulated interval is near Young's optimum") {
+    // C = 30 s, job MTBF = 24 h / 4 nodes = 6 h: Young = sqrt(2 x 30 x 21600) = 1138 s.
+    CheckpointPlan p;
+    p.write_bytes = p.read_bytes = {1, 1, 1, 1};
+    p.gpus_per_node = 1;
+    p.write_time = 30;
+    FaultOptions o;
+    o.steps = 500000;  // 139 h of steps: about 23 failures per run
+    o.node_mtbf = 24 * 3600.0;
+    o.restart_overhead = 300;
+    double best = 0, best_goodput = 0;
+    for (int k = 200; k <= 6000; k = k * 23 / 20) {
+        o.checkpoint_every = k;
+        const double g = mean_long_run(1.0, p, 4, o, 20).goodput();
+        if (g > best_goodput) best_goodput = g, best = k;
+    }
+    const double young = young_interval(30, 6 * 3600.0);
+    CAPTURE(best);
+    CAPTURE(young);
+    CHECK(best > 0.6 * young);
+    CHECK(best < 1.6 * young);
+    // First-order waste at the optimum: C/tau + tau/(2M) + R/M (Young; Daly 2006 eq. 9).
+    const double waste = 30 / young + young / (2 * 21600) + 300 / 21600.0;
+    CHECK(std::abs((1 - best_goodput) - waste) < 0.02);
+}
