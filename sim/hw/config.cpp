@@ -549,6 +549,13 @@ void validate(const Node& root, Config& c) {
     const Node st = root["strategy"];
     const StrategyConfig& s = c.strategy;
     const TransformerSpec& m = c.model.spec;
+    if (!(c.cluster.gpu.peak_flops[static_cast<std::size_t>(m.dtype)] > 0)) {
+        const Node model = root["model"];
+        (model.has("dtype") ? model["dtype"] : model)
+            .fail(fmt::format("the model computes in {} but the GPU {} has no peak for it in "
+                              "$.cluster.gpu.peak_tflops; give \"{}\" there or choose another dtype",
+                              dtype_name(m.dtype), c.cluster.gpu.name, dtype_name(m.dtype)));
+    }
     const int gpus = c.cluster.gpus();
     auto where = [&](const char* key) { return st.has(key) ? st[key] : st; };
     // Point at whichever size was overridden on the command line, if one was.

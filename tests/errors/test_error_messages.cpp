@@ -141,6 +141,15 @@ TEST_CASE("config: sizes that disagree across sections name the key to change") 
     CHECK(contains(config_error(d), "mem.json: $.strategy: tp x pp = 1 x 3 = 3 does not divide the GPU count"));
 }
 
+TEST_CASE("config: a dtype the GPU has no peak for names $.model.dtype and where peaks are given") {
+    json d = base();
+    d["cluster"]["gpu"]["peak_tflops"] = {{"bf16", 100}};
+    d["model"]["dtype"] = "fp8";
+    const std::string e = config_error(d);
+    CHECK(contains(e, "mem.json: $.model.dtype: the model computes in fp8 but the GPU"));
+    CHECK(contains(e, "$.cluster.gpu.peak_tflops"));
+}
+
 // Regression (fuzz_config): sizes whose products overflow an int were signed-overflow UB.
 TEST_CASE("config: sizes whose product overflows an int are rejected at their path") {
     json d = base();
