@@ -31,17 +31,6 @@ using json = nlohmann::json;
 
 namespace {
 
-std::string describe(const json& j) {
-    switch (j.type()) {
-        case json::value_t::null: return "null";
-        case json::value_t::boolean: return j.get<bool>() ? "true" : "false";
-        case json::value_t::string: return fmt::format("\"{}\" (a string)", j.get<std::string>());
-        case json::value_t::object: return "an object";
-        case json::value_t::array: return "an array";
-        default: return j.dump();
-    }
-}
-
 // A value in a data file, with its JSON path for errors.
 struct Val {
     const json& j;
@@ -49,7 +38,7 @@ struct Val {
 
     [[noreturn]] void fail(const std::string& m) const { throw ConfigError(file, path, m); }
     [[noreturn]] void expected(const std::string& what) const {
-        fail(fmt::format("expected {}, found {}", what, describe(j)));
+        fail(fmt::format("expected {}, found {}", what, describe_json(j)));
     }
     [[nodiscard]] bool has(const std::string& k) const { return j.is_object() && j.contains(k); }
     [[nodiscard]] Val operator[](const std::string& k) const {

@@ -47,6 +47,17 @@ bool is_scheduled_pipeline(const std::string& name) {
     return name == "interleaved" || name == "zbh1" || name == "bfs" || name == "dualpipev" || name == "schedule";
 }
 
+std::string describe_json(const json& j) {
+    switch (j.type()) {
+        case json::value_t::null: return "null";
+        case json::value_t::boolean: return j.get<bool>() ? "true" : "false";
+        case json::value_t::string: return fmt::format("\"{}\" (a string)", j.get<std::string>());
+        case json::value_t::object: return "an object";
+        case json::value_t::array: return "an array";
+        default: return j.dump();
+    }
+}
+
 namespace {
 
 // ------------------------------------------------------------------ document
@@ -101,16 +112,6 @@ void merge(Document& dst, json& into, const Document& src, const json& from, con
     }
 }
 
-std::string describe(const json& j) {
-    switch (j.type()) {
-        case json::value_t::null: return "null";
-        case json::value_t::boolean: return j.get<bool>() ? "true" : "false";
-        case json::value_t::string: return fmt::format("\"{}\" (a string)", j.get<std::string>());
-        case json::value_t::object: return "an object";
-        case json::value_t::array: return "an array";
-        default: return j.dump();
-    }
-}
 
 std::string display(const fs::path& p) { return p.lexically_normal().generic_string(); }
 
@@ -144,7 +145,7 @@ Document load_file(const fs::path& path, std::vector<fs::path>& stack) {
         throw ConfigError(name, "$", fmt::format("invalid JSON at line {}, column {}: the number {} is out of range",
                                                  line, col, number));
     }
-    if (!j.is_object()) throw ConfigError(name, "$", fmt::format("expected an object, found {}", describe(j)));
+    if (!j.is_object()) throw ConfigError(name, "$", fmt::format("expected an object, found {}", describe_json(j)));
 
     Document doc;
     doc.origin[""] = name;
@@ -157,12 +158,12 @@ Document load_file(const fs::path& path, std::vector<fs::path>& stack) {
             for (std::size_t i = 0; i < inc->size(); ++i) {
                 if (!(*inc)[i].is_string())
                     throw ConfigError(name, fmt::format("$.include[{}]", i),
-                                      fmt::format("expected a file name, found {}", describe((*inc)[i])));
+                                      fmt::format("expected a file name, found {}", describe_json((*inc)[i])));
                 files.push_back((*inc)[i].get<std::string>());
             }
         } else {
             throw ConfigError(name, "$.include",
-                              fmt::format("expected a file name or an array of them, found {}", describe(*inc)));
+                              fmt::format("expected a file name or an array of them, found {}", describe_json(*inc)));
         }
         for (std::size_t i = 0; i < files.size(); ++i) {
             const fs::path target = path.parent_path() / files[i];
@@ -209,7 +210,7 @@ void apply(Document& doc, const Override& o) {
         if (parts[i].empty()) throw ConfigError(who, path, fmt::format("empty key in \"{}\"", o.path));
         if (node->is_null()) *node = json::object();  // a section no file has yet
         if (!node->is_object())
-            throw ConfigError(who, path, fmt::format("cannot set \"{}\" inside {}", parts[i], describe(*node)));
+            throw ConfigError(who, path, fmt::format("cannot set \"{}\" inside {}", parts[i], describe_json(*node)));
         pointer += "/" + escape_key(parts[i]);
         path += "." + parts[i];
         node = &(*node)[parts[i]];
@@ -236,7 +237,7 @@ public:
 
     [[noreturn]] void fail(const std::string& message) const { throw ConfigError(file(), path_, message); }
     [[noreturn]] void expected(std::string_view what) const {
-        fail(fmt::format("expected {}, found {}", what, describe(*j_)));
+        fail(fmt::format("expected {}, found {}", what, describe_json(*j_)));
     }
 
     // Checks this is an object whose keys are all in `allowed` ("source" and "note" always are).
@@ -327,7 +328,7 @@ std::vector<std::string> read_datasets(const Node& n) {
     std::vector<std::string> out;
     for (std::size_t i = 0; i < n.value().size(); ++i) {
         const auto& v = n.value()[i];
-        if (!v.is_string()) n.fail(fmt::format("element [{}]: expected a data set id (a string), found {}", i, describe(v)));
+        if (!v.is_string()) n.fail(fmt::format("element [{}]: expected a data set id (a string), found {}", i, describe_json(v)));
         out.push_back(v.get<std::string>());
     }
     return out;
@@ -768,7 +769,7 @@ Config load_config(const std::string& path, const std::vector<Override>& overrid
 }
 
 Config parse_config(const nlohmann::json& document, const std::string& file, const std::vector<Override>& overrides) {
-    if (!document.is_object()) throw ConfigError(file, "$", fmt::format("expected an object, found {}", describe(document)));
+    if (!document.is_object()) throw ConfigError(file, "$", fmt::format("expected an object, found {}", describe_json(document)));
     if (document.contains("include")) throw ConfigError(file, "$.include", "includes need a file: use load_config");
     Document doc;
     doc.root = document;

@@ -113,4 +113,7 @@ Config parse_config(const nlohmann::json& document, const std::string& file,
 // Levenshtein distance (for did-you-mean).
 int edit_distance(std::string_view a, std::string_view b);
 
+// A JSON value as an error message shows what was found: "4", "\"x\" (a string)", "an object".
+std::string describe_json(const nlohmann::json& j);
+
 }  // namespace dtsim::hw
