@@ -10,6 +10,7 @@
 #include "dtsim/hw/workload.hpp"
 #include "dtsim/sched/format.hpp"
 #include "dtsim/sched/generators.hpp"
+#include "fixtures.hpp"
 
 #include <doctest/doctest.h>
 
@@ -20,33 +21,9 @@
 using namespace dtsim;
 using namespace dtsim::hw;
 using json = nlohmann::json;
+using namespace dtsim::hw::test;
 
 namespace {
-
-json ideal_cluster(int nodes, int gpus_per_node) {
-    return {{"name", "ideal"},
-            {"gpu", {{"name", "gpu"}, {"peak_tflops", {{"bf16", 1000}}}, {"hbm_GiB", 80}, {"hbm_TBps", 1e9}}},
-            {"gpus_per_node", gpus_per_node},
-            {"nodes", nodes},
-            {"links",
-             {{"intra_node", {{"bandwidth_GBps", 1e12}, {"hop_latency_us", 0}}},
-              {"inter_node", {{"bandwidth_GBps", 1e12}, {"hop_latency_us", 0}}}}}};
-}
-
-json realistic_cluster(int nodes) {
-    return {{"name", "h100"},
-            {"gpu", {{"name", "H100"}, {"peak_tflops", {{"bf16", 989.4}}}, {"hbm_GiB", 80}, {"hbm_TBps", 3.35}}},
-            {"gpus_per_node", 8},
-            {"nodes", nodes},
-            {"links",
-             {{"intra_node", {{"bandwidth_GBps", 370}, {"p2p_bandwidth_GBps", 292}, {"hop_latency_us", 4.8}}},
-              {"inter_node", {{"bandwidth_GBps", 48}, {"hop_latency_us", 5}}}}},
-            {"collective_base_latency_us", 20}};
-}
-
-json small_model(int layers, int vocab = 0) {
-    return {{"name", "small"}, {"layers", layers}, {"hidden", 2048}, {"heads", 16}, {"seq", 1024}, {"vocab", vocab}};
-}
 
 json pipeline(const std::string& name, int p, int m, int layers) {
     return {{"cluster", ideal_cluster(1, p)},

@@ -5,6 +5,7 @@
 #include "dtsim/hw/stragglers.hpp"
 #include "dtsim/hw/world.hpp"
 #include "dtsim/trace_io.hpp"
+#include "fixtures.hpp"
 
 #include <doctest/doctest.h>
 
@@ -16,23 +17,9 @@
 using namespace dtsim;
 using namespace dtsim::hw;
 using json = nlohmann::json;
+using namespace dtsim::hw::test;
 
 namespace {
-
-json realistic_cluster(int nodes) {
-    return {{"name", "h100"},
-            {"gpu", {{"name", "H100"}, {"peak_tflops", {{"bf16", 989.4}}}, {"hbm_GiB", 80}, {"hbm_TBps", 3.35}}},
-            {"gpus_per_node", 8},
-            {"nodes", nodes},
-            {"links",
-             {{"intra_node", {{"bandwidth_GBps", 370}, {"p2p_bandwidth_GBps", 292}, {"hop_latency_us", 4.8}}},
-              {"inter_node", {{"bandwidth_GBps", 48}, {"hop_latency_us", 5}}}}},
-            {"collective_base_latency_us", 20}};
-}
-
-json small_model(int layers, int vocab = 0) {
-    return {{"name", "small"}, {"layers", layers}, {"hidden", 2048}, {"heads", 16}, {"seq", 1024}, {"vocab", vocab}};
-}
 
 json ddp(int nodes, bool overlap) {
     return {{"cluster", realistic_cluster(nodes)},

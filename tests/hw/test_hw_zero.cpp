@@ -10,6 +10,7 @@
 // divides the states by the shard group (a node) only.
 #include "dtsim/hw/collective_cost.hpp"
 #include "dtsim/hw/run.hpp"
+#include "fixtures.hpp"
 
 #include <doctest/doctest.h>
 
@@ -18,23 +19,13 @@
 using namespace dtsim;
 using namespace dtsim::hw;
 using json = nlohmann::json;
+using namespace dtsim::hw::test;
 
 namespace {
 
-json cluster(int nodes) {
-    return {{"name", "h100"},
-            {"gpu", {{"name", "H100"}, {"peak_tflops", {{"bf16", 989.4}}}, {"hbm_GiB", 80}, {"hbm_TBps", 3.35}}},
-            {"gpus_per_node", 8},
-            {"nodes", nodes},
-            {"links",
-             {{"intra_node", {{"bandwidth_GBps", 370}, {"p2p_bandwidth_GBps", 292}, {"hop_latency_us", 4.8}}},
-              {"inter_node", {{"bandwidth_GBps", 48}, {"hop_latency_us", 5}}}}},
-            {"collective_base_latency_us", 20}};
-}
-
 // No vocabulary: every parameter is in a layer, Ψ = layers x params_per_layer.
 json data_parallel(const std::string& name, int nodes, int microbatches) {
-    return {{"cluster", cluster(nodes)},
+    return {{"cluster", realistic_cluster(nodes)},
             {"model", {{"name", "small"}, {"layers", 4}, {"hidden", 1024}, {"heads", 16}, {"seq", 512}, {"vocab", 0}}},
             {"training", {{"global_batch", 8 * nodes * microbatches}, {"micro_batch", 1}}},
             {"strategy", {{"name", name}, {"dp", 8 * nodes}}}};
