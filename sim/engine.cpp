@@ -187,10 +187,21 @@ void Simulation::run(const std::function<Task<>(Gpu&)>& body) {
     }
     // Spawned coroutines start through the io_context; parked ones resume
     // from the ready queue, drained inside poll().
+    // When nothing can run, the idle hook (if any) may release parked ranks.
+    auto idle = [this] {
+        if (!idle_hook_ || error_) return false;
+        try {
+            return idle_hook_();
+        } catch (...) {
+            error_ = std::current_exception();
+            error_rank_ = -1;
+            return false;
+        }
+    };
     do {
         ctx_.restart();
         if (!ready_.empty()) asio::post(ctx_, [this] { resume_ready(); });
-    } while (ctx_.poll() > 0 || !ready_.empty());
+    } while (ctx_.poll() > 0 || !ready_.empty() || idle());
     if (error_) {
         drain_parked();
         try {
@@ -198,6 +209,7 @@ void Simulation::run(const std::function<Task<>(Gpu&)>& body) {
         } catch (const ScheduleError&) {
             throw;
         } catch (const std::exception& e) {
+            if (error_rank_ < 0) throw ScheduleError(e.what());
             throw ScheduleError(fmt::format("rank {}: {}", error_rank_, e.what()));
         }
     }
@@ -265,6 +277,10 @@ void Simulation::diagnose_deadlock() const {
                 break;
             case Wait::Kind::receive:
                 what = "receive, but no rank passes to it";
+                break;
+            case Wait::Kind::other:
+                what = w.what ? w.what : "an event of its world";
+                if (w.layer != kNoLayer) what += fmt::format(" (layer {})", w.layer);
                 break;
             case Wait::Kind::none:
                 what = "nothing (suspended outside the engine)";

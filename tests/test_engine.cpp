@@ -197,3 +197,38 @@ TEST_CASE("fsdp on 1024 ranks runs and is correct") {
     // 4 layers x (weight + optimizer) / 1024 shards + one batch of activations.
     CHECK(r.trace.ranks[5].events[0].memory == 8.0 * 262144 / 1024 + 131072);
 }
+
+TEST_CASE("the idle hook releases parked ranks in the order its world decides, and a hook with nothing left ends in a diagnosis") {
+    // A tiny world of timers: ranks park until a time; the hook wakes the earliest.
+    Simulation sim(3);
+    std::vector<std::pair<double, int>> timers;  // (time, rank)
+    std::vector<int> order;
+    sim.set_idle_hook([&] {
+        if (timers.empty()) return false;
+        auto it = std::min_element(timers.begin(), timers.end());
+        Gpu& g = sim.gpu(it->second);
+        g.set_clock(it->first);
+        timers.erase(it);
+        sim.wake(g);
+        return true;
+    });
+    sim.run([&](Gpu& g) -> Task<> {
+        timers.emplace_back(10.0 - g.rank(), g.rank());
+        co_await sim.park(g, Wait{Wait::Kind::other, ops::pass, kNoLayer, -1, 0, nullptr, "a timer"});
+        order.push_back(g.rank());
+    });
+    CHECK(order == std::vector<int>{2, 1, 0});
+    CHECK(sim.gpu(0).clock() == 10.0);
+
+    Simulation stuck(2);
+    stuck.set_idle_hook([] { return false; });
+    std::string msg;
+    try {
+        stuck.run([&](Gpu& g) -> Task<> {
+            if (g.rank() == 1) co_await stuck.park(g, Wait{Wait::Kind::other, ops::pass, 3, -1, 0, nullptr, "a timer"});
+        });
+    } catch (const DeadlockError& e) {
+        msg = e.what();
+    }
+    CHECK(msg.find("rank 1 waits in a timer (layer 3)") != std::string::npos);
+}

@@ -45,13 +45,14 @@ class Communicator;
 
 // What a blocked rank is waiting for; read by the deadlock diagnosis.
 struct Wait {
-    enum class Kind : std::uint8_t { none, collective, send, receive };
+    enum class Kind : std::uint8_t { none, collective, send, receive, other };
     Kind kind = Kind::none;
     OpCode op;
     std::int32_t layer = kNoLayer;
     int peer = -1;                      // send: destination; receive: -1 (any sender)
     std::uint64_t call = 0;             // collective: index of the call on its communicator
     const Communicator* comm = nullptr;  // collective: where
+    const char* what = nullptr;         // other: what the rank waits for (static text), e.g. "the end of a transfer"
 };
 
 
@@ -232,6 +233,14 @@ public:
     // Every rank's events, in order; call after run(). Empties the log.
     std::vector<RankTrace> take_logs();
 
+    // Called whenever no coroutine can proceed (nothing ready, nothing posted)
+    // while some are parked: a world that keeps its own pending events (a
+    // network whose transfers end only once no rank can start an overlapping
+    // one) advances them there and wakes the ranks they release. Returns
+    // whether it woke any rank; when it returns false the run ends, and parked
+    // ranks are a deadlock. Set before run().
+    void set_idle_hook(std::function<bool()> hook) { idle_hook_ = std::move(hook); }
+
     // Suspends `gpu` until wake(gpu). The wait is described for diagnosis.
     Task<> park(Gpu& gpu, const Wait& wait);
     // Makes a parked rank ready; ready ranks resume in FIFO order.
@@ -256,6 +265,7 @@ private:
     std::vector<Mailbox> mailboxes_;
     std::unique_ptr<Communicator> world_;
     std::deque<std::unique_ptr<Communicator>> comms_;
+    std::function<bool()> idle_hook_;
     std::exception_ptr error_;
     int error_rank_ = -1;
     bool ran_ = false;
