@@ -116,10 +116,58 @@ Communicator& Simulation::communicator(std::vector<int> members, std::string nam
     return *comms_.back();
 }
 
+#if DTSIM_FRAMELESS_AWAIT
+detail::Park Simulation::park(Gpu& gpu, const Wait& wait) {
+    gpu.wait_ = wait;
+    return detail::Park(gpu);
+}
+#else
 Task<> Simulation::park(Gpu& gpu, const Wait& wait) {
     gpu.wait_ = wait;
     DTSIM_PARK(gpu);
 }
+#endif
+
+// ------------------------------------------------------------- frame pool
+
+namespace detail {
+namespace {
+constexpr std::size_t kFrameStep = 64;
+constexpr std::size_t kFrameClasses = 64;  // frames up to 4 KiB are pooled
+struct FreeFrame {
+    FreeFrame* next;
+};
+struct FramePool {
+    FreeFrame* free[kFrameClasses] = {};
+    ~FramePool() {
+        for (FreeFrame*& head : free)
+            while (head) ::operator delete(std::exchange(head, head->next));
+    }
+};
+thread_local FramePool frame_pool;
+}  // namespace
+
+void* frame_allocate(std::size_t bytes) {
+    const std::size_t c = (bytes + kFrameStep - 1) / kFrameStep;
+    if (c >= kFrameClasses) return ::operator new(bytes);
+    if (FreeFrame* f = frame_pool.free[c]) {
+        frame_pool.free[c] = f->next;
+        return f;
+    }
+    return ::operator new(c * kFrameStep);
+}
+
+void frame_deallocate(void* p, std::size_t bytes) noexcept {
+    const std::size_t c = (bytes + kFrameStep - 1) / kFrameStep;
+    if (c >= kFrameClasses) {
+        ::operator delete(p);
+        return;
+    }
+    auto* f = static_cast<FreeFrame*>(p);
+    f->next = frame_pool.free[c];
+    frame_pool.free[c] = f;
+}
+}  // namespace detail
 
 void Simulation::resume_ready() {
     // Runs inside io_context::poll(), so coroutine frames use Asio's recycling allocator.

@@ -238,55 +238,77 @@ std::pair<Weight, OptState> Model::update(int layer, const WeightGrad& wg, const
 
 double Model::collective_time(OpCode op, int layer, Size s) const { return costs_->collective(op, layer, s, RANKS); }
 
-// Each collective is one coroutine frame (Communicator::arrive). `fold` combines
-// the members' values (a failure names the arriving rank); `mine` turns the
-// combined value into this rank's result once the round is complete.
-template <class V, class Fold, class Mine>
-auto Model::collective(OpCode op, int layer, V v, Fold fold, Mine mine) {
+// A collective suspends the strategy's coroutine in the communicator's round
+// (no frame of its own). `fold` combines the members' values (a failure names
+// the arriving rank); `mine` turns the combined value into this rank's result
+// once the round is complete.
+template <class V>
+void CollectiveFold<V>::operator()(V& acc, const V& x, int) const {
+    try {
+        fold(acc, x);  // in place: the accumulator is never copied
+    } catch (const std::invalid_argument& e) {
+        model->fail(op, layer, e.what());
+    }
+}
+
+template <class V>
+V CollectiveFinish<V>::operator()(Communicator::Result<V>&& r) const {
+    model->gpu.set_clock(r.clock);
+    V result = mine(*model, layer, std::move(r.value));
+    model->gpu.record(op, layer, duration, model->memory());
+    return result;
+}
+
+template struct CollectiveFold<Weight>;
+template struct CollectiveFold<OptState>;
+template struct CollectiveFold<WeightGrad>;
+template struct CollectiveFinish<Weight>;
+template struct CollectiveFinish<OptState>;
+template struct CollectiveFinish<WeightGrad>;
+
+template <class V>
+Collective<V> Model::collective(OpCode op, int layer, V v, void (*fold)(V&, const V&), V (*mine)(Model&, int, V&&)) {
     const double d = collective_time(op, layer, size_of(*costs_, v));
-    return gpu.sim().world().arrive(
-        gpu, op, layer, std::move(v),
-        [this, op, layer, fold](V& acc, const V& x, int) {
-            try {
-                fold(acc, x);  // in place: the accumulator is never copied
-            } catch (const std::invalid_argument& e) {
-                fail(op, layer, e.what());
-            }
-        },
-        [this, op, layer, d, mine](Communicator::Result<V>&& r) {
-            gpu.set_clock(r.clock);
-            auto result = mine(std::move(r.value));
-            gpu.record(op, layer, d, memory());
-            return result;
-        });
+    return gpu.sim().world().collective(gpu, op, layer, std::move(v), CollectiveFold<V>{this, op, layer, fold},
+                                        CollectiveFinish<V>{this, op, layer, d, mine});
 }
 
 namespace {
-const auto sum = [](WeightGrad& acc, const WeightGrad& b) { acc += b; };
-const auto unite = [](auto& acc, const auto& b) { acc.combine_into(b); };
-const auto as_is = [](auto&& v) { return std::forward<decltype(v)>(v); };
+void sum(WeightGrad& acc, const WeightGrad& b) { acc += b; }
+template <class V>
+void unite(V& acc, const V& b) {
+    acc.combine_into(b);
+}
+template <class V>
+V as_is(Model&, int, V&& v) {
+    return std::move(v);
+}
 }  // namespace
 
-Task<WeightGrad> Model::allreduce(WeightGrad v, int layer) {
-    return collective(ops::allreduce, layer, std::move(v), sum, as_is);
+Collective<WeightGrad> Model::allreduce(WeightGrad v, int layer) {
+    return collective<WeightGrad>(ops::allreduce, layer, std::move(v), sum, as_is<WeightGrad>);
 }
-Task<Weight> Model::allgather(Weight v, int layer) { return collective(ops::allgather, layer, std::move(v), unite, as_is); }
-Task<OptState> Model::allgather(OptState v, int layer) {
-    return collective(ops::allgather, layer, std::move(v), unite, as_is);
+Collective<Weight> Model::allgather(Weight v, int layer) {
+    return collective<Weight>(ops::allgather, layer, std::move(v), unite<Weight>, as_is<Weight>);
 }
-Task<WeightGrad> Model::allgather(WeightGrad v, int layer) {
-    return collective(ops::allgather, layer, std::move(v), unite, as_is);
+Collective<OptState> Model::allgather(OptState v, int layer) {
+    return collective<OptState>(ops::allgather, layer, std::move(v), unite<OptState>, as_is<OptState>);
+}
+Collective<WeightGrad> Model::allgather(WeightGrad v, int layer) {
+    return collective<WeightGrad>(ops::allgather, layer, std::move(v), unite<WeightGrad>, as_is<WeightGrad>);
 }
 
-Task<WeightGrad> Model::scatterreduce(WeightGrad v, int layer) {
+Collective<WeightGrad> Model::scatterreduce(WeightGrad v, int layer) {
     // The all-reduced sum, then this rank's shard of RANKS.
-    return collective(ops::scatterreduce, layer, std::move(v), sum, [this, layer](WeightGrad&& total) {
-        try {
-            return total.shard(rank, RANKS);
-        } catch (const std::invalid_argument& e) {
-            fail(ops::scatterreduce, layer, fmt::format("the sum {} cannot be sharded: {}", total.str(), e.what()));
-        }
-    });
+    return collective<WeightGrad>(ops::scatterreduce, layer, std::move(v), sum,
+                                  [](Model& m, int l, WeightGrad&& total) -> WeightGrad {
+                                      try {
+                                          return total.shard(m.rank, m.RANKS);
+                                      } catch (const std::invalid_argument& e) {
+                                          m.fail(ops::scatterreduce, l,
+                                                 fmt::format("the sum {} cannot be sharded: {}", total.str(), e.what()));
+                                      }
+                                  });
 }
 
 Task<> Model::pass_any(int dst, std::any v, Size size) {

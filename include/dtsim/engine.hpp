@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <any>
+#include <coroutine>
 #include <cstdint>
 #include <deque>
 #include <exception>
@@ -40,8 +41,84 @@ using Executor = asio::io_context::executor_type;
 template <class T = void>
 using Task = asio::awaitable<T, Executor>;
 
+// With Boost 1.74 (Debian 12) a collective and a park suspend the strategy's
+// own coroutine: no coroutine frame of their own, no allocation, and the
+// resumed rank continues in its strategy directly. Asio's awaitable accepts
+// only its own awaitables, so dtsim gives Task coroutines a promise type
+// derived from Asio's that also accepts the engine's awaiters (marked by a
+// member type `dtsim_awaiter`) and allocates frames from a pool (Asio's
+// recycling allocator keeps one free frame per thread; thousands of ranks
+// parked in collectives free and take frames by the thousand). Define
+// DTSIM_FRAMELESS_AWAIT=0 to use plain Asio coroutines (any Boost version):
+// the same semantics, a frame per collective.
+#ifndef DTSIM_FRAMELESS_AWAIT
+#if BOOST_VERSION == 107400
+#define DTSIM_FRAMELESS_AWAIT 1
+#else
+#define DTSIM_FRAMELESS_AWAIT 0
+#endif
+#endif
+
+namespace detail {
+// Free lists of coroutine frames by size class (64-byte steps up to 4 KiB),
+// per thread; frames never return to the system before the thread ends.
+void* frame_allocate(std::size_t bytes);
+void frame_deallocate(void* p, std::size_t bytes) noexcept;
+}  // namespace detail
+}  // namespace dtsim
+
+#if DTSIM_FRAMELESS_AWAIT
+namespace dtsim::detail {
+template <class T>
+struct TaskFrame : asio::detail::awaitable_frame<T, Executor> {
+    using Base = asio::detail::awaitable_frame<T, Executor>;
+    using Base::await_transform;
+    // Asio's awaitables expect their caller's promise to be Asio's frame type;
+    // this promise is one (a derived class with no data of its own), so the
+    // handle is re-typed to it.
+    template <class U>
+    auto await_transform(asio::awaitable<U, Executor> a) const {
+        struct Awaiter {
+            asio::awaitable<U, Executor> a;
+            bool await_ready() const noexcept { return a.await_ready(); }
+            void await_suspend(std::coroutine_handle<TaskFrame> h) {
+                a.await_suspend(std::coroutine_handle<Base>::from_address(h.address()));
+            }
+            U await_resume() { return a.await_resume(); }
+        };
+        return Awaiter{std::move(a)};
+    }
+    // The engine's own awaiters pass through.
+    template <class A>
+        requires requires { typename std::remove_cvref_t<A>::dtsim_awaiter; }
+    A&& await_transform(A&& a) const noexcept {
+        return std::forward<A>(a);
+    }
+    static void* operator new(std::size_t n) { return frame_allocate(n); }
+    static void operator delete(void* p, std::size_t n) noexcept { frame_deallocate(p, n); }
+};
+static_assert(sizeof(TaskFrame<int>) == sizeof(asio::detail::awaitable_frame<int, Executor>) &&
+              alignof(TaskFrame<int>) == alignof(asio::detail::awaitable_frame<int, Executor>));
+}  // namespace dtsim::detail
+
+template <class T, class... Args>
+struct std::coroutine_traits<boost::asio::awaitable<T, dtsim::Executor>, Args...> {
+    using promise_type = dtsim::detail::TaskFrame<T>;
+};
+#endif
+
+namespace dtsim {
+
 class Simulation;
 class Communicator;
+class Gpu;
+namespace detail {
+template <class V, class Combine, class Finish>
+class Arrival;
+class Park;
+template <class P>
+void park_handle(Gpu& gpu, std::coroutine_handle<P> h);
+}  // namespace detail
 
 // What a blocked rank is waiting for; read by the deadlock diagnosis.
 struct Wait {
@@ -115,6 +192,8 @@ public:
 private:
     friend class Simulation;
     friend class Communicator;
+    template <class P>
+    friend void detail::park_handle(Gpu& gpu, std::coroutine_handle<P> h);
     void grow_events();
     void prefetch_for_resume() const {
         // The top frame (a collective's) is small; the caller (the strategy) is larger.
@@ -166,23 +245,52 @@ public:
         double clock;  // maximum of the members' clocks at arrival
     };
 
-    // Joins this group's next collective with `value`. `combine(acc, value,
-    // from_rank)` folds the members' values in arrival order and may throw to
-    // reject a value. Suspends until every member has arrived; then
-    // `finish(Result<V>&&)` runs on this rank and its return value is the result.
-    // One coroutine frame per call: the hot path of every collective.
+    // What arrive() returns: co_await it (once) for the result.
+#if DTSIM_FRAMELESS_AWAIT
+    template <class V, class Combine, class Finish>
+    using Arriving = detail::Arrival<V, Combine, Finish>;
+#else
+    template <class V, class Combine, class Finish>
+    using Arriving = Task<std::invoke_result_t<Finish&, Result<V>&&>>;
+#endif
+
+    // Joins this group's next collective with `value` when awaited.
+    // `combine(acc, value, from_rank)` folds the members' values in arrival
+    // order and may throw to reject a value. Suspends until every member has
+    // arrived (the last one does not suspend); then `finish(Result<V>&&)` runs
+    // on this rank and its return value is the result. The hot path of every
+    // collective: no allocation, no coroutine frame of its own.
+    template <class V, class Combine, class Finish>
+    auto collective(Gpu& gpu, OpCode op, std::int32_t layer, V value, Combine combine, Finish finish)
+        -> Arriving<V, Combine, Finish>;
+
+    // The same as a Task (a coroutine frame per call), for code that returns it as one.
     template <class V, class Combine, class Finish>
     auto arrive(Gpu& gpu, OpCode op, std::int32_t layer, V value, Combine combine, Finish finish)
-        -> Task<std::invoke_result_t<Finish&, Result<V>&&>>;
+        -> Task<std::invoke_result_t<Finish&, Result<V>&&>> {
+        co_return co_await collective(gpu, op, layer, std::move(value), std::move(combine), std::move(finish));
+    }
 
+    struct TakeResult {
+        template <class V>
+        Result<V> operator()(Result<V>&& r) const {
+            return std::move(r);
+        }
+    };
     // The same, returning the combined value and the maximum clock.
     template <class V, class Combine>
+    auto collective(Gpu& gpu, OpCode op, std::int32_t layer, V value, Combine combine) {
+        return collective(gpu, op, layer, std::move(value), std::move(combine), TakeResult{});
+    }
+    template <class V, class Combine>
     Task<Result<V>> arrive(Gpu& gpu, OpCode op, std::int32_t layer, V value, Combine combine) {
-        return arrive(gpu, op, layer, std::move(value), std::move(combine), [](Result<V>&& r) { return std::move(r); });
+        co_return co_await collective(gpu, op, layer, std::move(value), std::move(combine), TakeResult{});
     }
 
 private:
     friend class Simulation;
+    template <class V, class Combine, class Finish>
+    friend class detail::Arrival;
     struct Round {
         OpCode op;
         std::int32_t layer = kNoLayer;
@@ -194,6 +302,12 @@ private:
         std::vector<Gpu*> waiting;
     };
     Round& join(Gpu& gpu, OpCode op, std::int32_t layer, std::uint64_t& call);
+    // Arrival: folds `value` into the round; true when this member completed it.
+    template <class V, class Combine, class Finish>
+    bool enter(Gpu& gpu, OpCode op, std::int32_t layer, V& value, Combine& combine, Round*& out);
+    // After the round completed: this member's result.
+    template <class V, class Finish>
+    auto leave(Round* round, Finish& finish) -> std::invoke_result_t<Finish&, Result<V>&&>;
     void release(Round& round);
     void finish_read(Round& round);
 
@@ -242,7 +356,11 @@ public:
     void set_idle_hook(std::function<bool()> hook) { idle_hook_ = std::move(hook); }
 
     // Suspends `gpu` until wake(gpu). The wait is described for diagnosis.
+#if DTSIM_FRAMELESS_AWAIT
+    detail::Park park(Gpu& gpu, const Wait& wait);
+#else
     Task<> park(Gpu& gpu, const Wait& wait);
+#endif
     // Makes a parked rank ready; ready ranks resume in FIFO order.
     void wake(Gpu& gpu) {
         gpu.wait_ = Wait{};
@@ -306,11 +424,69 @@ struct ParkIn {
 #endif
 }  // namespace detail
 
+#if DTSIM_FRAMELESS_AWAIT
+namespace detail {
+// Parks the awaiting coroutine in gpu.parked_: its thread of execution is
+// detached from the frame and relaunched by Gpu::resume.
+template <class P>
+void park_handle(Gpu& gpu, std::coroutine_handle<P> h) {
+    auto* frame = &h.promise();
+    gpu.frames_[0] = frame;
+    gpu.frames_[1] = FramePeek::caller_of(frame);
+    gpu.parked_.emplace(std::move(*frame->detach_thread()));
+}
+
+// `co_await sim.park(gpu, wait)`.
+class Park {
+public:
+    using dtsim_awaiter = void;
+    explicit Park(Gpu& gpu) : gpu_(&gpu) {}
+    bool await_ready() const noexcept { return false; }
+    template <class P>
+    void await_suspend(std::coroutine_handle<P> h) {
+        park_handle(*gpu_, h);
+    }
+    void await_resume() const noexcept {}
+
+private:
+    Gpu* gpu_;
+};
+
+// `co_await comm.arrive(gpu, ...)`: joins the round when awaited; the last
+// member to arrive does not suspend at all.
 template <class V, class Combine, class Finish>
-auto Communicator::arrive(Gpu& gpu, OpCode op, std::int32_t layer, V value, Combine combine, Finish finish)
-    -> Task<std::invoke_result_t<Finish&, Result<V>&&>> {
+class Arrival {
+public:
+    using dtsim_awaiter = void;
+    using Result = std::invoke_result_t<Finish&, Communicator::Result<V>&&>;
+    Arrival(Communicator& comm, Gpu& gpu, OpCode op, std::int32_t layer, V value, Combine combine, Finish finish)
+        : comm_(&comm), gpu_(&gpu), op_(op), layer_(layer), value_(std::move(value)), combine_(std::move(combine)),
+          finish_(std::move(finish)) {}
+    bool await_ready() { return comm_->enter<V, Combine, Finish>(*gpu_, op_, layer_, value_, combine_, round_); }
+    template <class P>
+    void await_suspend(std::coroutine_handle<P> h) {
+        park_handle(*gpu_, h);
+    }
+    Result await_resume() { return comm_->leave<V>(round_, finish_); }
+
+private:
+    Communicator* comm_;
+    Gpu* gpu_;
+    OpCode op_;
+    std::int32_t layer_;
+    V value_;
+    [[no_unique_address]] Combine combine_;
+    [[no_unique_address]] Finish finish_;
+    Communicator::Round* round_ = nullptr;
+};
+}  // namespace detail
+#endif
+
+template <class V, class Combine, class Finish>
+bool Communicator::enter(Gpu& gpu, OpCode op, std::int32_t layer, V& value, Combine& combine, Round*& out) {
     std::uint64_t call = 0;
     Round& round = join(gpu, op, layer, call);
+    out = &round;
     if (round.arrived == 0)
         round.acc.emplace<V>(std::move(value));
     else
@@ -319,13 +495,30 @@ auto Communicator::arrive(Gpu& gpu, OpCode op, std::int32_t layer, V value, Comb
     if (++round.arrived < size()) {
         round.waiting.push_back(&gpu);
         gpu.wait_ = Wait{Wait::Kind::collective, op, layer, -1, call, this};
-        DTSIM_PARK(gpu);
-    } else {
-        release(round);
+        return false;
     }
-    Result<V> r{*std::any_cast<V>(&round.acc), round.max_clock};
-    finish_read(round);
-    co_return finish(std::move(r));
+    release(round);
+    return true;
+}
+
+template <class V, class Finish>
+auto Communicator::leave(Round* round, Finish& finish) -> std::invoke_result_t<Finish&, Result<V>&&> {
+    Result<V> r{*std::any_cast<V>(&round->acc), round->max_clock};
+    finish_read(*round);
+    return finish(std::move(r));
+}
+
+template <class V, class Combine, class Finish>
+auto Communicator::collective(Gpu& gpu, OpCode op, std::int32_t layer, V value, Combine combine, Finish finish)
+    -> Arriving<V, Combine, Finish> {
+#if DTSIM_FRAMELESS_AWAIT
+    return detail::Arrival<V, Combine, Finish>(*this, gpu, op, layer, std::move(value), std::move(combine),
+                                               std::move(finish));
+#else
+    Round* round = nullptr;
+    if (!enter<V, Combine, Finish>(gpu, op, layer, value, combine, round)) DTSIM_PARK(gpu);
+    co_return leave<V>(round, finish);
+#endif
 }
 
 }  // namespace dtsim

@@ -169,7 +169,7 @@ void run_bench(const BenchOptions& o) {
         sim.run([&sim, layers = o.layers](Gpu& g) -> Task<> {
             for (int k = 0; k < layers; ++k) {
                 g.record(ops::forward, k, 1, 0);
-                co_await sim.world().arrive(g, ops::allreduce, k, 1, [](int& a, int b, int) { a += b; });
+                co_await sim.world().collective(g, ops::allreduce, k, 1, [](int& a, int b, int) { a += b; });
             }
         });
         const double s = seconds_since(t0);

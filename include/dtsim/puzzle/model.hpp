@@ -52,6 +52,31 @@ private:
     int from_;
 };
 
+class Model;
+
+// What `co_await model.allreduce(...)` (and the other collectives) waits on:
+// the world communicator's next round, folded by `fold`, finished on each rank
+// by `mine` (which takes its part of the combined value), then recorded.
+template <class V>
+struct CollectiveFold {
+    Model* model;
+    OpCode op;
+    int layer;
+    void (*fold)(V& acc, const V& x);
+    void operator()(V& acc, const V& x, int from_rank) const;
+};
+template <class V>
+struct CollectiveFinish {
+    Model* model;
+    OpCode op;
+    int layer;
+    double duration;
+    V (*mine)(Model& m, int layer, V&& combined);
+    V operator()(Communicator::Result<V>&& r) const;
+};
+template <class V>
+using Collective = Communicator::Arriving<V, CollectiveFold<V>, CollectiveFinish<V>>;
+
 class Model {
 public:
     Model(Gpu& gpu, int layers, int batches, const CostModel& costs = puzzle_costs());
@@ -90,12 +115,12 @@ public:
                                        const OptState& opt_state);
     WeightGrad fake_grad(int layer, IdSet batches);
 
-    // Collectives over all ranks, matched by call order.
-    Task<WeightGrad> allreduce(WeightGrad v, int layer);
-    Task<Weight> allgather(Weight v, int layer);
-    Task<OptState> allgather(OptState v, int layer);
-    Task<WeightGrad> allgather(WeightGrad v, int layer);
-    Task<WeightGrad> scatterreduce(WeightGrad v, int layer);
+    // Collectives over all ranks, matched by call order (co_await the result).
+    Collective<WeightGrad> allreduce(WeightGrad v, int layer);
+    Collective<Weight> allgather(Weight v, int layer);
+    Collective<OptState> allgather(OptState v, int layer);
+    Collective<WeightGrad> allgather(WeightGrad v, int layer);
+    Collective<WeightGrad> scatterreduce(WeightGrad v, int layer);
 
     // Point to point.
     template <class T>
@@ -122,8 +147,12 @@ public:
     [[nodiscard]] const CostModel& costs() const { return *costs_; }
 
 private:
-    template <class V, class Fold, class Mine>
-    auto collective(OpCode op, int layer, V v, Fold fold, Mine mine);
+    template <class V>
+    friend struct CollectiveFold;
+    template <class V>
+    friend struct CollectiveFinish;
+    template <class V>
+    Collective<V> collective(OpCode op, int layer, V v, void (*fold)(V&, const V&), V (*mine)(Model&, int, V&&));
     Task<> pass_any(int dst, std::any v, Size size);
     [[noreturn]] void fail(const char* op, int layer, const std::string& what) const;
     [[noreturn]] void fail(OpCode op, int layer, const std::string& what) const;
