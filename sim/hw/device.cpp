@@ -97,7 +97,7 @@ void Device::block_on(const Transfer& t) {
 }
 
 Task<> Device::wait(Transfer t) {
-    if (!t.ended()) co_await world_->wait_end(*this, t.record(), ops::all_reduce, kNoLayer);
+    if (!t.ended()) co_await world_->simulation().park(*gpu_, world_->wait_end(*this, t.record(), ops::all_reduce));
     block_on(t);
 }
 
@@ -112,21 +112,21 @@ Task<bool> Device::done(Transfer t) {
     co_return t.ended() && t.end() <= now();
 }
 
-Task<Transfer> Device::start(Collective c, Group& g, double bytes, int layer) {
+TransferRecord* Device::join(Collective c, Group& g, double bytes, int layer, bool async) {
     const OpCode op = ops::of(c);
     const int pos = g.position(rank());
     if (pos < 0)
         throw ScheduleError(fmt::format("rank {}: {} (layer {}) on communicator {}, which rank {} is not a member of",
                                         rank(), op.name(), layer, g.name(), rank()));
-    const std::uint64_t call = g.async_calls_[static_cast<std::size_t>(pos)]++;
-    while (g.async_base_ + g.async_.size() <= call) g.async_.emplace_back();
-    Group::AsyncRound& round = g.async_[static_cast<std::size_t>(call - g.async_base_)];
+    const std::uint64_t call = g.calls_[static_cast<std::size_t>(pos)]++;
+    while (g.base_ + g.rounds_.size() <= call) g.rounds_.emplace_back();
+    Group::Round& round = g.rounds_[static_cast<std::size_t>(call - g.base_)];
     if (round.arrivals.empty()) {
         round.transfer = world_->network_.create();
+        round.arrivals = world_->spare_arrivals(g.size());
         round.op = op;
         round.layer = layer;
         round.first_rank = rank();
-        round.arrivals.reserve(static_cast<std::size_t>(g.size()));
     } else if (round.op != op || round.layer != layer) {
         auto describe = [](OpCode o, int l) {
             return l == kNoLayer ? fmt::format("{}", o.name()) : fmt::format("{}(layer {})", o.name(), l);
@@ -136,49 +136,32 @@ Task<Transfer> Device::start(Collective c, Group& g, double bytes, int layer) {
             g.name(), round.first_rank, describe(round.op, round.layer), rank(), describe(op, layer)));
     }
     TransferRecord* t = round.transfer;
-    round.arrivals.push_back(Arrival{rank(), now(), last_comm_});
-    last_comm_ = t;
-    record_transfer(op, layer, t, bytes);
+    // On the collective stream it queues behind the stream's last transfer;
+    // a blocking one runs on the compute stream.
+    round.arrivals.push_back(Arrival{rank(), now(), async ? last_comm_ : nullptr});
+    if (async) last_comm_ = t;
     if (static_cast<int>(round.arrivals.size()) == g.size()) {
-        world_->arm(t, g.ports_, g.cost(c, bytes), round.arrivals);
-        // Rounds complete in call order (every member called the earlier ones first).
-        while (!g.async_.empty() && static_cast<int>(g.async_.front().arrivals.size()) == g.size()) {
-            g.async_.pop_front();
-            ++g.async_base_;
-        }
+        // Rounds complete in call order (every member called the earlier ones
+        // first), so this is the oldest open round.
+        std::vector<Arrival> arrivals = std::move(round.arrivals);
+        g.rounds_.pop_front();
+        ++g.base_;
+        world_->arm(t, g.ports_, g.cost(c, bytes), arrivals);
+        world_->recycle_arrivals(std::move(arrivals));
     }
+    return t;
+}
+
+Task<Transfer> Device::start(Collective c, Group& g, double bytes, int layer) {
+    TransferRecord* t = join(c, g, bytes, layer, true);
+    record_transfer(ops::of(c), layer, t, bytes);
     co_return Transfer(t);
 }
 
 Task<Transfer> Device::run(Collective c, Group& g, double bytes, int layer) {
     const OpCode op = ops::of(c);
-    const TransferRecord* t = co_await g.communicator().arrive(
-        *gpu_, op, layer, -1,
-        [this, &g](int& slot, int, int) {
-            if (slot < 0) slot = world_->acquire_slot(g.size());
-        },
-        [this, &g, c, bytes](Communicator::Result<int>&& r) {
-            // The member released first (the last to arrive) arms the transfer:
-            // every other member is still parked at the clock it arrived with.
-            auto arm = [&] {
-                TransferRecord* rec = world_->network_.create();
-                std::vector<Arrival> arrivals;
-                arrivals.reserve(g.members().size());
-                for (int m : g.members()) arrivals.push_back(Arrival{m, world_->device(m).now(), nullptr});
-                world_->arm(rec, g.ports_, g.cost(c, bytes), arrivals);
-                return rec;
-            };
-            if (r.value < 0) return static_cast<const TransferRecord*>(arm());  // a group of one
-            World::RoundSlot& s = world_->slot(r.value);
-            if (!s.done) {
-                s.transfer = arm();
-                s.done = true;
-            }
-            const TransferRecord* rec = s.transfer;
-            if (--s.unread == 0) world_->release_slot(r.value);
-            return rec;
-        });
-    if (!t->ended) co_await world_->wait_end(*this, t, op, layer);
+    const TransferRecord* t = join(c, g, bytes, layer, false);
+    if (!t->ended) co_await world_->simulation().park(*gpu_, world_->wait_end(*this, t, op));
     const Transfer tr(t);
     block_on(tr);
     record(op, layer, Stream::compute, t->start, t->end - t->start).bytes = bytes;
@@ -227,7 +210,7 @@ Task<> Device::recv(int src, int tag, int layer, IdSet microbatches) {
     const TransferRecord* t = it->transfer;
     const double bytes = it->bytes;
     inbox.erase(it);
-    if (!t->ended) co_await world_->wait_end(*this, t, ops::recv, layer);
+    if (!t->ended) co_await world_->simulation().park(*gpu_, world_->wait_end(*this, t, ops::recv));
     record(ops::recv, layer, Stream::comm, t->start, t->end - t->start, std::move(microbatches)).bytes = bytes;
     block_on(Transfer(t));
 }

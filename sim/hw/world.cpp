@@ -54,19 +54,6 @@ Group& World::group(std::vector<int> members, std::string name) {
     return groups_.back();
 }
 
-int World::acquire_slot(int readers) {
-    int i;
-    if (free_slots_.empty()) {
-        i = static_cast<int>(slots_.size());
-        slots_.emplace_back();
-    } else {
-        i = free_slots_.back();
-        free_slots_.pop_back();
-    }
-    slots_[static_cast<std::size_t>(i)] = RoundSlot{false, readers, nullptr};
-    return i;
-}
-
 void World::arm(TransferRecord* t, std::span<const int> ports, const CollectiveCost& cost,
                 std::span<const Arrival> arrivals) {
     // The latency (alpha) is a delay that uses no bandwidth; the rest is work
@@ -106,13 +93,15 @@ bool World::advance() {
     return false;
 }
 
-Task<> World::wait_end(Device& gpu, const TransferRecord* t, OpCode op, int layer) {
+Wait World::wait_end(Device& gpu, const TransferRecord* t, OpCode op) {
     network_.wait_for(t, gpu.rank());
     auto& text = wait_text_[static_cast<std::size_t>(gpu.rank())];
-    if (!text) text = std::make_unique<char[]>(kWaitText);
-    const auto n = fmt::format_to_n(text.get(), kWaitText - 1, "the end of a transfer").size;
-    text[std::min(n, kWaitText - 1)] = '\0';
-    co_await sim_.park(gpu.engine(), Wait{Wait::Kind::other, op, layer, -1, 0, nullptr, text.get()});
+    if (!text) {
+        text = std::make_unique<char[]>(kWaitText);
+        fmt::format_to_n(text.get(), kWaitText - 1, "the end of a transfer{}", '\0');
+    }
+    // (The layer is in the text describe_stuck() writes, not in the Wait.)
+    return Wait{Wait::Kind::other, op, kNoLayer, -1, 0, nullptr, text.get()};
 }
 
 namespace {
@@ -123,20 +112,20 @@ std::string describe_round(const Group& g, std::uint64_t call, OpCode op, int la
         if (calls[p] <= call) missing.insert(g.members()[p]);
     std::string s = fmt::format("{}", op.name());
     if (layer != kNoLayer) s += fmt::format(" layer {}", layer);
-    return s + fmt::format(" (asynchronous collective #{} on {}), which rank(s) {} never started", call, g.name(),
+    return s + fmt::format(" (collective #{} on {}), which rank(s) {} never called", call, g.name(),
                            missing.str());
 }
 }  // namespace
 
 void World::describe_stuck() {
     // The hook has nothing left to do: ranks still parked on a transfer wait
-    // for one that some member never started.
+    // for one that some member never called.
     for (Group& g : groups_)
-        for (std::size_t i = 0; i < g.async_.size(); ++i) {
-            const Group::AsyncRound& round = g.async_[i];
+        for (std::size_t i = 0; i < g.rounds_.size(); ++i) {
+            const Group::Round& round = g.rounds_[i];
             if (!round.transfer || static_cast<int>(round.arrivals.size()) == g.size()) continue;
             const std::string what =
-                "the end of " + describe_round(g, g.async_base_ + i, round.op, round.layer, g.async_calls_);
+                "the end of " + describe_round(g, g.base_ + i, round.op, round.layer, g.calls_);
             for (int r : network_.waiters(round.transfer)) {
                 char* text = wait_text_[static_cast<std::size_t>(r)].get();
                 if (!text) continue;
@@ -149,12 +138,12 @@ void World::describe_stuck() {
 void World::check_open_rounds() const {
     std::string msg;
     for (const Group& g : groups_)
-        for (std::size_t i = 0; i < g.async_.size(); ++i) {
-            const Group::AsyncRound& round = g.async_[i];
+        for (std::size_t i = 0; i < g.rounds_.size(); ++i) {
+            const Group::Round& round = g.rounds_[i];
             if (!round.transfer || static_cast<int>(round.arrivals.size()) == g.size()) continue;
-            msg += "\n  " + describe_round(g, g.async_base_ + i, round.op, round.layer, g.async_calls_);
+            msg += "\n  " + describe_round(g, g.base_ + i, round.op, round.layer, g.calls_);
         }
-    if (!msg.empty()) throw DeadlockError("deadlock: the run ended with transfers that never started:" + msg);
+    if (!msg.empty()) throw DeadlockError("deadlock: the run ended with collectives that not every member called:" + msg);
 }
 
 void World::set_stragglers(Stragglers s) {

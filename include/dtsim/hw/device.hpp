@@ -189,6 +189,9 @@ public:
 
 private:
     friend class World;
+    // Joins this rank's next collective on `g`: the transfer of its round
+    // (armed by the last member to join). Never suspends.
+    TransferRecord* join(Collective c, Group& g, double bytes, int layer, bool async);
     // The compute stream blocks until `t` (ended) ends: split the wait into
     // idle and comm, and remember where the critical path jumps when it passes here.
     void block_on(const Transfer& t);

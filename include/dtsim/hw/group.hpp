@@ -33,24 +33,25 @@ private:
     friend class Device;
     Group(World& world, Communicator& comm, GroupShape shape, std::vector<int> ports)
         : world_(&world), comm_(&comm), shape_(shape), ports_(std::move(ports)),
-          async_calls_(static_cast<std::size_t>(comm.size()), 0) {}
+          calls_(static_cast<std::size_t>(comm.size()), 0) {}
     World* world_;
     Communicator* comm_;
     GroupShape shape_;
     std::vector<int> ports_;  // the link ports its collectives occupy (World::port)
 
-    // Asynchronous collectives do not suspend their members: the k-th call of
-    // every member joins round k, and the last member to call arms its transfer.
-    struct AsyncRound {
+    // Joining a collective does not suspend a member (a blocking one then
+    // waits for the transfer's end): the k-th call of every member joins
+    // round k, and the last member to call arms its transfer.
+    struct Round {
         TransferRecord* transfer = nullptr;
         OpCode op;
         int layer = kNoLayer;
         int first_rank = -1;
         std::vector<Arrival> arrivals;
     };
-    std::vector<std::uint64_t> async_calls_;  // per member position
-    std::uint64_t async_base_ = 0;            // call index of async_.front()
-    std::deque<AsyncRound> async_;
+    std::vector<std::uint64_t> calls_;  // per member position: collectives called
+    std::uint64_t base_ = 0;            // call index of rounds_.front()
+    std::deque<Round> rounds_;          // the open rounds
 };
 
 }  // namespace dtsim::hw

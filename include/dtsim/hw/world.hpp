@@ -92,23 +92,27 @@ private:
     bool drain();
     // The engine's idle hook: the network's next instant.
     bool advance();
-    // Parks `gpu` until `t` ends (`t` has not ended).
-    Task<> wait_end(Device& gpu, const TransferRecord* t, OpCode op, int layer);
-    // Ranks parked on asynchronous collectives some member never started: say so.
+    // Registers `gpu` to wake when `t` (not ended) ends; the Wait to park it with.
+    Wait wait_end(Device& gpu, const TransferRecord* t, OpCode op);
+    // Ranks parked on collectives some member never called: say so.
     void describe_stuck();
-    // An asynchronous collective some member never called (after the run).
+    // A collective some member never called (after the run).
     void check_open_rounds() const;
 
-    // The transfer of a blocking collective round, armed by the first member
-    // released and read by every member (slots are reused once all have read).
-    struct RoundSlot {
-        bool done = false;
-        int unread = 0;
-        const TransferRecord* transfer = nullptr;
-    };
-    int acquire_slot(int readers);
-    RoundSlot& slot(int i) { return slots_[static_cast<std::size_t>(i)]; }
-    void release_slot(int i) { free_slots_.push_back(i); }
+    std::vector<Arrival> spare_arrivals(int members) {
+        if (spare_.empty()) {
+            std::vector<Arrival> v;
+            v.reserve(static_cast<std::size_t>(members));
+            return v;
+        }
+        std::vector<Arrival> v = std::move(spare_.back());
+        spare_.pop_back();
+        return v;
+    }
+    void recycle_arrivals(std::vector<Arrival>&& v) {
+        v.clear();
+        spare_.push_back(std::move(v));
+    }
 
     struct Message {
         int src;
@@ -125,8 +129,7 @@ private:
     std::deque<Group> groups_;
     Group* everyone_ = nullptr;
     std::vector<std::vector<Message>> inbox_;  // per destination rank
-    std::vector<RoundSlot> slots_;
-    std::vector<int> free_slots_;
+    std::vector<std::vector<Arrival>> spare_;  // arrival lists of closed rounds, for reuse
     // Per rank: what it waits for when parked on a transfer (the engine's Wait
     // points here; fixed buffers, so the text can be rewritten in place).
     static constexpr std::size_t kWaitText = 384;
