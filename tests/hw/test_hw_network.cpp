@@ -331,3 +331,60 @@ TEST_CASE("traces are byte-identical across runs") {
         CHECK(out[0] == out[1]);
     }
 }
+
+TEST_CASE("done() says whether a transfer has ended by the compute clock, waiting for the network only when it must") {
+    World world(cluster(1), 2);
+    Group& all = world.everyone();
+    const double S = 64 * kMiB;
+    const double d = all.cost(Collective::all_reduce, S).seconds;
+    std::vector<int> early(2), late(2);
+    world.run([&](Device& gpu) -> Task<> {
+        const Transfer t = co_await gpu.all_reduce_start(all, S, 0);
+        gpu.compute(ops::backward, 0, d / 2);
+        // It cannot end before d: no need to wait for the network.
+        early[static_cast<std::size_t>(gpu.rank())] = co_await gpu.done(t);
+        gpu.compute(ops::backward, 1, d);
+        // It may have ended by 1.5 d, which only the network can tell.
+        late[static_cast<std::size_t>(gpu.rank())] = co_await gpu.done(t);
+        CHECK(t.ended());
+    });
+    for (int r = 0; r < 2; ++r) {
+        CHECK(early[static_cast<std::size_t>(r)] == 0);
+        CHECK(late[static_cast<std::size_t>(r)] == 1);
+    }
+}
+
+TEST_CASE("events of transfers whose end was unknown when recorded get their times; recording off has none") {
+    double step[2];
+    std::size_t events[2];
+    for (bool on : {true, false}) {
+        World world(cluster(2), 8);
+        world.set_recording(on);
+        Group& all = world.everyone();
+        std::vector<Transfer> reduce(8), sent(8);
+        world.run([&](Device& gpu) -> Task<> {
+            const auto r = static_cast<std::size_t>(gpu.rank());
+            reduce[r] = co_await gpu.all_reduce_start(all, 1e8, 0);
+            sent[r] = gpu.send((gpu.rank() + 4) % 8, 1e8, 0);  // shares the NICs with the all-reduce
+            co_await gpu.recv((gpu.rank() + 4) % 8, 0);
+            co_await gpu.wait(reduce[r]);
+        });
+        step[on] = world.step_time();
+        const dtsim::Trace t = world.take_trace();
+        events[on] = 0;
+        for (const auto& r : t.ranks) events[on] += r.events.size();
+        if (on)
+            for (std::size_t r = 0; r < 8; ++r) {
+                const auto& ev = t.ranks[r].events;
+                REQUIRE(ev.size() == 3);
+                CHECK(ev[0].start == reduce[r].start());
+                CHECK(ev[0].end() == doctest::Approx(reduce[r].end()).epsilon(1e-15));
+                CHECK(ev[1].start == sent[r].start());
+                CHECK(ev[1].end() == doctest::Approx(sent[r].end()).epsilon(1e-15));
+                CHECK(ev[1].end() > ev[1].start + p2p_cost(world.cluster(), 1e8, false).seconds);  // slowed
+            }
+    }
+    CHECK(step[0] == step[1]);
+    CHECK(events[1] == 8 * 3);
+    CHECK(events[0] == 0);
+}

@@ -7,7 +7,7 @@
 //       gpu.compute(hw::ops::backward, 1, 0.010);           // 10 ms on the compute stream
 //       auto h = co_await gpu.all_reduce_start(dp, 25 * kMiB, 1);  // overlaps what follows
 //       gpu.compute(hw::ops::backward, 0, 0.010);
-//       gpu.wait(h);                                        // compute clock = max(clock, end)
+//       co_await gpu.wait(h);                               // compute clock = max(clock, end)
 //   }
 //
 // Every operation is recorded as a trace event with its stream, bytes, FLOPs

@@ -32,17 +32,26 @@
 // event at that instant (flows that end there end; flows that can start
 // there start), recomputes the rates of the affected flows, and wakes the
 // ranks that waited for those ends. This is exact because of one invariant:
-// every transfer is added with a start >= T. A running rank's clock is >= T
-// (ranks start at 0 = T; a rank woken by the hook resumes at a clock >= the
-// instant processed; a rank released from a blocking collective moves to the
-// transfer's end, which starts at the last member's clock, a running rank's;
-// a receive moves to the message's end); an asynchronous collective does not
-// suspend its members (its start is the latest of the members' clocks and
-// their streams' previous transfers, which end at or after T when not final
-// yet); a transfer queued behind an unfinished one on a rank's stream starts
-// when that one ends, at T. So no transfer still to come can start before T,
-// and an end computed for T under the current rates cannot change. Network::
-// begin rejects a start before T (a broken invariant, not bad input).
+// every transfer is added with a start >= T, so no transfer still to come
+// can overlap what is already final. Why it holds:
+//   - a rank that runs has a clock >= T: ranks start at 0 = T; T moves only
+//     while every rank is parked; a rank parked on a transfer resumes at
+//     max(clock, end) with the end at T or later; one parked until the
+//     frontier reaches its clock resumes there; one parked in a receive
+//     resumes when the sender (a running rank) has sent, and waits for that
+//     transfer, which starts at the sender's clock, before anything else;
+//   - collectives, blocking or not, never suspend a member when it joins (a
+//     blocking one then parks on the end): the last member to join arms the
+//     transfer, at the latest of the members' clocks when they joined (the
+//     last one's is a running rank's, >= T) and the ends of their streams'
+//     previous transfers (FIFO per rank);
+//   - a transfer queued behind one that has not ended starts when it ends,
+//     which the hook settles at T.
+// A start before T throws std::logic_error (a broken invariant, not bad input).
+//
+// A rank that needs to know whether a transfer has ended by its clock
+// (Device::done, to free a bucket's buffer) parks until the frontier reaches
+// its clock (wait_until), unless the transfer cannot end that early.
 //
 // Ties: events at one instant are processed in the order they were queued,
 // and ports and flows are visited in index order: runs are deterministic.
