@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 
 namespace dtsim::hw {
@@ -62,6 +63,8 @@ void Network::arm(TransferRecord* t, std::span<const int> ports, double latency,
                   std::span<const Arrival> arrivals) {
     if (!t || t->live < 0 || live_[static_cast<std::size_t>(t->live)].state != State::open)
         throw std::logic_error("Network::arm: the transfer is not open");
+    if (!std::isfinite(latency) || !std::isfinite(work))
+        throw std::invalid_argument(fmt::format("a transfer cannot take latency {} s and work {} s", latency, work));
     const auto slot = static_cast<std::uint32_t>(t->live);
     Live& l = live_[slot];
     if (ports.size() <= l.ports_in.size()) {
@@ -201,14 +204,12 @@ bool Network::step() {
             l.left = l.work;
             l.rate = 0;
             l.updated = now_;
-            ++moving_;
             for (int p : ports) ports_[static_cast<std::size_t>(p)].flows.push_back(e.slot);
         } else {
             for (int p : ports) {
                 auto& f = ports_[static_cast<std::size_t>(p)].flows;
                 f.erase(std::find(f.begin(), f.end(), e.slot));
             }
-            --moving_;
             l.record->end = now_;
             finish(e.slot);
         }

@@ -10,6 +10,7 @@
 
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <sstream>
 #include <vector>
 
@@ -200,6 +201,9 @@ TEST_CASE("a transfer may not start before the network's frontier") {
     run_out(net);
     CHECK(net.now() == 1.0);
     CHECK_THROWS_AS(add(net, {0}, 1.0, 0.5), std::logic_error);
+    // Bad durations are refused, not queued (a NaN end would never come).
+    CHECK_THROWS_AS(add(net, {0}, std::nan(""), 2.0), std::invalid_argument);
+    CHECK_THROWS_AS(add(net, {0}, 1.0, 2.0, HUGE_VAL), std::invalid_argument);
 }
 
 TEST_CASE("in the world, a transfer started earlier in simulated time but booked later slows the one booked first") {

@@ -130,7 +130,6 @@ public:
     // A lower bound on when `t` ends (its end once it has ended).
     [[nodiscard]] double earliest_end(const TransferRecord* t) const;
 
-    [[nodiscard]] std::size_t moving() const { return moving_; }
     // Rate of a moving transfer (0 otherwise): tests.
     [[nodiscard]] double rate(const TransferRecord* t) const;
 
@@ -197,7 +196,6 @@ private:
     std::priority_queue<Sync, std::vector<Sync>, std::greater<>> syncs_;
     std::uint64_t seq_ = 0;
     double now_ = 0;
-    std::size_t moving_ = 0;
     std::vector<int> woken_;
     std::vector<Patch> patched_;
     // This instant's changes and recomputation scratch.
