@@ -156,8 +156,9 @@ public:
     Task<bool> done(Transfer t);
 
     // Blocking, on the compute stream (as Megatron's tensor-parallel
-    // all-reduces): starts when every member's compute stream reaches it and
-    // its links are shared as the network shares them; the compute clock moves to its end.
+    // all-reduces): starts when every member's compute stream reaches it; the
+    // rank suspends until the network knows its end, and the compute clock
+    // moves there.
     Task<Transfer> run(Collective c, Group& g, double bytes, int layer = kNoLayer);
     Task<Transfer> all_reduce(Group& g, double bytes, int layer = kNoLayer) {
         return run(Collective::all_reduce, g, bytes, layer);
@@ -171,9 +172,9 @@ public:
 
     // ---- point to point. `send` is eager (an isend): the transfer starts when
     // this rank's data and its send stream are ready, and the sender goes on
-    // at once. `recv` suspends until a message from
-    // `src` with `tag` has been sent (messages of one (src, tag) arrive in
-    // order), then the compute clock moves to its arrival.
+    // at once. `recv` suspends until a message from `src` with `tag` has been
+    // sent (messages of one (src, tag) arrive in order) and the network knows
+    // when it arrives; the compute clock moves there.
     Transfer send(int dst, double bytes, int tag, int layer = kNoLayer, IdSet microbatches = {});
     Task<> recv(int src, int tag, int layer = kNoLayer, IdSet microbatches = {});
 
