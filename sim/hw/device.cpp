@@ -4,29 +4,24 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <tuple>
+#include <span>
+#include <stdexcept>
 
 namespace dtsim::hw {
 
-namespace {
-// What each member brings to a collective: when its data and stream are
-// ready. The members' values fold into one, which also names the world's slot
-// where the first member released leaves the schedule for all of them.
-struct Arrival {
-    double ready;
-    int slot;       // -1 until a second member arrives
-    int gate;       // the member ready last (the lowest rank on ties), and where its path goes on
-    double gate_time;
-    int rank;
-};
-}  // namespace
+double Transfer::start() const {
+    if (!rec_) return at_;
+    if (!rec_->began) throw std::logic_error("the start of a transfer is not known yet (co_await Device::wait first)");
+    return rec_->start;
+}
+
+double Transfer::end() const {
+    if (!rec_) return at_;
+    if (!rec_->ended) throw std::logic_error("the end of a transfer is not known yet (co_await Device::wait first)");
+    return rec_->end;
+}
 
 Device::Device(World& world, Gpu& gpu) : world_(&world), gpu_(&gpu) {}
-
-std::pair<int, double> Device::gate(double ready, const Transfer& last) const {
-    if (ready <= now() || last.gate < 0) return {rank(), ready};
-    return {last.gate, last.gate_time};
-}
 
 const Cluster& Device::cluster() const { return world_->cluster(); }
 const GpuSpec& Device::spec() const { return world_->cluster().gpu; }
@@ -77,84 +72,123 @@ void Device::release(double bytes) {
     if (memory_.current < 0 && memory_.current > -1e-6 * bytes) memory_.current = 0;  // rounding
 }
 
-void Device::block_on(const Transfer& t) {
-    const double c = now();
-    if (t.end <= c) return;
-    const double moving_from = std::max(c, t.start);
-    split_.idle += moving_from - c;
-    split_.comm += t.end - moving_from;
-    // The path through this wait leaves the rank unless the transfer started
-    // now from a member ready now (this rank among the last to arrive).
-    if (t.gate >= 0 && !(t.start == c && t.gate_time == c)) jumps_.push_back(PathJump{t.end, t.gate_time, t.gate});
-    gpu_->set_clock(t.end);
+void Device::record_transfer(OpCode op, int layer, const TransferRecord* t, double bytes, IdSet batches) {
+    const bool known = t->ended;
+    Event& e = record(op, layer, Stream::comm, known ? t->start : now(), known ? t->end - t->start : 0,
+                      std::move(batches));
+    e.bytes = bytes;
+    if (!known && world_->recording())
+        world_->network_.patch_on_end(t, rank(), static_cast<std::uint32_t>(events_ - 1));
 }
 
-void Device::wait(const Transfer& t) { block_on(t); }
+void Device::block_on(const Transfer& t) {
+    const double c = now();
+    const double end = t.end();
+    if (end <= c) return;
+    const double start = t.start();
+    const double moving_from = std::max(c, start);
+    split_.idle += moving_from - c;
+    split_.comm += end - moving_from;
+    // The path through this wait leaves the rank unless the transfer started
+    // now from a member ready now (this rank among the last to arrive).
+    if (t.gate() >= 0 && !(start == c && t.gate_time() == c))
+        jumps_.push_back(PathJump{end, t.gate_time(), t.gate()});
+    gpu_->set_clock(end);
+}
+
+Task<> Device::wait(Transfer t) {
+    if (!t.ended()) co_await world_->simulation().park(*gpu_, world_->wait_end(*this, t.record(), ops::all_reduce));
+    block_on(t);
+}
+
+Task<bool> Device::done(Transfer t) {
+    if (!t.ended()) {
+        // Not known yet: it may still end by now unless it cannot end that early.
+        if (world_->network_.earliest_end(t.record()) > now()) co_return false;
+        world_->network_.wait_until(rank(), now());
+        co_await world_->simulation().park(
+            *gpu_, Wait{Wait::Kind::other, ops::all_reduce, kNoLayer, -1, 0, nullptr, "the network to reach its clock"});
+    }
+    co_return t.ended() && t.end() <= now();
+}
+
+TransferRecord* Device::join(Collective c, Group& g, double bytes, int layer, bool async) {
+    const OpCode op = ops::of(c);
+    const int pos = g.position(rank());
+    if (pos < 0)
+        throw ScheduleError(fmt::format("rank {}: {} (layer {}) on communicator {}, which rank {} is not a member of",
+                                        rank(), op.name(), layer, g.name(), rank()));
+    const std::uint64_t call = g.calls_[static_cast<std::size_t>(pos)]++;
+    while (g.base_ + g.rounds_.size() <= call) g.rounds_.emplace_back();
+    Group::Round& round = g.rounds_[static_cast<std::size_t>(call - g.base_)];
+    if (round.arrivals.empty()) {
+        round.transfer = world_->network_.create();
+        round.arrivals = world_->spare_arrivals(g.size());
+        round.op = op;
+        round.layer = layer;
+        round.first_rank = rank();
+    } else if (round.op != op || round.layer != layer) {
+        auto describe = [](OpCode o, int l) {
+            return l == kNoLayer ? fmt::format("{}", o.name()) : fmt::format("{}(layer {})", o.name(), l);
+        };
+        throw CollectiveMismatchError(fmt::format(
+            "collective #{} on communicator {} does not match: rank {} called {} but rank {} called {}", call,
+            g.name(), round.first_rank, describe(round.op, round.layer), rank(), describe(op, layer)));
+    }
+    TransferRecord* t = round.transfer;
+    // On the collective stream it queues behind the stream's last transfer;
+    // a blocking one runs on the compute stream.
+    round.arrivals.push_back(Arrival{rank(), now(), async ? last_comm_ : nullptr});
+    if (async) last_comm_ = t;
+    if (static_cast<int>(round.arrivals.size()) == g.size()) {
+        // Rounds complete in call order (every member called the earlier ones
+        // first), so this is the oldest open round.
+        std::vector<Arrival> arrivals = std::move(round.arrivals);
+        g.rounds_.pop_front();
+        ++g.base_;
+        world_->arm(t, g.ports_, g.cost(c, bytes), arrivals);
+        world_->recycle_arrivals(std::move(arrivals));
+    }
+    return t;
+}
 
 Task<Transfer> Device::start(Collective c, Group& g, double bytes, int layer) {
-    return arrive(c, g, bytes, layer, true);
+    TransferRecord* t = join(c, g, bytes, layer, true);
+    record_transfer(ops::of(c), layer, t, bytes);
+    co_return Transfer(t);
 }
 
 Task<Transfer> Device::run(Collective c, Group& g, double bytes, int layer) {
-    return arrive(c, g, bytes, layer, false);
-}
-
-Task<Transfer> Device::arrive(Collective c, Group& g, double bytes, int layer, bool async) {
-    const double ready = async ? std::max(now(), comm_free_) : now();
-    const auto [gate_rank, gate_time] = gate(ready, last_comm_);
     const OpCode op = ops::of(c);
-    return g.communicator().arrive(
-        *gpu_, op, layer, Arrival{ready, -1, gate_rank, gate_time, rank()},
-        [this, &g](Arrival& acc, const Arrival& x, int) {
-            if (x.ready > acc.ready || (x.ready == acc.ready && x.rank < acc.rank)) {
-                acc.ready = x.ready;
-                acc.gate = x.gate;
-                acc.gate_time = x.gate_time;
-                acc.rank = x.rank;
-            }
-            if (acc.slot < 0) acc.slot = world_->acquire_slot(g.size());
-        },
-        [this, &g, c, bytes, layer, async, op](Communicator::Result<Arrival>&& r) {
-            Transfer t;
-            const Arrival& a = r.value;
-            if (a.slot < 0) {
-                t = world_->schedule(g, c, bytes, a.ready, a.gate, a.gate_time, async);  // a group of one
-            } else {
-                World::RoundSlot& s = world_->slot(a.slot);
-                if (!s.done) {
-                    s.transfer = world_->schedule(g, c, bytes, a.ready, a.gate, a.gate_time, async);
-                    s.done = true;
-                }
-                t = s.transfer;
-                if (--s.unread == 0) world_->release_slot(a.slot);
-            }
-            if (async) {
-                record(op, layer, Stream::comm, t.start, t.end - t.start).bytes = bytes;
-            } else {
-                block_on(t);
-                record(op, layer, Stream::compute, t.start, t.end - t.start).bytes = bytes;
-            }
-            return t;
-        });
+    const TransferRecord* t = join(c, g, bytes, layer, false);
+    if (!t->ended) co_await world_->simulation().park(*gpu_, world_->wait_end(*this, t, op));
+    const Transfer tr(t);
+    block_on(tr);
+    record(op, layer, Stream::compute, t->start, t->end - t->start).bytes = bytes;
+    co_return tr;
 }
 
 Transfer Device::send(int dst, double bytes, int tag, int layer, IdSet microbatches) {
     if (dst < 0 || dst >= world_->ranks())
         throw ScheduleError(fmt::format("rank {}: send to rank {}: destination must be in [0, {})", rank(), dst,
                                         world_->ranks()));
-    const double ready = std::max(now(), p2p_free_);
-    Transfer t = world_->schedule_p2p(rank(), dst, bytes, ready);
-    std::tie(t.gate, t.gate_time) = gate(ready, last_p2p_);
-    p2p_free_ = t.end;
+    TransferRecord* t = world_->network_.create();
+    const Arrival arrival{rank(), now(), last_p2p_};
     last_p2p_ = t;
-    record(ops::send, layer, Stream::comm, t.start, t.end - t.start, std::move(microbatches)).bytes = bytes;
+    record_transfer(ops::send, layer, t, bytes, std::move(microbatches));
+    const Cluster& cl = world_->cluster();
+    const bool same_node = cl.node_of(rank()) == cl.node_of(dst);
+    const Level l = same_node ? Level::intra_node : Level::inter_node;
+    const int ports[2] = {world_->port(rank(), l), world_->port(dst, l)};
+    world_->arm(t, dst == rank() ? std::span<const int>() : std::span<const int>(ports),
+                dst == rank() ? CollectiveCost{} : p2p_cost(cl, bytes, same_node), std::span<const Arrival>(&arrival, 1));
     world_->inbox_[static_cast<std::size_t>(dst)].push_back(World::Message{rank(), tag, bytes, t});
     Device& d = world_->device(dst);
     if (d.want_src_ == rank() && d.want_tag_ == tag) {
         d.want_src_ = -1;
         world_->simulation().wake(d.engine());
     }
-    return t;
+    return Transfer(t);
 }
 
 Task<> Device::recv(int src, int tag, int layer, IdSet microbatches) {
@@ -173,11 +207,12 @@ Task<> Device::recv(int src, int tag, int layer, IdSet microbatches) {
         co_await world_->simulation().park(*gpu_, Wait{Wait::Kind::receive, ops::recv, layer, src, 0, nullptr});
         it = find();
     }
-    const Transfer t = it->transfer;
+    const TransferRecord* t = it->transfer;
     const double bytes = it->bytes;
     inbox.erase(it);
-    record(ops::recv, layer, Stream::comm, t.start, t.end - t.start, std::move(microbatches)).bytes = bytes;
-    block_on(t);
+    if (!t->ended) co_await world_->simulation().park(*gpu_, world_->wait_end(*this, t, ops::recv));
+    record(ops::recv, layer, Stream::comm, t->start, t->end - t->start, std::move(microbatches)).bytes = bytes;
+    block_on(Transfer(t));
 }
 
 }  // namespace dtsim::hw

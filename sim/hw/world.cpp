@@ -26,12 +26,12 @@ CollectiveCost Group::cost(Collective c, double bytes) const {
 }
 
 World::World(Cluster cluster, int ranks)
-    : cluster_(std::move(cluster)), algorithm_(cluster_.algorithm), sim_(ranks) {
+    : cluster_(std::move(cluster)), algorithm_(cluster_.algorithm), sim_(ranks), network_(ranks * 2) {
     if (ranks > cluster_.gpus())
         throw std::invalid_argument(fmt::format("cluster {} has {} GPUs ({} nodes x {}); {} ranks do not fit",
                                                 cluster_.name, cluster_.gpus(), cluster_.nodes,
                                                 cluster_.gpus_per_node, ranks));
-    ports_.resize(static_cast<std::size_t>(ranks) * 2);
+    wait_text_.resize(static_cast<std::size_t>(ranks));
     devices_.reserve(static_cast<std::size_t>(ranks));
     for (int r = 0; r < ranks; ++r) devices_.push_back(std::make_unique<Device>(*this, sim_.gpu(r)));
     inbox_.resize(static_cast<std::size_t>(ranks));
@@ -45,7 +45,7 @@ World::~World() = default;
 Group& World::group(std::vector<int> members, std::string name) {
     Communicator& comm = sim_.communicator(std::move(members), std::move(name));
     const GroupShape shape = GroupShape::of(cluster_, comm.members());
-    std::vector<LinkCalendar*> ports;
+    std::vector<int> ports;
     if (shape.ranks > 1)
         for (Level l : {Level::intra_node, Level::inter_node})
             if (shape.uses(l))
@@ -54,58 +54,96 @@ Group& World::group(std::vector<int> members, std::string name) {
     return groups_.back();
 }
 
-int World::acquire_slot(int readers) {
-    int i;
-    if (free_slots_.empty()) {
-        i = static_cast<int>(slots_.size());
-        slots_.emplace_back();
-    } else {
-        i = free_slots_.back();
-        free_slots_.pop_back();
+void World::arm(TransferRecord* t, std::span<const int> ports, const CollectiveCost& cost,
+                std::span<const Arrival> arrivals) {
+    // The latency (alpha) is a delay that uses no bandwidth; the rest is work
+    // shared on the ports (network.hpp).
+    const double latency = std::clamp(cost.latency, 0.0, cost.seconds);
+    network_.arm(t, ports, latency, cost.seconds - latency, arrivals);
+    drain();
+}
+
+bool World::drain() {
+    auto& patched = network_.patched();
+    if (!patched.empty()) {
+        if (recording_)
+            for (const Network::Patch& p : patched) {
+                // The rank's events are one vector ending at its last event;
+                // Device::events_ counts them (recording on).
+                const Device& d = *devices_[static_cast<std::size_t>(p.rank)];
+                const Event* last = d.engine().last_event();
+                Event* e = const_cast<Event*>(last) - static_cast<std::ptrdiff_t>(d.events_ - 1 - p.event);
+                e->start = p.transfer->start;
+                e->duration = p.transfer->end - p.transfer->start;
+            }
+        patched.clear();
     }
-    slots_[static_cast<std::size_t>(i)] = RoundSlot{false, readers, Transfer{}};
-    return i;
+    auto& woken = network_.woken();
+    const bool any = !woken.empty();
+    for (int r : woken) sim_.wake(sim_.gpu(r));
+    woken.clear();
+    return any;
 }
 
-void World::maybe_forget() {
-    // Every future transfer is ready no earlier than the slowest compute
-    // clock, so intervals ending before it can go.
-    if (++schedules_ % 8192 != 0) return;
-    double floor = std::numeric_limits<double>::infinity();
-    for (const auto& d : devices_) floor = std::min(floor, d->now());
-    for (auto& p : ports_) p.forget_before(floor);
+bool World::advance() {
+    // One instant at a time: ranks woken at it may start transfers there.
+    while (network_.step())
+        if (drain()) return true;
+    describe_stuck();
+    return false;
 }
 
-Transfer World::schedule(Group& g, Collective c, double bytes, double ready, int gate, double gate_time,
-                         bool async) {
-    const double d = g.cost(c, bytes).seconds;
-    Transfer t;
-    t.start = ready;
-    t.end = LinkCalendar::finish(g.ports_, ready, d);
-    t.gate = gate;
-    t.gate_time = gate_time;
-    for (LinkCalendar* p : g.ports_) p->reserve(t.start, t.end);
-    if (async)
-        for (int r : g.members()) {
-            Device& m = *devices_[static_cast<std::size_t>(r)];
-            m.comm_free_ = t.end;
-            m.last_comm_ = t;
+Wait World::wait_end(Device& gpu, const TransferRecord* t, OpCode op) {
+    network_.wait_for(t, gpu.rank());
+    auto& text = wait_text_[static_cast<std::size_t>(gpu.rank())];
+    if (!text) {
+        text = std::make_unique<char[]>(kWaitText);
+        fmt::format_to_n(text.get(), kWaitText - 1, "the end of a transfer{}", '\0');
+    }
+    // (The layer is in the text describe_stuck() writes, not in the Wait.)
+    return Wait{Wait::Kind::other, op, kNoLayer, -1, 0, nullptr, text.get()};
+}
+
+namespace {
+std::string describe_round(const Group& g, std::uint64_t call, OpCode op, int layer,
+                           const std::vector<std::uint64_t>& calls) {
+    IdSet missing;
+    for (std::size_t p = 0; p < g.members().size(); ++p)
+        if (calls[p] <= call) missing.insert(g.members()[p]);
+    std::string s = fmt::format("{}", op.name());
+    if (layer != kNoLayer) s += fmt::format(" layer {}", layer);
+    return s + fmt::format(" (collective #{} on {}), which rank(s) {} never called", call, g.name(),
+                           missing.str());
+}
+}  // namespace
+
+void World::describe_stuck() {
+    // The hook has nothing left to do: ranks still parked on a transfer wait
+    // for one that some member never called.
+    for (Group& g : groups_)
+        for (std::size_t i = 0; i < g.rounds_.size(); ++i) {
+            const Group::Round& round = g.rounds_[i];
+            if (!round.transfer || static_cast<int>(round.arrivals.size()) == g.size()) continue;
+            const std::string what =
+                "the end of " + describe_round(g, g.base_ + i, round.op, round.layer, g.calls_);
+            for (int r : network_.waiters(round.transfer)) {
+                char* text = wait_text_[static_cast<std::size_t>(r)].get();
+                if (!text) continue;
+                const auto n = fmt::format_to_n(text, kWaitText - 1, "{}", what).size;
+                text[std::min(n, kWaitText - 1)] = '\0';
+            }
         }
-    maybe_forget();
-    return t;
 }
 
-Transfer World::schedule_p2p(int src, int dst, double bytes, double ready) {
-    const bool same_node = cluster_.node_of(src) == cluster_.node_of(dst);
-    const double d = src == dst ? 0 : p2p_cost(cluster_, bytes, same_node).seconds;
-    const Level l = same_node ? Level::intra_node : Level::inter_node;
-    LinkCalendar* ports[2] = {port(src, l), port(dst, l)};
-    Transfer t;
-    t.start = ready;
-    t.end = LinkCalendar::finish(ports, ready, d);
-    for (LinkCalendar* p : ports) p->reserve(t.start, t.end);
-    maybe_forget();
-    return t;
+void World::check_open_rounds() const {
+    std::string msg;
+    for (const Group& g : groups_)
+        for (std::size_t i = 0; i < g.rounds_.size(); ++i) {
+            const Group::Round& round = g.rounds_[i];
+            if (!round.transfer || static_cast<int>(round.arrivals.size()) == g.size()) continue;
+            msg += "\n  " + describe_round(g, g.base_ + i, round.op, round.layer, g.calls_);
+        }
+    if (!msg.empty()) throw DeadlockError("deadlock: the run ended with collectives that not every member called:" + msg);
 }
 
 void World::set_stragglers(Stragglers s) {
@@ -134,9 +172,10 @@ CriticalPath World::critical_path() const {
         }
     if (r < 0)
         for (const auto& d : devices_) {
-            const Transfer* last = d->comm_free_ == step_time_ ? &d->last_comm_
-                                   : d->p2p_free_ == step_time_ ? &d->last_p2p_
-                                                                : nullptr;
+            auto ends_step = [&](const TransferRecord* x) { return x && x->ended && x->end == step_time_; };
+            const TransferRecord* last = ends_step(d->last_comm_)  ? d->last_comm_
+                                         : ends_step(d->last_p2p_) ? d->last_p2p_
+                                                                   : nullptr;
             if (last && last->gate >= 0) {
                 path.transfers += step_time_ - last->gate_time;
                 r = last->gate;
@@ -172,10 +211,15 @@ CriticalPath World::critical_path() const {
 }
 
 void World::run(const std::function<Task<>(Device&)>& body) {
+    sim_.set_idle_hook([this] { return advance(); });
     sim_.run([&](Gpu& g) { return body(*devices_[static_cast<std::size_t>(g.rank())]); });
+    check_open_rounds();
     step_time_ = 0;
-    for (const auto& d : devices_)
-        step_time_ = std::max({step_time_, d->now(), d->comm_free_, d->p2p_free_});
+    for (const auto& d : devices_) {
+        step_time_ = std::max(step_time_, d->now());
+        for (const TransferRecord* t : {d->last_comm_, d->last_p2p_})
+            if (t) step_time_ = std::max(step_time_, t->end);  // every transfer has ended
+    }
     for (auto& d : devices_) d->split_.idle += step_time_ - d->now();  // the tail
 }
 

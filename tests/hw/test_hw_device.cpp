@@ -1,7 +1,6 @@
 // The Device API: compute and communication streams, collectives started now
 // and awaited later, blocking collectives, point to point, link contention,
-// memory and its verdicts.
-#include "dtsim/hw/link_calendar.hpp"
+// memory and its verdicts. (Link sharing itself: test_hw_network.cpp.)
 #include "dtsim/hw/units.hpp"
 #include "dtsim/hw/world.hpp"
 
@@ -50,13 +49,13 @@ TEST_CASE("an asynchronous all-reduce starts when the last member is ready and l
         const Transfer h = co_await gpu.all_reduce_start(all, S, 0);
         gpu.compute(ops::backward, 1, 0.002);
         before_wait[static_cast<std::size_t>(gpu.rank())] = gpu.now();
-        gpu.wait(h);
+        co_await gpu.wait(h);
         after_wait[static_cast<std::size_t>(gpu.rank())] = gpu.now();
         got[static_cast<std::size_t>(gpu.rank())] = h;
     });
     for (int r = 0; r < 4; ++r) {
-        CHECK(got[static_cast<std::size_t>(r)].start == doctest::Approx(0.004));
-        CHECK(got[static_cast<std::size_t>(r)].end == doctest::Approx(0.004 + cost));
+        CHECK(got[static_cast<std::size_t>(r)].start() == doctest::Approx(0.004));
+        CHECK(got[static_cast<std::size_t>(r)].end() == doctest::Approx(0.004 + cost));
         CHECK(before_wait[static_cast<std::size_t>(r)] == doctest::Approx(0.001 * (r + 1) + 0.002));
         CHECK(after_wait[static_cast<std::size_t>(r)] ==
               doctest::Approx(std::max(0.001 * (r + 1) + 0.002, 0.004 + cost)));
@@ -116,69 +115,39 @@ TEST_CASE("collectives on one rank's stream run one after another; on disjoint l
         if (r == 4 || r == 5) tc[static_cast<std::size_t>(r)] = co_await gpu.all_reduce_start(c, S, 0);
     });
     const double d = a.cost(Collective::all_reduce, S).seconds;
-    CHECK(ta[0].start == 0);
-    CHECK(tb[0].start == doctest::Approx(d));  // FIFO on the collective stream
-    CHECK(tb[0].end == doctest::Approx(2 * d));
-    CHECK(tc[4].start == 0);  // its own links
-    CHECK(tc[4].end == doctest::Approx(d));
+    CHECK(ta[0].start() == 0);
+    CHECK(tb[0].start() == doctest::Approx(d));  // FIFO on the collective stream
+    CHECK(tb[0].end() == doctest::Approx(2 * d));
+    CHECK(tc[4].start() == 0);  // its own links
+    CHECK(tc[4].end() == doctest::Approx(d));
 }
 
-TEST_CASE("a transfer that finds its links busy shares them at half rate") {
+TEST_CASE("a blocking collective and an asynchronous one on the same links share them equally") {
     // An asynchronous all-reduce on the collective stream and a blocking one on
-    // the compute stream, same members, same links, both ready at 0.
+    // the compute stream, same members, same links, both ready at 0: each
+    // waits its latency alpha (not shared), then both move at half rate, so
+    // both end at alpha + 2 (d - alpha) (network.hpp).
     World world(cluster(1), 2);
     Group& a = world.group({0, 1}, "a");
     Group& b = world.group({0, 1}, "b");
     const double S = 1 * kGiB;
     Transfer background, blocking;
+    std::vector<double> after(2);
     world.run([&](Device& gpu) -> Task<> {
         const Transfer t = co_await gpu.all_reduce_start(a, S, 0);
         const Transfer u = co_await gpu.all_reduce(b, S, 1);
+        after[static_cast<std::size_t>(gpu.rank())] = gpu.now();
         if (gpu.rank() == 0) background = t, blocking = u;
     });
-    const double d = a.cost(Collective::all_reduce, S).seconds;
-    CHECK(background.end == doctest::Approx(d));
-    CHECK(blocking.start == 0);
-    CHECK(blocking.end == doctest::Approx(1.5 * d));  // half of it during [0, d), the rest at full rate
-}
-
-TEST_CASE("the link calendar: busy stretches merge; a newcomer moves at half rate through them") {
-    LinkCalendar cal;
-    cal.reserve(0, 1);
-    cal.reserve(3, 4);
-    CHECK(cal.intervals() == 2);
-    LinkCalendar* one[] = {&cal};
-    CHECK(LinkCalendar::finish(one, 1, 1) == 2);      // in the free [1, 3)
-    CHECK(LinkCalendar::finish(one, 1, 2.5) == 4);    // 2 free, then 0.5 at half rate through [3, 4)
-    CHECK(LinkCalendar::finish(one, 1, 3) == 4.5);    // 2 free, 0.5 in [3, 4), 0.5 free
-    CHECK(LinkCalendar::finish(one, 0, 0.25) == 0.5);
-    CHECK(LinkCalendar::finish(one, 5, 1) == 6);
-    cal.reserve(0.5, 3.5);  // overlaps both: one stretch [0, 4)
-    CHECK(cal.intervals() == 1);
-    CHECK(cal.busy_at(2));
-    CHECK_FALSE(cal.busy_at(4));
-    LinkCalendar other;
-    other.reserve(4, 6);
-    LinkCalendar* both[] = {&cal, &other};
-    CHECK(LinkCalendar::finish(both, 0, 4) == 7);  // busy until 6 on one port or the other: 3 done, 1 more
-    cal.forget_before(10);
-    CHECK(cal.intervals() == 0);
-}
-
-TEST_CASE("equal transfers ready together: the half-rate approximation against an exact equal share") {
-    // link_calendar.hpp: booked one after the other at time 0, k transfers of
-    // d end at d, 1.5d, 1.75d, ... (the i-th at 2d - d / 2^(i-1)); an exact
-    // equal share would end all of them at k d.
-    const double d = 0.004;
-    LinkCalendar cal;
-    LinkCalendar* one[] = {&cal};
-    for (int i = 1; i <= 5; ++i) {
-        CAPTURE(i);
-        const double end = LinkCalendar::finish(one, 0, d);
-        CHECK(end == doctest::Approx(2 * d - d / std::pow(2.0, i - 1)));
-        CHECK(end < 2 * d);  // all before 2d, where the exact share ends the last at 5d
-        cal.reserve(0, end);
-    }
+    const CollectiveCost cost = a.cost(Collective::all_reduce, S);
+    const double d = cost.seconds, alpha = cost.latency;
+    REQUIRE(alpha > 0);
+    CHECK(background.start() == 0);
+    CHECK(blocking.start() == 0);
+    CHECK(background.end() == doctest::Approx(alpha + 2 * (d - alpha)).epsilon(1e-12));
+    CHECK(blocking.end() == doctest::Approx(alpha + 2 * (d - alpha)).epsilon(1e-12));
+    CHECK(after[0] == blocking.end());
+    CHECK(after[1] == blocking.end());
 }
 
 TEST_CASE("send is eager; recv waits for the message and moves the clock to its arrival") {
@@ -263,7 +232,7 @@ TEST_CASE("every operation is a trace event with its stream, bytes, FLOPs and me
         gpu.allocate(1000, ops::model_states);
         gpu.gemm(ops::forward, 0, 1024, 1024, 1024, DType::bf16, 1, IdSet::single(0));
         auto h = co_await gpu.all_reduce_start(all, 4096, 0);
-        gpu.wait(h);
+        co_await gpu.wait(h);
     });
     Trace t = world.take_trace();
     CHECK(t.time_unit == "s");

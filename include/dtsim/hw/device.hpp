@@ -7,7 +7,7 @@
 //       gpu.compute(hw::ops::backward, 1, 0.010);           // 10 ms on the compute stream
 //       auto h = co_await gpu.all_reduce_start(dp, 25 * kMiB, 1);  // overlaps what follows
 //       gpu.compute(hw::ops::backward, 0, 0.010);
-//       gpu.wait(h);                                        // compute clock = max(clock, end)
+//       co_await gpu.wait(h);                               // compute clock = max(clock, end)
 //   }
 //
 // Every operation is recorded as a trace event with its stream, bytes, FLOPs
@@ -17,6 +17,7 @@
 #include "dtsim/engine.hpp"
 #include "dtsim/hw/collective_cost.hpp"
 #include "dtsim/hw/group.hpp"
+#include "dtsim/hw/network.hpp"
 
 #include <cstdint>
 #include <optional>
@@ -50,16 +51,35 @@ inline const OpCode model_states = OpCode::of("model_states");  // a memory labe
 OpCode of(Collective c);
 }  // namespace ops
 
-// A transfer in flight: when it occupies its links. Its start was set by the
-// member that was ready last (the gate); the step's critical path continues
+// A transfer: a handle on what the network knows of it. Its start and end
+// are known only once the network has got that far (network.hpp); a rank
+// that needs the end co_awaits Device::wait. Its start was set by the member
+// that was ready last (the gate); the step's critical path continues
 // backwards from `start` on the gate's compute stream at `gate_time` (earlier
 // than `start` when the gate's communication stream was still busy with the
 // transfers before: the path then runs back through them).
-struct Transfer {
-    double start = 0;
-    double end = 0;
-    int gate = -1;  // -1: no member (nothing to wait for)
-    double gate_time = 0;
+class Transfer {
+public:
+    Transfer() = default;  // nothing to move, ended at 0
+    explicit Transfer(const TransferRecord* r) : rec_(r) {}
+    // Nothing to move, ended at `t`.
+    static Transfer at(double t) {
+        Transfer x;
+        x.at_ = t;
+        return x;
+    }
+    [[nodiscard]] bool began() const { return !rec_ || rec_->began; }
+    [[nodiscard]] bool ended() const { return !rec_ || rec_->ended; }
+    // Throw std::logic_error before the network has set them.
+    [[nodiscard]] double start() const;
+    [[nodiscard]] double end() const;
+    [[nodiscard]] int gate() const { return rec_ ? rec_->gate : -1; }  // -1: no member (nothing to wait for)
+    [[nodiscard]] double gate_time() const { return rec_ ? rec_->gate_time : at_; }
+    [[nodiscard]] const TransferRecord* record() const { return rec_; }
+
+private:
+    const TransferRecord* rec_ = nullptr;
+    double at_ = 0;
 };
 
 // Where a rank's step time went. compute + comm + idle = step time once the run ends.
@@ -95,8 +115,6 @@ public:
     [[nodiscard]] Gpu& engine() const { return *gpu_; }
     // The compute stream's clock.
     [[nodiscard]] double now() const { return gpu_->clock(); }
-    // When the communication stream is next free.
-    [[nodiscard]] double comm_free() const { return comm_free_; }
 
     // ---- compute stream: each call advances the compute clock.
     void compute(OpCode op, int layer, double seconds, double flops = 0, IdSet microbatches = {},
@@ -115,8 +133,11 @@ public:
 
     // ---- collectives over a group; every member makes the same calls in the same order.
     // Asynchronous: runs on the communication stream once every member's data
-    // and stream are ready and its links are free. Suspends the coroutine only
-    // until all members have called it; the compute clock does not move.
+    // and stream are ready, sharing its links with what else moves on them.
+    // Never suspends (NCCL's launch does not wait for the other members); the
+    // compute clock does not move. A member that never calls it leaves the
+    // transfer unstarted: whoever waits for it is a deadlock, and a run that
+    // ends with it is an error.
     Task<Transfer> start(Collective c, Group& g, double bytes, int layer = kNoLayer);
     Task<Transfer> all_reduce_start(Group& g, double bytes, int layer = kNoLayer) {
         return start(Collective::all_reduce, g, bytes, layer);
@@ -128,11 +149,16 @@ public:
         return start(Collective::reduce_scatter, g, bytes, layer);
     }
     // The compute stream waits for a transfer: clock = max(clock, end).
-    void wait(const Transfer& t);
+    // Suspends until the network knows the end.
+    Task<> wait(Transfer t);
+    // Whether `t` has ended by the compute clock; may suspend until the
+    // network has reached the clock (every end before it known).
+    Task<bool> done(Transfer t);
 
     // Blocking, on the compute stream (as Megatron's tensor-parallel
-    // all-reduces): starts when every member's compute stream reaches it and
-    // the links are free; the compute clock moves to its end.
+    // all-reduces): starts when every member's compute stream reaches it; the
+    // rank suspends until the network knows its end, and the compute clock
+    // moves there.
     Task<Transfer> run(Collective c, Group& g, double bytes, int layer = kNoLayer);
     Task<Transfer> all_reduce(Group& g, double bytes, int layer = kNoLayer) {
         return run(Collective::all_reduce, g, bytes, layer);
@@ -145,10 +171,10 @@ public:
     }
 
     // ---- point to point. `send` is eager (an isend): the transfer starts when
-    // this rank's data and its send stream are ready and the links are free,
-    // and the sender goes on at once. `recv` suspends until a message from
-    // `src` with `tag` has been sent (messages of one (src, tag) arrive in
-    // order), then the compute clock moves to its arrival.
+    // this rank's data and its send stream are ready, and the sender goes on
+    // at once. `recv` suspends until a message from `src` with `tag` has been
+    // sent (messages of one (src, tag) arrive in order) and the network knows
+    // when it arrives; the compute clock moves there.
     Transfer send(int dst, double bytes, int tag, int layer = kNoLayer, IdSet microbatches = {});
     Task<> recv(int src, int tag, int layer = kNoLayer, IdSet microbatches = {});
 
@@ -164,22 +190,22 @@ public:
 
 private:
     friend class World;
-    Task<Transfer> arrive(Collective c, Group& g, double bytes, int layer, bool async);
-    // The compute stream blocks until `t` ends: split the wait into idle and
-    // comm, and remember where the critical path jumps when it passes here.
+    // Joins this rank's next collective on `g`: the transfer of its round
+    // (armed by the last member to join). Never suspends.
+    TransferRecord* join(Collective c, Group& g, double bytes, int layer, bool async);
+    // The compute stream blocks until `t` (ended) ends: split the wait into
+    // idle and comm, and remember where the critical path jumps when it passes here.
     void block_on(const Transfer& t);
-    // Where the path to a transfer this rank is ready for at `ready` continues:
-    // here at `ready` when the compute stream set it, else through the transfer
-    // that held the stream (`last`).
-    [[nodiscard]] std::pair<int, double> gate(double ready, const Transfer& last) const;
     Event& record(OpCode op, int layer, Stream stream, double start, double duration, IdSet batches = {});
+    // Records an operation of `t` on the communication stream; its times are
+    // patched in when the network knows them.
+    void record_transfer(OpCode op, int layer, const TransferRecord* t, double bytes, IdSet batches = {});
 
     World* world_;
     Gpu* gpu_;
-    double comm_free_ = 0;  // collective stream
-    double p2p_free_ = 0;   // send stream
-    Transfer last_comm_;    // the last transfer on each stream
-    Transfer last_p2p_;
+    // The last transfer on each stream (FIFO: the next starts after it ends).
+    const TransferRecord* last_comm_ = nullptr;  // collective stream
+    const TransferRecord* last_p2p_ = nullptr;   // send stream
     double slowdown_ = 1;
     std::uint64_t compute_ops_ = 0;
     // The compute stream's waits that the critical path jumps over: when the

@@ -5,14 +5,16 @@
 
 #include "dtsim/engine.hpp"
 #include "dtsim/hw/collective_cost.hpp"
+#include "dtsim/hw/network.hpp"
 
+#include <cstdint>
+#include <deque>
 #include <string>
 #include <vector>
 
 namespace dtsim::hw {
 
 class World;
-class LinkCalendar;
 
 class Group {
 public:
@@ -29,12 +31,27 @@ public:
 private:
     friend class World;
     friend class Device;
-    Group(World& world, Communicator& comm, GroupShape shape, std::vector<LinkCalendar*> ports)
-        : world_(&world), comm_(&comm), shape_(shape), ports_(std::move(ports)) {}
+    Group(World& world, Communicator& comm, GroupShape shape, std::vector<int> ports)
+        : world_(&world), comm_(&comm), shape_(shape), ports_(std::move(ports)),
+          calls_(static_cast<std::size_t>(comm.size()), 0) {}
     World* world_;
     Communicator* comm_;
     GroupShape shape_;
-    std::vector<LinkCalendar*> ports_;  // the link ports its collectives occupy
+    std::vector<int> ports_;  // the link ports its collectives occupy (World::port)
+
+    // Joining a collective does not suspend a member (a blocking one then
+    // waits for the transfer's end): the k-th call of every member joins
+    // round k, and the last member to call arms its transfer.
+    struct Round {
+        TransferRecord* transfer = nullptr;
+        OpCode op;
+        int layer = kNoLayer;
+        int first_rank = -1;
+        std::vector<Arrival> arrivals;
+    };
+    std::vector<std::uint64_t> calls_;  // per member position: collectives called
+    std::uint64_t base_ = 0;            // call index of rounds_.front()
+    std::deque<Round> rounds_;          // the open rounds
 };
 
 }  // namespace dtsim::hw

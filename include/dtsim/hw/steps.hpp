@@ -94,7 +94,7 @@ public:
 
 private:
     Task<> launch(double bytes, int layer);
-    void release_done();
+    Task<> release_done();
     Device* gpu_;
     const Job* job_;
     GradBuckets buckets_;

@@ -1,5 +1,6 @@
 // The hardware world: a simulation of `ranks` GPUs of a cluster, the groups
-// strategies communicate over, and the link ports where transfers contend.
+// strategies communicate over, and the network whose link ports transfers
+// share (network.hpp: max-min fair sharing, end times final in time order).
 //
 //   hw::World world(cluster, 16);
 //   hw::Group& dp = world.group({0, 8}, "dp0");
@@ -10,13 +11,14 @@
 #include "dtsim/engine.hpp"
 #include "dtsim/hw/device.hpp"
 #include "dtsim/hw/group.hpp"
-#include "dtsim/hw/link_calendar.hpp"
+#include "dtsim/hw/network.hpp"
 #include "dtsim/hw/stragglers.hpp"
 #include "dtsim/hw/topology.hpp"
 
 #include <deque>
 #include <functional>
 #include <memory>
+#include <span>
 #include <vector>
 
 namespace dtsim::hw {
@@ -76,46 +78,62 @@ public:
     [[nodiscard]] CriticalPath critical_path() const;
     // The events (time in s, memory in bytes), summarized; empties the log.
     Trace take_trace(nlohmann::json meta = nlohmann::json::object());
+    // The links and the transfers on them.
+    [[nodiscard]] const Network& network() const { return network_; }
 
 private:
     friend class Device;
     friend class Group;
-    Transfer schedule(Group& g, Collective c, double bytes, double ready, int gate, double gate_time, bool async);
-    Transfer schedule_p2p(int src, int dst, double bytes, double ready);
-    LinkCalendar* port(int rank, Level level) {
-        return &ports_[static_cast<std::size_t>(rank) * 2 + static_cast<std::size_t>(level)];
-    }
-    void maybe_forget();
+    int port(int rank, Level level) const { return rank * 2 + static_cast<int>(level); }
+    // Arms `t` on `ports` with the duration of `cost` and wakes whatever that settles.
+    void arm(TransferRecord* t, std::span<const int> ports, const CollectiveCost& cost,
+             std::span<const Arrival> arrivals);
+    // Applies the network's patches to the trace and wakes its ranks; whether any woke.
+    bool drain();
+    // The engine's idle hook: the network's next instant.
+    bool advance();
+    // Registers `gpu` to wake when `t` (not ended) ends; the Wait to park it with.
+    Wait wait_end(Device& gpu, const TransferRecord* t, OpCode op);
+    // Ranks parked on collectives some member never called: say so.
+    void describe_stuck();
+    // A collective some member never called (after the run).
+    void check_open_rounds() const;
 
-    // The schedule of a collective round, computed by the first member
-    // released and read by every member (slots are reused once all have read).
-    struct RoundSlot {
-        bool done = false;
-        int unread = 0;
-        Transfer transfer;
-    };
-    int acquire_slot(int readers);
-    RoundSlot& slot(int i) { return slots_[static_cast<std::size_t>(i)]; }
-    void release_slot(int i) { free_slots_.push_back(i); }
+    std::vector<Arrival> spare_arrivals(int members) {
+        if (spare_.empty()) {
+            std::vector<Arrival> v;
+            v.reserve(static_cast<std::size_t>(members));
+            return v;
+        }
+        std::vector<Arrival> v = std::move(spare_.back());
+        spare_.pop_back();
+        return v;
+    }
+    void recycle_arrivals(std::vector<Arrival>&& v) {
+        v.clear();
+        spare_.push_back(std::move(v));
+    }
 
     struct Message {
         int src;
         int tag;
         double bytes;
-        Transfer transfer;
+        const TransferRecord* transfer;
     };
 
     Cluster cluster_;
     Algorithm algorithm_;
     Simulation sim_;
-    std::vector<LinkCalendar> ports_;  // per rank: intra-node, inter-node
+    Network network_;  // ports: per rank, intra-node then inter-node
     std::vector<std::unique_ptr<Device>> devices_;
     std::deque<Group> groups_;
     Group* everyone_ = nullptr;
     std::vector<std::vector<Message>> inbox_;  // per destination rank
-    std::vector<RoundSlot> slots_;
-    std::vector<int> free_slots_;
-    std::uint64_t schedules_ = 0;
+    std::vector<std::vector<Arrival>> spare_;  // arrival lists of closed rounds, for reuse
+    // Per rank: what it waits for when parked on a transfer (the engine's Wait
+    // points here; fixed buffers, so the text can be rewritten in place).
+    static constexpr std::size_t kWaitText = 384;
+    std::vector<std::unique_ptr<char[]>> wait_text_;
     double step_time_ = 0;
     bool recording_ = true;
     Stragglers stragglers_;

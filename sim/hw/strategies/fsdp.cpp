@@ -27,22 +27,25 @@ namespace {
 // Allocates the unsharded weights of a unit and starts gathering them.
 Task<Transfer> gather(Device& gpu, const Job& job, double bytes, int layer) {
     gpu.allocate(bytes, ops::all_gather, layer);
-    if (!job.zero_group()) co_return Transfer{gpu.now(), gpu.now()};
+    if (!job.zero_group()) co_return Transfer::at(gpu.now());
     co_return co_await gpu.all_gather_start(*job.zero_group(), bytes, layer);
 }
 
 // Reduce-scatters of gradients in flight; their unsharded buffers are freed once done.
 struct Scatters {
     std::deque<std::pair<Transfer, double>> pending;
-    void release_done(Device& gpu) {
-        while (!pending.empty() && pending.front().first.end <= gpu.now()) {
+    Task<> release_done(Device& gpu) {
+        // (co_await outside the loop condition: g++ 12 mishandles it inside a short-circuit)
+        while (!pending.empty()) {
+            const bool ended = co_await gpu.done(pending.front().first);
+            if (!ended) break;
             gpu.release(pending.front().second);
             pending.pop_front();
         }
     }
-    void drain(Device& gpu) {
+    Task<> drain(Device& gpu) {
         for (const auto& [t, bytes] : pending) {
-            gpu.wait(t);
+            co_await gpu.wait(t);
             gpu.release(bytes);
         }
         pending.clear();
@@ -51,7 +54,7 @@ struct Scatters {
 
 Task<> scatter(Device& gpu, const Job& job, Scatters& s, double bytes, int layer) {
     gpu.allocate(bytes, ops::reduce_scatter, layer);
-    Transfer t{gpu.now(), gpu.now()};
+    Transfer t = Transfer::at(gpu.now());
     if (job.zero_group()) t = co_await gpu.reduce_scatter_start(*job.zero_group(), bytes, layer);
     // Hybrid: this rank's reduced shard, all-reduced with the other replicas (after it on the comm stream).
     if (job.replica_group) t = co_await gpu.all_reduce_start(*job.replica_group, bytes / job.zero_ranks(), layer);
@@ -69,7 +72,7 @@ Task<> fsdp(Device& gpu, const Job& job) {
     load_model_states(gpu, job);
     Scatters scatters;
 
-    if (root_bytes > 0) gpu.wait(co_await gather(gpu, job, root_bytes, kNoLayer));
+    if (root_bytes > 0) co_await gpu.wait(co_await gather(gpu, job, root_bytes, kNoLayer));
     for (int mb = 0; mb < job.microbatches; ++mb) {
         // Forward
         co_await embedding_forward(gpu, job, mb);
@@ -77,7 +80,7 @@ Task<> fsdp(Device& gpu, const Job& job) {
         for (int l = 0; l < L; ++l) {
             const Transfer current = next;
             if (prefetch && l + 1 < L) next = co_await gather(gpu, job, layer_bytes, l + 1);
-            gpu.wait(current);
+            co_await gpu.wait(current);
             co_await layer_forward(gpu, job, l, mb);
             if (regather) gpu.release(layer_bytes);  // reshard after forward
             if (!prefetch && l + 1 < L) next = co_await gather(gpu, job, layer_bytes, l + 1);
@@ -90,11 +93,11 @@ Task<> fsdp(Device& gpu, const Job& job) {
         for (int l = L - 1; l >= 0; --l) {
             const Transfer current = next;
             if (regather && prefetch && l > 0) next = co_await gather(gpu, job, layer_bytes, l - 1);
-            if (regather) gpu.wait(current);
+            if (regather) co_await gpu.wait(current);
             co_await layer_backward(gpu, job, l, mb);
             gpu.release(layer_bytes);
             co_await scatter(gpu, job, scatters, layer_bytes, l);
-            scatters.release_done(gpu);
+            co_await scatters.release_done(gpu);
             if (regather && !prefetch && l > 0) next = co_await gather(gpu, job, layer_bytes, l - 1);
         }
         embedding_backward(gpu, job, mb);
@@ -102,7 +105,7 @@ Task<> fsdp(Device& gpu, const Job& job) {
     }
 
     // Update: each rank steps its own shard.
-    scatters.drain(gpu);
+    co_await scatters.drain(gpu);
     if (root_bytes > 0) gpu.release(root_bytes);
     optimizer_step(gpu, job.params() / job.zero_ranks());
 }

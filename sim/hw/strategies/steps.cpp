@@ -158,16 +158,21 @@ Task<> GradientSync::launch(double bytes, int layer) {
     pending_.emplace_back(t, bytes);
 }
 
-void GradientSync::release_done() {
-    // Bucket buffers whose transfer has ended by now are free again (in booking order).
+Task<> GradientSync::release_done() {
+    // Bucket buffers whose transfer has ended by now are free again (in launch order).
     std::size_t done = 0;
-    while (done < pending_.size() && pending_[done].first.end <= gpu_->now()) gpu_->release(pending_[done++].second);
+    // (co_await outside the loop condition: g++ 12 mishandles it inside a short-circuit)
+    while (done < pending_.size()) {
+        const bool ended = co_await gpu_->done(pending_[done].first);
+        if (!ended) break;
+        gpu_->release(pending_[done++].second);
+    }
     pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(done));
 }
 
 Task<> GradientSync::ready(const std::vector<double>& tensors, int layer) {
     if (!job_->dp_group) co_return;
-    release_done();
+    co_await release_done();
     last_layer_ = layer;
     for (double t : tensors) {
         const double b = buckets_.add(t);
@@ -181,7 +186,7 @@ Task<> GradientSync::ready(const std::vector<double>& tensors, int layer) {
 
 Task<> GradientSync::flush() {
     if (!job_->dp_group) co_return;
-    release_done();
+    co_await release_done();
     if (const double b = buckets_.flush(); b > 0) {
         if (job_->strategy().overlap)
             co_await launch(b, last_layer_);
@@ -205,7 +210,7 @@ Task<> GradientSync::finish() {
     for (const auto& [bytes, layer] : deferred_) co_await launch(bytes, layer);
     deferred_.clear();
     for (const auto& [t, bytes] : pending_) {
-        gpu_->wait(t);
+        co_await gpu_->wait(t);
         gpu_->release(bytes);
     }
     pending_.clear();

@@ -1,0 +1,210 @@
+// The links of the hardware world and how transfers share them: fluid
+// (processor-sharing) bandwidth sharing with max-min fairness, and end times
+// fixed only once no rank can start an overlapping transfer any more.
+//
+// Ports. Each rank has two link ports, one per level (NVLink inside a node,
+// the NIC across nodes), each of capacity 1 (its full bandwidth). A collective
+// on a group occupies every member's port at each level the group spans; a
+// point-to-point transfer occupies its source's and destination's port at the
+// level it crosses. The alpha-beta cost models (Group::cost, p2p_cost) give a
+// transfer's duration d on idle links.
+//
+// Flows. A transfer is a flow: from its start it first waits its latency
+// (alpha: launch and per-hop latency, which does not consume link bandwidth,
+// so it is not shared), then moves `work` = d - alpha seconds of data at full
+// rate. While it moves its rate is set by max-min fairness over the ports
+// (progressive filling: Bertsekas & Gallager, Data Networks, 2nd ed., 6.5.2;
+// SimGrid's LMM solver does the same): every flow on a port gets an equal
+// share of what is left of it, the port with the smallest share fixes the
+// rate of its flows, their use is taken off their other ports, and so on. So
+// k equal transfers ready together on one port all end at alpha + k(d - alpha);
+// one ready midway through another's slows the incumbent too; transfers on
+// disjoint ports do not interact. Rates change only when a flow starts moving
+// or ends, and only for the flows connected to it through shared ports
+// (transitively): those are recomputed, no others. Each moving flow has a
+// predicted end (its work left over its rate) in a heap whose stale entries
+// are skipped (a version per flow).
+//
+// Time order. Ranks run ahead on their own clocks; the network keeps a
+// frontier T: every event before it (a flow entering its ports, a flow
+// ending) is final. The world advances it only from the engine's idle hook,
+// when no rank can run: it takes the earliest pending event, processes every
+// event at that instant (flows that end there end; flows that can start
+// there start), recomputes the rates of the affected flows, and wakes the
+// ranks that waited for those ends. This is exact because of one invariant:
+// every transfer is added with a start >= T, so no transfer still to come
+// can overlap what is already final. Why it holds:
+//   - a rank that runs has a clock >= T: ranks start at 0 = T; T moves only
+//     while every rank is parked; a rank parked on a transfer resumes at
+//     max(clock, end) with the end at T or later; one parked until the
+//     frontier reaches its clock resumes there; one parked in a receive
+//     resumes when the sender (a running rank) has sent, and waits for that
+//     transfer, which starts at the sender's clock, before anything else;
+//   - collectives, blocking or not, never suspend a member when it joins (a
+//     blocking one then parks on the end): the last member to join arms the
+//     transfer, at the latest of the members' clocks when they joined (the
+//     last one's is a running rank's, >= T) and the ends of their streams'
+//     previous transfers (FIFO per rank);
+//   - a transfer queued behind one that has not ended starts when it ends,
+//     which the hook settles at T.
+// A start before T throws std::logic_error (a broken invariant, not bad input).
+//
+// A rank that needs to know whether a transfer has ended by its clock
+// (Device::done, to free a bucket's buffer) parks until the frontier reaches
+// its clock (wait_until), unless the transfer cannot end that early.
+//
+// Ties: events at one instant are processed in the order they were queued,
+// and ports and flows are visited in index order: runs are deterministic.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <deque>
+#include <limits>
+#include <queue>
+#include <span>
+#include <utility>
+#include <vector>
+
+namespace dtsim::hw {
+
+// What the world knows of one transfer, for the life of the world.
+struct TransferRecord {
+    double start = 0;  // when its data and stream were ready (valid once `began`)
+    double end = 0;    // valid once `ended`
+    int gate = -1;     // the member ready last (critical path), -1: none
+    double gate_time = 0;
+    std::int32_t live = -1;  // the network's slot until it ends
+    bool began = false;
+    bool ended = false;
+};
+
+// One member's readiness for a transfer: its compute clock when it called
+// and the previous transfer on its stream (null: none), which may not have
+// ended yet.
+struct Arrival {
+    int rank = 0;
+    double clock = 0;
+    const TransferRecord* previous = nullptr;
+};
+
+class Network {
+public:
+    explicit Network(int ports);
+
+    // The frontier T: every event before it is final.
+    [[nodiscard]] double now() const { return now_; }
+
+    // A transfer whose members have not all called yet.
+    TransferRecord* create();
+    // Its members have all called: it occupies `ports` (kept alive by the
+    // caller; for 2 ports or fewer copied), waits `latency`, then moves
+    // `work` seconds at full rate. It starts at the latest of the arrivals'
+    // clocks and their previous transfers' ends (ties: the lowest rank),
+    // which may be known only later.
+    void arm(TransferRecord* t, std::span<const int> ports, double latency, double work,
+             std::span<const Arrival> arrivals);
+
+    // Ranks to wake when `t` ends, and trace events to patch then (rank, index).
+    void wait_for(const TransferRecord* t, int rank);
+    void patch_on_end(const TransferRecord* t, int rank, std::uint32_t event);
+    // Wakes `rank` once the frontier reaches `clock` (every event before it final).
+    void wait_until(int rank, double clock);
+
+    // Processes the next instant with an event (or a rank waiting for the
+    // frontier). Returns false when there is none.
+    bool step();
+
+    // What arm() and step() left to do: ranks to wake, and trace events to
+    // patch with their transfer's times. The caller empties both.
+    struct Patch {
+        int rank;
+        std::uint32_t event;
+        const TransferRecord* transfer;
+    };
+    std::vector<int>& woken() { return woken_; }
+    std::vector<Patch>& patched() { return patched_; }
+    // The ranks waiting for `t` to end.
+    [[nodiscard]] std::span<const int> waiters(const TransferRecord* t) const;
+
+    // A lower bound on when `t` ends (its end once it has ended).
+    [[nodiscard]] double earliest_end(const TransferRecord* t) const;
+
+    // Rate of a moving transfer (0 otherwise): tests.
+    [[nodiscard]] double rate(const TransferRecord* t) const;
+
+private:
+    enum class State : std::uint8_t { free, open, waiting, latent, moving };
+    struct Live {
+        TransferRecord* record = nullptr;
+        State state = State::free;
+        std::uint32_t version = 0;  // bumped whenever its queued events go stale
+        const int* ports_ext = nullptr;
+        std::array<int, 2> ports_in{};
+        std::uint32_t nports = 0;
+        double latency = 0, work = 0;
+        double left = 0, rate = 0, updated = 0;  // work left at `updated`, at `rate`
+        int unended = 0;                         // previous transfers not ended yet
+        // The fold of the arrivals known so far, and those waiting for their previous transfer.
+        double ready = -std::numeric_limits<double>::infinity();
+        int ready_rank = std::numeric_limits<int>::max();
+        int gate = -1;
+        double gate_time = 0;
+        std::vector<Arrival> pending;
+        std::vector<std::uint32_t> dependents;  // live slots waiting for this one's end
+        std::vector<int> waiters;
+        std::vector<std::pair<int, std::uint32_t>> patches;
+        [[nodiscard]] std::span<const int> ports() const {
+            return {ports_ext ? ports_ext : ports_in.data(), nports};
+        }
+    };
+    enum class Kind : std::uint8_t { enter, end };
+    struct Event {
+        double t;
+        std::uint64_t seq;
+        std::uint32_t slot;
+        std::uint32_t version;
+        Kind kind;
+        bool operator>(const Event& o) const { return t != o.t ? t > o.t : seq > o.seq; }
+    };
+    struct Sync {
+        double t;
+        std::uint64_t seq;
+        int rank;
+        bool operator>(const Sync& o) const { return t != o.t ? t > o.t : seq > o.seq; }
+    };
+    struct Port {
+        std::vector<std::uint32_t> flows;  // moving flows, in the order they entered
+        std::uint32_t mark = 0;
+        // progressive filling scratch
+        double cap = 0;
+        std::uint32_t unfixed = 0;
+    };
+
+    void fold(Live& l, const Arrival& a, double ready);
+    void resolve(std::uint32_t slot);
+    void push(double t, std::uint32_t slot, Kind k);
+    void finish(std::uint32_t slot);
+    void recompute();
+    bool valid(const Event& e) const;
+
+    std::deque<TransferRecord> records_;
+    std::vector<Live> live_;
+    std::vector<std::uint32_t> free_;
+    std::vector<Port> ports_;
+    std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
+    std::priority_queue<Sync, std::vector<Sync>, std::greater<>> syncs_;
+    std::uint64_t seq_ = 0;
+    double now_ = 0;
+    std::vector<int> woken_;
+    std::vector<Patch> patched_;
+    // This instant's changes and recomputation scratch.
+    std::vector<int> touched_;
+    std::vector<std::uint32_t> comp_flows_;
+    std::vector<int> comp_ports_;
+    std::vector<std::uint32_t> flow_mark_;
+    std::vector<double> new_rate_;
+    std::uint32_t epoch_ = 0;
+};
+
+}  // namespace dtsim::hw

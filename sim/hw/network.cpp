@@ -1,0 +1,297 @@
+#include "dtsim/hw/network.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+namespace dtsim::hw {
+
+Network::Network(int ports) : ports_(static_cast<std::size_t>(std::max(ports, 0))) {}
+
+TransferRecord* Network::create() {
+    TransferRecord& r = records_.emplace_back();
+    std::uint32_t slot;
+    if (free_.empty()) {
+        slot = static_cast<std::uint32_t>(live_.size());
+        live_.emplace_back();
+        flow_mark_.push_back(0);
+        new_rate_.push_back(0);
+    } else {
+        slot = free_.back();
+        free_.pop_back();
+    }
+    Live& l = live_[slot];
+    // Keep the vectors' capacity: slots are reused for the whole run.
+    l.record = &r;
+    l.state = State::open;
+    ++l.version;
+    l.ports_ext = nullptr;
+    l.nports = 0;
+    l.latency = l.work = l.left = l.rate = l.updated = 0;
+    l.unended = 0;
+    l.ready = -std::numeric_limits<double>::infinity();
+    l.ready_rank = std::numeric_limits<int>::max();
+    l.gate = -1;
+    l.gate_time = 0;
+    l.pending.clear();
+    l.dependents.clear();
+    l.waiters.clear();
+    l.patches.clear();
+    r.live = static_cast<std::int32_t>(slot);
+    return &r;
+}
+
+void Network::fold(Live& l, const Arrival& a, double ready) {
+    // The member ready last sets the start (the lowest rank on ties); the
+    // critical path goes on from it, or through its stream's previous transfer
+    // when that (not its compute stream) held it back.
+    if (!(ready > l.ready || (ready == l.ready && a.rank < l.ready_rank))) return;
+    l.ready = ready;
+    l.ready_rank = a.rank;
+    if (ready <= a.clock || !a.previous || a.previous->gate < 0) {
+        l.gate = a.rank;
+        l.gate_time = ready;
+    } else {
+        l.gate = a.previous->gate;
+        l.gate_time = a.previous->gate_time;
+    }
+}
+
+void Network::arm(TransferRecord* t, std::span<const int> ports, double latency, double work,
+                  std::span<const Arrival> arrivals) {
+    if (!t || t->live < 0 || live_[static_cast<std::size_t>(t->live)].state != State::open)
+        throw std::logic_error("Network::arm: the transfer is not open");
+    if (!std::isfinite(latency) || !std::isfinite(work))
+        throw std::invalid_argument(fmt::format("a transfer cannot take latency {} s and work {} s", latency, work));
+    const auto slot = static_cast<std::uint32_t>(t->live);
+    Live& l = live_[slot];
+    if (ports.size() <= l.ports_in.size()) {
+        std::copy(ports.begin(), ports.end(), l.ports_in.begin());
+        l.ports_ext = nullptr;
+    } else {
+        l.ports_ext = ports.data();
+    }
+    l.nports = static_cast<std::uint32_t>(ports.size());
+    l.latency = std::max(latency, 0.0);
+    l.work = std::max(work, 0.0);
+    l.state = State::waiting;
+    for (const Arrival& a : arrivals) {
+        if (!a.previous || a.previous->ended) {
+            fold(l, a, a.previous ? std::max(a.clock, a.previous->end) : a.clock);
+            continue;
+        }
+        // Starts once that transfer ends (FIFO stream). Counted once per
+        // registration; the end decrements once per registration.
+        l.pending.push_back(a);
+        Live& prev = live_[static_cast<std::size_t>(a.previous->live)];
+        if (prev.dependents.empty() || prev.dependents.back() != slot) {
+            prev.dependents.push_back(slot);
+            ++l.unended;
+        }
+    }
+    if (l.unended == 0) resolve(slot);
+}
+
+void Network::resolve(std::uint32_t slot) {
+    Live& l = live_[slot];
+    TransferRecord& r = *l.record;
+    r.start = l.ready;
+    r.gate = l.gate;
+    r.gate_time = l.gate_time;
+    r.began = true;
+    if (r.start < now_)
+        throw std::logic_error(fmt::format("network: a transfer starts at {} before the frontier {} (a rank ran "
+                                           "behind the network's clock)",
+                                           r.start, now_));
+    if (l.work <= 0) {  // nothing to share: its end is known now
+        r.end = r.start + l.latency;
+        finish(slot);
+        return;
+    }
+    l.state = State::latent;
+    push(r.start + l.latency, slot, Kind::enter);
+}
+
+void Network::push(double t, std::uint32_t slot, Kind k) {
+    events_.push(Event{t, seq_++, slot, live_[slot].version, k});
+}
+
+void Network::finish(std::uint32_t slot) {
+    Live& l = live_[slot];
+    TransferRecord& r = *l.record;
+    r.ended = true;
+    r.live = -1;
+    l.state = State::free;
+    ++l.version;
+    woken_.insert(woken_.end(), l.waiters.begin(), l.waiters.end());
+    for (const auto& [rank, event] : l.patches) patched_.push_back(Patch{rank, event, &r});
+    for (std::size_t i = 0; i < l.dependents.size(); ++i) {
+        Live& d = live_[l.dependents[i]];
+        // Fold the arrivals that waited for this transfer.
+        auto keep = d.pending.begin();
+        for (auto it = d.pending.begin(); it != d.pending.end(); ++it)
+            if (it->previous == &r)
+                fold(d, *it, std::max(it->clock, r.end));
+            else
+                *keep++ = *it;
+        d.pending.erase(keep, d.pending.end());
+        if (--d.unended == 0) resolve(l.dependents[i]);
+    }
+    free_.push_back(slot);
+}
+
+void Network::wait_for(const TransferRecord* t, int rank) {
+    if (!t || t->ended) throw std::logic_error("Network::wait_for: the transfer has ended");
+    live_[static_cast<std::size_t>(t->live)].waiters.push_back(rank);
+}
+
+void Network::patch_on_end(const TransferRecord* t, int rank, std::uint32_t event) {
+    if (!t || t->ended) throw std::logic_error("Network::patch_on_end: the transfer has ended");
+    live_[static_cast<std::size_t>(t->live)].patches.emplace_back(rank, event);
+}
+
+std::span<const int> Network::waiters(const TransferRecord* t) const {
+    if (!t || t->ended) return {};
+    return live_[static_cast<std::size_t>(t->live)].waiters;
+}
+
+void Network::wait_until(int rank, double clock) { syncs_.push(Sync{clock, seq_++, rank}); }
+
+double Network::earliest_end(const TransferRecord* t) const {
+    if (t->ended) return t->end;
+    const Live& l = live_[static_cast<std::size_t>(t->live)];
+    switch (l.state) {
+        case State::moving: return now_ + std::max(0.0, l.left - l.rate * (now_ - l.updated));  // rate <= 1
+        case State::latent: return t->start + l.latency + l.work;
+        default: return now_ + l.latency + l.work;  // it starts at now() or later
+    }
+}
+
+double Network::rate(const TransferRecord* t) const {
+    if (!t || t->ended) return 0;
+    const Live& l = live_[static_cast<std::size_t>(t->live)];
+    return l.state == State::moving ? l.rate : 0;
+}
+
+bool Network::valid(const Event& e) const {
+    const Live& l = live_[e.slot];
+    return l.version == e.version && l.state == (e.kind == Kind::enter ? State::latent : State::moving);
+}
+
+bool Network::step() {
+    while (!events_.empty() && !valid(events_.top())) events_.pop();
+    if (events_.empty() && syncs_.empty()) return false;
+    double t = std::numeric_limits<double>::infinity();
+    if (!events_.empty()) t = events_.top().t;
+    if (!syncs_.empty()) t = std::min(t, syncs_.top().t);
+    if (t < now_) throw std::logic_error(fmt::format("network: an event at {} before the frontier {}", t, now_));
+    now_ = t;
+    // Every event at this instant, in the order queued (ends and starts may queue more at it).
+    while (!events_.empty()) {
+        const Event e = events_.top();
+        if (!valid(e)) {
+            events_.pop();
+            continue;
+        }
+        if (e.t != t) break;
+        events_.pop();
+        Live& l = live_[e.slot];
+        const std::span<const int> ports = l.ports();
+        if (e.kind == Kind::enter) {
+            l.state = State::moving;
+            l.left = l.work;
+            l.rate = 0;
+            l.updated = now_;
+            for (int p : ports) ports_[static_cast<std::size_t>(p)].flows.push_back(e.slot);
+        } else {
+            for (int p : ports) {
+                auto& f = ports_[static_cast<std::size_t>(p)].flows;
+                f.erase(std::find(f.begin(), f.end(), e.slot));
+            }
+            l.record->end = now_;
+            finish(e.slot);
+        }
+        touched_.insert(touched_.end(), ports.begin(), ports.end());
+    }
+    recompute();
+    while (!syncs_.empty() && syncs_.top().t <= now_) {
+        woken_.push_back(syncs_.top().rank);
+        syncs_.pop();
+    }
+    return true;
+}
+
+void Network::recompute() {
+    if (touched_.empty()) return;
+    // The flows connected to a changed port through shared ports: only their
+    // max-min rates can change.
+    ++epoch_;
+    comp_ports_.clear();
+    comp_flows_.clear();
+    for (int p : touched_) {
+        Port& port = ports_[static_cast<std::size_t>(p)];
+        if (port.mark == epoch_) continue;
+        port.mark = epoch_;
+        comp_ports_.push_back(p);
+    }
+    touched_.clear();
+    for (std::size_t i = 0; i < comp_ports_.size(); ++i) {
+        // (comp_ports_ grows as the search goes; index, not iterator)
+        const int p = comp_ports_[i];
+        for (std::uint32_t f : ports_[static_cast<std::size_t>(p)].flows) {
+            if (flow_mark_[f] == epoch_) continue;
+            flow_mark_[f] = epoch_;
+            comp_flows_.push_back(f);
+            new_rate_[f] = -1;
+            for (int q : live_[f].ports()) {
+                Port& port = ports_[static_cast<std::size_t>(q)];
+                if (port.mark == epoch_) continue;
+                port.mark = epoch_;
+                comp_ports_.push_back(q);
+            }
+        }
+    }
+    if (comp_flows_.empty()) return;
+
+    // Progressive filling: the port with the smallest equal share of what is
+    // left of it fixes its unfixed flows at that share (ties: the lowest port).
+    using Share = std::pair<double, int>;
+    std::priority_queue<Share, std::vector<Share>, std::greater<>> heap;
+    for (int p : comp_ports_) {
+        Port& port = ports_[static_cast<std::size_t>(p)];
+        port.cap = 1;
+        port.unfixed = static_cast<std::uint32_t>(port.flows.size());
+        if (port.unfixed > 0) heap.emplace(port.cap / port.unfixed, p);
+    }
+    while (!heap.empty()) {
+        const auto [share, p] = heap.top();
+        heap.pop();
+        Port& port = ports_[static_cast<std::size_t>(p)];
+        if (port.unfixed == 0 || share != port.cap / port.unfixed) continue;  // stale
+        if (!(share > 0)) throw std::logic_error("network: a flow got no bandwidth");
+        for (std::uint32_t f : port.flows) {
+            if (new_rate_[f] >= 0) continue;
+            new_rate_[f] = share;
+            for (int q : live_[f].ports()) {
+                Port& other = ports_[static_cast<std::size_t>(q)];
+                other.cap -= share;
+                --other.unfixed;
+                if (q != p && other.unfixed > 0) heap.emplace(other.cap / other.unfixed, q);
+            }
+        }
+    }
+    for (std::uint32_t f : comp_flows_) {
+        Live& l = live_[f];
+        const double r = new_rate_[f];
+        if (r == l.rate) continue;  // its predicted end stands
+        l.left = std::max(0.0, l.left - l.rate * (now_ - l.updated));
+        l.updated = now_;
+        l.rate = r;
+        ++l.version;
+        push(now_ + l.left / r, f, Kind::end);
+    }
+}
+
+}  // namespace dtsim::hw

@@ -1,0 +1,394 @@
+// Link sharing (network.hpp): max-min fair rates against closed forms, end
+// times that do not depend on the order transfers are booked in, streams that
+// queue, determinism, and deadlocks on transfers that never start.
+#include "dtsim/hw/network.hpp"
+#include "dtsim/hw/run.hpp"
+#include "dtsim/hw/units.hpp"
+#include "dtsim/hw/world.hpp"
+#include "dtsim/trace_io.hpp"
+#include "fixtures.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <sstream>
+#include <vector>
+
+using dtsim::DeadlockError;
+using dtsim::Task;
+using namespace dtsim::hw;
+
+namespace {
+
+// Relative agreement to 1e-12: the closed forms hold up to rounding.
+bool near(double got, double want) { return std::abs(got - want) <= 1e-12 * std::abs(want); }
+
+// A transfer on `ports` ready at `clock` (after `previous`, if any), run to the end.
+TransferRecord* add(Network& net, std::vector<int> ports, double work, double clock = 0, double latency = 0,
+                    const TransferRecord* previous = nullptr, int rank = 0) {
+    static std::deque<std::vector<int>> keep;  // arm() keeps pointers to port lists of more than 2
+    keep.push_back(std::move(ports));
+    TransferRecord* t = net.create();
+    const Arrival a{rank, clock, previous};
+    net.arm(t, keep.back(), latency, work, std::span<const Arrival>(&a, 1));
+    return t;
+}
+
+void run_out(Network& net) {
+    while (net.step()) {
+        net.woken().clear();
+        net.patched().clear();
+    }
+}
+
+Cluster cluster(int nodes = 2) {
+    Cluster c;
+    c.name = "test";
+    c.gpu.name = "gpu";
+    c.gpu.peak_flops[static_cast<std::size_t>(DType::bf16)] = 1e15;
+    c.gpu.memory_bytes = 10 * kGiB;
+    c.gpu.memory_bandwidth = 2e12;
+    c.gpus_per_node = 4;
+    c.nodes = nodes;
+    c.intra_node = Link{"nvlink", 200e9, 100e9, 2e-6, 0};
+    c.inter_node = Link{"ib", 25e9, 25e9, 5e-6, 0};
+    c.base_latency = 10e-6;
+    c.algorithm = Algorithm::ring;
+    return c;
+}
+
+}  // namespace
+
+TEST_CASE("k equal transfers on one port ready together all end at k d") {
+    const double d = 0.004;
+    for (int k = 1; k <= 7; ++k) {
+        CAPTURE(k);
+        Network net(1);
+        std::vector<TransferRecord*> ts;
+        for (int i = 0; i < k; ++i) ts.push_back(add(net, {0}, d));
+        REQUIRE(net.step());  // all enter at 0
+        for (auto* t : ts) CHECK(near(net.rate(t), 1.0 / k));
+        run_out(net);
+        for (auto* t : ts) {
+            REQUIRE(t->ended);
+            CHECK(t->start == 0);
+            CHECK(near(t->end, k * d));
+        }
+    }
+}
+
+TEST_CASE("a transfer ready midway through another's slows the incumbent too") {
+    // Alone over [0, d/2) the first does d/2; then both move at 1/2: the first
+    // ends after d more (1.5d), the second has done d/2 by then and ends alone
+    // d/2 later (2d). The port carries exactly its bandwidth throughout.
+    const double d = 0.004;
+    Network net(1);
+    TransferRecord* first = add(net, {0}, d, 0);
+    TransferRecord* second = add(net, {0}, d, d / 2);
+    run_out(net);
+    CHECK(near(first->end, 1.5 * d));
+    CHECK(near(second->end, 2 * d));
+    CHECK(second->start == d / 2);
+}
+
+TEST_CASE("the end does not depend on the order transfers are booked in") {
+    // The same two transfers as above, booked the other way round.
+    const double d = 0.004;
+    Network net(1);
+    TransferRecord* second = add(net, {0}, d, d / 2);
+    TransferRecord* first = add(net, {0}, d, 0);
+    run_out(net);
+    CHECK(near(first->end, 1.5 * d));
+    CHECK(near(second->end, 2 * d));
+}
+
+TEST_CASE("max-min fairness: a flow limited elsewhere leaves its share to the others") {
+    // Ports p = 0, q = 1. A crosses both; B and C use q; D, E and F use p.
+    // p's equal share (1/4) is below q's (1/3), so p fixes A, D, E, F at 1/4;
+    // q has 3/4 left for B and C: 3/8 each. All have work d: B and C end at
+    // 8d/3; q then carries A alone, still held to 1/4 by p, so A, D, E, F end
+    // at 4d.
+    const double d = 0.003;
+    Network net(2);
+    TransferRecord* a = add(net, {0, 1}, d);
+    TransferRecord* b = add(net, {1}, d);
+    TransferRecord* c = add(net, {1}, d);
+    std::vector<TransferRecord*> on_p{add(net, {0}, d), add(net, {0}, d), add(net, {0}, d)};
+    REQUIRE(net.step());
+    CHECK(near(net.rate(a), 0.25));
+    CHECK(near(net.rate(b), 0.375));
+    CHECK(near(net.rate(c), 0.375));
+    for (auto* t : on_p) CHECK(near(net.rate(t), 0.25));
+    run_out(net);
+    CHECK(near(b->end, 8 * d / 3));
+    CHECK(near(c->end, 8 * d / 3));
+    CHECK(near(a->end, 4 * d));
+    for (auto* t : on_p) CHECK(near(t->end, 4 * d));
+}
+
+TEST_CASE("max-min fairness: the bottleneck port sets the rate, the other port's leftover goes to its other flow") {
+    // A on {p, q}, B and C on q, D on p: q's share 1/3 is the smallest, so A,
+    // B, C move at 1/3 and D gets p's remaining 2/3. D (work d) ends at 1.5d;
+    // nothing changes on q then, so A, B, C end at 3d.
+    const double d = 0.002;
+    Network net(2);
+    TransferRecord* a = add(net, {0, 1}, d);
+    TransferRecord* b = add(net, {1}, d);
+    TransferRecord* c = add(net, {1}, d);
+    TransferRecord* dd = add(net, {0}, d);
+    REQUIRE(net.step());
+    CHECK(near(net.rate(a), 1.0 / 3));
+    CHECK(near(net.rate(dd), 2.0 / 3));
+    run_out(net);
+    CHECK(near(dd->end, 1.5 * d));
+    for (auto* t : {a, b, c}) CHECK(near(t->end, 3 * d));
+}
+
+TEST_CASE("transfers on disjoint ports do not interact") {
+    const double d = 0.001;
+    Network net(4);
+    TransferRecord* a = add(net, {0, 1}, d);
+    TransferRecord* b = add(net, {2, 3}, 2 * d);
+    TransferRecord* c = add(net, {2}, 0, 0.5 * d);  // no work: ends when it starts
+    run_out(net);
+    CHECK(a->end == d);
+    CHECK(b->end == 2 * d);
+    CHECK(c->end == 0.5 * d);
+}
+
+TEST_CASE("the latency is a delay that takes no bandwidth; only the work is shared") {
+    // Two transfers of latency alpha and work w on one port ready together:
+    // both end at alpha + 2w (not 2(alpha + w)). One without latency ready
+    // with them moves alone for alpha first.
+    const double alpha = 1e-4, w = 2e-3;
+    {
+        Network net(1);
+        TransferRecord* x = add(net, {0}, w, 0, alpha);
+        TransferRecord* y = add(net, {0}, w, 0, alpha);
+        run_out(net);
+        CHECK(near(x->end, alpha + 2 * w));
+        CHECK(near(y->end, alpha + 2 * w));
+    }
+    {
+        // z alone over [0, alpha) does alpha; then z and x share: z ends at
+        // alpha + 2(w - alpha), x has done w - alpha and ends alpha later alone.
+        Network net(1);
+        TransferRecord* x = add(net, {0}, w, 0, alpha);
+        TransferRecord* z = add(net, {0}, w, 0, 0);
+        run_out(net);
+        CHECK(near(z->end, alpha + 2 * (w - alpha)));
+        CHECK(near(x->end, alpha + 2 * (w - alpha) + alpha));
+    }
+}
+
+TEST_CASE("a transfer queued behind another on a stream starts when that one ends") {
+    const double d = 0.002;
+    Network net(2);
+    TransferRecord* a = add(net, {0}, d, 0, 0, nullptr, 3);
+    TransferRecord* b = add(net, {1}, d, 0.0005, 0, a, 3);  // ready at 0.5 ms, but the stream is busy
+    CHECK_FALSE(b->began);
+    run_out(net);
+    CHECK(b->start == d);
+    CHECK(b->end == 2 * d);
+    // The critical path through b runs back through a to rank 3 at 0.
+    CHECK(b->gate == 3);
+    CHECK(b->gate_time == 0);
+}
+
+TEST_CASE("a transfer may not start before the network's frontier") {
+    Network net(1);
+    add(net, {0}, 1.0);
+    run_out(net);
+    CHECK(net.now() == 1.0);
+    CHECK_THROWS_AS(add(net, {0}, 1.0, 0.5), std::logic_error);
+    // Bad durations are refused, not queued (a NaN end would never come).
+    CHECK_THROWS_AS(add(net, {0}, std::nan(""), 2.0), std::invalid_argument);
+    CHECK_THROWS_AS(add(net, {0}, 1.0, 2.0, HUGE_VAL), std::invalid_argument);
+}
+
+TEST_CASE("in the world, a transfer started earlier in simulated time but booked later slows the one booked first") {
+    // Ranks 0 and 1 send to rank 2 (one node: NVLink ports). Rank 0 runs first
+    // and books its send at 2 ms; rank 1 books its send at 1 ms after it. Each
+    // takes alpha + w alone. Rank 1's moves alone over [1 ms + alpha,
+    // 2 ms + alpha), then both at half rate: rank 1's ends at
+    // 2 ms + alpha + 2(w - 1 ms) = 2w + alpha; rank 0's has done w - 1 ms by
+    // then and ends 1 ms later alone.
+    World world(cluster(1), 3);
+    const double S = 1e9;
+    const CollectiveCost c = p2p_cost(world.cluster(), S, true);
+    const double alpha = c.latency, w = c.seconds - c.latency;
+    REQUIRE(w > 0.001);
+    std::vector<double> arrivals;
+    world.run([&](Device& gpu) -> Task<> {
+        if (gpu.rank() == 0) {
+            gpu.compute(ops::forward, 0, 0.002);
+            gpu.send(2, S, 0);
+        } else if (gpu.rank() == 1) {
+            gpu.compute(ops::forward, 0, 0.001);
+            gpu.send(2, S, 0);
+        } else {
+            co_await gpu.recv(1, 0);
+            arrivals.push_back(gpu.now());
+            co_await gpu.recv(0, 0);
+            arrivals.push_back(gpu.now());
+        }
+    });
+    REQUIRE(arrivals.size() == 2);
+    CHECK(near(arrivals[0], 2 * w + alpha));
+    CHECK(near(arrivals[1], 2 * w + alpha + 0.001));
+}
+
+TEST_CASE("in the world, collectives on disjoint groups overlap; on shared ports they share") {
+    // One node: groups a = {0, 1} and b = {2, 3} use disjoint NVLink ports;
+    // c = {1, 2} shares rank 1's port with a and rank 2's with b.
+    const double S = 1 * kGiB;
+    for (bool with_c : {false, true}) {
+        CAPTURE(with_c);
+        World world(cluster(1), 4);
+        Group& a = world.group({0, 1}, "a");
+        Group& b = world.group({2, 3}, "b");
+        Group& c = world.group({1, 2}, "c");
+        std::vector<Transfer> got(3);
+        world.run([&](Device& gpu) -> Task<> {
+            const int r = gpu.rank();
+            const Transfer t = co_await gpu.all_reduce_start(r <= 1 ? a : b, S, 0);  // comm stream
+            got[r <= 1 ? 0 : 1] = t;
+            if (with_c && (r == 1 || r == 2)) got[2] = co_await gpu.all_reduce(c, S, 1);  // compute stream
+        });
+        const CollectiveCost cost = a.cost(Collective::all_reduce, S);
+        const double alpha = cost.latency, w = cost.seconds - cost.latency;
+        if (!with_c) {
+            CHECK(got[0].end() == cost.seconds);
+            CHECK(got[1].end() == cost.seconds);
+        } else {
+            // Ports 1 and 2 carry two flows each: max-min gives all three 1/2
+            // (port 0 and port 3 have room to spare, but a and b are held by 1 and 2).
+            for (const Transfer& t : got) CHECK(near(t.end(), alpha + 2 * w));
+        }
+    }
+}
+
+TEST_CASE("a rank waiting for a transfer that a member never started is a diagnosed deadlock") {
+    World world(cluster(1), 3);
+    Group& g = world.group({0, 1, 2}, "trio");
+    try {
+        world.run([&](Device& gpu) -> Task<> {
+            if (gpu.rank() == 2) co_return;  // never joins
+            const Transfer t = co_await gpu.all_reduce_start(g, 1e6, 3);
+            co_await gpu.wait(t);
+        });
+        FAIL("no deadlock reported");
+    } catch (const DeadlockError& e) {
+        const std::string msg = e.what();
+        CAPTURE(msg);
+        CHECK(msg.find("deadlock: 2 of 3 ranks are blocked") == 0);
+        CHECK(msg.find("rank 0 waits in the end of all_reduce layer 3 (collective #0 on trio), which rank(s) {2} "
+                       "never called") != std::string::npos);
+        CHECK(msg.find("rank 1 waits in the end of all_reduce layer 3") != std::string::npos);
+    }
+}
+
+TEST_CASE("a blocking collective a member never calls is a diagnosed deadlock") {
+    World world(cluster(1), 2);
+    Group& g = world.everyone();
+    try {
+        world.run([&](Device& gpu) -> Task<> {
+            if (gpu.rank() == 0) co_await gpu.all_reduce(g, 1e6, 1);
+            else co_await gpu.recv(0, 0);
+        });
+        FAIL("no deadlock reported");
+    } catch (const DeadlockError& e) {
+        const std::string msg = e.what();
+        CAPTURE(msg);
+        CHECK(msg.find("rank 0 waits in the end of all_reduce layer 1 (collective #0 on world), which rank(s) {1} "
+                       "never called") != std::string::npos);
+        CHECK(msg.find("rank 1 waits in receive") != std::string::npos);
+    }
+}
+
+TEST_CASE("a run that ends with a collective not every member called is an error") {
+    World world(cluster(1), 2);
+    Group& g = world.everyone();
+    CHECK_THROWS_WITH_AS(world.run([&](Device& gpu) -> Task<> {
+        if (gpu.rank() == 0) (void)co_await gpu.all_gather_start(g, 1e6, 2);
+    }),
+                         doctest::Contains("all_gather layer 2 (collective #0 on world), which rank(s) {1} never called"),
+                         DeadlockError);
+}
+
+TEST_CASE("traces are byte-identical across runs") {
+    using namespace dtsim::hw::test;
+    for (const char* name : {"ddp", "fsdp"}) {
+        CAPTURE(name);
+        const json doc{{"cluster", realistic_cluster(2)},
+                       {"model", small_model(4, 32000)},
+                       {"training", {{"global_batch", 32}, {"micro_batch", 1}}},
+                       {"strategy", {{"name", name}, {"dp", 16}, {"bucket_MiB", 25}}}};
+        std::string out[2];
+        for (auto& o : out) {
+            const RunResult r = simulate(parse_config(doc, "test.json"));
+            std::ostringstream s;
+            dtsim::write_trace_json(r.trace, s);
+            o = s.str();
+        }
+        CHECK(out[0].size() > 1000);
+        CHECK(out[0] == out[1]);
+    }
+}
+
+TEST_CASE("done() says whether a transfer has ended by the compute clock, waiting for the network only when it must") {
+    World world(cluster(1), 2);
+    Group& all = world.everyone();
+    const double S = 64 * kMiB;
+    const double d = all.cost(Collective::all_reduce, S).seconds;
+    std::vector<int> early(2), late(2);
+    world.run([&](Device& gpu) -> Task<> {
+        const Transfer t = co_await gpu.all_reduce_start(all, S, 0);
+        gpu.compute(ops::backward, 0, d / 2);
+        // It cannot end before d: no need to wait for the network.
+        early[static_cast<std::size_t>(gpu.rank())] = co_await gpu.done(t);
+        gpu.compute(ops::backward, 1, d);
+        // It may have ended by 1.5 d, which only the network can tell.
+        late[static_cast<std::size_t>(gpu.rank())] = co_await gpu.done(t);
+        CHECK(t.ended());
+    });
+    for (int r = 0; r < 2; ++r) {
+        CHECK(early[static_cast<std::size_t>(r)] == 0);
+        CHECK(late[static_cast<std::size_t>(r)] == 1);
+    }
+}
+
+TEST_CASE("events of transfers whose end was unknown when recorded get their times; recording off has none") {
+    double step[2];
+    std::size_t events[2];
+    for (bool on : {true, false}) {
+        World world(cluster(2), 8);
+        world.set_recording(on);
+        Group& all = world.everyone();
+        std::vector<Transfer> reduce(8), sent(8);
+        world.run([&](Device& gpu) -> Task<> {
+            const auto r = static_cast<std::size_t>(gpu.rank());
+            reduce[r] = co_await gpu.all_reduce_start(all, 1e8, 0);
+            sent[r] = gpu.send((gpu.rank() + 4) % 8, 1e8, 0);  // shares the NICs with the all-reduce
+            co_await gpu.recv((gpu.rank() + 4) % 8, 0);
+            co_await gpu.wait(reduce[r]);
+        });
+        step[on] = world.step_time();
+        const dtsim::Trace t = world.take_trace();
+        events[on] = 0;
+        for (const auto& r : t.ranks) events[on] += r.events.size();
+        if (on)
+            for (std::size_t r = 0; r < 8; ++r) {
+                const auto& ev = t.ranks[r].events;
+                REQUIRE(ev.size() == 3);
+                CHECK(ev[0].start == reduce[r].start());
+                CHECK(ev[0].end() == doctest::Approx(reduce[r].end()).epsilon(1e-15));
+                CHECK(ev[1].start == sent[r].start());
+                CHECK(ev[1].end() == doctest::Approx(sent[r].end()).epsilon(1e-15));
+                CHECK(ev[1].end() > ev[1].start + p2p_cost(world.cluster(), 1e8, false).seconds);  // slowed
+            }
+    }
+    CHECK(step[0] == step[1]);
+    CHECK(events[1] == 8 * 3);
+    CHECK(events[0] == 0);
+}
