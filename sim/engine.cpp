@@ -18,6 +18,11 @@ void Gpu::grow_events() {
     events_.reserve(events_.empty() ? 64 : events_.capacity() * 2);
 }
 
+std::string Gpu::fmt_event_at_error(std::size_t i) const {
+    return keep_events_ ? fmt::format("rank {}: event #{} does not exist ({} recorded)", rank_, i, events_.size())
+                        : fmt::format("rank {}: event #{} was not kept (the run keeps no events)", rank_, i);
+}
+
 // ----------------------------------------------------------------- Communicator
 
 Communicator::Communicator(Simulation& sim, std::vector<int> members, std::string name)
@@ -147,23 +152,31 @@ struct FramePool {
 thread_local FramePool frame_pool;
 }  // namespace
 
+// Each frame has a 16-byte header holding its size (frame_size); the frame
+// itself stays 16-byte aligned.
+constexpr std::size_t kFrameHeader = 16;
+
 void* frame_allocate(std::size_t bytes) {
-    const std::size_t c = (bytes + kFrameStep - 1) / kFrameStep;
-    if (c >= kFrameClasses) return ::operator new(bytes);
-    if (FreeFrame* f = frame_pool.free[c]) {
-        frame_pool.free[c] = f->next;
-        return f;
+    const std::size_t c = (bytes + kFrameHeader + kFrameStep - 1) / kFrameStep;
+    void* raw = nullptr;
+    if (c < kFrameClasses && frame_pool.free[c]) {
+        raw = frame_pool.free[c];
+        frame_pool.free[c] = frame_pool.free[c]->next;
+    } else {
+        raw = ::operator new(c < kFrameClasses ? c * kFrameStep : bytes + kFrameHeader);
     }
-    return ::operator new(c * kFrameStep);
+    *static_cast<std::size_t*>(raw) = bytes;
+    return static_cast<char*>(raw) + kFrameHeader;
 }
 
 void frame_deallocate(void* p, std::size_t bytes) noexcept {
-    const std::size_t c = (bytes + kFrameStep - 1) / kFrameStep;
+    void* raw = static_cast<char*>(p) - kFrameHeader;
+    const std::size_t c = (bytes + kFrameHeader + kFrameStep - 1) / kFrameStep;
     if (c >= kFrameClasses) {
-        ::operator delete(p);
+        ::operator delete(raw);
         return;
     }
-    auto* f = static_cast<FreeFrame*>(p);
+    auto* f = static_cast<FreeFrame*>(raw);
     f->next = frame_pool.free[c];
     frame_pool.free[c] = f;
 }
@@ -172,14 +185,11 @@ void frame_deallocate(void* p, std::size_t bytes) noexcept {
 void Simulation::resume_ready() {
     // Runs inside io_context::poll(), so coroutine frames use Asio's recycling allocator.
     while (!ready_.empty()) {
-        // Prefetch ranks about to run: their Gpu objects eight ahead, then
-        // (reading those objects) their frames, event tails and hot memory four ahead.
+        // Prefetch ranks about to run, in stages (Gpu::prefetch_self, _for_resume, _deep).
         const std::size_t n = ready_.size();
-        if (n > 8) {
-            const char* p = reinterpret_cast<const char*>(ready_[8]);
-            for (std::size_t o = 0; o < sizeof(Gpu); o += 64) __builtin_prefetch(p + o);
-        }
-        if (n > 4) ready_[4]->prefetch_for_resume();
+        if (n > 12) ready_[12]->prefetch_self();
+        if (n > 8) ready_[8]->prefetch_for_resume();
+        if (n > 4) ready_[4]->prefetch_deep();
         Gpu* g = ready_.front();
         ready_.pop_front();
         Gpu::Handler h = std::move(*g->parked_);

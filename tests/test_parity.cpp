@@ -8,6 +8,7 @@
 #include <cmath>
 #include <fstream>
 #include <string>
+#include <tuple>
 
 using namespace dtsim;
 using nlohmann::json;
@@ -85,5 +86,34 @@ TEST_CASE("the seed's reported figures come out bit for bit") {
         CHECK(s.max_memory == f.memory);
         CHECK(s.max_memory_rank == f.rank);
         CHECK(s.max_memory_time == f.time);
+    }
+}
+
+TEST_CASE("a run that keeps only the summary reports the same figures and operation count as one that keeps every event") {
+    for (const auto& p : puzzle::puzzles()) {
+        for (auto [layers, batches, ranks] : {std::tuple{p.layers, p.batches, p.ranks}, std::tuple{3, 8, 4},
+                                              std::tuple{4, 16, 8}}) {
+            CAPTURE(p.name);
+            CAPTURE(ranks);
+            puzzle::RunResult full, lean;
+            try {
+                full = puzzle::run_strategy(p.strategy, layers, batches, ranks);
+            } catch (const ScheduleError&) {
+                continue;  // a size this strategy does not accept
+            }
+            lean = puzzle::run_strategy(p.strategy, layers, batches, ranks, puzzle::puzzle_costs(),
+                                        nlohmann::json::object(), puzzle::Keep::summary);
+            CHECK(lean.trace.ranks.empty());
+            CHECK(lean.events == full.trace.event_count());
+            CHECK(lean.events == full.events);
+            const auto& a = full.trace.summary;
+            const auto& b = lean.trace.summary;
+            CHECK(a.timesteps == b.timesteps);
+            CHECK(a.makespan == b.makespan);
+            CHECK(a.max_memory == b.max_memory);
+            CHECK(a.max_memory_rank == b.max_memory_rank);
+            CHECK(a.max_memory_time == b.max_memory_time);
+            CHECK(a.correct == b.correct);
+        }
     }
 }

@@ -29,6 +29,7 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -64,6 +65,10 @@ namespace detail {
 // per thread; frames never return to the system before the thread ends.
 void* frame_allocate(std::size_t bytes);
 void frame_deallocate(void* p, std::size_t bytes) noexcept;
+// The size of a frame frame_allocate returned (kept in a header before it).
+inline std::size_t frame_size(const void* frame) {
+    return *reinterpret_cast<const std::size_t*>(static_cast<const char*>(frame) - 16);
+}
 }  // namespace detail
 }  // namespace dtsim
 
@@ -158,26 +163,56 @@ public:
     // alone (for work on a second stream that overlaps the compute stream).
     Event& record_at(OpCode op, std::int32_t layer, Stream stream, double start, double duration, double memory,
                      IdSet batches = {}) {
+        if (!keep_events_) return fold_into_summary(op, layer, stream, start, duration, memory, std::move(batches));
         if (events_.size() == events_.capacity()) grow_events();
         // Constructed in place: the new (cold) cache line is only written, never read.
         return events_.emplace_back(op, stream, layer, start, duration, memory, std::move(batches));
     }
 
     // Room for `n` events without reallocating (a hint; the log grows anyway).
-    void reserve_events(std::size_t n) { events_.reserve(n); }
+    void reserve_events(std::size_t n) {
+        if (keep_events_) events_.reserve(n);
+    }
 
     // The last event recorded on this rank, or null.
-    [[nodiscard]] const Event* last_event() const { return events_.empty() ? nullptr : &events_.back(); }
+    [[nodiscard]] const Event* last_event() const {
+        if (!keep_events_) return summary_.events ? &last_ : nullptr;
+        return events_.empty() ? nullptr : &events_.back();
+    }
+    // The i-th event this rank recorded, to complete it after the fact (a
+    // transfer whose end is known later); only while events are kept.
+    Event& event_at(std::size_t i) {
+        if (!keep_events_ || i >= events_.size())
+            throw std::logic_error(fmt_event_at_error(i));
+        return events_[i];
+    }
+    // Events recorded so far (kept or not).
+    [[nodiscard]] std::size_t event_count() const { return keep_events_ ? events_.size() : summary_.events; }
+
+    // What summarize() would compute from this rank's events, kept as they
+    // are recorded, for runs that keep no events (Simulation::keep_events).
+    struct RankSummary {
+        std::size_t events = 0;
+        double last_start = 0;       // start of the last event
+        double makespan = 0;         // latest end
+        double max_memory = 0;       // the first event with the highest memory...
+        double max_memory_time = 0;  // ...and its start
+    };
+    [[nodiscard]] const RankSummary& summary() const { return summary_; }
     [[nodiscard]] const Wait& waiting_for() const { return wait_; }
     [[nodiscard]] bool finished() const { return finished_; }
 
-    // Memory this rank's coroutine touches as soon as it resumes (a strategy's
-    // model object, say). The engine prefetches it, with the rank's parked
-    // coroutine frames and event tail, a few ranks before resuming it: at
-    // thousands of ranks every resumed rank is cold in cache.
-    void set_hot_memory(const void* p, std::size_t bytes) {
-        hot_ = p;
-        hot_bytes_ = std::min<std::size_t>(bytes, 1024);
+    // Prefetches the memory this rank's coroutine touches as soon as it
+    // resumes (a strategy's model object and the entries it used last, say).
+    // The engine calls it, and prefetches the rank's parked coroutine frame
+    // and event tail, a few ranks before resuming it: at thousands of ranks
+    // every resumed rank is cold in cache.
+    // `context` (its first `bytes`, up to 1 KiB) is prefetched first; `fn(context)`
+    // runs a little later, when the context is in cache, to prefetch what it points to.
+    void set_prefetch(void (*fn)(const void*), const void* context, std::size_t bytes) {
+        prefetch_ = fn;
+        prefetch_context_ = context;
+        prefetch_bytes_ = std::min<std::size_t>(bytes, 1024);
     }
 
 #if BOOST_VERSION == 107400
@@ -195,26 +230,66 @@ private:
     template <class P>
     friend void detail::park_handle(Gpu& gpu, std::coroutine_handle<P> h);
     void grow_events();
+    [[nodiscard]] std::string fmt_event_at_error(std::size_t i) const;
+    Event& fold_into_summary(OpCode op, std::int32_t layer, Stream stream, double start, double duration,
+                             double memory, IdSet batches) {
+        last_.op = op;
+        last_.stream = stream;
+        last_.layer = layer;
+        last_.start = start;
+        last_.duration = duration;
+        last_.memory = memory;
+        last_.batches = std::move(batches);
+        last_.bytes = 0;
+        last_.flops = 0;
+        RankSummary& s = summary_;
+        s.last_start = start;
+        s.makespan = std::max(s.makespan, last_.end());
+        if (s.events++ == 0 || memory > s.max_memory) {
+            s.max_memory = memory;
+            s.max_memory_time = start;
+        }
+        return last_;
+    }
+    // Prefetching runs in three stages over the ready queue: the Gpu object,
+    // then (reading it) the frame, event tail and context, then (reading the
+    // context) what the context's hook names.
+    void prefetch_self() const {
+        for (std::size_t o = 0; o < sizeof(Gpu); o += 64) __builtin_prefetch(reinterpret_cast<const char*>(this) + o);
+    }
+    void prefetch_deep() const {
+        for (std::size_t o = 0; o < prefetch_bytes_; o += 64)
+            __builtin_prefetch(static_cast<const char*>(prefetch_context_) + o);
+    }
     void prefetch_for_resume() const {
-        // The top frame (a collective's) is small; the caller (the strategy) is larger.
-        if (frames_[0])
-            for (int i = -1; i < 3; ++i) __builtin_prefetch(static_cast<const char*>(frames_[0]) + 64 * i);
+        // The parked frame (the strategy's own, or with DTSIM_FRAMELESS_AWAIT=0
+        // a collective's, whose caller the strategy is).
+        const auto* top = static_cast<const char*>(frames_[0]);
+        for (std::size_t o = 0; o < frame_bytes_; o += 64) __builtin_prefetch(top + o);
         if (frames_[1])
             for (int i = -1; i < 7; ++i) __builtin_prefetch(static_cast<const char*>(frames_[1]) + 64 * i);
         // The next two events' lines, which the rank is about to write.
-        __builtin_prefetch(events_.data() + events_.size(), 1);
-        __builtin_prefetch(events_.data() + events_.size() + 1, 1);
-        for (std::size_t o = 0; o < hot_bytes_; o += 64) __builtin_prefetch(static_cast<const char*>(hot_) + o);
+        if (keep_events_) {
+            __builtin_prefetch(events_.data() + events_.size(), 1);
+            __builtin_prefetch(events_.data() + events_.size() + 1, 1);
+        }
+        for (std::size_t o = 0; o < prefetch_bytes_; o += 64)
+            __builtin_prefetch(static_cast<const char*>(prefetch_context_) + o);
     }
     Simulation* sim_;
     int rank_;
     double clock_ = 0;
     std::vector<Event> events_;  // this rank's events in order
+    bool keep_events_ = true;
+    RankSummary summary_;  // when events are not kept
+    Event last_;           // the last event, when events are not kept
     Wait wait_;
     std::optional<Handler> parked_;
-    const void* frames_[2] = {nullptr, nullptr};  // the parked coroutine's top frame and its caller
-    const void* hot_ = nullptr;
-    std::size_t hot_bytes_ = 0;
+    const void* frames_[2] = {nullptr, nullptr};  // the parked coroutine's top frame and (or null) its caller
+    std::size_t frame_bytes_ = 0;                 // how much of frames_[0] to prefetch
+    void (*prefetch_)(const void*) = nullptr;
+    const void* prefetch_context_ = nullptr;
+    std::size_t prefetch_bytes_ = 0;
     bool finished_ = false;
 };
 
@@ -344,6 +419,13 @@ public:
     Task<> send(Gpu& from, int dst, Message&& message);  // message must outlive the co_await
     Task<Message> receive(Gpu& gpu);
 
+    // Whether ranks keep their events (default). Off, each rank keeps only
+    // its last event and a running summary (Gpu::summary): a run that needs
+    // no trace saves a cache line of memory per operation. Before run().
+    void keep_events(bool on) {
+        for (auto& g : gpus_) g->keep_events_ = on;
+    }
+
     // Every rank's events, in order; call after run(). Empties the log.
     std::vector<RankTrace> take_logs();
 
@@ -404,15 +486,16 @@ struct FramePeek : asio::detail::awaitable_frame_base<Executor> {
         return f->*(&FramePeek::caller_);
     }
 };
-inline auto park_in(std::optional<Gpu::Handler>& slot, const void* (&frames)[2]) {
-    return [&slot, &frames](auto* frame) {
-        frames[0] = frame;
+inline auto park_in(std::optional<Gpu::Handler>& slot, const void* (&frames)[2], std::size_t& frame_bytes) {
+    return [&slot, &frames, &frame_bytes](auto* frame) {
+        frames[0] = static_cast<const char*>(static_cast<const void*>(frame)) - 64;
         frames[1] = FramePeek::caller_of(frame);
+        frame_bytes = 256;
         slot.emplace(std::move(*frame->detach_thread()));
         return static_cast<Gpu::Handler*>(nullptr);
     };
 }
-#define DTSIM_PARK(gpu) co_await ::dtsim::detail::park_in((gpu).parked_, (gpu).frames_)
+#define DTSIM_PARK(gpu) co_await ::dtsim::detail::park_in((gpu).parked_, (gpu).frames_, (gpu).frame_bytes_)
 #else
 struct ParkIn {
     std::optional<Gpu::Handler>* slot;
@@ -430,10 +513,11 @@ namespace detail {
 // detached from the frame and relaunched by Gpu::resume.
 template <class P>
 void park_handle(Gpu& gpu, std::coroutine_handle<P> h) {
-    auto* frame = &h.promise();
-    gpu.frames_[0] = frame;
-    gpu.frames_[1] = FramePeek::caller_of(frame);
-    gpu.parked_.emplace(std::move(*frame->detach_thread()));
+    // The whole frame is what the strategy touches when it resumes; its size
+    // is in the pool's header (up to 2 KiB is prefetched).
+    gpu.frames_[0] = h.address();
+    gpu.frame_bytes_ = std::min<std::size_t>(frame_size(h.address()), 2048);
+    gpu.parked_.emplace(std::move(*h.promise().detach_thread()));
 }
 
 // `co_await sim.park(gpu, wait)`.

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -92,5 +93,24 @@ struct Trace {
 // Timesteps, makespan and maximum memory (first in rank order, then event order)
 // computed from the events; `correct` is left untouched.
 void summarize(Trace& trace);
+
+// The same figures, folded one rank at a time from per-rank summaries (for
+// runs that keep no events): start with an empty Summary, fold ranks in rank order.
+struct SummaryFold {
+    Summary summary;
+    bool have_memory = false;
+    void add_rank(int rank, std::size_t events, double last_start, double makespan, double max_memory,
+                  double max_memory_time) {
+        if (events == 0) return;
+        summary.timesteps = std::max(summary.timesteps, last_start);
+        summary.makespan = std::max(summary.makespan, makespan);
+        if (!have_memory || max_memory > summary.max_memory) {
+            have_memory = true;
+            summary.max_memory = max_memory;
+            summary.max_memory_rank = rank;
+            summary.max_memory_time = max_memory_time;
+        }
+    }
+};
 
 }  // namespace dtsim

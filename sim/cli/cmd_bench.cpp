@@ -70,7 +70,7 @@ double baseline(const Trace& t) {
     return s;
 }
 
-Figures measure(const puzzle::PuzzleInfo& p, int layers, int ranks, int repeat) {
+Figures measure(const puzzle::PuzzleInfo& p, int layers, int ranks, int repeat, puzzle::Keep keep) {
     Figures f;
     f.wall_s = 1e300;
     f.cpu_s = 1e300;
@@ -78,12 +78,13 @@ Figures measure(const puzzle::PuzzleInfo& p, int layers, int ranks, int repeat) 
     for (int i = 0; i < repeat; ++i) {
         const double c0 = cpu_seconds();
         auto t0 = std::chrono::steady_clock::now();
-        auto run = puzzle::run_strategy(p.strategy, layers, ranks, ranks);
+        auto run = puzzle::run_strategy(p.strategy, layers, ranks, ranks, puzzle::puzzle_costs(),
+                                        nlohmann::json::object(), keep);
         f.wall_s = std::min(f.wall_s, seconds_since(t0));
         f.cpu_s = std::min(f.cpu_s, cpu_seconds() - c0);
-        f.ops = run.trace.event_count();
+        f.ops = run.events;
         f.correct = run.trace.summary.correct.value_or(false);
-        f.baseline_s = std::min(f.baseline_s, baseline(run.trace));
+        if (keep == puzzle::Keep::events) f.baseline_s = std::min(f.baseline_s, baseline(run.trace));
     }
     rusage u{};
     getrusage(RUSAGE_SELF, &u);
@@ -92,7 +93,7 @@ Figures measure(const puzzle::PuzzleInfo& p, int layers, int ranks, int repeat) 
 }
 
 // Runs `measure` in a child process and reads its figures back through a pipe.
-Figures measure_isolated(const puzzle::PuzzleInfo& p, int layers, int ranks, int repeat) {
+Figures measure_isolated(const puzzle::PuzzleInfo& p, int layers, int ranks, int repeat, puzzle::Keep keep) {
     int fds[2];
     if (pipe(fds) != 0) throw std::runtime_error("bench: pipe() failed");
     std::fflush(stdout);
@@ -102,7 +103,7 @@ Figures measure_isolated(const puzzle::PuzzleInfo& p, int layers, int ranks, int
         close(fds[0]);
         std::string line;
         try {
-            Figures f = measure(p, layers, ranks, repeat);
+            Figures f = measure(p, layers, ranks, repeat, keep);
             line = fmt::format("{} {} {} {} {} {}\n", f.wall_s, f.cpu_s, f.baseline_s, f.ops, f.peak_rss_kib,
                                f.correct ? 1 : 0);
         } catch (const std::exception& e) {
@@ -132,33 +133,38 @@ Figures measure_isolated(const puzzle::PuzzleInfo& p, int layers, int ranks, int
 void run_bench(const BenchOptions& o) {
     fmt::print("dtsim bench: strategies at {} layers, batches = ranks (one batch per rank); best of {}\n", o.layers,
                o.repeat);
-    fmt::print("'ops' are simulated operations (trace events); 'baseline' appends the same events to plain vectors;\n"
-               "ops/s and ns/op are per wall-clock second; 'cpu s' is the run's user + system time (on a shared\n"
-               "machine wall time includes waiting for a core)\n\n");
-    fmt::print("{:<10} {:>7} {:>11} {:>9} {:>9} {:>13} {:>9} {:>10} {:>11} {:>12} {}\n", "strategy", "ranks", "ops",
-               "wall s", "cpu s", "ops/s", "ns/op", "cpu ns/op", "x baseline", "peak RSS", "correct");
+    fmt::print("'ops' are simulated operations (trace events); 'keeps' is what the run keeps: every event (the trace,\n"
+               "for files and pictures) or the summary only (what `dtsim puzzle` keeps without --trace/--svg);\n"
+               "'baseline' appends the same events to plain vectors (a ratio against machine noise); ops/s and ns/op\n"
+               "are per wall-clock second; 'cpu s' is the run's user + system time\n\n");
+    fmt::print("{:<10} {:<7} {:>7} {:>11} {:>9} {:>9} {:>13} {:>9} {:>10} {:>11} {:>12} {}\n", "strategy", "keeps",
+               "ranks", "ops", "wall s", "cpu s", "ops/s", "ns/op", "cpu ns/op", "x baseline", "peak RSS", "correct");
     for (const auto& name : o.strategies) {
         const auto* p = puzzle::find_puzzle(name);
         if (!p) throw UsageError(fmt::format("bench: unknown strategy '{}'", name));
-        double first_ns = 0, first_cpu_ns = 0, last_ns = 0, last_cpu_ns = 0;
-        for (int r : o.ranks) {
-            Figures f = measure_isolated(*p, o.layers, r, o.repeat);
-            const double ns = f.wall_s * 1e9 / static_cast<double>(f.ops);
-            const double cpu_ns = f.cpu_s * 1e9 / static_cast<double>(f.ops);
-            if (first_ns == 0) {
-                first_ns = ns;
-                first_cpu_ns = cpu_ns;
+        for (const auto keep : {puzzle::Keep::events, puzzle::Keep::summary}) {
+            const char* keeps = keep == puzzle::Keep::events ? "events" : "summary";
+            double first_ns = 0, first_cpu_ns = 0, last_ns = 0, last_cpu_ns = 0;
+            for (int r : o.ranks) {
+                Figures f = measure_isolated(*p, o.layers, r, o.repeat, keep);
+                const double ns = f.wall_s * 1e9 / static_cast<double>(f.ops);
+                const double cpu_ns = f.cpu_s * 1e9 / static_cast<double>(f.ops);
+                if (first_ns == 0) {
+                    first_ns = ns;
+                    first_cpu_ns = cpu_ns;
+                }
+                last_ns = ns;
+                last_cpu_ns = cpu_ns;
+                const std::string ratio =
+                    keep == puzzle::Keep::events ? fmt::format("{:.1f}", f.wall_s / f.baseline_s) : "-";
+                fmt::print("{:<10} {:<7} {:>7} {:>11} {:>9.3f} {:>9.3f} {:>13.3e} {:>9.1f} {:>10.1f} {:>11} {:>9.1f} MiB {}\n",
+                           name, keeps, r, f.ops, f.wall_s, f.cpu_s, static_cast<double>(f.ops) / f.wall_s, ns,
+                           cpu_ns, ratio, static_cast<double>(f.peak_rss_kib) / 1024.0, f.correct ? "yes" : "NO");
             }
-            last_ns = ns;
-            last_cpu_ns = cpu_ns;
-            fmt::print("{:<10} {:>7} {:>11} {:>9.3f} {:>9.3f} {:>13.3e} {:>9.1f} {:>10.1f} {:>11.1f} {:>9.1f} MiB {}\n",
-                       name, r, f.ops, f.wall_s, f.cpu_s, static_cast<double>(f.ops) / f.wall_s, ns,
-                       f.cpu_s * 1e9 / static_cast<double>(f.ops), f.wall_s / f.baseline_s,
-                       static_cast<double>(f.peak_rss_kib) / 1024.0, f.correct ? "yes" : "NO");
+            if (o.ranks.size() > 1)
+                fmt::print("{:<10} {:<7} per-op cost at {} ranks / at {} ranks: wall x{:.2f}, cpu x{:.2f} (flat = x1.00)\n",
+                           name, keeps, o.ranks.back(), o.ranks.front(), last_ns / first_ns, last_cpu_ns / first_cpu_ns);
         }
-        if (o.ranks.size() > 1)
-            fmt::print("{:<10} per-op cost at {} ranks / at {} ranks: wall x{:.2f}, cpu x{:.2f} (flat = x1.00)\n", name,
-                       o.ranks.back(), o.ranks.front(), last_ns / first_ns, last_cpu_ns / first_cpu_ns);
     }
     // The engine alone: every rank records an event and joins a collective, `layers`
     // times; no stores, no values. What the puzzle model adds is the difference.

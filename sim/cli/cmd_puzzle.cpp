@@ -75,7 +75,11 @@ void run_one(const PuzzleOptions& o) {
     const int L = o.layers ? o.layers : p.layers;
     const int B = o.batches ? o.batches : p.batches;
     const int R = o.ranks ? o.ranks : p.ranks;
-    auto result = puzzle::run_strategy(p.strategy, L, B, R, puzzle::puzzle_costs(), {{"puzzle", p.name}});
+    // Events only when something is written from them.
+    const auto& w = o.out;
+    const bool keep = !(w.trace.empty() && w.svg.empty() && w.png.empty() && w.pdf.empty() && w.chrome.empty());
+    auto result = puzzle::run_strategy(p.strategy, L, B, R, puzzle::puzzle_costs(), {{"puzzle", p.name}},
+                                       keep ? puzzle::Keep::events : puzzle::Keep::summary);
     const auto& s = result.trace.summary;
     fmt::print("puzzle {} (layers {}, batches {}, ranks {}): {}\n", p.name, L, B, R, p.title);
     fmt::print("  correct     {}\n", result.check_error ? "no: " + *result.check_error : "yes");
@@ -100,7 +104,7 @@ void run_one(const PuzzleOptions& o) {
         fmt::print("  (targets apply to the canonical sizes: layers {}, batches {}, ranks {})\n", p.layers,
                    p.batches, p.ranks);
     }
-    write_outputs(result.trace, o.out);
+    if (keep) write_outputs(result.trace, o.out);
     if (result.check_error || (o.strict && missed)) exit_status() = 1;
 }
 

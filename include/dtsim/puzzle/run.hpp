@@ -15,12 +15,17 @@ using Strategy = Task<> (*)(Model&);
 struct RunResult {
     Trace trace;                            // summary.correct is set
     std::optional<std::string> check_error;  // why the final check failed
+    std::size_t events = 0;                  // operations simulated (kept in trace.ranks or not)
 };
+
+// What a run keeps: every event (the trace, for files and pictures), or only
+// the summary figures (faster, a cache line less per operation; trace.ranks empty).
+enum class Keep { events, summary };
 
 // Throws ScheduleError (PuzzleError, DeadlockError, CollectiveMismatchError)
 // when the schedule breaks a rule or cannot finish.
 RunResult run_strategy(Strategy strategy, int layers, int batches, int ranks,
                        const CostModel& costs = puzzle_costs(),
-                       nlohmann::json meta = nlohmann::json::object());
+                       nlohmann::json meta = nlohmann::json::object(), Keep keep = Keep::events);
 
 }  // namespace dtsim::puzzle

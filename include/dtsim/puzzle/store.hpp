@@ -81,6 +81,17 @@ public:
     [[nodiscard]] const char* name() const { return name_; }
     // Room for plain keys 0..n-1 without reallocating (the model reserves one per layer).
     void reserve(std::size_t n) { direct_.reserve(n); }
+    // Prefetches the entries next to the plain key used last: strategies walk
+    // layers, so a resumed rank's next access is usually there.
+    void prefetch_near_last() const {
+        const Direct* d = direct_.data();
+        if (!d) return;
+        const std::size_t n = direct_.capacity();
+        const std::size_t i = last_ < n ? last_ : 0;
+        __builtin_prefetch(d + i);
+        if (i + 1 < n) __builtin_prefetch(d + i + 1);
+        if (i > 0) __builtin_prefetch(d + i - 1);
+    }
 
     void set(const Key& k, V v) {
         ctx_.meter->add(size(v));
@@ -189,6 +200,7 @@ private:
     const V* find(const Key& k) const {
         if (is_direct(k)) {
             const auto i = static_cast<std::size_t>(k.a);
+            last_ = i;
             return i < direct_.size() && direct_[i].used ? &direct_[i].value : nullptr;
         }
         const Entry* e = find_hashed(k);
@@ -212,6 +224,7 @@ private:
     std::vector<Entry> slots_;
     std::size_t count_ = 0;
     std::size_t hashed_count_ = 0;
+    mutable std::size_t last_ = 0;  // the plain key used last
     struct Memo {
         SizeKey key;
         Size size;
