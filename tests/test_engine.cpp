@@ -14,9 +14,9 @@ using namespace dtsim::puzzle;
 
 namespace {
 
-std::string error_of(Strategy s, int ranks, int layers = 2, int batches = 4) {
+std::string error_of(Strategy s, int ranks, int layers = 2, int batches = 4, Keep keep = Keep::events) {
     try {
-        run_strategy(s, layers, batches, ranks);
+        run_strategy(s, layers, batches, ranks, puzzle_costs(), nlohmann::json::object(), keep);
     } catch (const ScheduleError& e) {
         return e.what();
     }
@@ -101,18 +101,22 @@ TEST_CASE("two ranks that both receive first deadlock, and the diagnosis says wh
 }
 
 TEST_CASE("a collective that one rank never calls is diagnosed with the missing rank and last events") {
-    const std::string e = error_of(
-        [](Model& m) -> Task<> {
-            auto [w, o] = m.load_weights(0);
-            m.forward(0, m.get_activation({m.rank}), w);
-            if (m.rank != 2) co_await m.allreduce(WeightGrad{0, IdSet{m.rank}}, 0);
-        },
-        3);
-    CHECK(e.starts_with("deadlock: 2 of 3 ranks are blocked and none can proceed"));
-    CHECK(e.find("rank 0 waits in allreduce layer 0 (collective #0 on world), waiting for rank(s) {2} that never "
-                 "called it; last event forward layer 0 batches {0} at 0") != std::string::npos);
-    CHECK(e.find("rank 1 waits in allreduce layer 0") != std::string::npos);
-    CHECK(e.find("(1 rank(s) finished)") != std::string::npos);
+    // The same diagnosis whether the run keeps every event or only the summary (and the last event).
+    for (const Keep keep : {Keep::events, Keep::summary}) {
+        CAPTURE(static_cast<int>(keep));
+        const std::string e = error_of(
+            [](Model& m) -> Task<> {
+                auto [w, o] = m.load_weights(0);
+                m.forward(0, m.get_activation({m.rank}), w);
+                if (m.rank != 2) co_await m.allreduce(WeightGrad{0, IdSet{m.rank}}, 0);
+            },
+            3, 2, 4, keep);
+        CHECK(e.starts_with("deadlock: 2 of 3 ranks are blocked and none can proceed"));
+        CHECK(e.find("rank 0 waits in allreduce layer 0 (collective #0 on world), waiting for rank(s) {2} that never "
+                     "called it; last event forward layer 0 batches {0} at 0") != std::string::npos);
+        CHECK(e.find("rank 1 waits in allreduce layer 0") != std::string::npos);
+        CHECK(e.find("(1 rank(s) finished)") != std::string::npos);
+    }
 }
 
 TEST_CASE("a sender blocked on a full mailbox is part of the diagnosis") {
