@@ -28,6 +28,8 @@ TransferRecord* Network::create() {
     l.state = State::open;
     ++l.version;
     l.ports_ext = nullptr;
+    l.weights_ext = nullptr;
+    l.weighted = false;
     l.nports = 0;
     l.latency = l.work = l.left = l.rate = l.updated = 0;
     l.unended = 0;
@@ -35,7 +37,6 @@ TransferRecord* Network::create() {
     l.ready_rank = std::numeric_limits<int>::max();
     l.gate = -1;
     l.gate_time = 0;
-    l.pending.clear();
     l.dependents.clear();
     l.waiters.clear();
     l.patches.clear();
@@ -59,20 +60,28 @@ void Network::fold(Live& l, const Arrival& a, double ready) {
     }
 }
 
-void Network::arm(TransferRecord* t, std::span<const int> ports, double latency, double work,
-                  std::span<const Arrival> arrivals) {
+void Network::arm(TransferRecord* t, std::span<const int> ports, std::span<const double> weights, double latency,
+                  double work, std::span<const Arrival> arrivals) {
     if (!t || t->live < 0 || live_[static_cast<std::size_t>(t->live)].state != State::open)
         throw std::logic_error("Network::arm: the transfer is not open");
+    if (!weights.empty() && weights.size() != ports.size())
+        throw std::logic_error("Network::arm: one weight per port");
+    for (double w : weights)
+        if (!(w > 0 && w <= 1)) throw std::logic_error(fmt::format("Network::arm: a port weight of {}", w));
     if (!std::isfinite(latency) || !std::isfinite(work))
         throw std::invalid_argument(fmt::format("a transfer cannot take latency {} s and work {} s", latency, work));
     const auto slot = static_cast<std::uint32_t>(t->live);
     Live& l = live_[slot];
     if (ports.size() <= l.ports_in.size()) {
         std::copy(ports.begin(), ports.end(), l.ports_in.begin());
+        std::copy(weights.begin(), weights.end(), l.weights_in.begin());
         l.ports_ext = nullptr;
+        l.weights_ext = nullptr;
     } else {
         l.ports_ext = ports.data();
+        l.weights_ext = weights.empty() ? nullptr : weights.data();
     }
+    l.weighted = !weights.empty() && std::any_of(weights.begin(), weights.end(), [](double w) { return w != 1; });
     l.nports = static_cast<std::uint32_t>(ports.size());
     l.latency = std::max(latency, 0.0);
     l.work = std::max(work, 0.0);
@@ -82,14 +91,11 @@ void Network::arm(TransferRecord* t, std::span<const int> ports, double latency,
             fold(l, a, a.previous ? std::max(a.clock, a.previous->end) : a.clock);
             continue;
         }
-        // Starts once that transfer ends (FIFO stream). Counted once per
-        // registration; the end decrements once per registration.
-        l.pending.push_back(a);
-        Live& prev = live_[static_cast<std::size_t>(a.previous->live)];
-        if (prev.dependents.empty() || prev.dependents.back() != slot) {
-            prev.dependents.push_back(slot);
-            ++l.unended;
-        }
+        // Starts once that transfer ends (FIFO stream): the arrival waits
+        // with it, and its end folds it in.
+        live_[static_cast<std::size_t>(a.previous->live)].dependents.push_back(
+            Live::Dependent{slot, a.rank, a.clock});
+        ++l.unended;
     }
     if (l.unended == 0) resolve(slot);
 }
@@ -105,8 +111,8 @@ void Network::resolve(std::uint32_t slot) {
         throw std::logic_error(fmt::format("network: a transfer starts at {} before the frontier {} (a rank ran "
                                            "behind the network's clock)",
                                            r.start, now_));
-    if (l.work <= 0) {  // nothing to share: its end is known now
-        r.end = r.start + l.latency;
+    if (l.work <= 0 || l.nports == 0) {  // nothing to share, or no one to share with: its end is known now
+        r.end = r.start + l.latency + l.work;
         finish(slot);
         return;
     }
@@ -127,17 +133,13 @@ void Network::finish(std::uint32_t slot) {
     ++l.version;
     woken_.insert(woken_.end(), l.waiters.begin(), l.waiters.end());
     for (const auto& [rank, event] : l.patches) patched_.push_back(Patch{rank, event, &r});
+    // Fold in the arrivals that waited for this transfer (resolve() may
+    // finish others and append to their lists, never to this one: it has ended).
     for (std::size_t i = 0; i < l.dependents.size(); ++i) {
-        Live& d = live_[l.dependents[i]];
-        // Fold the arrivals that waited for this transfer.
-        auto keep = d.pending.begin();
-        for (auto it = d.pending.begin(); it != d.pending.end(); ++it)
-            if (it->previous == &r)
-                fold(d, *it, std::max(it->clock, r.end));
-            else
-                *keep++ = *it;
-        d.pending.erase(keep, d.pending.end());
-        if (--d.unended == 0) resolve(l.dependents[i]);
+        const Live::Dependent dep = l.dependents[i];
+        Live& d = live_[dep.slot];
+        fold(d, Arrival{dep.rank, dep.clock, &r}, std::max(dep.clock, r.end));
+        if (--d.unended == 0) resolve(dep.slot);
     }
     free_.push_back(slot);
 }
@@ -255,33 +257,53 @@ void Network::recompute() {
     }
     if (comp_flows_.empty()) return;
 
-    // Progressive filling: the port with the smallest equal share of what is
-    // left of it fixes its unfixed flows at that share (ties: the lowest port).
+    // Weighted progressive filling: the unfixed rates rise together; port p
+    // saturates at the level (what is left of it) / (weights of its unfixed
+    // flows); the port that saturates first fixes its unfixed flows at that
+    // level (ties: the lowest port). A level of 1 is every flow's full rate:
+    // what is still unfixed there stops at 1.
     using Share = std::pair<double, int>;
     std::priority_queue<Share, std::vector<Share>, std::greater<>> heap;
     for (int p : comp_ports_) {
         Port& port = ports_[static_cast<std::size_t>(p)];
         port.cap = 1;
+        port.weight = 0;
         port.unfixed = static_cast<std::uint32_t>(port.flows.size());
-        if (port.unfixed > 0) heap.emplace(port.cap / port.unfixed, p);
+    }
+    for (std::uint32_t f : comp_flows_) {
+        const Live& l = live_[f];
+        const std::span<const int> ps = l.ports();
+        for (std::size_t i = 0; i < ps.size(); ++i) ports_[static_cast<std::size_t>(ps[i])].weight += l.weight(i);
+    }
+    for (int p : comp_ports_) {
+        const Port& port = ports_[static_cast<std::size_t>(p)];
+        if (port.unfixed > 0) heap.emplace(port.cap / port.weight, p);
     }
     while (!heap.empty()) {
         const auto [share, p] = heap.top();
+        if (share >= 1) break;
         heap.pop();
         Port& port = ports_[static_cast<std::size_t>(p)];
-        if (port.unfixed == 0 || share != port.cap / port.unfixed) continue;  // stale
+        if (port.unfixed == 0 || share != port.cap / port.weight) continue;  // stale
         if (!(share > 0)) throw std::logic_error("network: a flow got no bandwidth");
         for (std::uint32_t f : port.flows) {
             if (new_rate_[f] >= 0) continue;
             new_rate_[f] = share;
-            for (int q : live_[f].ports()) {
+            const Live& l = live_[f];
+            const std::span<const int> ps = l.ports();
+            for (std::size_t i = 0; i < ps.size(); ++i) {
+                const int q = ps[i];
                 Port& other = ports_[static_cast<std::size_t>(q)];
-                other.cap -= share;
+                const double w = l.weight(i);
+                other.cap -= w * share;
                 --other.unfixed;
-                if (q != p && other.unfixed > 0) heap.emplace(other.cap / other.unfixed, q);
+                other.weight = other.unfixed == 0 ? 0 : other.weight - w;
+                if (q != p && other.unfixed > 0) heap.emplace(other.cap / other.weight, q);
             }
         }
     }
+    for (std::uint32_t f : comp_flows_)
+        if (new_rate_[f] < 0) new_rate_[f] = 1;
     for (std::uint32_t f : comp_flows_) {
         Live& l = live_[f];
         const double r = new_rate_[f];

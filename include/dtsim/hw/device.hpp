@@ -68,7 +68,6 @@ public:
         x.at_ = t;
         return x;
     }
-    [[nodiscard]] bool began() const { return !rec_ || rec_->began; }
     [[nodiscard]] bool ended() const { return !rec_ || rec_->ended; }
     // Throw std::logic_error before the network has set them.
     [[nodiscard]] double start() const;

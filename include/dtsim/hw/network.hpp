@@ -2,22 +2,36 @@
 // (processor-sharing) bandwidth sharing with max-min fairness, and end times
 // fixed only once no rank can start an overlapping transfer any more.
 //
-// Ports. Each rank has two link ports, one per level (NVLink inside a node,
-// the NIC across nodes), each of capacity 1 (its full bandwidth). A collective
-// on a group occupies every member's port at each level the group spans; a
-// point-to-point transfer occupies its source's and destination's port at the
-// level it crosses. The alpha-beta cost models (Group::cost, p2p_cost) give a
+// Ports. Each rank has four link ports: per level (NVLink inside a node, the
+// NIC across nodes) one to transmit and one to receive, each of capacity 1
+// (its full bandwidth): NVLink and InfiniBand are full duplex, so a send 0->1
+// and a send 1->0 do not slow each other. A point-to-point transfer occupies
+// its source's transmit and its destination's receive port at the level it
+// crosses; a collective on a group (ring or tree: every member sends and
+// receives) occupies every member's transmit and receive ports at each level
+// the group spans. The alpha-beta cost models (Group::cost, p2p_cost) give a
 // transfer's duration d on idle links.
+//
+// Weights. A flow at rate r (1: its full rate) uses w_p r of port p, w_p <= 1.
+// A collective spanning both levels moves its bytes at the bus bandwidth of
+// its bottleneck level (collective_cost.hpp); on the other level it needs
+// only the fraction w = (its time over that level at full bandwidth) / (its
+// time over the bottleneck), so a 2-node all-reduce held back by InfiniBand
+// leaves NVLink room for a concurrent tensor-parallel all-reduce. Every other
+// flow has weight 1 everywhere. No flow runs faster than its full rate.
 //
 // Flows. A transfer is a flow: from its start it first waits its latency
 // (alpha: launch and per-hop latency, which does not consume link bandwidth,
 // so it is not shared), then moves `work` = d - alpha seconds of data at full
-// rate. While it moves its rate is set by max-min fairness over the ports
-// (progressive filling: Bertsekas & Gallager, Data Networks, 2nd ed., 6.5.2;
-// SimGrid's LMM solver does the same): every flow on a port gets an equal
-// share of what is left of it, the port with the smallest share fixes the
-// rate of its flows, their use is taken off their other ports, and so on. So
-// k equal transfers ready together on one port all end at alpha + k(d - alpha);
+// rate. While it moves its rate is set by weighted max-min fairness over the
+// ports (progressive filling: Bertsekas & Gallager, Data Networks, 2nd ed.,
+// 6.5.2; SimGrid's LMM solver does the same, with weights): the rates of all
+// unfixed flows rise together; port p saturates when sum_f w_fp r_f = 1, and
+// the port that saturates first (the smallest (what is left of it) / (the
+// weights of its unfixed flows)) fixes the rate of its unfixed flows, their
+// use is taken off their other ports, and so on; flows that reach rate 1
+// stop there. So k equal transfers ready together on one port all end at
+// alpha + k(d - alpha) (the latency is not shared);
 // one ready midway through another's slows the incumbent too; transfers on
 // disjoint ports do not interact. Rates change only when a flow starts moving
 // or ends, and only for the flows connected to it through shared ports
@@ -34,7 +48,9 @@
 // ranks that waited for those ends. This is exact because of one invariant:
 // every transfer is added with a start >= T, so no transfer still to come
 // can overlap what is already final. Why it holds:
-//   - a rank that runs has a clock >= T: ranks start at 0 = T; T moves only
+//   - a rank that can start a transfer has a clock >= T (a rank woken in a
+//     receive briefly runs at its old clock, but only to park on the
+//     transfer): ranks start at 0 = T; T moves only
 //     while every rank is parked; a rank parked on a transfer resumes at
 //     max(clock, end) with the end at T or later; one parked until the
 //     frontier reaches its clock resumes there; one parked in a receive
@@ -54,7 +70,8 @@
 // its clock (wait_until), unless the transfer cannot end that early.
 //
 // Ties: events at one instant are processed in the order they were queued,
-// and ports and flows are visited in index order: runs are deterministic.
+// the port saturating first is taken lowest index first, and a port's flows
+// are visited in the order they entered it: runs are deterministic.
 #pragma once
 
 #include <array>
@@ -75,6 +92,7 @@ struct TransferRecord {
     int gate = -1;     // the member ready last (critical path), -1: none
     double gate_time = 0;
     std::int32_t live = -1;  // the network's slot until it ends
+    std::uint16_t op = 0;    // what it is (an OpCode's id), for waits' descriptions
     bool began = false;
     bool ended = false;
 };
@@ -101,9 +119,16 @@ public:
     // caller; for 2 ports or fewer copied), waits `latency`, then moves
     // `work` seconds at full rate. It starts at the latest of the arrivals'
     // clocks and their previous transfers' ends (ties: the lowest rank),
-    // which may be known only later.
+    // which may be known only later. Without ports it contends with nothing
+    // and ends at start + latency + work.
     void arm(TransferRecord* t, std::span<const int> ports, double latency, double work,
-             std::span<const Arrival> arrivals);
+             std::span<const Arrival> arrivals) {
+        arm(t, ports, {}, latency, work, arrivals);
+    }
+    // The same with a weight in (0, 1] per port (empty: all 1; kept alive
+    // like `ports`); the largest should be 1 (see Weights above).
+    void arm(TransferRecord* t, std::span<const int> ports, std::span<const double> weights, double latency,
+             double work, std::span<const Arrival> arrivals);
 
     // Ranks to wake when `t` ends, and trace events to patch then (rank, index).
     void wait_for(const TransferRecord* t, int rank);
@@ -141,6 +166,9 @@ private:
         std::uint32_t version = 0;  // bumped whenever its queued events go stale
         const int* ports_ext = nullptr;
         std::array<int, 2> ports_in{};
+        const double* weights_ext = nullptr;
+        std::array<double, 2> weights_in{};
+        bool weighted = false;  // false: every weight is 1
         std::uint32_t nports = 0;
         double latency = 0, work = 0;
         double left = 0, rate = 0, updated = 0;  // work left at `updated`, at `rate`
@@ -150,12 +178,21 @@ private:
         int ready_rank = std::numeric_limits<int>::max();
         int gate = -1;
         double gate_time = 0;
-        std::vector<Arrival> pending;
-        std::vector<std::uint32_t> dependents;  // live slots waiting for this one's end
+        // The arrivals of other transfers waiting for this one's end, one
+        // entry each (so its end folds each in once: no scan per dependent).
+        struct Dependent {
+            std::uint32_t slot;
+            int rank;
+            double clock;
+        };
+        std::vector<Dependent> dependents;
         std::vector<int> waiters;
         std::vector<std::pair<int, std::uint32_t>> patches;
         [[nodiscard]] std::span<const int> ports() const {
             return {ports_ext ? ports_ext : ports_in.data(), nports};
+        }
+        [[nodiscard]] double weight(std::size_t i) const {
+            return !weighted ? 1.0 : weights_ext ? weights_ext[i] : weights_in[i];
         }
     };
     enum class Kind : std::uint8_t { enter, end };
@@ -178,6 +215,7 @@ private:
         std::uint32_t mark = 0;
         // progressive filling scratch
         double cap = 0;
+        double weight = 0;  // of its unfixed flows
         std::uint32_t unfixed = 0;
     };
 
