@@ -163,9 +163,9 @@ Task<Transfer> Device::start(Collective c, Group& g, double bytes, int layer) {
 
 Task<Transfer> Device::run(Collective c, Group& g, double bytes, int layer) {
     const OpCode op = ops::of(c);
-    const TransferRecord* t = join(c, g, bytes, layer, false);
+    const Transfer tr(join(c, g, bytes, layer, false));  // held while parked: the record is not reused
+    const TransferRecord* t = tr.record();
     if (!t->ended) co_await world_->simulation().park(*gpu_, world_->wait_end(*this, t, op));
-    const Transfer tr(t);
     block_on(tr);
     record(op, layer, Stream::compute, t->start, t->end - t->start).bytes = bytes;
     co_return tr;
@@ -211,12 +211,13 @@ Task<> Device::recv(int src, int tag, int layer, IdSet microbatches) {
         co_await world_->simulation().park(*gpu_, Wait{Wait::Kind::receive, ops::recv, layer, src, 0, nullptr});
         it = find();
     }
-    const TransferRecord* t = it->transfer;
+    const Transfer tr(std::move(it->transfer));  // held while parked
+    const TransferRecord* t = tr.record();
     const double bytes = it->bytes;
     inbox.erase(it);
     if (!t->ended) co_await world_->simulation().park(*gpu_, world_->wait_end(*this, t, ops::recv));
     record(ops::recv, layer, Stream::comm, t->start, t->end - t->start, std::move(microbatches)).bytes = bytes;
-    block_on(Transfer(t));
+    block_on(tr);
 }
 
 }  // namespace dtsim::hw

@@ -8,10 +8,41 @@
 
 namespace dtsim::hw {
 
-Network::Network(int ports) : ports_(static_cast<std::size_t>(std::max(ports, 0))) {}
+Network::Network(int ports) : pool_(new RecordPool), ports_(static_cast<std::size_t>(std::max(ports, 0))) {}
+
+Network::~Network() {
+    // Handles may outlive the network (coroutine frames destroyed later):
+    // the records go with the last of them.
+    if (pool_->held == 0)
+        delete pool_;
+    else
+        pool_->orphaned = true;
+}
 
 TransferRecord* Network::create() {
-    TransferRecord& r = records_.emplace_back();
+    if (pool_->free.empty()) {
+        // Records whose last handle went: reusable unless one was taken since
+        // (its release queues it again).
+        for (TransferRecord* d : pool_->dropped) {
+            d->dropped = false;
+            if (d->refs == 0) pool_->free.push_back(d);
+        }
+        pool_->dropped.clear();
+    }
+    TransferRecord* rp;
+    if (pool_->free.empty()) {
+        rp = &pool_->records.emplace_back();
+        rp->pool = pool_;
+    } else {
+        rp = pool_->free.back();
+        pool_->free.pop_back();
+        *rp = TransferRecord{};
+        rp->pool = pool_;
+    }
+    TransferRecord& r = *rp;
+    // The network's own reference, until the end.
+    r.refs = 1;
+    ++pool_->held;
     std::uint32_t slot;
     if (free_.empty()) {
         slot = static_cast<std::uint32_t>(live_.size());
@@ -44,19 +75,19 @@ TransferRecord* Network::create() {
     return &r;
 }
 
-void Network::fold(Live& l, const Arrival& a, double ready) {
+void Network::fold(Live& l, int rank, double clock, const TransferRecord* previous, double ready) {
     // The member ready last sets the start (the lowest rank on ties); the
     // critical path goes on from it, or through its stream's previous transfer
     // when that (not its compute stream) held it back.
-    if (!(ready > l.ready || (ready == l.ready && a.rank < l.ready_rank))) return;
+    if (!(ready > l.ready || (ready == l.ready && rank < l.ready_rank))) return;
     l.ready = ready;
-    l.ready_rank = a.rank;
-    if (ready <= a.clock || !a.previous || a.previous->gate < 0) {
-        l.gate = a.rank;
+    l.ready_rank = rank;
+    if (ready <= clock || !previous || previous->gate < 0) {
+        l.gate = rank;
         l.gate_time = ready;
     } else {
-        l.gate = a.previous->gate;
-        l.gate_time = a.previous->gate_time;
+        l.gate = previous->gate;
+        l.gate_time = previous->gate_time;
     }
 }
 
@@ -88,7 +119,7 @@ void Network::arm(TransferRecord* t, std::span<const int> ports, std::span<const
     l.state = State::waiting;
     for (const Arrival& a : arrivals) {
         if (!a.previous || a.previous->ended) {
-            fold(l, a, a.previous ? std::max(a.clock, a.previous->end) : a.clock);
+            fold(l, a.rank, a.clock, a.previous, a.previous ? std::max(a.clock, a.previous->end) : a.clock);
             continue;
         }
         // Starts once that transfer ends (FIFO stream): the arrival waits
@@ -132,16 +163,18 @@ void Network::finish(std::uint32_t slot) {
     l.state = State::free;
     ++l.version;
     woken_.insert(woken_.end(), l.waiters.begin(), l.waiters.end());
-    for (const auto& [rank, event] : l.patches) patched_.push_back(Patch{rank, event, &r});
+    for (const auto& [rank, event] : l.patches) patched_.push_back(Patch{rank, event, r.start, r.end});
     // Fold in the arrivals that waited for this transfer (resolve() may
     // finish others and append to their lists, never to this one: it has ended).
     for (std::size_t i = 0; i < l.dependents.size(); ++i) {
         const Live::Dependent dep = l.dependents[i];
         Live& d = live_[dep.slot];
-        fold(d, Arrival{dep.rank, dep.clock, &r}, std::max(dep.clock, r.end));
+        fold(d, dep.rank, dep.clock, &r, std::max(dep.clock, r.end));
         if (--d.unended == 0) resolve(dep.slot);
     }
     free_.push_back(slot);
+    l.record = nullptr;
+    pool_->release(&r);  // the network's reference
 }
 
 void Network::wait_for(const TransferRecord* t, int rank) {

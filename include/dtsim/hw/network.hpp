@@ -85,7 +85,11 @@
 
 namespace dtsim::hw {
 
-// What the world knows of one transfer, for the life of the world.
+struct RecordPool;
+
+// What the world knows of one transfer. Records are recycled once the
+// transfer has ended and no TransferRef holds it (the network holds one until
+// the end), so a long run keeps only the records still in use.
 struct TransferRecord {
     double start = 0;  // when its data and stream were ready (valid once `began`)
     double end = 0;    // valid once `ended`
@@ -95,6 +99,60 @@ struct TransferRecord {
     std::uint16_t op = 0;    // what it is (an OpCode's id), for waits' descriptions
     bool began = false;
     bool ended = false;
+    // Handles on it (TransferRef) and the network's slot until the end.
+    std::uint32_t refs = 0;
+    bool dropped = false;  // queued for recycling (RecordPool::dropped)
+    RecordPool* pool = nullptr;
+};
+
+// Where records live: they outlive the network while handles remain (a
+// coroutine frame destroyed after the world's network still holds one).
+struct RecordPool {
+    std::deque<TransferRecord> records;
+    std::vector<TransferRecord*> free;
+    std::vector<TransferRecord*> dropped;  // ended, last handle gone; checked on reuse
+    std::size_t held = 0;                  // records with refs > 0
+    bool orphaned = false;                 // the network is gone: delete with the last handle
+    void release(TransferRecord* r) {
+        if (--r->refs != 0) return;
+        if (orphaned) {
+            if (--held == 0) delete this;
+            return;
+        }
+        --held;
+        if (r->ended && !r->dropped) {
+            r->dropped = true;
+            dropped.push_back(r);
+        }
+    }
+};
+
+// A counted handle on a record (null: none). Copies count; the record is not
+// reused while one exists.
+class TransferRef {
+public:
+    TransferRef() = default;
+    TransferRef(TransferRecord* r) : r_(r) { acquire(); }  // NOLINT: implicit, as a pointer
+    TransferRef(const TransferRef& o) : r_(o.r_) { acquire(); }
+    TransferRef(TransferRef&& o) noexcept : r_(o.r_) { o.r_ = nullptr; }
+    TransferRef& operator=(TransferRef o) noexcept {
+        std::swap(r_, o.r_);
+        return *this;
+    }
+    ~TransferRef() {
+        if (r_) r_->pool->release(r_);
+    }
+    [[nodiscard]] const TransferRecord* get() const { return r_; }
+    const TransferRecord* operator->() const { return r_; }
+    const TransferRecord& operator*() const { return *r_; }
+    explicit operator bool() const { return r_ != nullptr; }
+    operator const TransferRecord*() const { return r_; }  // NOLINT: reads as the pointer it holds
+
+private:
+    void acquire() {
+        if (r_ && r_->refs++ == 0) ++r_->pool->held;
+    }
+    TransferRecord* r_ = nullptr;  // (mutable only for its count)
 };
 
 // One member's readiness for a transfer: its compute clock when it called
@@ -103,17 +161,22 @@ struct TransferRecord {
 struct Arrival {
     int rank = 0;
     double clock = 0;
-    const TransferRecord* previous = nullptr;
+    TransferRef previous;
 };
 
 class Network {
 public:
     explicit Network(int ports);
+    ~Network();
+    Network(const Network&) = delete;
+    Network& operator=(const Network&) = delete;
 
     // The frontier T: every event before it is final.
     [[nodiscard]] double now() const { return now_; }
 
-    // A transfer whose members have not all called yet.
+    // A transfer whose members have not all called yet. The network holds it
+    // until it ends; hold a TransferRef to read it after that (a record no
+    // one holds is reused by a later create()).
     TransferRecord* create();
     // Its members have all called: it occupies `ports` (kept alive by the
     // caller; for 2 ports or fewer copied), waits `latency`, then moves
@@ -145,7 +208,7 @@ public:
     struct Patch {
         int rank;
         std::uint32_t event;
-        const TransferRecord* transfer;
+        double start, end;  // the transfer's
     };
     std::vector<int>& woken() { return woken_; }
     std::vector<Patch>& patched() { return patched_; }
@@ -154,6 +217,9 @@ public:
 
     // A lower bound on when `t` ends (its end once it has ended).
     [[nodiscard]] double earliest_end(const TransferRecord* t) const;
+
+    // Records allocated so far (in use or free for reuse): tests.
+    [[nodiscard]] std::size_t records() const { return pool_->records.size(); }
 
     // Rate of a moving transfer (0 otherwise): tests.
     [[nodiscard]] double rate(const TransferRecord* t) const;
@@ -219,14 +285,14 @@ private:
         std::uint32_t unfixed = 0;
     };
 
-    void fold(Live& l, const Arrival& a, double ready);
+    void fold(Live& l, int rank, double clock, const TransferRecord* previous, double ready);
     void resolve(std::uint32_t slot);
     void push(double t, std::uint32_t slot, Kind k);
     void finish(std::uint32_t slot);
     void recompute();
     bool valid(const Event& e) const;
 
-    std::deque<TransferRecord> records_;
+    RecordPool* pool_;
     std::vector<Live> live_;
     std::vector<std::uint32_t> free_;
     std::vector<Port> ports_;

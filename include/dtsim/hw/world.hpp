@@ -121,7 +121,7 @@ private:
         int src;
         int tag;
         double bytes;
-        const TransferRecord* transfer;
+        TransferRef transfer;
     };
 
     Cluster cluster_;
