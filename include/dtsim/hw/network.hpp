@@ -17,8 +17,10 @@
 // its bottleneck level (collective_cost.hpp); on the other level it needs
 // only the fraction w = (its time over that level at full bandwidth) / (its
 // time over the bottleneck), so a 2-node all-reduce held back by InfiniBand
-// leaves NVLink room for a concurrent tensor-parallel all-reduce. Every other
-// flow has weight 1 everywhere. No flow runs faster than its full rate.
+// leaves NVLink room for a concurrent tensor-parallel all-reduce. The
+// weights come from the structural ring bandwidths (level_seconds), also
+// where a measured curve sets the duration. Every other flow has weight 1
+// everywhere. No flow runs faster than its full rate.
 //
 // Flows. A transfer is a flow: from its start it first waits its latency
 // (alpha: launch and per-hop latency, which does not consume link bandwidth,
@@ -31,9 +33,9 @@
 // weights of its unfixed flows)) fixes the rate of its unfixed flows, their
 // use is taken off their other ports, and so on; flows that reach rate 1
 // stop there. So k equal transfers ready together on one port all end at
-// alpha + k(d - alpha) (the latency is not shared);
-// one ready midway through another's slows the incumbent too; transfers on
-// disjoint ports do not interact. Rates change only when a flow starts moving
+// alpha + k(d - alpha) (the latency is not shared); one ready midway through
+// another's slows the incumbent too; transfers on disjoint ports do not
+// interact. Rates change only when a flow starts moving
 // or ends, and only for the flows connected to it through shared ports
 // (transitively): those are recomputed, no others. Each moving flow has a
 // predicted end (its work left over its rate) in a heap whose stale entries
@@ -50,8 +52,8 @@
 // can overlap what is already final. Why it holds:
 //   - a rank that can start a transfer has a clock >= T (a rank woken in a
 //     receive briefly runs at its old clock, but only to park on the
-//     transfer): ranks start at 0 = T; T moves only
-//     while every rank is parked; a rank parked on a transfer resumes at
+//     transfer): ranks start at 0 = T; T moves only while every rank is
+//     parked; a rank parked on a transfer resumes at
 //     max(clock, end) with the end at T or later; one parked until the
 //     frontier reaches its clock resumes there; one parked in a receive
 //     resumes when the sender (a running rank) has sent, and waits for that
