@@ -11,6 +11,9 @@ namespace dtsim::hw {
 Network::Network(int ports) : pool_(new RecordPool), ports_(static_cast<std::size_t>(std::max(ports, 0))) {}
 
 Network::~Network() {
+    // The network's references on transfers that never ended (a deadlock).
+    for (Live& l : live_)
+        if (l.state != State::free && l.record) pool_->release(l.record);
     // Handles may outlive the network (coroutine frames destroyed later):
     // the records go with the last of them.
     if (pool_->held == 0)
