@@ -36,6 +36,15 @@ double group_bus_bandwidth(const Cluster& c, const GroupShape& g) {
     return bw;
 }
 
+LevelSeconds level_seconds(const Cluster& c, Collective coll, double bytes, const GroupShape& g) {
+    LevelSeconds t;
+    if (g.ranks <= 1) return t;
+    const double moved = bus_factor(coll, g.ranks) * bytes;
+    if (g.uses(Level::intra_node)) t.intra_node = moved / c.intra_node.bandwidth;
+    if (g.uses(Level::inter_node)) t.inter_node = moved / (c.inter_node.bandwidth * g.min_per_node);
+    return t;
+}
+
 namespace {
 
 int ceil_log2(int n) {

@@ -78,7 +78,7 @@ void Device::record_transfer(OpCode op, int layer, const TransferRecord* t, doub
                       std::move(batches));
     e.bytes = bytes;
     if (!known && world_->recording())
-        world_->network_.patch_on_end(t, rank(), static_cast<std::uint32_t>(events_ - 1));
+        world_->network_.patch_on_end(t, rank(), static_cast<std::uint32_t>(gpu_->event_count() - 1));
 }
 
 void Device::block_on(const Transfer& t) {
@@ -97,7 +97,8 @@ void Device::block_on(const Transfer& t) {
 }
 
 Task<> Device::wait(Transfer t) {
-    if (!t.ended()) co_await world_->simulation().park(*gpu_, world_->wait_end(*this, t.record(), ops::all_reduce));
+    if (!t.ended())
+        co_await world_->simulation().park(*gpu_, world_->wait_end(*this, t.record(), OpCode(t.record()->op)));
     block_on(t);
 }
 
@@ -107,7 +108,8 @@ Task<bool> Device::done(Transfer t) {
         if (world_->network_.earliest_end(t.record()) > now()) co_return false;
         world_->network_.wait_until(rank(), now());
         co_await world_->simulation().park(
-            *gpu_, Wait{Wait::Kind::other, ops::all_reduce, kNoLayer, -1, 0, nullptr, "the network to reach its clock"});
+            *gpu_, Wait{Wait::Kind::other, OpCode(t.record()->op), kNoLayer, -1, 0, nullptr,
+                        "the network to reach its clock"});
     }
     co_return t.ended() && t.end() <= now();
 }
@@ -123,6 +125,7 @@ TransferRecord* Device::join(Collective c, Group& g, double bytes, int layer, bo
     Group::Round& round = g.rounds_[static_cast<std::size_t>(call - g.base_)];
     if (round.arrivals.empty()) {
         round.transfer = world_->network_.create();
+        round.transfer->op = op.id();
         round.arrivals = world_->spare_arrivals(g.size());
         round.op = op;
         round.layer = layer;
@@ -146,7 +149,7 @@ TransferRecord* Device::join(Collective c, Group& g, double bytes, int layer, bo
         std::vector<Arrival> arrivals = std::move(round.arrivals);
         g.rounds_.pop_front();
         ++g.base_;
-        world_->arm(t, g.ports_, g.cost(c, bytes), arrivals);
+        world_->arm(t, g.ports_, g.weights_, g.cost(c, bytes), arrivals);
         world_->recycle_arrivals(std::move(arrivals));
     }
     return t;
@@ -160,9 +163,9 @@ Task<Transfer> Device::start(Collective c, Group& g, double bytes, int layer) {
 
 Task<Transfer> Device::run(Collective c, Group& g, double bytes, int layer) {
     const OpCode op = ops::of(c);
-    const TransferRecord* t = join(c, g, bytes, layer, false);
+    const Transfer tr(join(c, g, bytes, layer, false));  // held while parked: the record is not reused
+    const TransferRecord* t = tr.record();
     if (!t->ended) co_await world_->simulation().park(*gpu_, world_->wait_end(*this, t, op));
-    const Transfer tr(t);
     block_on(tr);
     record(op, layer, Stream::compute, t->start, t->end - t->start).bytes = bytes;
     co_return tr;
@@ -173,14 +176,15 @@ Transfer Device::send(int dst, double bytes, int tag, int layer, IdSet microbatc
         throw ScheduleError(fmt::format("rank {}: send to rank {}: destination must be in [0, {})", rank(), dst,
                                         world_->ranks()));
     TransferRecord* t = world_->network_.create();
+    t->op = ops::send.id();
     const Arrival arrival{rank(), now(), last_p2p_};
     last_p2p_ = t;
     record_transfer(ops::send, layer, t, bytes, std::move(microbatches));
     const Cluster& cl = world_->cluster();
     const bool same_node = cl.node_of(rank()) == cl.node_of(dst);
     const Level l = same_node ? Level::intra_node : Level::inter_node;
-    const int ports[2] = {world_->port(rank(), l), world_->port(dst, l)};
-    world_->arm(t, dst == rank() ? std::span<const int>() : std::span<const int>(ports),
+    const int ports[2] = {World::tx(rank(), l), World::rx(dst, l)};
+    world_->arm(t, dst == rank() ? std::span<const int>() : std::span<const int>(ports), {},
                 dst == rank() ? CollectiveCost{} : p2p_cost(cl, bytes, same_node), std::span<const Arrival>(&arrival, 1));
     world_->inbox_[static_cast<std::size_t>(dst)].push_back(World::Message{rank(), tag, bytes, t});
     Device& d = world_->device(dst);
@@ -207,12 +211,13 @@ Task<> Device::recv(int src, int tag, int layer, IdSet microbatches) {
         co_await world_->simulation().park(*gpu_, Wait{Wait::Kind::receive, ops::recv, layer, src, 0, nullptr});
         it = find();
     }
-    const TransferRecord* t = it->transfer;
+    const Transfer tr(std::move(it->transfer));  // held while parked
+    const TransferRecord* t = tr.record();
     const double bytes = it->bytes;
     inbox.erase(it);
     if (!t->ended) co_await world_->simulation().park(*gpu_, world_->wait_end(*this, t, ops::recv));
     record(ops::recv, layer, Stream::comm, t->start, t->end - t->start, std::move(microbatches)).bytes = bytes;
-    block_on(Transfer(t));
+    block_on(tr);
 }
 
 }  // namespace dtsim::hw

@@ -8,10 +8,44 @@
 
 namespace dtsim::hw {
 
-Network::Network(int ports) : ports_(static_cast<std::size_t>(std::max(ports, 0))) {}
+Network::Network(int ports) : pool_(new RecordPool), ports_(static_cast<std::size_t>(std::max(ports, 0))) {}
+
+Network::~Network() {
+    // The network's references on transfers that never ended (a deadlock).
+    for (Live& l : live_)
+        if (l.state != State::free && l.record) pool_->release(l.record);
+    // Handles may outlive the network (coroutine frames destroyed later):
+    // the records go with the last of them.
+    if (pool_->held == 0)
+        delete pool_;
+    else
+        pool_->orphaned = true;
+}
 
 TransferRecord* Network::create() {
-    TransferRecord& r = records_.emplace_back();
+    if (pool_->free.empty()) {
+        // Records whose last handle went: reusable unless one was taken since
+        // (its release queues it again).
+        for (TransferRecord* d : pool_->dropped) {
+            d->dropped = false;
+            if (d->refs == 0) pool_->free.push_back(d);
+        }
+        pool_->dropped.clear();
+    }
+    TransferRecord* rp;
+    if (pool_->free.empty()) {
+        rp = &pool_->records.emplace_back();
+        rp->pool = pool_;
+    } else {
+        rp = pool_->free.back();
+        pool_->free.pop_back();
+        *rp = TransferRecord{};
+        rp->pool = pool_;
+    }
+    TransferRecord& r = *rp;
+    // The network's own reference, until the end.
+    r.refs = 1;
+    ++pool_->held;
     std::uint32_t slot;
     if (free_.empty()) {
         slot = static_cast<std::uint32_t>(live_.size());
@@ -28,6 +62,8 @@ TransferRecord* Network::create() {
     l.state = State::open;
     ++l.version;
     l.ports_ext = nullptr;
+    l.weights_ext = nullptr;
+    l.weighted = false;
     l.nports = 0;
     l.latency = l.work = l.left = l.rate = l.updated = 0;
     l.unended = 0;
@@ -35,7 +71,6 @@ TransferRecord* Network::create() {
     l.ready_rank = std::numeric_limits<int>::max();
     l.gate = -1;
     l.gate_time = 0;
-    l.pending.clear();
     l.dependents.clear();
     l.waiters.clear();
     l.patches.clear();
@@ -43,53 +78,58 @@ TransferRecord* Network::create() {
     return &r;
 }
 
-void Network::fold(Live& l, const Arrival& a, double ready) {
+void Network::fold(Live& l, int rank, double clock, const TransferRecord* previous, double ready) {
     // The member ready last sets the start (the lowest rank on ties); the
     // critical path goes on from it, or through its stream's previous transfer
     // when that (not its compute stream) held it back.
-    if (!(ready > l.ready || (ready == l.ready && a.rank < l.ready_rank))) return;
+    if (!(ready > l.ready || (ready == l.ready && rank < l.ready_rank))) return;
     l.ready = ready;
-    l.ready_rank = a.rank;
-    if (ready <= a.clock || !a.previous || a.previous->gate < 0) {
-        l.gate = a.rank;
+    l.ready_rank = rank;
+    if (ready <= clock || !previous || previous->gate < 0) {
+        l.gate = rank;
         l.gate_time = ready;
     } else {
-        l.gate = a.previous->gate;
-        l.gate_time = a.previous->gate_time;
+        l.gate = previous->gate;
+        l.gate_time = previous->gate_time;
     }
 }
 
-void Network::arm(TransferRecord* t, std::span<const int> ports, double latency, double work,
-                  std::span<const Arrival> arrivals) {
+void Network::arm(TransferRecord* t, std::span<const int> ports, std::span<const double> weights, double latency,
+                  double work, std::span<const Arrival> arrivals) {
     if (!t || t->live < 0 || live_[static_cast<std::size_t>(t->live)].state != State::open)
         throw std::logic_error("Network::arm: the transfer is not open");
+    if (!weights.empty() && weights.size() != ports.size())
+        throw std::logic_error("Network::arm: one weight per port");
+    for (double w : weights)
+        if (!(w > 0 && w <= 1)) throw std::logic_error(fmt::format("Network::arm: a port weight of {}", w));
     if (!std::isfinite(latency) || !std::isfinite(work))
         throw std::invalid_argument(fmt::format("a transfer cannot take latency {} s and work {} s", latency, work));
     const auto slot = static_cast<std::uint32_t>(t->live);
     Live& l = live_[slot];
     if (ports.size() <= l.ports_in.size()) {
         std::copy(ports.begin(), ports.end(), l.ports_in.begin());
+        std::copy(weights.begin(), weights.end(), l.weights_in.begin());
         l.ports_ext = nullptr;
+        l.weights_ext = nullptr;
     } else {
         l.ports_ext = ports.data();
+        l.weights_ext = weights.empty() ? nullptr : weights.data();
     }
+    l.weighted = !weights.empty() && std::any_of(weights.begin(), weights.end(), [](double w) { return w != 1; });
     l.nports = static_cast<std::uint32_t>(ports.size());
     l.latency = std::max(latency, 0.0);
     l.work = std::max(work, 0.0);
     l.state = State::waiting;
     for (const Arrival& a : arrivals) {
         if (!a.previous || a.previous->ended) {
-            fold(l, a, a.previous ? std::max(a.clock, a.previous->end) : a.clock);
+            fold(l, a.rank, a.clock, a.previous, a.previous ? std::max(a.clock, a.previous->end) : a.clock);
             continue;
         }
-        // Starts once that transfer ends (FIFO stream). Counted once per
-        // registration; the end decrements once per registration.
-        l.pending.push_back(a);
-        Live& prev = live_[static_cast<std::size_t>(a.previous->live)];
-        if (prev.dependents.empty() || prev.dependents.back() != slot) {
-            prev.dependents.push_back(slot);
-            ++l.unended;
-        }
+        // Starts once that transfer ends (FIFO stream): the arrival waits
+        // with it, and its end folds it in.
+        live_[static_cast<std::size_t>(a.previous->live)].dependents.push_back(
+            Live::Dependent{slot, a.rank, a.clock});
+        ++l.unended;
     }
     if (l.unended == 0) resolve(slot);
 }
@@ -105,8 +145,8 @@ void Network::resolve(std::uint32_t slot) {
         throw std::logic_error(fmt::format("network: a transfer starts at {} before the frontier {} (a rank ran "
                                            "behind the network's clock)",
                                            r.start, now_));
-    if (l.work <= 0) {  // nothing to share: its end is known now
-        r.end = r.start + l.latency;
+    if (l.work <= 0 || l.nports == 0) {  // nothing to share, or no one to share with: its end is known now
+        r.end = r.start + l.latency + l.work;
         finish(slot);
         return;
     }
@@ -126,20 +166,18 @@ void Network::finish(std::uint32_t slot) {
     l.state = State::free;
     ++l.version;
     woken_.insert(woken_.end(), l.waiters.begin(), l.waiters.end());
-    for (const auto& [rank, event] : l.patches) patched_.push_back(Patch{rank, event, &r});
+    for (const auto& [rank, event] : l.patches) patched_.push_back(Patch{rank, event, r.start, r.end});
+    // Fold in the arrivals that waited for this transfer (resolve() may
+    // finish others and append to their lists, never to this one: it has ended).
     for (std::size_t i = 0; i < l.dependents.size(); ++i) {
-        Live& d = live_[l.dependents[i]];
-        // Fold the arrivals that waited for this transfer.
-        auto keep = d.pending.begin();
-        for (auto it = d.pending.begin(); it != d.pending.end(); ++it)
-            if (it->previous == &r)
-                fold(d, *it, std::max(it->clock, r.end));
-            else
-                *keep++ = *it;
-        d.pending.erase(keep, d.pending.end());
-        if (--d.unended == 0) resolve(l.dependents[i]);
+        const Live::Dependent dep = l.dependents[i];
+        Live& d = live_[dep.slot];
+        fold(d, dep.rank, dep.clock, &r, std::max(dep.clock, r.end));
+        if (--d.unended == 0) resolve(dep.slot);
     }
     free_.push_back(slot);
+    l.record = nullptr;
+    pool_->release(&r);  // the network's reference
 }
 
 void Network::wait_for(const TransferRecord* t, int rank) {
@@ -255,33 +293,53 @@ void Network::recompute() {
     }
     if (comp_flows_.empty()) return;
 
-    // Progressive filling: the port with the smallest equal share of what is
-    // left of it fixes its unfixed flows at that share (ties: the lowest port).
+    // Weighted progressive filling: the unfixed rates rise together; port p
+    // saturates at the level (what is left of it) / (weights of its unfixed
+    // flows); the port that saturates first fixes its unfixed flows at that
+    // level (ties: the lowest port). A level of 1 is every flow's full rate:
+    // what is still unfixed there stops at 1.
     using Share = std::pair<double, int>;
     std::priority_queue<Share, std::vector<Share>, std::greater<>> heap;
     for (int p : comp_ports_) {
         Port& port = ports_[static_cast<std::size_t>(p)];
         port.cap = 1;
+        port.weight = 0;
         port.unfixed = static_cast<std::uint32_t>(port.flows.size());
-        if (port.unfixed > 0) heap.emplace(port.cap / port.unfixed, p);
+    }
+    for (std::uint32_t f : comp_flows_) {
+        const Live& l = live_[f];
+        const std::span<const int> ps = l.ports();
+        for (std::size_t i = 0; i < ps.size(); ++i) ports_[static_cast<std::size_t>(ps[i])].weight += l.weight(i);
+    }
+    for (int p : comp_ports_) {
+        const Port& port = ports_[static_cast<std::size_t>(p)];
+        if (port.unfixed > 0) heap.emplace(port.cap / port.weight, p);
     }
     while (!heap.empty()) {
         const auto [share, p] = heap.top();
+        if (share >= 1) break;
         heap.pop();
         Port& port = ports_[static_cast<std::size_t>(p)];
-        if (port.unfixed == 0 || share != port.cap / port.unfixed) continue;  // stale
+        if (port.unfixed == 0 || share != port.cap / port.weight) continue;  // stale
         if (!(share > 0)) throw std::logic_error("network: a flow got no bandwidth");
         for (std::uint32_t f : port.flows) {
             if (new_rate_[f] >= 0) continue;
             new_rate_[f] = share;
-            for (int q : live_[f].ports()) {
+            const Live& l = live_[f];
+            const std::span<const int> ps = l.ports();
+            for (std::size_t i = 0; i < ps.size(); ++i) {
+                const int q = ps[i];
                 Port& other = ports_[static_cast<std::size_t>(q)];
-                other.cap -= share;
+                const double w = l.weight(i);
+                other.cap -= w * share;
                 --other.unfixed;
-                if (q != p && other.unfixed > 0) heap.emplace(other.cap / other.unfixed, q);
+                other.weight = other.unfixed == 0 ? 0 : other.weight - w;
+                if (q != p && other.unfixed > 0) heap.emplace(other.cap / other.weight, q);
             }
         }
     }
+    for (std::uint32_t f : comp_flows_)
+        if (new_rate_[f] < 0) new_rate_[f] = 1;
     for (std::uint32_t f : comp_flows_) {
         Live& l = live_[f];
         const double r = new_rate_[f];

@@ -26,7 +26,7 @@ CollectiveCost Group::cost(Collective c, double bytes) const {
 }
 
 World::World(Cluster cluster, int ranks)
-    : cluster_(std::move(cluster)), algorithm_(cluster_.algorithm), sim_(ranks), network_(ranks * 2) {
+    : cluster_(std::move(cluster)), algorithm_(cluster_.algorithm), sim_(ranks), network_(ranks * 4) {
     if (ranks > cluster_.gpus())
         throw std::invalid_argument(fmt::format("cluster {} has {} GPUs ({} nodes x {}); {} ranks do not fit",
                                                 cluster_.name, cluster_.gpus(), cluster_.nodes,
@@ -45,21 +45,38 @@ World::~World() = default;
 Group& World::group(std::vector<int> members, std::string name) {
     Communicator& comm = sim_.communicator(std::move(members), std::move(name));
     const GroupShape shape = GroupShape::of(cluster_, comm.members());
+    // Every member sends and receives (ring, tree): its tx and rx on each
+    // level spanned. Weights: a level's share of the bottleneck's time
+    // (network.hpp). The ratio does not depend on the collective or its size
+    // (both levels move bus_factor x S; tree scales both bandwidths by 0.9),
+    // so one all-reduce of 1 byte gives it.
+    const LevelSeconds t = level_seconds(cluster_, Collective::all_reduce, 1, shape);
+    const double bottleneck = std::max(t.intra_node, t.inter_node);
     std::vector<int> ports;
+    std::vector<double> weights;
     if (shape.ranks > 1)
         for (Level l : {Level::intra_node, Level::inter_node})
-            if (shape.uses(l))
-                for (int r : comm.members()) ports.push_back(port(r, l));
-    groups_.push_back(Group(*this, comm, shape, std::move(ports)));
+            if (shape.uses(l)) {
+                const double w =
+                    std::min(1.0, (l == Level::intra_node ? t.intra_node : t.inter_node) / bottleneck);
+                for (int r : comm.members()) {
+                    ports.push_back(tx(r, l));
+                    ports.push_back(rx(r, l));
+                    weights.push_back(w);
+                    weights.push_back(w);
+                }
+            }
+    if (std::all_of(weights.begin(), weights.end(), [](double w) { return w == 1; })) weights.clear();
+    groups_.push_back(Group(*this, comm, shape, std::move(ports), std::move(weights)));
     return groups_.back();
 }
 
-void World::arm(TransferRecord* t, std::span<const int> ports, const CollectiveCost& cost,
-                std::span<const Arrival> arrivals) {
+void World::arm(TransferRecord* t, std::span<const int> ports, std::span<const double> weights,
+                const CollectiveCost& cost, std::span<const Arrival> arrivals) {
     // The latency (alpha) is a delay that uses no bandwidth; the rest is work
     // shared on the ports (network.hpp).
     const double latency = std::clamp(cost.latency, 0.0, cost.seconds);
-    network_.arm(t, ports, latency, cost.seconds - latency, arrivals);
+    network_.arm(t, ports, weights, latency, cost.seconds - latency, arrivals);
     drain();
 }
 
@@ -68,13 +85,9 @@ bool World::drain() {
     if (!patched.empty()) {
         if (recording_)
             for (const Network::Patch& p : patched) {
-                // The rank's events are one vector ending at its last event;
-                // Device::events_ counts them (recording on).
-                const Device& d = *devices_[static_cast<std::size_t>(p.rank)];
-                const Event* last = d.engine().last_event();
-                Event* e = const_cast<Event*>(last) - static_cast<std::ptrdiff_t>(d.events_ - 1 - p.event);
-                e->start = p.transfer->start;
-                e->duration = p.transfer->end - p.transfer->start;
+                Event& e = devices_[static_cast<std::size_t>(p.rank)]->engine().event_at(p.event);
+                e.start = p.start;
+                e.duration = p.end - p.start;
             }
         patched.clear();
     }
@@ -173,8 +186,8 @@ CriticalPath World::critical_path() const {
     if (r < 0)
         for (const auto& d : devices_) {
             auto ends_step = [&](const TransferRecord* x) { return x && x->ended && x->end == step_time_; };
-            const TransferRecord* last = ends_step(d->last_comm_)  ? d->last_comm_
-                                         : ends_step(d->last_p2p_) ? d->last_p2p_
+            const TransferRecord* last = ends_step(d->last_comm_)  ? d->last_comm_.get()
+                                         : ends_step(d->last_p2p_) ? d->last_p2p_.get()
                                                                    : nullptr;
             if (last && last->gate >= 0) {
                 path.transfers += step_time_ - last->gate_time;
@@ -210,14 +223,20 @@ CriticalPath World::critical_path() const {
     return path;
 }
 
+void World::set_recording(bool on) {
+    if (started_) throw std::logic_error("World::set_recording: call it before run()");
+    recording_ = on;
+}
+
 void World::run(const std::function<Task<>(Device&)>& body) {
+    started_ = true;
     sim_.set_idle_hook([this] { return advance(); });
     sim_.run([&](Gpu& g) { return body(*devices_[static_cast<std::size_t>(g.rank())]); });
     check_open_rounds();
     step_time_ = 0;
     for (const auto& d : devices_) {
         step_time_ = std::max(step_time_, d->now());
-        for (const TransferRecord* t : {d->last_comm_, d->last_p2p_})
+        for (const TransferRecord* t : {d->last_comm_.get(), d->last_p2p_.get()})
             if (t) step_time_ = std::max(step_time_, t->end);  // every transfer has ended
     }
     for (auto& d : devices_) d->split_.idle += step_time_ - d->now();  // the tail

@@ -25,7 +25,7 @@ bool near(double got, double want) { return std::abs(got - want) <= 1e-12 * std:
 
 // A transfer on `ports` ready at `clock` (after `previous`, if any), run to the end.
 TransferRecord* add(Network& net, std::vector<int> ports, double work, double clock = 0, double latency = 0,
-                    const TransferRecord* previous = nullptr, int rank = 0) {
+                    TransferRecord* previous = nullptr, int rank = 0) {
     static std::deque<std::vector<int>> keep;  // arm() keeps pointers to port lists of more than 2
     keep.push_back(std::move(ports));
     TransferRecord* t = net.create();
@@ -391,4 +391,217 @@ TEST_CASE("events of transfers whose end was unknown when recorded get their tim
     CHECK(step[0] == step[1]);
     CHECK(events[1] == 8 * 3);
     CHECK(events[0] == 0);
+}
+
+TEST_CASE("arrivals queued behind different transfers each fold in once, when theirs ends") {
+    // Every rank starts its node's all-reduce, then the world's, both on its
+    // communication stream: the world's all-reduce waits for every node's.
+    // Ranks are ready at scattered times, so the node all-reduces end in no
+    // particular order; the world's starts at the last end, and its critical
+    // path runs back through that node's all-reduce to its last-ready member.
+    const int nodes = 16, per = 4, n = nodes * per;
+    World world(cluster(nodes), n);
+    std::vector<Group*> node;
+    for (int k = 0; k < nodes; ++k) {
+        std::vector<int> m;
+        for (int i = 0; i < per; ++i) m.push_back(k * per + i);
+        node.push_back(&world.group(std::move(m), "node" + std::to_string(k)));
+    }
+    auto delay = [&](int r) { return ((r * 37) % n) * 1e-4; };  // a permutation of 0..n-1 (37 is prime to 64)
+    std::vector<Transfer> local(n), global(n);
+    const double S = 64 * kMiB;
+    world.run([&](Device& gpu) -> Task<> {
+        const int r = gpu.rank();
+        gpu.compute(ops::forward, 0, delay(r));
+        local[r] = co_await gpu.all_reduce_start(*node[r / per], S);
+        global[r] = co_await gpu.all_reduce_start(world.everyone(), S);
+        co_await gpu.wait(global[r]);
+    });
+    const CollectiveCost c = node[0]->cost(Collective::all_reduce, S);
+    double last_end = -1;
+    int last_gate = -1;
+    for (int k = 0; k < nodes; ++k) {
+        int gate = k * per;
+        for (int i = 0; i < per; ++i)
+            if (delay(k * per + i) > delay(gate)) gate = k * per + i;
+        const Transfer& t = local[k * per];
+        CHECK(t.start() == delay(gate));
+        CHECK(t.gate() == gate);
+        CHECK(t.end() == delay(gate) + c.seconds);  // disjoint ports: nothing to share
+        if (t.end() > last_end) last_end = t.end(), last_gate = gate;
+    }
+    const Transfer& g = global[0];
+    CHECK(g.start() == last_end);
+    CHECK(g.gate() == last_gate);  // through the stream that held it back
+    CHECK(g.gate_time() == delay(last_gate));
+    CHECK(near(g.end(), last_end + world.everyone().cost(Collective::all_reduce, S).seconds));
+    for (const Transfer& t : global) CHECK(t.record() == g.record());
+}
+
+TEST_CASE("a transfer on no ports contends with nothing and ends at start + latency + work") {
+    Network net(1);
+    TransferRecord* busy = add(net, {0}, 1.0);
+    TransferRecord* t = add(net, {}, 0.25, 0.5, 0.125);
+    run_out(net);
+    CHECK(t->began);
+    CHECK(t->ended);
+    CHECK(t->start == 0.5);
+    CHECK(t->end == 0.5 + 0.125 + 0.25);
+    CHECK(busy->end == 1.0);
+}
+
+TEST_CASE("ports are full duplex: opposite sends do not interact; sends into one destination share its receive port") {
+    const double S = 1e9;
+    struct Case {
+        const char* what;
+        std::vector<std::pair<int, int>> sends;  // (src, dst), all at time 0
+        int shared;                              // sends sharing one port
+    };
+    for (const Case& k : {Case{"0->1 and 1->0", {{0, 1}, {1, 0}}, 1}, Case{"0->1 and 2->0", {{0, 1}, {2, 0}}, 1},
+                          Case{"1->0 and 2->0", {{1, 0}, {2, 0}}, 2}}) {
+        CAPTURE(std::string(k.what));
+        World world(cluster(1), 3);
+        std::vector<Transfer> sent;
+        world.run([&](Device& gpu) -> Task<> {
+            for (std::size_t i = 0; i < k.sends.size(); ++i)
+                if (k.sends[i].first == gpu.rank()) sent.push_back(gpu.send(k.sends[i].second, S, static_cast<int>(i)));
+            for (std::size_t i = 0; i < k.sends.size(); ++i)
+                if (k.sends[i].second == gpu.rank()) co_await gpu.recv(k.sends[i].first, static_cast<int>(i));
+        });
+        const CollectiveCost c = p2p_cost(world.cluster(), S, true);
+        REQUIRE(sent.size() == 2);
+        for (const Transfer& t : sent) CHECK(near(t.end(), c.latency + k.shared * (c.seconds - c.latency)));
+    }
+}
+
+TEST_CASE("what one rank transmits shares its transmit port") {
+    // A rank's sends are FIFO on its send stream, so the second flow out of
+    // rank 0 is a collective on {0, 2} (it transmits and receives on every
+    // member). No latencies: the send takes w = S / 100 GB/s, the all-reduce
+    // S / 200 GB/s = w / 2. Both at 1/2 on rank 0's transmit port: the
+    // all-reduce ends at w, the send has w / 2 left and ends at 1.5 w.
+    Cluster cl = cluster(1);
+    cl.base_latency = 0;
+    cl.intra_node.hop_latency = cl.inter_node.hop_latency = 0;
+    World world(cl, 3);
+    Group& pair = world.group({0, 2}, "pair");
+    const double S = 1e9, w = S / cl.intra_node.p2p_bandwidth;
+    REQUIRE(near(pair.cost(Collective::all_reduce, S).seconds, w / 2));
+    Transfer sent, reduced;
+    world.run([&](Device& gpu) -> Task<> {
+        if (gpu.rank() == 0) sent = gpu.send(1, S, 0);
+        if (gpu.rank() == 1) co_await gpu.recv(0, 0);
+        if (gpu.rank() != 1) {
+            const Transfer t = co_await gpu.all_reduce(pair, S);
+            if (gpu.rank() == 0) reduced = t;
+        }
+    });
+    CHECK(near(reduced.end(), w));
+    CHECK(near(sent.end(), 1.5 * w));
+}
+
+TEST_CASE("weighted max-min: a flow using a fraction of a port leaves the rest to the others") {
+    // Flow x uses port 0 at weight 1/2 (and port 1 at 1); y uses port 0 at 1.
+    // Rates rise together until port 0 saturates: r/2 + r = 1, r = 2/3.
+    const double d = 0.003;
+    Network net(2);
+    static const std::vector<int> xp{0, 1};
+    static const std::vector<double> xw{0.5, 1};
+    TransferRecord* x = net.create();
+    const Arrival a{0, 0, nullptr};
+    net.arm(x, xp, xw, 0, 2 * d, std::span<const Arrival>(&a, 1));
+    TransferRecord* y = add(net, {0}, d);
+    net.step();
+    CHECK(near(net.rate(x), 2.0 / 3));
+    CHECK(near(net.rate(y), 2.0 / 3));
+    run_out(net);
+    CHECK(near(y->end, 1.5 * d));
+    // x did d by then, and the other d alone at full rate.
+    CHECK(near(x->end, 2.5 * d));
+    // Alone on ports of weight < 1 a flow still runs at most at its full rate.
+    Network alone(1);
+    static const std::vector<int> zp{0};
+    static const std::vector<double> zw{0.25};
+    TransferRecord* z = alone.create();
+    alone.arm(z, zp, zw, 0, d, std::span<const Arrival>(&a, 1));
+    alone.step();
+    CHECK(alone.rate(z) == 1);
+    run_out(alone);
+    CHECK(z->end == d);
+}
+
+TEST_CASE("a 2-node all-reduce held back by the network takes only its share of NVLink from a tensor-parallel one") {
+    // No latencies: every transfer is pure work. Group big = 8 ranks on 2
+    // nodes (4 each): bus bandwidth min(200, 4 x 25) = 100 GB/s, so it uses
+    // NVLink at weight 100/200 = 1/2. Group tp = ranks 0..3 (NVLink, weight 1).
+    // Both moving: NVLink ports of ranks 0..3 hold r/2 + r = 1, r = 2/3 each
+    // (without weights, 1/2 each: tp would take 2 w_tp). tp ends at 1.5 w_tp;
+    // big has done w_tp by then and ends at w_big + w_tp / 2.
+    Cluster cl = cluster(2);
+    cl.base_latency = 0;
+    cl.intra_node.hop_latency = cl.inter_node.hop_latency = 0;
+    World world(cl, 8);
+    Group& big = world.group({0, 1, 2, 3, 4, 5, 6, 7}, "big");
+    Group& tp = world.group({0, 1, 2, 3}, "tp");
+    const double S_big = 1 * kGiB, S_tp = 64 * kMiB;
+    const double w_big = big.cost(Collective::all_reduce, S_big).seconds;
+    const double w_tp = tp.cost(Collective::all_reduce, S_tp).seconds;
+    REQUIRE(near(w_big, 2 * 7.0 / 8 * S_big / 100e9));
+    REQUIRE(near(w_tp, 2 * 3.0 / 4 * S_tp / 200e9));
+    REQUIRE(1.5 * w_tp < w_big);
+    const LevelSeconds t = level_seconds(cl, Collective::all_reduce, S_big, big.shape());
+    CHECK(near(t.inter_node, w_big));
+    CHECK(near(t.intra_node, w_big / 2));
+    Transfer b, s;
+    world.run([&](Device& gpu) -> Task<> {
+        const Transfer x = co_await gpu.all_reduce_start(big, S_big);
+        if (gpu.rank() == 0) b = x;
+        if (gpu.rank() < 4) {
+            const Transfer y = co_await gpu.all_reduce(tp, S_tp);
+            if (gpu.rank() == 0) s = y;
+        }
+    });
+    CHECK(near(s.end(), 1.5 * w_tp));
+    CHECK(near(b.end(), w_big + w_tp / 2));
+}
+
+TEST_CASE("recording is set before run()") {
+    World world(cluster(1), 2);
+    world.set_recording(false);
+    world.run([&](Device& gpu) -> Task<> {
+        CHECK_THROWS_AS(world.set_recording(true), std::logic_error);
+        gpu.compute(ops::forward, 0, 0.001);
+        co_return;
+    });
+    CHECK_THROWS_AS(world.set_recording(true), std::logic_error);
+    CHECK_FALSE(world.recording());
+}
+
+TEST_CASE("records are reused once no handle holds them; a held one keeps its times, even past the world") {
+    // Rank 0 sends 1,000 messages to rank 1, each once the last has arrived;
+    // only the first send's handle is kept.
+    Transfer first;
+    std::size_t records = 0;
+    double first_end = 0;
+    {
+        World world(cluster(1), 2);
+        world.run([&](Device& gpu) -> Task<> {
+            for (int i = 0; i < 1000; ++i) {
+                if (gpu.rank() == 0) {
+                    const Transfer t = gpu.send(1, 1e6, i);
+                    if (i == 0) first = t;
+                    co_await gpu.wait(t);
+                } else {
+                    co_await gpu.recv(0, i);
+                }
+            }
+        });
+        records = world.network().records();
+        first_end = p2p_cost(world.cluster(), 1e6, true).seconds;
+    }
+    CHECK(records < 10);
+    // The world is gone; the handle still reads its record.
+    CHECK(first.ended());
+    CHECK(first.start() == 0);
+    CHECK(near(first.end(), first_end));
 }

@@ -46,6 +46,19 @@ struct CollectiveCost {
 // The ring bus bandwidth of a group (see above).
 double group_bus_bandwidth(const Cluster& c, const GroupShape& g);
 
+// The time a collective's bandwidth term (bus_factor x S) would take on each
+// level alone at that level's full bandwidth, with the bandwidths the bound
+// above takes the minimum of: NVLink's, and k x NIC across nodes (k the
+// fewest members on a node; NCCL runs one ring per NIC, nccl-tests#309).
+// 0 on a level the group does not span. The larger is the ring's bandwidth
+// time; the network weighs a collective's use of each level by its share
+// of it (network.hpp).
+struct LevelSeconds {
+    double intra_node = 0;
+    double inter_node = 0;
+};
+LevelSeconds level_seconds(const Cluster& c, Collective coll, double bytes, const GroupShape& g);
+
 // `bytes` is S as above. `algorithm` automatic (or the cluster's choice when
 // that is automatic) takes the fastest applicable algorithm; a forced
 // algorithm that does not apply (tree for all_gather, NVLS across nodes) falls

@@ -61,24 +61,23 @@ OpCode of(Collective c);
 class Transfer {
 public:
     Transfer() = default;  // nothing to move, ended at 0
-    explicit Transfer(const TransferRecord* r) : rec_(r) {}
+    explicit Transfer(TransferRef r) : rec_(std::move(r)) {}
     // Nothing to move, ended at `t`.
     static Transfer at(double t) {
         Transfer x;
         x.at_ = t;
         return x;
     }
-    [[nodiscard]] bool began() const { return !rec_ || rec_->began; }
     [[nodiscard]] bool ended() const { return !rec_ || rec_->ended; }
     // Throw std::logic_error before the network has set them.
     [[nodiscard]] double start() const;
     [[nodiscard]] double end() const;
     [[nodiscard]] int gate() const { return rec_ ? rec_->gate : -1; }  // -1: no member (nothing to wait for)
     [[nodiscard]] double gate_time() const { return rec_ ? rec_->gate_time : at_; }
-    [[nodiscard]] const TransferRecord* record() const { return rec_; }
+    [[nodiscard]] const TransferRecord* record() const { return rec_.get(); }
 
 private:
-    const TransferRecord* rec_ = nullptr;
+    TransferRef rec_;  // keeps the record from reuse
     double at_ = 0;
 };
 
@@ -204,8 +203,8 @@ private:
     World* world_;
     Gpu* gpu_;
     // The last transfer on each stream (FIFO: the next starts after it ends).
-    const TransferRecord* last_comm_ = nullptr;  // collective stream
-    const TransferRecord* last_p2p_ = nullptr;   // send stream
+    TransferRef last_comm_;  // collective stream
+    TransferRef last_p2p_;   // send stream
     double slowdown_ = 1;
     std::uint64_t compute_ops_ = 0;
     // The compute stream's waits that the critical path jumps over: when the

@@ -31,13 +31,14 @@ public:
 private:
     friend class World;
     friend class Device;
-    Group(World& world, Communicator& comm, GroupShape shape, std::vector<int> ports)
-        : world_(&world), comm_(&comm), shape_(shape), ports_(std::move(ports)),
+    Group(World& world, Communicator& comm, GroupShape shape, std::vector<int> ports, std::vector<double> weights)
+        : world_(&world), comm_(&comm), shape_(shape), ports_(std::move(ports)), weights_(std::move(weights)),
           calls_(static_cast<std::size_t>(comm.size()), 0) {}
     World* world_;
     Communicator* comm_;
     GroupShape shape_;
-    std::vector<int> ports_;  // the link ports its collectives occupy (World::port)
+    std::vector<int> ports_;       // the link ports its collectives occupy (World::tx, World::rx)
+    std::vector<double> weights_;  // their weights (network.hpp); empty: all 1
 
     // Joining a collective does not suspend a member (a blocking one then
     // waits for the transfer's end): the k-th call of every member joins

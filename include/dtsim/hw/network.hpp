@@ -2,24 +2,40 @@
 // (processor-sharing) bandwidth sharing with max-min fairness, and end times
 // fixed only once no rank can start an overlapping transfer any more.
 //
-// Ports. Each rank has two link ports, one per level (NVLink inside a node,
-// the NIC across nodes), each of capacity 1 (its full bandwidth). A collective
-// on a group occupies every member's port at each level the group spans; a
-// point-to-point transfer occupies its source's and destination's port at the
-// level it crosses. The alpha-beta cost models (Group::cost, p2p_cost) give a
+// Ports. Each rank has four link ports: per level (NVLink inside a node, the
+// NIC across nodes) one to transmit and one to receive, each of capacity 1
+// (its full bandwidth): NVLink and InfiniBand are full duplex, so a send 0->1
+// and a send 1->0 do not slow each other. A point-to-point transfer occupies
+// its source's transmit and its destination's receive port at the level it
+// crosses; a collective on a group (ring or tree: every member sends and
+// receives) occupies every member's transmit and receive ports at each level
+// the group spans. The alpha-beta cost models (Group::cost, p2p_cost) give a
 // transfer's duration d on idle links.
+//
+// Weights. A flow at rate r (1: its full rate) uses w_p r of port p, w_p <= 1.
+// A collective spanning both levels moves its bytes at the bus bandwidth of
+// its bottleneck level (collective_cost.hpp); on the other level it needs
+// only the fraction w = (its time over that level at full bandwidth) / (its
+// time over the bottleneck), so a 2-node all-reduce held back by InfiniBand
+// leaves NVLink room for a concurrent tensor-parallel all-reduce. The
+// weights come from the structural ring bandwidths (level_seconds), also
+// where a measured curve sets the duration. Every other flow has weight 1
+// everywhere. No flow runs faster than its full rate.
 //
 // Flows. A transfer is a flow: from its start it first waits its latency
 // (alpha: launch and per-hop latency, which does not consume link bandwidth,
 // so it is not shared), then moves `work` = d - alpha seconds of data at full
-// rate. While it moves its rate is set by max-min fairness over the ports
-// (progressive filling: Bertsekas & Gallager, Data Networks, 2nd ed., 6.5.2;
-// SimGrid's LMM solver does the same): every flow on a port gets an equal
-// share of what is left of it, the port with the smallest share fixes the
-// rate of its flows, their use is taken off their other ports, and so on. So
-// k equal transfers ready together on one port all end at alpha + k(d - alpha);
-// one ready midway through another's slows the incumbent too; transfers on
-// disjoint ports do not interact. Rates change only when a flow starts moving
+// rate. While it moves its rate is set by weighted max-min fairness over the
+// ports (progressive filling: Bertsekas & Gallager, Data Networks, 2nd ed.,
+// 6.5.2; SimGrid's LMM solver does the same, with weights): the rates of all
+// unfixed flows rise together; port p saturates when sum_f w_fp r_f = 1, and
+// the port that saturates first (the smallest (what is left of it) / (the
+// weights of its unfixed flows)) fixes the rate of its unfixed flows, their
+// use is taken off their other ports, and so on; flows that reach rate 1
+// stop there. So k equal transfers ready together on one port all end at
+// alpha + k(d - alpha) (the latency is not shared); one ready midway through
+// another's slows the incumbent too; transfers on disjoint ports do not
+// interact. Rates change only when a flow starts moving
 // or ends, and only for the flows connected to it through shared ports
 // (transitively): those are recomputed, no others. Each moving flow has a
 // predicted end (its work left over its rate) in a heap whose stale entries
@@ -34,8 +50,10 @@
 // ranks that waited for those ends. This is exact because of one invariant:
 // every transfer is added with a start >= T, so no transfer still to come
 // can overlap what is already final. Why it holds:
-//   - a rank that runs has a clock >= T: ranks start at 0 = T; T moves only
-//     while every rank is parked; a rank parked on a transfer resumes at
+//   - a rank that can start a transfer has a clock >= T (a rank woken in a
+//     receive briefly runs at its old clock, but only to park on the
+//     transfer): ranks start at 0 = T; T moves only while every rank is
+//     parked; a rank parked on a transfer resumes at
 //     max(clock, end) with the end at T or later; one parked until the
 //     frontier reaches its clock resumes there; one parked in a receive
 //     resumes when the sender (a running rank) has sent, and waits for that
@@ -54,7 +72,8 @@
 // its clock (wait_until), unless the transfer cannot end that early.
 //
 // Ties: events at one instant are processed in the order they were queued,
-// and ports and flows are visited in index order: runs are deterministic.
+// the port saturating first is taken lowest index first, and a port's flows
+// are visited in the order they entered it: runs are deterministic.
 #pragma once
 
 #include <array>
@@ -68,15 +87,74 @@
 
 namespace dtsim::hw {
 
-// What the world knows of one transfer, for the life of the world.
+struct RecordPool;
+
+// What the world knows of one transfer. Records are recycled once the
+// transfer has ended and no TransferRef holds it (the network holds one until
+// the end), so a long run keeps only the records still in use.
 struct TransferRecord {
     double start = 0;  // when its data and stream were ready (valid once `began`)
     double end = 0;    // valid once `ended`
     int gate = -1;     // the member ready last (critical path), -1: none
     double gate_time = 0;
     std::int32_t live = -1;  // the network's slot until it ends
+    std::uint16_t op = 0;    // what it is (an OpCode's id), for waits' descriptions
     bool began = false;
     bool ended = false;
+    // Handles on it (TransferRef) and the network's slot until the end.
+    std::uint32_t refs = 0;
+    bool dropped = false;  // queued for recycling (RecordPool::dropped)
+    RecordPool* pool = nullptr;
+};
+
+// Where records live: they outlive the network while handles remain (a
+// coroutine frame destroyed after the world's network still holds one).
+struct RecordPool {
+    std::deque<TransferRecord> records;
+    std::vector<TransferRecord*> free;
+    std::vector<TransferRecord*> dropped;  // ended, last handle gone; checked on reuse
+    std::size_t held = 0;                  // records with refs > 0
+    bool orphaned = false;                 // the network is gone: delete with the last handle
+    void release(TransferRecord* r) {
+        if (--r->refs != 0) return;
+        if (orphaned) {
+            if (--held == 0) delete this;
+            return;
+        }
+        --held;
+        if (r->ended && !r->dropped) {
+            r->dropped = true;
+            dropped.push_back(r);
+        }
+    }
+};
+
+// A counted handle on a record (null: none). Copies count; the record is not
+// reused while one exists.
+class TransferRef {
+public:
+    TransferRef() = default;
+    TransferRef(TransferRecord* r) : r_(r) { acquire(); }  // NOLINT: implicit, as a pointer
+    TransferRef(const TransferRef& o) : r_(o.r_) { acquire(); }
+    TransferRef(TransferRef&& o) noexcept : r_(o.r_) { o.r_ = nullptr; }
+    TransferRef& operator=(TransferRef o) noexcept {
+        std::swap(r_, o.r_);
+        return *this;
+    }
+    ~TransferRef() {
+        if (r_) r_->pool->release(r_);
+    }
+    [[nodiscard]] const TransferRecord* get() const { return r_; }
+    const TransferRecord* operator->() const { return r_; }
+    const TransferRecord& operator*() const { return *r_; }
+    explicit operator bool() const { return r_ != nullptr; }
+    operator const TransferRecord*() const { return r_; }  // NOLINT: reads as the pointer it holds
+
+private:
+    void acquire() {
+        if (r_ && r_->refs++ == 0) ++r_->pool->held;
+    }
+    TransferRecord* r_ = nullptr;  // (mutable only for its count)
 };
 
 // One member's readiness for a transfer: its compute clock when it called
@@ -85,25 +163,37 @@ struct TransferRecord {
 struct Arrival {
     int rank = 0;
     double clock = 0;
-    const TransferRecord* previous = nullptr;
+    TransferRef previous;
 };
 
 class Network {
 public:
     explicit Network(int ports);
+    ~Network();
+    Network(const Network&) = delete;
+    Network& operator=(const Network&) = delete;
 
     // The frontier T: every event before it is final.
     [[nodiscard]] double now() const { return now_; }
 
-    // A transfer whose members have not all called yet.
+    // A transfer whose members have not all called yet. The network holds it
+    // until it ends; hold a TransferRef to read it after that (a record no
+    // one holds is reused by a later create()).
     TransferRecord* create();
     // Its members have all called: it occupies `ports` (kept alive by the
     // caller; for 2 ports or fewer copied), waits `latency`, then moves
     // `work` seconds at full rate. It starts at the latest of the arrivals'
     // clocks and their previous transfers' ends (ties: the lowest rank),
-    // which may be known only later.
+    // which may be known only later. Without ports it contends with nothing
+    // and ends at start + latency + work.
     void arm(TransferRecord* t, std::span<const int> ports, double latency, double work,
-             std::span<const Arrival> arrivals);
+             std::span<const Arrival> arrivals) {
+        arm(t, ports, {}, latency, work, arrivals);
+    }
+    // The same with a weight in (0, 1] per port (empty: all 1; kept alive
+    // like `ports`); the largest should be 1 (see Weights above).
+    void arm(TransferRecord* t, std::span<const int> ports, std::span<const double> weights, double latency,
+             double work, std::span<const Arrival> arrivals);
 
     // Ranks to wake when `t` ends, and trace events to patch then (rank, index).
     void wait_for(const TransferRecord* t, int rank);
@@ -120,7 +210,7 @@ public:
     struct Patch {
         int rank;
         std::uint32_t event;
-        const TransferRecord* transfer;
+        double start, end;  // the transfer's
     };
     std::vector<int>& woken() { return woken_; }
     std::vector<Patch>& patched() { return patched_; }
@@ -129,6 +219,9 @@ public:
 
     // A lower bound on when `t` ends (its end once it has ended).
     [[nodiscard]] double earliest_end(const TransferRecord* t) const;
+
+    // Records allocated so far (in use or free for reuse): tests.
+    [[nodiscard]] std::size_t records() const { return pool_->records.size(); }
 
     // Rate of a moving transfer (0 otherwise): tests.
     [[nodiscard]] double rate(const TransferRecord* t) const;
@@ -141,6 +234,9 @@ private:
         std::uint32_t version = 0;  // bumped whenever its queued events go stale
         const int* ports_ext = nullptr;
         std::array<int, 2> ports_in{};
+        const double* weights_ext = nullptr;
+        std::array<double, 2> weights_in{};
+        bool weighted = false;  // false: every weight is 1
         std::uint32_t nports = 0;
         double latency = 0, work = 0;
         double left = 0, rate = 0, updated = 0;  // work left at `updated`, at `rate`
@@ -150,12 +246,21 @@ private:
         int ready_rank = std::numeric_limits<int>::max();
         int gate = -1;
         double gate_time = 0;
-        std::vector<Arrival> pending;
-        std::vector<std::uint32_t> dependents;  // live slots waiting for this one's end
+        // The arrivals of other transfers waiting for this one's end, one
+        // entry each (so its end folds each in once: no scan per dependent).
+        struct Dependent {
+            std::uint32_t slot;
+            int rank;
+            double clock;
+        };
+        std::vector<Dependent> dependents;
         std::vector<int> waiters;
         std::vector<std::pair<int, std::uint32_t>> patches;
         [[nodiscard]] std::span<const int> ports() const {
             return {ports_ext ? ports_ext : ports_in.data(), nports};
+        }
+        [[nodiscard]] double weight(std::size_t i) const {
+            return !weighted ? 1.0 : weights_ext ? weights_ext[i] : weights_in[i];
         }
     };
     enum class Kind : std::uint8_t { enter, end };
@@ -178,17 +283,18 @@ private:
         std::uint32_t mark = 0;
         // progressive filling scratch
         double cap = 0;
+        double weight = 0;  // of its unfixed flows
         std::uint32_t unfixed = 0;
     };
 
-    void fold(Live& l, const Arrival& a, double ready);
+    void fold(Live& l, int rank, double clock, const TransferRecord* previous, double ready);
     void resolve(std::uint32_t slot);
     void push(double t, std::uint32_t slot, Kind k);
     void finish(std::uint32_t slot);
     void recompute();
     bool valid(const Event& e) const;
 
-    std::deque<TransferRecord> records_;
+    RecordPool* pool_;
     std::vector<Live> live_;
     std::vector<std::uint32_t> free_;
     std::vector<Port> ports_;

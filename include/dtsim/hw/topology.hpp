@@ -1,7 +1,8 @@
 // A cluster: identical nodes of GPUs, NVLink (or similar) inside a node and a
 // network across nodes. Two levels; every GPU has its own port on each level
 // (NVSwitch inside a node, one NIC per GPU across nodes, as DGX nodes are
-// built), and those ports are where concurrent transfers contend.
+// built), full duplex (a transmit and a receive side), and those ports are
+// where concurrent transfers contend (network.hpp).
 #pragma once
 
 #include "dtsim/hw/gpu.hpp"

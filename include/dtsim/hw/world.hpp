@@ -62,7 +62,8 @@ public:
     // counts them and keeps every figure of the report (clocks, time split,
     // FLOPs, memory), but take_trace() has no events, and a deadlock report
     // cannot name the ranks' last events: for large runs that need no trace.
-    void set_recording(bool on) { recording_ = on; }
+    // Before run(): throws std::logic_error once it has started.
+    void set_recording(bool on);
     [[nodiscard]] bool recording() const { return recording_; }
 
     // Slow GPUs and per-operation jitter on the compute streams (before run()).
@@ -84,10 +85,12 @@ public:
 private:
     friend class Device;
     friend class Group;
-    int port(int rank, Level level) const { return rank * 2 + static_cast<int>(level); }
+    // Per rank and level a transmit and a receive port (full duplex).
+    static int tx(int rank, Level level) { return rank * 4 + static_cast<int>(level) * 2; }
+    static int rx(int rank, Level level) { return tx(rank, level) + 1; }
     // Arms `t` on `ports` with the duration of `cost` and wakes whatever that settles.
-    void arm(TransferRecord* t, std::span<const int> ports, const CollectiveCost& cost,
-             std::span<const Arrival> arrivals);
+    void arm(TransferRecord* t, std::span<const int> ports, std::span<const double> weights,
+             const CollectiveCost& cost, std::span<const Arrival> arrivals);
     // Applies the network's patches to the trace and wakes its ranks; whether any woke.
     bool drain();
     // The engine's idle hook: the network's next instant.
@@ -118,13 +121,13 @@ private:
         int src;
         int tag;
         double bytes;
-        const TransferRecord* transfer;
+        TransferRef transfer;
     };
 
     Cluster cluster_;
     Algorithm algorithm_;
     Simulation sim_;
-    Network network_;  // ports: per rank, intra-node then inter-node
+    Network network_;  // ports: per rank and level, transmit then receive (tx, rx)
     std::vector<std::unique_ptr<Device>> devices_;
     std::deque<Group> groups_;
     Group* everyone_ = nullptr;
@@ -136,6 +139,7 @@ private:
     std::vector<std::unique_ptr<char[]>> wait_text_;
     double step_time_ = 0;
     bool recording_ = true;
+    bool started_ = false;
     Stragglers stragglers_;
 };
 
