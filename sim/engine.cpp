@@ -183,7 +183,8 @@ void frame_deallocate(void* p, std::size_t bytes) noexcept {
 }  // namespace detail
 
 void Simulation::resume_ready() {
-    // Runs inside io_context::poll(), so coroutine frames use Asio's recycling allocator.
+    // Runs inside io_context::poll(), so that Asio's own allocations (handlers, the frames of its
+    // coroutines) use its per-thread recycling.
     while (!ready_.empty()) {
         // Prefetch ranks about to run, in stages (Gpu::prefetch_self, _for_resume, _deep).
         const std::size_t n = ready_.size();
