@@ -1,6 +1,9 @@
 // Cluster and model documents shared by the hardware-world tests.
 #pragma once
 
+#include "dtsim/hw/topology.hpp"
+#include "dtsim/hw/units.hpp"
+
 #include <nlohmann/json.hpp>
 
 namespace dtsim::hw::test {
@@ -33,6 +36,24 @@ inline json realistic_cluster(int nodes) {
 
 inline json small_model(int layers, int vocab = 0) {
     return {{"name", "small"}, {"layers", layers}, {"hidden", 2048}, {"heads", 16}, {"seq", 1024}, {"vocab", vocab}};
+}
+
+// A small cluster as a struct, for tests that build a World directly: 4 GPUs
+// per node, NVLink 200 GB/s bus (100 GB/s point to point), InfiniBand 25 GB/s.
+inline Cluster small_cluster(int nodes = 2) {
+    Cluster c;
+    c.name = "test";
+    c.gpu.name = "gpu";
+    c.gpu.peak_flops[static_cast<std::size_t>(DType::bf16)] = 1e15;
+    c.gpu.memory_bytes = 10 * kGiB;
+    c.gpu.memory_bandwidth = 2e12;
+    c.gpus_per_node = 4;
+    c.nodes = nodes;
+    c.intra_node = Link{"nvlink", 200e9, 100e9, 2e-6, 0};
+    c.inter_node = Link{"ib", 25e9, 25e9, 5e-6, 0};
+    c.base_latency = 10e-6;
+    c.algorithm = Algorithm::ring;
+    return c;
 }
 
 }  // namespace dtsim::hw::test

@@ -3,6 +3,7 @@
 // memory and its verdicts. (Link sharing itself: test_hw_network.cpp.)
 #include "dtsim/hw/units.hpp"
 #include "dtsim/hw/world.hpp"
+#include "fixtures.hpp"
 
 #include <doctest/doctest.h>
 
@@ -19,26 +20,11 @@ using namespace dtsim::hw;
 
 namespace {
 
-Cluster cluster(int nodes = 2) {
-    Cluster c;
-    c.name = "test";
-    c.gpu.name = "gpu";
-    c.gpu.peak_flops[static_cast<std::size_t>(DType::bf16)] = 1e15;
-    c.gpu.memory_bytes = 10 * kGiB;
-    c.gpu.memory_bandwidth = 2e12;
-    c.gpus_per_node = 4;
-    c.nodes = nodes;
-    c.intra_node = Link{"nvlink", 200e9, 100e9, 2e-6, 0};
-    c.inter_node = Link{"ib", 25e9, 25e9, 5e-6, 0};
-    c.base_latency = 10e-6;
-    c.algorithm = Algorithm::ring;
-    return c;
-}
 
 }  // namespace
 
 TEST_CASE("an asynchronous all-reduce starts when the last member is ready and leaves compute alone") {
-    World world(cluster(1), 4);
+    World world(test::small_cluster(1), 4);
     Group& all = world.everyone();
     const double S = 64 * kMiB;
     const double cost = all.cost(Collective::all_reduce, S).seconds;
@@ -64,7 +50,7 @@ TEST_CASE("an asynchronous all-reduce starts when the last member is ready and l
 }
 
 TEST_CASE("the time split adds up: compute, exposed communication, idle") {
-    World world(cluster(1), 2);
+    World world(test::small_cluster(1), 2);
     Group& all = world.everyone();
     const double cost = all.cost(Collective::all_reduce, 1e9).seconds;
     world.run([&](Device& gpu) -> Task<> {
@@ -82,7 +68,7 @@ TEST_CASE("the time split adds up: compute, exposed communication, idle") {
 }
 
 TEST_CASE("collectives on a subset group involve only its members") {
-    World world(cluster(1), 4);
+    World world(test::small_cluster(1), 4);
     Group& pair = world.group({1, 3}, "pair");
     std::vector<double> clocks(4);
     world.run([&](Device& gpu) -> Task<> {
@@ -100,7 +86,7 @@ TEST_CASE("collectives on a subset group involve only its members") {
 TEST_CASE("collectives on one rank's stream run one after another; on disjoint links they overlap") {
     // Ranks 0-3 on node 0, 4-7 on node 1. Groups a and b hold ranks 0 and 1;
     // group c lives on node 1.
-    World world(cluster(2), 8);
+    World world(test::small_cluster(2), 8);
     Group& a = world.group({0, 1}, "a");
     Group& b = world.group({0, 1}, "b");
     Group& c = world.group({4, 5}, "c");
@@ -127,7 +113,7 @@ TEST_CASE("a blocking collective and an asynchronous one on the same links share
     // the compute stream, same members, same links, both ready at 0: each
     // waits its latency alpha (not shared), then both move at half rate, so
     // both end at alpha + 2 (d - alpha) (network.hpp).
-    World world(cluster(1), 2);
+    World world(test::small_cluster(1), 2);
     Group& a = world.group({0, 1}, "a");
     Group& b = world.group({0, 1}, "b");
     const double S = 1 * kGiB;
@@ -151,7 +137,7 @@ TEST_CASE("a blocking collective and an asynchronous one on the same links share
 }
 
 TEST_CASE("send is eager; recv waits for the message and moves the clock to its arrival") {
-    World world(cluster(2), 8);
+    World world(test::small_cluster(2), 8);
     double arrival = 0, sender_after = 0;
     const double S = 100e6;
     world.run([&](Device& gpu) -> Task<> {
@@ -173,7 +159,7 @@ TEST_CASE("send is eager; recv waits for the message and moves the clock to its 
 }
 
 TEST_CASE("messages of one (source, tag) arrive in order; tags keep flows apart") {
-    World world(cluster(1), 2);
+    World world(test::small_cluster(1), 2);
     std::vector<double> got;
     world.run([&](Device& gpu) -> Task<> {
         if (gpu.rank() == 0) {
@@ -193,7 +179,7 @@ TEST_CASE("messages of one (source, tag) arrive in order; tags keep flows apart"
 }
 
 TEST_CASE("a recv nobody sends to is a deadlock naming the rank") {
-    World world(cluster(1), 2);
+    World world(test::small_cluster(1), 2);
     CHECK_THROWS_AS(world.run([&](Device& gpu) -> Task<> {
         if (gpu.rank() == 1) co_await gpu.recv(0, 0);
     }),
@@ -201,7 +187,7 @@ TEST_CASE("a recv nobody sends to is a deadlock naming the rank") {
 }
 
 TEST_CASE("memory: the peak names its rank, time and op; the first allocation past capacity is the OOM verdict") {
-    World world(cluster(1), 2);
+    World world(test::small_cluster(1), 2);
     world.run([&](Device& gpu) -> Task<> {
         gpu.allocate(4 * kGiB, ops::model_states);
         gpu.compute(ops::forward, 0, 0.5);
@@ -226,7 +212,7 @@ TEST_CASE("memory: the peak names its rank, time and op; the first allocation pa
 }
 
 TEST_CASE("every operation is a trace event with its stream, bytes, FLOPs and memory") {
-    World world(cluster(1), 2);
+    World world(test::small_cluster(1), 2);
     Group& all = world.everyone();
     world.run([&](Device& gpu) -> Task<> {
         gpu.allocate(1000, ops::model_states);

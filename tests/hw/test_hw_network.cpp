@@ -41,21 +41,6 @@ void run_out(Network& net) {
     }
 }
 
-Cluster cluster(int nodes = 2) {
-    Cluster c;
-    c.name = "test";
-    c.gpu.name = "gpu";
-    c.gpu.peak_flops[static_cast<std::size_t>(DType::bf16)] = 1e15;
-    c.gpu.memory_bytes = 10 * kGiB;
-    c.gpu.memory_bandwidth = 2e12;
-    c.gpus_per_node = 4;
-    c.nodes = nodes;
-    c.intra_node = Link{"nvlink", 200e9, 100e9, 2e-6, 0};
-    c.inter_node = Link{"ib", 25e9, 25e9, 5e-6, 0};
-    c.base_latency = 10e-6;
-    c.algorithm = Algorithm::ring;
-    return c;
-}
 
 }  // namespace
 
@@ -213,7 +198,7 @@ TEST_CASE("in the world, a transfer started earlier in simulated time but booked
     // 2 ms + alpha), then both at half rate: rank 1's ends at
     // 2 ms + alpha + 2(w - 1 ms) = 2w + alpha; rank 0's has done w - 1 ms by
     // then and ends 1 ms later alone.
-    World world(cluster(1), 3);
+    World world(test::small_cluster(1), 3);
     const double S = 1e9;
     const CollectiveCost c = p2p_cost(world.cluster(), S, true);
     const double alpha = c.latency, w = c.seconds - c.latency;
@@ -244,7 +229,7 @@ TEST_CASE("in the world, collectives on disjoint groups overlap; on shared ports
     const double S = 1 * kGiB;
     for (bool with_c : {false, true}) {
         CAPTURE(with_c);
-        World world(cluster(1), 4);
+        World world(test::small_cluster(1), 4);
         Group& a = world.group({0, 1}, "a");
         Group& b = world.group({2, 3}, "b");
         Group& c = world.group({1, 2}, "c");
@@ -269,7 +254,7 @@ TEST_CASE("in the world, collectives on disjoint groups overlap; on shared ports
 }
 
 TEST_CASE("a rank waiting for a transfer that a member never started is a diagnosed deadlock") {
-    World world(cluster(1), 3);
+    World world(test::small_cluster(1), 3);
     Group& g = world.group({0, 1, 2}, "trio");
     try {
         world.run([&](Device& gpu) -> Task<> {
@@ -289,7 +274,7 @@ TEST_CASE("a rank waiting for a transfer that a member never started is a diagno
 }
 
 TEST_CASE("a blocking collective a member never calls is a diagnosed deadlock") {
-    World world(cluster(1), 2);
+    World world(test::small_cluster(1), 2);
     Group& g = world.everyone();
     try {
         world.run([&](Device& gpu) -> Task<> {
@@ -307,7 +292,7 @@ TEST_CASE("a blocking collective a member never calls is a diagnosed deadlock") 
 }
 
 TEST_CASE("a run that ends with a collective not every member called is an error") {
-    World world(cluster(1), 2);
+    World world(test::small_cluster(1), 2);
     Group& g = world.everyone();
     CHECK_THROWS_WITH_AS(world.run([&](Device& gpu) -> Task<> {
         if (gpu.rank() == 0) (void)co_await gpu.all_gather_start(g, 1e6, 2);
@@ -337,7 +322,7 @@ TEST_CASE("traces are byte-identical across runs") {
 }
 
 TEST_CASE("done() says whether a transfer has ended by the compute clock, waiting for the network only when it must") {
-    World world(cluster(1), 2);
+    World world(test::small_cluster(1), 2);
     Group& all = world.everyone();
     const double S = 64 * kMiB;
     const double d = all.cost(Collective::all_reduce, S).seconds;
@@ -362,7 +347,7 @@ TEST_CASE("events of transfers whose end was unknown when recorded get their tim
     double step[2];
     std::size_t events[2];
     for (bool on : {true, false}) {
-        World world(cluster(2), 8);
+        World world(test::small_cluster(2), 8);
         world.set_recording(on);
         Group& all = world.everyone();
         std::vector<Transfer> reduce(8), sent(8);
@@ -400,7 +385,7 @@ TEST_CASE("arrivals queued behind different transfers each fold in once, when th
     // particular order; the world's starts at the last end, and its critical
     // path runs back through that node's all-reduce to its last-ready member.
     const int nodes = 16, per = 4, n = nodes * per;
-    World world(cluster(nodes), n);
+    World world(test::small_cluster(nodes), n);
     std::vector<Group*> node;
     for (int k = 0; k < nodes; ++k) {
         std::vector<int> m;
@@ -460,7 +445,7 @@ TEST_CASE("ports are full duplex: opposite sends do not interact; sends into one
     for (const Case& k : {Case{"0->1 and 1->0", {{0, 1}, {1, 0}}, 1}, Case{"0->1 and 2->0", {{0, 1}, {2, 0}}, 1},
                           Case{"1->0 and 2->0", {{1, 0}, {2, 0}}, 2}}) {
         CAPTURE(std::string(k.what));
-        World world(cluster(1), 3);
+        World world(test::small_cluster(1), 3);
         std::vector<Transfer> sent;
         world.run([&](Device& gpu) -> Task<> {
             for (std::size_t i = 0; i < k.sends.size(); ++i)
@@ -480,7 +465,7 @@ TEST_CASE("what one rank transmits shares its transmit port") {
     // member). No latencies: the send takes w = S / 100 GB/s, the all-reduce
     // S / 200 GB/s = w / 2. Both at 1/2 on rank 0's transmit port: the
     // all-reduce ends at w, the send has w / 2 left and ends at 1.5 w.
-    Cluster cl = cluster(1);
+    Cluster cl = test::small_cluster(1);
     cl.base_latency = 0;
     cl.intra_node.hop_latency = cl.inter_node.hop_latency = 0;
     World world(cl, 3);
@@ -537,7 +522,7 @@ TEST_CASE("a 2-node all-reduce held back by the network takes only its share of 
     // Both moving: NVLink ports of ranks 0..3 hold r/2 + r = 1, r = 2/3 each
     // (without weights, 1/2 each: tp would take 2 w_tp). tp ends at 1.5 w_tp;
     // big has done w_tp by then and ends at w_big + w_tp / 2.
-    Cluster cl = cluster(2);
+    Cluster cl = test::small_cluster(2);
     cl.base_latency = 0;
     cl.intra_node.hop_latency = cl.inter_node.hop_latency = 0;
     World world(cl, 8);
@@ -566,7 +551,7 @@ TEST_CASE("a 2-node all-reduce held back by the network takes only its share of 
 }
 
 TEST_CASE("recording is set before run()") {
-    World world(cluster(1), 2);
+    World world(test::small_cluster(1), 2);
     world.set_recording(false);
     world.run([&](Device& gpu) -> Task<> {
         CHECK_THROWS_AS(world.set_recording(true), std::logic_error);
@@ -584,7 +569,7 @@ TEST_CASE("records are reused once no handle holds them; a held one keeps its ti
     std::size_t records = 0;
     double first_end = 0;
     {
-        World world(cluster(1), 2);
+        World world(test::small_cluster(1), 2);
         world.run([&](Device& gpu) -> Task<> {
             for (int i = 0; i < 1000; ++i) {
                 if (gpu.rank() == 0) {

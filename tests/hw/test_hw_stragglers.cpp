@@ -46,21 +46,6 @@ std::string config_error(const json& doc) {
     return "no error";
 }
 
-Cluster one_node() {
-    Cluster c;
-    c.name = "test";
-    c.gpu.name = "gpu";
-    c.gpu.peak_flops[static_cast<std::size_t>(DType::bf16)] = 1e15;
-    c.gpu.memory_bytes = 10 * kGiB;
-    c.gpu.memory_bandwidth = 2e12;
-    c.gpus_per_node = 4;
-    c.nodes = 1;
-    c.intra_node = Link{"nvlink", 200e9, 100e9, 2e-6, 0};
-    c.inter_node = c.intra_node;
-    c.base_latency = 10e-6;
-    c.algorithm = Algorithm::ring;
-    return c;
-}
 
 }  // namespace
 
@@ -115,7 +100,7 @@ TEST_CASE("jitter is a function of (seed, rank, operation) only") {
     // On the compute stream: rank r's k-th operation takes base x factor(r, k),
     // whatever the ranks do in between (here the ranks' collectives interleave
     // them differently: rank r computes r + 1 operations before each all-reduce).
-    World world(one_node(), 4);
+    World world(test::small_cluster(1), 4);
     Stragglers s;
     s.jitter = a;
     s.slowdown[1] = 1.5;
@@ -292,7 +277,7 @@ TEST_CASE("a slow 1F1B stage is the critical path and sets the pace") {
 }
 
 TEST_CASE("the critical path follows the last member to arrive") {
-    World world(one_node(), 4);
+    World world(test::small_cluster(1), 4);
     Group& all = world.everyone();
     const double cost = all.cost(Collective::all_reduce, 1e8).seconds;
     // Rank 2 computes 5 ms, then all reduce; then rank 1 computes 7 ms, and all reduce again.
