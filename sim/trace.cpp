@@ -73,23 +73,23 @@ std::size_t Trace::event_count() const {
 }
 
 void summarize(Trace& trace) {
-    Summary s;
-    s.correct = trace.summary.correct;
-    bool have_mem = false;
+    // Per rank, then across ranks in rank order: the rule runs that keep no events use too.
+    SummaryFold fold;
     for (const auto& r : trace.ranks) {
         if (r.events.empty()) continue;
-        s.timesteps = std::max(s.timesteps, r.events.back().start);
-        for (const auto& e : r.events) {
-            s.makespan = std::max(s.makespan, e.end());
-            if (!have_mem || e.memory > s.max_memory) {
-                have_mem = true;
-                s.max_memory = e.memory;
-                s.max_memory_rank = r.rank;
-                s.max_memory_time = e.start;
+        double makespan = 0, max_memory = 0, max_memory_time = 0;
+        for (std::size_t i = 0; i < r.events.size(); ++i) {
+            const Event& e = r.events[i];
+            makespan = std::max(makespan, e.end());
+            if (i == 0 || e.memory > max_memory) {
+                max_memory = e.memory;
+                max_memory_time = e.start;
             }
         }
+        fold.add_rank(r.rank, r.events.size(), r.events.back().start, makespan, max_memory, max_memory_time);
     }
-    trace.summary = s;
+    fold.summary.correct = trace.summary.correct;
+    trace.summary = fold.summary;
 }
 
 }  // namespace dtsim
