@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <map>
+#include <new>
+#include <vector>
 
 namespace dtsim {
 
@@ -94,10 +96,15 @@ void Communicator::finish_read(Round& round) {
 
 // ------------------------------------------------------------------- Simulation
 
-Simulation::Simulation(int ranks) {
+namespace {
+std::size_t checked_ranks(int ranks) {
     if (ranks < 1) throw std::invalid_argument(fmt::format("a simulation needs at least 1 rank, got {}", ranks));
-    gpus_.reserve(static_cast<std::size_t>(ranks));
-    for (int r = 0; r < ranks; ++r) gpus_.push_back(std::make_unique<Gpu>(*this, r));
+    return static_cast<std::size_t>(ranks);
+}
+}  // namespace
+
+Simulation::Simulation(int ranks) : gpus_(checked_ranks(ranks)) {
+    for (int r = 0; r < ranks; ++r) gpus_.emplace_back(*this, r);
     mailboxes_.resize(static_cast<std::size_t>(ranks));
     std::vector<int> all(static_cast<std::size_t>(ranks));
     for (int r = 0; r < ranks; ++r) all[static_cast<std::size_t>(r)] = r;
@@ -110,8 +117,8 @@ std::vector<RankTrace> Simulation::take_logs() {
     std::vector<RankTrace> out(gpus_.size());
     for (std::size_t r = 0; r < gpus_.size(); ++r) {
         out[r].rank = static_cast<int>(r);
-        out[r].events = std::move(gpus_[r]->events_);
-        gpus_[r]->events_ = {};
+        out[r].events = std::move(gpus_[r].events_);
+        gpus_[r].events_ = {};
     }
     return out;
 }
@@ -142,11 +149,32 @@ constexpr std::size_t kFrameClasses = 64;  // frames up to 4 KiB are pooled
 struct FreeFrame {
     FreeFrame* next;
 };
+// New frames are carved from chunks in allocation order, 64-byte aligned and
+// without a malloc header between them: the frames of ranks spawned one after
+// another lie side by side, and a sweep over the ranks reads them as a stream.
+constexpr std::size_t kFrameChunk = std::size_t{1} << 20;
 struct FramePool {
     FreeFrame* free[kFrameClasses] = {};
+    char* next = nullptr;  // the unused rest of the newest chunk
+    std::size_t left = 0;
+    std::vector<void*> chunks;
+    void* carve(std::size_t bytes) {
+        if (bytes > left) {
+            chunks.reserve(chunks.size() + 1);
+            next = static_cast<char*>(::operator new(kFrameChunk, std::align_val_t{64}));
+            chunks.push_back(next);
+            left = kFrameChunk;
+        }
+        void* p = next;
+        next += bytes;
+        left -= bytes;
+        return p;
+    }
+    FramePool() = default;
+    FramePool(const FramePool&) = delete;
+    FramePool& operator=(const FramePool&) = delete;
     ~FramePool() {
-        for (FreeFrame*& head : free)
-            while (head) ::operator delete(std::exchange(head, head->next));
+        for (void* c : chunks) ::operator delete(c, std::align_val_t{64});
     }
 };
 thread_local FramePool frame_pool;
@@ -162,8 +190,10 @@ void* frame_allocate(std::size_t bytes) {
     if (c < kFrameClasses && frame_pool.free[c]) {
         raw = frame_pool.free[c];
         frame_pool.free[c] = frame_pool.free[c]->next;
+    } else if (c < kFrameClasses) {
+        raw = frame_pool.carve(c * kFrameStep);
     } else {
-        raw = ::operator new(c < kFrameClasses ? c * kFrameStep : bytes + kFrameHeader);
+        raw = ::operator new(bytes + kFrameHeader);
     }
     *static_cast<std::size_t*>(raw) = bytes;
     return static_cast<char*>(raw) + kFrameHeader;
@@ -234,9 +264,14 @@ Task<Message> Simulation::receive(Gpu& gpu) {
 void Simulation::run(const std::function<Task<>(Gpu&)>& body) {
     if (ran_) throw std::logic_error("Simulation::run called twice");
     ran_ = true;
-    for (auto& g : gpus_) {
-        Gpu* gp = g.get();
-        asio::co_spawn(ctx_, body(*gp), [this, gp](std::exception_ptr e) {
+    // Every rank's coroutine first, then their spawns: the ranks' frames are
+    // allocated one after another (see the frame pool), Asio's spawn frames apart.
+    std::vector<Task<>> tasks;
+    tasks.reserve(gpus_.size());
+    for (Gpu& g : gpus_) tasks.push_back(body(g));
+    for (std::size_t i = 0; i < gpus_.size(); ++i) {
+        Gpu* gp = &gpus_[i];
+        asio::co_spawn(ctx_, std::move(tasks[i]), [this, gp](std::exception_ptr e) {
             gp->finished_ = true;
             if (e && !error_) {
                 error_ = e;
@@ -272,7 +307,7 @@ void Simulation::run(const std::function<Task<>(Gpu&)>& body) {
             throw ScheduleError(fmt::format("rank {}: {}", error_rank_, e.what()));
         }
     }
-    bool all_done = std::all_of(gpus_.begin(), gpus_.end(), [](const auto& g) { return g->finished_; });
+    bool all_done = std::all_of(gpus_.begin(), gpus_.end(), [](const Gpu& g) { return g.finished_; });
     if (!all_done) {
         try {
             diagnose_deadlock();
@@ -288,7 +323,7 @@ void Simulation::drain_parked() {
     // posts the unwinding of the coroutine stacks, which poll() then runs.
     ctx_.restart();
     ready_.clear();
-    for (auto& g : gpus_) g->parked_.reset();
+    for (Gpu& g : gpus_) g.parked_.reset();
     while (ctx_.poll() > 0) {
     }
 }
@@ -313,9 +348,9 @@ void Simulation::diagnose_deadlock() const {
     std::vector<std::string> per_rank;
     int blocked = 0;
     for (const auto& g : gpus_) {
-        if (g->finished_) continue;
+        if (g.finished_) continue;
         ++blocked;
-        const Wait& w = g->wait_;
+        const Wait& w = g.wait_;
         std::string what;
         switch (w.kind) {
             case Wait::Kind::collective: {
@@ -345,9 +380,9 @@ void Simulation::diagnose_deadlock() const {
                 what = "nothing (suspended outside the engine)";
                 break;
         }
-        groups[what].insert(g->rank());
+        groups[what].insert(g.rank());
         if (per_rank.size() < 64)
-            per_rank.push_back(fmt::format("  rank {} waits in {}; {}", g->rank(), what, describe_event(g->last_event())));
+            per_rank.push_back(fmt::format("  rank {} waits in {}; {}", g.rank(), what, describe_event(g.last_event())));
     }
     std::string msg = fmt::format("deadlock: {} of {} ranks are blocked and none can proceed\n", blocked,
                                   ranks());

@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <deque>
 #include <stdexcept>
 
 namespace dtsim {
@@ -133,12 +132,13 @@ Model::Model(Gpu& g, int layers, int batches, const CostModel& costs)
       RANKS(g.sim().ranks()),
       LAYERS(layers),
       BATCHES(batches),
-      weights({this, &meter_, &costs, g.rank()}, "weights"),
-      opt_states({this, &meter_, &costs, g.rank()}, "opt_states"),
-      activations({this, &meter_, &costs, g.rank()}, "activations"),
-      grad_activations({this, &meter_, &costs, g.rank()}, "grad_activations"),
-      grad_weights({this, &meter_, &costs, g.rank()}, "grad_weights"),
-      costs_(&costs) {
+      costs_(&costs),
+      ctx_{this, &meter_, &costs, g.rank()},
+      weights(&ctx_),
+      opt_states(&ctx_),
+      activations(&ctx_),
+      grad_activations(&ctx_),
+      grad_weights(&ctx_) {
     // Keys are mostly layers: reserving them up front allocates each rank's
     // stores once and together, in rank order, instead of by repeated doubling.
     const auto n = static_cast<std::size_t>(layers) + 1;
@@ -392,7 +392,7 @@ RunResult run_strategy(Strategy strategy, int layers, int batches, int ranks, co
             fmt::format("layers, batches and ranks must be at least 1 (got {}, {}, {})", layers, batches, ranks));
     Simulation sim(ranks);
     sim.keep_events(keep == Keep::events);
-    std::deque<Model> models;
+    FixedArray<Model> models(static_cast<std::size_t>(ranks));  // side by side, in rank order
     for (int r = 0; r < ranks; ++r) models.emplace_back(sim.gpu(r), layers, batches, costs);
     sim.run([&](Gpu& g) { return strategy(models[static_cast<std::size_t>(g.rank())]); });
 

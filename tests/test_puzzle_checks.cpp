@@ -234,3 +234,28 @@ TEST_CASE("memory counts what the stores hold, shards as exact fractions") {
         1, 1, 2);
     CHECK(r.trace.ranks[0].events[0].memory == doctest::Approx(6.0 / 7 * 262144 + 262144));
 }
+
+TEST_CASE("memory stays exact across several shard totals; stores grow past the reserved layers") {
+    // Shards of 3, 5 and 7 at once (the meter keeps one denominator inline and
+    // the others apart); keys far past the layers and pair keys (the hashed part).
+    auto r = run_strategy(
+        [](Model& m) -> Task<> {
+            const double w = 262144;  // one layer's weight, in units
+            tie(m.weights[0], m.opt_states[0]) = m.load_weights(0, 0, 3);
+            tie(m.weights[1], m.opt_states[1]) = m.load_weights(0, 1, 5);
+            tie(m.weights[2], m.opt_states[2]) = m.load_weights(0, 2, 7);
+            m.require(std::abs(m.memory() - 2 * w * (1.0 / 3 + 1.0 / 5 + 1.0 / 7)) < 1e-6, "three totals");
+            m.weights[500] = m.weights[2];  // past the reserved layers: the array grows
+            m.weights[{0, 9}] = m.weights[1];
+            m.weights[{1, 9}] = m.weights[0];
+            m.require(len(m.weights) == 6, "six weights stored");
+            m.require(m.weights[500]->total == 7 && m.weights[{1, 9}]->total == 3, "values kept");
+            del(m.weights[0], m.weights[1], m.weights[2], m.weights[500], m.weights[{0, 9}], m.weights[{1, 9}]);
+            del(m.opt_states[0], m.opt_states[1], m.opt_states[2]);
+            m.require(m.memory() == 0 && len(m.weights) == 0, "everything freed exactly");
+            m.require(!m.weights.contains({0, 9}) && !m.weights.contains(500), "entries gone");
+            co_return;
+        },
+        1, 1, 1);
+    CHECK(r.trace.ranks[0].events.empty());
+}

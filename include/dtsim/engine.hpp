@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "dtsim/errors.hpp"
+#include "dtsim/fixed_array.hpp"
 #include "dtsim/id_set.hpp"
 #include "dtsim/trace.hpp"
 
@@ -258,8 +259,7 @@ private:
         for (std::size_t o = 0; o < sizeof(Gpu); o += 64) __builtin_prefetch(reinterpret_cast<const char*>(this) + o);
     }
     void prefetch_deep() const {
-        for (std::size_t o = 0; o < prefetch_bytes_; o += 64)
-            __builtin_prefetch(static_cast<const char*>(prefetch_context_) + o);
+        if (prefetch_) prefetch_(prefetch_context_);
     }
     void prefetch_for_resume() const {
         // The parked frame (the strategy's own, or with DTSIM_FRAMELESS_AWAIT=0
@@ -403,7 +403,7 @@ public:
     Simulation& operator=(const Simulation&) = delete;
 
     [[nodiscard]] int ranks() const { return static_cast<int>(gpus_.size()); }
-    Gpu& gpu(int rank) { return *gpus_.at(static_cast<std::size_t>(rank)); }
+    Gpu& gpu(int rank) { return gpus_.at(static_cast<std::size_t>(rank)); }
     Communicator& world() { return *world_; }
     // A communicator over `members` (distinct ranks); kept alive by the simulation.
     Communicator& communicator(std::vector<int> members, std::string name);
@@ -423,7 +423,7 @@ public:
     // its last event and a running summary (Gpu::summary): a run that needs
     // no trace saves a cache line of memory per operation. Before run().
     void keep_events(bool on) {
-        for (auto& g : gpus_) g->keep_events_ = on;
+        for (Gpu& g : gpus_) g.keep_events_ = on;
     }
 
     // Every rank's events, in order; call after run(). Empties the log.
@@ -461,7 +461,7 @@ private:
 
     std::deque<Gpu*> ready_;
     asio::io_context ctx_;
-    std::vector<std::unique_ptr<Gpu>> gpus_;
+    FixedArray<Gpu> gpus_;  // side by side, in rank order
     std::vector<Mailbox> mailboxes_;
     std::unique_ptr<Communicator> world_;
     std::deque<std::unique_ptr<Communicator>> comms_;

@@ -90,7 +90,12 @@ public:
     const int BATCHES;  // NOLINT
 
 private:
+    // What a resumed rank touches first sits in the first two cache lines;
+    // each store is one more line.
+    const CostModel* costs_;
+    StoreContext ctx_;
     MemoryMeter meter_;
+    std::vector<std::optional<Weight>> final_weights_;  // by layer
 
 public:
     Store<Weight> weights;
@@ -158,8 +163,6 @@ private:
     [[noreturn]] void fail(OpCode op, int layer, const std::string& what) const;
     double collective_time(OpCode op, int layer, Size s) const;
 
-    const CostModel* costs_;
-    std::vector<std::optional<Weight>> final_weights_;  // by layer
 };
 
 // The reference's Model.check: for every layer the final weights set by the

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <new>
 #include <string>
 #include <utility>
 #include <vector>
@@ -62,115 +63,127 @@ inline SizeKey size_key(const WeightGrad& v) { return {v.shards.size(), v.total}
 template <class V>
 class Slot;
 
+// Each value type has one store; its name is the reference's dict name (errors name it).
 template <class V>
-class Store {
+constexpr const char* store_name();
+template <>
+constexpr const char* store_name<Weight>() { return "weights"; }
+template <>
+constexpr const char* store_name<OptState>() { return "opt_states"; }
+template <>
+constexpr const char* store_name<Activation>() { return "activations"; }
+template <>
+constexpr const char* store_name<ActivationGrad>() { return "grad_activations"; }
+template <>
+constexpr const char* store_name<WeightGrad>() { return "grad_weights"; }
+
+// One cache line: at thousands of ranks every rank resumed after a collective
+// is cold in cache, and the lines its stores occupy are what a resume costs.
+template <class V>
+class alignas(64) Store {
 public:
-    Store(StoreContext ctx, const char* name) : ctx_(ctx), name_(name) {}
+    explicit Store(const StoreContext* ctx) : ctx_(ctx) {}
     Store(const Store&) = delete;
     Store& operator=(const Store&) = delete;
+    ~Store() {
+        destroy_direct();
+        delete hashed_;
+    }
 
     Slot<V> operator[](Key k) { return Slot<V>(*this, k); }
 
     [[nodiscard]] const V& get(const Key& k) const {
         const V* v = find(k);
-        if (!v) throw_missing_key(ctx_.rank, name_, k);
+        if (!v) throw_missing_key(ctx_->rank, name(), k);
         return *v;
     }
     [[nodiscard]] bool contains(const Key& k) const { return find(k) != nullptr; }
     [[nodiscard]] std::size_t size() const { return count_; }
-    [[nodiscard]] const char* name() const { return name_; }
+    [[nodiscard]] static constexpr const char* name() { return store_name<V>(); }
     // Room for plain keys 0..n-1 without reallocating (the model reserves one per layer).
-    void reserve(std::size_t n) { direct_.reserve(n); }
+    void reserve(std::size_t n) {
+        if (n > direct_cap_) regrow(n);
+    }
     // Prefetches the entries next to the plain key used last: strategies walk
     // layers, so a resumed rank's next access is usually there.
     void prefetch_near_last() const {
-        const Direct* d = direct_.data();
-        if (!d) return;
-        const std::size_t n = direct_.capacity();
-        const std::size_t i = last_ < n ? last_ : 0;
-        __builtin_prefetch(d + i);
-        if (i + 1 < n) __builtin_prefetch(d + i + 1);
-        if (i > 0) __builtin_prefetch(d + i - 1);
+        if (!direct_) return;
+        const std::uint32_t i = last_ < direct_cap_ ? last_ : 0;
+        __builtin_prefetch(direct_ + i);
+        if (i + 1 < direct_cap_) __builtin_prefetch(direct_ + i + 1);
+        if (i > 0) __builtin_prefetch(direct_ + i - 1);
     }
 
     void set(const Key& k, V v) {
-        ctx_.meter->add(size(v));
+        ctx_->meter->add(size(v));
         if (V* old = find(k)) {
-            ctx_.meter->sub(size(*old));
+            ctx_->meter->sub(size(*old));
             *old = std::move(v);
             return;
         }
         ++count_;
         if (is_direct(k)) {
-            const auto i = static_cast<std::size_t>(k.a);
-            if (i < direct_.size()) {
-                direct_[i] = Direct{std::move(v), true};
+            const auto i = static_cast<std::uint32_t>(k.a);
+            if (i < direct_size_) {
+                direct_[i].value = std::move(v);
+                direct_[i].used = true;
                 return;
             }
             // Appending (the usual case, layer after layer) constructs in place.
-            if (i >= direct_.capacity()) direct_.reserve(std::max<std::size_t>(i + 1, direct_.size() * 2));
-            direct_.resize(i);
-            direct_.emplace_back(std::move(v), true);
+            if (i >= direct_cap_) regrow(std::max<std::size_t>(std::size_t{i} + 1, std::size_t{direct_size_} * 2));
+            for (; direct_size_ < i; ++direct_size_) new (direct_ + direct_size_) Direct{};
+            new (direct_ + direct_size_) Direct{std::move(v), true};
+            ++direct_size_;
             return;
         }
-        if ((hashed_count_ + 1) * 4 > slots_.size() * 3) grow();
-        ++hashed_count_;
-        std::size_t i = home(k);
-        while (slots_[i].used) i = (i + 1) & mask();
-        slots_[i] = Entry{k, std::move(v), true};
+        if (!hashed_) hashed_ = new Hashed;
+        hashed_->insert(k, std::move(v));
     }
 
     void erase(const Key& k) {
         if (is_direct(k)) {
-            const auto i = static_cast<std::size_t>(k.a);
-            if (i >= direct_.size() || !direct_[i].used) throw_missing_key(ctx_.rank, name_, k);
-            ctx_.meter->sub(size(direct_[i].value));
+            const auto i = static_cast<std::uint32_t>(k.a);
+            if (i >= direct_size_ || !direct_[i].used) throw_missing_key(ctx_->rank, name(), k);
+            ctx_->meter->sub(size(direct_[i].value));
             --count_;
-            direct_[i] = Direct{};
+            direct_[i].value = V{};
+            direct_[i].used = false;
             return;
         }
-        Entry* e = find_hashed(k);
-        if (!e) throw_missing_key(ctx_.rank, name_, k);
-        ctx_.meter->sub(size(e->value));
+        Entry* e = hashed_ ? hashed_->find(k) : nullptr;
+        if (!e) throw_missing_key(ctx_->rank, name(), k);
+        ctx_->meter->sub(size(e->value));
         --count_;
-        --hashed_count_;
-        // Backward-shift deletion keeps probe chains intact without tombstones.
-        std::size_t hole = static_cast<std::size_t>(e - slots_.data());
-        std::size_t j = (hole + 1) & mask();
-        while (slots_[j].used) {
-            std::size_t h = home(slots_[j].key);
-            if (((j - h) & mask()) >= ((j - hole) & mask())) {
-                slots_[hole] = std::move(slots_[j]);
-                hole = j;
-            }
-            j = (j + 1) & mask();
-        }
-        slots_[hole] = Entry{};
+        hashed_->erase(e);
     }
 
     template <class F>
     void for_each(F&& f) const {
-        for (std::size_t i = 0; i < direct_.size(); ++i)
+        for (std::uint32_t i = 0; i < direct_size_; ++i)
             if (direct_[i].used) f(Key(static_cast<std::int64_t>(i)), direct_[i].value);
-        for (const auto& e : slots_)
-            if (e.used) f(e.key, e.value);
+        if (hashed_)
+            for (const auto& e : hashed_->slots)
+                if (e.used) f(e.key, e.value);
     }
 
 private:
-    // The size of a value, remembered for the last two size keys (a store
-    // often alternates between two kinds, e.g. weight shards and whole weights).
+    // The size of a value, remembered for the last size key (the cost model is
+    // a pure function of it, and a virtual call away).
     Size size(const V& v) {
         const SizeKey k = size_key(v);
-        if (k == memo_[0].key) return memo_[0].size;
-        if (k == memo_[1].key) return memo_[1].size;
-        memo_[1] = memo_[0];
-        memo_[0] = {k, size_of(*ctx_.costs, v)};
-        return memo_[0].size;
+        if (k.count == memo_.count && k.total == memo_.total) return {memo_.num, memo_.den};
+        const Size s = size_of(*ctx_->costs, v);
+        if (k.total >= 0 && k.total <= std::numeric_limits<std::int32_t>::max() && s.den > 0 &&
+            s.den <= std::numeric_limits<std::int32_t>::max()) {
+            memo_ = {k.count, s.num, static_cast<std::int32_t>(k.total), static_cast<std::int32_t>(s.den)};
+        }
+        return s;
     }
 
     // Plain keys `l` (by far the most common, and consecutive: layers) index an
     // array directly, so loops over layers walk memory forward and the key is
-    // the index; pairs `{l, r}` and unusual keys go to an open-addressing hash table.
+    // the index; pairs `{l, r}` and unusual keys go to an open-addressing hash
+    // table, allocated on first use.
     struct Direct {
         V value{};
         bool used = false;
@@ -180,57 +193,99 @@ private:
         V value{};
         bool used = false;
     };
+    struct Hashed {
+        std::vector<Entry> slots;
+        std::size_t count = 0;
+        [[nodiscard]] std::size_t mask() const { return slots.size() - 1; }
+        [[nodiscard]] std::size_t home(const Key& k) const {
+            auto h = static_cast<std::uint64_t>(k.a) * 0x9E3779B97F4A7C15ull ^
+                     (static_cast<std::uint64_t>(k.b) + 0x632BE59BD9B4E019ull) * 0xC2B2AE3D27D4EB4Full;
+            return static_cast<std::size_t>(h ^ (h >> 29)) & mask();
+        }
+        Entry* find(const Key& k) {
+            if (slots.empty()) return nullptr;
+            for (std::size_t i = home(k);; i = (i + 1) & mask()) {
+                Entry& e = slots[i];
+                if (!e.used) return nullptr;
+                if (e.key == k) return &e;
+            }
+        }
+        void insert(const Key& k, V v) {
+            if ((count + 1) * 4 > slots.size() * 3) grow();
+            ++count;
+            std::size_t i = home(k);
+            while (slots[i].used) i = (i + 1) & mask();
+            slots[i] = Entry{k, std::move(v), true};
+        }
+        void erase(Entry* e) {
+            --count;
+            // Backward-shift deletion keeps probe chains intact without tombstones.
+            std::size_t hole = static_cast<std::size_t>(e - slots.data());
+            std::size_t j = (hole + 1) & mask();
+            while (slots[j].used) {
+                std::size_t h = home(slots[j].key);
+                if (((j - h) & mask()) >= ((j - hole) & mask())) {
+                    slots[hole] = std::move(slots[j]);
+                    hole = j;
+                }
+                j = (j + 1) & mask();
+            }
+            slots[hole] = Entry{};
+        }
+        void grow() {
+            std::vector<Entry> old = std::move(slots);
+            slots.assign(old.empty() ? 16 : old.size() * 2, Entry{});
+            for (auto& e : old)
+                if (e.used) {
+                    std::size_t i = home(e.key);
+                    while (slots[i].used) i = (i + 1) & mask();
+                    slots[i] = std::move(e);
+                }
+        }
+    };
     static constexpr std::int64_t kDirectLimit = 1 << 20;
     [[nodiscard]] static bool is_direct(const Key& k) { return k.b == Key::kNone && k.a >= 0 && k.a < kDirectLimit; }
-    [[nodiscard]] std::size_t mask() const { return slots_.size() - 1; }
-    [[nodiscard]] std::size_t home(const Key& k) const {
-        auto h = static_cast<std::uint64_t>(k.a) * 0x9E3779B97F4A7C15ull ^
-                 (static_cast<std::uint64_t>(k.b) + 0x632BE59BD9B4E019ull) * 0xC2B2AE3D27D4EB4Full;
-        return static_cast<std::size_t>(h ^ (h >> 29)) & mask();
-    }
-    const Entry* find_hashed(const Key& k) const {
-        if (slots_.empty()) return nullptr;
-        for (std::size_t i = home(k);; i = (i + 1) & mask()) {
-            const Entry& e = slots_[i];
-            if (!e.used) return nullptr;
-            if (e.key == k) return &e;
-        }
-    }
-    Entry* find_hashed(const Key& k) { return const_cast<Entry*>(std::as_const(*this).find_hashed(k)); }
     const V* find(const Key& k) const {
         if (is_direct(k)) {
-            const auto i = static_cast<std::size_t>(k.a);
+            const auto i = static_cast<std::uint32_t>(k.a);
             last_ = i;
-            return i < direct_.size() && direct_[i].used ? &direct_[i].value : nullptr;
+            return i < direct_size_ && direct_[i].used ? &direct_[i].value : nullptr;
         }
-        const Entry* e = find_hashed(k);
+        const Entry* e = hashed_ ? hashed_->find(k) : nullptr;
         return e ? &e->value : nullptr;
     }
     V* find(const Key& k) { return const_cast<V*>(std::as_const(*this).find(k)); }
-    void grow() {
-        std::vector<Entry> old = std::move(slots_);
-        slots_.assign(old.empty() ? 16 : old.size() * 2, Entry{});
-        for (auto& e : old)
-            if (e.used) {
-                std::size_t i = home(e.key);
-                while (slots_[i].used) i = (i + 1) & mask();
-                slots_[i] = std::move(e);
-            }
+    void regrow(std::size_t n) {
+        auto* fresh = static_cast<Direct*>(::operator new(n * sizeof(Direct), std::align_val_t{alignof(Direct)}));
+        for (std::uint32_t i = 0; i < direct_size_; ++i) new (fresh + i) Direct{std::move(direct_[i])};
+        const std::uint32_t size = direct_size_;
+        destroy_direct();
+        direct_ = fresh;
+        direct_size_ = size;
+        direct_cap_ = static_cast<std::uint32_t>(n);
+    }
+    void destroy_direct() {
+        for (std::uint32_t i = 0; i < direct_size_; ++i) direct_[i].~Direct();
+        if (direct_) ::operator delete(direct_, std::align_val_t{alignof(Direct)});
+        direct_ = nullptr;
+        direct_size_ = direct_cap_ = 0;
     }
 
-    StoreContext ctx_;
-    const char* name_;
-    std::vector<Direct> direct_;
-    std::vector<Entry> slots_;
-    std::size_t count_ = 0;
-    std::size_t hashed_count_ = 0;
-    mutable std::size_t last_ = 0;  // the plain key used last
+    const StoreContext* ctx_;
+    Direct* direct_ = nullptr;
+    std::uint32_t direct_size_ = 0;
+    std::uint32_t direct_cap_ = 0;
+    Hashed* hashed_ = nullptr;
+    std::uint32_t count_ = 0;
+    mutable std::uint32_t last_ = 0;  // the plain key used last
     struct Memo {
-        SizeKey key;
-        Size size;
-    };
-    Memo memo_[2];
+        std::int64_t count = -1;
+        std::int64_t num = 0;
+        std::int32_t total = -1;
+        std::int32_t den = 1;
+    } memo_;
 };
+static_assert(sizeof(Store<WeightGrad>) == 64, "a store header is one cache line");
 
 // `store[k]`: reads as the stored value, assignment stores.
 template <class V>

@@ -1,0 +1,54 @@
+// A fixed-capacity array of objects that cannot move (a simulation's GPUs, a
+// run's models), constructed in place one after another in one allocation:
+// element i+1 follows element i in memory, so a sweep over the ranks reads
+// them as one forward stream instead of one heap block per rank.
+#pragma once
+
+#include <cstddef>
+#include <new>
+#include <stdexcept>
+#include <utility>
+
+namespace dtsim {
+
+template <class T>
+class FixedArray {
+public:
+    FixedArray() = default;
+    explicit FixedArray(std::size_t capacity)
+        : data_(static_cast<T*>(::operator new(capacity * sizeof(T), std::align_val_t{alignof(T)}))),
+          capacity_(capacity) {}
+    FixedArray(const FixedArray&) = delete;
+    FixedArray& operator=(const FixedArray&) = delete;
+    ~FixedArray() {
+        while (size_ > 0) data_[--size_].~T();
+        if (data_) ::operator delete(data_, std::align_val_t{alignof(T)});
+    }
+
+    template <class... A>
+    T& emplace_back(A&&... args) {
+        if (size_ == capacity_) throw std::logic_error("FixedArray: capacity exceeded");
+        T* p = new (data_ + size_) T(std::forward<A>(args)...);
+        ++size_;
+        return *p;
+    }
+
+    [[nodiscard]] std::size_t size() const { return size_; }
+    T& operator[](std::size_t i) { return data_[i]; }
+    const T& operator[](std::size_t i) const { return data_[i]; }
+    T& at(std::size_t i) {
+        if (i >= size_) throw std::out_of_range("FixedArray::at");
+        return data_[i];
+    }
+    T* begin() { return data_; }
+    T* end() { return data_ + size_; }
+    const T* begin() const { return data_; }
+    const T* end() const { return data_ + size_; }
+
+private:
+    T* data_ = nullptr;
+    std::size_t size_ = 0;
+    std::size_t capacity_ = 0;
+};
+
+}  // namespace dtsim
