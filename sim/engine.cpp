@@ -77,11 +77,7 @@ Communicator::Round& Communicator::join(Gpu& gpu, OpCode op, std::int32_t layer,
 }
 
 void Communicator::release(Round& round) {
-    const std::size_t n = round.waiting.size();
-    for (std::size_t i = 0; i < n; ++i) {
-        if (i + 8 < n) __builtin_prefetch(&round.waiting[i + 8]->wait_, 1);
-        sim_->wake(*round.waiting[i]);
-    }
+    for (Gpu* g : round.waiting) sim_->wake(*g);
     round.waiting.clear();
     round.waiting.shrink_to_fit();
 }
@@ -180,12 +176,8 @@ struct FramePool {
 thread_local FramePool frame_pool;
 }  // namespace
 
-// Each frame has a 16-byte header holding its size (frame_size); the frame
-// itself stays 16-byte aligned.
-constexpr std::size_t kFrameHeader = 16;
-
 void* frame_allocate(std::size_t bytes) {
-    const std::size_t c = (bytes + kFrameHeader + kFrameStep - 1) / kFrameStep;
+    const std::size_t c = (bytes + kFrameStep - 1) / kFrameStep;
     void* raw = nullptr;
     if (c < kFrameClasses && frame_pool.free[c]) {
         raw = frame_pool.free[c];
@@ -193,15 +185,14 @@ void* frame_allocate(std::size_t bytes) {
     } else if (c < kFrameClasses) {
         raw = frame_pool.carve(c * kFrameStep);
     } else {
-        raw = ::operator new(bytes + kFrameHeader);
+        raw = ::operator new(bytes);
     }
-    *static_cast<std::size_t*>(raw) = bytes;
-    return static_cast<char*>(raw) + kFrameHeader;
+    return raw;
 }
 
 void frame_deallocate(void* p, std::size_t bytes) noexcept {
-    void* raw = static_cast<char*>(p) - kFrameHeader;
-    const std::size_t c = (bytes + kFrameHeader + kFrameStep - 1) / kFrameStep;
+    void* raw = p;
+    const std::size_t c = (bytes + kFrameStep - 1) / kFrameStep;
     if (c >= kFrameClasses) {
         ::operator delete(raw);
         return;
@@ -216,11 +207,6 @@ void Simulation::resume_ready() {
     // Runs inside io_context::poll(), so that Asio's own allocations (handlers, the frames of its
     // coroutines) use its per-thread recycling.
     while (!ready_.empty()) {
-        // Prefetch ranks about to run, in stages (Gpu::prefetch_self, _for_resume, _deep).
-        const std::size_t n = ready_.size();
-        if (n > 12) ready_[12]->prefetch_self();
-        if (n > 8) ready_[8]->prefetch_for_resume();
-        if (n > 4) ready_[4]->prefetch_deep();
         Gpu* g = ready_.front();
         ready_.pop_front();
         Gpu::Handler h = std::move(*g->parked_);

@@ -147,16 +147,6 @@ Model::Model(Gpu& g, int layers, int batches, const CostModel& costs)
     activations.reserve(n);
     grad_activations.reserve(n);
     grad_weights.reserve(n);
-    g.set_prefetch(
-        [](const void* p) {
-            const auto* m = static_cast<const Model*>(p);
-            m->weights.prefetch_near_last();
-            m->opt_states.prefetch_near_last();
-            m->activations.prefetch_near_last();
-            m->grad_activations.prefetch_near_last();
-            m->grad_weights.prefetch_near_last();
-        },
-        this, sizeof(Model));
     // A forward, a backward and an update per layer and up to three collectives:
     // the data-parallel strategies' events fit without reallocating.
     g.reserve_events(6 * n);

@@ -66,10 +66,6 @@ namespace detail {
 // per thread; frames never return to the system before the thread ends.
 void* frame_allocate(std::size_t bytes);
 void frame_deallocate(void* p, std::size_t bytes) noexcept;
-// The size of a frame frame_allocate returned (kept in a header before it).
-inline std::size_t frame_size(const void* frame) {
-    return *reinterpret_cast<const std::size_t*>(static_cast<const char*>(frame) - 16);
-}
 }  // namespace detail
 }  // namespace dtsim
 
@@ -203,19 +199,6 @@ public:
     [[nodiscard]] const Wait& waiting_for() const { return wait_; }
     [[nodiscard]] bool finished() const { return finished_; }
 
-    // Prefetches the memory this rank's coroutine touches as soon as it
-    // resumes (a strategy's model object and the entries it used last, say).
-    // The engine calls it, and prefetches the rank's parked coroutine frame
-    // and event tail, a few ranks before resuming it: at thousands of ranks
-    // every resumed rank is cold in cache.
-    // `context` (its first `bytes`, up to 1 KiB) is prefetched first; `fn(context)`
-    // runs a little later, when the context is in cache, to prefetch what it points to.
-    void set_prefetch(void (*fn)(const void*), const void* context, std::size_t bytes) {
-        prefetch_ = fn;
-        prefetch_context_ = context;
-        prefetch_bytes_ = std::min<std::size_t>(bytes, 1024);
-    }
-
 #if BOOST_VERSION == 107400
     // The parked coroutine's thread of execution; launch() resumes it where it stopped.
     using Handler = asio::detail::awaitable_thread<Executor>;
@@ -252,44 +235,17 @@ private:
         }
         return last_;
     }
-    // Prefetching runs in three stages over the ready queue: the Gpu object,
-    // then (reading it) the frame, event tail and context, then (reading the
-    // context) what the context's hook names.
-    void prefetch_self() const {
-        for (std::size_t o = 0; o < sizeof(Gpu); o += 64) __builtin_prefetch(reinterpret_cast<const char*>(this) + o);
-    }
-    void prefetch_deep() const {
-        if (prefetch_) prefetch_(prefetch_context_);
-    }
-    void prefetch_for_resume() const {
-        // The parked frame (the strategy's own, or with DTSIM_FRAMELESS_AWAIT=0
-        // a collective's, whose caller the strategy is).
-        const auto* top = static_cast<const char*>(frames_[0]);
-        for (std::size_t o = 0; o < frame_bytes_; o += 64) __builtin_prefetch(top + o);
-        if (frames_[1])
-            for (int i = -1; i < 7; ++i) __builtin_prefetch(static_cast<const char*>(frames_[1]) + 64 * i);
-        // The next two events' lines, which the rank is about to write.
-        if (keep_events_) {
-            __builtin_prefetch(events_.data() + events_.size(), 1);
-            __builtin_prefetch(events_.data() + events_.size() + 1, 1);
-        }
-        for (std::size_t o = 0; o < prefetch_bytes_; o += 64)
-            __builtin_prefetch(static_cast<const char*>(prefetch_context_) + o);
-    }
+    // Four cache lines, all of which a resumed rank touches: the last event
+    // (aligned to a line) first, the rest packed behind it.
+    Event last_;  // the last event, when events are not kept
     Simulation* sim_;
-    int rank_;
     double clock_ = 0;
     std::vector<Event> events_;  // this rank's events in order
-    bool keep_events_ = true;
-    RankSummary summary_;  // when events are not kept
-    Event last_;           // the last event, when events are not kept
+    RankSummary summary_;        // when events are not kept
     Wait wait_;
     std::optional<Handler> parked_;
-    const void* frames_[2] = {nullptr, nullptr};  // the parked coroutine's top frame and (or null) its caller
-    std::size_t frame_bytes_ = 0;                 // how much of frames_[0] to prefetch
-    void (*prefetch_)(const void*) = nullptr;
-    const void* prefetch_context_ = nullptr;
-    std::size_t prefetch_bytes_ = 0;
+    int rank_;
+    bool keep_events_ = true;
     bool finished_ = false;
 };
 
@@ -480,22 +436,13 @@ namespace detail {
 // the coroutine's thread of execution (async_initiate works this way). Taking
 // the thread here parks the coroutine without the extra coroutine frame that
 // async_initiate's initiate() allocates; Gpu::resume relaunches it.
-// Reads a frame's caller (a protected member) through a member pointer.
-struct FramePeek : asio::detail::awaitable_frame_base<Executor> {
-    static const void* caller_of(asio::detail::awaitable_frame_base<Executor>* f) {
-        return f->*(&FramePeek::caller_);
-    }
-};
-inline auto park_in(std::optional<Gpu::Handler>& slot, const void* (&frames)[2], std::size_t& frame_bytes) {
-    return [&slot, &frames, &frame_bytes](auto* frame) {
-        frames[0] = static_cast<const char*>(static_cast<const void*>(frame)) - 64;
-        frames[1] = FramePeek::caller_of(frame);
-        frame_bytes = 256;
+inline auto park_in(std::optional<Gpu::Handler>& slot) {
+    return [&slot](auto* frame) {
         slot.emplace(std::move(*frame->detach_thread()));
         return static_cast<Gpu::Handler*>(nullptr);
     };
 }
-#define DTSIM_PARK(gpu) co_await ::dtsim::detail::park_in((gpu).parked_, (gpu).frames_, (gpu).frame_bytes_)
+#define DTSIM_PARK(gpu) co_await ::dtsim::detail::park_in((gpu).parked_)
 #else
 struct ParkIn {
     std::optional<Gpu::Handler>* slot;
@@ -513,10 +460,6 @@ namespace detail {
 // detached from the frame and relaunched by Gpu::resume.
 template <class P>
 void park_handle(Gpu& gpu, std::coroutine_handle<P> h) {
-    // The whole frame is what the strategy touches when it resumes; its size
-    // is in the pool's header (up to 2 KiB is prefetched).
-    gpu.frames_[0] = h.address();
-    gpu.frame_bytes_ = std::min<std::size_t>(frame_size(h.address()), 2048);
     gpu.parked_.emplace(std::move(*h.promise().detach_thread()));
 }
 

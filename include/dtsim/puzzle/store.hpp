@@ -104,15 +104,6 @@ public:
     void reserve(std::size_t n) {
         if (n > direct_cap_) regrow(n);
     }
-    // Prefetches the entries next to the plain key used last: strategies walk
-    // layers, so a resumed rank's next access is usually there.
-    void prefetch_near_last() const {
-        if (!direct_) return;
-        const std::uint32_t i = last_ < direct_cap_ ? last_ : 0;
-        __builtin_prefetch(direct_ + i);
-        if (i + 1 < direct_cap_) __builtin_prefetch(direct_ + i + 1);
-        if (i > 0) __builtin_prefetch(direct_ + i - 1);
-    }
 
     void set(const Key& k, V v) {
         ctx_->meter->add(size(v));
@@ -248,7 +239,6 @@ private:
     const V* find(const Key& k) const {
         if (is_direct(k)) {
             const auto i = static_cast<std::uint32_t>(k.a);
-            last_ = i;
             return i < direct_size_ && direct_[i].used ? &direct_[i].value : nullptr;
         }
         const Entry* e = hashed_ ? hashed_->find(k) : nullptr;
@@ -277,7 +267,6 @@ private:
     std::uint32_t direct_cap_ = 0;
     Hashed* hashed_ = nullptr;
     std::uint32_t count_ = 0;
-    mutable std::uint32_t last_ = 0;  // the plain key used last
     struct Memo {
         std::int64_t count = -1;
         std::int64_t num = 0;
