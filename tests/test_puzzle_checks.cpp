@@ -254,6 +254,13 @@ TEST_CASE("memory stays exact across several shard totals; stores grow past the 
             del(m.opt_states[0], m.opt_states[1], m.opt_states[2]);
             m.require(m.memory() == 0 && len(m.weights) == 0, "everything freed exactly");
             m.require(!m.weights.contains({0, 9}) && !m.weights.contains(500), "entries gone");
+            // Many pair keys: the table grows several times; erasing in another
+            // order than inserting keeps every other key reachable.
+            for (int l = 0; l < 40; ++l) m.activations[{l, -l}] = m.get_activation({l});
+            for (int l = 0; l < 40; l += 3) del(m.activations[{l, -l}]);
+            for (int l = 0; l < 40; ++l)
+                m.require(m.activations.contains({l, -l}) == (l % 3 != 0), "pair key " + std::to_string(l));
+            m.require(m.activations[{38, -38}]->batches == IdSet{38}, "value behind a pair key");
             co_return;
         },
         1, 1, 1);

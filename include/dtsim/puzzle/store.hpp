@@ -87,7 +87,7 @@ public:
     Store& operator=(const Store&) = delete;
     ~Store() {
         destroy_direct();
-        delete hashed_;
+        Hashed::destroy(hashed_);
     }
 
     Slot<V> operator[](Key k) { return Slot<V>(*this, k); }
@@ -127,8 +127,7 @@ public:
             ++direct_size_;
             return;
         }
-        if (!hashed_) hashed_ = new Hashed;
-        hashed_->insert(k, std::move(v));
+        hashed_ = Hashed::insert(hashed_, k, std::move(v));
     }
 
     void erase(const Key& k) {
@@ -153,8 +152,10 @@ public:
         for (std::uint32_t i = 0; i < direct_size_; ++i)
             if (direct_[i].used) f(Key(static_cast<std::int64_t>(i)), direct_[i].value);
         if (hashed_)
-            for (const auto& e : hashed_->slots)
+            for (std::uint32_t i = 0; i < hashed_->capacity; ++i) {
+                const Entry& e = hashed_->slots()[i];
                 if (e.used) f(e.key, e.value);
+            }
     }
 
 private:
@@ -184,54 +185,78 @@ private:
         V value{};
         bool used = false;
     };
+    // The hash table is one allocation, a small header and then the slots:
+    // a lookup goes from the store's line to the table's with one pointer.
     struct Hashed {
-        std::vector<Entry> slots;
-        std::size_t count = 0;
-        [[nodiscard]] std::size_t mask() const { return slots.size() - 1; }
+        std::uint32_t count = 0;
+        std::uint32_t capacity = 0;  // a power of two
+        static constexpr std::size_t kHeader = (8 + alignof(Entry) - 1) / alignof(Entry) * alignof(Entry);
+        static constexpr std::uint32_t kFirstCapacity = 4;  // strategies keep few pair keys at once
+
+        Entry* slots() { return reinterpret_cast<Entry*>(reinterpret_cast<char*>(this) + kHeader); }
+        const Entry* slots() const { return reinterpret_cast<const Entry*>(reinterpret_cast<const char*>(this) + kHeader); }
+        static Hashed* make(std::uint32_t capacity) {
+            void* raw = ::operator new(kHeader + std::size_t{capacity} * sizeof(Entry));
+            auto* h = new (raw) Hashed;
+            h->capacity = capacity;
+            for (std::uint32_t i = 0; i < capacity; ++i) new (h->slots() + i) Entry{};
+            return h;
+        }
+        static void destroy(Hashed* h) {
+            if (!h) return;
+            for (std::uint32_t i = 0; i < h->capacity; ++i) h->slots()[i].~Entry();
+            h->~Hashed();
+            ::operator delete(h);
+        }
+        [[nodiscard]] std::size_t mask() const { return capacity - 1; }
         [[nodiscard]] std::size_t home(const Key& k) const {
             auto h = static_cast<std::uint64_t>(k.a) * 0x9E3779B97F4A7C15ull ^
                      (static_cast<std::uint64_t>(k.b) + 0x632BE59BD9B4E019ull) * 0xC2B2AE3D27D4EB4Full;
             return static_cast<std::size_t>(h ^ (h >> 29)) & mask();
         }
         Entry* find(const Key& k) {
-            if (slots.empty()) return nullptr;
             for (std::size_t i = home(k);; i = (i + 1) & mask()) {
-                Entry& e = slots[i];
+                Entry& e = slots()[i];
                 if (!e.used) return nullptr;
                 if (e.key == k) return &e;
             }
         }
-        void insert(const Key& k, V v) {
-            if ((count + 1) * 4 > slots.size() * 3) grow();
+        // Inserts a key that is not present; returns the table (a new one when it grew).
+        static Hashed* insert(Hashed* h, const Key& k, V v) {
+            if (!h) h = make(kFirstCapacity);
+            if ((h->count + 1) * 4 > h->capacity * 3) {
+                Hashed* bigger = make(h->capacity * 2);
+                for (std::uint32_t i = 0; i < h->capacity; ++i) {
+                    Entry& e = h->slots()[i];
+                    if (e.used) bigger->place(std::move(e));
+                }
+                destroy(h);
+                h = bigger;
+            }
+            h->place(Entry{k, std::move(v), true});
+            return h;
+        }
+        void place(Entry&& e) {
             ++count;
-            std::size_t i = home(k);
-            while (slots[i].used) i = (i + 1) & mask();
-            slots[i] = Entry{k, std::move(v), true};
+            std::size_t i = home(e.key);
+            while (slots()[i].used) i = (i + 1) & mask();
+            slots()[i] = std::move(e);
         }
         void erase(Entry* e) {
             --count;
             // Backward-shift deletion keeps probe chains intact without tombstones.
-            std::size_t hole = static_cast<std::size_t>(e - slots.data());
+            Entry* s = slots();
+            std::size_t hole = static_cast<std::size_t>(e - s);
             std::size_t j = (hole + 1) & mask();
-            while (slots[j].used) {
-                std::size_t h = home(slots[j].key);
+            while (s[j].used) {
+                std::size_t h = home(s[j].key);
                 if (((j - h) & mask()) >= ((j - hole) & mask())) {
-                    slots[hole] = std::move(slots[j]);
+                    s[hole] = std::move(s[j]);
                     hole = j;
                 }
                 j = (j + 1) & mask();
             }
-            slots[hole] = Entry{};
-        }
-        void grow() {
-            std::vector<Entry> old = std::move(slots);
-            slots.assign(old.empty() ? 16 : old.size() * 2, Entry{});
-            for (auto& e : old)
-                if (e.used) {
-                    std::size_t i = home(e.key);
-                    while (slots[i].used) i = (i + 1) & mask();
-                    slots[i] = std::move(e);
-                }
+            s[hole] = Entry{};
         }
     };
     static constexpr std::int64_t kDirectLimit = 1 << 20;
