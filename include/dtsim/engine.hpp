@@ -71,6 +71,17 @@ void frame_deallocate(void* p, std::size_t bytes) noexcept;
 
 #if DTSIM_FRAMELESS_AWAIT
 namespace dtsim::detail {
+template <class A>
+struct AwaitByPointer {
+    A* a;
+    bool await_ready() { return a->await_ready(); }
+    template <class P>
+    void await_suspend(std::coroutine_handle<P> h) {
+        a->await_suspend(h);
+    }
+    decltype(auto) await_resume() { return a->await_resume(); }
+};
+
 template <class T>
 struct TaskFrame : asio::detail::awaitable_frame<T, Executor> {
     using Base = asio::detail::awaitable_frame<T, Executor>;
@@ -90,11 +101,13 @@ struct TaskFrame : asio::detail::awaitable_frame<T, Executor> {
         };
         return Awaiter{std::move(a)};
     }
-    // The engine's own awaiters pass through.
+    // The engine's own awaiters are awaited through a pointer: g++ keeps the
+    // awaiter that await_transform returns in the frame next to the operand,
+    // so returning the operand itself (by reference or value) would store it twice.
     template <class A>
         requires requires { typename std::remove_cvref_t<A>::dtsim_awaiter; }
-    A&& await_transform(A&& a) const noexcept {
-        return std::forward<A>(a);
+    auto await_transform(A&& a) const noexcept {
+        return AwaitByPointer<std::remove_reference_t<A>>{&a};
     }
     static void* operator new(std::size_t n) { return frame_allocate(n); }
     static void operator delete(void* p, std::size_t n) noexcept { frame_deallocate(p, n); }
