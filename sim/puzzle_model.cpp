@@ -284,22 +284,22 @@ V as_is(Model&, int, V&& v) {
 }
 }  // namespace
 
-Collective<WeightGrad> Model::allreduce(WeightGrad v, int layer) {
-    return collective<WeightGrad>(ops::allreduce, layer, std::move(v), sum, as_is<WeightGrad>);
+Collective<WeightGrad> Model::allreduce(const WeightGrad& v, int layer) {
+    return collective<WeightGrad>(ops::allreduce, layer, v, sum, as_is<WeightGrad>);
 }
-Collective<Weight> Model::allgather(Weight v, int layer) {
-    return collective<Weight>(ops::allgather, layer, std::move(v), unite<Weight>, as_is<Weight>);
+Collective<Weight> Model::allgather(const Weight& v, int layer) {
+    return collective<Weight>(ops::allgather, layer, v, unite<Weight>, as_is<Weight>);
 }
-Collective<OptState> Model::allgather(OptState v, int layer) {
-    return collective<OptState>(ops::allgather, layer, std::move(v), unite<OptState>, as_is<OptState>);
+Collective<OptState> Model::allgather(const OptState& v, int layer) {
+    return collective<OptState>(ops::allgather, layer, v, unite<OptState>, as_is<OptState>);
 }
-Collective<WeightGrad> Model::allgather(WeightGrad v, int layer) {
-    return collective<WeightGrad>(ops::allgather, layer, std::move(v), unite<WeightGrad>, as_is<WeightGrad>);
+Collective<WeightGrad> Model::allgather(const WeightGrad& v, int layer) {
+    return collective<WeightGrad>(ops::allgather, layer, v, unite<WeightGrad>, as_is<WeightGrad>);
 }
 
-Collective<WeightGrad> Model::scatterreduce(WeightGrad v, int layer) {
+Collective<WeightGrad> Model::scatterreduce(const WeightGrad& v, int layer) {
     // The all-reduced sum, then this rank's shard of RANKS.
-    return collective<WeightGrad>(ops::scatterreduce, layer, std::move(v), sum,
+    return collective<WeightGrad>(ops::scatterreduce, layer, v, sum,
                                   [](Model& m, int l, WeightGrad&& total) -> WeightGrad {
                                       try {
                                           return total.shard(m.rank, m.RANKS);

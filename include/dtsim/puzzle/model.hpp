@@ -121,11 +121,11 @@ public:
     WeightGrad fake_grad(int layer, IdSet batches);
 
     // Collectives over all ranks, matched by call order (co_await the result).
-    Collective<WeightGrad> allreduce(WeightGrad v, int layer);
-    Collective<Weight> allgather(Weight v, int layer);
-    Collective<OptState> allgather(OptState v, int layer);
-    Collective<WeightGrad> allgather(WeightGrad v, int layer);
-    Collective<WeightGrad> scatterreduce(WeightGrad v, int layer);
+    Collective<WeightGrad> allreduce(const WeightGrad& v, int layer);
+    Collective<Weight> allgather(const Weight& v, int layer);
+    Collective<OptState> allgather(const OptState& v, int layer);
+    Collective<WeightGrad> allgather(const WeightGrad& v, int layer);
+    Collective<WeightGrad> scatterreduce(const WeightGrad& v, int layer);
 
     // Point to point.
     template <class T>
