@@ -58,7 +58,8 @@ Communicator::Round& Communicator::join(Gpu& gpu, OpCode op, std::int32_t layer,
         auto& r = rounds_.emplace_back();
         r.unread = size();
     }
-    Round& round = rounds_[static_cast<std::size_t>(call - base_)];
+    // Usually the newest round (the others wait for members that have not read theirs).
+    Round& round = call - base_ + 1 == rounds_.size() ? rounds_.back() : rounds_[static_cast<std::size_t>(call - base_)];
     if (round.arrived == 0) {
         round.op = op;
         round.layer = layer;

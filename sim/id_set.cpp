@@ -100,6 +100,10 @@ bool IdSet::is_subset_of_slow(const IdSet& other) const {
 
 IdSet& IdSet::unite_slow(const IdSet& other) {
     if (this == &other) return *this;
+    if (!other.is_many()) {  // one interval (an arriving rank's shard, say) into several
+        insert_range(other.one_.lo, other.one_.hi);
+        return *this;
+    }
     for (const auto& i : other.intervals()) insert_range(i.lo, i.hi);
     return *this;
 }
