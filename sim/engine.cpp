@@ -157,7 +157,8 @@ struct FramePool {
     std::vector<void*> chunks;
     void* carve(std::size_t bytes) {
         if (bytes > left) {
-            chunks.reserve(chunks.size() + 1);
+            // Room first, so that push_back cannot throw and leak the chunk.
+            if (chunks.size() == chunks.capacity()) chunks.reserve(2 * chunks.size() + 1);
             next = static_cast<char*>(::operator new(kFrameChunk, std::align_val_t{64}));
             chunks.push_back(next);
             left = kFrameChunk;
@@ -212,6 +213,7 @@ void Simulation::resume_ready() {
         ready_.pop_front();
         Gpu::Handler h = std::move(*g->parked_);
         g->parked_.reset();
+        g->wait_ = Wait{};
         Gpu::resume(h);  // runs the rank until it suspends again or finishes
     }
 }

@@ -107,6 +107,12 @@ void throw_missing_key(int rank, const char* store, const Key& key) {
     throw PuzzleError(rank, store, kNoLayer, fmt::format("no entry {} (KeyError)", key.str()));
 }
 
+void throw_bad_size(const char* store, Size size) {
+    throw std::invalid_argument(fmt::format("the cost model gave a size of {}/{} for a value in {}: the denominator "
+                                            "must be positive",
+                                            size.num, size.den, store));
+}
+
 Size size_of(const CostModel& c, const Weight& v) { return c.weight(v.shards.size(), v.total); }
 Size size_of(const CostModel& c, const OptState& v) { return c.opt_state(v.shards.size(), v.total); }
 Size size_of(const CostModel& c, const Activation& v) { return c.activation(v.batches.size()); }

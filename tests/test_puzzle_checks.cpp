@@ -266,3 +266,36 @@ TEST_CASE("memory stays exact across several shard totals; stores grow past the 
         1, 1, 1);
     CHECK(r.trace.ranks[0].events.empty());
 }
+
+TEST_CASE("a cost model whose sizes have no positive denominator is a clear error") {
+    // The puzzle costs, except that a weight's size is given over 0.
+    struct ZeroDenominator final : CostModel {
+        const CostModel& p = puzzle_costs();
+        std::string time_unit() const override { return p.time_unit(); }
+        std::string memory_unit() const override { return p.memory_unit(); }
+        double forward(int l, const IdSet& b) const override { return p.forward(l, b); }
+        double backward(int l, const IdSet& b) const override { return p.backward(l, b); }
+        double loss(const IdSet& b) const override { return p.loss(b); }
+        double update(int l, std::int64_t s, int t) const override { return p.update(l, s, t); }
+        double collective(OpCode op, int l, Size s, int r) const override { return p.collective(op, l, s, r); }
+        double pass(Size s) const override { return p.pass(s); }
+        Size weight(std::int64_t k, int) const override { return {k, 0}; }
+        Size opt_state(std::int64_t k, int t) const override { return p.opt_state(k, t); }
+        Size weight_grad(std::int64_t k, int t) const override { return p.weight_grad(k, t); }
+        Size activation(std::int64_t n) const override { return p.activation(n); }
+        Size activation_grad(std::int64_t n) const override { return p.activation_grad(n); }
+    } costs;
+    std::string what;
+    try {
+        run_strategy(
+            [](Model& m) -> Task<> {
+                tie(m.weights[0], m.opt_states[0]) = m.load_weights(0);
+                co_return;
+            },
+            1, 1, 1, costs);
+    } catch (const std::exception& e) {
+        what = e.what();
+    }
+    CHECK(what.find("size of 1/0 for a value in weights") != std::string::npos);
+    CHECK(what.find("denominator must be positive") != std::string::npos);
+}

@@ -62,8 +62,11 @@ using Task = asio::awaitable<T, Executor>;
 #endif
 
 namespace detail {
-// Free lists of coroutine frames by size class (64-byte steps up to 4 KiB),
-// per thread; frames never return to the system before the thread ends.
+// Coroutine frames up to 4 KiB, by size class (64-byte steps): freed frames
+// go to a free list, new ones are carved one after another from 1 MiB chunks.
+// Per thread, and the chunks are freed when the thread ends: a frame must be
+// freed on the thread that allocated it, before that thread ends (dtsim runs
+// a simulation on one thread). Larger frames come from operator new.
 void* frame_allocate(std::size_t bytes);
 void frame_deallocate(void* p, std::size_t bytes) noexcept;
 }  // namespace detail
@@ -76,8 +79,8 @@ struct AwaitByPointer {
     A* a;
     bool await_ready() { return a->await_ready(); }
     template <class P>
-    void await_suspend(std::coroutine_handle<P> h) {
-        a->await_suspend(h);
+    decltype(auto) await_suspend(std::coroutine_handle<P> h) {
+        return a->await_suspend(h);
     }
     decltype(auto) await_resume() { return a->await_resume(); }
 };
@@ -209,6 +212,7 @@ public:
         double max_memory_time = 0;  // ...and its start
     };
     [[nodiscard]] const RankSummary& summary() const { return summary_; }
+    // What the rank waits for while parked (Kind::none once it runs again).
     [[nodiscard]] const Wait& waiting_for() const { return wait_; }
     [[nodiscard]] bool finished() const { return finished_; }
 
@@ -261,6 +265,7 @@ private:
     bool keep_events_ = true;
     bool finished_ = false;
 };
+static_assert(sizeof(Gpu) == 256, "a Gpu is four cache lines: every resumed rank streams them in");
 
 // A message in a mailbox.
 struct Message {
@@ -413,10 +418,9 @@ public:
     Task<> park(Gpu& gpu, const Wait& wait);
 #endif
     // Makes a parked rank ready; ready ranks resume in FIFO order.
-    void wake(Gpu& gpu) {
-        gpu.wait_ = Wait{};
-        ready_.push_back(&gpu);
-    }
+    // (Its wait is cleared when it resumes: waking thousands of ranks touches
+    // none of them, only the queue.)
+    void wake(Gpu& gpu) { ready_.push_back(&gpu); }
 
 private:
     struct Mailbox {

@@ -165,6 +165,8 @@ private:
 
 };
 
+static_assert(sizeof(Model) == 448, "a model is seven cache lines: every resumed rank streams them in");
+
 // The reference's Model.check: for every layer the final weights set by the
 // ranks all have step 1 and together are complete. Returns the first failure.
 template <class Models>

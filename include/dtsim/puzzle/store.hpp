@@ -13,8 +13,8 @@
 #include <limits>
 #include <new>
 #include <string>
+#include <type_traits>
 #include <utility>
-#include <vector>
 
 namespace dtsim::puzzle {
 
@@ -40,6 +40,8 @@ struct StoreContext {
 };
 
 [[noreturn]] void throw_missing_key(int rank, const char* store, const Key& key);
+// A cost model gave a size whose denominator is not positive.
+[[noreturn]] void throw_bad_size(const char* store, Size size);
 
 Size size_of(const CostModel& c, const Weight& v);
 Size size_of(const CostModel& c, const OptState& v);
@@ -106,28 +108,33 @@ public:
     }
 
     void set(const Key& k, V v) {
-        ctx_->meter->add(size(v));
+        const Size added = size(v);
         if (V* old = find(k)) {
+            ctx_->meter->add(added);
             ctx_->meter->sub(size(*old));
             *old = std::move(v);
             return;
         }
-        ++count_;
+        // A new entry: allocate first, so that a failed allocation leaves the
+        // count and the memory as they were.
         if (is_direct(k)) {
             const auto i = static_cast<std::uint32_t>(k.a);
             if (i < direct_size_) {
                 direct_[i].value = std::move(v);
                 direct_[i].used = true;
-                return;
+            } else {
+                // Appending (the usual case, layer after layer) constructs in place.
+                if (i >= direct_cap_)
+                    regrow(std::max<std::size_t>(std::size_t{i} + 1, std::size_t{direct_size_} * 2));
+                for (; direct_size_ < i; ++direct_size_) new (direct_ + direct_size_) Direct{};
+                new (direct_ + direct_size_) Direct{std::move(v), true};
+                ++direct_size_;
             }
-            // Appending (the usual case, layer after layer) constructs in place.
-            if (i >= direct_cap_) regrow(std::max<std::size_t>(std::size_t{i} + 1, std::size_t{direct_size_} * 2));
-            for (; direct_size_ < i; ++direct_size_) new (direct_ + direct_size_) Direct{};
-            new (direct_ + direct_size_) Direct{std::move(v), true};
-            ++direct_size_;
-            return;
+        } else {
+            hashed_ = Hashed::insert(hashed_, k, std::move(v));
         }
-        hashed_ = Hashed::insert(hashed_, k, std::move(v));
+        ++count_;
+        ctx_->meter->add(added);
     }
 
     void erase(const Key& k) {
@@ -165,6 +172,7 @@ private:
         const SizeKey k = size_key(v);
         if (k.count == memo_.count && k.total == memo_.total) return {memo_.num, memo_.den};
         const Size s = size_of(*ctx_->costs, v);
+        if (s.den <= 0) throw_bad_size(name(), s);
         if (k.total >= 0 && k.total <= std::numeric_limits<std::int32_t>::max() && s.den > 0 &&
             s.den <= std::numeric_limits<std::int32_t>::max()) {
             memo_ = {k.count, s.num, static_cast<std::int32_t>(k.total), static_cast<std::int32_t>(s.den)};
@@ -259,6 +267,10 @@ private:
             s[hole] = Entry{};
         }
     };
+    // regrow and the table's growth move values and cannot undo a throwing move;
+    // the slots after the table's header are aligned by operator new's default.
+    static_assert(std::is_nothrow_move_constructible_v<V> && std::is_nothrow_move_assignable_v<V>);
+    static_assert(alignof(Entry) <= __STDCPP_DEFAULT_NEW_ALIGNMENT__);
     static constexpr std::int64_t kDirectLimit = 1 << 20;
     [[nodiscard]] static bool is_direct(const Key& k) { return k.b == Key::kNone && k.a >= 0 && k.a < kDirectLimit; }
     const V* find(const Key& k) const {
