@@ -107,7 +107,7 @@ public:
         if (n > direct_cap_) regrow(n);
     }
 
-    void set(const Key& k, V v) {
+    void set(const Key& k, V&& v) {
         const Size added = size(v);
         if (V* old = find(k)) {
             ctx_->meter->add(added);
@@ -230,25 +230,28 @@ private:
             }
         }
         // Inserts a key that is not present; returns the table (a new one when it grew).
-        static Hashed* insert(Hashed* h, const Key& k, V v) {
+        static Hashed* insert(Hashed* h, const Key& k, V&& v) {
             if (!h) h = make(kFirstCapacity);
             if ((h->count + 1) * 4 > h->capacity * 3) {
                 Hashed* bigger = make(h->capacity * 2);
                 for (std::uint32_t i = 0; i < h->capacity; ++i) {
                     Entry& e = h->slots()[i];
-                    if (e.used) bigger->place(std::move(e));
+                    if (e.used) bigger->place(e.key, std::move(e.value));
                 }
                 destroy(h);
                 h = bigger;
             }
-            h->place(Entry{k, std::move(v), true});
+            h->place(k, std::move(v));
             return h;
         }
-        void place(Entry&& e) {
+        void place(const Key& k, V&& v) {
             ++count;
-            std::size_t i = home(e.key);
+            std::size_t i = home(k);
             while (slots()[i].used) i = (i + 1) & mask();
-            slots()[i] = std::move(e);
+            Entry& e = slots()[i];
+            e.key = k;
+            e.value = std::move(v);
+            e.used = true;
         }
         void erase(Entry* e) {
             --count;
