@@ -325,8 +325,12 @@ public:
     operator const V&() const { return store_->get(key_); }  // NOLINT: implicit by design
     [[nodiscard]] const V& get() const { return store_->get(key_); }
     const V* operator->() const { return &get(); }
-    Slot& operator=(V v) {
+    Slot& operator=(V&& v) {
         store_->set(key_, std::move(v));
+        return *this;
+    }
+    Slot& operator=(const V& v) {
+        store_->set(key_, V(v));
         return *this;
     }
     Slot& operator=(const Slot& other) {  // copies the value, as `d[a] = d[b]`
