@@ -166,20 +166,29 @@ public:
     // Appends an event starting now and advances the clock by `duration`
     // (`clock += duration`, in binary64, as the reference does). The reference
     // is valid until the next event is recorded.
-    Event& record(OpCode op, std::int32_t layer, double duration, double memory, IdSet batches = {}) {
-        Event& e = record_at(op, layer, Stream::compute, clock_, duration, memory, std::move(batches));
+    // (The batches are taken by reference, const or rvalue, down to where they are stored.)
+    template <class B = IdSet>
+        requires std::is_same_v<std::remove_cvref_t<B>, IdSet>
+    Event& record(OpCode op, std::int32_t layer, double duration, double memory, B&& batches = IdSet{}) {
+        Event& e = record_at(op, layer, Stream::compute, clock_, duration, memory, std::forward<B>(batches));
         clock_ += duration;
         return e;
     }
 
     // Appends an event at an explicit start time on `stream`, leaving the clock
     // alone (for work on a second stream that overlaps the compute stream).
+    template <class B = IdSet>
+        requires std::is_same_v<std::remove_cvref_t<B>, IdSet>
     Event& record_at(OpCode op, std::int32_t layer, Stream stream, double start, double duration, double memory,
-                     IdSet batches = {}) {
-        if (!keep_events_) return fold_into_summary(op, layer, stream, start, duration, memory, std::move(batches));
+                     B&& batches = IdSet{}) {
+        if (!keep_events_) {
+            fold_into_summary(op, layer, stream, start, duration, memory);
+            last_.batches = std::forward<B>(batches);
+            return last_;
+        }
         if (events_.size() == events_.capacity()) grow_events();
         // Constructed in place: the new (cold) cache line is only written, never read.
-        return events_.emplace_back(op, stream, layer, start, duration, memory, std::move(batches));
+        return events_.emplace_back(op, stream, layer, start, duration, memory, std::forward<B>(batches));
     }
 
     // Room for `n` events without reallocating (a hint; the log grows anyway).
@@ -232,15 +241,15 @@ private:
     friend void detail::park_handle(Gpu& gpu, std::coroutine_handle<P> h);
     void grow_events();
     [[nodiscard]] std::string fmt_event_at_error(std::size_t i) const;
-    Event& fold_into_summary(OpCode op, std::int32_t layer, Stream stream, double start, double duration,
-                             double memory, IdSet batches) {
+    // The last event (but its batches, which the caller stores) and the running summary.
+    void fold_into_summary(OpCode op, std::int32_t layer, Stream stream, double start, double duration,
+                           double memory) {
         last_.op = op;
         last_.stream = stream;
         last_.layer = layer;
         last_.start = start;
         last_.duration = duration;
         last_.memory = memory;
-        last_.batches = std::move(batches);
         last_.bytes = 0;
         last_.flops = 0;
         RankSummary& s = summary_;
@@ -250,7 +259,6 @@ private:
             s.max_memory = memory;
             s.max_memory_time = start;
         }
-        return last_;
     }
     // Four cache lines, all of which a resumed rank touches: the last event
     // (aligned to a line) first, the rest packed behind it.
