@@ -180,26 +180,21 @@ thread_local FramePool frame_pool;
 
 void* frame_allocate(std::size_t bytes) {
     const std::size_t c = (bytes + kFrameStep - 1) / kFrameStep;
-    void* raw = nullptr;
-    if (c < kFrameClasses && frame_pool.free[c]) {
-        raw = frame_pool.free[c];
-        frame_pool.free[c] = frame_pool.free[c]->next;
-    } else if (c < kFrameClasses) {
-        raw = frame_pool.carve(c * kFrameStep);
-    } else {
-        raw = ::operator new(bytes);
+    if (c >= kFrameClasses) return ::operator new(bytes);
+    if (FreeFrame* f = frame_pool.free[c]) {
+        frame_pool.free[c] = f->next;
+        return f;
     }
-    return raw;
+    return frame_pool.carve(c * kFrameStep);
 }
 
 void frame_deallocate(void* p, std::size_t bytes) noexcept {
-    void* raw = p;
     const std::size_t c = (bytes + kFrameStep - 1) / kFrameStep;
     if (c >= kFrameClasses) {
-        ::operator delete(raw);
+        ::operator delete(p);
         return;
     }
-    auto* f = static_cast<FreeFrame*>(raw);
+    auto* f = static_cast<FreeFrame*>(p);
     f->next = frame_pool.free[c];
     frame_pool.free[c] = f;
 }

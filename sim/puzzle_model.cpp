@@ -138,8 +138,7 @@ Model::Model(Gpu& g, int layers, int batches, const CostModel& costs)
       RANKS(g.sim().ranks()),
       LAYERS(layers),
       BATCHES(batches),
-      costs_(&costs),
-      ctx_{this, &meter_, &costs, g.rank()},
+      ctx_{&meter_, &costs, g.rank()},
       weights(&ctx_),
       opt_states(&ctx_),
       activations(&ctx_),
@@ -183,7 +182,7 @@ Activation Model::get_activation(IdSet batches) { return Activation{0, std::move
 WeightGrad Model::fake_grad(int layer, IdSet batches) { return WeightGrad{layer, std::move(batches)}; }
 
 Activation Model::forward(int layer, const Activation& inp, const Weight& weight) {
-    gpu.record(ops::forward, layer, costs_->forward(layer, inp.batches), memory(), inp.batches);
+    gpu.record(ops::forward, layer, ctx_.costs->forward(layer, inp.batches), memory(), inp.batches);
     if (!weight.is_complete())
         fail("forward", layer, fmt::format("weight is incomplete ({}); allgather it first", weight.str()));
     if (weight.layer != layer)
@@ -195,7 +194,7 @@ Activation Model::forward(int layer, const Activation& inp, const Weight& weight
 
 std::pair<WeightGrad, ActivationGrad> Model::backward(int layer, const Activation& inp, const ActivationGrad& grad,
                                                       const Weight& weight) {
-    gpu.record(ops::backward, layer, costs_->backward(layer, inp.batches), memory(), inp.batches);
+    gpu.record(ops::backward, layer, ctx_.costs->backward(layer, inp.batches), memory(), inp.batches);
     if (!weight.is_complete())
         fail("backward", layer, fmt::format("weight is incomplete ({}); allgather it first", weight.str()));
     if (weight.layer != layer)
@@ -211,7 +210,7 @@ std::pair<WeightGrad, ActivationGrad> Model::backward(int layer, const Activatio
 }
 
 ActivationGrad Model::loss(const Activation& inp) {
-    gpu.record(ops::loss, LAYERS, costs_->loss(inp.batches), memory());
+    gpu.record(ops::loss, LAYERS, ctx_.costs->loss(inp.batches), memory());
     if (inp.layer != LAYERS)
         fail("loss", LAYERS, fmt::format("input should be the final layer {}, got {}", LAYERS, inp.str()));
     return ActivationGrad{LAYERS - 1, inp.batches};
@@ -237,11 +236,11 @@ std::pair<Weight, OptState> Model::update(int layer, const WeightGrad& wg, const
         fail("update", layer, fmt::format("weight is at step {} but optimizer state at step {}", weight.step, opt.step));
     OptState new_opt{layer, opt.step + 1, opt.shards, opt.total};
     Weight new_weight{layer, weight.step + 1, weight.shards, weight.total};
-    gpu.record(ops::update, kNoLayer, costs_->update(layer, weight.shards.size(), weight.total), memory());
+    gpu.record(ops::update, kNoLayer, ctx_.costs->update(layer, weight.shards.size(), weight.total), memory());
     return {std::move(new_weight), std::move(new_opt)};
 }
 
-double Model::collective_time(OpCode op, int layer, Size s) const { return costs_->collective(op, layer, s, RANKS); }
+double Model::collective_time(OpCode op, int layer, Size s) const { return ctx_.costs->collective(op, layer, s, RANKS); }
 
 // A collective suspends the strategy's coroutine in the communicator's round
 // (no frame of its own). `fold` combines the members' values (a failure names
@@ -273,7 +272,7 @@ template struct CollectiveFinish<WeightGrad>;
 
 template <class V>
 Collective<V> Model::collective(OpCode op, int layer, V v, void (*fold)(V&, const V&), V (*mine)(Model&, int, V&&)) {
-    const double d = collective_time(op, layer, size_of(*costs_, v));
+    const double d = collective_time(op, layer, size_of(*ctx_.costs, v));
     return gpu.sim().world().collective(gpu, op, layer, std::move(v), CollectiveFold<V>{this, op, layer, fold},
                                         CollectiveFinish<V>{this, op, layer, d, mine});
 }
@@ -317,7 +316,7 @@ Collective<WeightGrad> Model::scatterreduce(const WeightGrad& v, int layer) {
 }
 
 Task<> Model::pass_any(int dst, std::any v, Size size) {
-    const double d = costs_->pass(size);
+    const double d = ctx_.costs->pass(size);
     gpu.record(ops::pass, kNoLayer, d, memory());
     Message m{std::move(v), gpu.clock(), d, rank};
     co_await gpu.sim().send(gpu, dst, std::move(m));
@@ -407,10 +406,7 @@ RunResult run_strategy(Strategy strategy, int layers, int batches, int ranks, co
         summarize(t);
     } else {
         SummaryFold fold;
-        for (int r = 0; r < ranks; ++r) {
-            const auto& s = sim.gpu(r).summary();
-            fold.add_rank(r, s.events, s.last_start, s.makespan, s.max_memory, s.max_memory_time);
-        }
+        for (int r = 0; r < ranks; ++r) fold.add_rank(r, sim.gpu(r).summary());
         t.summary = fold.summary;
     }
     t.summary.correct = !out.check_error.has_value();

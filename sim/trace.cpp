@@ -76,17 +76,9 @@ void summarize(Trace& trace) {
     // Per rank, then across ranks in rank order: the rule runs that keep no events use too.
     SummaryFold fold;
     for (const auto& r : trace.ranks) {
-        if (r.events.empty()) continue;
-        double makespan = 0, max_memory = 0, max_memory_time = 0;
-        for (std::size_t i = 0; i < r.events.size(); ++i) {
-            const Event& e = r.events[i];
-            makespan = std::max(makespan, e.end());
-            if (i == 0 || e.memory > max_memory) {
-                max_memory = e.memory;
-                max_memory_time = e.start;
-            }
-        }
-        fold.add_rank(r.rank, r.events.size(), r.events.back().start, makespan, max_memory, max_memory_time);
+        RankSummary s;
+        for (const Event& e : r.events) s.add(e.start, e.end(), e.memory);
+        fold.add_rank(r.rank, s);
     }
     fold.summary.correct = trace.summary.correct;
     trace.summary = fold.summary;

@@ -94,21 +94,38 @@ struct Trace {
 // computed from the events; `correct` is left untouched.
 void summarize(Trace& trace);
 
-// The same figures, folded one rank at a time from per-rank summaries (for
-// runs that keep no events): start with an empty Summary, fold ranks in rank order.
+// One rank's share of the summary, folded event by event in the rank's order:
+// summarize() folds a trace's events, a rank that keeps no events folds them
+// as they are recorded (Gpu::summary).
+struct RankSummary {
+    std::size_t events = 0;
+    double last_start = 0;       // start of the last event
+    double makespan = 0;         // latest end
+    double max_memory = 0;       // the first event with the highest memory...
+    double max_memory_time = 0;  // ...and its start
+    void add(double start, double end, double memory) {
+        last_start = start;
+        makespan = std::max(makespan, end);
+        if (events++ == 0 || memory > max_memory) {
+            max_memory = memory;
+            max_memory_time = start;
+        }
+    }
+};
+
+// The summary, folded from the ranks' shares in rank order.
 struct SummaryFold {
     Summary summary;
     bool have_memory = false;
-    void add_rank(int rank, std::size_t events, double last_start, double makespan, double max_memory,
-                  double max_memory_time) {
-        if (events == 0) return;
-        summary.timesteps = std::max(summary.timesteps, last_start);
-        summary.makespan = std::max(summary.makespan, makespan);
-        if (!have_memory || max_memory > summary.max_memory) {
+    void add_rank(int rank, const RankSummary& r) {
+        if (r.events == 0) return;
+        summary.timesteps = std::max(summary.timesteps, r.last_start);
+        summary.makespan = std::max(summary.makespan, r.makespan);
+        if (!have_memory || r.max_memory > summary.max_memory) {
             have_memory = true;
-            summary.max_memory = max_memory;
+            summary.max_memory = r.max_memory;
             summary.max_memory_rank = rank;
-            summary.max_memory_time = max_memory_time;
+            summary.max_memory_time = r.max_memory_time;
         }
     }
 };

@@ -92,8 +92,7 @@ public:
 private:
     // What a resumed rank touches first sits in the first two cache lines;
     // each store is one more line.
-    const CostModel* costs_;
-    StoreContext ctx_;
+    StoreContext ctx_;  // the meter, the cost model and the rank
     MemoryMeter meter_;
     std::vector<std::optional<Weight>> final_weights_;  // by layer
 
@@ -132,9 +131,9 @@ public:
     Task<> pass_to(int dst, const T& v) {
         if constexpr (is_slot<T>::value) {
             using V = std::remove_cvref_t<decltype(v.get())>;
-            return pass_any(dst, std::any(V(v.get())), size_of(*costs_, v.get()));
+            return pass_any(dst, std::any(V(v.get())), size_of(*ctx_.costs, v.get()));
         } else if constexpr (requires { size_of(std::declval<const CostModel&>(), v); }) {
-            return pass_any(dst, std::any(v), size_of(*costs_, v));
+            return pass_any(dst, std::any(v), size_of(*ctx_.costs, v));
         } else {
             return pass_any(dst, std::any(v), Size{0, 1});
         }
@@ -149,7 +148,7 @@ public:
     // Python's `assert cond, message` inside a strategy: a PuzzleError naming this rank.
     void require(bool cond, const std::string& message) const;
 
-    [[nodiscard]] const CostModel& costs() const { return *costs_; }
+    [[nodiscard]] const CostModel& costs() const { return *ctx_.costs; }
 
 private:
     template <class V>

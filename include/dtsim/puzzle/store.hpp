@@ -29,11 +29,9 @@ struct Key {
     [[nodiscard]] std::string str() const;  // "3" or "(3, 0)"
 };
 
-class Model;
-
-// Where a store reports missing keys and finds its memory meter and sizes.
+// Where a store reports missing keys and finds its memory meter and sizes
+// (its model's, shared by the model's five stores).
 struct StoreContext {
-    Model* model = nullptr;
     MemoryMeter* meter = nullptr;
     const CostModel* costs = nullptr;
     int rank = 0;
@@ -173,7 +171,7 @@ private:
         if (k.count == memo_.count && k.total == memo_.total) return {memo_.num, memo_.den};
         const Size s = size_of(*ctx_->costs, v);
         if (s.den <= 0) throw_bad_size(name(), s);
-        if (k.total >= 0 && k.total <= std::numeric_limits<std::int32_t>::max() && s.den > 0 &&
+        if (k.total >= 0 && k.total <= std::numeric_limits<std::int32_t>::max() &&
             s.den <= std::numeric_limits<std::int32_t>::max()) {
             memo_ = {k.count, s.num, static_cast<std::int32_t>(k.total), static_cast<std::int32_t>(s.den)};
         }
