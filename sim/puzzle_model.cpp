@@ -132,13 +132,14 @@ void Received::throw_wrong_type(const char* expected) const {
                                   expected));
 }
 
-Model::Model(Gpu& g, int layers, int batches, const CostModel& costs)
+Model::Model(Gpu& g, int layers, int batches, const CostModel& costs, StoreArenas* arenas)
     : gpu(g),
       rank(g.rank()),
       RANKS(g.sim().ranks()),
       LAYERS(layers),
       BATCHES(batches),
       ctx_{&meter_, &costs, g.rank()},
+      arenas_(arenas),
       weights(&ctx_),
       opt_states(&ctx_),
       activations(&ctx_),
@@ -147,14 +148,31 @@ Model::Model(Gpu& g, int layers, int batches, const CostModel& costs)
     // Keys are mostly layers: reserving them up front allocates each rank's
     // stores once and together, in rank order, instead of by repeated doubling.
     const auto n = static_cast<std::size_t>(layers) + 1;
-    weights.reserve(n);
-    opt_states.reserve(n);
-    activations.reserve(n);
-    grad_activations.reserve(n);
-    grad_weights.reserve(n);
+    if (arenas) {
+        weights.attach(arenas->weights, rank);
+        opt_states.attach(arenas->opt_states, rank);
+        activations.attach(arenas->activations, rank);
+        grad_activations.attach(arenas->grad_activations, rank);
+        grad_weights.attach(arenas->grad_weights, rank);
+    } else {
+        weights.reserve(n);
+        opt_states.reserve(n);
+        activations.reserve(n);
+        grad_activations.reserve(n);
+        grad_weights.reserve(n);
+    }
     // A forward, a backward and an update per layer and up to three collectives:
     // the data-parallel strategies' events fit without reallocating.
     g.reserve_events(6 * n);
+}
+
+Model::~Model() {
+    if (!arenas_) return;
+    weights.detach(arenas_->weights, rank);
+    opt_states.detach(arenas_->opt_states, rank);
+    activations.detach(arenas_->activations, rank);
+    grad_activations.detach(arenas_->grad_activations, rank);
+    grad_weights.detach(arenas_->grad_weights, rank);
 }
 
 void Model::fail(const char* op, int layer, const std::string& what) const {
@@ -387,8 +405,9 @@ RunResult run_strategy(Strategy strategy, int layers, int batches, int ranks, co
             fmt::format("layers, batches and ranks must be at least 1 (got {}, {}, {})", layers, batches, ranks));
     Simulation sim(ranks);
     sim.keep_events(keep == Keep::events);
+    StoreArenas arenas(ranks, layers);                           // outlives the models
     FixedArray<Model> models(static_cast<std::size_t>(ranks));  // side by side, in rank order
-    for (int r = 0; r < ranks; ++r) models.emplace_back(sim.gpu(r), layers, batches, costs);
+    for (int r = 0; r < ranks; ++r) models.emplace_back(sim.gpu(r), layers, batches, costs, &arenas);
     sim.run([&](Gpu& g) { return strategy(models[static_cast<std::size_t>(g.rank())]); });
 
     RunResult out;

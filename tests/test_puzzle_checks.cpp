@@ -267,6 +267,54 @@ TEST_CASE("memory stays exact across several shard totals; stores grow past the 
     CHECK(r.trace.ranks[0].events.empty());
 }
 
+TEST_CASE("a run's stores keep layer keys in its arena, rank by rank; a key past the arena moves them out") {
+    // Three ranks, so entries of neighbouring ranks sit side by side; batch
+    // sets of several intervals own heap memory, which the arena or the
+    // store must free exactly once (the sanitizer build checks it).
+    auto r = run_strategy(
+        [](Model& m) -> Task<> {
+            const int me = m.rank;
+            auto batches = [me](int k) { return IdSet{me, me + 2, 10 + k}; };
+            for (int k = 0; k <= m.LAYERS; ++k) m.activations[k] = m.get_activation(batches(k));
+            for (int k = 0; k <= m.LAYERS; ++k)
+                m.require(m.activations[k]->batches == batches(k), "arena entry " + std::to_string(k));
+            if (me == 1) {
+                m.activations[7] = m.get_activation(batches(7));  // past the arena: an array of its own
+                for (int k = 0; k <= m.LAYERS; ++k)
+                    m.require(m.activations[k]->batches == batches(k), "moved entry " + std::to_string(k));
+                m.require(len(m.activations) == static_cast<std::size_t>(m.LAYERS) + 2, "count after the move");
+            }
+            if (me == 2) del(m.activations[0]);
+            co_await m.allreduce(m.fake_grad(0, {me}), 0);  // the ranks' entries interleave in time too
+            for (int k = me == 2 ? 1 : 0; k <= m.LAYERS; ++k)
+                m.require(m.activations[k]->batches == batches(k), "after the collective " + std::to_string(k));
+        },
+        2, 3, 3);
+    CHECK(r.check_error.has_value());  // no final weights: the schedule is incomplete, the stores are what is tested
+}
+
+TEST_CASE("a store attached to an arena frees its entries itself unless it hands them back") {
+    MemoryMeter meter;
+    const StoreContext ctx0{&meter, &puzzle_costs(), 0};
+    const StoreContext ctx1{&meter, &puzzle_costs(), 1};
+    StoreArena<Activation> arena(2, 3);  // declared first: outlives the stores
+    Store<Activation> a(&ctx0);
+    Store<Activation> b(&ctx1);
+    a.attach(arena, 0);
+    b.attach(arena, 1);
+    a[0] = Activation{0, IdSet{1, 5}};
+    b[0] = Activation{0, IdSet{2, 7}};
+    b[2] = Activation{2, IdSet{3, 9}};
+    CHECK(a.get(0).batches == IdSet{1, 5});
+    CHECK(b.get(0).batches == IdSet{2, 7});
+    CHECK(b.get(2).batches == IdSet{3, 9});
+    CHECK_FALSE(a.contains(2));
+    CHECK(len(a) == 1);
+    CHECK(len(b) == 2);
+    b.detach(arena, 1);  // the arena destroys b's three constructed entries; a destroys its own
+    CHECK(len(a) == 1);
+}
+
 TEST_CASE("a cost model whose sizes have no positive denominator is a clear error") {
     // The puzzle costs, except that a weight's size is given over 0.
     struct ZeroDenominator final : CostModel {

@@ -77,9 +77,29 @@ struct CollectiveFinish {
 template <class V>
 using Collective = Communicator::Arriving<V, CollectiveFold<V>, CollectiveFinish<V>>;
 
+// The arenas of a run's five stores, with room for keys 0..layers (see
+// StoreArena): what run_strategy gives its models.
+struct StoreArenas {
+    StoreArenas(int ranks, int layers)
+        : weights(ranks, layers + 1),
+          opt_states(ranks, layers + 1),
+          activations(ranks, layers + 1),
+          grad_activations(ranks, layers + 1),
+          grad_weights(ranks, layers + 1) {}
+    StoreArena<Weight> weights;
+    StoreArena<OptState> opt_states;
+    StoreArena<Activation> activations;
+    StoreArena<ActivationGrad> grad_activations;
+    StoreArena<WeightGrad> grad_weights;
+};
+
 class Model {
 public:
-    Model(Gpu& gpu, int layers, int batches, const CostModel& costs = puzzle_costs());
+    // With `arenas` (which must outlive the model), the stores keep their
+    // layer keys there; without, each store has an array of its own.
+    Model(Gpu& gpu, int layers, int batches, const CostModel& costs = puzzle_costs(),
+          StoreArenas* arenas = nullptr);
+    ~Model();
     Model(const Model&) = delete;
     Model& operator=(const Model&) = delete;
 
@@ -94,6 +114,7 @@ private:
     // each store is one more line.
     StoreContext ctx_;  // the meter, the cost model and the rank
     MemoryMeter meter_;
+    StoreArenas* arenas_;  // where the stores keep their layer keys, or null
     std::vector<std::optional<Weight>> final_weights_;  // by layer
 
 public:

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <new>
 #include <string>
 #include <type_traits>
@@ -63,6 +64,54 @@ inline SizeKey size_key(const WeightGrad& v) { return {v.shards.size(), v.total}
 template <class V>
 class Slot;
 
+// A store's entry for a plain key (its value and whether the key is present).
+template <class V>
+struct StoreEntry {
+    V value{};
+    bool used = false;
+};
+
+// The memory for the plain-key entries (keys 0..keys-1) of one value type's
+// store on every rank of a run, key-major: key k of rank r is entry
+// k * ranks + r. A collective releases the ranks in rank order and each then
+// touches the same few keys, so a sweep over the ranks walks each key's row
+// forward instead of jumping from one rank's array to the next. A store
+// constructs its entries as it needs them; when its model ends it hands them
+// back (adopt), and the arena destroys them in memory order.
+template <class V>
+class StoreArena {
+public:
+    StoreArena(int ranks, int keys)
+        : ranks_(static_cast<std::uint32_t>(ranks)),
+          keys_(static_cast<std::uint32_t>(keys)),
+          data_(static_cast<StoreEntry<V>*>(::operator new(std::size_t{ranks_} * keys_ * sizeof(StoreEntry<V>),
+                                                          std::align_val_t{alignof(StoreEntry<V>)}))),
+          constructed_(new std::uint32_t[ranks_]()) {}
+    StoreArena(const StoreArena&) = delete;
+    StoreArena& operator=(const StoreArena&) = delete;
+    ~StoreArena() {
+        if constexpr (!std::is_trivially_destructible_v<StoreEntry<V>>) {
+            for (std::uint32_t k = 0; k < keys_; ++k)
+                for (std::uint32_t r = 0; r < ranks_; ++r)
+                    if (k < constructed_[r]) data_[std::size_t{k} * ranks_ + r].~StoreEntry<V>();
+        }
+        ::operator delete(data_, std::align_val_t{alignof(StoreEntry<V>)});
+    }
+
+    // Rank r's entry for key 0; key k is `ranks()` entries further on.
+    [[nodiscard]] StoreEntry<V>* first(int rank) const { return data_ + rank; }
+    [[nodiscard]] std::uint32_t ranks() const { return ranks_; }
+    [[nodiscard]] std::uint32_t keys() const { return keys_; }
+    // Rank r's entries for keys 0..n-1 are constructed; the arena destroys them.
+    void adopt(int rank, std::uint32_t n) { constructed_[rank] = n; }
+
+private:
+    std::uint32_t ranks_;
+    std::uint32_t keys_;
+    StoreEntry<V>* data_;
+    std::unique_ptr<std::uint32_t[]> constructed_;  // by rank: entries adopted
+};
+
 // Each value type has one store; its name is the reference's dict name (errors name it).
 template <class V>
 constexpr const char* store_name();
@@ -104,6 +153,26 @@ public:
     void reserve(std::size_t n) {
         if (n > direct_cap_) regrow(n);
     }
+    // Keeps the plain keys 0..arena.keys()-1 in `arena`'s entries for `rank`
+    // (which must outlive the store); later keys move them to an array of its own.
+    void attach(const StoreArena<V>& arena, int rank) {
+        destroy_direct();
+        direct_ = arena.first(rank);
+        direct_cap_ = arena.keys();
+        stride_ = arena.ranks();
+        owned_ = false;
+    }
+    // At the end of the store's life: leaves the entries kept in `arena` (the
+    // one attached) to it, which destroys them with every other rank's, in
+    // memory order (a store destroying its own would visit one line per entry).
+    void detach(StoreArena<V>& arena, int rank) {
+        if (owned_ || !direct_) return;
+        arena.adopt(rank, direct_size_);
+        direct_ = nullptr;
+        direct_size_ = direct_cap_ = 0;
+        stride_ = 1;
+        owned_ = true;
+    }
 
     void set(const Key& k, V&& v) {
         const Size added = size(v);
@@ -118,14 +187,14 @@ public:
         if (is_direct(k)) {
             const auto i = static_cast<std::uint32_t>(k.a);
             if (i < direct_size_) {
-                direct_[i].value = std::move(v);
-                direct_[i].used = true;
+                at(i).value = std::move(v);
+                at(i).used = true;
             } else {
                 // Appending (the usual case, layer after layer) constructs in place.
                 if (i >= direct_cap_)
                     regrow(std::max<std::size_t>(std::size_t{i} + 1, std::size_t{direct_size_} * 2));
-                for (; direct_size_ < i; ++direct_size_) new (direct_ + direct_size_) Direct{};
-                new (direct_ + direct_size_) Direct{std::move(v), true};
+                for (; direct_size_ < i; ++direct_size_) new (&at(direct_size_)) Direct{};
+                new (&at(direct_size_)) Direct{std::move(v), true};
                 ++direct_size_;
             }
         } else {
@@ -138,11 +207,12 @@ public:
     void erase(const Key& k) {
         if (is_direct(k)) {
             const auto i = static_cast<std::uint32_t>(k.a);
-            if (i >= direct_size_ || !direct_[i].used) throw_missing_key(ctx_->rank, name(), k);
-            ctx_->meter->sub(size(direct_[i].value));
+            if (i >= direct_size_ || !at(i).used) throw_missing_key(ctx_->rank, name(), k);
+            Direct& d = at(i);
+            ctx_->meter->sub(size(d.value));
             --count_;
-            direct_[i].value = V{};
-            direct_[i].used = false;
+            d.value = V{};
+            d.used = false;
             return;
         }
         Entry* e = hashed_ ? hashed_->find(k) : nullptr;
@@ -155,7 +225,7 @@ public:
     template <class F>
     void for_each(F&& f) const {
         for (std::uint32_t i = 0; i < direct_size_; ++i)
-            if (direct_[i].used) f(Key(static_cast<std::int64_t>(i)), direct_[i].value);
+            if (at(i).used) f(Key(static_cast<std::int64_t>(i)), at(i).value);
         if (hashed_)
             for (std::uint32_t i = 0; i < hashed_->capacity; ++i) {
                 const Entry& e = hashed_->slots()[i];
@@ -168,12 +238,16 @@ private:
     // a pure function of it, and a virtual call away).
     Size size(const V& v) {
         const SizeKey k = size_key(v);
-        if (k.count == memo_.count && k.total == memo_.total) return {memo_.num, memo_.den};
+        if (k.count == memo_count_ && k.total == memo_total_) return {memo_num_, memo_den_};
         const Size s = size_of(*ctx_->costs, v);
         if (s.den <= 0) throw_bad_size(name(), s);
-        if (k.total >= 0 && k.total <= std::numeric_limits<std::int32_t>::max() &&
-            s.den <= std::numeric_limits<std::int32_t>::max()) {
-            memo_ = {k.count, s.num, static_cast<std::int32_t>(k.total), static_cast<std::int32_t>(s.den)};
+        // Remembered when the key and the denominator fit in 32 bits (they do for the puzzle's sizes).
+        constexpr std::int64_t hi = std::numeric_limits<std::int32_t>::max();
+        if (k.count >= 0 && k.count <= hi && k.total >= 0 && k.total <= hi && s.den <= hi) {
+            memo_count_ = static_cast<std::int32_t>(k.count);
+            memo_total_ = static_cast<std::int32_t>(k.total);
+            memo_num_ = s.num;
+            memo_den_ = static_cast<std::int32_t>(s.den);
         }
         return s;
     }
@@ -182,10 +256,7 @@ private:
     // array directly, so loops over layers walk memory forward and the key is
     // the index; pairs `{l, r}` and unusual keys go to an open-addressing hash
     // table, allocated on first use.
-    struct Direct {
-        V value{};
-        bool used = false;
-    };
+    using Direct = StoreEntry<V>;
     struct Entry {
         Key key{0};
         V value{};
@@ -277,40 +348,45 @@ private:
     const V* find(const Key& k) const {
         if (is_direct(k)) {
             const auto i = static_cast<std::uint32_t>(k.a);
-            return i < direct_size_ && direct_[i].used ? &direct_[i].value : nullptr;
+            return i < direct_size_ && at(i).used ? &at(i).value : nullptr;
         }
         const Entry* e = hashed_ ? hashed_->find(k) : nullptr;
         return e ? &e->value : nullptr;
     }
     V* find(const Key& k) { return const_cast<V*>(std::as_const(*this).find(k)); }
+    // Entry i: `stride_` entries apart in an arena, next to each other in an array of the store's own.
+    Direct& at(std::uint32_t i) const { return direct_[std::size_t{i} * stride_]; }
     void regrow(std::size_t n) {
         auto* fresh = static_cast<Direct*>(::operator new(n * sizeof(Direct), std::align_val_t{alignof(Direct)}));
-        for (std::uint32_t i = 0; i < direct_size_; ++i) new (fresh + i) Direct{std::move(direct_[i])};
+        for (std::uint32_t i = 0; i < direct_size_; ++i) new (fresh + i) Direct{std::move(at(i))};
         const std::uint32_t size = direct_size_;
         destroy_direct();
         direct_ = fresh;
         direct_size_ = size;
         direct_cap_ = static_cast<std::uint32_t>(n);
+        stride_ = 1;
+        owned_ = true;
     }
+    // Destroys the entries; frees the array unless it is an arena's.
     void destroy_direct() {
-        for (std::uint32_t i = 0; i < direct_size_; ++i) direct_[i].~Direct();
-        if (direct_) ::operator delete(direct_, std::align_val_t{alignof(Direct)});
+        for (std::uint32_t i = 0; i < direct_size_; ++i) at(i).~Direct();
+        if (direct_ && owned_) ::operator delete(direct_, std::align_val_t{alignof(Direct)});
         direct_ = nullptr;
         direct_size_ = direct_cap_ = 0;
     }
 
     const StoreContext* ctx_;
     Direct* direct_ = nullptr;
+    Hashed* hashed_ = nullptr;
+    std::int64_t memo_num_ = 0;  // the size remembered for (memo_count_, memo_total_) is memo_num_ / memo_den_
     std::uint32_t direct_size_ = 0;
     std::uint32_t direct_cap_ = 0;
-    Hashed* hashed_ = nullptr;
     std::uint32_t count_ = 0;
-    struct Memo {
-        std::int64_t count = -1;
-        std::int64_t num = 0;
-        std::int32_t total = -1;
-        std::int32_t den = 1;
-    } memo_;
+    std::uint32_t stride_ = 1;  // entries between consecutive keys
+    std::int32_t memo_count_ = -1;
+    std::int32_t memo_total_ = -1;
+    std::int32_t memo_den_ = 1;
+    bool owned_ = true;  // whether direct_ is the store's own array (else an arena's)
 };
 static_assert(sizeof(Store<WeightGrad>) == 64, "a store header is one cache line");
 
