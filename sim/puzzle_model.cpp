@@ -260,77 +260,81 @@ std::pair<Weight, OptState> Model::update(int layer, const WeightGrad& wg, const
 
 double Model::collective_time(OpCode op, int layer, Size s) const { return ctx_.costs->collective(op, layer, s, RANKS); }
 
-// A collective suspends the strategy's coroutine in the communicator's round
-// (no frame of its own). `fold` combines the members' values (a failure names
-// the arriving rank); `mine` turns the combined value into this rank's result
-// once the round is complete.
+// A collective suspends the strategy's coroutine in the world's round (no
+// frame of its own). Joining folds this rank's value into the round: an
+// all-gather unites the shards, the reductions sum the gradients, and a value
+// that cannot be folded is this rank's error. Once the round is complete, an
+// all-gather and an all-reduce keep the combined value, a scatter-reduce this
+// rank's shard of it; the collective is recorded at the latest member's clock.
 template <class V>
-void CollectiveFold<V>::operator()(V& acc, const V& x, int) const {
-    try {
-        fold(acc, x);  // in place: the accumulator is never copied
-    } catch (const std::invalid_argument& e) {
-        model->fail(op, layer, e.what());
+bool Model::join_collective(OpCode op, int layer, V& value) {
+    collective_duration_ = collective_time(op, layer, size_of(*ctx_.costs, value));
+    auto fold = [this, op, layer](V& acc, const V& x, int) {
+        try {
+            if constexpr (std::is_same_v<V, WeightGrad>) {
+                if (op != ops::allgather) {
+                    acc += x;
+                    return;
+                }
+            }
+            acc.combine_into(x);  // in place: the accumulator is never copied
+        } catch (const std::invalid_argument& e) {
+            fail(op, layer, e.what());
+        }
+    };
+    return gpu.sim().world().join_round(gpu, op, layer, value, fold, seat_);
+}
+
+template <class V>
+V Model::finish_collective(OpCode op, int layer) {
+    Communicator::Result<V> r = gpu.sim().world().take_result<V>(seat_);
+    gpu.set_clock(r.clock);
+    if constexpr (std::is_same_v<V, WeightGrad>) {
+        if (op == ops::scatterreduce) {
+            try {
+                r.value = r.value.shard(rank, RANKS);
+            } catch (const std::invalid_argument& e) {
+                fail(ops::scatterreduce, layer,
+                     fmt::format("the sum {} cannot be sharded: {}", r.value.str(), e.what()));
+            }
+        }
     }
+    gpu.record(op, layer, collective_duration_, memory());
+    return std::move(r.value);
 }
+template bool Model::join_collective<Weight>(OpCode, int, Weight&);
+template bool Model::join_collective<OptState>(OpCode, int, OptState&);
+template bool Model::join_collective<WeightGrad>(OpCode, int, WeightGrad&);
+template Weight Model::finish_collective<Weight>(OpCode, int);
+template OptState Model::finish_collective<OptState>(OpCode, int);
+template WeightGrad Model::finish_collective<WeightGrad>(OpCode, int);
 
+#if DTSIM_FRAMELESS_AWAIT
 template <class V>
-V CollectiveFinish<V>::operator()(Communicator::Result<V>&& r) const {
-    model->gpu.set_clock(r.clock);
-    V result = mine(*model, layer, std::move(r.value));
-    model->gpu.record(op, layer, duration, model->memory());
-    return result;
+Collective<V> Model::collective(OpCode op, int layer, V value) {
+    return Collective<V>(*this, op, layer, std::move(value));
 }
-
-template struct CollectiveFold<Weight>;
-template struct CollectiveFold<OptState>;
-template struct CollectiveFold<WeightGrad>;
-template struct CollectiveFinish<Weight>;
-template struct CollectiveFinish<OptState>;
-template struct CollectiveFinish<WeightGrad>;
-
+#else
 template <class V>
-Collective<V> Model::collective(OpCode op, int layer, V v, void (*fold)(V&, const V&), V (*mine)(Model&, int, V&&)) {
-    const double d = collective_time(op, layer, size_of(*ctx_.costs, v));
-    return gpu.sim().world().collective(gpu, op, layer, std::move(v), CollectiveFold<V>{this, op, layer, fold},
-                                        CollectiveFinish<V>{this, op, layer, d, mine});
+Collective<V> Model::collective(OpCode op, int layer, V value) {
+    if (!join_collective(op, layer, value)) co_await gpu.sim().park(gpu, Wait(gpu.waiting_for()));
+    co_return finish_collective<V>(op, layer);
 }
-
-namespace {
-void sum(WeightGrad& acc, const WeightGrad& b) { acc += b; }
-template <class V>
-void unite(V& acc, const V& b) {
-    acc.combine_into(b);
-}
-template <class V>
-V as_is(Model&, int, V&& v) {
-    return std::move(v);
-}
-}  // namespace
+#endif
 
 Collective<WeightGrad> Model::allreduce(const WeightGrad& v, int layer) {
-    return collective<WeightGrad>(ops::allreduce, layer, v, sum, as_is<WeightGrad>);
+    return collective<WeightGrad>(ops::allreduce, layer, v);
 }
-Collective<Weight> Model::allgather(const Weight& v, int layer) {
-    return collective<Weight>(ops::allgather, layer, v, unite<Weight>, as_is<Weight>);
-}
+Collective<Weight> Model::allgather(const Weight& v, int layer) { return collective<Weight>(ops::allgather, layer, v); }
 Collective<OptState> Model::allgather(const OptState& v, int layer) {
-    return collective<OptState>(ops::allgather, layer, v, unite<OptState>, as_is<OptState>);
+    return collective<OptState>(ops::allgather, layer, v);
 }
 Collective<WeightGrad> Model::allgather(const WeightGrad& v, int layer) {
-    return collective<WeightGrad>(ops::allgather, layer, v, unite<WeightGrad>, as_is<WeightGrad>);
+    return collective<WeightGrad>(ops::allgather, layer, v);
 }
-
+// The all-reduced sum, then this rank's shard of RANKS.
 Collective<WeightGrad> Model::scatterreduce(const WeightGrad& v, int layer) {
-    // The all-reduced sum, then this rank's shard of RANKS.
-    return collective<WeightGrad>(ops::scatterreduce, layer, v, sum,
-                                  [](Model& m, int l, WeightGrad&& total) -> WeightGrad {
-                                      try {
-                                          return total.shard(m.rank, m.RANKS);
-                                      } catch (const std::invalid_argument& e) {
-                                          m.fail(ops::scatterreduce, l,
-                                                 fmt::format("the sum {} cannot be sharded: {}", total.str(), e.what()));
-                                      }
-                                  });
+    return collective<WeightGrad>(ops::scatterreduce, layer, v);
 }
 
 Task<> Model::pass_any(int dst, std::any v, Size size) {

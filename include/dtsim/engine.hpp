@@ -270,6 +270,8 @@ struct Message {
 // or pipeline-parallel group). The k-th collective call of every member belongs
 // to the same round; the last arrival releases everyone.
 class Communicator {
+    struct Round;
+
 public:
     Communicator(Simulation& sim, std::vector<int> members, std::string name);
 
@@ -311,6 +313,25 @@ public:
         co_return co_await collective(gpu, op, layer, std::move(value), std::move(combine), std::move(finish));
     }
 
+    // The protocol under collective(), for awaiters that keep what lasts across
+    // the suspension themselves (a model is in one collective at a time, say):
+    // `join_round` folds `value` into this member's next round and returns true
+    // when it completed the round; otherwise the caller parks the rank, which
+    // is woken when the round completes. Then `take_result` gives the member
+    // its result, once.
+    class Seat {
+        friend class Communicator;
+        Round* round_ = nullptr;
+    };
+    template <class V, class Combine>
+    bool join_round(Gpu& gpu, OpCode op, std::int32_t layer, V& value, Combine& combine, Seat& seat) {
+        return enter<V, Combine>(gpu, op, layer, value, combine, seat.round_);
+    }
+    template <class V>
+    Result<V> take_result(Seat& seat) {
+        return leave<V>(std::exchange(seat.round_, nullptr), TakeResult{});
+    }
+
     struct TakeResult {
         template <class V>
         Result<V> operator()(Result<V>&& r) const {
@@ -343,11 +364,11 @@ private:
     };
     Round& join(Gpu& gpu, OpCode op, std::int32_t layer, std::uint64_t& call);
     // Arrival: folds `value` into the round; true when this member completed it.
-    template <class V, class Combine, class Finish>
+    template <class V, class Combine>
     bool enter(Gpu& gpu, OpCode op, std::int32_t layer, V& value, Combine& combine, Round*& out);
     // After the round completed: this member's result.
     template <class V, class Finish>
-    auto leave(Round* round, Finish& finish) -> std::invoke_result_t<Finish&, Result<V>&&>;
+    auto leave(Round* round, Finish&& finish) -> std::invoke_result_t<Finish&, Result<V>&&>;
     void release(Round& round);
     void finish_read(Round& round);
 
@@ -497,7 +518,7 @@ public:
     Arrival(Communicator& comm, Gpu& gpu, OpCode op, std::int32_t layer, V value, Combine combine, Finish finish)
         : comm_(&comm), gpu_(&gpu), op_(op), layer_(layer), value_(std::move(value)), combine_(std::move(combine)),
           finish_(std::move(finish)) {}
-    bool await_ready() { return comm_->enter<V, Combine, Finish>(*gpu_, op_, layer_, value_, combine_, round_); }
+    bool await_ready() { return comm_->enter<V, Combine>(*gpu_, op_, layer_, value_, combine_, round_); }
     template <class P>
     void await_suspend(std::coroutine_handle<P> h) {
         park_handle(*gpu_, h);
@@ -517,7 +538,7 @@ private:
 }  // namespace detail
 #endif
 
-template <class V, class Combine, class Finish>
+template <class V, class Combine>
 bool Communicator::enter(Gpu& gpu, OpCode op, std::int32_t layer, V& value, Combine& combine, Round*& out) {
     std::uint64_t call = 0;
     Round& round = join(gpu, op, layer, call);
@@ -537,7 +558,7 @@ bool Communicator::enter(Gpu& gpu, OpCode op, std::int32_t layer, V& value, Comb
 }
 
 template <class V, class Finish>
-auto Communicator::leave(Round* round, Finish& finish) -> std::invoke_result_t<Finish&, Result<V>&&> {
+auto Communicator::leave(Round* round, Finish&& finish) -> std::invoke_result_t<Finish&, Result<V>&&> {
     Result<V> r{*std::any_cast<V>(&round->acc), round->max_clock};
     finish_read(*round);
     return finish(std::move(r));
@@ -551,7 +572,7 @@ auto Communicator::collective(Gpu& gpu, OpCode op, std::int32_t layer, V value, 
                                                std::move(finish));
 #else
     Round* round = nullptr;
-    if (!enter<V, Combine, Finish>(gpu, op, layer, value, combine, round)) DTSIM_PARK(gpu);
+    if (!enter<V, Combine>(gpu, op, layer, value, combine, round)) DTSIM_PARK(gpu);
     co_return leave<V>(round, finish);
 #endif
 }

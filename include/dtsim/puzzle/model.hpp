@@ -54,28 +54,34 @@ private:
 
 class Model;
 
+#if DTSIM_FRAMELESS_AWAIT
 // What `co_await model.allreduce(...)` (and the other collectives) waits on:
-// the world communicator's next round, folded by `fold`, finished on each rank
-// by `mine` (which takes its part of the combined value), then recorded.
+// the world communicator's next round. When awaited, the value joins the
+// round; once every rank has arrived, each takes its part of the combined
+// value and records the collective. What lasts across the suspension (the
+// seat in the round, the duration) is kept in the model, which is in one
+// collective at a time: the awaiter holds only the model and the value.
 template <class V>
-struct CollectiveFold {
-    Model* model;
-    OpCode op;
-    int layer;
-    void (*fold)(V& acc, const V& x);
-    void operator()(V& acc, const V& x, int from_rank) const;
+class Collective {
+public:
+    using dtsim_awaiter = void;
+    Collective(Model& model, OpCode op, int layer, V&& value)
+        : model_(&model), value_(std::move(value)), layer_(layer), op_(op) {}
+    bool await_ready();
+    template <class P>
+    void await_suspend(std::coroutine_handle<P> h);
+    V await_resume();
+
+private:
+    Model* model_;
+    V value_;
+    std::int32_t layer_;
+    OpCode op_;
 };
+#else
 template <class V>
-struct CollectiveFinish {
-    Model* model;
-    OpCode op;
-    int layer;
-    double duration;
-    V (*mine)(Model& m, int layer, V&& combined);
-    V operator()(Communicator::Result<V>&& r) const;
-};
-template <class V>
-using Collective = Communicator::Arriving<V, CollectiveFold<V>, CollectiveFinish<V>>;
+using Collective = Task<V>;
+#endif
 
 // The arenas of a run's five stores, with room for keys 0..layers (see
 // StoreArena): what run_strategy gives its models.
@@ -115,6 +121,8 @@ private:
     StoreContext ctx_;  // the meter, the cost model and the rank
     MemoryMeter meter_;
     StoreArenas* arenas_;  // where the stores keep their layer keys, or null
+    Communicator::Seat seat_;  // the collective this rank is in
+    double collective_duration_ = 0;  // and what it costs
     std::vector<std::optional<Weight>> final_weights_;  // by layer
 
 public:
@@ -172,18 +180,40 @@ public:
     [[nodiscard]] const CostModel& costs() const { return *ctx_.costs; }
 
 private:
+#if DTSIM_FRAMELESS_AWAIT
     template <class V>
-    friend struct CollectiveFold;
+    friend class Collective;
+#endif
+    // A collective's two halves: joining its round with `value` (true when
+    // this rank completed it), then taking this rank's result and recording it.
     template <class V>
-    friend struct CollectiveFinish;
+    bool join_collective(OpCode op, int layer, V& value);
     template <class V>
-    Collective<V> collective(OpCode op, int layer, V v, void (*fold)(V&, const V&), V (*mine)(Model&, int, V&&));
+    V finish_collective(OpCode op, int layer);
+    template <class V>
+    Collective<V> collective(OpCode op, int layer, V value);
     Task<> pass_any(int dst, std::any v, Size size);
     [[noreturn]] void fail(const char* op, int layer, const std::string& what) const;
     [[noreturn]] void fail(OpCode op, int layer, const std::string& what) const;
     double collective_time(OpCode op, int layer, Size s) const;
 
 };
+
+#if DTSIM_FRAMELESS_AWAIT
+template <class V>
+bool Collective<V>::await_ready() {
+    return model_->join_collective(op_, layer_, value_);
+}
+template <class V>
+template <class P>
+void Collective<V>::await_suspend(std::coroutine_handle<P> h) {
+    detail::park_handle(model_->gpu, h);
+}
+template <class V>
+V Collective<V>::await_resume() {
+    return model_->template finish_collective<V>(op_, layer_);
+}
+#endif
 
 static_assert(sizeof(Model) == 448, "a model is seven cache lines: every resumed rank streams them in");
 
