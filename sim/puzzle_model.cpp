@@ -132,14 +132,13 @@ void Received::throw_wrong_type(const char* expected) const {
                                   expected));
 }
 
-Model::Model(Gpu& g, int layers, int batches, const CostModel& costs, StoreArenas* arenas)
+Model::Model(Gpu& g, int layers, int batches, const CostModel& costs, const StoreArenas* arenas)
     : gpu(g),
       rank(g.rank()),
       RANKS(g.sim().ranks()),
       LAYERS(layers),
       BATCHES(batches),
       ctx_{&meter_, &costs, g.rank()},
-      arenas_(arenas),
       weights(&ctx_),
       opt_states(&ctx_),
       activations(&ctx_),
@@ -164,15 +163,6 @@ Model::Model(Gpu& g, int layers, int batches, const CostModel& costs, StoreArena
     // A forward, a backward and an update per layer and up to three collectives:
     // the data-parallel strategies' events fit without reallocating.
     g.reserve_events(6 * n);
-}
-
-Model::~Model() {
-    if (!arenas_) return;
-    weights.detach(arenas_->weights, rank);
-    opt_states.detach(arenas_->opt_states, rank);
-    activations.detach(arenas_->activations, rank);
-    grad_activations.detach(arenas_->grad_activations, rank);
-    grad_weights.detach(arenas_->grad_weights, rank);
 }
 
 void Model::fail(const char* op, int layer, const std::string& what) const {
@@ -409,7 +399,7 @@ RunResult run_strategy(Strategy strategy, int layers, int batches, int ranks, co
             fmt::format("layers, batches and ranks must be at least 1 (got {}, {}, {})", layers, batches, ranks));
     Simulation sim(ranks);
     sim.keep_events(keep == Keep::events);
-    StoreArenas arenas(ranks, layers);                           // outlives the models
+    const StoreArenas arenas(ranks, layers);                     // outlives the models
     FixedArray<Model> models(static_cast<std::size_t>(ranks));  // side by side, in rank order
     for (int r = 0; r < ranks; ++r) models.emplace_back(sim.gpu(r), layers, batches, costs, &arenas);
     sim.run([&](Gpu& g) { return strategy(models[static_cast<std::size_t>(g.rank())]); });

@@ -104,8 +104,7 @@ public:
     // With `arenas` (which must outlive the model), the stores keep their
     // layer keys there; without, each store has an array of its own.
     Model(Gpu& gpu, int layers, int batches, const CostModel& costs = puzzle_costs(),
-          StoreArenas* arenas = nullptr);
-    ~Model();
+          const StoreArenas* arenas = nullptr);
     Model(const Model&) = delete;
     Model& operator=(const Model&) = delete;
 
@@ -120,7 +119,6 @@ private:
     // each store is one more line.
     StoreContext ctx_;  // the meter, the cost model and the rank
     MemoryMeter meter_;
-    StoreArenas* arenas_;  // where the stores keep their layer keys, or null
     Communicator::Seat seat_;  // the collective this rank is in
     double collective_duration_ = 0;  // and what it costs
     std::vector<std::optional<Weight>> final_weights_;  // by layer

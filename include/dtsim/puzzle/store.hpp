@@ -9,9 +9,10 @@
 #include "dtsim/puzzle/values.hpp"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
-#include <memory>
 #include <new>
 #include <string>
 #include <type_traits>
@@ -64,52 +65,60 @@ inline SizeKey size_key(const WeightGrad& v) { return {v.shards.size(), v.total}
 template <class V>
 class Slot;
 
-// A store's entry for a plain key (its value and whether the key is present).
+// A store's entry for a plain key: room for a value, and whether one is there
+// (a value is constructed in `raw` exactly while `used`). Zeroed memory is a
+// valid array of empty entries, so arrays of entries come from calloc: pages
+// of the operating system's zeros, touched only when a key is first stored.
 template <class V>
 struct StoreEntry {
-    V value{};
-    bool used = false;
+    alignas(V) unsigned char raw[sizeof(V)];
+    bool used;
+    V& value() { return *std::launder(reinterpret_cast<V*>(raw)); }
+    const V& value() const { return *std::launder(reinterpret_cast<const V*>(raw)); }
 };
 
-// The memory for the plain-key entries (keys 0..keys-1) of one value type's
-// store on every rank of a run, key-major: key k of rank r is entry
-// k * ranks + r. A collective releases the ranks in rank order and each then
-// touches the same few keys, so a sweep over the ranks walks each key's row
-// forward instead of jumping from one rank's array to the next. A store
-// constructs its entries as it needs them; when its model ends it hands them
-// back (adopt), and the arena destroys them in memory order.
+// `n` empty entries (zeroed), released with std::free.
+template <class V>
+StoreEntry<V>* allocate_entries(std::size_t n) {
+    static_assert(std::is_trivial_v<StoreEntry<V>> && alignof(StoreEntry<V>) <= alignof(std::max_align_t),
+                  "calloc creates the entries");
+    void* p = std::calloc(n, sizeof(StoreEntry<V>));
+    if (!p && n > 0) throw std::bad_alloc();
+    return static_cast<StoreEntry<V>*>(p);
+}
+
+// The entries for the plain keys 0..keys-1 of one value type's store on every
+// rank of a run, key-major: key k of rank r is entry k * ranks + r. A
+// collective releases the ranks in rank order and each then touches the same
+// few keys, so a sweep over the ranks walks each key's row forward instead of
+// jumping from one rank's array to the next. The stores construct and destroy
+// values in it as keys are set and erased; at the end the arena destroys the
+// values left, in memory order (stores doing it would visit a line per entry).
 template <class V>
 class StoreArena {
 public:
     StoreArena(int ranks, int keys)
         : ranks_(static_cast<std::uint32_t>(ranks)),
           keys_(static_cast<std::uint32_t>(keys)),
-          data_(static_cast<StoreEntry<V>*>(::operator new(std::size_t{ranks_} * keys_ * sizeof(StoreEntry<V>),
-                                                          std::align_val_t{alignof(StoreEntry<V>)}))),
-          constructed_(new std::uint32_t[ranks_]()) {}
+          data_(allocate_entries<V>(std::size_t{ranks_} * keys_)) {}
     StoreArena(const StoreArena&) = delete;
     StoreArena& operator=(const StoreArena&) = delete;
     ~StoreArena() {
-        if constexpr (!std::is_trivially_destructible_v<StoreEntry<V>>) {
-            for (std::uint32_t k = 0; k < keys_; ++k)
-                for (std::uint32_t r = 0; r < ranks_; ++r)
-                    if (k < constructed_[r]) data_[std::size_t{k} * ranks_ + r].~StoreEntry<V>();
-        }
-        ::operator delete(data_, std::align_val_t{alignof(StoreEntry<V>)});
+        const std::size_t n = std::size_t{ranks_} * keys_;
+        for (std::size_t i = 0; i < n; ++i)
+            if (data_[i].used) data_[i].value().~V();
+        std::free(data_);
     }
 
     // Rank r's entry for key 0; key k is `ranks()` entries further on.
     [[nodiscard]] StoreEntry<V>* first(int rank) const { return data_ + rank; }
     [[nodiscard]] std::uint32_t ranks() const { return ranks_; }
     [[nodiscard]] std::uint32_t keys() const { return keys_; }
-    // Rank r's entries for keys 0..n-1 are constructed; the arena destroys them.
-    void adopt(int rank, std::uint32_t n) { constructed_[rank] = n; }
 
 private:
     std::uint32_t ranks_;
     std::uint32_t keys_;
     StoreEntry<V>* data_;
-    std::unique_ptr<std::uint32_t[]> constructed_;  // by rank: entries adopted
 };
 
 // Each value type has one store; its name is the reference's dict name (errors name it).
@@ -154,24 +163,14 @@ public:
         if (n > direct_cap_) regrow(n);
     }
     // Keeps the plain keys 0..arena.keys()-1 in `arena`'s entries for `rank`
-    // (which must outlive the store); later keys move them to an array of its own.
+    // (the arena must outlive the store, and destroys the values left there);
+    // a later key moves them to an array of the store's own.
     void attach(const StoreArena<V>& arena, int rank) {
         destroy_direct();
         direct_ = arena.first(rank);
         direct_cap_ = arena.keys();
         stride_ = arena.ranks();
         owned_ = false;
-    }
-    // At the end of the store's life: leaves the entries kept in `arena` (the
-    // one attached) to it, which destroys them with every other rank's, in
-    // memory order (a store destroying its own would visit one line per entry).
-    void detach(StoreArena<V>& arena, int rank) {
-        if (owned_ || !direct_) return;
-        arena.adopt(rank, direct_size_);
-        direct_ = nullptr;
-        direct_size_ = direct_cap_ = 0;
-        stride_ = 1;
-        owned_ = true;
     }
 
     void set(const Key& k, V&& v) {
@@ -186,17 +185,10 @@ public:
         // count and the memory as they were.
         if (is_direct(k)) {
             const auto i = static_cast<std::uint32_t>(k.a);
-            if (i < direct_size_) {
-                at(i).value = std::move(v);
-                at(i).used = true;
-            } else {
-                // Appending (the usual case, layer after layer) constructs in place.
-                if (i >= direct_cap_)
-                    regrow(std::max<std::size_t>(std::size_t{i} + 1, std::size_t{direct_size_} * 2));
-                for (; direct_size_ < i; ++direct_size_) new (&at(direct_size_)) Direct{};
-                new (&at(direct_size_)) Direct{std::move(v), true};
-                ++direct_size_;
-            }
+            if (i >= direct_cap_) regrow(std::max<std::size_t>(std::size_t{i} + 1, std::size_t{direct_cap_} * 2));
+            Direct& d = at(i);
+            new (d.raw) V(std::move(v));
+            d.used = true;
         } else {
             hashed_ = Hashed::insert(hashed_, k, std::move(v));
         }
@@ -207,11 +199,11 @@ public:
     void erase(const Key& k) {
         if (is_direct(k)) {
             const auto i = static_cast<std::uint32_t>(k.a);
-            if (i >= direct_size_ || !at(i).used) throw_missing_key(ctx_->rank, name(), k);
+            if (i >= direct_cap_ || !at(i).used) throw_missing_key(ctx_->rank, name(), k);
             Direct& d = at(i);
-            ctx_->meter->sub(size(d.value));
+            ctx_->meter->sub(size(d.value()));
             --count_;
-            d.value = V{};
+            d.value().~V();
             d.used = false;
             return;
         }
@@ -224,8 +216,8 @@ public:
 
     template <class F>
     void for_each(F&& f) const {
-        for (std::uint32_t i = 0; i < direct_size_; ++i)
-            if (at(i).used) f(Key(static_cast<std::int64_t>(i)), at(i).value);
+        for (std::uint32_t i = 0; i < direct_cap_; ++i)
+            if (at(i).used) f(Key(static_cast<std::int64_t>(i)), at(i).value());
         if (hashed_)
             for (std::uint32_t i = 0; i < hashed_->capacity; ++i) {
                 const Entry& e = hashed_->slots()[i];
@@ -348,7 +340,7 @@ private:
     const V* find(const Key& k) const {
         if (is_direct(k)) {
             const auto i = static_cast<std::uint32_t>(k.a);
-            return i < direct_size_ && at(i).used ? &at(i).value : nullptr;
+            return i < direct_cap_ && at(i).used ? &at(i).value() : nullptr;
         }
         const Entry* e = hashed_ ? hashed_->find(k) : nullptr;
         return e ? &e->value : nullptr;
@@ -357,30 +349,38 @@ private:
     // Entry i: `stride_` entries apart in an arena, next to each other in an array of the store's own.
     Direct& at(std::uint32_t i) const { return direct_[std::size_t{i} * stride_]; }
     void regrow(std::size_t n) {
-        auto* fresh = static_cast<Direct*>(::operator new(n * sizeof(Direct), std::align_val_t{alignof(Direct)}));
-        for (std::uint32_t i = 0; i < direct_size_; ++i) new (fresh + i) Direct{std::move(at(i))};
-        const std::uint32_t size = direct_size_;
+        Direct* fresh = allocate_entries<V>(n);
+        for (std::uint32_t i = 0; i < direct_cap_; ++i) {
+            Direct& d = at(i);
+            if (!d.used) continue;
+            new (fresh[i].raw) V(std::move(d.value()));
+            fresh[i].used = true;
+            d.value().~V();
+            d.used = false;
+        }
         destroy_direct();
         direct_ = fresh;
-        direct_size_ = size;
         direct_cap_ = static_cast<std::uint32_t>(n);
         stride_ = 1;
         owned_ = true;
     }
-    // Destroys the entries; frees the array unless it is an arena's.
+    // Forgets the entries; destroys their values and frees the array if it is
+    // the store's own (an arena destroys its values itself).
     void destroy_direct() {
-        for (std::uint32_t i = 0; i < direct_size_; ++i) at(i).~Direct();
-        if (direct_ && owned_) ::operator delete(direct_, std::align_val_t{alignof(Direct)});
+        if (owned_ && direct_) {
+            for (std::uint32_t i = 0; i < direct_cap_; ++i)
+                if (direct_[i].used) direct_[i].value().~V();
+            std::free(direct_);
+        }
         direct_ = nullptr;
-        direct_size_ = direct_cap_ = 0;
+        direct_cap_ = 0;
     }
 
     const StoreContext* ctx_;
     Direct* direct_ = nullptr;
     Hashed* hashed_ = nullptr;
     std::int64_t memo_num_ = 0;  // the size remembered for (memo_count_, memo_total_) is memo_num_ / memo_den_
-    std::uint32_t direct_size_ = 0;
-    std::uint32_t direct_cap_ = 0;
+    std::uint32_t direct_cap_ = 0;  // plain keys 0..direct_cap_-1 have an entry
     std::uint32_t count_ = 0;
     std::uint32_t stride_ = 1;  // entries between consecutive keys
     std::int32_t memo_count_ = -1;
