@@ -175,20 +175,30 @@ public:
 
     void set(const Key& k, V&& v) {
         const Size added = size(v);
-        if (V* old = find(k)) {
+        V* old = nullptr;
+        Direct* room = nullptr;  // a plain key's empty entry
+        if (is_direct(k)) {
+            const auto i = static_cast<std::uint32_t>(k.a);
+            // A new entry: allocate first, so that a failed allocation leaves
+            // the count and the memory as they were.
+            if (i >= direct_cap_) regrow(std::max<std::size_t>(std::size_t{i} + 1, std::size_t{direct_cap_} * 2));
+            Direct& d = at(i);
+            if (d.used)
+                old = &d.value();
+            else
+                room = &d;
+        } else if (Entry* e = hashed_ ? hashed_->find(k) : nullptr) {
+            old = &e->value();
+        }
+        if (old) {
             ctx_->meter->add(added);
             ctx_->meter->sub(size(*old));
             *old = std::move(v);
             return;
         }
-        // A new entry: allocate first, so that a failed allocation leaves the
-        // count and the memory as they were.
-        if (is_direct(k)) {
-            const auto i = static_cast<std::uint32_t>(k.a);
-            if (i >= direct_cap_) regrow(std::max<std::size_t>(std::size_t{i} + 1, std::size_t{direct_cap_} * 2));
-            Direct& d = at(i);
-            new (d.raw) V(std::move(v));
-            d.used = true;
+        if (room) {
+            new (room->raw) V(std::move(v));
+            room->used = true;
         } else {
             hashed_ = Hashed::insert(hashed_, k, std::move(v));
         }
@@ -209,7 +219,7 @@ public:
         }
         Entry* e = hashed_ ? hashed_->find(k) : nullptr;
         if (!e) throw_missing_key(ctx_->rank, name(), k);
-        ctx_->meter->sub(size(e->value));
+        ctx_->meter->sub(size(e->value()));
         --count_;
         hashed_->erase(e);
     }
@@ -221,7 +231,7 @@ public:
         if (hashed_)
             for (std::uint32_t i = 0; i < hashed_->capacity; ++i) {
                 const Entry& e = hashed_->slots()[i];
-                if (e.used) f(e.key, e.value);
+                if (e.used) f(e.key(), e.value());
             }
     }
 
@@ -249,33 +259,44 @@ private:
     // the index; pairs `{l, r}` and unusual keys go to an open-addressing hash
     // table, allocated on first use.
     using Direct = StoreEntry<V>;
+    // A slot of the hash table: a key and room for a value, as StoreEntry
+    // (zeroed memory is an empty slot).
     struct Entry {
-        Key key{0};
-        V value{};
-        bool used = false;
+        std::int64_t a, b;  // the key
+        alignas(V) unsigned char raw[sizeof(V)];
+        bool used;
+        [[nodiscard]] Key key() const { return {a, b}; }
+        [[nodiscard]] bool has(const Key& k) const { return a == k.a && b == k.b; }
+        void set_key(const Key& k) {
+            a = k.a;
+            b = k.b;
+        }
+        V& value() { return *std::launder(reinterpret_cast<V*>(raw)); }
+        const V& value() const { return *std::launder(reinterpret_cast<const V*>(raw)); }
     };
     // The hash table is one allocation, a small header and then the slots:
     // a lookup goes from the store's line to the table's with one pointer.
     struct Hashed {
-        std::uint32_t count = 0;
-        std::uint32_t capacity = 0;  // a power of two
+        std::uint32_t count;
+        std::uint32_t capacity;  // a power of two
         static constexpr std::size_t kHeader = (8 + alignof(Entry) - 1) / alignof(Entry) * alignof(Entry);
         static constexpr std::uint32_t kFirstCapacity = 4;  // strategies keep few pair keys at once
 
         Entry* slots() { return reinterpret_cast<Entry*>(reinterpret_cast<char*>(this) + kHeader); }
         const Entry* slots() const { return reinterpret_cast<const Entry*>(reinterpret_cast<const char*>(this) + kHeader); }
         static Hashed* make(std::uint32_t capacity) {
-            void* raw = ::operator new(kHeader + std::size_t{capacity} * sizeof(Entry));
-            auto* h = new (raw) Hashed;
+            // Zeroed: every slot empty (the header and the slots are trivial types).
+            void* raw = std::calloc(1, kHeader + std::size_t{capacity} * sizeof(Entry));
+            if (!raw) throw std::bad_alloc();
+            auto* h = static_cast<Hashed*>(raw);
             h->capacity = capacity;
-            for (std::uint32_t i = 0; i < capacity; ++i) new (h->slots() + i) Entry{};
             return h;
         }
         static void destroy(Hashed* h) {
             if (!h) return;
-            for (std::uint32_t i = 0; i < h->capacity; ++i) h->slots()[i].~Entry();
-            h->~Hashed();
-            ::operator delete(h);
+            for (std::uint32_t i = 0; i < h->capacity; ++i)
+                if (h->slots()[i].used) h->slots()[i].value().~V();
+            std::free(h);
         }
         [[nodiscard]] std::size_t mask() const { return capacity - 1; }
         [[nodiscard]] std::size_t home(const Key& k) const {
@@ -287,7 +308,7 @@ private:
             for (std::size_t i = home(k);; i = (i + 1) & mask()) {
                 Entry& e = slots()[i];
                 if (!e.used) return nullptr;
-                if (e.key == k) return &e;
+                if (e.has(k)) return &e;
             }
         }
         // Inserts a key that is not present; returns the table (a new one when it grew).
@@ -297,7 +318,7 @@ private:
                 Hashed* bigger = make(h->capacity * 2);
                 for (std::uint32_t i = 0; i < h->capacity; ++i) {
                     Entry& e = h->slots()[i];
-                    if (e.used) bigger->place(e.key, std::move(e.value));
+                    if (e.used) bigger->place(e.key(), std::move(e.value()));
                 }
                 destroy(h);
                 h = bigger;
@@ -310,31 +331,37 @@ private:
             std::size_t i = home(k);
             while (slots()[i].used) i = (i + 1) & mask();
             Entry& e = slots()[i];
-            e.key = k;
-            e.value = std::move(v);
+            e.set_key(k);
+            new (e.raw) V(std::move(v));
             e.used = true;
         }
         void erase(Entry* e) {
             --count;
+            e->value().~V();
+            e->used = false;
             // Backward-shift deletion keeps probe chains intact without tombstones.
             Entry* s = slots();
             std::size_t hole = static_cast<std::size_t>(e - s);
             std::size_t j = (hole + 1) & mask();
             while (s[j].used) {
-                std::size_t h = home(s[j].key);
+                std::size_t h = home(s[j].key());
                 if (((j - h) & mask()) >= ((j - hole) & mask())) {
-                    s[hole] = std::move(s[j]);
+                    s[hole].set_key(s[j].key());
+                    new (s[hole].raw) V(std::move(s[j].value()));
+                    s[hole].used = true;
+                    s[j].value().~V();
+                    s[j].used = false;
                     hole = j;
                 }
                 j = (j + 1) & mask();
             }
-            s[hole] = Entry{};
         }
     };
+    static_assert(std::is_trivial_v<Entry> && std::is_trivial_v<Hashed>, "calloc creates the table");
     // regrow and the table's growth move values and cannot undo a throwing move;
-    // the slots after the table's header are aligned by operator new's default.
+    // the slots after the table's header are aligned by calloc's alignment.
     static_assert(std::is_nothrow_move_constructible_v<V> && std::is_nothrow_move_assignable_v<V>);
-    static_assert(alignof(Entry) <= __STDCPP_DEFAULT_NEW_ALIGNMENT__);
+    static_assert(alignof(Entry) <= alignof(std::max_align_t));
     static constexpr std::int64_t kDirectLimit = 1 << 20;
     [[nodiscard]] static bool is_direct(const Key& k) { return k.b == Key::kNone && k.a >= 0 && k.a < kDirectLimit; }
     const V* find(const Key& k) const {
@@ -343,7 +370,7 @@ private:
             return i < direct_cap_ && at(i).used ? &at(i).value() : nullptr;
         }
         const Entry* e = hashed_ ? hashed_->find(k) : nullptr;
-        return e ? &e->value : nullptr;
+        return e ? &e->value() : nullptr;
     }
     V* find(const Key& k) { return const_cast<V*>(std::as_const(*this).find(k)); }
     // Entry i: `stride_` entries apart in an arena, next to each other in an array of the store's own.
