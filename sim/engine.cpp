@@ -77,6 +77,15 @@ Communicator::Round& Communicator::join(Gpu& gpu, OpCode op, std::int32_t layer,
     return round;
 }
 
+void Communicator::throw_value_mismatch(std::uint64_t call, const Round& round, const Gpu& gpu) const {
+    const std::string what =
+        round.layer == kNoLayer ? fmt::format("{}", round.op.name()) : fmt::format("{}(layer {})", round.op.name(), round.layer);
+    throw CollectiveMismatchError(fmt::format(
+        "collective #{} on communicator {} does not match: rank {} and rank {} both called {}, but with values "
+        "of different types",
+        call, name_, round.first_rank, gpu.rank(), what));
+}
+
 void Communicator::release(Round& round) {
     for (Gpu* g : round.waiting) sim_->wake(*g);
     round.waiting.clear();

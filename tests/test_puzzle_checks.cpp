@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <string>
+#include <vector>
 
 using namespace dtsim;
 using namespace dtsim::puzzle;
@@ -324,8 +325,17 @@ TEST_CASE("an arena destroys the values its stores leave in it; a store that out
     CHECK(b.get(5).batches == IdSet{0, 6});
     CHECK(len(b) == 3);
     a[2] = Activation{2, IdSet{1, 3}};  // b's old entries in the arena are empty now, a's are not
+    CHECK(a.get(0).batches == IdSet{1, 5});
     CHECK(a.get(2).batches == IdSet{1, 3});
-    CHECK(meter.value() == doctest::Approx(puzzle_costs().activation(2).num * 5.0));  // five values of two batches
+    a[1] = Activation{1, IdSet{6, 9}};  // an erased key stored again
+    CHECK(a.get(1).batches == IdSet{6, 9});
+    std::vector<std::int64_t> keys;
+    b.for_each([&](const Key& k, const Activation& v) {
+        keys.push_back(k.a);
+        CHECK(v.layer == k.a);
+    });
+    CHECK(keys == std::vector<std::int64_t>{0, 2, 5});
+    CHECK(meter.value() == doctest::Approx(puzzle_costs().activation(2).num * 6.0));  // six values of two batches
 }
 
 TEST_CASE("a cost model whose sizes have no positive denominator is a clear error") {

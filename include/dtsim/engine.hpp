@@ -320,6 +320,12 @@ public:
     // is woken when the round completes. Then `take_result` gives the member
     // its result, once.
     class Seat {
+    public:
+        Seat() = default;
+        Seat(const Seat&) = delete;  // a seat's result is taken once
+        Seat& operator=(const Seat&) = delete;
+
+    private:
         friend class Communicator;
         Round* round_ = nullptr;
     };
@@ -329,6 +335,7 @@ public:
     }
     template <class V>
     Result<V> take_result(Seat& seat) {
+        if (!seat.round_) throw std::logic_error("Communicator::take_result: the seat is in no round");
         return leave<V>(std::exchange(seat.round_, nullptr), TakeResult{});
     }
 
@@ -371,6 +378,8 @@ private:
     auto leave(Round* round, Finish&& finish) -> std::invoke_result_t<Finish&, Result<V>&&>;
     void release(Round& round);
     void finish_read(Round& round);
+    // A member joined a round with a value of another type than the first member's.
+    [[noreturn]] void throw_value_mismatch(std::uint64_t call, const Round& round, const Gpu& gpu) const;
 
     Simulation* sim_;
     std::vector<int> members_;  // sorted ranks
@@ -543,10 +552,13 @@ bool Communicator::enter(Gpu& gpu, OpCode op, std::int32_t layer, V& value, Comb
     std::uint64_t call = 0;
     Round& round = join(gpu, op, layer, call);
     out = &round;
-    if (round.arrived == 0)
+    if (round.arrived == 0) {
         round.acc.emplace<V>(std::move(value));
-    else
-        combine(*std::any_cast<V>(&round.acc), value, gpu.rank());
+    } else {
+        V* acc = std::any_cast<V>(&round.acc);
+        if (!acc) throw_value_mismatch(call, round, gpu);
+        combine(*acc, value, gpu.rank());
+    }
     round.max_clock = std::max(round.max_clock, gpu.clock());
     if (++round.arrived < size()) {
         round.waiting.push_back(&gpu);

@@ -261,6 +261,19 @@ TEST_CASE("puzzle: mismatched collectives name the communicator, both ranks and 
                     "called allgather(layer 0)");
 }
 
+TEST_CASE("puzzle: the same collective with values of different types is a mismatch, not a crash") {
+    // Same operation, same layer: only the value types tell the calls apart.
+    CHECK(puzzle_error(
+              [](puzzle::Model& m) -> Task<> {
+                  if (m.rank == 0)
+                      co_await m.allgather(puzzle::Weight{0}, 0);
+                  else
+                      co_await m.allgather(puzzle::OptState{0}, 0);
+              },
+              2) == "collective #0 on communicator world does not match: rank 0 and rank 1 both called "
+                    "allgather(layer 0), but with values of different types");
+}
+
 // ------------------------------------------------------------------ render
 
 TEST_CASE("render: a bad rank selection quotes the selection and the bad token") {

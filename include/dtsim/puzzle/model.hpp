@@ -87,11 +87,13 @@ using Collective = Task<V>;
 // StoreArena): what run_strategy gives its models.
 struct StoreArenas {
     StoreArenas(int ranks, int layers)
-        : weights(ranks, layers + 1),
-          opt_states(ranks, layers + 1),
-          activations(ranks, layers + 1),
-          grad_activations(ranks, layers + 1),
-          grad_weights(ranks, layers + 1) {}
+        : weights(ranks, keys(layers)),
+          opt_states(ranks, keys(layers)),
+          activations(ranks, keys(layers)),
+          grad_activations(ranks, keys(layers)),
+          grad_weights(ranks, keys(layers)) {}
+    // Keys 0..layers, without overflowing an int (ranks and layers are at least 1).
+    static std::uint32_t keys(int layers) { return static_cast<std::uint32_t>(layers) + 1; }
     StoreArena<Weight> weights;
     StoreArena<OptState> opt_states;
     StoreArena<Activation> activations;

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <limits>
 #include <new>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -97,10 +98,10 @@ StoreEntry<V>* allocate_entries(std::size_t n) {
 template <class V>
 class StoreArena {
 public:
-    StoreArena(int ranks, int keys)
+    StoreArena(int ranks, std::uint32_t keys)
         : ranks_(static_cast<std::uint32_t>(ranks)),
-          keys_(static_cast<std::uint32_t>(keys)),
-          data_(allocate_entries<V>(std::size_t{ranks_} * keys_)) {}
+          keys_(keys),
+          data_(allocate_entries<V>(std::max<std::size_t>(std::size_t{ranks_} * keys_, 1))) {}
     StoreArena(const StoreArena&) = delete;
     StoreArena& operator=(const StoreArena&) = delete;
     ~StoreArena() {
@@ -165,7 +166,10 @@ public:
     // Keeps the plain keys 0..arena.keys()-1 in `arena`'s entries for `rank`
     // (the arena must outlive the store, and destroys the values left there);
     // a later key moves them to an array of the store's own.
+    void attach(const StoreArena<V>&& arena, int rank) = delete;
     void attach(const StoreArena<V>& arena, int rank) {
+        if (count_ != 0 || rank < 0 || static_cast<std::uint32_t>(rank) >= arena.ranks())
+            throw std::logic_error("Store::attach: the store must be empty and the rank within the arena");
         destroy_direct();
         direct_ = arena.first(rank);
         direct_cap_ = arena.keys();
@@ -179,8 +183,6 @@ public:
         Direct* room = nullptr;  // a plain key's empty entry
         if (is_direct(k)) {
             const auto i = static_cast<std::uint32_t>(k.a);
-            // A new entry: allocate first, so that a failed allocation leaves
-            // the count and the memory as they were.
             if (i >= direct_cap_) regrow(std::max<std::size_t>(std::size_t{i} + 1, std::size_t{direct_cap_} * 2));
             Direct& d = at(i);
             if (d.used)
@@ -191,19 +193,27 @@ public:
             old = &e->value();
         }
         if (old) {
-            ctx_->meter->add(added);
-            ctx_->meter->sub(size(*old));
+            const Size removed = size(*old);
+            ctx_->meter->add(added);  // may allocate a new denominator's bucket; the old one exists
+            ctx_->meter->sub(removed);
             *old = std::move(v);
             return;
         }
+        // The meter first (a new denominator allocates), then the entry; a
+        // failed allocation leaves the count, the memory and the entries as they were.
+        ctx_->meter->add(added);
         if (room) {
             new (room->raw) V(std::move(v));
             room->used = true;
         } else {
-            hashed_ = Hashed::insert(hashed_, k, std::move(v));
+            try {
+                hashed_ = Hashed::insert(hashed_, k, std::move(v));
+            } catch (...) {
+                ctx_->meter->sub(added);
+                throw;
+            }
         }
         ++count_;
-        ctx_->meter->add(added);
     }
 
     void erase(const Key& k) {
@@ -374,7 +384,8 @@ private:
     }
     V* find(const Key& k) { return const_cast<V*>(std::as_const(*this).find(k)); }
     // Entry i: `stride_` entries apart in an arena, next to each other in an array of the store's own.
-    Direct& at(std::uint32_t i) const { return direct_[std::size_t{i} * stride_]; }
+    Direct& at(std::uint32_t i) { return direct_[std::size_t{i} * stride_]; }
+    const Direct& at(std::uint32_t i) const { return direct_[std::size_t{i} * stride_]; }
     void regrow(std::size_t n) {
         Direct* fresh = allocate_entries<V>(n);
         for (std::uint32_t i = 0; i < direct_cap_; ++i) {
