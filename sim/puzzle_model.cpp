@@ -144,9 +144,9 @@ Model::Model(Gpu& g, int layers, int batches, const CostModel& costs, const Stor
       activations(&ctx_),
       grad_activations(&ctx_),
       grad_weights(&ctx_) {
-    // Keys are mostly layers: reserving them up front allocates each rank's
-    // stores once and together, in rank order, instead of by repeated doubling.
-    const auto n = static_cast<std::size_t>(layers) + 1;
+    // Keys are mostly layers 0..LAYERS: in the run's arenas, or reserved up
+    // front in each store's own array instead of grown by repeated doubling.
+    const std::size_t n = StoreArenas::keys(layers);
     if (arenas) {
         weights.attach(arenas->weights, rank);
         opt_states.attach(arenas->opt_states, rank);

@@ -336,7 +336,7 @@ public:
     template <class V>
     Result<V> take_result(Seat& seat) {
         if (!seat.round_) throw std::logic_error("Communicator::take_result: the seat is in no round");
-        return leave<V>(std::exchange(seat.round_, nullptr), TakeResult{});
+        return leave<V>(std::exchange(seat.round_, nullptr));
     }
 
     struct TakeResult {
@@ -373,9 +373,9 @@ private:
     // Arrival: folds `value` into the round; true when this member completed it.
     template <class V, class Combine>
     bool enter(Gpu& gpu, OpCode op, std::int32_t layer, V& value, Combine& combine, Round*& out);
-    // After the round completed: this member's result.
-    template <class V, class Finish>
-    auto leave(Round* round, Finish&& finish) -> std::invoke_result_t<Finish&, Result<V>&&>;
+    // After the round completed: this member's result (the combined value and the latest clock).
+    template <class V>
+    Result<V> leave(Round* round);
     void release(Round& round);
     void finish_read(Round& round);
     // A member joined a round with a value of another type than the first member's.
@@ -532,7 +532,7 @@ public:
     void await_suspend(std::coroutine_handle<P> h) {
         park_handle(*gpu_, h);
     }
-    Result await_resume() { return comm_->leave<V>(round_, finish_); }
+    Result await_resume() { return finish_(comm_->leave<V>(round_)); }
 
 private:
     Communicator* comm_;
@@ -569,11 +569,11 @@ bool Communicator::enter(Gpu& gpu, OpCode op, std::int32_t layer, V& value, Comb
     return true;
 }
 
-template <class V, class Finish>
-auto Communicator::leave(Round* round, Finish&& finish) -> std::invoke_result_t<Finish&, Result<V>&&> {
+template <class V>
+auto Communicator::leave(Round* round) -> Result<V> {
     Result<V> r{*std::any_cast<V>(&round->acc), round->max_clock};
     finish_read(*round);
-    return finish(std::move(r));
+    return r;
 }
 
 template <class V, class Combine, class Finish>
@@ -585,7 +585,7 @@ auto Communicator::collective(Gpu& gpu, OpCode op, std::int32_t layer, V value, 
 #else
     Round* round = nullptr;
     if (!enter<V, Combine>(gpu, op, layer, value, combine, round)) DTSIM_PARK(gpu);
-    co_return leave<V>(round, finish);
+    co_return finish(leave<V>(round));
 #endif
 }
 

@@ -196,7 +196,6 @@ private:
     [[noreturn]] void fail(const char* op, int layer, const std::string& what) const;
     [[noreturn]] void fail(OpCode op, int layer, const std::string& what) const;
     double collective_time(OpCode op, int layer, Size s) const;
-
 };
 
 #if DTSIM_FRAMELESS_AWAIT

@@ -76,7 +76,29 @@ struct StoreEntry {
     bool used;
     V& value() { return *std::launder(reinterpret_cast<V*>(raw)); }
     const V& value() const { return *std::launder(reinterpret_cast<const V*>(raw)); }
+    // An empty entry takes `v`.
+    void fill(V&& v) {
+        new (raw) V(std::move(v));
+        used = true;
+    }
+    // A used entry gives its value up.
+    void clear() {
+        value().~V();
+        used = false;
+    }
+    // A used entry's value moves to the empty entry `to`.
+    void move_to(StoreEntry& to) {
+        to.fill(std::move(value()));
+        clear();
+    }
 };
+
+// Clears the used entries among `n` (an array of StoreEntry or of a type derived from it).
+template <class E>
+void clear_entries(E* entries, std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i)
+        if (entries[i].used) entries[i].clear();
+}
 
 // `n` empty entries (zeroed), released with std::free.
 template <class V>
@@ -105,9 +127,7 @@ public:
     StoreArena(const StoreArena&) = delete;
     StoreArena& operator=(const StoreArena&) = delete;
     ~StoreArena() {
-        const std::size_t n = std::size_t{ranks_} * keys_;
-        for (std::size_t i = 0; i < n; ++i)
-            if (data_[i].used) data_[i].value().~V();
+        clear_entries(data_, std::size_t{ranks_} * keys_);
         std::free(data_);
     }
 
@@ -203,8 +223,7 @@ public:
         // failed allocation leaves the count, the memory and the entries as they were.
         ctx_->meter->add(added);
         if (room) {
-            new (room->raw) V(std::move(v));
-            room->used = true;
+            room->fill(std::move(v));
         } else {
             try {
                 hashed_ = Hashed::insert(hashed_, k, std::move(v));
@@ -223,8 +242,7 @@ public:
             Direct& d = at(i);
             ctx_->meter->sub(size(d.value()));
             --count_;
-            d.value().~V();
-            d.used = false;
+            d.clear();
             return;
         }
         Entry* e = hashed_ ? hashed_->find(k) : nullptr;
@@ -269,20 +287,15 @@ private:
     // the index; pairs `{l, r}` and unusual keys go to an open-addressing hash
     // table, allocated on first use.
     using Direct = StoreEntry<V>;
-    // A slot of the hash table: a key and room for a value, as StoreEntry
-    // (zeroed memory is an empty slot).
-    struct Entry {
+    // A slot of the hash table: a StoreEntry and its key (zeroed memory is an empty slot).
+    struct Entry : StoreEntry<V> {
         std::int64_t a, b;  // the key
-        alignas(V) unsigned char raw[sizeof(V)];
-        bool used;
         [[nodiscard]] Key key() const { return {a, b}; }
         [[nodiscard]] bool has(const Key& k) const { return a == k.a && b == k.b; }
         void set_key(const Key& k) {
             a = k.a;
             b = k.b;
         }
-        V& value() { return *std::launder(reinterpret_cast<V*>(raw)); }
-        const V& value() const { return *std::launder(reinterpret_cast<const V*>(raw)); }
     };
     // The hash table is one allocation, a small header and then the slots:
     // a lookup goes from the store's line to the table's with one pointer.
@@ -304,8 +317,7 @@ private:
         }
         static void destroy(Hashed* h) {
             if (!h) return;
-            for (std::uint32_t i = 0; i < h->capacity; ++i)
-                if (h->slots()[i].used) h->slots()[i].value().~V();
+            clear_entries(h->slots(), h->capacity);
             std::free(h);
         }
         [[nodiscard]] std::size_t mask() const { return capacity - 1; }
@@ -342,13 +354,11 @@ private:
             while (slots()[i].used) i = (i + 1) & mask();
             Entry& e = slots()[i];
             e.set_key(k);
-            new (e.raw) V(std::move(v));
-            e.used = true;
+            e.fill(std::move(v));
         }
         void erase(Entry* e) {
             --count;
-            e->value().~V();
-            e->used = false;
+            e->clear();
             // Backward-shift deletion keeps probe chains intact without tombstones.
             Entry* s = slots();
             std::size_t hole = static_cast<std::size_t>(e - s);
@@ -357,10 +367,7 @@ private:
                 std::size_t h = home(s[j].key());
                 if (((j - h) & mask()) >= ((j - hole) & mask())) {
                     s[hole].set_key(s[j].key());
-                    new (s[hole].raw) V(std::move(s[j].value()));
-                    s[hole].used = true;
-                    s[j].value().~V();
-                    s[j].used = false;
+                    s[j].move_to(s[hole]);
                     hole = j;
                 }
                 j = (j + 1) & mask();
@@ -388,14 +395,8 @@ private:
     const Direct& at(std::uint32_t i) const { return direct_[std::size_t{i} * stride_]; }
     void regrow(std::size_t n) {
         Direct* fresh = allocate_entries<V>(n);
-        for (std::uint32_t i = 0; i < direct_cap_; ++i) {
-            Direct& d = at(i);
-            if (!d.used) continue;
-            new (fresh[i].raw) V(std::move(d.value()));
-            fresh[i].used = true;
-            d.value().~V();
-            d.used = false;
-        }
+        for (std::uint32_t i = 0; i < direct_cap_; ++i)
+            if (at(i).used) at(i).move_to(fresh[i]);
         destroy_direct();
         direct_ = fresh;
         direct_cap_ = static_cast<std::uint32_t>(n);
@@ -406,8 +407,7 @@ private:
     // the store's own (an arena destroys its values itself).
     void destroy_direct() {
         if (owned_ && direct_) {
-            for (std::uint32_t i = 0; i < direct_cap_; ++i)
-                if (direct_[i].used) direct_[i].value().~V();
+            clear_entries(direct_, direct_cap_);
             std::free(direct_);
         }
         direct_ = nullptr;
