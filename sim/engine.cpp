@@ -213,6 +213,19 @@ void Simulation::resume_ready() {
     // Runs inside io_context::poll(), so that Asio's own allocations (handlers, the frames of its
     // coroutines) use its per-thread recycling.
     while (!ready_.empty()) {
+        // A rank that keeps its events appends them to a log of its own, at an address no hardware
+        // prefetcher can guess (one log per rank, thousands of ranks between two appends to the
+        // same log), and a store to a line not in cache stalls the rank once the store buffer
+        // fills. The lines that the rank a few places ahead will write are requested now, so
+        // that they arrive while the ranks before it run. The rank's other state (its Gpu, its
+        // frame, its stores) lies in arrays in rank order, which the hardware streams by itself:
+        // prefetching those lines too measured no gain.
+        if (keep_events_ && ready_.size() > kPrefetchAhead) {
+            const Gpu& ahead = *ready_[kPrefetchAhead];
+            const Event* end = ahead.events_.data() + ahead.events_.size();
+            __builtin_prefetch(end, 1);
+            __builtin_prefetch(end + 1, 1);
+        }
         Gpu* g = ready_.front();
         ready_.pop_front();
         Gpu::Handler h = std::move(*g->parked_);

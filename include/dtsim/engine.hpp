@@ -418,6 +418,7 @@ public:
     // its last event and a running summary (Gpu::summary): a run that needs
     // no trace saves a cache line of memory per operation. Before run().
     void keep_events(bool on) {
+        keep_events_ = on;
         for (Gpu& g : gpus_) g.keep_events_ = on;
     }
 
@@ -463,6 +464,10 @@ private:
     std::exception_ptr error_;
     int error_rank_ = -1;
     bool ran_ = false;
+    bool keep_events_ = true;
+    // How far down the ready queue resume_ready() prefetches a rank's next event lines: at 16,384
+    // ranks, 2, 4 and 8 places measured the same.
+    static constexpr std::size_t kPrefetchAhead = 4;
 };
 
 // ---------------------------------------------------------------------------
