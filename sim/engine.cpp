@@ -339,7 +339,7 @@ void Simulation::drain_parked() {
 
 namespace {
 
-std::string describe_event(const Event* last) {
+std::string describe_event(const std::optional<LastEvent>& last) {
     if (!last) return "no event yet";
     const auto& e = *last;
     std::string s = fmt::format("last event {}", e.op.name());
