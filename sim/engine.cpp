@@ -223,11 +223,14 @@ void Simulation::resume_ready() {
         // prefetching those lines too measured no gain.
         if (keep_events_ && ready_.size() > kPrefetchAhead) {
             const Gpu& ahead = *ready_[kPrefetchAhead];
-            // The line after the log's end may lie past its allocation: computed as an integer, not as a
-            // pointer beyond one past the end (a prefetch never faults).
-            const auto end = reinterpret_cast<std::uintptr_t>(ahead.events_.data() + ahead.events_.size());
-            __builtin_prefetch(reinterpret_cast<const void*>(end), 1);
-            __builtin_prefetch(reinterpret_cast<const void*>(end + sizeof(Event)), 1);
+            // Not when the log is full (or has no room at all: a world that records nothing).
+            if (ahead.events_.size() < ahead.events_.capacity()) {
+                // The second line may lie past the log's allocation: computed as an integer, not as a
+                // pointer beyond one past the end (a prefetch never faults).
+                const auto end = reinterpret_cast<std::uintptr_t>(ahead.events_.data() + ahead.events_.size());
+                __builtin_prefetch(reinterpret_cast<const void*>(end), 1);
+                __builtin_prefetch(reinterpret_cast<const void*>(end + sizeof(Event)), 1);
+            }
         }
         Gpu* g = ready_.front();
         ready_.pop_front();

@@ -174,9 +174,11 @@ public:
 
     // Appends an event starting now and advances the clock by `duration`
     // (`clock += duration`, in binary64, as the reference does). The reference
-    // is valid until the next event is recorded; in a run that keeps no events
+    // is valid until the next event is recorded. In a run that keeps no events
     // it is the simulation's scratch event, which callers may complete (bytes,
-    // flops) as they would a kept one, to no effect.
+    // flops) as they would a kept one, to no effect: its batches are empty, and
+    // the next event any rank records overwrites it, so nothing may hold it
+    // across a co_await.
     // (The batches are taken by reference, const or rvalue, down to where they are stored.)
     template <class B = IdSet>
         requires std::is_same_v<std::remove_cvref_t<B>, IdSet>
@@ -428,8 +430,9 @@ public:
     Task<Message> receive(Gpu& gpu);
 
     // Whether ranks keep their events (default). Off, each rank keeps only
-    // its last event and a running summary (Gpu::summary): a run that needs
-    // no trace saves a cache line of memory per operation. Before run().
+    // what names its last event (Gpu::last_event) and a running summary
+    // (Gpu::summary): a run that needs no trace saves a cache line of memory
+    // per operation. Before run().
     void keep_events(bool on) {
         keep_events_ = on;
         for (Gpu& g : gpus_) g.keep_events_ = on;
