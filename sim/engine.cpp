@@ -47,6 +47,13 @@ int Communicator::position(int rank) const {
     return it != members_.end() && *it == rank ? static_cast<int>(it - members_.begin()) : -1;
 }
 
+namespace {
+// A collective call as mismatch errors name it: "allreduce(layer 2)", or the operation alone without a layer.
+std::string describe_call(OpCode op, std::int32_t layer) {
+    return layer == kNoLayer ? fmt::format("{}", op.name()) : fmt::format("{}(layer {})", op.name(), layer);
+}
+}  // namespace
+
 Communicator::Round& Communicator::join(Gpu& gpu, OpCode op, std::int32_t layer,
                                         std::uint64_t& call) {
     const int pos = position(gpu.rank());
@@ -67,24 +74,19 @@ Communicator::Round& Communicator::join(Gpu& gpu, OpCode op, std::int32_t layer,
         round.first_rank = gpu.rank();
         round.waiting.reserve(static_cast<std::size_t>(size()) - 1);
     } else if (round.op != op || round.layer != layer) {
-        auto describe = [](OpCode o, std::int32_t l) {
-            return l == kNoLayer ? fmt::format("{}", o.name()) : fmt::format("{}(layer {})", o.name(), l);
-        };
         throw CollectiveMismatchError(fmt::format(
             "collective #{} on communicator {} does not match: rank {} called {} but rank {} called {}",
-            call, name_, round.first_rank, describe(round.op, round.layer), gpu.rank(),
-            describe(op, layer)));
+            call, name_, round.first_rank, describe_call(round.op, round.layer), gpu.rank(),
+            describe_call(op, layer)));
     }
     return round;
 }
 
 void Communicator::throw_value_mismatch(std::uint64_t call, const Round& round, const Gpu& gpu) const {
-    const std::string what =
-        round.layer == kNoLayer ? fmt::format("{}", round.op.name()) : fmt::format("{}(layer {})", round.op.name(), round.layer);
     throw CollectiveMismatchError(fmt::format(
         "collective #{} on communicator {} does not match: rank {} and rank {} both called {}, but with values "
         "of different types",
-        call, name_, round.first_rank, gpu.rank(), what));
+        call, name_, round.first_rank, gpu.rank(), describe_call(round.op, round.layer)));
 }
 
 void Communicator::release(Round& round) {
@@ -221,9 +223,10 @@ void Simulation::resume_ready() {
         // that they arrive while the ranks before it run. The rank's other state (its Gpu, its
         // frame, its stores) lies in arrays in rank order, which the hardware streams by itself:
         // prefetching those lines too measured no gain.
-        if (keep_events_ && ready_.size() > kPrefetchAhead) {
+        if (ready_.size() > kPrefetchAhead) {
             const Gpu& ahead = *ready_[kPrefetchAhead];
-            // Not when the log is full (or has no room at all: a world that records nothing).
+            // Only where the log has room for the next event: a full log reallocates, and a rank that
+            // keeps no events (or a world that records nothing) has no log at all.
             if (ahead.events_.size() < ahead.events_.capacity()) {
                 // The second line may lie past the log's allocation: computed as an integer, not as a
                 // pointer beyond one past the end (a prefetch never faults).

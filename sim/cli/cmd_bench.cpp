@@ -72,29 +72,38 @@ double baseline(const Trace& t) {
     return s;
 }
 
+// Folds the figures of one more run (or round) of a configuration into `best`: the fastest wall
+// and CPU times and the lowest baseline ratio, each the best of its own, the largest peak RSS, and
+// correct only if every run was.
+void keep_best(Figures& best, const Figures& f, bool first) {
+    if (first) {
+        best = f;
+        return;
+    }
+    if (f.ops != best.ops)
+        throw std::logic_error("bench: two runs of the same configuration recorded different operation counts");
+    best.wall_s = std::min(best.wall_s, f.wall_s);
+    best.cpu_s = std::min(best.cpu_s, f.cpu_s);
+    best.baseline_ratio = std::min(best.baseline_ratio, f.baseline_ratio);
+    best.peak_rss_kib = std::max(best.peak_rss_kib, f.peak_rss_kib);
+    best.correct = best.correct && f.correct;
+}
+
 Figures measure(const puzzle::PuzzleInfo& p, int layers, int ranks, int repeat, puzzle::Keep keep) {
     Figures f;
-    f.wall_s = 1e300;
-    f.cpu_s = 1e300;
-    f.baseline_ratio = 1e300;
-    f.correct = true;
     for (int i = 0; i < repeat; ++i) {
+        Figures one;
         const double c0 = cpu_seconds();
         auto t0 = std::chrono::steady_clock::now();
         auto run = puzzle::run_strategy(p.strategy, layers, ranks, ranks, puzzle::puzzle_costs(),
                                         nlohmann::json::object(), keep);
-        const double wall = seconds_since(t0);
-        f.wall_s = std::min(f.wall_s, wall);
-        f.cpu_s = std::min(f.cpu_s, cpu_seconds() - c0);
-        if (i > 0 && run.events != f.ops)
-            throw std::logic_error("bench: two runs of the same configuration recorded different operation counts");
-        f.ops = run.events;
-        f.correct = f.correct && run.trace.summary.correct.value_or(false);
-        if (keep == puzzle::Keep::events) {
-            // The ratio of a run to the baseline taken right after it, in the same conditions.
-            const double b = baseline(run.trace);
-            f.baseline_ratio = std::min(f.baseline_ratio, wall / b);
-        }
+        one.wall_s = seconds_since(t0);
+        one.cpu_s = cpu_seconds() - c0;
+        one.ops = run.events;
+        one.correct = run.trace.summary.correct.value_or(false);
+        // The ratio of a run to the baseline taken right after it, in the same conditions.
+        if (keep == puzzle::Keep::events) one.baseline_ratio = one.wall_s / baseline(run.trace);
+        keep_best(f, one, i == 0);
     }
     rusage u{};
     getrusage(RUSAGE_SELF, &u);
@@ -167,20 +176,7 @@ void run_bench(const BenchOptions& o) {
             std::vector<Figures> best(o.ranks.size());
             for (int round = 0; round < o.repeat; ++round) {
                 for (std::size_t i = 0; i < o.ranks.size(); ++i) {
-                    const Figures f = measure_isolated(*p, o.layers, o.ranks[i], kRunsPerChild, keep);
-                    Figures& b = best[i];
-                    if (round == 0) {
-                        b = f;
-                        continue;
-                    }
-                    if (f.ops != b.ops)
-                        throw std::logic_error(
-                            "bench: two runs of the same configuration recorded different operation counts");
-                    b.wall_s = std::min(b.wall_s, f.wall_s);
-                    b.cpu_s = std::min(b.cpu_s, f.cpu_s);
-                    b.baseline_ratio = std::min(b.baseline_ratio, f.baseline_ratio);
-                    b.peak_rss_kib = std::max(b.peak_rss_kib, f.peak_rss_kib);
-                    b.correct = b.correct && f.correct;
+                    keep_best(best[i], measure_isolated(*p, o.layers, o.ranks[i], kRunsPerChild, keep), round == 0);
                 }
             }
             for (std::size_t i = 0; i < o.ranks.size(); ++i) {
