@@ -257,7 +257,7 @@ double Model::collective_time(OpCode op, int layer, Size s) const { return ctx_.
 // all-gather and an all-reduce keep the combined value, a scatter-reduce this
 // rank's shard of it; the collective is recorded at the latest member's clock.
 template <class V>
-bool Model::join_collective(OpCode op, int layer, V& value) {
+bool Model::join_collective(OpCode op, int layer, const V& value) {
     collective_duration_ = collective_time(op, layer, size_of(*ctx_.costs, value));
     auto fold = [this, op, layer](V& acc, const V& x, int) {
         try {
@@ -272,7 +272,7 @@ bool Model::join_collective(OpCode op, int layer, V& value) {
             fail(op, layer, e.what());
         }
     };
-    return gpu.sim().world().join_round(gpu, op, layer, value, fold, seat_);
+    return gpu.sim().world().join_round<V>(gpu, op, layer, value, fold, seat_);
 }
 
 template <class V>
@@ -292,17 +292,17 @@ V Model::finish_collective(OpCode op, int layer) {
     gpu.record(op, layer, collective_duration_, memory());
     return std::move(r.value);
 }
-template bool Model::join_collective<Weight>(OpCode, int, Weight&);
-template bool Model::join_collective<OptState>(OpCode, int, OptState&);
-template bool Model::join_collective<WeightGrad>(OpCode, int, WeightGrad&);
+template bool Model::join_collective<Weight>(OpCode, int, const Weight&);
+template bool Model::join_collective<OptState>(OpCode, int, const OptState&);
+template bool Model::join_collective<WeightGrad>(OpCode, int, const WeightGrad&);
 template Weight Model::finish_collective<Weight>(OpCode, int);
 template OptState Model::finish_collective<OptState>(OpCode, int);
 template WeightGrad Model::finish_collective<WeightGrad>(OpCode, int);
 
 #if DTSIM_FRAMELESS_AWAIT
 template <class V>
-Collective<V> Model::collective(OpCode op, int layer, V value) {
-    return Collective<V>(*this, op, layer, std::move(value));
+Collective<V> Model::collective(OpCode op, int layer, const V& value) {
+    return Collective<V>(*this, op, layer, value);
 }
 #else
 template <class V>

@@ -110,6 +110,9 @@ struct TaskFrame : asio::detail::awaitable_frame<T, Executor> {
     template <class A>
         requires requires { typename std::remove_cvref_t<A>::dtsim_awaiter; }
     auto await_transform(A&& a) const noexcept {
+        static_assert(!std::is_lvalue_reference_v<A> ||
+                          !requires { typename std::remove_cvref_t<A>::dtsim_awaited_at_once; },
+                      "await this where it is made: co_await model.allreduce(x, l), not a variable holding it");
         return AwaitByPointer<std::remove_reference_t<A>>{&a};
     }
     static void* operator new(std::size_t n) { return frame_allocate(n); }
@@ -344,9 +347,11 @@ public:
         friend class Communicator;
         Round* round_ = nullptr;
     };
-    template <class V, class Combine>
-    bool join_round(Gpu& gpu, OpCode op, std::int32_t layer, V& value, Combine& combine, Seat& seat) {
-        return enter<V, Combine>(gpu, op, layer, value, combine, seat.round_);
+    // (`value` is copied, or moved when it is an rvalue, only by the member that opens the round.)
+    template <class V, class In, class Combine>
+        requires std::is_same_v<std::remove_cvref_t<In>, V>
+    bool join_round(Gpu& gpu, OpCode op, std::int32_t layer, In&& value, Combine& combine, Seat& seat) {
+        return enter<V>(gpu, op, layer, std::forward<In>(value), combine, seat.round_);
     }
     template <class V>
     Result<V> take_result(Seat& seat) {
@@ -386,8 +391,8 @@ private:
     };
     Round& join(Gpu& gpu, OpCode op, std::int32_t layer, std::uint64_t& call);
     // Arrival: folds `value` into the round; true when this member completed it.
-    template <class V, class Combine>
-    bool enter(Gpu& gpu, OpCode op, std::int32_t layer, V& value, Combine& combine, Round*& out);
+    template <class V, class In, class Combine>
+    bool enter(Gpu& gpu, OpCode op, std::int32_t layer, In&& value, Combine& combine, Round*& out);
     // After the round completed: this member's result (the combined value and the latest clock).
     template <class V>
     Result<V> leave(Round* round);
@@ -571,7 +576,7 @@ public:
     Arrival(Communicator& comm, Gpu& gpu, OpCode op, std::int32_t layer, V value, Combine combine, Finish finish)
         : comm_(&comm), gpu_(&gpu), op_(op), layer_(layer), value_(std::move(value)), combine_(std::move(combine)),
           finish_(std::move(finish)) {}
-    bool await_ready() { return comm_->enter<V, Combine>(*gpu_, op_, layer_, value_, combine_, round_); }
+    bool await_ready() { return comm_->enter<V>(*gpu_, op_, layer_, std::move(value_), combine_, round_); }
     template <class P>
     void await_suspend(std::coroutine_handle<P> h) {
         park_handle(*gpu_, h);
@@ -591,13 +596,13 @@ private:
 }  // namespace detail
 #endif
 
-template <class V, class Combine>
-bool Communicator::enter(Gpu& gpu, OpCode op, std::int32_t layer, V& value, Combine& combine, Round*& out) {
+template <class V, class In, class Combine>
+bool Communicator::enter(Gpu& gpu, OpCode op, std::int32_t layer, In&& value, Combine& combine, Round*& out) {
     std::uint64_t call = 0;
     Round& round = join(gpu, op, layer, call);
     out = &round;
     if (round.arrived == 0) {
-        round.acc.emplace<V>(std::move(value));
+        round.acc.emplace<V>(std::forward<In>(value));
     } else {
         V* acc = std::any_cast<V>(&round.acc);
         if (!acc) throw_value_mismatch(call, round, gpu);
@@ -628,7 +633,7 @@ auto Communicator::collective(Gpu& gpu, OpCode op, std::int32_t layer, V value, 
                                                std::move(finish));
 #else
     Round* round = nullptr;
-    if (!enter<V, Combine>(gpu, op, layer, value, combine, round)) DTSIM_PARK(gpu);
+    if (!enter<V>(gpu, op, layer, std::move(value), combine, round)) DTSIM_PARK(gpu);
     co_return finish(leave<V>(round));
 #endif
 }

@@ -60,13 +60,21 @@ class Model;
 // round; once every rank has arrived, each takes its part of the combined
 // value and records the collective. What lasts across the suspension (the
 // seat in the round, the duration) is kept in the model, which is in one
-// collective at a time: the awaiter holds only the model and the value.
+// collective at a time. The awaiter lives in the strategy's coroutine frame
+// and is all of it that a collective touches there, so it holds only the
+// model and where the value is: it must be awaited in the expression that
+// made it (`co_await model.allreduce(x, l)`), while `x` still exists; the
+// value is read when the rank joins the round, and copied only by the rank
+// that opens it.
 template <class V>
 class Collective {
 public:
     using dtsim_awaiter = void;
-    Collective(Model& model, OpCode op, int layer, V&& value)
-        : model_(&model), value_(std::move(value)), layer_(layer), op_(op) {}
+    using dtsim_awaited_at_once = void;  // awaiting it as a named variable does not compile
+    Collective(Model& model, OpCode op, int layer, const V& value)
+        : model_(&model), value_(&value), layer_(layer), op_(op) {}
+    Collective(const Collective&) = delete;
+    Collective& operator=(const Collective&) = delete;
     bool await_ready();
     template <class P>
     void await_suspend(std::coroutine_handle<P> h);
@@ -74,7 +82,7 @@ public:
 
 private:
     Model* model_;
-    V value_;
+    const V* value_;
     std::int32_t layer_;
     OpCode op_;
 };
@@ -187,11 +195,16 @@ private:
     // A collective's two halves: joining its round with `value` (true when
     // this rank completed it), then taking this rank's result and recording it.
     template <class V>
-    bool join_collective(OpCode op, int layer, V& value);
+    bool join_collective(OpCode op, int layer, const V& value);
     template <class V>
     V finish_collective(OpCode op, int layer);
+#if DTSIM_FRAMELESS_AWAIT
+    template <class V>
+    Collective<V> collective(OpCode op, int layer, const V& value);
+#else
     template <class V>
     Collective<V> collective(OpCode op, int layer, V value);
+#endif
     Task<> pass_any(int dst, std::any v, Size size);
     [[noreturn]] void fail(const char* op, int layer, const std::string& what) const;
     [[noreturn]] void fail(OpCode op, int layer, const std::string& what) const;
@@ -201,7 +214,7 @@ private:
 #if DTSIM_FRAMELESS_AWAIT
 template <class V>
 bool Collective<V>::await_ready() {
-    return model_->join_collective(op_, layer_, value_);
+    return model_->join_collective(op_, layer_, *value_);
 }
 template <class V>
 template <class P>
