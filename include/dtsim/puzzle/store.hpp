@@ -21,13 +21,16 @@
 
 namespace dtsim::puzzle {
 
-// A store key: `l` or `{l, r}`.
+// A store key: `l` or `{l, r}`, ints as the strategies' loop variables are
+// (keys are layers, microbatches and ranks). A key is a temporary in every
+// store access, and those that span a co_await live in the strategy's
+// coroutine frame: 8 bytes, not 16, keep the frame's lines fewer.
 struct Key {
-    static constexpr std::int64_t kNone = std::numeric_limits<std::int64_t>::min();
-    Key(std::int64_t first) : a(first) {}  // NOLINT: implicit, as Python's d[l]
-    Key(std::int64_t first, std::int64_t second) : a(first), b(second) {}
-    std::int64_t a;
-    std::int64_t b = kNone;
+    static constexpr std::int32_t kNone = std::numeric_limits<std::int32_t>::min();
+    Key(int first) : a(first) {}  // NOLINT: implicit, as Python's d[l]
+    Key(int first, int second) : a(first), b(second) {}
+    std::int32_t a;
+    std::int32_t b = kNone;
     friend bool operator==(const Key&, const Key&) = default;
     [[nodiscard]] std::string str() const;  // "3" or "(3, 0)"
 };
@@ -255,7 +258,7 @@ public:
     template <class F>
     void for_each(F&& f) const {
         for (std::uint32_t i = 0; i < direct_cap_; ++i)
-            if (at(i).used) f(Key(static_cast<std::int64_t>(i)), at(i).value());
+            if (at(i).used) f(Key(static_cast<int>(i)), at(i).value());
         if (hashed_)
             for (std::uint32_t i = 0; i < hashed_->capacity; ++i) {
                 const Entry& e = hashed_->slots()[i];
@@ -289,7 +292,7 @@ private:
     using Direct = StoreEntry<V>;
     // A slot of the hash table: a StoreEntry and its key (zeroed memory is an empty slot).
     struct Entry : StoreEntry<V> {
-        std::int64_t a, b;  // the key
+        std::int32_t a, b;  // the key
         [[nodiscard]] Key key() const { return {a, b}; }
         [[nodiscard]] bool has(const Key& k) const { return a == k.a && b == k.b; }
         void set_key(const Key& k) {
