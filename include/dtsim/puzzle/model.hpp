@@ -140,7 +140,17 @@ public:
     Store<ActivationGrad> grad_activations;
     Store<WeightGrad> grad_weights;
 
-    auto storage() { return std::tie(weights, opt_states, activations, grad_activations, grad_weights); }
+    // The five stores, for `auto [weights, opt_states, ...] = model.storage();`
+    // (an aggregate of references: its bindings name its members, where a
+    // tuple's would be five references more in the strategy's coroutine frame).
+    struct Storage {
+        Store<Weight>& weights;
+        Store<OptState>& opt_states;
+        Store<Activation>& activations;
+        Store<ActivationGrad>& grad_activations;
+        Store<WeightGrad>& grad_weights;
+    };
+    Storage storage() { return {weights, opt_states, activations, grad_activations, grad_weights}; }
     // The GPU's memory now: everything held in the five stores.
     [[nodiscard]] double memory() const { return meter_.value(); }
     [[nodiscard]] double time() const { return gpu.clock(); }

@@ -173,6 +173,9 @@ public:
     }
 
     Slot<V> operator[](Key k) { return Slot<V>(*this, k); }
+    // (A plain key passed as an int is no Key temporary, which the coroutine
+    // frame would hold when the access spans a co_await.)
+    Slot<V> operator[](int l) { return Slot<V>(*this, Key(l)); }
 
     [[nodiscard]] const V& get(const Key& k) const {
         const V* v = find(k);
