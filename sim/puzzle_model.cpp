@@ -145,7 +145,7 @@ Model::Model(Gpu& g, int layers, int batches, const CostModel& costs, const Stor
       grad_activations(&ctx_),
       grad_weights(&ctx_) {
     // Keys are mostly layers 0..LAYERS: in the run's arenas, or reserved up
-    // front in each store's own array instead of grown by repeated doubling.
+    // front in each store's own arena instead of grown by repeated doubling.
     const std::size_t n = StoreArenas::keys(layers);
     if (arenas) {
         weights.attach(arenas->weights, rank);

@@ -282,7 +282,7 @@ TEST_CASE("a run's stores keep layer keys in its arena, rank by rank; a key past
             for (int k = 0; k <= m.LAYERS; ++k)
                 m.require(m.activations[k]->batches == batches(k), "arena entry " + std::to_string(k));
             if (me == 1) {
-                m.activations[7] = m.get_activation(batches(7));  // past the arena: an array of its own
+                m.activations[7] = m.get_activation(batches(7));  // past the arena: an arena of its own
                 for (int k = 0; k <= m.LAYERS; ++k)
                     m.require(m.activations[k]->batches == batches(k), "moved entry " + std::to_string(k));
                 m.require(len(m.activations) == static_cast<std::size_t>(m.LAYERS) + 2, "count after the move");
@@ -295,6 +295,84 @@ TEST_CASE("a run's stores keep layer keys in its arena, rank by rank; a key past
         2, 3, 3);
     CHECK(r.check_error.has_value());  // no final weights: the schedule is incomplete, the stores are what is tested
 }
+
+TEST_CASE("pair keys {a, b} with a small b have entries in the arena, rank by rank; the others are hashed") {
+    // Batch sets of two intervals own heap memory: the sanitizer build checks
+    // that every move between planes, tables and arenas frees each exactly once.
+    MemoryMeter meter;
+    const StoreContext ctx0{&meter, &puzzle_costs(), 0};
+    const StoreContext ctx1{&meter, &puzzle_costs(), 1};
+    StoreArena<Activation> arena(2, 3);
+    Store<Activation> a(&ctx0);
+    Store<Activation> b(&ctx1);
+    a.attach(arena, 0);
+    b.attach(arena, 1);
+    const auto act = [](int id) { return Activation{0, IdSet{id, id + 5}}; };
+    a[{0, 0}] = act(1);    // paired: plane 0
+    b[{0, 0}] = act(2);    // the same key on the next rank: its own entry
+    a[{2, 15}] = act(3);   // the last plane, the last key
+    a[{3, 0}] = act(4);    // past the arena's keys: hashed
+    a[{1, 16}] = act(5);   // past the planes: hashed
+    a[{1, -1}] = act(6);   // hashed
+    a[1] = act(7);         // plain
+    CHECK(a.get({0, 0}).batches == IdSet{1, 6});
+    CHECK(b.get({0, 0}).batches == IdSet{2, 7});
+    CHECK(a.get({2, 15}).batches == IdSet{3, 8});
+    CHECK(len(a) == 6);
+    CHECK(len(b) == 1);
+    CHECK_FALSE(a.contains({0, 1}));  // a plane nobody used
+    CHECK_FALSE(b.contains({2, 15}));
+    std::vector<std::pair<int, int>> keys;
+    a.for_each([&](const Key& k, const Activation&) { keys.emplace_back(k.a, k.b); });
+    REQUIRE(keys.size() == 6);
+    // Plain keys, then paired keys plane by plane, then the hashed ones (in the table's order).
+    CHECK(keys[0] == std::pair{1, Key::kNone});
+    CHECK(keys[1] == std::pair{0, 0});
+    CHECK(keys[2] == std::pair{2, 15});
+    del(a[{0, 0}]);
+    CHECK_FALSE(a.contains({0, 0}));
+    CHECK(b.get({0, 0}).batches == IdSet{2, 7});
+    a[{0, 0}] = act(8);  // an erased paired key stored again
+    a[{0, 0}] = act(9);  // and replaced
+    CHECK(a.get({0, 0}).batches == IdSet{9, 14});
+    // A plain key past the arena: a's plain and paired keys move to an arena of
+    // its own, with the same pair keys (the hashed ones stay hashed).
+    a[5] = act(10);
+    CHECK(a.get({0, 0}).batches == IdSet{9, 14});
+    CHECK(a.get({2, 15}).batches == IdSet{3, 8});
+    CHECK(a.get({3, 0}).batches == IdSet{4, 9});
+    CHECK(a.get({1, 16}).batches == IdSet{5, 10});
+    CHECK(a.get(1).batches == IdSet{7, 12});
+    CHECK(a.get(5).batches == IdSet{10, 15});
+    CHECK(len(a) == 7);
+    CHECK(b.get({0, 0}).batches == IdSet{2, 7});  // b's entries stay in the run's arena
+    a[{1, 2}] = act(11);  // a new plane in a's own arena
+    CHECK(a.get({1, 2}).batches == IdSet{11, 16});
+    CHECK_THROWS_AS(del(a[{2, 2}]), PuzzleError);  // missing in a plane that exists
+    CHECK_THROWS_AS(del(b[{0, 3}]), PuzzleError);  // missing in a plane that does not
+    del(a[{0, 0}], a[{2, 15}], a[{3, 0}], a[{1, 16}], a[{1, -1}], a[1], a[5], a[{1, 2}]);
+    CHECK(len(a) == 0);
+    del(b[{0, 0}]);
+    CHECK(meter.value() == 0);
+}
+
+// The puzzle costs, for a test's cost model to change one of them.
+struct PuzzleCostsBut : CostModel {
+    const CostModel& p = puzzle_costs();
+    std::string time_unit() const override { return p.time_unit(); }
+    std::string memory_unit() const override { return p.memory_unit(); }
+    double forward(int l, const IdSet& b) const override { return p.forward(l, b); }
+    double backward(int l, const IdSet& b) const override { return p.backward(l, b); }
+    double loss(const IdSet& b) const override { return p.loss(b); }
+    double update(int l, std::int64_t s, int t) const override { return p.update(l, s, t); }
+    double collective(OpCode op, int l, Size s, int r) const override { return p.collective(op, l, s, r); }
+    double pass(Size s) const override { return p.pass(s); }
+    Size weight(std::int64_t k, int t) const override { return p.weight(k, t); }
+    Size opt_state(std::int64_t k, int t) const override { return p.opt_state(k, t); }
+    Size weight_grad(std::int64_t k, int t) const override { return p.weight_grad(k, t); }
+    Size activation(std::int64_t n) const override { return p.activation(n); }
+    Size activation_grad(std::int64_t n) const override { return p.activation_grad(n); }
+};
 
 TEST_CASE("an arena destroys the values its stores leave in it; a store that outgrew it frees its own") {
     // Batch sets of several intervals own heap memory: the sanitizer build
@@ -319,7 +397,7 @@ TEST_CASE("an arena destroys the values its stores leave in it; a store that out
     CHECK_FALSE(a.contains(2));
     CHECK(len(a) == 1);
     CHECK(len(b) == 2);
-    b[5] = Activation{5, IdSet{0, 6}};  // past the arena: b's values move to an array of its own
+    b[5] = Activation{5, IdSet{0, 6}};  // past the arena: b's values move to an arena of its own
     CHECK(b.get(0).batches == IdSet{2, 7});
     CHECK(b.get(2).batches == IdSet{3, 9});
     CHECK(b.get(5).batches == IdSet{0, 6});
@@ -338,23 +416,29 @@ TEST_CASE("an arena destroys the values its stores leave in it; a store that out
     CHECK(meter.value() == doctest::Approx(puzzle_costs().activation(2).num * 6.0));  // six values of two batches
 }
 
+TEST_CASE("the stores of an arena share its size memo, so they must share a cost model") {
+    struct Doubled final : PuzzleCostsBut {  // an activation is twice as large
+        Size activation(std::int64_t n) const override { return {2 * p.activation(n).num, p.activation(n).den}; }
+    } doubled;
+    MemoryMeter meter0, meter1;
+    const StoreContext ctx0{&meter0, &puzzle_costs(), 0};
+    const StoreContext ctx1{&meter1, &doubled, 1};
+    StoreArena<Activation> arena(2, 3);
+    Store<Activation> a(&ctx0);
+    Store<Activation> b(&ctx1);
+    a.attach(arena, 0);
+    CHECK_THROWS_WITH_AS(b.attach(arena, 1), "Store::attach: the arena's stores have another cost model",
+                         std::logic_error);
+    // Apart, each store sizes its values with its own cost model (b's keys get an arena of its own).
+    a[0] = Activation{0, IdSet{1}};
+    b[0] = Activation{0, IdSet{1}};
+    CHECK(meter1.value() == doctest::Approx(2 * meter0.value()));
+    CHECK(meter0.value() == doctest::Approx(static_cast<double>(puzzle_costs().activation(1).num)));
+}
+
 TEST_CASE("a cost model whose sizes have no positive denominator is a clear error") {
-    // The puzzle costs, except that a weight's size is given over 0.
-    struct ZeroDenominator final : CostModel {
-        const CostModel& p = puzzle_costs();
-        std::string time_unit() const override { return p.time_unit(); }
-        std::string memory_unit() const override { return p.memory_unit(); }
-        double forward(int l, const IdSet& b) const override { return p.forward(l, b); }
-        double backward(int l, const IdSet& b) const override { return p.backward(l, b); }
-        double loss(const IdSet& b) const override { return p.loss(b); }
-        double update(int l, std::int64_t s, int t) const override { return p.update(l, s, t); }
-        double collective(OpCode op, int l, Size s, int r) const override { return p.collective(op, l, s, r); }
-        double pass(Size s) const override { return p.pass(s); }
+    struct ZeroDenominator final : PuzzleCostsBut {  // a weight's size is given over 0
         Size weight(std::int64_t k, int) const override { return {k, 0}; }
-        Size opt_state(std::int64_t k, int t) const override { return p.opt_state(k, t); }
-        Size weight_grad(std::int64_t k, int t) const override { return p.weight_grad(k, t); }
-        Size activation(std::int64_t n) const override { return p.activation(n); }
-        Size activation_grad(std::int64_t n) const override { return p.activation_grad(n); }
     } costs;
     std::string what;
     try {

@@ -109,10 +109,10 @@ struct StoreArenas {
     StoreArena<WeightGrad> grad_weights;
 };
 
-class Model {
+class alignas(64) Model {
 public:
     // With `arenas` (which must outlive the model), the stores keep their
-    // layer keys there; without, each store has an array of its own.
+    // layer keys there; without, each store has an arena of its own.
     Model(Gpu& gpu, int layers, int batches, const CostModel& costs = puzzle_costs(),
           const StoreArenas* arenas = nullptr);
     Model(const Model&) = delete;
@@ -125,13 +125,13 @@ public:
     const int BATCHES;  // NOLINT
 
 private:
-    // What a resumed rank touches first sits in the first two cache lines;
-    // each store is one more line.
+    // What a resumed rank touches sits in the first four cache lines: these
+    // fields, then the five stores (half a line each); the final weights,
+    // set once at the end, come last.
     StoreContext ctx_;  // the meter, the cost model and the rank
     MemoryMeter meter_;
     Communicator::Seat seat_;  // the collective this rank is in
     double collective_duration_ = 0;  // and what it costs
-    std::vector<std::optional<Weight>> final_weights_;  // by layer
 
 public:
     Store<Weight> weights;
@@ -140,6 +140,10 @@ public:
     Store<ActivationGrad> grad_activations;
     Store<WeightGrad> grad_weights;
 
+private:
+    std::vector<std::optional<Weight>> final_weights_;  // by layer
+
+public:
     // The five stores, for `auto [weights, opt_states, ...] = model.storage();`
     // (an aggregate of references: its bindings name its members, where a
     // tuple's would be five references more in the strategy's coroutine frame).
@@ -237,7 +241,7 @@ V Collective<V>::await_resume() {
 }
 #endif
 
-static_assert(sizeof(Model) == 448, "a model is seven cache lines: every resumed rank streams them in");
+static_assert(sizeof(Model) == 320, "a model is five cache lines, of which a resumed rank streams in the first four");
 
 // The reference's Model.check: for every layer the final weights set by the
 // ranks all have step 1 and together are complete. Returns the first failure.

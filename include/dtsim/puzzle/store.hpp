@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
+#include <memory>
 #include <new>
 #include <stdexcept>
 #include <string>
@@ -120,29 +121,78 @@ StoreEntry<V>* allocate_entries(std::size_t n) {
 // jumping from one rank's array to the next. The stores construct and destroy
 // values in it as keys are set and erased; at the end the arena destroys the
 // values left, in memory order (stores doing it would visit a line per entry).
+//
+// Pair keys {a, b} with a below the arena's keys and b below kPairPlanes
+// (fsdp's gathered weight {l, 0}, a microbatch's activation {l, mb}) have
+// entries too, in one more such array per b, made when a store first uses it:
+// where a hash table of each rank's own would cost a resumed rank its lines.
+//
+// The arena also remembers the size of the last value its stores sized (the
+// cost model is a pure function of the value's SizeKey, and a virtual call
+// away): one memo that every rank reads, hot in cache, instead of one in each
+// rank's store. All stores in an arena use the same cost model (attach checks).
+template <class V>
+class Store;
+
 template <class V>
 class StoreArena {
 public:
-    StoreArena(int ranks, std::uint32_t keys)
-        : ranks_(static_cast<std::uint32_t>(ranks)),
-          keys_(keys),
-          data_(allocate_entries<V>(std::max<std::size_t>(std::size_t{ranks_} * keys_, 1))) {}
+    StoreArena(int ranks, std::uint32_t keys) : StoreArena(ranks, keys, keys) {}
     StoreArena(const StoreArena&) = delete;
     StoreArena& operator=(const StoreArena&) = delete;
     ~StoreArena() {
         clear_entries(data_, std::size_t{ranks_} * keys_);
         std::free(data_);
+        for (StoreEntry<V>* plane : planes_) {
+            if (!plane) continue;
+            clear_entries(plane, std::size_t{ranks_} * pair_keys_);
+            std::free(plane);
+        }
     }
+    static constexpr std::int32_t kPairPlanes = 16;
 
-    // Rank r's entry for key 0; key k is `ranks()` entries further on.
-    [[nodiscard]] StoreEntry<V>* first(int rank) const { return data_ + rank; }
+    // Rank r's entry for key k.
+    [[nodiscard]] StoreEntry<V>& entry(std::uint32_t rank, std::uint32_t key) const {
+        return data_[std::size_t{key} * ranks_ + rank];
+    }
     [[nodiscard]] std::uint32_t ranks() const { return ranks_; }
     [[nodiscard]] std::uint32_t keys() const { return keys_; }
 
 private:
+    friend class Store<V>;
+    // Pair keys {a, b} have entries for a < pair_keys (a store's own arena
+    // keeps the pair keys of the arena it outgrew, so no key changes place).
+    StoreArena(int ranks, std::uint32_t keys, std::uint32_t pair_keys)
+        : ranks_(static_cast<std::uint32_t>(ranks)),
+          keys_(keys),
+          pair_keys_(pair_keys),
+          data_(allocate_entries<V>(std::max<std::size_t>(std::size_t{ranks_} * keys_, 1))) {}
+    // No keys: where a store without plain keys points (never written, never freed).
+    StoreArena() : ranks_(1), keys_(0), pair_keys_(0), data_(nullptr) {}
+    // The entries of pair keys {a, b} for one b, laid out as the plain keys'.
+    StoreEntry<V>* plane(std::int32_t b) const {
+        StoreEntry<V>*& p = planes_[b];
+        if (!p) p = allocate_entries<V>(std::max<std::size_t>(std::size_t{ranks_} * pair_keys_, 1));
+        return p;
+    }
+    static const StoreArena& none() {
+        static const StoreArena* const empty = new StoreArena();
+        return *empty;
+    }
+    struct SizeMemo {
+        std::int32_t count = -1;  // the size of a value of size key (count, total) is num / den
+        std::int32_t total = -1;
+        std::int64_t num = 0;
+        std::int64_t den = 1;
+    };
     std::uint32_t ranks_;
     std::uint32_t keys_;
+    std::uint32_t pair_keys_;
     StoreEntry<V>* data_;
+    mutable StoreEntry<V>* planes_[kPairPlanes] = {};  // made on first use
+    mutable SizeMemo memo_;
+    mutable const CostModel* costs_ = nullptr;  // the stores' cost model, once one attached
+    bool store_own_ = false;  // made by a store for itself (which deletes it)
 };
 
 // Each value type has one store; its name is the reference's dict name (errors name it).
@@ -159,16 +209,18 @@ constexpr const char* store_name<ActivationGrad>() { return "grad_activations"; 
 template <>
 constexpr const char* store_name<WeightGrad>() { return "grad_weights"; }
 
-// One cache line: at thousands of ranks every rank resumed after a collective
-// is cold in cache, and the lines its stores occupy are what a resume costs.
+// Half a cache line: at thousands of ranks every rank resumed after a
+// collective is cold in cache, and the lines its stores occupy are what a
+// resume costs. What all ranks share (where the arena's rows are, how many
+// keys it has, the size memo) is the arena's.
 template <class V>
-class alignas(64) Store {
+class alignas(32) Store {
 public:
-    explicit Store(const StoreContext* ctx) : ctx_(ctx) {}
+    explicit Store(const StoreContext* ctx) : ctx_(ctx), arena_(&StoreArena<V>::none()) {}
     Store(const Store&) = delete;
     Store& operator=(const Store&) = delete;
     ~Store() {
-        destroy_direct();
+        release_arena();
         Hashed::destroy(hashed_);
     }
 
@@ -183,34 +235,50 @@ public:
         return *v;
     }
     [[nodiscard]] bool contains(const Key& k) const { return find(k) != nullptr; }
-    [[nodiscard]] std::size_t size() const { return count_; }
+    // The number of keys stored (counted: strategies ask seldom, and a count
+    // kept would be one more field in the store's half line).
+    [[nodiscard]] std::size_t size() const {
+        std::size_t n = hashed_ ? hashed_->count : 0;
+        for_each_direct([&n](const Key&, const V&) { ++n; });
+        return n;
+    }
+    // Whether no key is stored (at once for a store that has no entries yet).
+    [[nodiscard]] bool empty() const { return (cap() == 0 && !hashed_) || size() == 0; }
     [[nodiscard]] static constexpr const char* name() { return store_name<V>(); }
     // Room for plain keys 0..n-1 without reallocating (the model reserves one per layer).
     void reserve(std::size_t n) {
-        if (n > direct_cap_) regrow(n);
+        if (n > cap()) regrow(n);
     }
     // Keeps the plain keys 0..arena.keys()-1 in `arena`'s entries for `rank`
     // (the arena must outlive the store, and destroys the values left there);
-    // a later key moves them to an array of the store's own.
+    // a later key moves them to an arena of the store's own. The stores in
+    // an arena share one cost model.
     void attach(const StoreArena<V>&& arena, int rank) = delete;
     void attach(const StoreArena<V>& arena, int rank) {
-        if (count_ != 0 || rank < 0 || static_cast<std::uint32_t>(rank) >= arena.ranks())
+        if (!empty() || rank < 0 || static_cast<std::uint32_t>(rank) >= arena.ranks())
             throw std::logic_error("Store::attach: the store must be empty and the rank within the arena");
-        destroy_direct();
-        direct_ = arena.first(rank);
-        direct_cap_ = arena.keys();
-        stride_ = arena.ranks();
-        owned_ = false;
+        if (arena.costs_ && arena.costs_ != ctx_->costs)
+            throw std::logic_error("Store::attach: the arena's stores have another cost model");
+        arena.costs_ = ctx_->costs;
+        release_arena();
+        arena_ = &arena;
+        direct_ = &arena.entry(static_cast<std::uint32_t>(rank), 0);
     }
 
     void set(const Key& k, V&& v) {
         const Size added = size(v);
         V* old = nullptr;
-        Direct* room = nullptr;  // a plain key's empty entry
+        Direct* room = nullptr;  // a plain or paired key's empty entry
         if (is_direct(k)) {
             const auto i = static_cast<std::uint32_t>(k.a);
-            if (i >= direct_cap_) regrow(std::max<std::size_t>(std::size_t{i} + 1, std::size_t{direct_cap_} * 2));
+            if (i >= cap()) regrow(std::max<std::size_t>(std::size_t{i} + 1, std::size_t{cap()} * 2));
             Direct& d = at(i);
+            if (d.used)
+                old = &d.value();
+            else
+                room = &d;
+        } else if (is_paired(k)) {
+            Direct& d = paired(k, arena_->plane(k.b));
             if (d.used)
                 old = &d.value();
             else
@@ -226,7 +294,7 @@ public:
             return;
         }
         // The meter first (a new denominator allocates), then the entry; a
-        // failed allocation leaves the count, the memory and the entries as they were.
+        // failed allocation leaves the memory and the entries as they were.
         ctx_->meter->add(added);
         if (room) {
             room->fill(std::move(v));
@@ -238,30 +306,35 @@ public:
                 throw;
             }
         }
-        ++count_;
     }
 
     void erase(const Key& k) {
         if (is_direct(k)) {
             const auto i = static_cast<std::uint32_t>(k.a);
-            if (i >= direct_cap_ || !at(i).used) throw_missing_key(ctx_->rank, name(), k);
+            if (i >= cap() || !at(i).used) throw_missing_key(ctx_->rank, name(), k);
             Direct& d = at(i);
             ctx_->meter->sub(size(d.value()));
-            --count_;
+            d.clear();
+            return;
+        }
+        if (is_paired(k)) {
+            StoreEntry<V>* plane = arena_->planes_[k.b];
+            if (!plane || !paired(k, plane).used) throw_missing_key(ctx_->rank, name(), k);
+            Direct& d = paired(k, plane);
+            ctx_->meter->sub(size(d.value()));
             d.clear();
             return;
         }
         Entry* e = hashed_ ? hashed_->find(k) : nullptr;
         if (!e) throw_missing_key(ctx_->rank, name(), k);
         ctx_->meter->sub(size(e->value()));
-        --count_;
         hashed_->erase(e);
     }
 
+    // Plain keys in order, then paired keys by plane, then the others.
     template <class F>
     void for_each(F&& f) const {
-        for (std::uint32_t i = 0; i < direct_cap_; ++i)
-            if (at(i).used) f(Key(static_cast<int>(i)), at(i).value());
+        for_each_direct(f);
         if (hashed_)
             for (std::uint32_t i = 0; i < hashed_->capacity; ++i) {
                 const Entry& e = hashed_->slots()[i];
@@ -270,21 +343,18 @@ public:
     }
 
 private:
-    // The size of a value, remembered for the last size key (the cost model is
-    // a pure function of it, and a virtual call away).
+    // The size of a value: the arena's memo when it holds the size for the
+    // value's size key, else the cost model's (then remembered).
     Size size(const V& v) {
         const SizeKey k = size_key(v);
-        if (k.count == memo_count_ && k.total == memo_total_) return {memo_num_, memo_den_};
+        auto& memo = arena_->memo_;
+        if (k.count == memo.count && k.total == memo.total) return {memo.num, memo.den};
         const Size s = size_of(*ctx_->costs, v);
         if (s.den <= 0) throw_bad_size(name(), s);
-        // Remembered when the key and the denominator fit in 32 bits (they do for the puzzle's sizes).
+        // Remembered when the key fits in 32 bits (it does for the puzzle's sizes).
         constexpr std::int64_t hi = std::numeric_limits<std::int32_t>::max();
-        if (k.count >= 0 && k.count <= hi && k.total >= 0 && k.total <= hi && s.den <= hi) {
-            memo_count_ = static_cast<std::int32_t>(k.count);
-            memo_total_ = static_cast<std::int32_t>(k.total);
-            memo_num_ = s.num;
-            memo_den_ = static_cast<std::int32_t>(s.den);
-        }
+        if (arena_ != &StoreArena<V>::none() && k.count >= 0 && k.count <= hi && k.total >= 0 && k.total <= hi)
+            memo = {static_cast<std::int32_t>(k.count), static_cast<std::int32_t>(k.total), s.num, s.den};
         return s;
     }
 
@@ -390,49 +460,78 @@ private:
     const V* find(const Key& k) const {
         if (is_direct(k)) {
             const auto i = static_cast<std::uint32_t>(k.a);
-            return i < direct_cap_ && at(i).used ? &at(i).value() : nullptr;
+            return i < cap() && at(i).used ? &at(i).value() : nullptr;
+        }
+        if (is_paired(k)) {
+            Direct* plane = arena_->planes_[k.b];
+            return plane && paired(k, plane).used ? &paired(k, plane).value() : nullptr;
         }
         const Entry* e = hashed_ ? hashed_->find(k) : nullptr;
         return e ? &e->value() : nullptr;
     }
     V* find(const Key& k) { return const_cast<V*>(std::as_const(*this).find(k)); }
-    // Entry i: `stride_` entries apart in an arena, next to each other in an array of the store's own.
-    Direct& at(std::uint32_t i) { return direct_[std::size_t{i} * stride_]; }
-    const Direct& at(std::uint32_t i) const { return direct_[std::size_t{i} * stride_]; }
-    void regrow(std::size_t n) {
-        Direct* fresh = allocate_entries<V>(n);
-        for (std::uint32_t i = 0; i < direct_cap_; ++i)
-            if (at(i).used) at(i).move_to(fresh[i]);
-        destroy_direct();
-        direct_ = fresh;
-        direct_cap_ = static_cast<std::uint32_t>(n);
-        stride_ = 1;
-        owned_ = true;
+    // Plain keys 0..cap()-1 have an entry: this store's column of its arena,
+    // key i `ranks` entries after key i-1.
+    [[nodiscard]] std::uint32_t cap() const { return arena_->keys_; }
+    Direct& at(std::uint32_t i) { return direct_[std::size_t{i} * arena_->ranks_]; }
+    const Direct& at(std::uint32_t i) const { return direct_[std::size_t{i} * arena_->ranks_]; }
+    // Pair keys {a, b} with an entry in the arena (the others are hashed).
+    [[nodiscard]] bool is_paired(const Key& k) const {
+        return k.b >= 0 && k.b < StoreArena<V>::kPairPlanes && k.a >= 0 &&
+               static_cast<std::uint32_t>(k.a) < arena_->pair_keys_;
     }
-    // Forgets the entries; destroys their values and frees the array if it is
-    // the store's own (an arena destroys its values itself).
-    void destroy_direct() {
-        if (owned_ && direct_) {
-            clear_entries(direct_, direct_cap_);
-            std::free(direct_);
-        }
+    // Pair key k's entry in `plane` (the arena's plane for k.b).
+    Direct& paired(const Key& k, Direct* plane) const {
+        return plane[static_cast<std::size_t>(direct_ - arena_->data_) +
+                     static_cast<std::size_t>(k.a) * arena_->ranks_];
+    }
+    // Calls f(key, value) for the plain keys, then the paired keys by plane.
+    template <class F>
+    void for_each_direct(F&& f) const {
+        for (std::uint32_t i = 0; i < cap(); ++i)
+            if (at(i).used) f(Key(static_cast<int>(i)), at(i).value());
+        for (std::int32_t b = 0; b < StoreArena<V>::kPairPlanes; ++b)
+            if (Direct* plane = arena_->planes_[b])
+                for (std::uint32_t a = 0; a < arena_->pair_keys_; ++a) {
+                    const Key k(static_cast<int>(a), b);
+                    if (paired(k, plane).used) f(k, paired(k, plane).value());
+                }
+    }
+    // Moves the plain and paired keys to an arena of the store's own, with
+    // room for n plain keys and the same pair keys (made, planes included,
+    // before anything moves: a failed allocation leaves the store as it was).
+    void regrow(std::size_t n) {
+        std::unique_ptr<StoreArena<V>> own(
+            new StoreArena<V>(1, static_cast<std::uint32_t>(n), arena_->pair_keys_));
+        own->store_own_ = true;
+        for (std::int32_t b = 0; b < StoreArena<V>::kPairPlanes; ++b)
+            if (arena_->planes_[b]) own->plane(b);
+        for (std::uint32_t i = 0; i < cap(); ++i)
+            if (at(i).used) at(i).move_to(own->entry(0, i));
+        for (std::int32_t b = 0; b < StoreArena<V>::kPairPlanes; ++b)
+            if (Direct* plane = arena_->planes_[b])
+                for (std::uint32_t a = 0; a < arena_->pair_keys_; ++a) {
+                    Direct& d = paired(Key(static_cast<int>(a), b), plane);
+                    if (d.used) d.move_to(own->planes_[b][a]);
+                }
+        release_arena();
+        arena_ = own.release();
+        direct_ = &arena_->entry(0, 0);
+    }
+    // Forgets the arena; deletes it, with the values left in it, if it is the
+    // store's own (a shared arena destroys its values itself).
+    void release_arena() {
+        if (arena_->store_own_) delete arena_;
+        arena_ = &StoreArena<V>::none();
         direct_ = nullptr;
-        direct_cap_ = 0;
     }
 
     const StoreContext* ctx_;
-    Direct* direct_ = nullptr;
-    Hashed* hashed_ = nullptr;
-    std::int64_t memo_num_ = 0;  // the size remembered for (memo_count_, memo_total_) is memo_num_ / memo_den_
-    std::uint32_t direct_cap_ = 0;  // plain keys 0..direct_cap_-1 have an entry
-    std::uint32_t count_ = 0;
-    std::uint32_t stride_ = 1;  // entries between consecutive keys
-    std::int32_t memo_count_ = -1;
-    std::int32_t memo_total_ = -1;
-    std::int32_t memo_den_ = 1;
-    bool owned_ = true;  // whether direct_ is the store's own array (else an arena's)
+    Direct* direct_ = nullptr;              // the entry for key 0 in arena_
+    Hashed* hashed_ = nullptr;              // the other keys
+    const StoreArena<V>* arena_;            // where the plain keys are (none() when there are none)
 };
-static_assert(sizeof(Store<WeightGrad>) == 64, "a store header is one cache line");
+static_assert(sizeof(Store<WeightGrad>) == 32, "a store header is half a cache line");
 
 // `store[k]`: reads as the stored value, assignment stores.
 template <class V>
