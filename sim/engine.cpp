@@ -15,6 +15,40 @@ namespace dtsim {
 
 // ------------------------------------------------------------------------- Gpu
 
+Gpu::~Gpu() {
+    // (A simulation drains its parked ranks first; a thread dropped here unwinds
+    // through the io_context, as Asio's own handler does.)
+    if (parked()) unpark();
+    if (keep_events_)
+        std::destroy_at(&events_);
+    else
+        std::destroy_at(&folded_);
+}
+
+void Gpu::set_keep_events(bool on) {
+    if (on == keep_events_) return;
+    if (on) {
+        std::destroy_at(&folded_);
+        std::construct_at(&events_);
+    } else {
+        std::destroy_at(&events_);
+        std::construct_at(&folded_);
+    }
+    keep_events_ = on;
+}
+
+#if BOOST_VERSION == 107400
+bool Gpu::parked() const { return !parked_.empty(); }
+Gpu::Handler Gpu::unpark() { return parked_.take(sim_->ctx_.get_executor()); }
+#else
+bool Gpu::parked() const { return parked_.has_value(); }
+Gpu::Handler Gpu::unpark() {
+    Handler h = std::move(*parked_);
+    parked_.reset();
+    return h;
+}
+#endif
+
 void Gpu::grow_events() {
     // Each rank appends to its own vector: no merge pass at the end, and the
     // trace is built once. Doubling keeps the copies to one per event at most.
@@ -126,6 +160,7 @@ std::vector<RankTrace> Simulation::take_logs() {
     std::vector<RankTrace> out(gpus_.size());
     for (std::size_t r = 0; r < gpus_.size(); ++r) {
         out[r].rank = static_cast<int>(r);
+        if (!gpus_[r].keep_events_) continue;
         out[r].events = std::move(gpus_[r].events_);
         gpus_[r].events_ = {};
     }
@@ -227,7 +262,7 @@ void Simulation::resume_ready() {
             const Gpu& ahead = *ready_[kPrefetchAhead];
             // Only where the log has room for the next event: a full log reallocates, and a rank that
             // keeps no events (or a world that records nothing) has no log at all.
-            if (ahead.events_.size() < ahead.events_.capacity()) {
+            if (ahead.keep_events_ && ahead.events_.size() < ahead.events_.capacity()) {
                 // The second line may lie past the log's allocation: computed as an integer, not as a
                 // pointer beyond one past the end (a prefetch never faults).
                 const auto end = reinterpret_cast<std::uintptr_t>(ahead.events_.data() + ahead.events_.size());
@@ -237,8 +272,7 @@ void Simulation::resume_ready() {
         }
         Gpu* g = ready_.front();
         ready_.pop_front();
-        Gpu::Handler h = std::move(*g->parked_);
-        g->parked_.reset();
+        Gpu::Handler h = g->unpark();
         g->wait_ = Wait{};
         Gpu::resume(h);  // runs the rank until it suspends again or finishes
     }
@@ -256,14 +290,14 @@ Task<> Simulation::send(Gpu& from, int dst, Message&& message) {
         co_return;
     }
     box.blocked_senders.emplace_back(&from, std::move(message));
-    co_await park(from, Wait{Wait::Kind::send, ops::pass, kNoLayer, dst, 0, nullptr});
+    co_await park(from, Wait::send(ops::pass, kNoLayer, dst));
 }
 
 Task<Message> Simulation::receive(Gpu& gpu) {
     Mailbox& box = mailboxes_[static_cast<std::size_t>(gpu.rank())];
     if (!box.slot) {
         box.waiting_receiver = &gpu;
-        co_await park(gpu, Wait{Wait::Kind::receive, ops::pass, kNoLayer, -1, 0, nullptr});
+        co_await park(gpu, Wait::receive(ops::pass, kNoLayer, -1));
     }
     Message m = std::move(*box.slot);
     box.slot.reset();
@@ -338,7 +372,8 @@ void Simulation::drain_parked() {
     // posts the unwinding of the coroutine stacks, which poll() then runs.
     ctx_.restart();
     ready_.clear();
-    for (Gpu& g : gpus_) g.parked_.reset();
+    for (Gpu& g : gpus_)
+        if (g.parked()) g.unpark();
     while (ctx_.poll() > 0) {
     }
 }

@@ -218,7 +218,7 @@ TEST_CASE("the idle hook releases parked ranks in the order its world decides, a
     });
     sim.run([&](Gpu& g) -> Task<> {
         timers.emplace_back(10.0 - g.rank(), g.rank());
-        co_await sim.park(g, Wait{Wait::Kind::other, ops::pass, kNoLayer, -1, 0, nullptr, "a timer"});
+        co_await sim.park(g, Wait::other(ops::pass, kNoLayer, "a timer"));
         order.push_back(g.rank());
     });
     CHECK(order == std::vector<int>{2, 1, 0});
@@ -229,10 +229,51 @@ TEST_CASE("the idle hook releases parked ranks in the order its world decides, a
     std::string msg;
     try {
         stuck.run([&](Gpu& g) -> Task<> {
-            if (g.rank() == 1) co_await stuck.park(g, Wait{Wait::Kind::other, ops::pass, 3, -1, 0, nullptr, "a timer"});
+            if (g.rank() == 1) co_await stuck.park(g, Wait::other(ops::pass, 3, "a timer"));
         });
     } catch (const DeadlockError& e) {
         msg = e.what();
     }
     CHECK(msg.find("rank 1 waits in a timer (layer 3)") != std::string::npos);
+}
+
+TEST_CASE("a rank keeps its events or folds them as it was last told before the run, and a run that keeps them has an "
+          "empty summary") {
+    const auto body = [](Gpu& g) -> Task<> {
+        g.record(ops::forward, 0, 1.0, 5.0 + g.rank());
+        g.record(ops::backward, 1, 2.0, 3.0, IdSet{g.rank(), 5});  // two intervals: the set's heap form
+        co_return;
+    };
+    Simulation folded(2);
+    folded.keep_events(false);
+    folded.keep_events(true);
+    folded.keep_events(false);
+    folded.run(body);
+    for (int r = 0; r < 2; ++r) {
+        CAPTURE(r);
+        Gpu& g = folded.gpu(r);
+        CHECK(g.event_count() == 2);
+        CHECK(g.summary().events == 2);
+        CHECK(g.summary().last_start == 1.0);
+        CHECK(g.summary().makespan == 3.0);
+        CHECK(g.summary().max_memory == 5.0 + r);
+        const auto last = g.last_event();
+        REQUIRE(last);
+        CHECK(last->op == ops::backward);
+        CHECK(last->layer == 1);
+        CHECK(last->batches == IdSet{r, 5});
+        CHECK_THROWS_AS(g.event_at(0), std::logic_error);
+    }
+    CHECK(folded.take_logs()[1].events.empty());
+
+    Simulation kept(2);
+    kept.keep_events(false);
+    kept.keep_events(true);
+    kept.run(body);
+    CHECK(kept.gpu(1).event_count() == 2);
+    CHECK(kept.gpu(1).summary().events == 0);
+    CHECK(kept.gpu(1).last_event()->batches == IdSet{1, 5});
+    const auto logs = kept.take_logs();
+    REQUIRE(logs[1].events.size() == 2);
+    CHECK(logs[1].events[0].memory == 6.0);
 }

@@ -141,18 +141,98 @@ template <class P>
 void park_handle(Gpu& gpu, std::coroutine_handle<P> h);
 }  // namespace detail
 
-// What a blocked rank is waiting for; read by the deadlock diagnosis.
+// What a blocked rank is waiting for; read by the deadlock diagnosis. Part
+// of every Gpu, so 24 bytes: the fields after `layer` depend on the kind (a
+// collective has a call and a communicator, a pass a peer, any other wait a
+// text), and the named constructors set those of their kind.
 struct Wait {
     enum class Kind : std::uint8_t { none, collective, send, receive, other };
     Kind kind = Kind::none;
     OpCode op;
     std::int32_t layer = kNoLayer;
-    int peer = -1;                      // send: destination; receive: -1 (any sender)
-    std::uint64_t call = 0;             // collective: index of the call on its communicator
-    const Communicator* comm = nullptr;  // collective: where
-    const char* what = nullptr;         // other: what the rank waits for (static text), e.g. "the end of a transfer"
-};
+    union {
+        std::uint64_t call = 0;  // collective: index of the call on its communicator
+        int peer;                // send: destination; receive: the sender, -1 for any
+    };
+    union {
+        const Communicator* comm = nullptr;  // collective: where
+        const char* what;                    // other: what it waits for (static text), e.g. "the end of a transfer"
+    };
 
+    static Wait collective(OpCode op, std::int32_t layer, std::uint64_t call, const Communicator& comm) {
+        Wait w = of(Kind::collective, op, layer);
+        w.call = call;
+        w.comm = &comm;
+        return w;
+    }
+    static Wait send(OpCode op, std::int32_t layer, int dst) {
+        Wait w = of(Kind::send, op, layer);
+        w.peer = dst;
+        return w;
+    }
+    static Wait receive(OpCode op, std::int32_t layer, int src) {
+        Wait w = of(Kind::receive, op, layer);
+        w.peer = src;
+        return w;
+    }
+    static Wait other(OpCode op, std::int32_t layer, const char* what) {
+        Wait w = of(Kind::other, op, layer);
+        w.what = what;
+        return w;
+    }
+
+private:
+    static Wait of(Kind kind, OpCode op, std::int32_t layer) {
+        Wait w;
+        w.kind = kind;
+        w.op = op;
+        w.layer = layer;
+        return w;
+    }
+};
+static_assert(sizeof(Wait) == 24);
+
+#if BOOST_VERSION == 107400
+namespace detail {
+// A parked rank's thread of execution (what Gpu::resume relaunches), kept in
+// 16 bytes instead of Asio's 32: Asio's thread object is the coroutine stack
+// (the frame at its bottom, which owns the stack, and the frame at its top,
+// the one to resume) and the thread's executor, which for every rank is its
+// simulation's, so only the stack is kept and the executor is given back when
+// the thread is rebuilt.
+class ParkedThread {
+public:
+    using Thread = asio::detail::awaitable_thread<Executor>;
+    ParkedThread() = default;
+    ParkedThread(const ParkedThread&) = delete;
+    ParkedThread& operator=(const ParkedThread&) = delete;
+
+    [[nodiscard]] bool empty() const { return !bottom_.valid(); }
+    // Takes `thread`'s stack (as moving the thread would), leaving it with nothing to run. Only when empty.
+    void park(Thread& thread) {
+        // Asio's awaitable has no move assignment; this one is empty.
+        std::destroy_at(&bottom_);
+        std::construct_at(&bottom_, std::move(Stack::bottom(thread)));
+        top_ = std::exchange(Stack::top(thread), nullptr);
+    }
+    // The thread again, on `ex`, to launch or to drop (which unwinds its stack); leaves this empty.
+    Thread take(const Executor& ex) {
+        Thread thread(std::move(bottom_), ex);
+        Stack::top(thread) = std::exchange(top_, nullptr);
+        return thread;
+    }
+
+private:
+    // The stack's two ends are protected members of Asio's thread; a derived class may name them.
+    struct Stack : Thread {
+        static asio::awaitable<void, Executor>& bottom(Thread& t) { return t.*&Stack::bottom_of_stack_; }
+        static asio::detail::awaitable_frame_base<Executor>*& top(Thread& t) { return t.*&Stack::top_of_stack_; }
+    };
+    asio::awaitable<void, Executor> bottom_;
+    asio::detail::awaitable_frame_base<Executor>* top_ = nullptr;
+};
+}  // namespace detail
+#endif
 
 // What a rank's last event was, for deadlock reports (kept also when the events are not).
 struct LastEvent {
@@ -166,7 +246,8 @@ struct LastEvent {
 // One virtual GPU as the engine sees it: a clock, its events and a parking slot.
 class alignas(64) Gpu {
 public:
-    Gpu(Simulation& sim, int rank) : sim_(&sim), rank_(rank) {}
+    Gpu(Simulation& sim, int rank) : sim_(&sim), rank_(rank), events_() {}
+    ~Gpu();
     Gpu(const Gpu&) = delete;
     Gpu& operator=(const Gpu&) = delete;
 
@@ -210,10 +291,11 @@ public:
 
     // The last event recorded on this rank, if any.
     [[nodiscard]] std::optional<LastEvent> last_event() const {
-        if (!keep_events_)
-            return summary_.events ? std::optional<LastEvent>(
-                                         LastEvent{last_.op, last_.stream, last_.layer, summary_.last_start, last_.batches})
-                                   : std::nullopt;
+        if (!keep_events_) {
+            const auto& [summary, last] = folded_;
+            if (summary.events == 0) return std::nullopt;
+            return LastEvent{last.op, last.stream, last.layer, summary.last_start, last.batches};
+        }
         if (events_.empty()) return std::nullopt;
         const Event& e = events_.back();
         return LastEvent{e.op, e.stream, e.layer, e.start, e.batches};
@@ -226,11 +308,11 @@ public:
         return events_[i];
     }
     // Events recorded so far (kept or not).
-    [[nodiscard]] std::size_t event_count() const { return keep_events_ ? events_.size() : summary_.events; }
+    [[nodiscard]] std::size_t event_count() const { return keep_events_ ? events_.size() : folded_.summary.events; }
 
     // This rank's share of the summary, folded as events are recorded, for
-    // runs that keep no events (Simulation::keep_events).
-    [[nodiscard]] const RankSummary& summary() const { return summary_; }
+    // runs that keep no events (Simulation::keep_events); empty in a run that keeps them.
+    [[nodiscard]] const RankSummary& summary() const { return keep_events_ ? kNoSummary : folded_.summary; }
     // What the rank waits for while parked (Kind::none once it runs again).
     [[nodiscard]] const Wait& waiting_for() const { return wait_; }
     [[nodiscard]] bool finished() const { return finished_; }
@@ -254,27 +336,47 @@ private:
                           B&& batches);
     void grow_events();
     [[nodiscard]] std::string fmt_event_at_error(std::size_t i) const;
-    // Three cache lines, all of which a resumed rank touches. A run that keeps
+    // Switches between keeping the events and folding them: what was recorded is dropped.
+    void set_keep_events(bool on);
+    [[nodiscard]] bool parked() const;
+    // The parked thread, taken out to resume it or, dropped, to unwind its coroutines.
+    Handler unpark();
+#if BOOST_VERSION == 107400
+    using Parked = detail::ParkedThread;
+#else
+    using Parked = std::optional<Handler>;
+#endif
+    // Two cache lines, both of which a resumed rank touches. A run that keeps
     // no events keeps what identifies its last one (its start is the summary's
-    // last_start), and hands callers the simulation's scratch event to complete.
+    // last_start) in place of the log, and hands callers the simulation's
+    // scratch event to complete.
     struct LastOp {
         OpCode op;
         Stream stream = Stream::compute;
         std::int32_t layer = kNoLayer;
         IdSet batches;
     };
+    struct Folded {
+        RankSummary summary;
+        LastOp last;
+    };
+    static constexpr RankSummary kNoSummary{};  // summary() in a run that keeps its events
     Simulation* sim_;
     double clock_ = 0;
-    std::vector<Event> events_;  // this rank's events in order
-    RankSummary summary_;        // when events are not kept
-    LastOp last_;                // when events are not kept
-    Wait wait_;
-    std::optional<Handler> parked_;
     int rank_;
-    bool keep_events_ = true;
+    bool keep_events_ = true;  // which member of the union below lives
     bool finished_ = false;
+    union {
+        std::vector<Event> events_;  // keep_events_: this rank's events in order
+        Folded folded_;              // otherwise
+    };
+    Wait wait_;
+    Parked parked_;
 };
-static_assert(sizeof(Gpu) == 192, "a Gpu is three cache lines: every resumed rank streams them in");
+#if BOOST_VERSION == 107400
+// (With another Boost the parked handler is Asio's own, in a std::optional, and a Gpu is larger.)
+static_assert(sizeof(Gpu) == 128, "a Gpu is two cache lines: every resumed rank streams them in");
+#endif
 
 // A message in a mailbox.
 struct Message {
@@ -439,7 +541,7 @@ public:
     // (Gpu::summary): a run that needs no trace saves a cache line of memory
     // per operation. Before run().
     void keep_events(bool on) {
-        for (Gpu& g : gpus_) g.keep_events_ = on;
+        for (Gpu& g : gpus_) g.set_keep_events(on);
     }
 
     // Every rank's events, in order; call after run(). Empties the log.
@@ -496,11 +598,11 @@ Event& Gpu::record_summary(OpCode op, std::int32_t layer, Stream stream, double 
                            double memory, B&& batches) {
     // Field by field, as the whole Event was written before (assigning it whole measured 1 to 2 % more
     // instructions per operation); the scratch event's batches stay empty.
-    last_.op = op;
-    last_.stream = stream;
-    last_.layer = layer;
-    last_.batches = std::forward<B>(batches);
-    summary_.add(start, start + duration, memory);
+    folded_.last.op = op;
+    folded_.last.stream = stream;
+    folded_.last.layer = layer;
+    folded_.last.batches = std::forward<B>(batches);
+    folded_.summary.add(start, start + duration, memory);
     // The scratch event is the simulation's, one line that every rank writes: hot in cache.
     Event& e = sim_->scratch_;
     e.op = op;
@@ -523,9 +625,9 @@ namespace detail {
 // the coroutine's thread of execution (async_initiate works this way). Taking
 // the thread here parks the coroutine without the extra coroutine frame that
 // async_initiate's initiate() allocates; Gpu::resume relaunches it.
-inline auto park_in(std::optional<Gpu::Handler>& slot) {
+inline auto park_in(ParkedThread& slot) {
     return [&slot](auto* frame) {
-        slot.emplace(std::move(*frame->detach_thread()));
+        slot.park(*frame->detach_thread());
         return static_cast<Gpu::Handler*>(nullptr);
     };
 }
@@ -547,7 +649,11 @@ namespace detail {
 // detached from the frame and relaunched by Gpu::resume.
 template <class P>
 void park_handle(Gpu& gpu, std::coroutine_handle<P> h) {
+#if BOOST_VERSION == 107400
+    gpu.parked_.park(*h.promise().detach_thread());
+#else
     gpu.parked_.emplace(std::move(*h.promise().detach_thread()));
+#endif
 }
 
 // `co_await sim.park(gpu, wait)`.
@@ -611,7 +717,7 @@ bool Communicator::enter(Gpu& gpu, OpCode op, std::int32_t layer, In&& value, Co
     round.max_clock = std::max(round.max_clock, gpu.clock());
     if (++round.arrived < size()) {
         round.waiting.push_back(&gpu);
-        gpu.wait_ = Wait{Wait::Kind::collective, op, layer, -1, call, this};
+        gpu.wait_ = Wait::collective(op, layer, call, *this);
         return false;
     }
     release(round);

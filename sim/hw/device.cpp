@@ -108,8 +108,7 @@ Task<bool> Device::done(Transfer t) {
         if (world_->network_.earliest_end(t.record()) > now()) co_return false;
         world_->network_.wait_until(rank(), now());
         co_await world_->simulation().park(
-            *gpu_, Wait{Wait::Kind::other, OpCode(t.record()->op), kNoLayer, -1, 0, nullptr,
-                        "the network to reach its clock"});
+            *gpu_, Wait::other(OpCode(t.record()->op), kNoLayer, "the network to reach its clock"));
     }
     co_return t.ended() && t.end() <= now();
 }
@@ -208,7 +207,7 @@ Task<> Device::recv(int src, int tag, int layer, IdSet microbatches) {
     if (it == inbox.end()) {
         want_src_ = src;
         want_tag_ = tag;
-        co_await world_->simulation().park(*gpu_, Wait{Wait::Kind::receive, ops::recv, layer, src, 0, nullptr});
+        co_await world_->simulation().park(*gpu_, Wait::receive(ops::recv, layer, src));
         it = find();
     }
     const Transfer tr(std::move(it->transfer));  // held while parked

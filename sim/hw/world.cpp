@@ -114,7 +114,7 @@ Wait World::wait_end(Device& gpu, const TransferRecord* t, OpCode op) {
         fmt::format_to_n(text.get(), kWaitText - 1, "the end of a transfer{}", '\0');
     }
     // (The layer is in the text describe_stuck() writes, not in the Wait.)
-    return Wait{Wait::Kind::other, op, kNoLayer, -1, 0, nullptr, text.get()};
+    return Wait::other(op, kNoLayer, text.get());
 }
 
 namespace {

@@ -199,8 +199,7 @@ private:
             st.want = t;
             st.want_stage = stage;
             st.want_mb = mb;
-            const Wait wait{Wait::Kind::receive, recv_, stage,
-                            owner(t == Tensor::activation ? stage - 1 : stage + 1), 0, nullptr};
+            const Wait wait = Wait::receive(recv_, stage, owner(t == Tensor::activation ? stage - 1 : stage + 1));
             co_await sim_->park(gpu, wait);
             it = st.inbox.find(key);
             if (it == st.inbox.end()) throw std::logic_error("schedule executor: woken without the awaited tensor");
