@@ -210,6 +210,7 @@ public:
     [[nodiscard]] bool empty() const { return !bottom_.valid(); }
     // Takes `thread`'s stack (as moving the thread would), leaving it with nothing to run. Only when empty.
     void park(Thread& thread) {
+        if (!empty()) throw std::logic_error("ParkedThread::park: a rank is parked twice");
         // Asio's awaitable has no move assignment; this one is empty.
         std::destroy_at(&bottom_);
         std::construct_at(&bottom_, std::move(Stack::bottom(thread)));

@@ -15,7 +15,6 @@
 #include <typeinfo>
 #include <vector>
 #include <string>
-#include <tuple>
 #include <type_traits>
 #include <utility>
 
@@ -65,12 +64,13 @@ class Model;
 // model and where the value is: it must be awaited in the expression that
 // made it (`co_await model.allreduce(x, l)`), while `x` still exists; the
 // value is read when the rank joins the round, and copied only by the rank
-// that opens it.
+// that opens it. Awaiting one held in a named variable does not compile
+// (a std::move of that variable still would: do not).
 template <class V>
 class Collective {
 public:
     using dtsim_awaiter = void;
-    using dtsim_awaited_at_once = void;  // awaiting it as a named variable does not compile
+    using dtsim_awaited_at_once = void;  // awaiting it as a named variable (an lvalue) does not compile
     Collective(Model& model, OpCode op, int layer, const V& value)
         : model_(&model), value_(&value), layer_(layer), op_(op) {}
     Collective(const Collective&) = delete;

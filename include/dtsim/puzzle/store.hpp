@@ -70,7 +70,7 @@ inline SizeKey size_key(const WeightGrad& v) { return {v.shards.size(), v.total}
 template <class V>
 class Slot;
 
-// A store's entry for a plain key: room for a value, and whether one is there
+// A store's entry for a key: room for a value, and whether one is there
 // (a value is constructed in `raw` exactly while `used`). Zeroed memory is a
 // valid array of empty entries, so arrays of entries come from calloc: pages
 // of the operating system's zeros, touched only when a key is first stored.
@@ -122,10 +122,10 @@ StoreEntry<V>* allocate_entries(std::size_t n) {
 // values in it as keys are set and erased; at the end the arena destroys the
 // values left, in memory order (stores doing it would visit a line per entry).
 //
-// Pair keys {a, b} with a below the arena's keys and b below kPairPlanes
-// (fsdp's gathered weight {l, 0}, a microbatch's activation {l, mb}) have
-// entries too, in one more such array per b, made when a store first uses it:
-// where a hash table of each rank's own would cost a resumed rank its lines.
+// Pair keys {a, 0} with a below the arena's keys (fsdp's gathered weight
+// {l, 0}) have entries too, in one more such array, made when a store first
+// uses it: a hash table of each rank's own would cost every resumed rank the
+// table's lines.
 //
 // The arena also remembers the size of the last value its stores sized (the
 // cost model is a pure function of the value's SizeKey, and a virtual call
@@ -143,20 +143,24 @@ public:
     ~StoreArena() {
         clear_entries(data_, std::size_t{ranks_} * keys_);
         std::free(data_);
+        std::free(counts_);
         for (StoreEntry<V>* plane : planes_) {
             if (!plane) continue;
             clear_entries(plane, std::size_t{ranks_} * pair_keys_);
             std::free(plane);
         }
     }
-    static constexpr std::int32_t kPairPlanes = 16;
+    // Pair keys {a, b} with b below this have rooms in the arena. One plane:
+    // {l, 0} is what a sweep meets (a gathered weight); a rank that walks its
+    // own microbatches {l, mb} alone is better served by its compact hash
+    // table (planes for b up to 15 made grad_accum three times slower).
+    static constexpr std::int32_t kPairPlanes = 1;
 
     // Rank r's entry for key k.
     [[nodiscard]] StoreEntry<V>& entry(std::uint32_t rank, std::uint32_t key) const {
         return data_[std::size_t{key} * ranks_ + rank];
     }
     [[nodiscard]] std::uint32_t ranks() const { return ranks_; }
-    [[nodiscard]] std::uint32_t keys() const { return keys_; }
 
 private:
     friend class Store<V>;
@@ -166,9 +170,15 @@ private:
         : ranks_(static_cast<std::uint32_t>(ranks)),
           keys_(keys),
           pair_keys_(pair_keys),
-          data_(allocate_entries<V>(std::max<std::size_t>(std::size_t{ranks_} * keys_, 1))) {}
+          data_(allocate_entries<V>(std::max<std::size_t>(std::size_t{ranks_} * keys_, 1))),
+          counts_(static_cast<std::uint32_t*>(std::calloc(ranks_, sizeof(std::uint32_t)))) {
+        if (!counts_) {
+            std::free(data_);
+            throw std::bad_alloc();
+        }
+    }
     // No keys: where a store without plain keys points (never written, never freed).
-    StoreArena() : ranks_(1), keys_(0), pair_keys_(0), data_(nullptr) {}
+    StoreArena() : ranks_(1), keys_(0), pair_keys_(0), data_(nullptr), counts_(nullptr) {}
     // The entries of pair keys {a, b} for one b, laid out as the plain keys'.
     StoreEntry<V>* plane(std::int32_t b) const {
         StoreEntry<V>*& p = planes_[b];
@@ -189,6 +199,7 @@ private:
     std::uint32_t keys_;
     std::uint32_t pair_keys_;
     StoreEntry<V>* data_;
+    std::uint32_t* counts_;  // by rank: the keys stored in its rooms (len() asks)
     mutable StoreEntry<V>* planes_[kPairPlanes] = {};  // made on first use
     mutable SizeMemo memo_;
     mutable const CostModel* costs_ = nullptr;  // the stores' cost model, once one attached
@@ -235,24 +246,22 @@ public:
         return *v;
     }
     [[nodiscard]] bool contains(const Key& k) const { return find(k) != nullptr; }
-    // The number of keys stored (counted: strategies ask seldom, and a count
-    // kept would be one more field in the store's half line).
+    // The number of keys stored (the arena counts those in its rooms, the hash table the others).
     [[nodiscard]] std::size_t size() const {
-        std::size_t n = hashed_ ? hashed_->count : 0;
-        for_each_direct([&n](const Key&, const V&) { ++n; });
-        return n;
+        return (hashed_ ? hashed_->count : 0) + (arena_->counts_ ? arena_->counts_[column()] : 0);
     }
-    // Whether no key is stored (at once for a store that has no entries yet).
-    [[nodiscard]] bool empty() const { return (cap() == 0 && !hashed_) || size() == 0; }
+    [[nodiscard]] bool empty() const { return size() == 0; }
     [[nodiscard]] static constexpr const char* name() { return store_name<V>(); }
     // Room for plain keys 0..n-1 without reallocating (the model reserves one per layer).
     void reserve(std::size_t n) {
+        if (n > static_cast<std::size_t>(kDirectLimit))
+            throw std::length_error("Store::reserve: room for more plain keys than a store holds");
         if (n > cap()) regrow(n);
     }
-    // Keeps the plain keys 0..arena.keys()-1 in `arena`'s entries for `rank`
-    // (the arena must outlive the store, and destroys the values left there);
-    // a later key moves them to an arena of the store's own. The stores in
-    // an arena share one cost model.
+    // Keeps the plain keys 0..arena's keys - 1 and the paired keys in
+    // `arena`'s entries for `rank` (the arena must outlive the store, and
+    // destroys the values left there); a later plain key moves them to an
+    // arena of the store's own. The stores in an arena share one cost model.
     void attach(const StoreArena<V>&& arena, int rank) = delete;
     void attach(const StoreArena<V>& arena, int rank) {
         if (!empty() || rank < 0 || static_cast<std::uint32_t>(rank) >= arena.ranks())
@@ -298,6 +307,7 @@ public:
         ctx_->meter->add(added);
         if (room) {
             room->fill(std::move(v));
+            ++arena_->counts_[column()];
         } else {
             try {
                 hashed_ = Hashed::insert(hashed_, k, std::move(v));
@@ -315,6 +325,7 @@ public:
             Direct& d = at(i);
             ctx_->meter->sub(size(d.value()));
             d.clear();
+            --arena_->counts_[column()];
             return;
         }
         if (is_paired(k)) {
@@ -323,6 +334,7 @@ public:
             Direct& d = paired(k, plane);
             ctx_->meter->sub(size(d.value()));
             d.clear();
+            --arena_->counts_[column()];
             return;
         }
         Entry* e = hashed_ ? hashed_->find(k) : nullptr;
@@ -358,10 +370,9 @@ private:
         return s;
     }
 
-    // Plain keys `l` (by far the most common, and consecutive: layers) index an
-    // array directly, so loops over layers walk memory forward and the key is
-    // the index; pairs `{l, r}` and unusual keys go to an open-addressing hash
-    // table, allocated on first use.
+    // Plain keys `l` (by far the most common, and consecutive: layers) index
+    // the arena directly, and so do paired keys {l, 0}; other pairs `{l, r}`
+    // and unusual keys go to an open-addressing hash table, allocated on first use.
     using Direct = StoreEntry<V>;
     // A slot of the hash table: a StoreEntry and its key (zeroed memory is an empty slot).
     struct Entry : StoreEntry<V> {
@@ -473,6 +484,8 @@ private:
     // Plain keys 0..cap()-1 have an entry: this store's column of its arena,
     // key i `ranks` entries after key i-1.
     [[nodiscard]] std::uint32_t cap() const { return arena_->keys_; }
+    // This store's rank in its arena (0 in an arena of its own).
+    [[nodiscard]] std::size_t column() const { return static_cast<std::size_t>(direct_ - arena_->data_); }
     Direct& at(std::uint32_t i) { return direct_[std::size_t{i} * arena_->ranks_]; }
     const Direct& at(std::uint32_t i) const { return direct_[std::size_t{i} * arena_->ranks_]; }
     // Pair keys {a, b} with an entry in the arena (the others are hashed).
@@ -514,6 +527,7 @@ private:
                     Direct& d = paired(Key(static_cast<int>(a), b), plane);
                     if (d.used) d.move_to(own->planes_[b][a]);
                 }
+        if (arena_->counts_) own->counts_[0] = std::exchange(arena_->counts_[column()], 0);
         release_arena();
         arena_ = own.release();
         direct_ = &arena_->entry(0, 0);
