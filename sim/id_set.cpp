@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <fmt/format.h>
 
+#include <stdexcept>
+
 namespace dtsim {
 
 bool IdSet::equal_slow(const IdSet& a, const IdSet& b) {
@@ -12,13 +14,24 @@ bool IdSet::equal_slow(const IdSet& a, const IdSet& b) {
 
 void IdSet::insert(std::int64_t id) { insert_range(id, id + 1); }
 
-std::int64_t IdSet::copy_many() const {
-    return static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(new std::vector<Interval>(many())));
+void IdSet::set_many(std::vector<Interval>* v) {
+    const auto address = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(v));
+    if (address >> 63) {  // no 64-bit platform dtsim builds on gives user space such addresses
+        delete v;
+        throw std::runtime_error("IdSet: a heap address with its top bit set");
+    }
+    lo_ = static_cast<std::uint32_t>(address);
+    hi_ = static_cast<std::uint32_t>(address >> 32) | kManyBit;
+}
+
+void IdSet::copy_many(const IdSet& o) {
+    lo_ = hi_ = 0;  // a failed copy leaves this empty
+    set_many(new std::vector<Interval>(o.many()));
 }
 
 void IdSet::free_many() {
     delete &many();
-    one_ = {0, 0};
+    lo_ = hi_ = 0;
 }
 
 std::int64_t IdSet::many_size() const {
@@ -28,25 +41,38 @@ std::int64_t IdSet::many_size() const {
 }
 
 void IdSet::normalize() {
-    if (is_many() && many().size() <= 1) {
-        const Interval one = many().empty() ? Interval{0, 0} : many()[0];
-        free_many();
-        one_ = one;
-    }
+    if (!is_many() || many().size() > 1) return;
+    const Interval one = many().empty() ? Interval{0, 0} : many()[0];
+    if (!fits(one.lo, one.hi)) return;  // one interval the inline form cannot hold
+    free_many();
+    lo_ = static_cast<std::uint32_t>(one.lo);
+    hi_ = static_cast<std::uint32_t>(one.hi);
 }
 
 void IdSet::insert_range(std::int64_t lo, std::int64_t hi) {
     if (hi <= lo) return;
     if (!is_many()) {
-        if (one_.hi <= one_.lo) {  // empty
-            one_ = {lo, hi};
+        if (hi_ <= lo_) {  // empty
+            if (fits(lo, hi)) {
+                lo_ = static_cast<std::uint32_t>(lo);
+                hi_ = static_cast<std::uint32_t>(hi);
+            } else {
+                set_many(new std::vector<Interval>(1, Interval{lo, hi}));
+            }
             return;
         }
-        if (lo <= one_.hi && hi >= one_.lo) {  // touches the single interval
-            one_ = {std::min(lo, one_.lo), std::max(hi, one_.hi)};
+        if (lo <= std::int64_t{hi_} && hi >= std::int64_t{lo_}) {  // touches the single interval
+            const std::int64_t merged_lo = std::min<std::int64_t>(lo, lo_);
+            const std::int64_t merged_hi = std::max<std::int64_t>(hi, hi_);
+            if (fits(merged_lo, merged_hi)) {
+                lo_ = static_cast<std::uint32_t>(merged_lo);
+                hi_ = static_cast<std::uint32_t>(merged_hi);
+            } else {
+                set_many(new std::vector<Interval>(1, Interval{merged_lo, merged_hi}));
+            }
             return;
         }
-        set_many(new std::vector<Interval>(1, one_));
+        set_many(new std::vector<Interval>(1, Interval{lo_, hi_}));
     }
     auto& iv = many();
     // Fast path: at or past the end (the common case when building in order).
@@ -87,6 +113,11 @@ bool IdSet::contains(std::int64_t id) const {
     return it != iv.end() && it->lo <= id;
 }
 
+bool IdSet::is_prefix_slow(std::int64_t n) const {
+    const auto iv = intervals();
+    return iv.size() == 1 && iv[0].lo == 0 && iv[0].hi == n;
+}
+
 bool IdSet::is_subset_of_slow(const IdSet& other) const {
     // Each of our intervals must lie inside one of other's (they are maximal).
     auto theirs = other.intervals();
@@ -101,7 +132,7 @@ bool IdSet::is_subset_of_slow(const IdSet& other) const {
 IdSet& IdSet::unite_slow(const IdSet& other) {
     if (this == &other) return *this;
     if (!other.is_many()) {  // one interval (an arriving rank's shard, say) into several
-        insert_range(other.one_.lo, other.one_.hi);
+        insert_range(other.lo_, other.hi_);
         return *this;
     }
     for (const auto& i : other.intervals()) insert_range(i.lo, i.hi);

@@ -1,6 +1,10 @@
 #include "dtsim/id_set.hpp"
 
 #include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <utility>
 
 using dtsim::IdSet;
 
@@ -43,4 +47,53 @@ TEST_CASE("inserting into the middle merges neighbours") {
     s.insert_range(11, 20);
     CHECK(s.str() == "{0-20}");
     CHECK(s.to_vector().size() == 21);
+}
+
+TEST_CASE("an id set is 8 bytes; ids outside 0..2^31-2 and several intervals live on the heap") {
+    static_assert(sizeof(IdSet) == 8 && alignof(IdSet) == 4);
+    constexpr std::int64_t big = std::int64_t{1} << 31;  // the first id the inline form cannot hold
+    IdSet a = IdSet::range(big - 3, big + 2);            // one interval, on the heap
+    CHECK(a.size() == 5);
+    CHECK(a.intervals().size() == 1);
+    CHECK(a.min() == big - 3);
+    CHECK(a.max() == big + 1);
+    CHECK(a.contains(big));
+    CHECK_FALSE(a.contains(big + 2));
+    CHECK(a.str() == fmt::format("{{{}-{}}}", big - 3, big + 1));
+
+    IdSet neg{-2, -1, 0};
+    CHECK(neg.size() == 3);
+    CHECK(neg.min() == -2);
+    CHECK(neg.str() == "{-2-0}");
+    CHECK(neg.is_subset_of(IdSet::range(-5, 5)));
+    CHECK_FALSE(neg.is_prefix(3));
+    CHECK(IdSet::range(0, big - 1).is_prefix(big - 1));  // the largest inline set
+    CHECK(IdSet::range(0, big).is_prefix(big));          // and the smallest on the heap
+
+    // Copies and moves keep the heap form apart; equality compares ids, not forms.
+    IdSet b = a;
+    b.insert(big + 10);
+    CHECK(b.intervals().size() == 2);
+    CHECK(a.intervals().size() == 1);
+    IdSet c = std::move(b);
+    CHECK(b.empty());  // NOLINT: a moved-from set is empty
+    CHECK(c.size() == 6);
+    c = a;
+    CHECK(c == a);
+    CHECK_FALSE(c == IdSet::range(0, 5));
+    CHECK(IdSet::range(3, 3) == IdSet{});
+
+    // Growing past the inline range moves a set to the heap; removing the gap of
+    // a heap set whose ids fit brings it back (equal to the inline set).
+    IdSet d = IdSet::range(10, 20);
+    d.insert_range(20, big + 1);
+    CHECK(d.size() == big + 1 - 10);
+    CHECK(d == IdSet::range(10, big + 1));
+    IdSet e{1, 3};
+    e.insert(2);
+    CHECK(e == IdSet::range(1, 4));
+    CHECK(e.intervals().size() == 1);
+    e |= IdSet::range(big, big + 1);
+    CHECK(e.intervals().size() == 2);
+    CHECK((IdSet::range(1, 4) | IdSet::single(big)) == e);
 }

@@ -1,9 +1,11 @@
-// A set of non-negative integer ids (batches, shards, ranks) stored as sorted,
+// A set of integer ids (batches, shards, ranks) stored as sorted,
 // disjoint, non-adjacent half-open intervals. The sets that training schedules
 // build (one rank's shard, all batches, a contiguous stage) are one interval, so
-// they stay O(1) in size at any rank count; no heap allocation for one interval.
+// they stay O(1) in size at any rank count; no heap allocation for one interval
+// of ids below 2^31 - 1.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <algorithm>
 #include <climits>
@@ -22,6 +24,25 @@ public:
         std::int64_t hi;  // one past the last id
         friend bool operator==(const Interval&, const Interval&) = default;
     };
+    // The intervals of a set, in order (a view: valid while the set is unchanged).
+    class Intervals {
+    public:
+        [[nodiscard]] const Interval* begin() const { return many_ ? many_ : &one_; }
+        [[nodiscard]] const Interval* end() const { return begin() + n_; }
+        [[nodiscard]] std::size_t size() const { return n_; }
+        [[nodiscard]] bool empty() const { return n_ == 0; }
+        [[nodiscard]] const Interval& front() const { return begin()[0]; }
+        [[nodiscard]] const Interval& back() const { return begin()[n_ - 1]; }
+        [[nodiscard]] const Interval& operator[](std::size_t i) const { return begin()[i]; }
+
+    private:
+        friend class IdSet;
+        Intervals(const Interval* many, std::size_t n) : many_(many), n_(n) {}
+        explicit Intervals(Interval one) : n_(one.hi > one.lo ? 1 : 0), one_(one) {}
+        const Interval* many_ = nullptr;  // the heap form's intervals; null: one_
+        std::size_t n_ = 0;
+        Interval one_{0, 0};
+    };
 
     IdSet() = default;
     // IdSet{0, 3, 4}. A variadic constructor, not an initializer_list: g++ 12
@@ -35,7 +56,14 @@ public:
     // {lo, lo+1, ..., hi-1}; empty when hi <= lo.
     static IdSet range(std::int64_t lo, std::int64_t hi) {
         IdSet s;
-        if (hi > lo) s.one_ = {lo, hi};
+        if (hi > lo) {
+            if (fits(lo, hi)) {
+                s.lo_ = static_cast<std::uint32_t>(lo);
+                s.hi_ = static_cast<std::uint32_t>(hi);
+            } else {
+                s.insert_range(lo, hi);
+            }
+        }
         return s;
     }
     static IdSet single(std::int64_t id) { return range(id, id + 1); }
@@ -49,17 +77,18 @@ public:
     void insert(std::int64_t id);
     void insert_range(std::int64_t lo, std::int64_t hi);
 
-    IdSet(const IdSet& o) : one_(o.one_) {
-        if (o.is_many()) one_.hi = o.copy_many();
+    IdSet(const IdSet& o) : lo_(o.lo_), hi_(o.hi_) {
+        if (o.is_many()) copy_many(o);
     }
-    IdSet(IdSet&& o) noexcept : one_(o.one_) { o.one_ = {0, 0}; }
+    IdSet(IdSet&& o) noexcept : lo_(o.lo_), hi_(o.hi_) { o.lo_ = o.hi_ = 0; }
     IdSet& operator=(const IdSet& o) {
         if (this != &o) {
             if (is_many() || o.is_many()) {
                 IdSet tmp(o);
                 swap(tmp);
             } else {
-                one_ = o.one_;
+                lo_ = o.lo_;
+                hi_ = o.hi_;
             }
         }
         return *this;
@@ -67,31 +96,35 @@ public:
     IdSet& operator=(IdSet&& o) noexcept {
         if (this != &o) {
             if (is_many()) free_many();
-            one_ = o.one_;
-            o.one_ = {0, 0};
+            lo_ = o.lo_;
+            hi_ = o.hi_;
+            o.lo_ = o.hi_ = 0;
         }
         return *this;
     }
     ~IdSet() {
         if (is_many()) free_many();
     }
-    void swap(IdSet& o) noexcept { std::swap(one_, o.one_); }
+    void swap(IdSet& o) noexcept {
+        std::swap(lo_, o.lo_);
+        std::swap(hi_, o.hi_);
+    }
 
-    [[nodiscard]] bool empty() const { return !is_many() && one_.hi <= one_.lo; }
+    [[nodiscard]] bool empty() const { return !is_many() && hi_ <= lo_; }
     [[nodiscard]] std::int64_t size() const {  // number of ids
-        if (!is_many()) return one_.hi > one_.lo ? one_.hi - one_.lo : 0;
+        if (!is_many()) return hi_ > lo_ ? std::int64_t{hi_} - lo_ : 0;
         return many_size();
     }
     [[nodiscard]] bool contains(std::int64_t id) const;
     [[nodiscard]] bool is_subset_of(const IdSet& other) const {
-        if (!is_many() && !other.is_many())
-            return one_.hi <= one_.lo || (other.one_.lo <= one_.lo && one_.hi <= other.one_.hi);
+        if (!is_many() && !other.is_many()) return hi_ <= lo_ || (other.lo_ <= lo_ && hi_ <= other.hi_);
         return is_subset_of_slow(other);
     }
     // True when the set is exactly {0, ..., n-1}.
     [[nodiscard]] bool is_prefix(std::int64_t n) const {
         if (n <= 0) return empty();
-        return one_.lo == 0 && one_.hi == n;  // never true in the heap form
+        if (!is_many()) return lo_ == 0 && hi_ == n;
+        return is_prefix_slow(n);
     }
     [[nodiscard]] std::int64_t min() const { return intervals().front().lo; }
     [[nodiscard]] std::int64_t max() const { return intervals().back().hi - 1; }
@@ -103,22 +136,23 @@ public:
     }
     IdSet& operator|=(const IdSet& other) {
         // Fast path: two touching or overlapping single intervals stay one.
-        if (!is_many() && !other.is_many() && one_.hi > one_.lo && other.one_.hi > other.one_.lo &&
-            other.one_.lo <= one_.hi && other.one_.hi >= one_.lo) {
-            one_ = {std::min(one_.lo, other.one_.lo), std::max(one_.hi, other.one_.hi)};
+        if (!is_many() && !other.is_many() && hi_ > lo_ && other.hi_ > other.lo_ && other.lo_ <= hi_ &&
+            other.hi_ >= lo_) {
+            lo_ = std::min(lo_, other.lo_);
+            hi_ = std::max(hi_, other.hi_);
             return *this;
         }
         return unite_slow(other);
     }
     friend bool operator==(const IdSet& a, const IdSet& b) {
         if (!a.is_many() && !b.is_many())
-            return a.one_ == b.one_ || (a.one_.hi <= a.one_.lo && b.one_.hi <= b.one_.lo);
+            return (a.lo_ == b.lo_ && a.hi_ == b.hi_) || (a.hi_ <= a.lo_ && b.hi_ <= b.lo_);
         return equal_slow(a, b);
     }
 
-    [[nodiscard]] std::span<const Interval> intervals() const {
-        if (is_many()) return std::span<const Interval>(many());
-        return std::span<const Interval>(&one_, one_.hi > one_.lo ? 1 : 0);
+    [[nodiscard]] Intervals intervals() const {
+        if (is_many()) return Intervals(many().data(), many().size());
+        return Intervals(Interval{lo_, hi_});
     }
     [[nodiscard]] std::vector<std::int64_t> to_vector() const;
     // "{}", "{3}", "{0-3}", "{0-3,7}": short and readable in error messages.
@@ -131,26 +165,32 @@ public:
     }
 
 private:
-    void normalize();  // back to the inline form when one interval is left
-    // Inline form: one_ is the set (empty when one_.hi <= one_.lo). Heap form
-    // (two or more intervals): one_.lo is kManyTag and one_.hi holds the address
-    // of a std::vector<Interval>. 16 bytes in all, so that an Event fits a cache line.
-    static constexpr std::int64_t kManyTag = INT64_MIN;
-    [[nodiscard]] bool is_many() const { return one_.lo == kManyTag; }
+    // Inline form: the set is [lo_, hi_), empty when hi_ <= lo_, for sets of
+    // one interval whose ids lie in 0..kInlineEnd-1 (every set a schedule
+    // builds). Heap form (two or more intervals, or one outside that range):
+    // hi_'s top bit is set and the other 63 bits of hi_:lo_ are the address of
+    // a std::vector<Interval>. 8 bytes and 4-aligned: values in a store are
+    // mostly their id sets, and at thousands of ranks a store's memory is what
+    // a run streams.
+    static constexpr std::int64_t kInlineEnd = 0x7fffffff;
+    static constexpr std::uint32_t kManyBit = 0x80000000u;
+    [[nodiscard]] static bool fits(std::int64_t lo, std::int64_t hi) { return lo >= 0 && hi <= kInlineEnd; }
+    [[nodiscard]] bool is_many() const { return (hi_ & kManyBit) != 0; }
     [[nodiscard]] std::vector<Interval>& many() const {
-        return *reinterpret_cast<std::vector<Interval>*>(static_cast<std::intptr_t>(one_.hi));
+        const std::uint64_t address = (std::uint64_t{hi_ & ~kManyBit} << 32) | lo_;
+        return *reinterpret_cast<std::vector<Interval>*>(static_cast<std::uintptr_t>(address));
     }
-    void set_many(std::vector<Interval>* v) {
-        one_.lo = kManyTag;
-        one_.hi = static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(v));
-    }
+    void set_many(std::vector<Interval>* v);  // takes ownership
+    void copy_many(const IdSet& o);           // the heap form of a copy of o's intervals
     [[nodiscard]] bool is_subset_of_slow(const IdSet& other) const;
+    [[nodiscard]] bool is_prefix_slow(std::int64_t n) const;
     IdSet& unite_slow(const IdSet& other);
     static bool equal_slow(const IdSet& a, const IdSet& b);
-    [[nodiscard]] std::int64_t copy_many() const;  // address of a copy of many()
     void free_many();
+    void normalize();  // back to the inline form when one representable interval (or none) is left
     [[nodiscard]] std::int64_t many_size() const;
-    Interval one_{0, 0};
+    std::uint32_t lo_ = 0;
+    std::uint32_t hi_ = 0;
 };
 
 }  // namespace dtsim

@@ -63,7 +63,7 @@ struct alignas(64) Event {
     [[nodiscard]] double end() const { return start + duration; }
 };
 
-static_assert(sizeof(IdSet) == 16 && sizeof(Event) == 64, "Event should fill one cache line");
+static_assert(sizeof(IdSet) == 8 && sizeof(Event) == 64, "Event should fill one cache line");
 
 struct RankTrace {
     int rank = 0;
