@@ -1,4 +1,5 @@
 #include "dtsim/engine.hpp"
+#include "dtsim/pages.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -6,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <iterator>
 #include <cstdint>
 #include <map>
 #include <new>
@@ -196,18 +198,28 @@ struct FreeFrame {
 // New frames are carved from chunks in allocation order, 64-byte aligned and
 // without a malloc header between them: the frames of ranks spawned one after
 // another lie side by side, and a sweep over the ranks reads them as a stream.
-constexpr std::size_t kFrameChunk = std::size_t{1} << 20;
+// A freed frame is reused by the next frame of its size (last freed, first
+// reused). When no frame is left the pool starts over, carving from its first
+// chunk again: the next run's frames then lie in rank order as the first run's
+// did, not in the order the last run's ranks finished (ddp at 16,384 ranks,
+// six runs in one process: 64 to 146 ns per operation from run to run with
+// the frames reused in that order, 54 to 57 with the pool started over).
+constexpr std::size_t kFrameChunk = kHugePage;  // on a huge page of its own (pages.hpp)
 struct FramePool {
     FreeFrame* free[kFrameClasses] = {};
-    char* next = nullptr;  // the unused rest of the newest chunk
+    char* next = nullptr;  // the unused rest of the chunk in use
     std::size_t left = 0;
-    std::vector<void*> chunks;
+    std::size_t live = 0;         // frames handed out and not given back
+    std::vector<void*> chunks;    // all chunks, in the order they are carved
+    std::size_t used_chunks = 0;  // chunks[0..used_chunks-1] have been carved from since the last start over
     void* carve(std::size_t bytes) {
         if (bytes > left) {
-            // Room first, so that push_back cannot throw and leak the chunk.
-            if (chunks.size() == chunks.capacity()) chunks.reserve(2 * chunks.size() + 1);
-            next = static_cast<char*>(::operator new(kFrameChunk, std::align_val_t{64}));
-            chunks.push_back(next);
+            if (used_chunks == chunks.size()) {
+                // Room first, so that push_back cannot throw and leak the chunk.
+                if (chunks.size() == chunks.capacity()) chunks.reserve(2 * chunks.size() + 1);
+                chunks.push_back(allocate_pages(kFrameChunk));
+            }
+            next = static_cast<char*>(chunks[used_chunks++]);
             left = kFrameChunk;
         }
         void* p = next;
@@ -215,11 +227,17 @@ struct FramePool {
         left -= bytes;
         return p;
     }
+    void start_over() {
+        std::fill(std::begin(free), std::end(free), nullptr);
+        next = nullptr;
+        left = 0;
+        used_chunks = 0;
+    }
     FramePool() = default;
     FramePool(const FramePool&) = delete;
     FramePool& operator=(const FramePool&) = delete;
     ~FramePool() {
-        for (void* c : chunks) ::operator delete(c, std::align_val_t{64});
+        for (void* c : chunks) release_pages(c, kFrameChunk);
     }
 };
 thread_local FramePool frame_pool;
@@ -228,11 +246,16 @@ thread_local FramePool frame_pool;
 void* frame_allocate(std::size_t bytes) {
     const std::size_t c = (bytes + kFrameStep - 1) / kFrameStep;
     if (c >= kFrameClasses) return ::operator new(bytes);
-    if (FreeFrame* f = frame_pool.free[c]) {
-        frame_pool.free[c] = f->next;
-        return f;
+    FramePool& pool = frame_pool;
+    void* p;
+    if (FreeFrame* f = pool.free[c]) {
+        pool.free[c] = f->next;
+        p = f;
+    } else {
+        p = pool.carve(c * kFrameStep);
     }
-    return frame_pool.carve(c * kFrameStep);
+    ++pool.live;
+    return p;
 }
 
 void frame_deallocate(void* p, std::size_t bytes) noexcept {
@@ -241,9 +264,14 @@ void frame_deallocate(void* p, std::size_t bytes) noexcept {
         ::operator delete(p);
         return;
     }
+    FramePool& pool = frame_pool;
+    if (--pool.live == 0) {
+        pool.start_over();
+        return;
+    }
     auto* f = static_cast<FreeFrame*>(p);
-    f->next = frame_pool.free[c];
-    frame_pool.free[c] = f;
+    f->next = pool.free[c];
+    pool.free[c] = f;
 }
 }  // namespace detail
 

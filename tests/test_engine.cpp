@@ -1,11 +1,14 @@
 // The engine: coroutines per rank, collectives, mailboxes, deadlock and
 // mismatch diagnosis, exceptions, determinism.
 #include "dtsim/engine.hpp"
+#include "dtsim/pages.hpp"
 #include "dtsim/puzzle/registry.hpp"
 #include "dtsim/trace_io.hpp"
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <sstream>
 #include <string>
 
@@ -276,4 +279,43 @@ TEST_CASE("a rank keeps its events or folds them as it was last told before the 
     const auto logs = kept.take_logs();
     REQUIRE(logs[1].events.size() == 2);
     CHECK(logs[1].events[0].memory == 6.0);
+}
+
+TEST_CASE("coroutine frames: a freed frame is reused, and once none is left the next frames are carved in order again") {
+    using dtsim::detail::frame_allocate;
+    using dtsim::detail::frame_deallocate;
+    // Whatever a test before this one left: the pool is empty between runs.
+    void* a = frame_allocate(200);
+    void* b = frame_allocate(200);
+    void* c = frame_allocate(100);
+    CHECK(static_cast<char*>(b) == static_cast<char*>(a) + 256);  // side by side, rounded to 64 bytes
+    CHECK(static_cast<char*>(c) == static_cast<char*>(b) + 256);
+    CHECK(reinterpret_cast<std::uintptr_t>(a) % 64 == 0);
+    frame_deallocate(b, 200);
+    CHECK(frame_allocate(200) == b);  // reused while other frames live
+    // All freed, b last: a run that follows gets a, then b, as the first did, not b first.
+    frame_deallocate(a, 200);
+    frame_deallocate(c, 100);
+    frame_deallocate(b, 200);
+    void* a2 = frame_allocate(200);
+    void* b2 = frame_allocate(200);
+    CHECK(a2 == a);
+    CHECK(b2 == b);
+    frame_deallocate(a2, 200);
+    frame_deallocate(b2, 200);
+}
+
+TEST_CASE("large arrays are zeroed and aligned to a huge page, small ones to a cache line") {
+    for (const std::size_t bytes : {std::size_t{1}, std::size_t{100}, dtsim::kHugePage - 1, dtsim::kHugePage,
+                                    3 * dtsim::kHugePage + 5}) {
+        CAPTURE(bytes);
+        auto* p = static_cast<unsigned char*>(dtsim::allocate_pages(bytes));
+        const auto address = reinterpret_cast<std::uintptr_t>(p);
+        CHECK(address % (bytes >= dtsim::kHugePage ? dtsim::kHugePage : 64) == 0);
+        CHECK(std::all_of(p, p + bytes, [](unsigned char x) { return x == 0; }));
+        p[0] = 1;
+        p[bytes - 1] = 2;
+        dtsim::release_pages(p, bytes);
+    }
+    dtsim::release_pages(nullptr, 10);  // nothing to release
 }

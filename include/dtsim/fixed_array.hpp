@@ -1,8 +1,11 @@
 // A fixed-capacity array of objects that cannot move (a simulation's GPUs, a
 // run's models), constructed in place one after another in one allocation:
 // element i+1 follows element i in memory, so a sweep over the ranks reads
-// them as one forward stream instead of one heap block per rank.
+// them as one forward stream instead of one heap block per rank (and, at
+// thousands of ranks, on huge pages: see pages.hpp).
 #pragma once
+
+#include "dtsim/pages.hpp"
 
 #include <cstddef>
 #include <new>
@@ -16,13 +19,12 @@ class FixedArray {
 public:
     FixedArray() = default;
     explicit FixedArray(std::size_t capacity)
-        : data_(static_cast<T*>(::operator new(capacity * sizeof(T), std::align_val_t{alignof(T)}))),
-          capacity_(capacity) {}
+        : data_(static_cast<T*>(allocate_pages(bytes(capacity)))), capacity_(capacity) {}
     FixedArray(const FixedArray&) = delete;
     FixedArray& operator=(const FixedArray&) = delete;
     ~FixedArray() {
         while (size_ > 0) data_[--size_].~T();
-        if (data_) ::operator delete(data_, std::align_val_t{alignof(T)});
+        release_pages(data_, bytes(capacity_));
     }
 
     template <class... A>
@@ -46,6 +48,11 @@ public:
     const T* end() const { return data_ + size_; }
 
 private:
+    static_assert(alignof(T) <= 64, "allocate_pages aligns to 64");
+    static std::size_t bytes(std::size_t n) {
+        if (n > static_cast<std::size_t>(-1) / sizeof(T)) throw std::bad_alloc();
+        return n * sizeof(T);
+    }
     T* data_ = nullptr;
     std::size_t size_ = 0;
     std::size_t capacity_ = 0;

@@ -7,6 +7,7 @@
 #include "dtsim/puzzle/cost_model.hpp"
 #include "dtsim/puzzle/memory_meter.hpp"
 #include "dtsim/puzzle/values.hpp"
+#include "dtsim/pages.hpp"
 
 #include <algorithm>
 #include <cstddef>
@@ -72,8 +73,8 @@ class Slot;
 
 // A store's entry for a key: room for a value, and whether one is there
 // (a value is constructed in `raw` exactly while `used`). Zeroed memory is a
-// valid array of empty entries, so arrays of entries come from calloc: pages
-// of the operating system's zeros, touched only when a key is first stored.
+// valid array of empty entries, so arrays of entries are the operating
+// system's zero pages, touched only when a key is first stored.
 template <class V>
 struct StoreEntry {
     alignas(V) unsigned char raw[sizeof(V)];
@@ -104,14 +105,18 @@ void clear_entries(E* entries, std::size_t n) {
         if (entries[i].used) entries[i].clear();
 }
 
-// `n` empty entries (zeroed), released with std::free.
+// `n` empty entries (zeroed), released with release_entries(p, n) (large
+// arrays are mapped on huge pages: see pages.hpp).
 template <class V>
 StoreEntry<V>* allocate_entries(std::size_t n) {
-    static_assert(std::is_trivial_v<StoreEntry<V>> && alignof(StoreEntry<V>) <= alignof(std::max_align_t),
-                  "calloc creates the entries");
-    void* p = std::calloc(n, sizeof(StoreEntry<V>));
-    if (!p && n > 0) throw std::bad_alloc();
-    return static_cast<StoreEntry<V>*>(p);
+    static_assert(std::is_trivial_v<StoreEntry<V>> && alignof(StoreEntry<V>) <= 64,
+                  "zeroed pages create the entries");
+    if (n > std::numeric_limits<std::size_t>::max() / sizeof(StoreEntry<V>)) throw std::bad_alloc();
+    return static_cast<StoreEntry<V>*>(allocate_pages(n * sizeof(StoreEntry<V>)));
+}
+template <class V>
+void release_entries(StoreEntry<V>* p, std::size_t n) noexcept {
+    release_pages(p, n * sizeof(StoreEntry<V>));
 }
 
 // The entries for the plain keys 0..keys-1 of one value type's store on every
@@ -141,13 +146,13 @@ public:
     StoreArena(const StoreArena&) = delete;
     StoreArena& operator=(const StoreArena&) = delete;
     ~StoreArena() {
-        clear_entries(data_, std::size_t{ranks_} * keys_);
-        std::free(data_);
+        clear_entries(data_, entries(keys_));
+        release_entries(data_, entries(keys_));
         std::free(counts_);
         for (StoreEntry<V>* plane : planes_) {
             if (!plane) continue;
-            clear_entries(plane, std::size_t{ranks_} * pair_keys_);
-            std::free(plane);
+            clear_entries(plane, entries(pair_keys_));
+            release_entries(plane, entries(pair_keys_));
         }
     }
     // Pair keys {a, b} with b below this have rooms in the arena. One plane:
@@ -170,19 +175,23 @@ private:
         : ranks_(static_cast<std::uint32_t>(ranks)),
           keys_(keys),
           pair_keys_(pair_keys),
-          data_(allocate_entries<V>(std::max<std::size_t>(std::size_t{ranks_} * keys_, 1))),
+          data_(allocate_entries<V>(entries(keys_))),
           counts_(static_cast<std::uint32_t*>(std::calloc(ranks_, sizeof(std::uint32_t)))) {
         if (!counts_) {
-            std::free(data_);
+            release_entries(data_, entries(keys_));
             throw std::bad_alloc();
         }
     }
     // No keys: where a store without plain keys points (never written, never freed).
     StoreArena() : ranks_(1), keys_(0), pair_keys_(0), data_(nullptr), counts_(nullptr) {}
+    // The entries of `keys` rows (at least one entry: every arena has an address of its own).
+    [[nodiscard]] std::size_t entries(std::uint32_t keys) const {
+        return std::max<std::size_t>(std::size_t{ranks_} * keys, 1);
+    }
     // The entries of pair keys {a, b} for one b, laid out as the plain keys'.
     StoreEntry<V>* plane(std::int32_t b) const {
         StoreEntry<V>*& p = planes_[b];
-        if (!p) p = allocate_entries<V>(std::max<std::size_t>(std::size_t{ranks_} * pair_keys_, 1));
+        if (!p) p = allocate_entries<V>(entries(pair_keys_));
         return p;
     }
     static const StoreArena& none() {

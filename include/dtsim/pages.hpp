@@ -1,0 +1,24 @@
+// Zeroed memory for a run's large per-rank arrays (store arenas, models,
+// GPUs, coroutine frames). At thousands of ranks these arrays are tens of
+// megabytes and a sweep over the ranks reads several of them side by side, one
+// 4 KiB page after another: with small pages most accesses then miss the TLB
+// (its second level covers 8 MiB), and where a row of an array falls in the
+// caches depends on the physical pages the kernel happened to give (the L2's
+// sets are indexed above the page offset), so the same run is fast or slow by
+// chance. Arrays of 2 MiB or more are therefore mapped on 2 MiB boundaries and
+// the kernel is asked for transparent huge pages (madvise; a no-op where THP
+// is off): few TLB entries, and cache placement that follows the virtual layout.
+#pragma once
+
+#include <cstddef>
+
+namespace dtsim {
+
+// `bytes` of zeroed memory aligned to 64 (to 2 MiB when `bytes` is 2 MiB or
+// more); throws std::bad_alloc. Released with release_pages(p, bytes).
+void* allocate_pages(std::size_t bytes);
+void release_pages(void* p, std::size_t bytes) noexcept;
+
+inline constexpr std::size_t kHugePage = std::size_t{2} << 20;
+
+}  // namespace dtsim
