@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <new>
 
 #if defined(__linux__)
@@ -13,14 +14,77 @@ namespace dtsim {
 
 namespace {
 std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+
+#if defined(__linux__)
+// Released blocks of a kind kept for the next allocation of that kind and
+// size, up to a few of them and 1 GiB in all (beyond that, the oldest go back
+// to the system). Made once and never destroyed: a block released while the
+// process exits has somewhere to go.
+class Recycled {
+public:
+    static constexpr std::size_t kSlots = 16;
+    static constexpr std::size_t kMaxBytes = std::size_t{1} << 30;
+    void* take(std::size_t size, const PageKind* kind) {
+        std::lock_guard lock(mutex_);
+        for (std::size_t i = 0; i < count_; ++i)
+            if (slots_[i].size == size && slots_[i].kind == kind) {
+                void* p = slots_[i].p;
+                bytes_ -= size;
+                remove(i);
+                return p;
+            }
+        return nullptr;
+    }
+    // Keeps the block; returns false when it cannot (larger than all kept may be).
+    bool keep(void* p, std::size_t size, const PageKind* kind) {
+        if (size > kMaxBytes) return false;
+        std::lock_guard lock(mutex_);
+        while (count_ == kSlots || bytes_ + size > kMaxBytes) {
+            ::munmap(slots_[0].p, slots_[0].size);
+            bytes_ -= slots_[0].size;
+            remove(0);
+        }
+        slots_[count_++] = {p, size, kind};
+        bytes_ += size;
+        return true;
+    }
+    void trim() {
+        std::lock_guard lock(mutex_);
+        for (std::size_t i = 0; i < count_; ++i) ::munmap(slots_[i].p, slots_[i].size);
+        count_ = 0;
+        bytes_ = 0;
+    }
+    static Recycled& instance() {
+        static Recycled* const r = new Recycled();
+        return *r;
+    }
+
+private:
+    struct Slot {
+        void* p;
+        std::size_t size;
+        const PageKind* kind;
+    };
+    void remove(std::size_t i) {
+        for (std::size_t j = i + 1; j < count_; ++j) slots_[j - 1] = slots_[j];
+        --count_;
+    }
+    std::mutex mutex_;
+    Slot slots_[kSlots] = {};
+    std::size_t count_ = 0;
+    std::size_t bytes_ = 0;
+};
+#endif
 }  // namespace
 
-void* allocate_pages(std::size_t bytes) {
+void* allocate_pages(std::size_t bytes, const PageKind* kind) {
 #if defined(__linux__)
     if (bytes >= kHugePage) {
-        // Map a huge page more than needed, keep the aligned part, return the rest.
         const std::size_t size = round_up(bytes, kHugePage);
         if (size < bytes || size + kHugePage < size) throw std::bad_alloc();
+        if (kind)
+            if (void* p = Recycled::instance().take(size, kind)) return p;
+        // Map a huge page more than needed, keep the aligned part, return the rest.
         void* raw = ::mmap(nullptr, size + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (raw == MAP_FAILED) throw std::bad_alloc();
         const auto start = reinterpret_cast<std::uintptr_t>(raw);
@@ -41,15 +105,23 @@ void* allocate_pages(std::size_t bytes) {
     return std::memset(p, 0, size);
 }
 
-void release_pages(void* p, std::size_t bytes) noexcept {
+void release_pages(void* p, std::size_t bytes, const PageKind* kind) noexcept {
     if (!p) return;
 #if defined(__linux__)
     if (bytes >= kHugePage) {
-        ::munmap(p, round_up(bytes, kHugePage));
+        const std::size_t size = round_up(bytes, kHugePage);
+        if (kind && Recycled::instance().keep(p, size, kind)) return;
+        ::munmap(p, size);
         return;
     }
 #endif
     std::free(p);
+}
+
+void trim_pages() noexcept {
+#if defined(__linux__)
+    Recycled::instance().trim();
+#endif
 }
 
 }  // namespace dtsim

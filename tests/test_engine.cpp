@@ -319,3 +319,28 @@ TEST_CASE("large arrays are zeroed and aligned to a huge page, small ones to a c
     }
     dtsim::release_pages(nullptr, 10);  // nothing to release
 }
+
+TEST_CASE("a large block released with a kind comes back, as it was left, to the next allocation of that kind and size only") {
+    static constexpr dtsim::PageKind mine{"test"}, other{"other test"};
+    const std::size_t bytes = 2 * dtsim::kHugePage;
+    dtsim::trim_pages();
+    auto* p = static_cast<unsigned char*>(dtsim::allocate_pages(bytes, &mine));
+    p[5] = 42;
+    dtsim::release_pages(p, bytes, &mine);
+    // Another kind, another size or no kind: fresh zeroed memory.
+    auto* q = static_cast<unsigned char*>(dtsim::allocate_pages(bytes, &other));
+    auto* z = static_cast<unsigned char*>(dtsim::allocate_pages(bytes));
+    auto* s = static_cast<unsigned char*>(dtsim::allocate_pages(bytes + dtsim::kHugePage, &mine));
+    for (unsigned char* fresh : {q, z, s}) {
+        CHECK(fresh != p);
+        CHECK(fresh[5] == 0);
+    }
+    auto* again = static_cast<unsigned char*>(dtsim::allocate_pages(bytes - 100, &mine));  // rounds to the same size
+    CHECK(again == p);
+    CHECK(again[5] == 42);
+    dtsim::release_pages(q, bytes, &other);
+    dtsim::release_pages(z, bytes);
+    dtsim::release_pages(s, bytes + dtsim::kHugePage, &mine);
+    dtsim::release_pages(again, bytes - 100, &mine);
+    dtsim::trim_pages();
+}

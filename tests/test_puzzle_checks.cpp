@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -426,6 +427,48 @@ TEST_CASE("an arena destroys the values its stores leave in it; a store that out
     });
     CHECK(keys == std::vector<std::int64_t>{0, 2, 5});
     CHECK(meter.value() == doctest::Approx(puzzle_costs().activation(2).num * 6.0));  // six values of two batches
+}
+
+TEST_CASE("an arena's block, taken back by the next arena of its size, holds empty entries only") {
+    // 2 MiB and more of entries: released to the page cache (pages.hpp) and
+    // given to the next arena of the same type and size, with the bytes of the
+    // values destroyed in it still there.
+    const int ranks = static_cast<int>(dtsim::kHugePage / sizeof(StoreEntry<Activation>)) / 4 + 1;
+    dtsim::trim_pages();  // no block of that size kept from before
+    MemoryMeter meter;
+    std::vector<StoreContext> ctx;
+    for (int r = 0; r < ranks; ++r) ctx.push_back({&meter, &puzzle_costs(), r});
+    const StoreEntry<Activation>* first_block = nullptr;
+    for (int run = 0; run < 2; ++run) {
+        CAPTURE(run);
+        StoreArena<Activation> arena(ranks, 4);
+        if (run == 0)
+            first_block = &arena.entry(0, 0);
+        else
+            CHECK(&arena.entry(0, 0) == first_block);  // taken back, not mapped anew
+        std::vector<std::unique_ptr<Store<Activation>>> stores;
+        for (int r = 0; r < ranks; ++r) {
+            stores.push_back(std::make_unique<Store<Activation>>(&ctx[static_cast<std::size_t>(r)]));
+            stores.back()->attach(arena, r);
+        }
+        int found = 0;  // keys present in the new arena's stores
+        for (int r = 0; r < ranks; ++r) {
+            Store<Activation>& s = *stores[static_cast<std::size_t>(r)];
+            found += static_cast<int>(len(s));
+            for (int k = 0; k < 4; ++k) found += s.contains(k) ? 1 : 0;
+            if (run == 0)  // values in every entry, some with heap memory, left for the arena to destroy
+                for (int k = 0; k < 4; ++k) s[k] = Activation{k, r % 2 ? IdSet{r, r + 5} : IdSet{r}};
+        }
+        CHECK(found == 0);
+        if (run == 1) {
+            Store<Activation>& s = *stores[1];
+            s[3] = Activation{3, IdSet{4}};
+            CHECK(s.get(3).batches == IdSet{4});
+            CHECK(len(s) == 1);
+        }
+        stores.clear();  // the stores go first; the arena destroys their values
+    }
+    dtsim::trim_pages();
 }
 
 TEST_CASE("the stores of an arena share its size memo, so they must share a cost model") {

@@ -19,12 +19,12 @@ class FixedArray {
 public:
     FixedArray() = default;
     explicit FixedArray(std::size_t capacity)
-        : data_(static_cast<T*>(allocate_pages(bytes(capacity)))), capacity_(capacity) {}
+        : data_(static_cast<T*>(allocate_pages(bytes(capacity), &kUnused))), capacity_(capacity) {}
     FixedArray(const FixedArray&) = delete;
     FixedArray& operator=(const FixedArray&) = delete;
     ~FixedArray() {
         while (size_ > 0) data_[--size_].~T();
-        release_pages(data_, bytes(capacity_));
+        release_pages(data_, bytes(capacity_), &kUnused);
     }
 
     template <class... A>
@@ -49,6 +49,8 @@ public:
 
 private:
     static_assert(alignof(T) <= 64, "allocate_pages aligns to 64");
+    // Memory no element lives in (the array constructs its elements in place, reading nothing there).
+    static constexpr PageKind kUnused{"fixed array"};
     static std::size_t bytes(std::size_t n) {
         if (n > static_cast<std::size_t>(-1) / sizeof(T)) throw std::bad_alloc();
         return n * sizeof(T);

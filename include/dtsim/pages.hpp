@@ -14,10 +14,25 @@
 
 namespace dtsim {
 
-// `bytes` of zeroed memory aligned to 64 (to 2 MiB when `bytes` is 2 MiB or
-// more); throws std::bad_alloc. Released with release_pages(p, bytes).
-void* allocate_pages(std::size_t bytes);
-void release_pages(void* p, std::size_t bytes) noexcept;
+// A kind of block whose owner leaves it in a state its next owner can start
+// from (a store arena whose entries are all empty again, an array that its
+// next owner constructs anew): identified by the object's address.
+struct PageKind {
+    const char* name;
+};
+
+// `bytes` of memory aligned to 64 (to 2 MiB when `bytes` is 2 MiB or more);
+// throws std::bad_alloc. Without a kind it is zeroed. With a kind it is
+// zeroed or, for blocks of 2 MiB or more, a block of the same size and kind
+// released before, as its owner left it: the next run of a process that runs
+// several (the bench, a comparison of schedules) takes it back without the
+// kernel clearing tens of megabytes again. Released with
+// release_pages(p, bytes, kind) with the same kind.
+void* allocate_pages(std::size_t bytes, const PageKind* kind = nullptr);
+void release_pages(void* p, std::size_t bytes, const PageKind* kind = nullptr) noexcept;
+
+// Gives the blocks kept for reuse back to the system (tests; a long-lived process).
+void trim_pages() noexcept;
 
 inline constexpr std::size_t kHugePage = std::size_t{2} << 20;
 

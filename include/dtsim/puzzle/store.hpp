@@ -105,18 +105,23 @@ void clear_entries(E* entries, std::size_t n) {
         if (entries[i].used) entries[i].clear();
 }
 
-// `n` empty entries (zeroed), released with release_entries(p, n) (large
-// arrays are mapped on huge pages: see pages.hpp).
+// Arrays of entries whose values have all been destroyed: a block of them is
+// an array of empty entries again, whatever the bytes of the values left.
+template <class V>
+inline constexpr PageKind kEmptyEntries{"empty store entries"};
+
+// `n` empty entries (zeroed, or an array of empty entries released before: see
+// pages.hpp), released with release_entries(p, n) once every entry is empty.
 template <class V>
 StoreEntry<V>* allocate_entries(std::size_t n) {
     static_assert(std::is_trivial_v<StoreEntry<V>> && alignof(StoreEntry<V>) <= 64,
                   "zeroed pages create the entries");
     if (n > std::numeric_limits<std::size_t>::max() / sizeof(StoreEntry<V>)) throw std::bad_alloc();
-    return static_cast<StoreEntry<V>*>(allocate_pages(n * sizeof(StoreEntry<V>)));
+    return static_cast<StoreEntry<V>*>(allocate_pages(n * sizeof(StoreEntry<V>), &kEmptyEntries<V>));
 }
 template <class V>
 void release_entries(StoreEntry<V>* p, std::size_t n) noexcept {
-    release_pages(p, n * sizeof(StoreEntry<V>));
+    release_pages(p, n * sizeof(StoreEntry<V>), &kEmptyEntries<V>);
 }
 
 // The entries for the plain keys 0..keys-1 of one value type's store on every
