@@ -16,6 +16,17 @@ namespace {
 std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
 
 #if defined(__linux__)
+// DTSIM_HUGE_PAGES=0 leaves the kernel's default (small pages where THP is
+// "madvise"): on a machine whose memory is fragmented, a fault on a huge page
+// may wait for the kernel to compact memory.
+bool huge_pages_wanted() {
+    static const bool wanted = [] {
+        const char* v = std::getenv("DTSIM_HUGE_PAGES");
+        return !(v && std::strcmp(v, "0") == 0);
+    }();
+    return wanted;
+}
+
 // Released blocks of a kind kept for the next allocation of that kind and
 // size, up to a few of them and 1 GiB in all (beyond that, the oldest go back
 // to the system). Made once and never destroyed: a block released while the
@@ -94,7 +105,7 @@ void* allocate_pages(std::size_t bytes, const PageKind* kind) {
         if (const std::size_t after = start + size + kHugePage - tail; after > 0)
             ::munmap(reinterpret_cast<void*>(tail), after);
         void* p = reinterpret_cast<void*>(aligned);
-        ::madvise(p, size, MADV_HUGEPAGE);  // advice: failure (THP off) leaves small pages
+        if (huge_pages_wanted()) ::madvise(p, size, MADV_HUGEPAGE);  // advice: failure (THP off) leaves small pages
         return p;
     }
 #endif

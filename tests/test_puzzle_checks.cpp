@@ -491,6 +491,32 @@ TEST_CASE("the stores of an arena share its size memo, so they must share a cost
     CHECK(meter0.value() == doctest::Approx(static_cast<double>(puzzle_costs().activation(1).num)));
 }
 
+TEST_CASE("stores of one arena that size values of different sizes in turn each count their own") {
+    // The arena remembers the size of the last value sized by any of its
+    // stores: a store that meets another size must not take the memo's.
+    MemoryMeter meter0, meter1;
+    const StoreContext ctx0{&meter0, &puzzle_costs(), 0};
+    const StoreContext ctx1{&meter1, &puzzle_costs(), 1};
+    StoreArena<Activation> arena(2, 4);
+    Store<Activation> a(&ctx0);
+    Store<Activation> b(&ctx1);
+    a.attach(arena, 0);
+    b.attach(arena, 1);
+    const auto size = [](std::int64_t n) { return static_cast<double>(puzzle_costs().activation(n).num); };
+    a[0] = Activation{0, IdSet{1}};           // one batch
+    b[0] = Activation{0, IdSet::range(0, 3)};  // three
+    a[1] = Activation{1, IdSet{2}};           // one again, after the memo held three
+    b[1] = Activation{1, IdSet::range(0, 3)};
+    a[0] = Activation{0, IdSet::range(4, 6)};  // replaced by a value of two batches
+    CHECK(meter0.value() == doctest::Approx(size(2) + size(1)));
+    CHECK(meter1.value() == doctest::Approx(2 * size(3)));
+    del(b[0]);  // freed at its own size, not at the memo's (two batches, from a's last store)
+    CHECK(meter1.value() == doctest::Approx(size(3)));
+    del(a[1], a[0]);
+    CHECK(meter0.value() == doctest::Approx(0.0));
+    CHECK(meter1.value() == doctest::Approx(size(3)));
+}
+
 TEST_CASE("a cost model whose sizes have no positive denominator is a clear error") {
     struct ZeroDenominator final : PuzzleCostsBut {  // a weight's size is given over 0
         Size weight(std::int64_t k, int) const override { return {k, 0}; }

@@ -7,7 +7,8 @@
 // sets are indexed above the page offset), so the same run is fast or slow by
 // chance. Arrays of 2 MiB or more are therefore mapped on 2 MiB boundaries and
 // the kernel is asked for transparent huge pages (madvise; a no-op where THP
-// is off): few TLB entries, and cache placement that follows the virtual layout.
+// is off; DTSIM_HUGE_PAGES=0 in the environment does not ask): few TLB
+// entries, and cache placement that follows the virtual layout.
 #pragma once
 
 #include <cstddef>
