@@ -303,18 +303,30 @@ void reserve_past_limit(Store<V>& s) {
     s.reserve((std::size_t{1} << 32) + 3);
 }
 
+// Two ranks' activation stores attached to one arena of `keys` keys, each
+// rank with a memory meter of its own (the arena is a member before the
+// stores: it outlives them).
+struct TwoRanksInAnArena {
+    explicit TwoRanksInAnArena(std::uint32_t keys) : arena(2, keys) {
+        a.attach(arena, 0);
+        b.attach(arena, 1);
+    }
+    [[nodiscard]] double memory() const { return meter0.value() + meter1.value(); }
+    MemoryMeter meter0, meter1;
+    const StoreContext ctx0{&meter0, &puzzle_costs(), 0};
+    const StoreContext ctx1{&meter1, &puzzle_costs(), 1};
+    StoreArena<Activation> arena;
+    Store<Activation> a{&ctx0};
+    Store<Activation> b{&ctx1};
+};
+
 TEST_CASE("pair keys {a, 0} have entries in the arena, rank by rank; the others are hashed") {
     static_assert(StoreArena<Activation>::kPairPlanes == 1, "the keys below assume one plane");
     // Batch sets of two intervals own heap memory: the sanitizer build checks
     // that every move between planes, tables and arenas frees each exactly once.
-    MemoryMeter meter;
-    const StoreContext ctx0{&meter, &puzzle_costs(), 0};
-    const StoreContext ctx1{&meter, &puzzle_costs(), 1};
-    StoreArena<Activation> arena(2, 3);
-    Store<Activation> a(&ctx0);
-    Store<Activation> b(&ctx1);
-    a.attach(arena, 0);
-    b.attach(arena, 1);
+    TwoRanksInAnArena two(3);
+    Store<Activation>& a = two.a;
+    Store<Activation>& b = two.b;
     const auto act = [](int id) { return Activation{0, IdSet{id, id + 5}}; };
     a[{0, 0}] = act(1);   // paired
     b[{0, 0}] = act(2);   // the same key on the next rank: its own entry
@@ -366,7 +378,7 @@ TEST_CASE("pair keys {a, 0} have entries in the arena, rank by rank; the others 
     del(a[{0, 0}], a[{2, 0}], a[{3, 0}], a[{1, 1}], a[{1, -1}], a[1], a[5], a[{1, 0}]);
     CHECK(len(a) == 0);
     // b's paired value stays: the arena destroys it.
-    CHECK(meter.value() == doctest::Approx(static_cast<double>(puzzle_costs().activation(2).num)));
+    CHECK(two.memory() == doctest::Approx(static_cast<double>(puzzle_costs().activation(2).num)));
 }
 
 // The puzzle costs, for a test's cost model to change one of them.
@@ -390,14 +402,9 @@ struct PuzzleCostsBut : CostModel {
 TEST_CASE("an arena destroys the values its stores leave in it; a store that outgrew it frees its own") {
     // Batch sets of several intervals own heap memory: the sanitizer build
     // checks that each is freed exactly once, wherever it ended up.
-    MemoryMeter meter;
-    const StoreContext ctx0{&meter, &puzzle_costs(), 0};
-    const StoreContext ctx1{&meter, &puzzle_costs(), 1};
-    StoreArena<Activation> arena(2, 3);  // declared first: outlives the stores
-    Store<Activation> a(&ctx0);
-    Store<Activation> b(&ctx1);
-    a.attach(arena, 0);
-    b.attach(arena, 1);
+    TwoRanksInAnArena two(3);
+    Store<Activation>& a = two.a;
+    Store<Activation>& b = two.b;
     a[0] = Activation{0, IdSet{1, 5}};
     b[0] = Activation{0, IdSet{2, 7}};
     b[2] = Activation{2, IdSet{3, 9}};
@@ -426,7 +433,7 @@ TEST_CASE("an arena destroys the values its stores leave in it; a store that out
         CHECK(v.layer == k.a);
     });
     CHECK(keys == std::vector<std::int64_t>{0, 2, 5});
-    CHECK(meter.value() == doctest::Approx(puzzle_costs().activation(2).num * 6.0));  // six values of two batches
+    CHECK(two.memory() == doctest::Approx(puzzle_costs().activation(2).num * 6.0));  // six values of two batches
 }
 
 TEST_CASE("an arena's block, taken back by the next arena of its size, holds empty entries only") {
@@ -494,14 +501,11 @@ TEST_CASE("the stores of an arena share its size memo, so they must share a cost
 TEST_CASE("stores of one arena that size values of different sizes in turn each count their own") {
     // The arena remembers the size of the last value sized by any of its
     // stores: a store that meets another size must not take the memo's.
-    MemoryMeter meter0, meter1;
-    const StoreContext ctx0{&meter0, &puzzle_costs(), 0};
-    const StoreContext ctx1{&meter1, &puzzle_costs(), 1};
-    StoreArena<Activation> arena(2, 4);
-    Store<Activation> a(&ctx0);
-    Store<Activation> b(&ctx1);
-    a.attach(arena, 0);
-    b.attach(arena, 1);
+    TwoRanksInAnArena two(4);
+    Store<Activation>& a = two.a;
+    Store<Activation>& b = two.b;
+    const MemoryMeter& meter0 = two.meter0;
+    const MemoryMeter& meter1 = two.meter1;
     const auto size = [](std::int64_t n) { return static_cast<double>(puzzle_costs().activation(n).num); };
     a[0] = Activation{0, IdSet{1}};           // one batch
     b[0] = Activation{0, IdSet::range(0, 3)};  // three
