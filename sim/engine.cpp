@@ -258,6 +258,8 @@ void* frame_allocate(std::size_t bytes) {
     return p;
 }
 
+std::size_t frames_live() { return frame_pool.live; }
+
 void frame_deallocate(void* p, std::size_t bytes) noexcept {
     const std::size_t c = (bytes + kFrameStep - 1) / kFrameStep;
     if (c >= kFrameClasses) {

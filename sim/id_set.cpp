@@ -157,7 +157,7 @@ std::string IdSet::str() const {
         else if (i.hi - i.lo == 2)
             s += fmt::format("{},{}", i.lo, i.lo + 1);
         else
-            s += fmt::format("{}-{}", i.lo, i.hi - 1);
+            s += i.lo < 0 ? fmt::format("{}..{}", i.lo, i.hi - 1) : fmt::format("{}-{}", i.lo, i.hi - 1);
     }
     return s + "}";
 }

@@ -6,7 +6,15 @@
 #include <mutex>
 #include <new>
 
-#if defined(__linux__)
+#if defined(__SANITIZE_ADDRESS__)
+#define DTSIM_PAGES_ON_HEAP 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define DTSIM_PAGES_ON_HEAP 1
+#endif
+#endif
+#if defined(__linux__) && !defined(DTSIM_PAGES_ON_HEAP)
+#define DTSIM_PAGES_MAPPED 1
 #include <sys/mman.h>
 #endif
 
@@ -15,7 +23,7 @@ namespace dtsim {
 namespace {
 std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
 
-#if defined(__linux__)
+#ifdef DTSIM_PAGES_MAPPED
 // DTSIM_HUGE_PAGES=0 leaves the kernel's default (small pages where THP is
 // "madvise"): on a machine whose memory is fragmented, a fault on a huge page
 // may wait for the kernel to compact memory.
@@ -88,13 +96,28 @@ private:
 #endif
 }  // namespace
 
+bool pages_mapped() {
+#ifdef DTSIM_PAGES_MAPPED
+    return true;
+#else
+    return false;
+#endif
+}
+
 void* allocate_pages(std::size_t bytes, const PageKind* kind) {
-#if defined(__linux__)
-    if (bytes >= kHugePage) {
-        const std::size_t size = round_up(bytes, kHugePage);
-        if (size < bytes || size + kHugePage < size) throw std::bad_alloc();
+#ifdef DTSIM_PAGES_MAPPED
+    if (bytes >= kMappedFrom) {
+        const bool huge = bytes >= kHugePage;
+        const std::size_t align = huge ? kHugePage : 4096;
+        const std::size_t size = round_up(bytes, align);
+        if (size < bytes || size + align < size) throw std::bad_alloc();
         if (kind)
             if (void* p = Recycled::instance().take(size, kind)) return p;
+        if (!huge) {
+            void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (p == MAP_FAILED) throw std::bad_alloc();
+            return p;
+        }
         // Map a huge page more than needed, keep the aligned part, return the rest.
         void* raw = ::mmap(nullptr, size + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (raw == MAP_FAILED) throw std::bad_alloc();
@@ -108,6 +131,8 @@ void* allocate_pages(std::size_t bytes, const PageKind* kind) {
         if (huge_pages_wanted()) ::madvise(p, size, MADV_HUGEPAGE);  // advice: failure (THP off) leaves small pages
         return p;
     }
+#else
+    (void)kind;
 #endif
     const std::size_t size = round_up(bytes == 0 ? 1 : bytes, 64);
     if (size < bytes) throw std::bad_alloc();
@@ -118,19 +143,21 @@ void* allocate_pages(std::size_t bytes, const PageKind* kind) {
 
 void release_pages(void* p, std::size_t bytes, const PageKind* kind) noexcept {
     if (!p) return;
-#if defined(__linux__)
-    if (bytes >= kHugePage) {
-        const std::size_t size = round_up(bytes, kHugePage);
+#ifdef DTSIM_PAGES_MAPPED
+    if (bytes >= kMappedFrom) {
+        const std::size_t size = round_up(bytes, bytes >= kHugePage ? kHugePage : 4096);
         if (kind && Recycled::instance().keep(p, size, kind)) return;
         ::munmap(p, size);
         return;
     }
+#else
+    (void)kind;
 #endif
     std::free(p);
 }
 
 void trim_pages() noexcept {
-#if defined(__linux__)
+#ifdef DTSIM_PAGES_MAPPED
     Recycled::instance().trim();
 #endif
 }

@@ -64,7 +64,9 @@ TEST_CASE("an id set is 8 bytes; ids outside 0..2^31-2 and several intervals liv
     IdSet neg{-2, -1, 0};
     CHECK(neg.size() == 3);
     CHECK(neg.min() == -2);
-    CHECK(neg.str() == "{-2-0}");
+    CHECK(neg.str() == "{-2..0}");
+    CHECK(IdSet::range(-5, -2).str() == "{-5..-3}");
+    CHECK(IdSet::range(-1, 1).str() == "{-1,0}");
     CHECK(neg.is_subset_of(IdSet::range(-5, 5)));
     CHECK_FALSE(neg.is_prefix(3));
     CHECK(IdSet::range(0, big - 1).is_prefix(big - 1));  // the largest inline set

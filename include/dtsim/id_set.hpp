@@ -24,16 +24,19 @@ public:
         std::int64_t hi;  // one past the last id
         friend bool operator==(const Interval&, const Interval&) = default;
     };
-    // The intervals of a set, in order (a view: valid while the set is unchanged).
+    // The intervals of a set, in order: a view, valid while the set is
+    // unchanged. An inline set's one interval is a copy in the view, so the
+    // pointers begin() and end() give (and a range-for's elements) live only
+    // as long as the view; front(), back() and [] return copies.
     class Intervals {
     public:
         [[nodiscard]] const Interval* begin() const { return many_ ? many_ : &one_; }
         [[nodiscard]] const Interval* end() const { return begin() + n_; }
         [[nodiscard]] std::size_t size() const { return n_; }
         [[nodiscard]] bool empty() const { return n_ == 0; }
-        [[nodiscard]] const Interval& front() const { return begin()[0]; }
-        [[nodiscard]] const Interval& back() const { return begin()[n_ - 1]; }
-        [[nodiscard]] const Interval& operator[](std::size_t i) const { return begin()[i]; }
+        [[nodiscard]] Interval front() const { return begin()[0]; }
+        [[nodiscard]] Interval back() const { return begin()[n_ - 1]; }
+        [[nodiscard]] Interval operator[](std::size_t i) const { return begin()[i]; }
 
     private:
         friend class IdSet;
@@ -155,7 +158,8 @@ public:
         return Intervals(Interval{lo_, hi_});
     }
     [[nodiscard]] std::vector<std::int64_t> to_vector() const;
-    // "{}", "{3}", "{0-3}", "{0-3,7}": short and readable in error messages.
+    // "{}", "{3}", "{0-3}", "{0-3,7}": short and readable in error messages
+    // (a range that starts below 0 reads "{-5..-3}").
     [[nodiscard]] std::string str() const;
 
     template <class F>
@@ -171,7 +175,9 @@ private:
     // hi_'s top bit is set and the other 63 bits of hi_:lo_ are the address of
     // a std::vector<Interval>. 8 bytes and 4-aligned: values in a store are
     // mostly their id sets, and at thousands of ranks a store's memory is what
-    // a run streams.
+    // a run streams. (LeakSanitizer does not recognise that address as a
+    // pointer: a heap-form set still alive when the process exits is reported
+    // as a leak.)
     static constexpr std::int64_t kInlineEnd = 0x7fffffff;
     static constexpr std::uint32_t kManyBit = 0x80000000u;
     [[nodiscard]] static bool fits(std::int64_t lo, std::int64_t hi) { return lo >= 0 && hi <= kInlineEnd; }

@@ -5,10 +5,12 @@
 // (its second level covers 8 MiB), and where a row of an array falls in the
 // caches depends on the physical pages the kernel happened to give (the L2's
 // sets are indexed above the page offset), so the same run is fast or slow by
-// chance. Arrays of 2 MiB or more are therefore mapped on 2 MiB boundaries and
-// the kernel is asked for transparent huge pages (madvise; a no-op where THP
-// is off; DTSIM_HUGE_PAGES=0 in the environment does not ask): few TLB
-// entries, and cache placement that follows the virtual layout.
+// chance. On Linux, arrays of 2 MiB or more are therefore mapped on 2 MiB
+// boundaries and the kernel is asked for transparent huge pages (madvise; a
+// no-op where THP is off; DTSIM_HUGE_PAGES=0 in the environment does not
+// ask): few TLB entries, and cache placement that follows the virtual layout.
+// Arrays from 128 KiB are mapped too (on small pages): the kernel zeroes their
+// pages when first touched, so room never used costs nothing.
 #pragma once
 
 #include <cstddef>
@@ -22,12 +24,12 @@ struct PageKind {
     const char* name;
 };
 
-// `bytes` of memory aligned to 64 (to 2 MiB when `bytes` is 2 MiB or more);
-// throws std::bad_alloc. Without a kind it is zeroed. With a kind it is
-// zeroed or, for blocks of 2 MiB or more, a block of the same size and kind
-// released before, as its owner left it: the next run of a process that runs
-// several (the bench, a comparison of schedules) takes it back without the
-// kernel clearing tens of megabytes again. Released with
+// `bytes` of memory aligned to 64 (to 4 KiB when mapped, to 2 MiB when
+// `bytes` is 2 MiB or more); throws std::bad_alloc. Without a kind it is
+// zeroed. With a kind it is zeroed or, for a mapped block, a block of the
+// same size and kind released before, as its owner left it: the next run of a
+// process that runs several (the bench, a comparison of schedules) takes it
+// back without the kernel clearing tens of megabytes again. Released with
 // release_pages(p, bytes, kind) with the same kind.
 void* allocate_pages(std::size_t bytes, const PageKind* kind = nullptr);
 void release_pages(void* p, std::size_t bytes, const PageKind* kind = nullptr) noexcept;
@@ -35,6 +37,12 @@ void release_pages(void* p, std::size_t bytes, const PageKind* kind = nullptr) n
 // Gives the blocks kept for reuse back to the system (tests; a long-lived process).
 void trim_pages() noexcept;
 
+// Whether blocks from kMappedFrom bytes up are mapped (and those released with
+// a kind kept): on Linux, except in an AddressSanitizer build, where every
+// block comes from the heap so that the sanitizer sees each use after release.
+bool pages_mapped();
+
+inline constexpr std::size_t kMappedFrom = std::size_t{128} << 10;
 inline constexpr std::size_t kHugePage = std::size_t{2} << 20;
 
 }  // namespace dtsim

@@ -73,8 +73,10 @@ class Slot;
 
 // A store's entry for a key: room for a value, and whether one is there
 // (a value is constructed in `raw` exactly while `used`). Zeroed memory is a
-// valid array of empty entries, so arrays of entries are the operating
-// system's zero pages, touched only when a key is first stored.
+// valid array of empty entries, and so is an array whose values have all
+// been destroyed: arrays of entries are the operating system's zero pages
+// (from 128 KiB; touched only when a key is first stored) or such an array
+// that an arena of the same size released (pages.hpp).
 template <class V>
 struct StoreEntry {
     alignas(V) unsigned char raw[sizeof(V)];
