@@ -321,9 +321,8 @@ struct TwoRanksInAnArena {
 };
 
 TEST_CASE("pair keys {a, 0} have entries in the arena, rank by rank; the others are hashed") {
-    static_assert(StoreArena<Activation>::kPairPlanes == 1, "the keys below assume one plane");
     // Batch sets of two intervals own heap memory: the sanitizer build checks
-    // that every move between planes, tables and arenas frees each exactly once.
+    // that every move between pair-key entries, tables and arenas frees each exactly once.
     TwoRanksInAnArena two(3);
     Store<Activation>& a = two.a;
     Store<Activation>& b = two.b;
@@ -332,7 +331,7 @@ TEST_CASE("pair keys {a, 0} have entries in the arena, rank by rank; the others 
     b[{0, 0}] = act(2);   // the same key on the next rank: its own entry
     a[{2, 0}] = act(3);   // paired, the arena's last key
     a[{3, 0}] = act(4);   // past the arena's keys: hashed
-    a[{1, 1}] = act(5);   // past the planes: hashed
+    a[{1, 1}] = act(5);   // {a, b} with b > 0: hashed
     a[{1, -1}] = act(6);  // hashed
     a[1] = act(7);        // plain
     CHECK(a.get({0, 0}).batches == IdSet{1, 6});
@@ -373,7 +372,7 @@ TEST_CASE("pair keys {a, 0} have entries in the arena, rank by rank; the others 
     a[{1, 0}] = act(11);  // a paired key in a's own arena
     CHECK(a.get({1, 0}).batches == IdSet{11, 16});
     CHECK(len(a) == 8);
-    CHECK_THROWS_AS(del(b[{2, 0}]), PuzzleError);  // missing in a plane that exists
+    CHECK_THROWS_AS(del(b[{2, 0}]), PuzzleError);  // missing where pair keys have entries
     CHECK_THROWS_AS(reserve_past_limit(a), std::length_error);
     del(a[{0, 0}], a[{2, 0}], a[{3, 0}], a[{1, 1}], a[{1, -1}], a[1], a[5], a[{1, 0}]);
     CHECK(len(a) == 0);

@@ -156,17 +156,11 @@ public:
         clear_entries(data_, entries(keys_));
         release_entries(data_, entries(keys_));
         std::free(counts_);
-        for (StoreEntry<V>* plane : planes_) {
-            if (!plane) continue;
-            clear_entries(plane, entries(pair_keys_));
-            release_entries(plane, entries(pair_keys_));
+        if (pairs_) {
+            clear_entries(pairs_, entries(pair_keys_));
+            release_entries(pairs_, entries(pair_keys_));
         }
     }
-    // Pair keys {a, b} with b below this have rooms in the arena. One plane:
-    // {l, 0} is what a sweep meets (a gathered weight); a rank that walks its
-    // own microbatches {l, mb} alone is better served by its compact hash
-    // table (planes for b up to 15 made grad_accum three times slower).
-    static constexpr std::int32_t kPairPlanes = 1;
 
     // Rank r's entry for key k.
     [[nodiscard]] StoreEntry<V>& entry(std::uint32_t rank, std::uint32_t key) const {
@@ -176,7 +170,7 @@ public:
 
 private:
     friend class Store<V>;
-    // Pair keys {a, b} have entries for a < pair_keys (a store's own arena
+    // Pair keys {a, 0} have entries for a < pair_keys (a store's own arena
     // keeps the pair keys of the arena it outgrew, so no key changes place).
     StoreArena(int ranks, std::uint32_t keys, std::uint32_t pair_keys)
         : ranks_(static_cast<std::uint32_t>(ranks)),
@@ -195,11 +189,10 @@ private:
     [[nodiscard]] std::size_t entries(std::uint32_t keys) const {
         return std::max<std::size_t>(std::size_t{ranks_} * keys, 1);
     }
-    // The entries of pair keys {a, b} for one b, laid out as the plain keys'.
-    StoreEntry<V>* plane(std::int32_t b) const {
-        StoreEntry<V>*& p = planes_[b];
-        if (!p) p = allocate_entries<V>(entries(pair_keys_));
-        return p;
+    // The entries of pair keys {a, 0}, laid out as the plain keys' (made on first use).
+    StoreEntry<V>* pairs() const {
+        if (!pairs_) pairs_ = allocate_entries<V>(entries(pair_keys_));
+        return pairs_;
     }
     static const StoreArena& none() {
         static const StoreArena* const empty = new StoreArena();
@@ -216,7 +209,11 @@ private:
     std::uint32_t pair_keys_;
     StoreEntry<V>* data_;
     std::uint32_t* counts_;  // by rank: the keys stored in its rooms (len() asks)
-    mutable StoreEntry<V>* planes_[kPairPlanes] = {};  // made on first use
+    // Pair keys {a, 0} (null until a store uses one). Only b = 0: {l, 0} is
+    // what a sweep meets (fsdp's gathered weight); a rank that walks its own
+    // microbatches {l, mb} alone is better served by its compact hash table
+    // (arrays for b up to 15 made grad_accum three times slower).
+    mutable StoreEntry<V>* pairs_ = nullptr;
     mutable SizeMemo memo_;
     mutable const CostModel* costs_ = nullptr;  // the stores' cost model, once one attached
     bool store_own_ = false;  // made by a store for itself (which deletes it)
@@ -303,7 +300,7 @@ public:
             else
                 room = &d;
         } else if (is_paired(k)) {
-            Direct& d = paired(k, arena_->plane(k.b));
+            Direct& d = paired(k, arena_->pairs());
             if (d.used)
                 old = &d.value();
             else
@@ -345,9 +342,9 @@ public:
             return;
         }
         if (is_paired(k)) {
-            StoreEntry<V>* plane = arena_->planes_[k.b];
-            if (!plane || !paired(k, plane).used) throw_missing_key(ctx_->rank, name(), k);
-            Direct& d = paired(k, plane);
+            Direct* pairs = arena_->pairs_;
+            if (!pairs || !paired(k, pairs).used) throw_missing_key(ctx_->rank, name(), k);
+            Direct& d = paired(k, pairs);
             ctx_->meter->sub(size(d.value()));
             d.clear();
             --arena_->counts_[column()];
@@ -359,7 +356,7 @@ public:
         hashed_->erase(e);
     }
 
-    // Plain keys in order, then paired keys by plane, then the others.
+    // Plain keys in order, then the paired keys {a, 0}, then the others.
     template <class F>
     void for_each(F&& f) const {
         for_each_direct(f);
@@ -490,8 +487,8 @@ private:
             return i < cap() && at(i).used ? &at(i).value() : nullptr;
         }
         if (is_paired(k)) {
-            Direct* plane = arena_->planes_[k.b];
-            return plane && paired(k, plane).used ? &paired(k, plane).value() : nullptr;
+            Direct* pairs = arena_->pairs_;
+            return pairs && paired(k, pairs).used ? &paired(k, pairs).value() : nullptr;
         }
         const Entry* e = hashed_ ? hashed_->find(k) : nullptr;
         return e ? &e->value() : nullptr;
@@ -504,45 +501,40 @@ private:
     [[nodiscard]] std::size_t column() const { return static_cast<std::size_t>(direct_ - arena_->data_); }
     Direct& at(std::uint32_t i) { return direct_[std::size_t{i} * arena_->ranks_]; }
     const Direct& at(std::uint32_t i) const { return direct_[std::size_t{i} * arena_->ranks_]; }
-    // Pair keys {a, b} with an entry in the arena (the others are hashed).
+    // Pair keys {a, 0} with an entry in the arena (the others are hashed).
     [[nodiscard]] bool is_paired(const Key& k) const {
-        return k.b >= 0 && k.b < StoreArena<V>::kPairPlanes && k.a >= 0 &&
-               static_cast<std::uint32_t>(k.a) < arena_->pair_keys_;
+        return k.b == 0 && k.a >= 0 && static_cast<std::uint32_t>(k.a) < arena_->pair_keys_;
     }
-    // Pair key k's entry in `plane` (the arena's plane for k.b).
-    Direct& paired(const Key& k, Direct* plane) const {
-        return plane[static_cast<std::size_t>(direct_ - arena_->data_) +
-                     static_cast<std::size_t>(k.a) * arena_->ranks_];
+    // Pair key {a, 0}'s entry in `pairs` (the arena's pair-key entries).
+    Direct& paired(const Key& k, Direct* pairs) const {
+        return pairs[column() + static_cast<std::size_t>(k.a) * arena_->ranks_];
     }
-    // Calls f(key, value) for the plain keys, then the paired keys by plane.
+    // Calls f(key, value) for the plain keys, then the paired keys.
     template <class F>
     void for_each_direct(F&& f) const {
         for (std::uint32_t i = 0; i < cap(); ++i)
             if (at(i).used) f(Key(static_cast<int>(i)), at(i).value());
-        for (std::int32_t b = 0; b < StoreArena<V>::kPairPlanes; ++b)
-            if (Direct* plane = arena_->planes_[b])
-                for (std::uint32_t a = 0; a < arena_->pair_keys_; ++a) {
-                    const Key k(static_cast<int>(a), b);
-                    if (paired(k, plane).used) f(k, paired(k, plane).value());
-                }
+        if (Direct* pairs = arena_->pairs_)
+            for (std::uint32_t a = 0; a < arena_->pair_keys_; ++a) {
+                const Key k(static_cast<int>(a), 0);
+                if (paired(k, pairs).used) f(k, paired(k, pairs).value());
+            }
     }
     // Moves the plain and paired keys to an arena of the store's own, with
-    // room for n plain keys and the same pair keys (made, planes included,
-    // before anything moves: a failed allocation leaves the store as it was).
+    // room for n plain keys and the same pair keys (made, pair keys' entries
+    // included, before anything moves: a failed allocation leaves the store as it was).
     void regrow(std::size_t n) {
         std::unique_ptr<StoreArena<V>> own(
             new StoreArena<V>(1, static_cast<std::uint32_t>(n), arena_->pair_keys_));
         own->store_own_ = true;
-        for (std::int32_t b = 0; b < StoreArena<V>::kPairPlanes; ++b)
-            if (arena_->planes_[b]) own->plane(b);
+        if (arena_->pairs_) own->pairs();
         for (std::uint32_t i = 0; i < cap(); ++i)
             if (at(i).used) at(i).move_to(own->entry(0, i));
-        for (std::int32_t b = 0; b < StoreArena<V>::kPairPlanes; ++b)
-            if (Direct* plane = arena_->planes_[b])
-                for (std::uint32_t a = 0; a < arena_->pair_keys_; ++a) {
-                    Direct& d = paired(Key(static_cast<int>(a), b), plane);
-                    if (d.used) d.move_to(own->planes_[b][a]);
-                }
+        if (Direct* pairs = arena_->pairs_)
+            for (std::uint32_t a = 0; a < arena_->pair_keys_; ++a) {
+                Direct& d = paired(Key(static_cast<int>(a), 0), pairs);
+                if (d.used) d.move_to(own->pairs_[a]);
+            }
         if (arena_->counts_) own->counts_[0] = std::exchange(arena_->counts_[column()], 0);
         release_arena();
         arena_ = own.release();
