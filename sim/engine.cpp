@@ -24,18 +24,19 @@ Gpu::~Gpu() {
     if (keep_events_)
         std::destroy_at(&events_);
     else
-        std::destroy_at(&folded_);
+        std::destroy_at(&last_);
 }
 
 void Gpu::set_keep_events(bool on) {
     if (on == keep_events_) return;
     if (on) {
-        std::destroy_at(&folded_);
+        std::destroy_at(&last_);
         std::construct_at(&events_);
     } else {
         std::destroy_at(&events_);
-        std::construct_at(&folded_);
+        std::construct_at(&last_);
     }
+    summary_ = {};
     keep_events_ = on;
 }
 

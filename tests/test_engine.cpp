@@ -240,8 +240,7 @@ TEST_CASE("the idle hook releases parked ranks in the order its world decides, a
     CHECK(msg.find("rank 1 waits in a timer (layer 3)") != std::string::npos);
 }
 
-TEST_CASE("a rank keeps its events or folds them as it was last told before the run, and a run that keeps them has an "
-          "empty summary") {
+TEST_CASE("a rank keeps its events or folds them as it was last told before the run, and folds its summary either way") {
     const auto body = [](Gpu& g) -> Task<> {
         g.record(ops::forward, 0, 1.0, 5.0 + g.rank());
         g.record(ops::backward, 1, 2.0, 3.0, IdSet{g.rank(), 5});  // two intervals: the set's heap form
@@ -274,11 +273,28 @@ TEST_CASE("a rank keeps its events or folds them as it was last told before the 
     kept.keep_events(true);
     kept.run(body);
     CHECK(kept.gpu(1).event_count() == 2);
-    CHECK(kept.gpu(1).summary().events == 0);
     CHECK(kept.gpu(1).last_event()->batches == IdSet{1, 5});
-    const auto logs = kept.take_logs();
-    REQUIRE(logs[1].events.size() == 2);
-    CHECK(logs[1].events[0].memory == 6.0);
+    for (int r = 0; r < 2; ++r) {  // the same summary as the folded run's, and as summarize() gives
+        CAPTURE(r);
+        const RankSummary& a = kept.gpu(r).summary();
+        const RankSummary& b = folded.gpu(r).summary();
+        CHECK(a.events == b.events);
+        CHECK(a.last_start == b.last_start);
+        CHECK(a.makespan == b.makespan);
+        CHECK(a.max_memory == b.max_memory);
+        CHECK(a.max_memory_time == b.max_memory_time);
+    }
+    Trace t;
+    t.ranks = kept.take_logs();
+    REQUIRE(t.ranks[1].events.size() == 2);
+    CHECK(t.ranks[1].events[0].memory == 6.0);
+    summarize(t);
+    CHECK(t.summary.max_memory == 6.0);
+    CHECK(t.summary.max_memory_rank == 1);
+    CHECK(t.summary.makespan == 3.0);
+    CHECK(t.summary.timesteps == 1.0);
+    CHECK(kept.gpu(1).summary().max_memory == 6.0);
+    CHECK(kept.gpu(1).event_count() == 2);  // counted as recorded, after the log is taken too
 }
 
 TEST_CASE("coroutine frames: a freed frame is reused, and once none is left the next frames are carved in order again") {

@@ -287,7 +287,9 @@ public:
         if (!keep_events_) return record_summary(op, layer, stream, start, duration, memory, std::forward<B>(batches));
         if (events_.size() == events_.capacity()) grow_events();
         // Constructed in place: the new (cold) cache line is only written, never read.
-        return events_.emplace_back(op, stream, layer, start, duration, memory, std::forward<B>(batches));
+        Event& e = events_.emplace_back(op, stream, layer, start, duration, memory, std::forward<B>(batches));
+        summary_.add(start, start + duration, memory);
+        return e;
     }
 
     // Room for `n` events without reallocating (a hint; the log grows anyway).
@@ -298,9 +300,8 @@ public:
     // The last event recorded on this rank, if any.
     [[nodiscard]] std::optional<LastEvent> last_event() const {
         if (!keep_events_) {
-            const auto& [summary, last] = folded_;
-            if (summary.events == 0) return std::nullopt;
-            return LastEvent{last.op, last.stream, last.layer, summary.last_start, last.batches};
+            if (summary_.events == 0) return std::nullopt;
+            return LastEvent{last_.op, last_.stream, last_.layer, summary_.last_start, last_.batches};
         }
         if (events_.empty()) return std::nullopt;
         const Event& e = events_.back();
@@ -314,11 +315,13 @@ public:
         return events_[i];
     }
     // Events recorded so far (kept or not).
-    [[nodiscard]] std::size_t event_count() const { return keep_events_ ? events_.size() : folded_.summary.events; }
+    [[nodiscard]] std::size_t event_count() const { return summary_.events; }
 
-    // This rank's share of the summary, folded as events are recorded, for
-    // runs that keep no events (Simulation::keep_events); empty in a run that keeps them.
-    [[nodiscard]] const RankSummary& summary() const { return keep_events_ ? kNoSummary : folded_.summary; }
+    // This rank's share of the summary, folded as events are recorded, whether
+    // they are kept or not: an event completed after the fact (event_at) is in
+    // it as it was recorded, so a world that completes events summarizes its
+    // trace instead (summarize()).
+    [[nodiscard]] const RankSummary& summary() const { return summary_; }
     // What the rank waits for while parked (Kind::none once it runs again).
     [[nodiscard]] const Wait& waiting_for() const { return wait_; }
     [[nodiscard]] bool finished() const { return finished_; }
@@ -362,19 +365,15 @@ private:
         std::int32_t layer = kNoLayer;
         IdSet batches;
     };
-    struct Folded {
-        RankSummary summary;
-        LastOp last;
-    };
-    static constexpr RankSummary kNoSummary{};  // summary() in a run that keeps its events
     Simulation* sim_;
     double clock_ = 0;
     int rank_;
     bool keep_events_ = true;  // which member of the union below lives
     bool finished_ = false;
+    RankSummary summary_;  // folded as events are recorded, kept or not
     union {
         std::vector<Event> events_;  // keep_events_: this rank's events in order
-        Folded folded_;              // otherwise
+        LastOp last_;                // otherwise
     };
     Wait wait_;
     Parked parked_;
@@ -604,11 +603,11 @@ Event& Gpu::record_summary(OpCode op, std::int32_t layer, Stream stream, double 
                            double memory, B&& batches) {
     // Field by field, as the whole Event was written before (assigning it whole measured 1 to 2 % more
     // instructions per operation); the scratch event's batches stay empty.
-    folded_.last.op = op;
-    folded_.last.stream = stream;
-    folded_.last.layer = layer;
-    folded_.last.batches = std::forward<B>(batches);
-    folded_.summary.add(start, start + duration, memory);
+    last_.op = op;
+    last_.stream = stream;
+    last_.layer = layer;
+    last_.batches = std::forward<B>(batches);
+    summary_.add(start, start + duration, memory);
     // The scratch event is the simulation's, one line that every rank writes: hot in cache.
     Event& e = sim_->scratch_;
     e.op = op;
