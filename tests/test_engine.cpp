@@ -295,6 +295,22 @@ TEST_CASE("a rank keeps its events or folds them as it was last told before the 
     CHECK(t.summary.timesteps == 1.0);
     CHECK(kept.gpu(1).summary().max_memory == 6.0);
     CHECK(kept.gpu(1).event_count() == 2);  // counted as recorded, after the log is taken too
+    CHECK(kept.gpu(1).log_size() == 0);
+    CHECK(folded.gpu(1).log_size() == 0);
+
+    // Switching drops what was recorded, summary included.
+    Simulation switched(1);
+    Gpu& g = switched.gpu(0);
+    g.record(ops::forward, 0, 1.0, 2.0);
+    CHECK(g.log_size() == 1);
+    switched.keep_events(false);
+    CHECK(g.event_count() == 0);
+    CHECK(g.summary().events == 0);
+    CHECK(g.summary().makespan == 0.0);
+    g.record(ops::forward, 0, 1.0, 2.0);
+    switched.keep_events(true);
+    CHECK(g.event_count() == 0);
+    CHECK_FALSE(g.last_event());
 }
 
 TEST_CASE("coroutine frames: a freed frame is reused, and once none is left the next frames are carved in order again") {

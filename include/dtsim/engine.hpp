@@ -314,8 +314,12 @@ public:
             throw std::logic_error(fmt_event_at_error(i));
         return events_[i];
     }
-    // Events recorded so far (kept or not).
+    // Events recorded so far (kept or not; counted as recorded, so a log taken
+    // away by Simulation::take_logs still counts).
     [[nodiscard]] std::size_t event_count() const { return summary_.events; }
+    // Events in this rank's log now, the index event_at takes being below it
+    // (0 in a run that keeps no events, and after take_logs).
+    [[nodiscard]] std::size_t log_size() const { return keep_events_ ? events_.size() : 0; }
 
     // This rank's share of the summary, folded as events are recorded, whether
     // they are kept or not: an event completed after the fact (event_at) is in
@@ -542,14 +546,15 @@ public:
     Task<Message> receive(Gpu& gpu);
 
     // Whether ranks keep their events (default). Off, each rank keeps only
-    // what names its last event (Gpu::last_event) and a running summary
-    // (Gpu::summary): a run that needs no trace saves a cache line of memory
-    // per operation. Before run().
+    // what names its last event (Gpu::last_event); on or off, it folds a
+    // running summary (Gpu::summary). A run that needs no trace saves a cache
+    // line of memory per operation. Before run(); what was recorded is dropped.
     void keep_events(bool on) {
         for (Gpu& g : gpus_) g.set_keep_events(on);
     }
 
-    // Every rank's events, in order; call after run(). Empties the log.
+    // Every rank's events, in order; call after run(). Empties the logs (a
+    // rank's last_event() is then empty; its event_count() and summary() stay).
     std::vector<RankTrace> take_logs();
 
     // Called whenever no coroutine can proceed (nothing ready, nothing posted)

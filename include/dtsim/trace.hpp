@@ -95,8 +95,8 @@ struct Trace {
 void summarize(Trace& trace);
 
 // One rank's share of the summary, folded event by event in the rank's order:
-// summarize() folds a trace's events, a rank that keeps no events folds them
-// as they are recorded (Gpu::summary).
+// summarize() folds a trace's events, a rank folds them as they are recorded
+// (Gpu::summary; a world that completes events afterwards uses summarize()).
 struct RankSummary {
     std::size_t events = 0;
     double last_start = 0;       // start of the last event

@@ -78,7 +78,7 @@ void Device::record_transfer(OpCode op, int layer, const TransferRecord* t, doub
                       std::move(batches));
     e.bytes = bytes;
     if (!known && world_->recording())
-        world_->network_.patch_on_end(t, rank(), static_cast<std::uint32_t>(gpu_->event_count() - 1));
+        world_->network_.patch_on_end(t, rank(), static_cast<std::uint32_t>(gpu_->log_size() - 1));
 }
 
 void Device::block_on(const Transfer& t) {
