@@ -276,13 +276,7 @@ TEST_CASE("a rank keeps its events or folds them as it was last told before the 
     CHECK(kept.gpu(1).last_event()->batches == IdSet{1, 5});
     for (int r = 0; r < 2; ++r) {  // the same summary as the folded run's, and as summarize() gives
         CAPTURE(r);
-        const RankSummary& a = kept.gpu(r).summary();
-        const RankSummary& b = folded.gpu(r).summary();
-        CHECK(a.events == b.events);
-        CHECK(a.last_start == b.last_start);
-        CHECK(a.makespan == b.makespan);
-        CHECK(a.max_memory == b.max_memory);
-        CHECK(a.max_memory_time == b.max_memory_time);
+        CHECK(kept.gpu(r).summary() == folded.gpu(r).summary());
     }
     Trace t;
     t.ranks = kept.take_logs();

@@ -103,6 +103,7 @@ struct RankSummary {
     double makespan = 0;         // latest end
     double max_memory = 0;       // the first event with the highest memory...
     double max_memory_time = 0;  // ...and its start
+    friend bool operator==(const RankSummary&, const RankSummary&) = default;
     void add(double start, double end, double memory) {
         last_start = start;
         makespan = std::max(makespan, end);
