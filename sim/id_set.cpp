@@ -24,6 +24,8 @@ void IdSet::set_many(std::vector<Interval>* v) {
     hi_ = static_cast<std::uint32_t>(address >> 32) | kManyBit;
 }
 
+void IdSet::set_many_one(std::int64_t lo, std::int64_t hi) { set_many(new std::vector<Interval>(1, Interval{lo, hi})); }
+
 void IdSet::copy_many(const IdSet& o) {
     lo_ = hi_ = 0;  // a failed copy leaves this empty
     set_many(new std::vector<Interval>(o.many()));
@@ -53,26 +55,14 @@ void IdSet::insert_range(std::int64_t lo, std::int64_t hi) {
     if (hi <= lo) return;
     if (!is_many()) {
         if (hi_ <= lo_) {  // empty
-            if (fits(lo, hi)) {
-                lo_ = static_cast<std::uint32_t>(lo);
-                hi_ = static_cast<std::uint32_t>(hi);
-            } else {
-                set_many(new std::vector<Interval>(1, Interval{lo, hi}));
-            }
+            assign_one(lo, hi);
             return;
         }
         if (lo <= std::int64_t{hi_} && hi >= std::int64_t{lo_}) {  // touches the single interval
-            const std::int64_t merged_lo = std::min<std::int64_t>(lo, lo_);
-            const std::int64_t merged_hi = std::max<std::int64_t>(hi, hi_);
-            if (fits(merged_lo, merged_hi)) {
-                lo_ = static_cast<std::uint32_t>(merged_lo);
-                hi_ = static_cast<std::uint32_t>(merged_hi);
-            } else {
-                set_many(new std::vector<Interval>(1, Interval{merged_lo, merged_hi}));
-            }
+            assign_one(std::min<std::int64_t>(lo, lo_), std::max<std::int64_t>(hi, hi_));
             return;
         }
-        set_many(new std::vector<Interval>(1, Interval{lo_, hi_}));
+        set_many_one(lo_, hi_);
     }
     auto& iv = many();
     // Fast path: at or past the end (the common case when building in order).

@@ -413,12 +413,15 @@ RunResult run_strategy(Strategy strategy, int layers, int batches, int ranks, co
     t.meta["layers"] = layers;
     t.meta["batches"] = batches;
     t.meta["ranks"] = ranks;
-    for (int r = 0; r < ranks; ++r) out.events += sim.gpu(r).event_count();
     // Each rank folded its events as it recorded them (the puzzle world never
-    // completes one afterwards): the summary needs no pass over the events,
-    // which at thousands of ranks would read them all back from memory.
+    // completes one afterwards): the summary and the count need no pass over
+    // the events, which at thousands of ranks would read them all back from memory.
     SummaryFold fold;
-    for (int r = 0; r < ranks; ++r) fold.add_rank(r, sim.gpu(r).summary());
+    for (int r = 0; r < ranks; ++r) {
+        const RankSummary& s = sim.gpu(r).summary();
+        out.events += s.events;
+        fold.add_rank(r, s);
+    }
     t.summary = fold.summary;
     if (keep == Keep::events) t.ranks = sim.take_logs();
     t.summary.correct = !out.check_error.has_value();

@@ -59,14 +59,7 @@ public:
     // {lo, lo+1, ..., hi-1}; empty when hi <= lo.
     static IdSet range(std::int64_t lo, std::int64_t hi) {
         IdSet s;
-        if (hi > lo) {
-            if (fits(lo, hi)) {
-                s.lo_ = static_cast<std::uint32_t>(lo);
-                s.hi_ = static_cast<std::uint32_t>(hi);
-            } else {
-                s.insert_range(lo, hi);
-            }
-        }
+        if (hi > lo) s.assign_one(lo, hi);
         return s;
     }
     static IdSet single(std::int64_t id) { return range(id, id + 1); }
@@ -187,7 +180,18 @@ private:
         return *reinterpret_cast<std::vector<Interval>*>(static_cast<std::uintptr_t>(address));
     }
     void set_many(std::vector<Interval>* v);  // takes ownership
-    void copy_many(const IdSet& o);           // the heap form of a copy of o's intervals
+    void set_many_one(std::int64_t lo, std::int64_t hi);  // the heap form of the one interval [lo, hi)
+    // Makes a set in the inline form the one interval [lo, hi), hi > lo: inline
+    // where it fits, else in the heap form.
+    void assign_one(std::int64_t lo, std::int64_t hi) {
+        if (fits(lo, hi)) {
+            lo_ = static_cast<std::uint32_t>(lo);
+            hi_ = static_cast<std::uint32_t>(hi);
+        } else {
+            set_many_one(lo, hi);
+        }
+    }
+    void copy_many(const IdSet& o);  // the heap form of a copy of o's intervals
     [[nodiscard]] bool is_subset_of_slow(const IdSet& other) const;
     [[nodiscard]] bool is_prefix_slow(std::int64_t n) const;
     IdSet& unite_slow(const IdSet& other);
