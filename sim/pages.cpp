@@ -151,6 +151,7 @@ void release_pages(void* p, std::size_t bytes, const PageKind* kind) noexcept {
         return;
     }
 #else
+    (void)bytes;
     (void)kind;
 #endif
     std::free(p);
