@@ -105,6 +105,7 @@ bool pages_mapped() {
 }
 
 void* allocate_pages(std::size_t bytes, const PageKind* kind) {
+    if (detail::allocation_fails()) throw std::bad_alloc();
 #ifdef DTSIM_PAGES_MAPPED
     if (bytes >= kMappedFrom) {
         const bool huge = bytes >= kHugePage;
@@ -156,6 +157,17 @@ void release_pages(void* p, std::size_t bytes, const PageKind* kind) noexcept {
 #endif
     std::free(p);
 }
+
+namespace detail {
+namespace {
+thread_local long allocations_before_failure = -1;
+}
+void fail_allocation(long n) noexcept { allocations_before_failure = n < 0 ? -1 : n; }
+bool allocation_fails() noexcept {
+    if (allocations_before_failure < 0) return false;
+    return allocations_before_failure-- == 0;
+}
+}  // namespace detail
 
 void trim_pages() noexcept {
 #ifdef DTSIM_PAGES_MAPPED

@@ -6,7 +6,9 @@
 
 #include <cmath>
 #include <memory>
+#include <new>
 #include <string>
+#include <tuple>
 #include <vector>
 
 using namespace dtsim;
@@ -378,6 +380,81 @@ TEST_CASE("pair keys {a, 0} have entries in the arena, rank by rank; the others 
     CHECK(len(a) == 0);
     // b's paired value stays: the arena destroys it.
     CHECK(two.memory() == doctest::Approx(static_cast<double>(puzzle_costs().activation(2).num)));
+}
+
+// What a store holds, as (key, layer, batches) in for_each's order, and what its rank's meter counts.
+struct StoreContents {
+    std::vector<std::tuple<int, int, int, std::string>> values;
+    double memory = 0;
+    std::size_t size = 0;
+    bool operator==(const StoreContents&) const = default;
+};
+StoreContents contents_of(const Store<Activation>& s, const MemoryMeter& meter) {
+    StoreContents c;
+    s.for_each([&](const Key& k, const Activation& v) { c.values.emplace_back(k.a, k.b, v.layer, v.batches.str()); });
+    c.memory = meter.value();
+    c.size = len(s);
+    return c;
+}
+
+// Runs `op` with its first allocation failing, then its second, and so on
+// until it allocates no more than it did: after each failure, rank 0's store
+// and meter hold what they held before (and rank 1's too). Returns how many
+// failures were injected (0 would mean the operation allocated nothing).
+template <class Op>
+int fail_each_allocation(TwoRanksInAnArena& two, Op op) {
+    for (int n = 0;; ++n) {
+        const StoreContents a = contents_of(two.a, two.meter0);
+        const StoreContents b = contents_of(two.b, two.meter1);
+        detail::fail_allocation(n);
+        bool failed = false;
+        try {
+            op();
+        } catch (const std::bad_alloc&) {
+            failed = true;
+        }
+        detail::fail_allocation(-1);
+        if (!failed) return n;
+        INFO("allocation #" << n << " failed");
+        CHECK(contents_of(two.a, two.meter0) == a);
+        CHECK(contents_of(two.b, two.meter1) == b);
+    }
+}
+
+TEST_CASE("a failed allocation leaves the stores as they were, and the next try succeeds") {
+    // Batch sets of two intervals are on the heap: the sanitizer build checks
+    // that no failure frees or leaks one.
+    TwoRanksInAnArena two(3);
+    Store<Activation>& a = two.a;
+    const auto act = [](int id) { return Activation{0, IdSet{id, id + 5}}; };
+    a[0] = act(1);
+    a[2] = act(2);
+    two.b[1] = act(3);
+    // The first pair key {a, 0}: the arena's pair-key entries are made.
+    CHECK(fail_each_allocation(two, [&] { a[{1, 0}] = act(4); }) == 1);
+    // The first other pair key: a hash table of four slots.
+    CHECK(fail_each_allocation(two, [&] { a[{0, 7}] = act(5); }) == 1);
+    a[{1, 7}] = act(6);
+    a[{2, 7}] = act(7);
+    // The fourth hashed key grows the table to eight slots.
+    CHECK(fail_each_allocation(two, [&] { a[{3, 7}] = act(8); }) == 1);
+    // A plain key past the arena: the store's own arena, its entries, its
+    // count and its pair-key entries, made before anything moves.
+    CHECK(fail_each_allocation(two, [&] { a[5] = act(9); }) == 3);
+    CHECK(fail_each_allocation(two, [&] { a.reserve(40); }) == 3);
+    // Everything is where it should be after the failures.
+    CHECK(a.get(0).batches == IdSet{1, 6});
+    CHECK(a.get(2).batches == IdSet{2, 7});
+    CHECK(a.get(5).batches == IdSet{9, 14});
+    CHECK(a.get({1, 0}).batches == IdSet{4, 9});
+    CHECK(a.get({0, 7}).batches == IdSet{5, 10});
+    CHECK(a.get({3, 7}).batches == IdSet{8, 13});
+    CHECK(len(a) == 8);
+    CHECK(two.b.get(1).batches == IdSet{3, 8});
+    CHECK(len(two.b) == 1);
+    // Setting a key that has room, or replacing a value, allocates nothing of these.
+    CHECK(fail_each_allocation(two, [&] { a[1] = act(10); }) == 0);
+    CHECK(fail_each_allocation(two, [&] { a[{0, 7}] = act(11); }) == 0);
 }
 
 // The puzzle costs, for a test's cost model to change one of them.

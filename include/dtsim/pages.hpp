@@ -39,6 +39,16 @@ void trim_pages() noexcept;
 // block comes from the heap so that the sanitizer sees each use after release.
 bool pages_mapped();
 
+namespace detail {
+// Fault injection, for tests of what a failed allocation leaves behind: on the
+// calling thread, the allocation n allocations from now (0: the next one) of
+// allocate_pages and of the stores' tables and counts fails with
+// std::bad_alloc, once; a negative n turns it off.
+void fail_allocation(long n) noexcept;
+// Counts one allocation of those; true for the one that is to fail.
+bool allocation_fails() noexcept;
+}  // namespace detail
+
 inline constexpr std::size_t kMappedFrom = std::size_t{128} << 10;
 inline constexpr std::size_t kHugePage = std::size_t{2} << 20;
 
