@@ -34,7 +34,7 @@ struct Figures {
     double cpu_s = 0;  // user + system time of the same run: what the run costs when the machine is shared
     double baseline_ratio = 0;  // wall / baseline of the same run, the lowest over runs (events kept)
     std::size_t ops = 0;
-    long peak_rss_kib = 0;
+    long peak_rss_kib = 0;  // the child process's high-water mark after its first run (see measure)
     bool correct = false;
 };
 
@@ -43,6 +43,12 @@ double cpu_seconds() {
     getrusage(RUSAGE_SELF, &u);
     auto s = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6; };
     return s(u.ru_utime) + s(u.ru_stime);
+}
+
+long peak_rss_kib() {
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    return u.ru_maxrss;
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -101,13 +107,14 @@ Figures measure(const puzzle::PuzzleInfo& p, int layers, int ranks, int repeat, 
         one.cpu_s = cpu_seconds() - c0;
         one.ops = run.events;
         one.correct = run.trace.summary.correct.value_or(false);
+        // The memory one run needs: the high-water mark before anything else allocates (the
+        // baseline's copy of the events, a later run whose arenas cannot reuse the heap the
+        // first run's logs left). Includes the bench's own few MiB.
+        if (i == 0) one.peak_rss_kib = peak_rss_kib();
         // The ratio of a run to the baseline taken right after it, in the same conditions.
         if (keep == puzzle::Keep::events) one.baseline_ratio = one.wall_s / baseline(run.trace);
         keep_best(f, one, i == 0);
     }
-    rusage u{};
-    getrusage(RUSAGE_SELF, &u);
-    f.peak_rss_kib = u.ru_maxrss;
     return f;
 }
 
@@ -158,7 +165,8 @@ void run_bench(const BenchOptions& o) {
     fmt::print("'ops' are simulated operations (trace events); 'keeps' is what the run keeps: every event (the trace,\n"
                "for files and pictures) or the summary only (what `dtsim puzzle` keeps without --trace/--svg);\n"
                "'baseline' appends the same events to plain vectors (a ratio against machine noise); ops/s and ns/op\n"
-               "are per wall-clock second; 'cpu s' is the run's user + system time\n\n");
+               "are per wall-clock second; 'cpu s' is the run's user + system time; 'peak RSS' is the high-water mark\n"
+               "of a process that has made one run (the bench's own few MiB included)\n\n");
     fmt::print("{:<10} {:<7} {:>7} {:>11} {:>9} {:>9} {:>13} {:>9} {:>10} {:>11} {:>12} {}\n", "strategy", "keeps",
                "ranks", "ops", "wall s", "cpu s", "ops/s", "ns/op", "cpu ns/op", "x baseline", "peak RSS", "correct");
     for (const auto& name : o.strategies) {
