@@ -12,7 +12,11 @@ Task<> gpipe(Model& model) {
     const int per_rank = model.LAYERS / model.RANKS;
     std::vector<int> my_layers;
     for (int l = 0; l < per_rank; ++l) my_layers.push_back(l + model.rank * per_rank);
-    model.require(!my_layers.empty(), "no layer for this rank: LAYERS / RANKS is 0");
+    // my_layers[i] as the seed's Python reads it (-1: the last), where a rank without layers fails.
+    auto layer_at = [&](int i) {
+        model.require(!my_layers.empty(), "no layer for this rank: LAYERS / RANKS is 0");
+        return i < 0 ? my_layers.back() : my_layers[static_cast<std::size_t>(i)];
+    };
     for (int l : my_layers) tie(weights[l], opt_states[l]) = model.load_weights(l);
 
     for (int mb = 0; mb < model.BATCHES; ++mb) {
@@ -20,11 +24,11 @@ Task<> gpipe(Model& model) {
         if (model.rank == 0)
             activations[{0, mb}] = model.get_activation({mb});
         else
-            activations[{my_layers[0], mb}] = co_await model.receive();
+            activations[{layer_at(0), mb}] = co_await model.receive();
 
         for (int l : my_layers) activations[{l + 1, mb}] = model.forward(l, activations[{l, mb}], weights[l]);
-        const int l = my_layers.back();
-        if (model.rank != model.RANKS - 1) co_await model.pass_to(model.rank + 1, activations[{l + 1, mb}]);
+        if (model.rank != model.RANKS - 1)  // l, left by the loop
+            co_await model.pass_to(model.rank + 1, activations[{layer_at(-1) + 1, mb}]);
     }
 
     for (int mb = 0; mb < model.BATCHES; ++mb) {
@@ -32,15 +36,14 @@ Task<> gpipe(Model& model) {
         if (model.rank == model.RANKS - 1)
             grad_activations[{model.LAYERS, mb}] = model.loss(activations[{model.LAYERS, mb}]);
         else
-            grad_activations[{my_layers.back() + 1, mb}] = co_await model.receive();
+            grad_activations[{layer_at(-1) + 1, mb}] = co_await model.receive();
 
         for (int l : my_layers | std::views::reverse) {
             tie(grad_weights[{l, mb}], grad_activations[{l, mb}]) =
                 model.backward(l, activations[{l, mb}], grad_activations[{l + 1, mb}], weights[l]);
             del(grad_activations[{l + 1, mb}], activations[{l, mb}]);
         }
-        const int l = my_layers.front();
-        if (model.rank != 0) co_await model.pass_to(model.rank - 1, grad_activations[{l, mb}]);
+        if (model.rank != 0) co_await model.pass_to(model.rank - 1, grad_activations[{layer_at(0), mb}]);  // l, left by the loop
     }
 
     // Update

@@ -13,7 +13,11 @@ Task<> pipeline_fsdp(Model& model) {
     const int per_rank = model.LAYERS / (model.RANKS / 4);
     std::vector<int> my_layers;
     for (int l = 0; l < per_rank; ++l) my_layers.push_back(l + ((model.rank % 4) * per_rank));
-    model.require(!my_layers.empty(), "no layer for this rank: LAYERS / (RANKS / 4) is 0");
+    // my_layers[i] as the seed's Python reads it (-1: the last), where a rank without layers fails.
+    auto layer_at = [&](int i) {
+        model.require(!my_layers.empty(), "no layer for this rank: LAYERS / (RANKS / 4) is 0");
+        return i < 0 ? my_layers.back() : my_layers[static_cast<std::size_t>(i)];
+    };
     for (int l = 0; l < model.LAYERS; ++l)
         tie(weights[{l, 0}], opt_states[{l, 0}]) = model.load_weights(l, model.rank, model.RANKS);
     auto empty_grad = [&](int l) { return model.fake_grad(l, {}); };
@@ -21,7 +25,7 @@ Task<> pipeline_fsdp(Model& model) {
 
     // Forward
     for (int l = 0; l < model.LAYERS; ++l) {
-        if (l == my_layers[0]) {
+        if (l == layer_at(0)) {
             if (model.rank % 4 == 0)
                 activations[0] = model.get_activation({model.rank / 4});
             else
@@ -31,7 +35,7 @@ Task<> pipeline_fsdp(Model& model) {
         weights[l] = co_await model.allgather(weights[{l, 0}], l);
         if (in_my_layers(l)) activations[l + 1] = model.forward(l, activations[l], weights[l]);
         del(weights[l]);
-        if (l == my_layers.back()) {
+        if (l == layer_at(-1)) {
             if (model.rank % 4 == 3)
                 grad_activations[model.LAYERS] = model.loss(activations[model.LAYERS]);
             else
@@ -41,7 +45,7 @@ Task<> pipeline_fsdp(Model& model) {
 
     // Backward
     for (int l = model.LAYERS - 1; l >= 0; --l) {
-        if (l == my_layers.back()) {
+        if (l == layer_at(-1)) {
             if (model.rank % 4 != 3) grad_activations[l + 1] = co_await model.receive();
         }
 
@@ -56,7 +60,7 @@ Task<> pipeline_fsdp(Model& model) {
         }
         del(weights[l]);
 
-        if (model.rank % 4 != 0 && l == my_layers[0]) co_await model.pass_to(model.rank - 1, grad_activations[l]);
+        if (model.rank % 4 != 0 && l == layer_at(0)) co_await model.pass_to(model.rank - 1, grad_activations[l]);
     }
     for (int l = 0; l < model.LAYERS; ++l)
         tie(weights[l], opt_states[l]) = model.update(l, grad_weights[l], weights[{l, 0}], opt_states[{l, 0}]);

@@ -394,9 +394,11 @@ std::optional<std::string> check_final_weights(int layers, const std::vector<con
 
 RunResult run_strategy(Strategy strategy, int layers, int batches, int ranks, const CostModel& costs,
                        nlohmann::json meta, Keep keep) {
-    if (layers < 1 || batches < 1 || ranks < 1)
-        throw std::invalid_argument(
-            fmt::format("layers, batches and ranks must be at least 1 (got {}, {}, {})", layers, batches, ranks));
+    // No layers or no batches are sizes the reference accepts too (a model of no layers has only
+    // its loss; an empty batch set costs no time).
+    if (layers < 0 || batches < 0 || ranks < 1)
+        throw std::invalid_argument(fmt::format(
+            "layers and batches must be at least 0 and ranks at least 1 (got {}, {}, {})", layers, batches, ranks));
     Simulation sim(ranks);
     sim.keep_events(keep == Keep::events);
     const StoreArenas arenas(ranks, layers);                     // outlives the models

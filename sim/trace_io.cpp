@@ -41,7 +41,9 @@ void put_event(std::string& out, const Event& e, bool hardware) {
     put_number(out, e.duration);
     out += ", \"memory\": ";
     put_number(out, e.memory);
-    if (!e.batches.empty()) {
+    // A puzzle's forward and backward list their batches even when there are none
+    // (a run of 0 batches), as the reference's log does; other events only when they have some.
+    if (!e.batches.empty() || (!hardware && (e.op == ops::forward || e.op == ops::backward))) {
         out += ", \"batches\": [";
         bool first = true;
         e.batches.for_each([&](std::int64_t b) {

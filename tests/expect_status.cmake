@@ -1,6 +1,14 @@
-# Runs CMD with ARGS and fails unless its exit status is EXPECT.
+# Runs CMD with ARGS and fails unless its exit status is EXPECT; with MATCH, unless its
+# output (stdout, then stderr) matches that regex too; with ONE_LINE, unless stderr is
+# exactly one line (a usage error's whole message).
 execute_process(COMMAND ${CMD} ${ARGS} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL EXPECT)
   message(FATAL_ERROR "expected exit status ${EXPECT}, got ${rc}\nstdout: ${out}\nstderr: ${err}")
+endif()
+if(DEFINED MATCH AND NOT "${out}${err}" MATCHES "${MATCH}")
+  message(FATAL_ERROR "output does not match '${MATCH}'\nstdout: ${out}\nstderr: ${err}")
+endif()
+if(ONE_LINE AND NOT err MATCHES "^[^\n]+\n$")
+  message(FATAL_ERROR "stderr is not one line\nstderr: ${err}")
 endif()
 message(STATUS "exit status ${rc} as expected; stderr: ${err}")

@@ -159,6 +159,9 @@ Figures measure_isolated(const puzzle::PuzzleInfo& p, int layers, int ranks, int
 constexpr int kRunsPerChild = 3;
 
 void run_bench(const BenchOptions& o) {
+    for (const auto& name : o.strategies)  // before anything is printed
+        if (!puzzle::find_puzzle(name))
+            throw UsageError(fmt::format("bench: unknown strategy '{}'; the puzzles are: {}", name, puzzle_names()));
     fmt::print("dtsim bench: strategies at {} layers, batches = ranks (one batch per rank); best of {} round(s), each\n"
                "running every rank count once, in turn\n",
                o.layers, o.repeat);
@@ -242,13 +245,13 @@ void run_bench(const BenchOptions& o) {
 void register_bench_command(CLI::App& app) {
     auto o = std::make_shared<BenchOptions>();
     auto* cmd = app.add_subcommand("bench", "Measure simulation speed and memory at scale (prints figures)");
-    cmd->add_option("--ranks", o->ranks, "Rank counts to simulate")->delimiter(',')->check(CLI::Range(1, 1 << 20))
+    cmd->add_option("--ranks", o->ranks, "Rank counts to simulate")->delimiter(',')->transform(whole_number(1, 1 << 20))
         ->capture_default_str();
-    cmd->add_option("--layers", o->layers, "Layers")->check(CLI::Range(1, 4096))->capture_default_str();
+    cmd->add_option("--layers", o->layers, "Layers")->transform(whole_number(1, 4096))->capture_default_str();
     cmd->add_option("--strategies", o->strategies, "Puzzle strategies to run")->delimiter(',')->capture_default_str();
     cmd->add_option("--repeat", o->repeat,
                     "Rounds; each runs every rank count once, in turn, and the best round per rank count is reported")
-        ->check(CLI::Range(1, 100))
+        ->transform(whole_number(1, 100))
         ->capture_default_str();
     cmd->callback([o] { run_bench(*o); });
 }

@@ -176,6 +176,7 @@ void register_calibrate_commands(CLI::App& app) {
                         "repeatable or comma-separated); the other rows stay held out")
         ->delimiter(',');
     cal_cmd->add_option("--max-lines", ca->max_lines, "Lines (protocols) per collective curve, 1 to 4")
+        ->transform(whole_number(1, 4))
         ->capture_default_str();
     cal_cmd->add_option("--min-bytes", ca->min_bytes, "Fit collective rows of at least this size")
         ->capture_default_str();

@@ -15,6 +15,13 @@
 #include <vector>
 
 namespace dtsim::cli {
+
+std::string puzzle_names() {
+    std::string s;
+    for (const auto& p : puzzle::puzzles()) s += (s.empty() ? "" : ", ") + p.name;
+    return s;
+}
+
 namespace {
 
 using puzzle::PuzzleInfo;
@@ -23,12 +30,6 @@ struct Outputs {
     std::string trace, svg, png, pdf, chrome;
     std::string ranks;  // rank selection for pictures
 };
-
-std::string puzzle_names() {
-    std::string s;
-    for (const auto& p : puzzle::puzzles()) s += (s.empty() ? "" : ", ") + p.name;
-    return s;
-}
 
 const PuzzleInfo& lookup(const std::string& name) {
     const PuzzleInfo* p = puzzle::find_puzzle(name);
@@ -64,7 +65,7 @@ void write_outputs(const Trace& trace, const Outputs& out) {
 
 struct PuzzleOptions {
     std::string name;
-    int layers = 0, batches = 0, ranks = 0;
+    int layers = -1, batches = -1, ranks = -1;  // -1: the puzzle's canonical size (0 layers or batches is a size)
     double tolerance = 5.0;
     bool strict = false;
     Outputs out;
@@ -72,9 +73,9 @@ struct PuzzleOptions {
 
 void run_one(const PuzzleOptions& o) {
     const PuzzleInfo& p = lookup(o.name);
-    const int L = o.layers ? o.layers : p.layers;
-    const int B = o.batches ? o.batches : p.batches;
-    const int R = o.ranks ? o.ranks : p.ranks;
+    const int L = o.layers >= 0 ? o.layers : p.layers;
+    const int B = o.batches >= 0 ? o.batches : p.batches;
+    const int R = o.ranks >= 0 ? o.ranks : p.ranks;
     // Events only when something is written from them.
     const auto& w = o.out;
     const bool keep = !(w.trace.empty() && w.svg.empty() && w.png.empty() && w.pdf.empty() && w.chrome.empty());
@@ -157,7 +158,7 @@ void run_all(const TableOptions& o) {
 
 void add_tolerance(CLI::App* cmd, double& tolerance, bool& strict) {
     cmd->add_option("--tolerance", tolerance, "Per cent above a target that still counts as met")
-        ->check(CLI::Range(0.0, 1000.0))
+        ->check(number_in(0.0, 1000.0))
         ->capture_default_str();
     cmd->add_flag("--strict", strict, "Exit with status 1 when a target is missed");
 }
@@ -169,9 +170,9 @@ void register_puzzle_commands(CLI::App& app) {
     auto* one = app.add_subcommand("puzzle", "Run one puzzle strategy, check it and compare with its targets");
     one->add_option("name", po->name, "Puzzle: " + puzzle_names())->required();
     one->add_option("--layers", po->layers, "Layers (default: the puzzle's canonical size)")
-        ->check(CLI::Range(1, 1 << 20));
-    one->add_option("--batches", po->batches, "Batches (default: canonical)")->check(CLI::Range(1, 1 << 24));
-    one->add_option("--ranks", po->ranks, "Ranks, i.e. GPUs (default: canonical)")->check(CLI::Range(1, 1 << 20));
+        ->transform(whole_number(0, 1 << 20));
+    one->add_option("--batches", po->batches, "Batches (default: canonical)")->transform(whole_number(0, 1 << 24));
+    one->add_option("--ranks", po->ranks, "Ranks, i.e. GPUs (default: canonical)")->transform(whole_number(1, 1 << 20));
     one->add_option("--trace", po->out.trace, "Write the trace JSON to this file");
     one->add_option("--svg", po->out.svg, "Draw the timeline as SVG");
     one->add_option("--png", po->out.png, "Draw the timeline as PNG");

@@ -56,11 +56,13 @@ void register_render_command(CLI::App& app) {
     cmd->add_option("--ranks", args->options.ranks,
                     "ranks to draw, e.g. \"0-7,1023\" (default: all; more than --max-rows are grouped)");
     cmd->add_option("--width", args->options.width,
-                    "picture width in pixels (default: from the number of events)");
+                    "picture width in pixels (default: from the number of events)")
+        ->transform(whole_number(0, std::numeric_limits<int>::max()));
     cmd->add_option("--title", args->options.title,
                     "title line (default: from the trace's puzzle or config name)");
     cmd->add_option("--max-rows", args->options.max_rows,
                     "with more selected ranks than this, draw an overview with ranks grouped into rows")
+        ->transform(whole_number(1, std::numeric_limits<int>::max()))
         ->capture_default_str();
     cmd->add_option("--chrome-trace", args->chrome_trace,
                     "also write the trace in Chrome Trace Event Format (open in ui.perfetto.dev)");

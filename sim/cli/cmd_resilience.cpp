@@ -175,7 +175,9 @@ void register_failures_command(CLI::App& app) {
         "failures", "A long run with node failures and checkpoints: goodput against the checkpoint interval");
     cmd->add_option("config", fa->config, "Config JSON whose cluster has a \"storage\" section")->required();
     cmd->add_option("--set", fa->sets, "Override a field: path=value (repeatable)");
-    cmd->add_option("--steps", fa->steps, "Useful steps the run must complete")->capture_default_str();
+    cmd->add_option("--steps", fa->steps, "Useful steps the run must complete")
+        ->transform(whole_number(1, std::numeric_limits<long long>::max()))
+        ->capture_default_str();
     cmd->add_option("--mtbf-hours", fa->mtbf_hours, "Mean time between failures of one node, hours");
     cmd->add_option("--fail-at-hours", fa->fail_at_hours, "Failures of node 0 at these wall-clock hours")
         ->delimiter(',');
@@ -183,8 +185,12 @@ void register_failures_command(CLI::App& app) {
                     "Steps between checkpoints for the timeline (default: the best found)");
     cmd->add_option("--restart-minutes", fa->restart_minutes, "Relaunch time before the checkpoint load (assumed)")
         ->capture_default_str();
-    cmd->add_option("--seed", fa->seed, "Seed of the failure draws")->capture_default_str();
-    cmd->add_option("--trials", fa->trials, "Runs (seeds) averaged per interval")->capture_default_str();
+    cmd->add_option("--seed", fa->seed, "Seed of the failure draws")
+        ->transform(whole_number(0, std::numeric_limits<long long>::max()))
+        ->capture_default_str();
+    cmd->add_option("--trials", fa->trials, "Runs (seeds) averaged per interval")
+        ->transform(whole_number(1, std::numeric_limits<int>::max()))
+        ->capture_default_str();
     cmd->add_option("--trace", fa->trace, "Write the timeline of one run as a trace JSON");
     cmd->add_option("--svg", fa->svg, "Draw the timeline of one run (.svg, .png or .pdf)");
     cmd->callback([fa] { failures(*fa); });

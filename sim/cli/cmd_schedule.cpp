@@ -246,13 +246,13 @@ void register_schedule_command(CLI::App& app) {
     cmd->add_option("file", a->file, "Schedule to run: .csv (PyTorch's format, one row per rank) or text");
     cmd->add_option("--generate", a->generate, "Generate a schedule: " + generator_names());
     cmd->add_option("--stages", a->stages, "Pipeline ranks P (the pipeline-parallel degree); the model has P*V stages")
-        ->check(CLI::Range(1, 4096));
-    cmd->add_option("--microbatches", a->microbatches, "Microbatches M")->check(CLI::Range(1, 65536));
+        ->transform(whole_number(1, 4096));
+    cmd->add_option("--microbatches", a->microbatches, "Microbatches M")->transform(whole_number(1, 65536));
     cmd->add_option("--chunks", a->chunks, "Model chunks V per rank (interleaved, bfs; default 2)")
-        ->check(CLI::Range(1, 1024));
+        ->transform(whole_number(1, 1024));
     cmd->add_option("--group", a->group, "interleaved: microbatch group size g, in [P, M] (default P; Megatron-LM's "
                                          "microbatch_group_size_per_vp_stage)")
-        ->check(CLI::Range(1, 65536));
+        ->transform(whole_number(1, 65536));
     cmd->add_flag("--lower", a->lower,
                   "Add SEND/RECV actions as PyTorch's _add_send_recv does (compute_only -> compute_comms)");
     cmd->add_option("--write", a->write, "Write the schedule: FILE.csv (PyTorch's CSV) or any other name (text)");

@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <exception>
+#include <string>
 
 int main(int argc, char** argv) {
     CLI::App app{"dtsim: a discrete-event simulator of distributed training schedules", "dtsim"};
@@ -19,6 +20,25 @@ int main(int argc, char** argv) {
     dtsim::cli::register_calibrate_commands(app);
     dtsim::cli::register_failures_command(app);
 #endif
+    // A usage error is one line, ending with where the usage is: the command's own --help.
+    auto usage_error = [&app](const std::string& what) {
+        std::string command = "dtsim";
+        for (const CLI::App* sub : app.get_subcommands()) command += " " + sub->get_name();
+        fmt::print(stderr, "dtsim: error: {} (see '{} --help')\n", what, command);
+        return 2;
+    };
+    // A first word that is no command: name it (CLI11 would say only that a command is required).
+    if (argc == 1 || argv[1][0] != '-') {
+        const std::string word = argc > 1 ? argv[1] : "";
+        std::string names;
+        bool known = false;
+        for (const CLI::App* sub : app.get_subcommands({})) {
+            known = known || sub->check_name(word);
+            names += (names.empty() ? "" : ", ") + sub->get_name();
+        }
+        if (argc == 1) return usage_error("a command is required: " + names);
+        if (!known) return usage_error(fmt::format("unknown command '{}'; the commands are: {}", word, names));
+    }
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {
@@ -26,11 +46,9 @@ int main(int argc, char** argv) {
     } catch (const CLI::CallForAllHelp& e) {
         return app.exit(e);
     } catch (const CLI::ParseError& e) {
-        fmt::print(stderr, "dtsim: error: {}\nRun with --help for usage.\n", e.what());
-        return 2;
+        return usage_error(e.what());
     } catch (const dtsim::cli::UsageError& e) {
-        fmt::print(stderr, "dtsim: error: {}\nRun with --help for usage.\n", e.what());
-        return 2;
+        return usage_error(e.what());
     } catch (const std::exception& e) {
         std::fflush(stdout);
         fmt::print(stderr, "dtsim: error: {}\n", e.what());

@@ -50,7 +50,7 @@ DTSIM_TIMEOUT_S = 120
 def _dedupe(sizes):
     seen, out = set(), []
     for s in sizes:
-        if min(s) >= 1 and s not in seen:
+        if min(s[:2]) >= 0 and s[2] >= 1 and s not in seen:
             seen.add(s)
             out.append(s)
     return out
@@ -110,6 +110,14 @@ def grid(kind: str):
             for B in sorted(batch_set):
                 sizes.append((L, B, R))
     cases += [("pipeline_fsdp", s) for s in _dedupe(sizes)]
+
+    # Sizes the seed's code accepts too: no layers (a model of only its loss), no
+    # batches (forwards and backwards of no time), both; and in the pipelines, ranks
+    # left without a layer, which fail where the seed's code reads my_layers[0].
+    for name in ("basic", "grad_accum", "ddp", "wsdp", "fsdp", "pipeline", "gpipe", "pipeline_fsdp"):
+        rank_set = (4, 8) if name == "pipeline_fsdp" else (1, 2, 4)
+        sizes = [(L, B, R) for R in rank_set for L in (0, 1, 2) for B in (0, 1, 4) if L == 0 or B == 0]
+        cases += [(name, s) for s in _dedupe(sizes)]
     return cases
 
 
