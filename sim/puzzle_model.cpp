@@ -229,8 +229,10 @@ std::pair<Weight, OptState> Model::update(int layer, const WeightGrad& wg, const
     if (weight.layer != layer) fail("update", layer, fmt::format("weight should be layer {}, got {}", layer, weight.str()));
     if (wg.layer != layer) fail("update", layer, fmt::format("grad weight should be layer {}, got {}", layer, wg.str()));
     if (!wg.batches.is_prefix(BATCHES))
-        fail("update", layer, fmt::format("weight grad must cover exactly batches 0..{}, it has {}", BATCHES - 1,
-                                          wg.batches.str()));
+        fail("update", layer,
+             BATCHES == 0 ? fmt::format("weight grad must cover no batch (there are none), it has {}", wg.batches.str())
+                          : fmt::format("weight grad must cover exactly batches 0..{}, it has {}", BATCHES - 1,
+                                        wg.batches.str()));
     if (opt.layer != layer) fail("update", layer, fmt::format("optimizer state should be layer {}, got {}", layer, opt.str()));
     if (wg.total > 1) {
         if (weight.total != wg.total || !weight.shards.is_subset_of(wg.shards))

@@ -94,6 +94,21 @@ TEST_CASE("update checks layers, batches, shards and steps") {
               m.update(0, grad(0, IdSet{1}), w, o);
               co_return;
           }) == "rank 0: update (layer 0): weight grad must cover exactly batches 0..1, it has {1}");
+    CHECK(error_of(
+              [&](Model& m) -> Task<> {
+                  auto [w, o] = m.load_weights(0);
+                  m.update(0, grad(0, IdSet{0}), w, o);
+                  co_return;
+              },
+              1, 2, 0) == "rank 0: update (layer 0): weight grad must cover no batch (there are none), it has {0}");
+    CHECK(error_of(
+              [&](Model& m) -> Task<> {
+                  auto [w, o] = m.load_weights(0);
+                  m.update(0, grad(0, IdSet{}), w, o);
+                  m.require(false, "an update of no batch passes when there are none");
+                  co_return;
+              },
+              1, 2, 0) == "rank 0: assert: an update of no batch passes when there are none");
     CHECK(error_of([&](Model& m) -> Task<> {
               auto [w, o] = m.load_weights(0);
               m.update(1, grad(1, IdSet{0, 1}), w, o);
