@@ -169,6 +169,11 @@ bool allocation_fails() noexcept {
 }
 }  // namespace detail
 
+void* allocate_zeroed(std::size_t count, std::size_t size) noexcept {
+    if (detail::allocation_fails()) return nullptr;
+    return std::calloc(count, size);
+}
+
 void trim_pages() noexcept {
 #ifdef DTSIM_PAGES_MAPPED
     Recycled::instance().trim();

@@ -31,6 +31,11 @@ struct PageKind {
 void* allocate_pages(std::size_t bytes, const PageKind* kind = nullptr);
 void release_pages(void* p, std::size_t bytes, const PageKind* kind = nullptr) noexcept;
 
+// count zeroed bytes from the heap (calloc) or nullptr; the stores' tables and
+// counts. Out of line, so that the fault injection below adds nothing to the
+// code that inlines a store's insert.
+void* allocate_zeroed(std::size_t count, std::size_t size) noexcept;
+
 // Gives the blocks kept for reuse back to the system (tests; a long-lived process).
 void trim_pages() noexcept;
 
@@ -42,8 +47,8 @@ bool pages_mapped();
 namespace detail {
 // Fault injection, for tests of what a failed allocation leaves behind: on the
 // calling thread, the allocation n allocations from now (0: the next one) of
-// allocate_pages and of the stores' tables and counts fails with
-// std::bad_alloc, once; a negative n turns it off.
+// allocate_pages and of allocate_zeroed fails (std::bad_alloc, nullptr),
+// once; a negative n turns it off.
 void fail_allocation(long n) noexcept;
 // Counts one allocation of those; true for the one that is to fail.
 bool allocation_fails() noexcept;

@@ -177,8 +177,7 @@ private:
           keys_(keys),
           pair_keys_(pair_keys),
           data_(allocate_entries<V>(entries(keys_))),
-          counts_(detail::allocation_fails() ? nullptr
-                                             : static_cast<std::uint32_t*>(std::calloc(ranks_, sizeof(std::uint32_t)))) {
+          counts_(static_cast<std::uint32_t*>(allocate_zeroed(ranks_, sizeof(std::uint32_t)))) {
         if (!counts_) {
             release_entries(data_, entries(keys_));
             throw std::bad_alloc();
@@ -410,7 +409,7 @@ private:
         const Entry* slots() const { return reinterpret_cast<const Entry*>(reinterpret_cast<const char*>(this) + kHeader); }
         static Hashed* make(std::uint32_t capacity) {
             // Zeroed: every slot empty (the header and the slots are trivial types).
-            void* raw = detail::allocation_fails() ? nullptr : std::calloc(1, kHeader + std::size_t{capacity} * sizeof(Entry));
+            void* raw = allocate_zeroed(1, kHeader + std::size_t{capacity} * sizeof(Entry));
             if (!raw) throw std::bad_alloc();
             auto* h = static_cast<Hashed*>(raw);
             h->capacity = capacity;
