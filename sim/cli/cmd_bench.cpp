@@ -146,7 +146,11 @@ Figures measure_isolated(const puzzle::PuzzleInfo& p, int layers, int ranks, int
     close(fds[0]);
     int status = 0;
     waitpid(pid, &status, 0);
-    if (text.starts_with("error ")) throw std::runtime_error("bench: " + text.substr(6));
+    if (text.starts_with("error ")) {
+        while (text.ends_with('\n')) text.pop_back();
+        throw std::runtime_error(
+            fmt::format("bench: {} at {} layers and {} ranks: {}", p.name, layers, ranks, text.substr(6)));
+    }
     std::istringstream in(text);
     Figures f;
     int correct = 0;

@@ -47,13 +47,6 @@ Verdict against(double achieved, double target, double tolerance_pct) {
     return {ratio, ratio <= 1.0 + tolerance_pct / 100.0};
 }
 
-// Short human form of a simulated time: 19.900000000000006 -> 19.9.
-std::string num(double v) {
-    if (v == static_cast<double>(static_cast<long long>(v)) && std::abs(v) < 1e15)
-        return fmt::format("{}", static_cast<long long>(v));
-    return fmt::format("{:.6g}", v);
-}
-
 void write_outputs(const Trace& trace, const Outputs& out) {
     if (!out.trace.empty()) write_trace_file(trace, out.trace);
     render::Options opts;
@@ -72,12 +65,16 @@ struct PuzzleOptions {
 };
 
 void run_one(const PuzzleOptions& o) {
+    if (o.name.empty()) throw UsageError(fmt::format("a puzzle name is required; the puzzles are: {}", puzzle_names()));
     const PuzzleInfo& p = lookup(o.name);
     const int L = o.layers >= 0 ? o.layers : p.layers;
     const int B = o.batches >= 0 ? o.batches : p.batches;
     const int R = o.ranks >= 0 ? o.ranks : p.ranks;
-    // Events only when something is written from them.
     const auto& w = o.out;
+    if (!o.out.ranks.empty() && w.svg.empty() && w.png.empty() && w.pdf.empty())
+        throw UsageError("--show-ranks selects the ranks of a picture: give --svg, --png or --pdf with it");
+    check_rank_selection(o.out.ranks, R);
+    // Events only when something is written from them.
     const bool keep = !(w.trace.empty() && w.svg.empty() && w.png.empty() && w.pdf.empty() && w.chrome.empty());
     auto result = puzzle::run_strategy(p.strategy, L, B, R, puzzle::puzzle_costs(), {{"puzzle", p.name}},
                                        keep ? puzzle::Keep::events : puzzle::Keep::summary);
@@ -90,18 +87,18 @@ void run_one(const PuzzleOptions& o) {
         auto t = against(s.timesteps, p.target_steps, o.tolerance);
         auto m = against(s.max_memory, p.target_memory, o.tolerance);
         missed = !t.met || !m.met;
-        fmt::print("  timesteps   {:<12} target {:<10} ratio {:.3f}  {}\n", num(s.timesteps), num(p.target_steps),
+        fmt::print("  timesteps   {:<12} target {:<10} ratio {:.3f}  {}\n", short_number(s.timesteps), short_number(p.target_steps),
                    t.ratio, t.met ? "met" : "MISSED");
-        fmt::print("  makespan    {}\n", num(s.makespan));
-        fmt::print("  max memory  {:<12} target {:<10} ratio {:.3f}  {}   at rank {}, time {}\n", num(s.max_memory),
-                   num(p.target_memory), m.ratio, m.met ? "met" : "MISSED", s.max_memory_rank,
-                   num(s.max_memory_time));
-        fmt::print("  (a target is met when achieved <= target x {:g}; the seed's targets are rounded)\n",
-                   1.0 + o.tolerance / 100.0);
+        fmt::print("  makespan    {}\n", short_number(s.makespan));
+        fmt::print("  max memory  {:<12} target {:<10} ratio {:.3f}  {}   at rank {}, time {}\n", short_number(s.max_memory),
+                   short_number(p.target_memory), m.ratio, m.met ? "met" : "MISSED", s.max_memory_rank,
+                   short_number(s.max_memory_time));
+        fmt::print("  (a target is met when achieved <= target x {}; the seed's targets are rounded)\n",
+                   short_number(1.0 + o.tolerance / 100.0));
     } else {
-        fmt::print("  timesteps   {}\n  makespan    {}\n", num(s.timesteps), num(s.makespan));
-        fmt::print("  max memory  {}   at rank {}, time {}\n", num(s.max_memory), s.max_memory_rank,
-                   num(s.max_memory_time));
+        fmt::print("  timesteps   {}\n  makespan    {}\n", short_number(s.timesteps), short_number(s.makespan));
+        fmt::print("  max memory  {}   at rank {}, time {}\n", short_number(s.max_memory), s.max_memory_rank,
+                   short_number(s.max_memory_time));
         fmt::print("  (targets apply to the canonical sizes: layers {}, batches {}, ranks {})\n", p.layers,
                    p.batches, p.ranks);
     }
@@ -121,6 +118,7 @@ void run_all(const TableOptions& o) {
                "B", "R", "timesteps", "target", "ratio", "max memory", "target", "ratio", "peak at r/t", "correct",
                "targets");
     int failed = 0, missed = 0;
+    const int n = static_cast<int>(puzzle::puzzles().size());
     for (const auto& p : puzzle::puzzles()) {
         std::optional<puzzle::RunResult> result;
         try {
@@ -138,8 +136,8 @@ void run_all(const TableOptions& o) {
         failed += ok ? 0 : 1;
         missed += (t.met && m.met) ? 0 : 1;
         fmt::print("{:<14} {:>3} {:>3} {:>3}  {:>10} {:>7} {:>6.3f}  {:>10} {:>8} {:>6.3f}  {:>12}  {:<7} {}\n", p.name,
-                   p.layers, p.batches, p.ranks, num(s.timesteps), num(p.target_steps), t.ratio, num(s.max_memory),
-                   num(p.target_memory), m.ratio, fmt::format("{}/{}", s.max_memory_rank, num(s.max_memory_time)),
+                   p.layers, p.batches, p.ranks, short_number(s.timesteps), short_number(p.target_steps), t.ratio, short_number(s.max_memory),
+                   short_number(p.target_memory), m.ratio, fmt::format("{}/{}", s.max_memory_rank, short_number(s.max_memory_time)),
                    ok ? "yes" : "NO", (t.met && m.met) ? "met" : "MISSED");
         if (!ok) fmt::print("    {}\n", *result->check_error);
         if (!o.out_dir.empty()) {
@@ -148,9 +146,9 @@ void run_all(const TableOptions& o) {
             render::write_image(result->trace, base.string() + ".svg", {});
         }
     }
-    fmt::print("\n{} of {} puzzles correct; {} meet both targets (achieved <= target x {:g}; the seed's targets are "
+    fmt::print("\n{} of {} puzzles correct; {} meet both targets (achieved <= target x {}; the seed's targets are "
                "rounded, several seed solutions land a few per cent above them)\n",
-               8 - failed, 8, 8 - missed - failed, 1.0 + o.tolerance / 100.0);
+               n - failed, n, n - missed - failed, short_number(1.0 + o.tolerance / 100.0));
     if (!o.out_dir.empty())
         fmt::print("traces and SVG timelines: {}/<puzzle>.json, {}/<puzzle>.svg\n", o.out_dir, o.out_dir);
     if (failed > 0 || (o.strict && missed > 0)) exit_status() = 1;
@@ -168,23 +166,25 @@ void add_tolerance(CLI::App* cmd, double& tolerance, bool& strict) {
 void register_puzzle_commands(CLI::App& app) {
     auto po = std::make_shared<PuzzleOptions>();
     auto* one = app.add_subcommand("puzzle", "Run one puzzle strategy, check it and compare with its targets");
-    one->add_option("name", po->name, "Puzzle: " + puzzle_names())->required();
+    one->add_option("name", po->name, "Puzzle: " + puzzle_names());
     one->add_option("--layers", po->layers, "Layers (default: the puzzle's canonical size)")
         ->transform(whole_number(0, 1 << 20));
     one->add_option("--batches", po->batches, "Batches (default: canonical)")->transform(whole_number(0, 1 << 24));
     one->add_option("--ranks", po->ranks, "Ranks, i.e. GPUs (default: canonical)")->transform(whole_number(1, 1 << 20));
-    one->add_option("--trace", po->out.trace, "Write the trace JSON to this file");
-    one->add_option("--svg", po->out.svg, "Draw the timeline as SVG");
-    one->add_option("--png", po->out.png, "Draw the timeline as PNG");
-    one->add_option("--pdf", po->out.pdf, "Draw the timeline as PDF");
-    one->add_option("--chrome-trace", po->out.chrome, "Write a Chrome/Perfetto trace (ui.perfetto.dev)");
+    one->add_option("--trace", po->out.trace, "Write the trace JSON to this file")->check(output_file());
+    one->add_option("--svg", po->out.svg, "Draw the timeline as SVG")->check(image_file(render::Format::svg));
+    one->add_option("--png", po->out.png, "Draw the timeline as PNG")->check(image_file(render::Format::png));
+    one->add_option("--pdf", po->out.pdf, "Draw the timeline as PDF")->check(image_file(render::Format::pdf));
+    one->add_option("--chrome-trace", po->out.chrome, "Write a Chrome/Perfetto trace (ui.perfetto.dev)")
+        ->check(output_file());
     one->add_option("--show-ranks", po->out.ranks, "Ranks to draw, e.g. 0-7,15 (default: all, aggregated if many)");
     add_tolerance(one, po->tolerance, po->strict);
     one->callback([po] { run_one(*po); });
 
     auto to = std::make_shared<TableOptions>();
     auto* all = app.add_subcommand("puzzles", "Run the eight puzzles at their canonical sizes and print one table");
-    all->add_option("--out", to->out_dir, "Write <puzzle>.json traces and <puzzle>.svg timelines into this folder");
+    all->add_option("--out", to->out_dir, "Write <puzzle>.json traces and <puzzle>.svg timelines into this folder")
+        ->check(output_file());
     add_tolerance(all, to->tolerance, to->strict);
     all->callback([to] { run_all(*to); });
 }

@@ -24,13 +24,6 @@ struct RenderArgs {
 void run_render(const RenderArgs& args) {
     if (args.output.empty() && args.chrome_trace.empty())
         throw UsageError("render: nothing to write: give -o OUT.svg|png|pdf and/or --chrome-trace OUT.json");
-    if (!args.output.empty()) {
-        try {
-            render::format_from_path(args.output);
-        } catch (const std::invalid_argument& e) {
-            throw UsageError(fmt::format("render: {}", e.what()));
-        }
-    }
     const Trace trace = read_trace_file(args.trace);
     if (!args.output.empty()) {
         try {
@@ -52,7 +45,8 @@ void register_render_command(CLI::App& app) {
         "Chrome / Perfetto trace");
     cmd->add_option("trace", args->trace, "trace JSON written by --trace")->required();
     cmd->add_option("-o,--output", args->output,
-                    "picture to write; the extension picks the format: .svg, .png, .pdf");
+                    "picture to write; the extension picks the format: .svg, .png, .pdf")
+        ->check(image_file());
     cmd->add_option("--ranks", args->options.ranks,
                     "ranks to draw, e.g. \"0-7,1023\" (default: all; more than --max-rows are grouped)");
     cmd->add_option("--width", args->options.width,
@@ -65,7 +59,8 @@ void register_render_command(CLI::App& app) {
         ->transform(whole_number(1, std::numeric_limits<int>::max()))
         ->capture_default_str();
     cmd->add_option("--chrome-trace", args->chrome_trace,
-                    "also write the trace in Chrome Trace Event Format (open in ui.perfetto.dev)");
+                    "also write the trace in Chrome Trace Event Format (open in ui.perfetto.dev)")
+        ->check(output_file());
     cmd->callback([args] { run_render(*args); });
 }
 

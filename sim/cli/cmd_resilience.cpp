@@ -191,8 +191,8 @@ void register_failures_command(CLI::App& app) {
     cmd->add_option("--trials", fa->trials, "Runs (seeds) averaged per interval")
         ->transform(whole_number(1, std::numeric_limits<int>::max()))
         ->capture_default_str();
-    cmd->add_option("--trace", fa->trace, "Write the timeline of one run as a trace JSON");
-    cmd->add_option("--svg", fa->svg, "Draw the timeline of one run (.svg, .png or .pdf)");
+    cmd->add_option("--trace", fa->trace, "Write the timeline of one run as a trace JSON")->check(output_file());
+    cmd->add_option("--svg", fa->svg, "Draw the timeline of one run (.svg, .png or .pdf)")->check(image_file());
     cmd->callback([fa] { failures(*fa); });
 }
 

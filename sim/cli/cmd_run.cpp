@@ -190,9 +190,12 @@ void run(const RunArgs& a) {
     const bool sweep = combos.size() > 1;
     const bool want_trace = !a.out.trace.empty() || !a.out.svg.empty() || !a.out.chrome.empty();
     if (sweep && want_trace) throw UsageError("--trace, --svg and --chrome-trace take a single run, not a sweep");
+    if (!a.out.ranks.empty() && a.out.svg.empty())
+        throw UsageError("--show-ranks selects the ranks of a picture: give --svg with it");
 
     if (!sweep) {
         const hw::Config c = hw::load_config(a.config, combos.front());
+        check_rank_selection(a.out.ranks, c.gpus());
         const auto result = hw::simulate(c, {.keep_trace = want_trace});
         if (a.out.json)
             fmt::print("{}\n", hw::to_json(result.report).dump(2));
@@ -295,9 +298,9 @@ void register_run_commands(CLI::App& app) {
     run_cmd->add_option("config", ra->config, "Config JSON (see configs/)")->required();
     run_cmd->add_option("--set", ra->sets, "Override a field: path=value; path=v1,v2,v3 sweeps (repeatable)")
         ->allow_extra_args(false);
-    run_cmd->add_option("--trace", ra->out.trace, "Write the trace JSON to this file");
-    run_cmd->add_option("--svg", ra->out.svg, "Draw the timeline (.svg, .png or .pdf)");
-    run_cmd->add_option("--chrome-trace", ra->out.chrome, "Write a Chrome/Perfetto trace");
+    run_cmd->add_option("--trace", ra->out.trace, "Write the trace JSON to this file")->check(output_file());
+    run_cmd->add_option("--svg", ra->out.svg, "Draw the timeline (.svg, .png or .pdf)")->check(image_file());
+    run_cmd->add_option("--chrome-trace", ra->out.chrome, "Write a Chrome/Perfetto trace")->check(output_file());
     run_cmd->add_option("--show-ranks", ra->out.ranks, "Ranks to draw, e.g. 0-7,1023 (default: all, aggregated)");
     run_cmd->add_flag("--json", ra->out.json, "Print the report as JSON");
     run_cmd->callback([ra] { run(*ra); });
@@ -307,7 +310,7 @@ void register_run_commands(CLI::App& app) {
     cmp->add_option("configs", ca->configs, "Config JSON files")->required();
     cmp->add_option("--set", ca->sets, "Override a field in every config: path=value (repeatable)")
         ->allow_extra_args(false);
-    cmp->add_option("--svg", ca->svg, "Draw the comparison as a chart (.svg, .png or .pdf)");
+    cmp->add_option("--svg", ca->svg, "Draw the comparison as a chart (.svg, .png or .pdf)")->check(image_file());
     cmp->add_flag("--json", ca->json, "Print the reports as JSON");
     cmp->callback([ca] { compare(*ca); });
 }

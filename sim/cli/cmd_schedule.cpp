@@ -36,10 +36,7 @@ struct ScheduleArgs {
     sched::Costs costs;
 };
 
-std::string num(double v) {
-    if (v == std::floor(v) && std::abs(v) < 1e15) return fmt::format("{}", static_cast<long long>(v));
-    return fmt::format("{:.6g}", v);
-}
+std::string num(double v) { return short_number(v); }
 
 bool same(double a, double b) { return std::abs(a - b) <= 1e-9 * std::max(1.0, std::abs(b)); }
 
@@ -70,15 +67,6 @@ std::optional<Match> find_generator(const sched::Schedule& s) {
         }
     }
     return std::nullopt;
-}
-
-void check_picture(const std::string& path) {
-    if (path.empty()) return;
-    try {
-        render::format_from_path(path);
-    } catch (const std::invalid_argument& e) {
-        throw UsageError(fmt::format("schedule: {}", e.what()));
-    }
 }
 
 void print_report(const sched::Schedule& s, const std::string& origin, const sched::RunStats& st,
@@ -168,7 +156,8 @@ void print_report(const sched::Schedule& s, const std::string& origin, const sch
 void run_schedule_command(const ScheduleArgs& a) {
     if (a.file.empty() == a.generate.empty())
         throw UsageError("schedule: give a schedule FILE or --generate NAME (one of them)");
-    for (const auto* p : {&a.svg, &a.png, &a.pdf}) check_picture(*p);
+    if (!a.show_ranks.empty() && a.svg.empty() && a.png.empty() && a.pdf.empty())
+        throw UsageError("--show-ranks selects the ranks of a picture: give --svg, --png or --pdf with it");
     sched::Schedule s;
     std::string origin;
     std::optional<Match> match;
@@ -208,6 +197,7 @@ void run_schedule_command(const ScheduleArgs& a) {
         lowered.source = s.source;  // locations are lost: lowering reorders
         s = std::move(lowered);
     }
+    check_rank_selection(a.show_ranks, s.num_ranks());
     if (!a.write.empty()) {
         sched::validate(s);
         sched::write_schedule_file(s, a.write);
@@ -255,7 +245,8 @@ void register_schedule_command(CLI::App& app) {
         ->transform(whole_number(1, 65536));
     cmd->add_flag("--lower", a->lower,
                   "Add SEND/RECV actions as PyTorch's _add_send_recv does (compute_only -> compute_comms)");
-    cmd->add_option("--write", a->write, "Write the schedule: FILE.csv (PyTorch's CSV) or any other name (text)");
+    cmd->add_option("--write", a->write, "Write the schedule: FILE.csv (PyTorch's CSV) or any other name (text)")
+        ->check(output_file());
     cmd->add_option("--forward", a->costs.forward, "T_F: a forward of one stage, steps")->capture_default_str();
     cmd->add_option("--backward", a->costs.backward, "T_B: a full backward (B), steps")->capture_default_str();
     cmd->add_option("--backward-input", a->costs.backward_input, "T_I: a backward for the input (I), steps")
@@ -270,11 +261,12 @@ void register_schedule_command(CLI::App& app) {
         ->capture_default_str();
     cmd->add_option("--activation", a->costs.activation, "Memory units per (stage, microbatch) activation")
         ->capture_default_str();
-    cmd->add_option("--trace", a->trace, "Write the trace JSON to this file");
-    cmd->add_option("--svg", a->svg, "Draw the timeline as SVG");
-    cmd->add_option("--png", a->png, "Draw the timeline as PNG");
-    cmd->add_option("--pdf", a->pdf, "Draw the timeline as PDF");
-    cmd->add_option("--chrome-trace", a->chrome, "Write a Chrome/Perfetto trace (ui.perfetto.dev)");
+    cmd->add_option("--trace", a->trace, "Write the trace JSON to this file")->check(output_file());
+    cmd->add_option("--svg", a->svg, "Draw the timeline as SVG")->check(image_file(render::Format::svg));
+    cmd->add_option("--png", a->png, "Draw the timeline as PNG")->check(image_file(render::Format::png));
+    cmd->add_option("--pdf", a->pdf, "Draw the timeline as PDF")->check(image_file(render::Format::pdf));
+    cmd->add_option("--chrome-trace", a->chrome, "Write a Chrome/Perfetto trace (ui.perfetto.dev)")
+        ->check(output_file());
     cmd->add_option("--show-ranks", a->show_ranks, "Ranks to draw, e.g. 0-3 (default: all)");
     cmd->callback([a] { run_schedule_command(*a); });
 }

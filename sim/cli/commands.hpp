@@ -3,13 +3,18 @@
 // exception for a failed run (exit 1).
 #pragma once
 
+#include "dtsim/render.hpp"
+
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
-#include <limits>
+#include <cmath>
 #include <cstdlib>
+#include <limits>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -50,18 +55,70 @@ inline CLI::Validator whole_number(long long lo, long long hi) {
                 : fmt::format("INT in [{} - {}]", lo, hi)};
 }
 
-// A real-valued option's check: a number within [lo, hi], named as such when it is not one.
+// A real-valued option's check: a number in decimal (strtod alone also reads "0x5" and "inf")
+// within [lo, hi], named as such when it is not one.
 inline CLI::Validator number_in(double lo, double hi) {
     return {[lo, hi](std::string& s) -> std::string {
                 char* end = nullptr;
                 errno = 0;
-                const double v = s.empty() ? 0 : std::strtod(s.c_str(), &end);
-                if (s.empty() || end != s.c_str() + s.size() || v != v)
+                const bool decimal = !s.empty() && s.find_first_not_of("0123456789.eE+-") == std::string::npos;
+                const double v = decimal ? std::strtod(s.c_str(), &end) : 0;
+                if (!decimal || end != s.c_str() + s.size() || v != v)
                     return fmt::format("'{}' is not a number (expected {:g} to {:g})", s, lo, hi);
                 if (errno == ERANGE || v < lo || v > hi) return fmt::format("{} is out of range (expected {:g} to {:g})", s, lo, hi);
                 return {};
             },
             fmt::format("FLOAT in [{:g} - {:g}]", lo, hi)};
+}
+
+// An output file option's check: a path, not an empty one (which would write nothing).
+inline CLI::Validator output_file() {
+    return {[](std::string& s) -> std::string { return s.empty() ? "an empty file name (expected a path)" : ""; }, ""};
+}
+
+// An image option's check: a path ending in the option's format, e.g. --svg x.svg (writing a PNG
+// for --svg x.png would surprise), or in any of .svg, .png and .pdf where the option takes them all.
+inline CLI::Validator image_file(std::optional<render::Format> format = std::nullopt) {
+    return {[format](std::string& s) -> std::string {
+                if (s.empty()) return "an empty file name (expected a path)";
+                try {
+                    const render::Format f = render::format_from_path(s);
+                    if (format && f != *format) {
+                        const char* ext = *format == render::Format::svg ? "svg" : *format == render::Format::png ? "png" : "pdf";
+                        return fmt::format("\"{}\" does not end in .{}", s, ext);
+                    }
+                } catch (const std::invalid_argument& e) {
+                    return e.what();
+                }
+                return "";
+            },
+            ""};
+}
+
+// A rank selection for pictures (--show-ranks) against the run's rank count, before the run.
+inline void check_rank_selection(const std::string& spec, int nranks) {
+    if (spec.empty()) return;
+    try {
+        (void)render::parse_rank_selection(spec, nranks);
+    } catch (const std::invalid_argument& e) {
+        throw UsageError(fmt::format("--show-ranks: {}", e.what()));
+    }
+}
+
+// A figure for people: whole numbers as they are, others with the fewest significant digits that
+// come within 1e-9 of the value (the tolerance traces are compared to), or within a few units in
+// the last place of a large one: 19.900000000000006 -> 19.9, 1999999.5 stays itself,
+// 17283942.799999993 -> 17283942.8 (where 6 digits, as before, printed 2e+06 and 1.72839e+07).
+inline std::string short_number(double v) {
+    if (std::isfinite(v) && v == std::floor(v) && std::abs(v) < 1e15)
+        return fmt::format("{}", static_cast<long long>(v));
+    if (!std::isfinite(v)) return fmt::format("{}", v);
+    const double tolerance = std::max(1e-9, std::abs(v) * 1e-14);
+    for (int digits = 1; digits < 17; ++digits) {
+        std::string s = fmt::format("{:.{}g}", v, digits);
+        if (std::abs(std::strtod(s.c_str(), nullptr) - v) <= tolerance) return s;
+    }
+    return fmt::format("{}", v);
 }
 
 // "basic, grad_accum, ...": the puzzles' names, for messages.

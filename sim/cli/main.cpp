@@ -5,12 +5,32 @@
 
 #include <cstdio>
 #include <exception>
+#include <new>
+#include <regex>
 #include <string>
+
+namespace {
+
+// CLI11's own words for a few parse errors, said plainly.
+std::string plain(const CLI::ParseError& e) {
+    const std::string what = e.what();
+    std::smatch m;
+    // "--layers: 1 required INT:INT in [0 - 1048576] missing"
+    static const std::regex missing_value(R"(^(-[^:]*): \d+ required .* missing$)");
+    if (std::regex_match(what, m, missing_value)) return m[1].str() + " needs a value";
+    // "The following argument(s) was/were not expected: x y"
+    static const std::regex extras(R"(^The following arguments? (?:was|were) not expected: (.*)$)");
+    if (std::regex_match(what, m, extras)) return "unexpected argument(s): " + m[1].str();
+    return what;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
     CLI::App app{"dtsim: a discrete-event simulator of distributed training schedules", "dtsim"};
     app.require_subcommand(1);
     app.set_help_all_flag("--help-all", "Print help for every command");
+    app.set_version_flag("--version", "dtsim " DTSIM_VERSION);
     dtsim::cli::register_puzzle_commands(app);
     dtsim::cli::register_bench_command(app);
     dtsim::cli::register_render_command(app);
@@ -28,6 +48,12 @@ int main(int argc, char** argv) {
         return 2;
     };
     // A first word that is no command: name it (CLI11 would say only that a command is required).
+    if (argc > 1 && argv[1][0] == '-') {
+        const std::string flag = argv[1];
+        if (flag != "-h" && flag != "--help" && flag != "--help-all" && flag != "--version")
+            return usage_error(fmt::format("'{}' comes before the command; options follow it: dtsim COMMAND [options]",
+                                           flag));
+    }
     if (argc == 1 || argv[1][0] != '-') {
         const std::string word = argc > 1 ? argv[1] : "";
         std::string names;
@@ -45,10 +71,16 @@ int main(int argc, char** argv) {
         return app.exit(e);
     } catch (const CLI::CallForAllHelp& e) {
         return app.exit(e);
+    } catch (const CLI::CallForVersion& e) {
+        return app.exit(e);
     } catch (const CLI::ParseError& e) {
-        return usage_error(e.what());
+        return usage_error(plain(e));
     } catch (const dtsim::cli::UsageError& e) {
         return usage_error(e.what());
+    } catch (const std::bad_alloc&) {
+        std::fflush(stdout);
+        fmt::print(stderr, "dtsim: error: out of memory (the run needs more memory than the system would give)\n");
+        return 1;
     } catch (const std::exception& e) {
         std::fflush(stdout);
         fmt::print(stderr, "dtsim: error: {}\n", e.what());
