@@ -424,8 +424,15 @@ std::string describe_event(const std::optional<LastEvent>& last) {
 }  // namespace
 
 void Simulation::diagnose_deadlock() const {
-    // Group blocked ranks by what they wait for, so a 16,384-rank deadlock stays readable.
-    std::map<std::string, IdSet> groups;
+    // Group blocked ranks by what they wait for and the operation and layer of their last events,
+    // so that a 16,384-rank deadlock stays readable and still tells every rank's last event (its
+    // batches and start are summed up over the group).
+    struct Group {
+        std::string what, last;  // last: the last events' operation and layer ("" for none yet)
+        IdSet ranks, batches;
+        double first = 0, latest = 0;
+    };
+    std::map<std::string, Group> groups;
     std::vector<std::string> per_rank;
     int blocked = 0;
     for (const auto& g : gpus_) {
@@ -461,7 +468,24 @@ void Simulation::diagnose_deadlock() const {
                 what = "nothing (suspended outside the engine)";
                 break;
         }
-        groups[what].insert(g.rank());
+        const auto& last = g.last_event();
+        std::string last_op;
+        if (last) {
+            last_op = std::string(last->op.name());
+            if (last->layer != kNoLayer) last_op += fmt::format(" layer {}", last->layer);
+        }
+        Group& group = groups[what + '\n' + last_op];
+        if (group.ranks.empty()) {
+            group.what = what;
+            group.last = last_op;
+            if (last) group.first = group.latest = last->start;
+        }
+        group.ranks.insert(g.rank());
+        if (last) {
+            group.batches |= last->batches;
+            group.first = std::min(group.first, last->start);
+            group.latest = std::max(group.latest, last->start);
+        }
         if (per_rank.size() < 64)
             per_rank.push_back(fmt::format("  rank {} waits in {}; {}", g.rank(), what, describe_event(g.last_event())));
     }
@@ -470,8 +494,17 @@ void Simulation::diagnose_deadlock() const {
     if (blocked <= 64) {
         for (const auto& l : per_rank) msg += l + "\n";
     } else {
-        for (const auto& [what, rs] : groups)
-            msg += fmt::format("  ranks {} wait in {}\n", rs.str(), what);
+        for (const auto& [key, gr] : groups) {
+            msg += fmt::format("  ranks {} wait in {}; ", gr.ranks.str(), gr.what);
+            if (gr.last.empty()) {
+                msg += "no event yet\n";
+                continue;
+            }
+            msg += fmt::format("last events {}", gr.last);
+            if (!gr.batches.empty()) msg += fmt::format(" batches {} in all", gr.batches.str());
+            msg += gr.first == gr.latest ? fmt::format(" at {}\n", gr.first)
+                                         : fmt::format(" at {} to {}\n", gr.first, gr.latest);
+        }
         msg += "  first blocked ranks in detail:\n";
         for (std::size_t i = 0; i < 8 && i < per_rank.size(); ++i) msg += "  " + per_rank[i] + "\n";
     }
