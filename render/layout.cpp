@@ -78,6 +78,7 @@ std::string auto_title(const Trace& trace) {
             details.push_back(fmt::format("{} {}", it->get<long long>(), noun));
             used.emplace_back(key);
         }
+        used.emplace_back("error");  // said last, as what ended the run
         std::size_t extra = 0;
         for (const auto& [key, value] : meta.items()) {
             if (extra == 4) break;
@@ -93,7 +94,16 @@ std::string auto_title(const Trace& trace) {
     }
     if (!meta.is_object() || !meta.contains("ranks"))
         details.push_back(fmt::format("{} GPUs", trace.ranks.size()));
-    return details.empty() ? name : fmt::format("{} \u2014 {}", name, join(details, ", "));
+    std::string title = details.empty() ? name : fmt::format("{} \u2014 {}", name, join(details, ", "));
+    // A run that failed (a partial trace): its error.
+    if (meta.is_object())
+        if (auto it = meta.find("error"); it != meta.end() && it->is_string()) {
+            // Its first line (a deadlock's report goes on, rank by rank).
+            const auto& error = it->get_ref<const std::string&>();
+            const auto eol = error.find('\n');
+            title += fmt::format(" \u2014 failed: {}{}", error.substr(0, eol), eol == std::string::npos ? "" : " (...)");
+        }
+    return title;
 }
 
 std::string figures_line(const Trace& trace, const Layout& l) {

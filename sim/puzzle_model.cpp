@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <memory>
 #include <stdexcept>
 
 namespace dtsim {
@@ -406,29 +407,44 @@ RunResult run_strategy(Strategy strategy, int layers, int batches, int ranks, co
     const StoreArenas arenas(ranks, layers);                     // outlives the models
     FixedArray<Model> models(static_cast<std::size_t>(ranks));  // side by side, in rank order
     for (int r = 0; r < ranks; ++r) models.emplace_back(sim.gpu(r), layers, batches, costs, &arenas);
-    sim.run([&](Gpu& g) { return strategy(models[static_cast<std::size_t>(g.rank())]); });
+    // The trace of what ran: all of it, or up to a failure.
+    auto assemble = [&](RunResult& out) {
+        Trace& t = out.trace;
+        t.time_unit = costs.time_unit();
+        t.memory_unit = costs.memory_unit();
+        t.meta = std::move(meta);
+        t.meta["layers"] = layers;
+        t.meta["batches"] = batches;
+        t.meta["ranks"] = ranks;
+        // Each rank folded its events as it recorded them (the puzzle world never
+        // completes one afterwards): the summary and the count need no pass over
+        // the events, which at thousands of ranks would read them all back from memory.
+        SummaryFold fold;
+        for (int r = 0; r < ranks; ++r) {
+            const RankSummary& s = sim.gpu(r).summary();
+            out.events += s.events;
+            fold.add_rank(r, s);
+        }
+        t.summary = fold.summary;
+        if (keep == Keep::events) t.ranks = sim.take_logs();
+    };
+    try {
+        sim.run([&](Gpu& g) { return strategy(models[static_cast<std::size_t>(g.rank())]); });
+    } catch (ScheduleError& e) {
+        if (keep == Keep::events) {
+            auto partial = std::make_shared<RunResult>();
+            assemble(*partial);
+            partial->trace.summary.correct = false;
+            partial->trace.meta["error"] = e.what();
+            e.partial_trace = std::shared_ptr<const Trace>(partial, &partial->trace);
+        }
+        throw;
+    }
 
     RunResult out;
     out.check_error = check(models);
-    Trace& t = out.trace;
-    t.time_unit = costs.time_unit();
-    t.memory_unit = costs.memory_unit();
-    t.meta = std::move(meta);
-    t.meta["layers"] = layers;
-    t.meta["batches"] = batches;
-    t.meta["ranks"] = ranks;
-    // Each rank folded its events as it recorded them (the puzzle world never
-    // completes one afterwards): the summary and the count need no pass over
-    // the events, which at thousands of ranks would read them all back from memory.
-    SummaryFold fold;
-    for (int r = 0; r < ranks; ++r) {
-        const RankSummary& s = sim.gpu(r).summary();
-        out.events += s.events;
-        fold.add_rank(r, s);
-    }
-    t.summary = fold.summary;
-    if (keep == Keep::events) t.ranks = sim.take_logs();
-    t.summary.correct = !out.check_error.has_value();
+    assemble(out);
+    out.trace.summary.correct = !out.check_error.has_value();
     return out;
 }
 

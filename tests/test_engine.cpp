@@ -180,6 +180,42 @@ TEST_CASE("mailboxes are FIFO and a full mailbox blocks the sender without costi
     CHECK(r1[4].start == doctest::Approx(4.6));
 }
 
+TEST_CASE("a failed run keeping its events hands over its trace up to the failure; one keeping the summary does not") {
+    // Rank 1 breaks a rule at its second forward; the others deadlock in the all-reduce it never joins.
+    const Strategy broken = [](Model& m) -> Task<> {
+        auto [w, o] = m.load_weights(0);
+        m.activations[1] = m.forward(0, m.get_activation({m.rank}), w);
+        if (m.rank == 1) m.forward(1, m.activations[1], w);  // layer 1 with layer 0's weight
+        co_await m.allreduce(WeightGrad{0, IdSet{m.rank}}, 0);
+    };
+    for (const Keep keep : {Keep::events, Keep::summary}) {
+        CAPTURE(static_cast<int>(keep));
+        try {
+            run_strategy(broken, 2, 3, 3, puzzle_costs(), {{"puzzle", "broken"}}, keep);
+            FAIL("the run should fail");
+        } catch (const ScheduleError& e) {
+            CHECK(std::string(e.what()).starts_with("rank 1: forward (layer 1): weight should be layer 1"));
+            if (keep == Keep::summary) {
+                CHECK(e.partial_trace == nullptr);
+                continue;
+            }
+            REQUIRE(e.partial_trace != nullptr);
+            const Trace& t = *e.partial_trace;
+            CHECK(t.meta.at("puzzle") == "broken");
+            CHECK(t.meta.at("ranks") == 3);
+            CHECK(t.meta.at("error") == e.what());
+            CHECK(t.summary.correct == std::optional<bool>(false));
+            REQUIRE(t.ranks.size() == 3);
+            // Every rank's first forward; rank 1's second is recorded before its check fails.
+            CHECK(t.ranks[0].events.size() == 1);
+            CHECK(t.ranks[1].events.size() == 2);
+            CHECK(t.ranks[2].events.size() == 1);
+            CHECK(t.ranks[1].events[1].layer == 1);
+            CHECK(t.summary.makespan == doctest::Approx(2.0));
+        }
+    }
+}
+
 TEST_CASE("an exception thrown by a strategy surfaces with its rank") {
     CHECK(error_of(
               [](Model& m) -> Task<> {

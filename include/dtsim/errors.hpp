@@ -2,15 +2,22 @@
 // operation and the layer involved and says what was expected.
 #pragma once
 
+#include <memory>
 #include <stdexcept>
 #include <string>
 
 namespace dtsim {
 
+struct Trace;
+
 // A schedule did something the world does not allow, deadlocked, or threw.
 class ScheduleError : public std::runtime_error {
 public:
     using std::runtime_error::runtime_error;
+    // The run's trace up to the failure, where the run kept its events (puzzle::run_strategy
+    // sets it): what the timeline of a broken strategy is drawn from. Its summary says
+    // correct: false and its meta holds the message as "error".
+    std::shared_ptr<const Trace> partial_trace;
 };
 
 // A check of the puzzle world failed (wrong layer, incomplete weight, missing batches...).

@@ -76,8 +76,26 @@ void run_one(const PuzzleOptions& o) {
     check_rank_selection(o.out.ranks, R);
     // Events only when something is written from them.
     const bool keep = !(w.trace.empty() && w.svg.empty() && w.png.empty() && w.pdf.empty() && w.chrome.empty());
-    auto result = puzzle::run_strategy(p.strategy, L, B, R, puzzle::puzzle_costs(), {{"puzzle", p.name}},
-                                       keep ? puzzle::Keep::events : puzzle::Keep::summary);
+    std::optional<puzzle::RunResult> ran;
+    try {
+        ran = puzzle::run_strategy(p.strategy, L, B, R, puzzle::puzzle_costs(), {{"puzzle", p.name}},
+                                   keep ? puzzle::Keep::events : puzzle::Keep::summary);
+    } catch (const ScheduleError& e) {
+        // A broken strategy: what it did up to the failure still goes to the files asked for.
+        if (e.partial_trace) {
+            fmt::print("puzzle {} (layers {}, batches {}, ranks {}): {}\n", p.name, L, B, R, p.title);
+            fmt::print("  correct     no: the run failed (the error follows)\n");
+            try {
+                write_outputs(*e.partial_trace, o.out);
+                fmt::print("  the files asked for hold the run up to the failure ({} events)\n",
+                           e.partial_trace->event_count());
+            } catch (const std::exception& not_written) {
+                fmt::print("  the run up to the failure could not be written: {}\n", not_written.what());
+            }
+        }
+        throw;
+    }
+    auto& result = *ran;
     const auto& s = result.trace.summary;
     fmt::print("puzzle {} (layers {}, batches {}, ranks {}): {}\n", p.name, L, B, R, p.title);
     fmt::print("  correct     {}\n", result.check_error ? "no: " + *result.check_error : "yes");

@@ -249,6 +249,11 @@ def run_dtsim(dtsim: str, name: str, L: int, B: int, R: int, tmpdir: str):
             return "dtsim-inconsistent", trace, "exit 0 but summary.correct is not true"
         return "ok", trace, ""
     if p.returncode == 1:
+        if trace is not None and "error" in trace.get("meta", {}):
+            # A run that failed writes what it did up to the failure, its error in meta.
+            if trace.get("summary", {}).get("correct") is not False:
+                return "dtsim-inconsistent", trace, f"a failed run's trace whose summary.correct is not false; {first_err}"
+            return "error", None, first_err
         if trace is not None and trace.get("summary", {}).get("correct") is False:
             return "check_failed", trace, first_err
         if trace is not None:
