@@ -206,22 +206,40 @@ void run_schedule_command(const ScheduleArgs& a) {
     if (match) meta["generator"] = match->name;
     if (!a.file.empty()) meta["file"] = a.file;
     sched::RunResult result;
+    render::Options opts;
+    opts.ranks = a.show_ranks;
+    auto write_outputs = [&](const Trace& trace) {
+        if (!a.trace.empty()) write_trace_file(trace, a.trace);
+        for (const auto* path : {&a.svg, &a.png, &a.pdf})
+            if (!path->empty()) render::write_image(trace, *path, opts);
+        if (!a.chrome.empty()) render::write_chrome_trace_file(trace, a.chrome);
+    };
     try {
         result = sched::run_schedule(s, a.costs, meta);
     } catch (const std::invalid_argument& e) {  // costs
         throw UsageError(fmt::format("schedule: {}", e.what()));
+    } catch (const ScheduleError& e) {
+        // A schedule that fails (a deadlock): what it did up to the failure still goes to the files asked for.
+        const bool files = !(a.trace.empty() && a.svg.empty() && a.png.empty() && a.pdf.empty() && a.chrome.empty());
+        if (e.partial_trace && files) {
+            try {
+                write_outputs(*e.partial_trace);
+                fmt::print("schedule {}: failed (the error follows); the files asked for hold the run up to the "
+                           "failure ({} events)\n",
+                           origin, e.partial_trace->event_count());
+            } catch (const std::exception& not_written) {
+                fmt::print("schedule {}: failed; the run up to the failure could not be written: {}\n", origin,
+                           not_written.what());
+            }
+        }
+        throw;
     }
     std::optional<sched::Prediction> pred;
     if (match) pred = sched::predict(match->name, match->params, a.costs);
     print_report(s, origin, result.stats, pred, match, a.costs);
     if (!a.write.empty()) fmt::print("schedule written to {}\n", a.write);
 
-    if (!a.trace.empty()) write_trace_file(result.trace, a.trace);
-    render::Options opts;
-    opts.ranks = a.show_ranks;
-    for (const auto* path : {&a.svg, &a.png, &a.pdf})
-        if (!path->empty()) render::write_image(result.trace, *path, opts);
-    if (!a.chrome.empty()) render::write_chrome_trace_file(result.trace, a.chrome);
+    write_outputs(result.trace);
 }
 
 }  // namespace

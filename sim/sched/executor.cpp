@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <unordered_map>
@@ -75,24 +76,41 @@ public:
     RunResult run(nlohmann::json meta) {
         Simulation sim(s_.num_ranks());
         sim_ = &sim;
+        // The trace of what ran: all of it, or up to a failure.
+        auto assemble = [&](Trace& t) {
+            t.time_unit = "step";
+            t.memory_unit = "unit";
+            t.meta = nlohmann::json::object();
+            t.meta["name"] = s_.name.empty() ? std::string("pipeline schedule") : "pipeline schedule " + s_.name;
+            t.meta["ranks"] = s_.num_ranks();
+            t.meta["stages"] = S_;
+            t.meta["microbatches"] = s_.num_microbatches();
+            if (meta.is_object())
+                for (auto& [k, v] : meta.items()) t.meta[k] = v;
+            t.ranks = sim.take_logs();
+            summarize(t);
+        };
+        // A failed run hands over what it did up to the failure (see ScheduleError::partial_trace).
+        auto with_partial = [&](ScheduleError& e) {
+            auto partial = std::make_shared<Trace>();
+            assemble(*partial);
+            partial->summary.correct = false;
+            partial->meta["error"] = e.what();
+            e.partial_trace = std::move(partial);
+        };
         try {
             sim.run([this](Gpu& g) { return body(g); });
         } catch (const DeadlockError& e) {
-            throw DeadlockError(explain(e.what()));
+            DeadlockError explained(explain(e.what()));
+            with_partial(explained);
+            throw explained;
+        } catch (ScheduleError& e) {
+            with_partial(e);
+            throw;
         }
         RunResult out;
         Trace& t = out.trace;
-        t.time_unit = "step";
-        t.memory_unit = "unit";
-        t.meta = nlohmann::json::object();
-        t.meta["name"] = s_.name.empty() ? std::string("pipeline schedule") : "pipeline schedule " + s_.name;
-        t.meta["ranks"] = s_.num_ranks();
-        t.meta["stages"] = S_;
-        t.meta["microbatches"] = s_.num_microbatches();
-        if (meta.is_object())
-            for (auto& [k, v] : meta.items()) t.meta[k] = v;
-        t.ranks = sim.take_logs();
-        summarize(t);
+        assemble(t);
         RunStats& st = out.stats;
         st.makespan = t.summary.makespan;
         double idle = 0;

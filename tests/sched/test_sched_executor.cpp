@@ -426,6 +426,27 @@ TEST_CASE("a schedule that cannot progress names each blocked rank and what it w
           std::string::npos);
 }
 
+TEST_CASE("a schedule that cannot progress hands over its trace up to the deadlock") {
+    const Schedule s = read_schedule_file(std::string(DTSIM_SCHEDULES) + "/deadlock_p2_m2.txt");
+    try {
+        run_schedule(s);
+        FAIL("the schedule should deadlock");
+    } catch (const DeadlockError& e) {
+        REQUIRE(e.partial_trace != nullptr);
+        const Trace& t = *e.partial_trace;
+        CHECK(t.meta.at("error") == e.what());
+        CHECK(t.meta.at("ranks") == 2);
+        CHECK(t.summary.correct == std::optional<bool>(false));
+        // Each rank ran its first forward (0F0, then 1F0) before both wait.
+        REQUIRE(t.ranks.size() == 2);
+        REQUIRE(t.ranks[0].events.size() == 1);
+        REQUIRE(t.ranks[1].events.size() == 1);
+        CHECK(t.ranks[0].events[0].op.name() == "forward");
+        CHECK(t.ranks[1].events[0].start == 1.0);
+        CHECK(t.summary.makespan == 2.0);
+    }
+}
+
 TEST_CASE("a lowered schedule that cannot progress names the SEND each rank waits for") {
     const Schedule s = text(
         "rank 0: 0F0 0SEND_F0 0RECV_B0 0B0 0F1 0SEND_F1 0RECV_B1 0B1\n"
