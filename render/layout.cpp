@@ -98,10 +98,12 @@ std::string auto_title(const Trace& trace) {
     // A run that failed (a partial trace): its error.
     if (meta.is_object())
         if (auto it = meta.find("error"); it != meta.end() && it->is_string()) {
-            // Its first line (a deadlock's report goes on, rank by rank).
+            // Its first line (a deadlock's report goes on, rank by rank), at most 200 bytes of it (a
+            // message can name long sets), cut between characters.
             const auto& error = it->get_ref<const std::string&>();
-            const auto eol = error.find('\n');
-            title += fmt::format(" \u2014 failed: {}{}", error.substr(0, eol), eol == std::string::npos ? "" : " (...)");
+            auto cut = std::min(error.find('\n'), std::size_t{200});
+            while (cut < error.size() && cut > 0 && (static_cast<unsigned char>(error[cut]) & 0xC0) == 0x80) --cut;
+            title += fmt::format(" \u2014 failed: {}{}", error.substr(0, cut), cut < error.size() ? " (...)" : "");
         }
     return title;
 }

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <map>
 #include <new>
+#include <new>
 #include <vector>
 
 namespace dtsim {
@@ -382,6 +383,8 @@ void Simulation::run(const std::function<Task<>(Gpu&)>& body) {
             std::rethrow_exception(error_);
         } catch (const ScheduleError&) {
             throw;
+        } catch (const std::bad_alloc&) {
+            throw;  // out of memory: the machine's limit, not the schedule's fault
         } catch (const std::exception& e) {
             if (error_rank_ < 0) throw ScheduleError(e.what());
             throw ScheduleError(fmt::format("rank {}: {}", error_rank_, e.what()));

@@ -432,11 +432,14 @@ RunResult run_strategy(Strategy strategy, int layers, int batches, int ranks, co
         sim.run([&](Gpu& g) { return strategy(models[static_cast<std::size_t>(g.rank())]); });
     } catch (ScheduleError& e) {
         if (keep == Keep::events) {
-            auto partial = std::make_shared<RunResult>();
-            assemble(*partial);
-            partial->trace.summary.correct = false;
-            partial->trace.meta["error"] = e.what();
-            e.partial_trace = std::shared_ptr<const Trace>(partial, &partial->trace);
+            try {
+                auto partial = std::make_shared<RunResult>();
+                assemble(*partial);
+                partial->trace.summary.correct = false;
+                partial->trace.meta["error"] = e.what();
+                e.partial_trace = std::shared_ptr<const Trace>(partial, &partial->trace);
+            } catch (...) {  // no memory left for it: the run's own error still comes first
+            }
         }
         throw;
     }

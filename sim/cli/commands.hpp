@@ -13,6 +13,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <limits>
 #include <optional>
 #include <stdexcept>
@@ -72,15 +73,27 @@ inline CLI::Validator number_in(double lo, double hi) {
 }
 
 // An output file option's check: a path, not an empty one (which would write nothing).
+// Where a file is to be written: not an empty name, and in a folder that exists (checked before a
+// run, which would otherwise fail only when it writes).
+inline std::string unwritable(const std::string& path) {
+    if (path.empty()) return "an empty file name (expected a path)";
+    const std::filesystem::path folder = std::filesystem::path(path).parent_path();
+    std::error_code ec;
+    if (!folder.empty() && !std::filesystem::is_directory(folder, ec))
+        return fmt::format("\"{}\": there is no folder \"{}\"", path, folder.string());
+    return "";
+}
+
+// An output file option's check: see unwritable().
 inline CLI::Validator output_file() {
-    return {[](std::string& s) -> std::string { return s.empty() ? "an empty file name (expected a path)" : ""; }, ""};
+    return {[](std::string& s) { return unwritable(s); }, ""};
 }
 
 // An image option's check: a path ending in the option's format, e.g. --svg x.svg (writing a PNG
 // for --svg x.png would surprise), or in any of .svg, .png and .pdf where the option takes them all.
 inline CLI::Validator image_file(std::optional<render::Format> format = std::nullopt) {
     return {[format](std::string& s) -> std::string {
-                if (s.empty()) return "an empty file name (expected a path)";
+                if (std::string bad = unwritable(s); !bad.empty()) return bad;
                 try {
                     const render::Format f = render::format_from_path(s);
                     if (format && f != *format) {
@@ -106,14 +119,15 @@ inline void check_rank_selection(const std::string& spec, int nranks) {
 }
 
 // A figure for people: whole numbers as they are, others with the fewest significant digits that
-// come within 1e-9 of the value (the tolerance traces are compared to), or within a few units in
-// the last place of a large one: 19.900000000000006 -> 19.9, 1999999.5 stays itself,
-// 17283942.799999993 -> 17283942.8 (where 6 digits, as before, printed 2e+06 and 1.72839e+07).
+// keep the value to 1e-9 (the tolerance traces are compared to), to a millionth of it where it is
+// smaller than 1e-3, and to a few units in its last place where it is large: 19.900000000000006 ->
+// 19.9, 1999999.5 stays itself, 17283942.799999993 -> 17283942.8, 1.2345e-07 stays itself (6
+// significant digits, as before, printed 2e+06 and 1.72839e+07).
 inline std::string short_number(double v) {
     if (std::isfinite(v) && v == std::floor(v) && std::abs(v) < 1e15)
         return fmt::format("{}", static_cast<long long>(v));
-    if (!std::isfinite(v)) return fmt::format("{}", v);
-    const double tolerance = std::max(1e-9, std::abs(v) * 1e-14);
+    if (!std::isfinite(v) || std::abs(v) >= 1e15) return fmt::format("{}", v);  // the shortest exact form
+    const double tolerance = std::max(std::min(1e-9, std::abs(v) * 1e-6), std::abs(v) * 1e-14);
     for (int digits = 1; digits < 17; ++digits) {
         std::string s = fmt::format("{:.{}g}", v, digits);
         if (std::abs(std::strtod(s.c_str(), nullptr) - v) <= tolerance) return s;

@@ -92,11 +92,14 @@ public:
         };
         // A failed run hands over what it did up to the failure (see ScheduleError::partial_trace).
         auto with_partial = [&](ScheduleError& e) {
-            auto partial = std::make_shared<Trace>();
-            assemble(*partial);
-            partial->summary.correct = false;
-            partial->meta["error"] = e.what();
-            e.partial_trace = std::move(partial);
+            try {
+                auto partial = std::make_shared<Trace>();
+                assemble(*partial);
+                partial->summary.correct = false;
+                partial->meta["error"] = e.what();
+                e.partial_trace = std::move(partial);
+            } catch (...) {  // no memory left for it: the run's own error still comes first
+            }
         };
         try {
             sim.run([this](Gpu& g) { return body(g); });
