@@ -73,6 +73,11 @@ int main(int argc, char** argv) {
         return app.exit(e);
     } catch (const CLI::CallForVersion& e) {
         return app.exit(e);
+    } catch (const CLI::ExtrasError& e) {
+        // In the order given (CLI11's message lists them backwards).
+        std::string rest;
+        for (const auto& arg : app.remaining(true)) rest += (rest.empty() ? "" : " ") + arg;
+        return usage_error(rest.empty() ? plain(e) : "unexpected argument(s): " + rest);
     } catch (const CLI::ParseError& e) {
         return usage_error(plain(e));
     } catch (const dtsim::cli::UsageError& e) {
