@@ -194,7 +194,11 @@ public:
 
     void set_final_weight(int layer, const Weight& weight);
     // The final weight this rank set for `layer`, if any.
-    [[nodiscard]] const Weight* final_weight(int layer) const;
+    [[nodiscard]] const Weight* final_weight(int layer) const {
+        if (layer < 0 || static_cast<std::size_t>(layer) >= final_weights_.size()) return nullptr;
+        const auto& w = final_weights_[static_cast<std::size_t>(layer)];
+        return w ? &*w : nullptr;
+    }
 
     // Python's `assert cond, message` inside a strategy: a PuzzleError naming this rank.
     void require(bool cond, const std::string& message) const;
