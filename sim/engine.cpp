@@ -9,9 +9,10 @@
 #include <algorithm>
 #include <iterator>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <new>
-#include <new>
+#include <utility>
 #include <vector>
 
 namespace dtsim {
@@ -431,11 +432,11 @@ void Simulation::diagnose_deadlock() const {
     // so that a 16,384-rank deadlock stays readable and still tells every rank's last event (its
     // batches and start are summed up over the group).
     struct Group {
-        std::string what, last;  // last: the last events' operation and layer ("" for none yet)
         IdSet ranks, batches;
-        double first = 0, latest = 0;
+        double first = std::numeric_limits<double>::infinity(), latest = -first;
     };
-    std::map<std::string, Group> groups;
+    // By (what they wait for, their last events' operation and layer, "" for none yet).
+    std::map<std::pair<std::string, std::string>, Group> groups;
     std::vector<std::string> per_rank;
     int blocked = 0;
     for (const auto& g : gpus_) {
@@ -477,12 +478,7 @@ void Simulation::diagnose_deadlock() const {
             last_op = std::string(last->op.name());
             if (last->layer != kNoLayer) last_op += fmt::format(" layer {}", last->layer);
         }
-        Group& group = groups[what + '\n' + last_op];
-        if (group.ranks.empty()) {
-            group.what = what;
-            group.last = last_op;
-            if (last) group.first = group.latest = last->start;
-        }
+        Group& group = groups[{what, last_op}];
         group.ranks.insert(g.rank());
         if (last) {
             group.batches |= last->batches;
@@ -498,12 +494,13 @@ void Simulation::diagnose_deadlock() const {
         for (const auto& l : per_rank) msg += l + "\n";
     } else {
         for (const auto& [key, gr] : groups) {
-            msg += fmt::format("  ranks {} wait in {}; ", gr.ranks.str(), gr.what);
-            if (gr.last.empty()) {
+            const auto& [what, last_op] = key;
+            msg += fmt::format("  ranks {} wait in {}; ", gr.ranks.str(), what);
+            if (last_op.empty()) {
                 msg += "no event yet\n";
                 continue;
             }
-            msg += fmt::format("last events {}", gr.last);
+            msg += fmt::format("last events {}", last_op);
             if (!gr.batches.empty()) msg += fmt::format(" batches {} in all", gr.batches.str());
             msg += gr.first == gr.latest ? fmt::format(" at {}\n", gr.first)
                                          : fmt::format(" at {} to {}\n", gr.first, gr.latest);

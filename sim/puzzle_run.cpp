@@ -64,9 +64,9 @@ RunResult run_strategy(Strategy strategy, int layers, int batches, int ranks, co
     const StoreArenas arenas(ranks, layers);                     // outlives the models
     FixedArray<Model> models(static_cast<std::size_t>(ranks));  // side by side, in rank order
     for (int r = 0; r < ranks; ++r) models.emplace_back(sim.gpu(r), layers, batches, costs, &arenas);
-    // The trace of what ran: all of it, or up to a failure.
-    auto assemble = [&](RunResult& out) {
-        Trace& t = out.trace;
+    // The trace of what ran, all of it or up to a failure; returns its number of events.
+    auto assemble = [&](Trace& t) {
+        std::size_t events = 0;
         t.time_unit = costs.time_unit();
         t.memory_unit = costs.memory_unit();
         t.meta = std::move(meta);
@@ -79,31 +79,23 @@ RunResult run_strategy(Strategy strategy, int layers, int batches, int ranks, co
         SummaryFold fold;
         for (int r = 0; r < ranks; ++r) {
             const RankSummary& s = sim.gpu(r).summary();
-            out.events += s.events;
+            events += s.events;
             fold.add_rank(r, s);
         }
         t.summary = fold.summary;
         if (keep == Keep::events) t.ranks = sim.take_logs();
+        return events;
     };
     try {
         sim.run([&](Gpu& g) { return strategy(models[static_cast<std::size_t>(g.rank())]); });
     } catch (ScheduleError& e) {
-        if (keep == Keep::events) {
-            try {
-                auto partial = std::make_shared<RunResult>();
-                assemble(*partial);
-                partial->trace.summary.correct = false;
-                partial->trace.meta["error"] = e.what();
-                e.partial_trace = std::shared_ptr<const Trace>(partial, &partial->trace);
-            } catch (...) {  // no memory left for it: the run's own error still comes first
-            }
-        }
+        if (keep == Keep::events) attach_partial_trace(e, assemble);
         throw;
     }
 
     RunResult out;
     out.check_error = check(models);
-    assemble(out);
+    out.events = assemble(out.trace);
     out.trace.summary.correct = !out.check_error.has_value();
     return out;
 }

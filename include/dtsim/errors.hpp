@@ -15,8 +15,9 @@ class ScheduleError : public std::runtime_error {
 public:
     using std::runtime_error::runtime_error;
     // The run's trace up to the failure, where the run kept its events (puzzle::run_strategy
-    // sets it): what the timeline of a broken strategy is drawn from. Its summary says
-    // correct: false and its meta holds the message as "error".
+    // and sched::run_schedule set it, see attach_partial_trace): what the timeline of a broken
+    // strategy is drawn from. Its summary says correct: false and its meta holds the message
+    // as "error".
     std::shared_ptr<const Trace> partial_trace;
 };
 

@@ -4,12 +4,14 @@
 // read only this type.
 #pragma once
 
+#include "dtsim/errors.hpp"
 #include "dtsim/id_set.hpp"
 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -130,5 +132,20 @@ struct SummaryFold {
         }
     }
 };
+
+// A failed run hands over what it did up to the failure (ScheduleError::partial_trace): `fill`
+// writes the trace of what ran, which is then marked as failed (summary correct: false, meta
+// "error": the message). Where that cannot be done (no memory left), the error stays as it was.
+template <class Fill>
+void attach_partial_trace(ScheduleError& e, Fill&& fill) noexcept {
+    try {
+        auto t = std::make_shared<Trace>();
+        fill(*t);
+        t->summary.correct = false;
+        t->meta["error"] = e.what();
+        e.partial_trace = std::move(t);
+    } catch (...) {
+    }
+}
 
 }  // namespace dtsim

@@ -26,11 +26,6 @@ namespace {
 
 using puzzle::PuzzleInfo;
 
-struct Outputs {
-    std::string trace, svg, png, pdf, chrome;
-    std::string ranks;  // rank selection for pictures
-};
-
 const PuzzleInfo& lookup(const std::string& name) {
     const PuzzleInfo* p = puzzle::find_puzzle(name);
     if (!p) throw UsageError(fmt::format("unknown puzzle '{}'; the puzzles are: {}", name, puzzle_names()));
@@ -47,21 +42,12 @@ Verdict against(double achieved, double target, double tolerance_pct) {
     return {ratio, ratio <= 1.0 + tolerance_pct / 100.0};
 }
 
-void write_outputs(const Trace& trace, const Outputs& out) {
-    if (!out.trace.empty()) write_trace_file(trace, out.trace);
-    render::Options opts;
-    opts.ranks = out.ranks;
-    for (const auto* path : {&out.svg, &out.png, &out.pdf})
-        if (!path->empty()) render::write_image(trace, *path, opts);
-    if (!out.chrome.empty()) render::write_chrome_trace_file(trace, out.chrome);
-}
-
 struct PuzzleOptions {
     std::string name;
     int layers = -1, batches = -1, ranks = -1;  // -1: the puzzle's canonical size (0 layers or batches is a size)
     double tolerance = 5.0;
     bool strict = false;
-    Outputs out;
+    TraceOutputs out;
 };
 
 void run_one(const PuzzleOptions& o) {
@@ -70,12 +56,8 @@ void run_one(const PuzzleOptions& o) {
     const int L = o.layers >= 0 ? o.layers : p.layers;
     const int B = o.batches >= 0 ? o.batches : p.batches;
     const int R = o.ranks >= 0 ? o.ranks : p.ranks;
-    const auto& w = o.out;
-    if (!o.out.ranks.empty() && w.svg.empty() && w.png.empty() && w.pdf.empty())
-        throw UsageError("--show-ranks selects the ranks of a picture: give --svg, --png or --pdf with it");
-    check_rank_selection(o.out.ranks, R);
-    // Events only when something is written from them.
-    const bool keep = !(w.trace.empty() && w.svg.empty() && w.png.empty() && w.pdf.empty() && w.chrome.empty());
+    o.out.check_ranks(R);
+    const bool keep = o.out.any();  // events only when something is written from them
     std::optional<puzzle::RunResult> ran;
     try {
         ran = puzzle::run_strategy(p.strategy, L, B, R, puzzle::puzzle_costs(), {{"puzzle", p.name}},
@@ -85,13 +67,7 @@ void run_one(const PuzzleOptions& o) {
         if (e.partial_trace) {
             fmt::print("puzzle {} (layers {}, batches {}, ranks {}): {}\n", p.name, L, B, R, p.title);
             fmt::print("  correct     no: the run failed (the error follows)\n");
-            try {
-                write_outputs(*e.partial_trace, o.out);
-                fmt::print("  the files asked for hold the run up to the failure ({} events)\n",
-                           e.partial_trace->event_count());
-            } catch (const std::exception& not_written) {
-                fmt::print("  the run up to the failure could not be written: {}\n", not_written.what());
-            }
+            o.out.write_partial(*e.partial_trace);
         }
         throw;
     }
@@ -120,7 +96,7 @@ void run_one(const PuzzleOptions& o) {
         fmt::print("  (targets apply to the canonical sizes: layers {}, batches {}, ranks {})\n", p.layers,
                    p.batches, p.ranks);
     }
-    if (keep) write_outputs(result.trace, o.out);
+    if (keep) o.out.write(result.trace);
     if (result.check_error || (o.strict && missed)) exit_status() = 1;
 }
 
@@ -189,13 +165,7 @@ void register_puzzle_commands(CLI::App& app) {
         ->transform(whole_number(0, 1 << 20));
     one->add_option("--batches", po->batches, "Batches (default: canonical)")->transform(whole_number(0, 1 << 24));
     one->add_option("--ranks", po->ranks, "Ranks, i.e. GPUs (default: canonical)")->transform(whole_number(1, 1 << 20));
-    one->add_option("--trace", po->out.trace, "Write the trace JSON to this file")->check(output_file());
-    one->add_option("--svg", po->out.svg, "Draw the timeline as SVG")->check(image_file(render::Format::svg));
-    one->add_option("--png", po->out.png, "Draw the timeline as PNG")->check(image_file(render::Format::png));
-    one->add_option("--pdf", po->out.pdf, "Draw the timeline as PDF")->check(image_file(render::Format::pdf));
-    one->add_option("--chrome-trace", po->out.chrome, "Write a Chrome/Perfetto trace (ui.perfetto.dev)")
-        ->check(output_file());
-    one->add_option("--show-ranks", po->out.ranks, "Ranks to draw, e.g. 0-7,15 (default: all, aggregated if many)");
+    po->out.add_options(one);
     add_tolerance(one, po->tolerance, po->strict);
     one->callback([po] { run_one(*po); });
 

@@ -7,13 +7,11 @@
 
 #include "../sched/cli.hpp"
 
-#include "dtsim/render.hpp"
 #include "dtsim/sched/executor.hpp"
 #include "dtsim/sched/format.hpp"
 #include "dtsim/sched/formulas.hpp"
 #include "dtsim/sched/generators.hpp"
 #include "dtsim/sched/lowering.hpp"
-#include "dtsim/trace_io.hpp"
 
 #include <fmt/format.h>
 
@@ -32,11 +30,10 @@ struct ScheduleArgs {
     std::string generate;
     int stages = 0, microbatches = 0, chunks = 0, group = 0;
     bool lower = false;
-    std::string write, trace, svg, png, pdf, chrome, show_ranks;
+    std::string write;
+    TraceOutputs out;
     sched::Costs costs;
 };
-
-std::string num(double v) { return short_number(v); }
 
 bool same(double a, double b) { return std::abs(a - b) <= 1e-9 * std::max(1.0, std::abs(b)); }
 
@@ -86,9 +83,9 @@ void print_report(const sched::Schedule& s, const std::string& origin, const sch
     }
     fmt::print("  costs in steps: T_F {}, T_B {}, T_I {}, T_W {}, T_F&B {}{}, p2p {}; memory: {} unit(s) per (stage, "
                "microbatch)\n",
-               num(c.forward), num(c.backward), num(c.backward_input), num(c.backward_weight),
-               num(sched::overlapped_cost(c)), c.forward_backward < 0 ? " (T_F+T_B)" : "", num(c.p2p),
-               num(c.activation));
+               short_number(c.forward), short_number(c.backward), short_number(c.backward_input), short_number(c.backward_weight),
+               short_number(sched::overlapped_cost(c)), c.forward_backward < 0 ? " (T_F+T_B)" : "", short_number(c.p2p),
+               short_number(c.activation));
     if (pred) fmt::print("  formulas: {}\n", pred->reference);
 
     double idle_min = st.ranks.empty() ? 0 : st.ranks.front().idle, idle_max = idle_min;
@@ -96,12 +93,12 @@ void print_report(const sched::Schedule& s, const std::string& origin, const sch
         idle_min = std::min(idle_min, r.idle);
         idle_max = std::max(idle_max, r.idle);
     }
-    const std::string idle = same(idle_min, idle_max) ? num(idle_min) : num(idle_min) + ".." + num(idle_max);
+    const std::string idle = same(idle_min, idle_max) ? short_number(idle_min) : short_number(idle_min) + ".." + short_number(idle_max);
     auto verdict = [&](bool ok) { return ok ? "exact" : "differs"; };
     fmt::print("\n  {:<18} {:<12} {:<34} {:<12}\n", "", "measured", "published formula", "predicted");
     if (pred) {
-        fmt::print("  {:<18} {:<12} {:<34} {:<12} {}\n", "makespan", num(st.makespan), "busy + bubble",
-                   num(pred->makespan), verdict(same(st.makespan, pred->makespan)));
+        fmt::print("  {:<18} {:<12} {:<34} {:<12} {}\n", "makespan", short_number(st.makespan), "busy + bubble",
+                   short_number(pred->makespan), verdict(same(st.makespan, pred->makespan)));
         bool idle_ok = pred->idle.size() == st.ranks.size();
         double pmin = pred->bubble_time, pmax = pmin;
         for (std::size_t r = 0; idle_ok && r < st.ranks.size(); ++r) {
@@ -109,7 +106,7 @@ void print_report(const sched::Schedule& s, const std::string& origin, const sch
             pmin = std::min(pmin, pred->idle[r]);
             pmax = std::max(pmax, pred->idle[r]);
         }
-        const std::string pidle = same(pmin, pmax) ? num(pmin) : num(pmin) + ".." + num(pmax);
+        const std::string pidle = same(pmin, pmax) ? short_number(pmin) : short_number(pmin) + ".." + short_number(pmax);
         fmt::print("  {:<18} {:<12} {:<34} {:<12} {}\n", "bubble per rank", idle, pred->bubble_time_formula, pidle,
                    verdict(idle_ok));
         fmt::print("  {:<18} {:<12.6f} {:<34} {:<12.6f} {}\n", "bubble fraction", st.bubble_fraction,
@@ -119,11 +116,11 @@ void print_report(const sched::Schedule& s, const std::string& origin, const sch
             const double ratio = st.ranks.front().peak_in_flight / pred->memory_scale;
             fmt::print("  {:<18} {:<12.6g} {:<34} {:<12.6g} {}   (rank 0's peak {} / (v*p = {}))\n", "memory vs 1F1B",
                        ratio, pred->memory_formula, pred->memory_ratio, verdict(same(ratio, pred->memory_ratio)),
-                       st.ranks.front().peak_in_flight, num(pred->memory_scale));
+                       st.ranks.front().peak_in_flight, short_number(pred->memory_scale));
         }
         if (!pred->exact_expected) fmt::print("  (exact in this world only when {})\n", pred->conditions);
     } else {
-        fmt::print("  {:<18} {}\n  {:<18} {}\n  {:<18} {:.6f}\n", "makespan", num(st.makespan), "bubble per rank", idle,
+        fmt::print("  {:<18} {}\n  {:<18} {}\n  {:<18} {:.6f}\n", "makespan", short_number(st.makespan), "bubble per rank", idle,
                    "bubble fraction", st.bubble_fraction);
     }
 
@@ -137,7 +134,7 @@ void print_report(const sched::Schedule& s, const std::string& origin, const sch
             pf = fmt::format("{:.6f}", ri < pred->idle.size() && pm > 0 ? pred->idle[ri] / pm : pred->bubble_fraction);
             pp = fmt::format("{}", pred->peak_in_flight[static_cast<std::size_t>(r.rank)]);
         }
-        fmt::print("  {:>5} {:>9} {:>9} {:>10.6f} {:>10} {:>9} {:>10}\n", r.rank, num(r.busy), num(r.idle),
+        fmt::print("  {:>5} {:>9} {:>9} {:>10.6f} {:>10} {:>9} {:>10}\n", r.rank, short_number(r.busy), short_number(r.idle),
                    r.bubble_fraction, pf, r.peak_in_flight, pp);
     }
     fmt::print("  {:>5} {:>9} {:>9} {:>10.6f} {:>10}\n", "all", "", "", st.bubble_fraction,
@@ -156,8 +153,6 @@ void print_report(const sched::Schedule& s, const std::string& origin, const sch
 void run_schedule_command(const ScheduleArgs& a) {
     if (a.file.empty() == a.generate.empty())
         throw UsageError("schedule: give a schedule FILE or --generate NAME (one of them)");
-    if (!a.show_ranks.empty() && a.svg.empty() && a.png.empty() && a.pdf.empty())
-        throw UsageError("--show-ranks selects the ranks of a picture: give --svg, --png or --pdf with it");
     sched::Schedule s;
     std::string origin;
     std::optional<Match> match;
@@ -197,7 +192,7 @@ void run_schedule_command(const ScheduleArgs& a) {
         lowered.source = s.source;  // locations are lost: lowering reorders
         s = std::move(lowered);
     }
-    check_rank_selection(a.show_ranks, s.num_ranks());
+    a.out.check_ranks(s.num_ranks());
     if (!a.write.empty()) {
         sched::validate(s);
         sched::write_schedule_file(s, a.write);
@@ -206,31 +201,15 @@ void run_schedule_command(const ScheduleArgs& a) {
     if (match) meta["generator"] = match->name;
     if (!a.file.empty()) meta["file"] = a.file;
     sched::RunResult result;
-    render::Options opts;
-    opts.ranks = a.show_ranks;
-    auto write_outputs = [&](const Trace& trace) {
-        if (!a.trace.empty()) write_trace_file(trace, a.trace);
-        for (const auto* path : {&a.svg, &a.png, &a.pdf})
-            if (!path->empty()) render::write_image(trace, *path, opts);
-        if (!a.chrome.empty()) render::write_chrome_trace_file(trace, a.chrome);
-    };
     try {
         result = sched::run_schedule(s, a.costs, meta);
     } catch (const std::invalid_argument& e) {  // costs
         throw UsageError(fmt::format("schedule: {}", e.what()));
     } catch (const ScheduleError& e) {
         // A schedule that fails (a deadlock): what it did up to the failure still goes to the files asked for.
-        const bool files = !(a.trace.empty() && a.svg.empty() && a.png.empty() && a.pdf.empty() && a.chrome.empty());
-        if (e.partial_trace && files) {
-            try {
-                write_outputs(*e.partial_trace);
-                fmt::print("schedule {}: failed (the error follows); the files asked for hold the run up to the "
-                           "failure ({} events)\n",
-                           origin, e.partial_trace->event_count());
-            } catch (const std::exception& not_written) {
-                fmt::print("schedule {}: failed; the run up to the failure could not be written: {}\n", origin,
-                           not_written.what());
-            }
+        if (e.partial_trace && a.out.any()) {
+            fmt::print("schedule {}: failed (the error follows)\n", origin);
+            a.out.write_partial(*e.partial_trace);
         }
         throw;
     }
@@ -239,7 +218,7 @@ void run_schedule_command(const ScheduleArgs& a) {
     print_report(s, origin, result.stats, pred, match, a.costs);
     if (!a.write.empty()) fmt::print("schedule written to {}\n", a.write);
 
-    write_outputs(result.trace);
+    a.out.write(result.trace);
 }
 
 }  // namespace
@@ -279,13 +258,7 @@ void register_schedule_command(CLI::App& app) {
         ->capture_default_str();
     cmd->add_option("--activation", a->costs.activation, "Memory units per (stage, microbatch) activation")
         ->capture_default_str();
-    cmd->add_option("--trace", a->trace, "Write the trace JSON to this file")->check(output_file());
-    cmd->add_option("--svg", a->svg, "Draw the timeline as SVG")->check(image_file(render::Format::svg));
-    cmd->add_option("--png", a->png, "Draw the timeline as PNG")->check(image_file(render::Format::png));
-    cmd->add_option("--pdf", a->pdf, "Draw the timeline as PDF")->check(image_file(render::Format::pdf));
-    cmd->add_option("--chrome-trace", a->chrome, "Write a Chrome/Perfetto trace (ui.perfetto.dev)")
-        ->check(output_file());
-    cmd->add_option("--show-ranks", a->show_ranks, "Ranks to draw, e.g. 0-3 (default: all)");
+    a->out.add_options(cmd);
     cmd->callback([a] { run_schedule_command(*a); });
 }
 

@@ -72,7 +72,6 @@ inline CLI::Validator number_in(double lo, double hi) {
             fmt::format("FLOAT in [{:g} - {:g}]", lo, hi)};
 }
 
-// An output file option's check: a path, not an empty one (which would write nothing).
 // Where a file is to be written: not an empty name, and in a folder that exists (checked before a
 // run, which would otherwise fail only when it writes).
 inline std::string unwritable(const std::string& path) {
@@ -134,6 +133,22 @@ inline std::string short_number(double v) {
     }
     return fmt::format("{}", v);
 }
+
+// The files a run writes from its trace (dtsim puzzle, dtsim schedule): --trace, --svg, --png,
+// --pdf, --chrome-trace, and --show-ranks for the pictures.
+struct TraceOutputs {
+    std::string trace, svg, png, pdf, chrome;
+    std::string ranks;  // the rank selection for pictures
+
+    void add_options(CLI::App* cmd);  // the options above, each checked as it is parsed
+    [[nodiscard]] bool any() const;   // something to write: the run keeps its events
+    // --show-ranks goes with a picture and names ranks of the run: a UsageError otherwise.
+    void check_ranks(int nranks) const;
+    void write(const Trace& t) const;
+    // After a failed run: writes what it did up to the failure and says so (or why it could not)
+    // in an indented line; the run's own error follows.
+    void write_partial(const Trace& t) const;
+};
 
 // "basic, grad_accum, ...": the puzzles' names, for messages.
 std::string puzzle_names();

@@ -18,9 +18,6 @@ std::string plain(const CLI::ParseError& e) {
     // "--layers: 1 required INT:INT in [0 - 1048576] missing"
     static const std::regex missing_value(R"(^(-[^:]*): \d+ required .* missing$)");
     if (std::regex_match(what, m, missing_value)) return m[1].str() + " needs a value";
-    // "The following argument(s) was/were not expected: x y"
-    static const std::regex extras(R"(^The following arguments? (?:was|were) not expected: (.*)$)");
-    if (std::regex_match(what, m, extras)) return "unexpected argument(s): " + m[1].str();
     return what;
 }
 
@@ -77,7 +74,7 @@ int main(int argc, char** argv) {
         // In the order given (CLI11's message lists them backwards).
         std::string rest;
         for (const auto& arg : app.remaining(true)) rest += (rest.empty() ? "" : " ") + arg;
-        return usage_error(rest.empty() ? plain(e) : "unexpected argument(s): " + rest);
+        return usage_error(rest.empty() ? std::string(e.what()) : "unexpected argument(s): " + rest);
     } catch (const CLI::ParseError& e) {
         return usage_error(plain(e));
     } catch (const dtsim::cli::UsageError& e) {

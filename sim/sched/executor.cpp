@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <unordered_map>
@@ -90,25 +89,14 @@ public:
             t.ranks = sim.take_logs();
             summarize(t);
         };
-        // A failed run hands over what it did up to the failure (see ScheduleError::partial_trace).
-        auto with_partial = [&](ScheduleError& e) {
-            try {
-                auto partial = std::make_shared<Trace>();
-                assemble(*partial);
-                partial->summary.correct = false;
-                partial->meta["error"] = e.what();
-                e.partial_trace = std::move(partial);
-            } catch (...) {  // no memory left for it: the run's own error still comes first
-            }
-        };
         try {
             sim.run([this](Gpu& g) { return body(g); });
         } catch (const DeadlockError& e) {
             DeadlockError explained(explain(e.what()));
-            with_partial(explained);
+            attach_partial_trace(explained, assemble);
             throw explained;
         } catch (ScheduleError& e) {
-            with_partial(e);
+            attach_partial_trace(e, assemble);
             throw;
         }
         RunResult out;
