@@ -1,5 +1,3 @@
-#include "dtsim/render_compare.hpp"
-
 #include "cairo_util.hpp"
 #include "dtsim/render.hpp"
 #include "svg_ids.hpp"

@@ -1,7 +1,8 @@
 // The engine: coroutines per rank, collectives, mailboxes, deadlock and
 // mismatch diagnosis, exceptions, determinism.
-#include "dtsim/engine.hpp"
-#include "dtsim/pages.hpp"
+#include "dtsim/simulation.hpp"
+#include "dtsim/detail/frame_pool.hpp"
+#include "dtsim/detail/pages.hpp"
 #include "dtsim/puzzle/registry.hpp"
 #include "dtsim/trace_io.hpp"
 
@@ -379,56 +380,56 @@ TEST_CASE("coroutine frames: a freed frame is reused, and once none is left the 
 
 TEST_CASE("large arrays are zeroed and aligned to a huge page, middling ones to a page, small ones to a cache line") {
     const std::size_t kib = 1024;
-    for (const std::size_t bytes : {std::size_t{1}, std::size_t{100}, dtsim::kMappedFrom - 1, dtsim::kMappedFrom,
-                                    300 * kib, dtsim::kHugePage - 1, dtsim::kHugePage, 3 * dtsim::kHugePage + 5}) {
+    for (const std::size_t bytes : {std::size_t{1}, std::size_t{100}, dtsim::detail::kMappedFrom - 1, dtsim::detail::kMappedFrom,
+                                    300 * kib, dtsim::detail::kHugePage - 1, dtsim::detail::kHugePage, 3 * dtsim::detail::kHugePage + 5}) {
         CAPTURE(bytes);
-        auto* p = static_cast<unsigned char*>(dtsim::allocate_pages(bytes));
+        auto* p = static_cast<unsigned char*>(dtsim::detail::allocate_pages(bytes));
         const auto address = reinterpret_cast<std::uintptr_t>(p);
         std::size_t align = 64;  // from the heap (every block, in a build with AddressSanitizer)
-        if (dtsim::pages_mapped() && bytes >= dtsim::kMappedFrom) align = bytes >= dtsim::kHugePage ? dtsim::kHugePage : 4096;
+        if (dtsim::detail::pages_mapped() && bytes >= dtsim::detail::kMappedFrom) align = bytes >= dtsim::detail::kHugePage ? dtsim::detail::kHugePage : 4096;
         CHECK(address % align == 0);
         CHECK(std::all_of(p, p + bytes, [](unsigned char x) { return x == 0; }));
         p[0] = 1;
         p[bytes - 1] = 2;
-        dtsim::release_pages(p, bytes);
+        dtsim::detail::release_pages(p, bytes);
     }
-    dtsim::release_pages(nullptr, 10);  // nothing to release
+    dtsim::detail::release_pages(nullptr, 10);  // nothing to release
 }
 
 TEST_CASE("a mapped block released with a kind comes back, as it was left, to the next allocation of that kind and size only") {
-    static constexpr dtsim::PageKind mine{"test"}, other{"other test"};
-    dtsim::trim_pages();
-    if (!dtsim::pages_mapped()) {
+    static constexpr dtsim::detail::PageKind mine{"test"}, other{"other test"};
+    dtsim::detail::trim_pages();
+    if (!dtsim::detail::pages_mapped()) {
         // Nothing is kept: a block of a kind is zeroed like any other.
-        auto* p = static_cast<unsigned char*>(dtsim::allocate_pages(dtsim::kHugePage, &mine));
+        auto* p = static_cast<unsigned char*>(dtsim::detail::allocate_pages(dtsim::detail::kHugePage, &mine));
         p[5] = 42;
-        dtsim::release_pages(p, dtsim::kHugePage, &mine);
-        auto* again = static_cast<unsigned char*>(dtsim::allocate_pages(dtsim::kHugePage, &mine));
+        dtsim::detail::release_pages(p, dtsim::detail::kHugePage, &mine);
+        auto* again = static_cast<unsigned char*>(dtsim::detail::allocate_pages(dtsim::detail::kHugePage, &mine));
         CHECK(again[5] == 0);
-        dtsim::release_pages(again, dtsim::kHugePage, &mine);
+        dtsim::detail::release_pages(again, dtsim::detail::kHugePage, &mine);
         return;
     }
-    for (const std::size_t bytes : {2 * dtsim::kHugePage, std::size_t{300} << 10}) {  // on huge pages, on small ones
+    for (const std::size_t bytes : {2 * dtsim::detail::kHugePage, std::size_t{300} << 10}) {  // on huge pages, on small ones
         CAPTURE(bytes);
-        const std::size_t step = bytes >= dtsim::kHugePage ? dtsim::kHugePage : 4096;
-        auto* p = static_cast<unsigned char*>(dtsim::allocate_pages(bytes, &mine));
+        const std::size_t step = bytes >= dtsim::detail::kHugePage ? dtsim::detail::kHugePage : 4096;
+        auto* p = static_cast<unsigned char*>(dtsim::detail::allocate_pages(bytes, &mine));
         p[5] = 42;
-        dtsim::release_pages(p, bytes, &mine);
+        dtsim::detail::release_pages(p, bytes, &mine);
         // Another kind, another size or no kind: fresh zeroed memory.
-        auto* q = static_cast<unsigned char*>(dtsim::allocate_pages(bytes, &other));
-        auto* z = static_cast<unsigned char*>(dtsim::allocate_pages(bytes));
-        auto* s = static_cast<unsigned char*>(dtsim::allocate_pages(bytes + step, &mine));
+        auto* q = static_cast<unsigned char*>(dtsim::detail::allocate_pages(bytes, &other));
+        auto* z = static_cast<unsigned char*>(dtsim::detail::allocate_pages(bytes));
+        auto* s = static_cast<unsigned char*>(dtsim::detail::allocate_pages(bytes + step, &mine));
         for (unsigned char* fresh : {q, z, s}) {
             CHECK(fresh != p);
             CHECK(fresh[5] == 0);
         }
-        auto* again = static_cast<unsigned char*>(dtsim::allocate_pages(bytes - 100, &mine));  // the same size, rounded
+        auto* again = static_cast<unsigned char*>(dtsim::detail::allocate_pages(bytes - 100, &mine));  // the same size, rounded
         CHECK(again == p);
         CHECK(again[5] == 42);
-        dtsim::release_pages(q, bytes, &other);
-        dtsim::release_pages(z, bytes);
-        dtsim::release_pages(s, bytes + step, &mine);
-        dtsim::release_pages(again, bytes - 100, &mine);
-        dtsim::trim_pages();
+        dtsim::detail::release_pages(q, bytes, &other);
+        dtsim::detail::release_pages(z, bytes);
+        dtsim::detail::release_pages(s, bytes + step, &mine);
+        dtsim::detail::release_pages(again, bytes - 100, &mine);
+        dtsim::detail::trim_pages();
     }
 }

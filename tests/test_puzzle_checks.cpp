@@ -531,8 +531,8 @@ TEST_CASE("an arena's block, taken back by the next arena of its size, holds emp
     // 2 MiB and more of entries: released to the page cache (pages.hpp) and
     // given to the next arena of the same type and size, with the bytes of the
     // values destroyed in it still there.
-    const int ranks = static_cast<int>(dtsim::kHugePage / sizeof(StoreEntry<Activation>)) / 4 + 1;
-    dtsim::trim_pages();  // no block of that size kept from before
+    const int ranks = static_cast<int>(dtsim::detail::kHugePage / sizeof(StoreEntry<Activation>)) / 4 + 1;
+    dtsim::detail::trim_pages();  // no block of that size kept from before
     MemoryMeter meter;
     std::vector<StoreContext> ctx;
     for (int r = 0; r < ranks; ++r) ctx.push_back({&meter, &puzzle_costs(), r});
@@ -542,7 +542,7 @@ TEST_CASE("an arena's block, taken back by the next arena of its size, holds emp
         StoreArena<Activation> arena(ranks, 4);
         if (run == 0)
             first_block = &arena.entry(0, 0);
-        else if (dtsim::pages_mapped())  // (a build with AddressSanitizer keeps no block)
+        else if (dtsim::detail::pages_mapped())  // (a build with AddressSanitizer keeps no block)
             CHECK(&arena.entry(0, 0) == first_block);  // taken back, not mapped anew
         std::vector<std::unique_ptr<Store<Activation>>> stores;
         for (int r = 0; r < ranks; ++r) {
@@ -566,7 +566,7 @@ TEST_CASE("an arena's block, taken back by the next arena of its size, holds emp
         }
         stores.clear();  // the stores go first; the arena destroys their values
     }
-    dtsim::trim_pages();
+    dtsim::detail::trim_pages();
 }
 
 TEST_CASE("the stores of an arena share its size memo, so they must share a cost model") {

@@ -35,7 +35,7 @@ std::vector<std::size_t> event_counts(const std::vector<RankProgram>& programs) 
 }
 
 std::optional<nlohmann::json> golden(const std::string& puzzle) {
-    const std::filesystem::path path = std::filesystem::path(DTSIM_SHARED_DIR) / "golden" / (puzzle + ".json");
+    const std::filesystem::path path = std::filesystem::path(DTSIM_GOLDEN_DIR) / (puzzle + ".json");
     std::ifstream f(path);
     if (!f) return std::nullopt;
     return nlohmann::json::parse(f);
@@ -58,7 +58,7 @@ TEST_CASE("every puzzle's schedule at the seed's sizes logs the golden events, r
         const auto programs = build_programs(name, canonical(name));
         const auto g = golden(name);
         if (!g) {
-            MESSAGE("shared/golden/" << name << ".json not found under " << DTSIM_SHARED_DIR << "; skipping");
+            MESSAGE(name << ".json not found under " << DTSIM_GOLDEN_DIR << "; skipping");
             continue;
         }
         const auto& ranks = (*g)["events"];

@@ -1,7 +1,7 @@
-// Drawing a trace: the timeline picture (one row per GPU, every operation a box,
-// memory over time underneath) as SVG, PNG or PDF, and the Chrome / Perfetto
-// export of the same events. Reads only the trace type; this is the only part
-// of dtsim that links Cairo.
+// Pictures: the timeline of a trace (one row per GPU, every operation a box,
+// memory over time underneath) as SVG, PNG or PDF, the Chrome / Perfetto export
+// of the same events, and the chart of `dtsim compare`. Reads only the trace
+// type; this is the only part of dtsim that links Cairo (dtsim::render).
 #pragma once
 
 #include "dtsim/trace.hpp"
@@ -56,5 +56,18 @@ void write_chrome_trace_file(const Trace& trace, const std::string& path);
 // spec selects 0..nranks-1. Throws std::invalid_argument naming the bad token and
 // the valid range.
 std::vector<int> parse_rank_selection(const std::string& spec, int nranks);
+
+// The chart of `dtsim compare`: one row per run, the mean step time per GPU as
+// a bar split into compute, exposed communication and idle time, and beside it
+// the peak memory per GPU against the GPU's capacity (red past it). SVG, PNG
+// or PDF by the path's extension; deterministic output.
+struct CompareRow {
+    std::string name;
+    double compute = 0, comm = 0, idle = 0;  // seconds, mean per GPU
+    double peak_memory = 0, capacity = 0;    // bytes per GPU
+};
+
+// Throws std::invalid_argument for an unknown extension, std::runtime_error when writing fails.
+void write_compare_chart(const std::vector<CompareRow>& rows, const std::string& path, const std::string& title);
 
 }  // namespace dtsim::render

@@ -61,7 +61,7 @@ void calibrate(const CalibrateArgs& a) {
         if (fams.size() != 1)
             throw UsageError(fmt::format("the data covers GPU families {{{}}}; choose the cluster to calibrate with --base",
                                          fmt::join(fams, ", ")));
-        base = cal::shipped_cluster_for(*fams.begin());
+        base = cal::shipped_cluster_for(data_dir(), *fams.begin());
         if (base.empty()) throw UsageError(fmt::format("no shipped cluster for {}; give one with --base", *fams.begin()));
     }
     cal::CalibrateOptions o;
@@ -122,10 +122,11 @@ std::vector<std::string> missed_targets(const std::vector<cal::ValidationSet>& s
 }
 
 void validate(const ValidateArgs& a) {
-    const std::vector<std::string> files = a.data.empty() ? cal::shipped_data_files() : a.data;
+    const std::vector<std::string> files = a.data.empty() ? cal::shipped_data_files(data_dir()) : a.data;
     const cal::GroundTruth data = cal::load_ground_truth(files);
     cal::ValidateOptions o;
     o.clusters = a.clusters;
+    o.data_dir = data_dir(false);  // for data of a GPU family no --cluster covers
     o.min_bytes = a.min_bytes;
     o.holdout = a.holdout;
     const auto sets = cal::validate(data, o);

@@ -15,7 +15,6 @@
 #include "dtsim/hw/config.hpp"
 #include "dtsim/hw/run.hpp"
 #include "dtsim/render.hpp"
-#include "dtsim/render_compare.hpp"
 #include "dtsim/trace_io.hpp"
 
 #include <fmt/format.h>

@@ -5,8 +5,6 @@
 // beside the published formulas.
 #include "commands.hpp"
 
-#include "../sched/cli.hpp"
-
 #include "dtsim/sched/executor.hpp"
 #include "dtsim/sched/format.hpp"
 #include "dtsim/sched/formulas.hpp"

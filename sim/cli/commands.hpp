@@ -153,8 +153,11 @@ struct TraceOutputs {
 // "basic, grad_accum, ...": the puzzles' names, for messages.
 std::string puzzle_names();
 
+// The folder of the data dtsim ships (configs/, calibration/data/): see data_dir.cpp. Not found:
+// an error, or "" where not `required`.
+std::string data_dir(bool required = true);
+
 void register_puzzle_commands(CLI::App& app);  // `puzzle`, `puzzles`
-void register_bench_command(CLI::App& app);    // `bench`
 void register_render_command(CLI::App& app);   // `render`
 void register_schedule_command(CLI::App& app); // `schedule` (pipeline schedules as data)
 void register_run_commands(CLI::App& app);     // `run`, `compare` (the hardware world)

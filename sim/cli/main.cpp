@@ -29,14 +29,11 @@ int main(int argc, char** argv) {
     app.set_help_all_flag("--help-all", "Print help for every command");
     app.set_version_flag("--version", "dtsim " DTSIM_VERSION);
     dtsim::cli::register_puzzle_commands(app);
-    dtsim::cli::register_bench_command(app);
     dtsim::cli::register_render_command(app);
     dtsim::cli::register_schedule_command(app);
-#ifdef DTSIM_WITH_HW
     dtsim::cli::register_run_commands(app);
     dtsim::cli::register_calibrate_commands(app);
     dtsim::cli::register_failures_command(app);
-#endif
     // A usage error is one line, ending with where the usage is: the command's own --help.
     auto usage_error = [&app](const std::string& what) {
         std::string command = "dtsim";

@@ -1,6 +1,6 @@
 #include "dtsim/sched/executor.hpp"
 
-#include "dtsim/engine.hpp"
+#include "dtsim/simulation.hpp"
 
 #include <fmt/format.h>
 

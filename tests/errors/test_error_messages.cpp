@@ -3,7 +3,7 @@
 // schedule action, the JSON path of a trace field, the rank, operation and layer
 // of a failed step, the rank and action of a deadlock. One test per class; the
 // full texts are checked where they are short enough to read.
-#include "dtsim/engine.hpp"
+#include "dtsim/simulation.hpp"
 #include "dtsim/hw/config.hpp"
 #include "dtsim/puzzle/registry.hpp"
 #include "dtsim/puzzle/run.hpp"

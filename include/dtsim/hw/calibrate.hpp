@@ -95,11 +95,14 @@ struct GroundTruth {
 
 // Reads and checks the files. Throws ConfigError.
 GroundTruth load_ground_truth(const std::vector<std::string>& files);
+// The data dtsim ships lies under one folder, `data_dir`: configs/ and calibration/data/ (the
+// source tree, or share/dtsim where dtsim is installed; the command finds it, see docs/calibration.md).
 // The data files shipped in calibration/data (the default of `dtsim validate`).
-std::vector<std::string> shipped_data_files();
+std::vector<std::string> shipped_data_files(const std::string& data_dir);
 // The shipped cluster config for a GPU family and network ("H100" -> configs/clusters/dgx-h100.json,
 // "H100" over EFA -> p5-h100-efa.json), or "".
-std::string shipped_cluster_for(const std::string& family, const std::string& network = "");
+std::string shipped_cluster_for(const std::string& data_dir, const std::string& family,
+                                const std::string& network = "");
 
 // "H100" from "H100 SXM 80GB", "H100-SXM", "A100 (p4d)": the first run of
 // capital letters followed by at least two digits; "" if none.
@@ -207,6 +210,7 @@ struct ValidateOptions {
     // collectives, the first whose inter_node link name is of the data's network kind, if any),
     // else on the shipped config of its family.
     std::vector<std::string> clusters;
+    std::string data_dir;               // where the shipped cluster configs are (see shipped_cluster_for); "": none
     double min_bytes = 1024 * 1024;     // collective points below this are shown, not counted
     bool holdout = false;               // collectives: fit on the other data sets; GEMM: leave one shape out
     int max_lines = 3;

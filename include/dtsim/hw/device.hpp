@@ -14,7 +14,7 @@
 // and the rank's memory when it starts.
 #pragma once
 
-#include "dtsim/engine.hpp"
+#include "dtsim/simulation.hpp"
 #include "dtsim/hw/collective_cost.hpp"
 #include "dtsim/hw/group.hpp"
 #include "dtsim/hw/network.hpp"

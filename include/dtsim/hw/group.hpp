@@ -3,7 +3,7 @@
 // involves only its members and crosses only the levels its members span.
 #pragma once
 
-#include "dtsim/engine.hpp"
+#include "dtsim/simulation.hpp"
 #include "dtsim/hw/collective_cost.hpp"
 #include "dtsim/hw/network.hpp"
 

@@ -87,7 +87,9 @@
 
 namespace dtsim::hw {
 
+namespace detail {
 struct RecordPool;
+}
 
 // What the world knows of one transfer. Records are recycled once the
 // transfer has ended and no TransferRef holds it (the network holds one until
@@ -103,10 +105,11 @@ struct TransferRecord {
     bool ended = false;
     // Handles on it (TransferRef) and the network's slot until the end.
     std::uint32_t refs = 0;
-    bool dropped = false;  // queued for recycling (RecordPool::dropped)
-    RecordPool* pool = nullptr;
+    bool dropped = false;  // queued for recycling (detail::RecordPool::dropped)
+    detail::RecordPool* pool = nullptr;
 };
 
+namespace detail {
 // Where records live: they outlive the network while handles remain (a
 // coroutine frame destroyed after the world's network still holds one).
 struct RecordPool {
@@ -128,6 +131,8 @@ struct RecordPool {
         }
     }
 };
+
+}  // namespace detail
 
 // A counted handle on a record (null: none). Copies count; the record is not
 // reused while one exists.
@@ -294,7 +299,7 @@ private:
     void recompute();
     bool valid(const Event& e) const;
 
-    RecordPool* pool_;
+    detail::RecordPool* pool_;
     std::vector<Live> live_;
     std::vector<std::uint32_t> free_;
     std::vector<Port> ports_;

@@ -8,7 +8,7 @@
 //   Trace trace = world.take_trace();
 #pragma once
 
-#include "dtsim/engine.hpp"
+#include "dtsim/simulation.hpp"
 #include "dtsim/hw/device.hpp"
 #include "dtsim/hw/group.hpp"
 #include "dtsim/hw/network.hpp"

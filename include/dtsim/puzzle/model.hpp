@@ -3,7 +3,7 @@
 // the reference so that a port reads line for line like the seed solution.
 #pragma once
 
-#include "dtsim/engine.hpp"
+#include "dtsim/simulation.hpp"
 #include "dtsim/puzzle/cost_model.hpp"
 #include "dtsim/puzzle/memory_meter.hpp"
 #include "dtsim/puzzle/store.hpp"

@@ -7,7 +7,7 @@
 #include "dtsim/puzzle/cost_model.hpp"
 #include "dtsim/puzzle/memory_meter.hpp"
 #include "dtsim/puzzle/values.hpp"
-#include "dtsim/pages.hpp"
+#include "dtsim/detail/pages.hpp"
 
 #include <algorithm>
 #include <cstddef>
@@ -110,7 +110,7 @@ void clear_entries(E* entries, std::size_t n) {
 // Arrays of entries whose values have all been destroyed: a block of them is
 // an array of empty entries again, whatever the bytes of the values left.
 template <class V>
-inline constexpr PageKind kEmptyEntries{"empty store entries"};
+inline constexpr dtsim::detail::PageKind kEmptyEntries{"empty store entries"};
 
 // `n` empty entries (zeroed, or an array of empty entries released before: see
 // pages.hpp), released with release_entries(p, n) once every entry is empty.
@@ -119,11 +119,11 @@ StoreEntry<V>* allocate_entries(std::size_t n) {
     static_assert(std::is_trivial_v<StoreEntry<V>> && alignof(StoreEntry<V>) <= 64,
                   "zeroed pages create the entries");
     if (n > std::numeric_limits<std::size_t>::max() / sizeof(StoreEntry<V>)) throw std::bad_alloc();
-    return static_cast<StoreEntry<V>*>(allocate_pages(n * sizeof(StoreEntry<V>), &kEmptyEntries<V>));
+    return static_cast<StoreEntry<V>*>(dtsim::detail::allocate_pages(n * sizeof(StoreEntry<V>), &kEmptyEntries<V>));
 }
 template <class V>
 void release_entries(StoreEntry<V>* p, std::size_t n) noexcept {
-    release_pages(p, n * sizeof(StoreEntry<V>), &kEmptyEntries<V>);
+    dtsim::detail::release_pages(p, n * sizeof(StoreEntry<V>), &kEmptyEntries<V>);
 }
 
 // The entries for the plain keys 0..keys-1 of one value type's store on every
@@ -177,7 +177,7 @@ private:
           keys_(keys),
           pair_keys_(pair_keys),
           data_(allocate_entries<V>(entries(keys_))),
-          counts_(static_cast<std::uint32_t*>(allocate_zeroed(ranks_, sizeof(std::uint32_t)))) {
+          counts_(static_cast<std::uint32_t*>(dtsim::detail::allocate_zeroed(ranks_, sizeof(std::uint32_t)))) {
         if (!counts_) {
             release_entries(data_, entries(keys_));
             throw std::bad_alloc();
@@ -409,7 +409,7 @@ private:
         const Entry* slots() const { return reinterpret_cast<const Entry*>(reinterpret_cast<const char*>(this) + kHeader); }
         static Hashed* make(std::uint32_t capacity) {
             // Zeroed: every slot empty (the header and the slots are trivial types).
-            void* raw = allocate_zeroed(1, kHeader + std::size_t{capacity} * sizeof(Entry));
+            void* raw = dtsim::detail::allocate_zeroed(1, kHeader + std::size_t{capacity} * sizeof(Entry));
             if (!raw) throw std::bad_alloc();
             auto* h = static_cast<Hashed*>(raw);
             h->capacity = capacity;

@@ -1,10 +1,10 @@
-// `dtsim bench`: how fast the engine simulates, printed as figures (never a
-// timed test). Each configuration runs in a child process so that its peak RSS
+// dtsim-bench: how fast the engine simulates the puzzle strategies at scale,
+// printed as figures (never a timed test). Each configuration runs in a child process so that its peak RSS
 // is its own; a baseline in the same run (appending the same events to plain
 // vectors, no coroutines) turns machine noise into a ratio.
-#include "commands.hpp"
-
 #include "dtsim/puzzle/registry.hpp"
+
+#include <CLI/CLI.hpp>
 
 #include <fmt/format.h>
 #include <sys/resource.h>
@@ -19,8 +19,20 @@
 #include <string>
 #include <vector>
 
-namespace dtsim::cli {
+namespace dtsim::bench {
 namespace {
+
+// Bad arguments (exit status 2).
+class UsageError : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+std::string puzzle_names() {
+    std::string names;
+    for (const auto& p : puzzle::puzzles()) names += (names.empty() ? "" : ", ") + p.name;
+    return names;
+}
 
 struct BenchOptions {
     std::vector<int> ranks{1024, 4096, 16384};
@@ -165,7 +177,7 @@ constexpr int kRunsPerChild = 3;
 void run_bench(const BenchOptions& o) {
     for (const auto& name : o.strategies)  // before anything is printed
         if (!puzzle::find_puzzle(name))
-            throw UsageError(fmt::format("bench: unknown strategy '{}'; the puzzles are: {}", name, puzzle_names()));
+            throw UsageError(fmt::format("unknown strategy '{}'; the puzzles are: {}", name, puzzle_names()));
     fmt::print("dtsim bench: strategies at {} layers, batches = ranks (one batch per rank); best of {} round(s), each\n"
                "running every rank count once, in turn\n",
                o.layers, o.repeat);
@@ -178,7 +190,7 @@ void run_bench(const BenchOptions& o) {
                "ranks", "ops", "wall s", "cpu s", "ops/s", "ns/op", "cpu ns/op", "x baseline", "peak RSS", "correct");
     for (const auto& name : o.strategies) {
         const auto* p = puzzle::find_puzzle(name);
-        if (!p) throw UsageError(fmt::format("bench: unknown strategy '{}'", name));
+        if (!p) throw UsageError(fmt::format("unknown strategy '{}'", name));
         for (const auto keep : {puzzle::Keep::events, puzzle::Keep::summary}) {
             const char* keeps = keep == puzzle::Keep::events ? "events" : "summary";
             // Round by round, every rank count once per round (a child process each): a burst of
@@ -245,19 +257,35 @@ void run_bench(const BenchOptions& o) {
 }
 
 }  // namespace
+}  // namespace dtsim::bench
 
-void register_bench_command(CLI::App& app) {
-    auto o = std::make_shared<BenchOptions>();
-    auto* cmd = app.add_subcommand("bench", "Measure simulation speed and memory at scale (prints figures)");
-    cmd->add_option("--ranks", o->ranks, "Rank counts to simulate")->delimiter(',')->transform(whole_number(1, 1 << 20))
+int main(int argc, char** argv) {
+    using namespace dtsim::bench;
+    BenchOptions o;
+    CLI::App app{"dtsim-bench: how fast the engine simulates the puzzle strategies at scale (prints figures)",
+                 "dtsim-bench"};
+    app.add_option("--ranks", o.ranks, "Rank counts to simulate")
+        ->delimiter(',')
+        ->check(CLI::Range(1, 1 << 20))
         ->capture_default_str();
-    cmd->add_option("--layers", o->layers, "Layers")->transform(whole_number(1, 4096))->capture_default_str();
-    cmd->add_option("--strategies", o->strategies, "Puzzle strategies to run")->delimiter(',')->capture_default_str();
-    cmd->add_option("--repeat", o->repeat,
-                    "Rounds; each runs every rank count once, in turn, and the best round per rank count is reported")
-        ->transform(whole_number(1, 100))
+    app.add_option("--layers", o.layers, "Layers")->check(CLI::Range(1, 4096))->capture_default_str();
+    app.add_option("--strategies", o.strategies, "Puzzle strategies to run")->delimiter(',')->capture_default_str();
+    app.add_option("--repeat", o.repeat,
+                   "Rounds; each runs every rank count once, in turn, and the best round per rank count is reported")
+        ->check(CLI::Range(1, 100))
         ->capture_default_str();
-    cmd->callback([o] { run_bench(*o); });
+    try {
+        app.parse(argc, argv);
+        run_bench(o);
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e);
+    } catch (const UsageError& e) {
+        fmt::print(stderr, "dtsim-bench: error: {}\n", e.what());
+        return 2;
+    } catch (const std::exception& e) {
+        std::fflush(stdout);
+        fmt::print(stderr, "dtsim-bench: error: {}\n", e.what());
+        return 1;
+    }
+    return 0;
 }
-
-}  // namespace dtsim::cli

@@ -17,12 +17,6 @@
 #include <sstream>
 #include <stdexcept>
 
-#ifndef DTSIM_CALIBRATION_DATA
-#define DTSIM_CALIBRATION_DATA "calibration/data"
-#endif
-#ifndef DTSIM_CONFIGS_DIR
-#define DTSIM_CONFIGS_DIR "configs"
-#endif
 
 namespace dtsim::hw::calib {
 
@@ -316,9 +310,9 @@ GroundTruth load_ground_truth(const std::vector<std::string>& files) {
     return out;
 }
 
-std::vector<std::string> shipped_data_files() {
+std::vector<std::string> shipped_data_files(const std::string& data_dir) {
     std::vector<std::string> files;
-    const fs::path dir = DTSIM_CALIBRATION_DATA;
+    const fs::path dir = fs::path(data_dir) / "calibration" / "data";
     if (!fs::is_directory(dir)) throw ConfigError(dir.string(), "$", "the shipped data directory is missing");
     for (const auto& e : fs::directory_iterator(dir))
         if (e.path().extension() == ".json") files.push_back(e.path().string());
@@ -326,8 +320,9 @@ std::vector<std::string> shipped_data_files() {
     return files;
 }
 
-std::string shipped_cluster_for(const std::string& family, const std::string& network) {
-    const fs::path dir = fs::path(DTSIM_CONFIGS_DIR) / "clusters";
+std::string shipped_cluster_for(const std::string& data_dir, const std::string& family, const std::string& network) {
+    if (data_dir.empty()) return "";
+    const fs::path dir = fs::path(data_dir) / "configs" / "clusters";
     if (family == "H100" && network_kind(network) == "EFA") return (dir / "p5-h100-efa.json").string();
     if (family == "H100") return (dir / "dgx-h100.json").string();
     if (family == "A100") return (dir / "selene-a100.json").string();

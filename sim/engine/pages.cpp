@@ -1,4 +1,4 @@
-#include "dtsim/pages.hpp"
+#include "dtsim/detail/pages.hpp"
 
 #include <cstdint>
 #include <cstdlib>
@@ -18,7 +18,7 @@
 #include <sys/mman.h>
 #endif
 
-namespace dtsim {
+namespace dtsim::detail {
 
 namespace {
 std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
@@ -105,7 +105,7 @@ bool pages_mapped() {
 }
 
 void* allocate_pages(std::size_t bytes, const PageKind* kind) {
-    if (detail::allocation_fails()) throw std::bad_alloc();
+    if (allocation_fails()) throw std::bad_alloc();
 #ifdef DTSIM_PAGES_MAPPED
     if (bytes >= kMappedFrom) {
         const bool huge = bytes >= kHugePage;
@@ -158,7 +158,6 @@ void release_pages(void* p, std::size_t bytes, const PageKind* kind) noexcept {
     std::free(p);
 }
 
-namespace detail {
 namespace {
 thread_local long allocations_before_failure = -1;
 }
@@ -167,10 +166,9 @@ bool allocation_fails() noexcept {
     if (allocations_before_failure < 0) return false;
     return allocations_before_failure-- == 0;
 }
-}  // namespace detail
 
 void* allocate_zeroed(std::size_t count, std::size_t size) noexcept {
-    if (detail::allocation_fails()) return nullptr;
+    if (allocation_fails()) return nullptr;
     return std::calloc(count, size);
 }
 
@@ -180,4 +178,4 @@ void trim_pages() noexcept {
 #endif
 }
 
-}  // namespace dtsim
+}  // namespace dtsim::detail

@@ -1,5 +1,6 @@
-#include "dtsim/engine.hpp"
-#include "dtsim/pages.hpp"
+#include "dtsim/simulation.hpp"
+#include "dtsim/detail/frame_pool.hpp"
+#include "dtsim/detail/pages.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -42,17 +43,7 @@ void Gpu::set_keep_events(bool on) {
     keep_events_ = on;
 }
 
-#if BOOST_VERSION == 107400
-bool Gpu::parked() const { return !parked_.empty(); }
-Gpu::Handler Gpu::unpark() { return parked_.take(sim_->ctx_.get_executor()); }
-#else
-bool Gpu::parked() const { return parked_.has_value(); }
-Gpu::Handler Gpu::unpark() {
-    Handler h = std::move(*parked_);
-    parked_.reset();
-    return h;
-}
-#endif
+detail::ParkedHandler Gpu::unpark() { return detail::unpark(parked_, sim_->ctx_.get_executor()); }
 
 void Gpu::grow_events() {
     // Each rank appends to its own vector: no merge pass at the end, and the
@@ -185,100 +176,9 @@ detail::Park Simulation::park(Gpu& gpu, const Wait& wait) {
 #else
 Task<> Simulation::park(Gpu& gpu, const Wait& wait) {
     gpu.wait_ = wait;
-    DTSIM_PARK(gpu);
+    co_await detail::park_in(gpu.parked_);
 }
 #endif
-
-// ------------------------------------------------------------- frame pool
-
-namespace detail {
-namespace {
-constexpr std::size_t kFrameStep = 64;
-constexpr std::size_t kFrameClasses = 64;  // frames up to 4 KiB are pooled
-struct FreeFrame {
-    FreeFrame* next;
-};
-// New frames are carved from chunks in allocation order, 64-byte aligned and
-// without a malloc header between them: the frames of ranks spawned one after
-// another lie side by side, and a sweep over the ranks reads them as a stream.
-// A freed frame is reused by the next frame of its size (last freed, first
-// reused). When no frame is left the pool starts over, carving from its first
-// chunk again: the next run's frames then lie in rank order as the first run's
-// did, not in the order the last run's ranks finished (ddp at 16,384 ranks,
-// six runs in one process: 64 to 146 ns per operation from run to run with
-// the frames reused in that order, 54 to 57 with the pool started over).
-constexpr std::size_t kFrameChunk = kHugePage;  // on a huge page of its own (pages.hpp)
-struct FramePool {
-    FreeFrame* free[kFrameClasses] = {};
-    char* next = nullptr;  // the unused rest of the chunk in use
-    std::size_t left = 0;
-    std::size_t live = 0;         // frames handed out and not given back
-    std::vector<void*> chunks;    // all chunks, in the order they are carved
-    std::size_t used_chunks = 0;  // chunks[0..used_chunks-1] have been carved from since the last start over
-    void* carve(std::size_t bytes) {
-        if (bytes > left) {
-            if (used_chunks == chunks.size()) {
-                // Room first, so that push_back cannot throw and leak the chunk.
-                if (chunks.size() == chunks.capacity()) chunks.reserve(2 * chunks.size() + 1);
-                chunks.push_back(allocate_pages(kFrameChunk));
-            }
-            next = static_cast<char*>(chunks[used_chunks++]);
-            left = kFrameChunk;
-        }
-        void* p = next;
-        next += bytes;
-        left -= bytes;
-        return p;
-    }
-    void start_over() {
-        std::fill(std::begin(free), std::end(free), nullptr);
-        next = nullptr;
-        left = 0;
-        used_chunks = 0;
-    }
-    FramePool() = default;
-    FramePool(const FramePool&) = delete;
-    FramePool& operator=(const FramePool&) = delete;
-    ~FramePool() {
-        for (void* c : chunks) release_pages(c, kFrameChunk);
-    }
-};
-thread_local FramePool frame_pool;
-}  // namespace
-
-void* frame_allocate(std::size_t bytes) {
-    const std::size_t c = (bytes + kFrameStep - 1) / kFrameStep;
-    if (c >= kFrameClasses) return ::operator new(bytes);
-    FramePool& pool = frame_pool;
-    void* p;
-    if (FreeFrame* f = pool.free[c]) {
-        pool.free[c] = f->next;
-        p = f;
-    } else {
-        p = pool.carve(c * kFrameStep);
-    }
-    ++pool.live;
-    return p;
-}
-
-std::size_t frames_live() { return frame_pool.live; }
-
-void frame_deallocate(void* p, std::size_t bytes) noexcept {
-    const std::size_t c = (bytes + kFrameStep - 1) / kFrameStep;
-    if (c >= kFrameClasses) {
-        ::operator delete(p);
-        return;
-    }
-    FramePool& pool = frame_pool;
-    if (--pool.live == 0) {
-        pool.start_over();
-        return;
-    }
-    auto* f = static_cast<FreeFrame*>(p);
-    f->next = pool.free[c];
-    pool.free[c] = f;
-}
-}  // namespace detail
 
 void Simulation::resume_ready() {
     // Runs inside io_context::poll(), so that Asio's own allocations (handlers, the frames of its
@@ -305,9 +205,9 @@ void Simulation::resume_ready() {
         }
         Gpu* g = ready_.front();
         ready_.pop_front();
-        Gpu::Handler h = g->unpark();
+        detail::ParkedHandler h = g->unpark();
         g->wait_ = Wait{};
-        Gpu::resume(h);  // runs the rank until it suspends again or finishes
+        detail::resume_parked(h);  // runs the rank until it suspends again or finishes
     }
 }
 
@@ -411,107 +311,6 @@ void Simulation::drain_parked() {
         if (g.parked()) g.unpark();
     while (ctx_.poll() > 0) {
     }
-}
-
-namespace {
-
-std::string describe_event(const std::optional<LastEvent>& last) {
-    if (!last) return "no event yet";
-    const auto& e = *last;
-    std::string s = fmt::format("last event {}", e.op.name());
-    if (e.layer != kNoLayer) s += fmt::format(" layer {}", e.layer);
-    if (!e.batches.empty()) s += fmt::format(" batches {}", e.batches.str());
-    s += fmt::format(" at {}", e.start);
-    return s;
-}
-
-}  // namespace
-
-void Simulation::diagnose_deadlock() const {
-    // Group blocked ranks by what they wait for and the operation and layer of their last events,
-    // so that a 16,384-rank deadlock stays readable and still tells every rank's last event (its
-    // batches and start are summed up over the group).
-    struct Group {
-        IdSet ranks, batches;
-        double first = std::numeric_limits<double>::infinity(), latest = -first;
-    };
-    // By (what they wait for, their last events' operation and layer, "" for none yet).
-    std::map<std::pair<std::string, std::string>, Group> groups;
-    std::vector<std::string> per_rank;
-    int blocked = 0;
-    for (const auto& g : gpus_) {
-        if (g.finished_) continue;
-        ++blocked;
-        const Wait& w = g.wait_;
-        std::string what;
-        switch (w.kind) {
-            case Wait::Kind::collective: {
-                // Which members have not arrived at this round?
-                IdSet missing;
-                const Communicator& c = *w.comm;
-                for (std::size_t p = 0; p < c.members_.size(); ++p)
-                    if (c.calls_[p] <= w.call) missing.insert(c.members_[p]);
-                what = fmt::format("{}", w.op.name());
-                if (w.layer != kNoLayer) what += fmt::format(" layer {}", w.layer);
-                what += fmt::format(" (collective #{} on {}), waiting for rank(s) {} that never called it",
-                                    w.call, c.name(), missing.str());
-                break;
-            }
-            case Wait::Kind::send:
-                what = fmt::format("pass to rank {}, whose mailbox stays full (rank {} never receives)",
-                                   w.peer, w.peer);
-                break;
-            case Wait::Kind::receive:
-                what = "receive, but no rank passes to it";
-                break;
-            case Wait::Kind::other:
-                what = w.what ? w.what : "an event of its world";
-                if (w.layer != kNoLayer) what += fmt::format(" (layer {})", w.layer);
-                break;
-            case Wait::Kind::none:
-                what = "nothing (suspended outside the engine)";
-                break;
-        }
-        const auto& last = g.last_event();
-        std::string last_op;
-        if (last) {
-            last_op = std::string(last->op.name());
-            if (last->layer != kNoLayer) last_op += fmt::format(" layer {}", last->layer);
-        }
-        Group& group = groups[{what, last_op}];
-        group.ranks.insert(g.rank());
-        if (last) {
-            group.batches |= last->batches;
-            group.first = std::min(group.first, last->start);
-            group.latest = std::max(group.latest, last->start);
-        }
-        if (per_rank.size() < 64)
-            per_rank.push_back(fmt::format("  rank {} waits in {}; {}", g.rank(), what, describe_event(g.last_event())));
-    }
-    std::string msg = fmt::format("deadlock: {} of {} ranks are blocked and none can proceed\n", blocked,
-                                  ranks());
-    if (blocked <= 64) {
-        for (const auto& l : per_rank) msg += l + "\n";
-    } else {
-        for (const auto& [key, gr] : groups) {
-            const auto& [what, last_op] = key;
-            msg += fmt::format("  ranks {} wait in {}; ", gr.ranks.str(), what);
-            if (last_op.empty()) {
-                msg += "no event yet\n";
-                continue;
-            }
-            msg += fmt::format("last events {}", last_op);
-            if (!gr.batches.empty()) msg += fmt::format(" batches {} in all", gr.batches.str());
-            msg += gr.first == gr.latest ? fmt::format(" at {}\n", gr.first)
-                                         : fmt::format(" at {} to {}\n", gr.first, gr.latest);
-        }
-        msg += "  first blocked ranks in detail:\n";
-        for (std::size_t i = 0; i < 8 && i < per_rank.size(); ++i) msg += "  " + per_rank[i] + "\n";
-    }
-    int finished = ranks() - blocked;
-    if (finished > 0) msg += fmt::format("  ({} rank(s) finished)\n", finished);
-    msg.pop_back();
-    throw DeadlockError(msg);
 }
 
 }  // namespace dtsim

@@ -6,16 +6,7 @@
 #include <algorithm>
 #include <stdexcept>
 
-namespace dtsim {
-
-PuzzleError::PuzzleError(int rank_, std::string op_, int layer_, const std::string& what)
-    : ScheduleError(layer_ == kNoLayer ? fmt::format("rank {}: {}: {}", rank_, op_, what)
-                                       : fmt::format("rank {}: {} (layer {}): {}", rank_, op_, layer_, what)),
-      rank(rank_),
-      op(std::move(op_)),
-      layer(layer_) {}
-
-namespace puzzle {
+namespace dtsim::puzzle {
 
 // ------------------------------------------------------------------- values
 
@@ -350,5 +341,4 @@ void Model::set_final_weight(int layer, const Weight& weight) {
     final_weights_[static_cast<std::size_t>(layer)] = weight;
 }
 
-}  // namespace puzzle
-}  // namespace dtsim
+}  // namespace dtsim::puzzle

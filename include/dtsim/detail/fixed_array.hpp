@@ -5,14 +5,14 @@
 // thousands of ranks, on huge pages: see pages.hpp).
 #pragma once
 
-#include "dtsim/pages.hpp"
+#include "dtsim/detail/pages.hpp"
 
 #include <cstddef>
 #include <new>
 #include <stdexcept>
 #include <utility>
 
-namespace dtsim {
+namespace dtsim::detail {
 
 template <class T>
 class FixedArray {
@@ -60,4 +60,4 @@ private:
     std::size_t capacity_ = 0;
 };
 
-}  // namespace dtsim
+}  // namespace dtsim::detail

@@ -62,7 +62,7 @@ RunResult run_strategy(Strategy strategy, int layers, int batches, int ranks, co
     Simulation sim(ranks);
     sim.keep_events(keep == Keep::events);
     const StoreArenas arenas(ranks, layers);                     // outlives the models
-    FixedArray<Model> models(static_cast<std::size_t>(ranks));  // side by side, in rank order
+    dtsim::detail::FixedArray<Model> models(static_cast<std::size_t>(ranks));  // side by side, in rank order
     for (int r = 0; r < ranks; ++r) models.emplace_back(sim.gpu(r), layers, batches, costs, &arenas);
     // The trace of what ran, all of it or up to a failure; returns its number of events.
     auto assemble = [&](Trace& t) {

@@ -126,7 +126,7 @@ std::string size_label(double bytes) {
 
 class Clusters {
 public:
-    explicit Clusters(const std::vector<std::string>& files) {
+    Clusters(const std::vector<std::string>& files, std::string data_dir) : data_dir_(std::move(data_dir)) {
         for (const auto& f : files) {
             ClusterDoc d{read_cluster_file(f), f};
             const std::string fam = gpu_family(make_cluster(d.doc, f).gpu.name);
@@ -145,7 +145,7 @@ public:
             for (const auto& d : given_)
                 if (d.family == family && network_kind(d.network) == network_kind(network)) return &d.doc;
         if (auto it = by_family_.find(family); it != by_family_.end()) return &it->second;
-        const std::string f = shipped_cluster_for(family, network);
+        const std::string f = shipped_cluster_for(data_dir_, family, network);
         if (f.empty()) return nullptr;
         if (!shipped_.count(f)) shipped_[f] = ClusterDoc{read_cluster_file(f), f};
         return &shipped_[f];
@@ -159,6 +159,7 @@ private:
     std::vector<Given> given_;
     std::map<std::string, ClusterDoc> by_family_;  // given with --cluster
     std::map<std::string, ClusterDoc> shipped_;    // configs/clusters, by file
+    std::string data_dir_;
 };
 
 std::string join(const std::vector<std::string>& v) {
@@ -369,7 +370,7 @@ ValidationSet megatron_set(const MegatronSet& s, Clusters& clusters) {
 }  // namespace
 
 std::vector<ValidationSet> validate(const GroundTruth& data, const ValidateOptions& o) {
-    Clusters clusters(o.clusters);
+    Clusters clusters(o.clusters, o.data_dir);
     std::vector<ValidationSet> out;
     for (const auto& s : data.collectives) out.push_back(collective_set(s, data, clusters, o));
     for (const auto& s : data.gemms) out.push_back(gemm_set(s, clusters, o));

@@ -12,7 +12,7 @@
 
 #include <cstddef>
 
-namespace dtsim {
+namespace dtsim::detail {
 
 // A kind of block whose owner leaves it in a state its next owner can start
 // from (a store arena whose entries are all empty again, an array that its
@@ -44,7 +44,6 @@ void trim_pages() noexcept;
 // block comes from the heap so that the sanitizer sees each use after release.
 bool pages_mapped();
 
-namespace detail {
 // Fault injection, for tests of what a failed allocation leaves behind: on the
 // calling thread, the allocation n allocations from now (0: the next one) of
 // allocate_pages and of allocate_zeroed fails (std::bad_alloc, nullptr),
@@ -52,9 +51,8 @@ namespace detail {
 void fail_allocation(long n) noexcept;
 // Counts one allocation of those; true for the one that is to fail.
 bool allocation_fails() noexcept;
-}  // namespace detail
 
 inline constexpr std::size_t kMappedFrom = std::size_t{128} << 10;
 inline constexpr std::size_t kHugePage = std::size_t{2} << 20;
 
-}  // namespace dtsim
+}  // namespace dtsim::detail
