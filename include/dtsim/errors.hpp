@@ -1,5 +1,6 @@
 // The errors a simulated run can end with. Every message names the rank, the
-// operation and the layer involved and says what was expected.
+// operation and the layer involved and says what was expected. And the mark of
+// errors in what a user gave (InputError).
 #pragma once
 
 #include <memory>
@@ -9,6 +10,18 @@
 namespace dtsim {
 
 struct Trace;
+
+// Marks an error in what a user gave, found before anything ran: a malformed or
+// invalid config, schedule, trace or ground-truth file (the message names the
+// file, the JSON path or line, and what was expected against what was found).
+// The command line exits with status 2 for these, as for bad arguments.
+class InputError {
+public:
+    InputError() = default;
+    InputError(const InputError&) = default;
+    InputError& operator=(const InputError&) = default;
+    virtual ~InputError() = default;
+};
 
 // A schedule did something the world does not allow, deadlocked, or threw.
 class ScheduleError : public std::runtime_error {

@@ -1,6 +1,7 @@
 // Reading and writing the trace JSON (shared/spec/trace-format.md).
 #pragma once
 
+#include "dtsim/errors.hpp"
 #include "dtsim/trace.hpp"
 
 #include <iosfwd>
@@ -10,7 +11,7 @@
 namespace dtsim {
 
 // A malformed trace: what() names the source, the JSON path and what was expected.
-class TraceFormatError : public std::runtime_error {
+class TraceFormatError : public std::runtime_error, public InputError {
 public:
     using std::runtime_error::runtime_error;
 };

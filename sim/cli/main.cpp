@@ -1,5 +1,17 @@
 // dtsim: simulate distributed training schedules.
+//
+// Exit status, the same for every command (docs/command-line.md):
+//   0  the command did what was asked, and its run finished and is correct
+//   1  a run or a check failed: a schedule broke a rule or deadlocked, final weights are
+//      wrong, a target was missed under --strict, validate --check missed a target, a
+//      file could not be written, the simulator ran out of memory
+//   2  bad arguments, or bad input found before anything ran: a malformed or invalid
+//      config, schedule, trace or ground-truth file (InputError)
+//   3  the run finished but does not fit in the GPUs' memory (run; a sweep or compare:
+//      some run does not fit and none failed)
 #include "commands.hpp"
+
+#include "dtsim/errors.hpp"
 
 #include <fmt/format.h>
 
@@ -83,7 +95,7 @@ int main(int argc, char** argv) {
     } catch (const std::exception& e) {
         std::fflush(stdout);
         fmt::print(stderr, "dtsim: error: {}\n", e.what());
-        return 1;
+        return dynamic_cast<const dtsim::InputError*>(&e) ? 2 : 1;
     }
     return dtsim::cli::exit_status();
 }

@@ -9,6 +9,7 @@
 // against what was found; unknown keys are rejected with a did-you-mean.
 #pragma once
 
+#include "dtsim/errors.hpp"
 #include "dtsim/hw/collective_cost.hpp"
 #include "dtsim/hw/stragglers.hpp"
 #include "dtsim/hw/topology.hpp"
@@ -26,7 +27,7 @@
 namespace dtsim::hw {
 
 // A bad config: "FILE: $.json.path: what is wrong".
-class ConfigError : public std::runtime_error {
+class ConfigError : public std::runtime_error, public InputError {
 public:
     ConfigError(std::string file, std::string path, const std::string& message);
     std::string file;  // the file (or "--set a.b=v") the bad value came from

@@ -34,7 +34,7 @@ namespace dtsim::sched {
 
 // A file that cannot be read as a schedule. what() is
 // "SOURCE:LINE:COLUMN: ..." (text) or "SOURCE:LINE: cell C (rank R): ..." (CSV).
-class ScheduleFormatError : public std::runtime_error {
+class ScheduleFormatError : public std::runtime_error, public InputError {
 public:
     using std::runtime_error::runtime_error;
 };

@@ -55,7 +55,7 @@ std::vector<int> stage_owners(const Schedule& schedule);
 
 // A schedule that breaks a static rule. what() starts with the schedule's
 // source (or name) and lists every problem found, one per line.
-class InvalidScheduleError : public ScheduleError {
+class InvalidScheduleError : public ScheduleError, public InputError {
 public:
     InvalidScheduleError(const std::string& what, std::vector<std::string> found)
         : ScheduleError(what), problems(std::move(found)) {}
