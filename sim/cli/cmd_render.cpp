@@ -1,5 +1,6 @@
-// `dtsim render TRACE.json -o OUT.svg|png|pdf [--ranks SEL] [--width PX] [--title T]
-//  [--max-rows N] [--chrome-trace OUT.json]`: draws a trace and/or exports it for Perfetto.
+// `dtsim render TRACE.json [--svg F.svg] [--png F.png] [--pdf F.pdf] [--chrome-trace F.json]
+//  [--show-ranks SEL] [--width PX] [--title T] [--max-rows N]`: draws a saved trace and/or
+// exports it for Perfetto, with the output options every command shares.
 #include "commands.hpp"
 
 #include "dtsim/render.hpp"
@@ -16,23 +17,21 @@ namespace {
 
 struct RenderArgs {
     std::string trace;
-    std::string output;
-    std::string chrome_trace;
-    render::Options options;
+    TraceOutputs out;
 };
 
 void run_render(const RenderArgs& args) {
-    if (args.output.empty() && args.chrome_trace.empty())
-        throw UsageError("render: nothing to write: give -o OUT.svg|png|pdf and/or --chrome-trace OUT.json");
+    if (!args.out.any())
+        throw UsageError("render: nothing to write: give --svg, --png, --pdf and/or --chrome-trace");
+    if (!args.out.picture.ranks.empty() && !args.out.pictures())
+        throw UsageError("--show-ranks selects the ranks of a picture: give --svg, --png or --pdf with it");
     const Trace trace = read_trace_file(args.trace);
-    if (!args.output.empty()) {
-        try {
-            render::write_image(trace, args.output, args.options);
-        } catch (const std::invalid_argument& e) {  // the rank selection, the width
-            throw UsageError(fmt::format("render: {}", e.what()));
-        }
+    try {
+        args.out.check_ranks(static_cast<int>(trace.ranks.size()));
+        args.out.write(trace);
+    } catch (const std::invalid_argument& e) {  // the rank selection against the trace's ranks
+        throw UsageError(fmt::format("render: {}", e.what()));
     }
-    if (!args.chrome_trace.empty()) render::write_chrome_trace_file(trace, args.chrome_trace);
 }
 
 }  // namespace
@@ -41,26 +40,11 @@ void register_render_command(CLI::App& app) {
     auto args = std::make_shared<RenderArgs>();
     auto* cmd = app.add_subcommand(
         "render",
-        "Draw a trace as a timeline picture (one row per GPU, memory underneath) and/or export it as a "
+        "Draw a saved trace as a timeline picture (one row per GPU, memory underneath) and/or export it as a "
         "Chrome / Perfetto trace");
-    cmd->add_option("trace", args->trace, "trace JSON written by --trace")->required();
-    cmd->add_option("-o,--output", args->output,
-                    "picture to write; the extension picks the format: .svg, .png, .pdf")
-        ->check(image_file());
-    cmd->add_option("--ranks", args->options.ranks,
-                    "ranks to draw, e.g. \"0-7,1023\" (default: all; more than --max-rows are grouped)");
-    cmd->add_option("--width", args->options.width,
-                    "picture width in pixels (default: from the number of events)")
-        ->transform(whole_number(0, std::numeric_limits<int>::max()));
-    cmd->add_option("--title", args->options.title,
-                    "title line (default: from the trace's puzzle or config name)");
-    cmd->add_option("--max-rows", args->options.max_rows,
-                    "with more selected ranks than this, draw an overview with ranks grouped into rows")
-        ->transform(whole_number(1, std::numeric_limits<int>::max()))
-        ->capture_default_str();
-    cmd->add_option("--chrome-trace", args->chrome_trace,
-                    "also write the trace in Chrome Trace Event Format (open in ui.perfetto.dev)")
-        ->check(output_file());
+    cmd->add_option("trace", args->trace, "Trace JSON written by --trace")->required();
+    args->out.add_options(cmd, /*with_trace=*/false);
+    args->out.add_picture_options(cmd);
     cmd->callback([args] { run_render(*args); });
 }
 

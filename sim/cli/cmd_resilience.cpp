@@ -10,7 +10,7 @@
 // and Daly (2006) optima; --trace/--svg write the timeline of one run at
 // --checkpoint-every (seed --seed).
 //
-// Exit status: 0; 1 for a failed run or a bad config; 2 for bad arguments.
+// Exit status (main.cpp): 0; 1 for a failed run; 2 for bad arguments or a bad config.
 #include "commands.hpp"
 
 #include "dtsim/hw/config.hpp"
@@ -40,7 +40,7 @@ struct FailuresArgs {
     double restart_minutes = 10;
     std::uint64_t seed = 1;
     int trials = 100;
-    std::string trace, svg;
+    TraceOutputs out;
 };
 
 std::string duration(double s) {
@@ -79,6 +79,7 @@ void failures(const FailuresArgs& a) {
     for (const auto& s : a.sets) overrides.push_back(hw::parse_override(s));
     const hw::Config c = hw::load_config(a.config, overrides);
     const hw::CheckpointPlan plan = hw::plan_checkpoint(c);
+    a.out.check_ranks(static_cast<int>(plan.write_bytes.size()));  // the timeline has a row per rank that saves
     const hw::RunReport r = hw::simulate(c, {.keep_trace = false}).report;
     const double step = r.step_time;
     const int nodes = c.cluster.nodes;
@@ -151,7 +152,7 @@ void failures(const FailuresArgs& a) {
         fmt::print("simulated best / Young: {:.2f}\n", best.checkpoint_every * step / young);
     }
 
-    if (!a.trace.empty() || !a.svg.empty()) {
+    if (a.out.any()) {
         o.checkpoint_every = a.checkpoint_every > 0 ? a.checkpoint_every : best.checkpoint_every;
         o.seed = a.seed;
         Trace t;
@@ -162,8 +163,7 @@ void failures(const FailuresArgs& a) {
                                 {"goodput", one.goodput()}}}};
         fmt::print("timeline: checkpoint every {} steps, seed {}: {} failures, {} checkpoints, goodput {:.2f}%\n",
                    o.checkpoint_every, o.seed, one.failures, one.checkpoints, 100 * one.goodput());
-        if (!a.trace.empty()) write_trace_file(t, a.trace);
-        if (!a.svg.empty()) render::write_image(t, a.svg, {});
+        a.out.write(t);
     }
 }
 
@@ -191,8 +191,7 @@ void register_failures_command(CLI::App& app) {
     cmd->add_option("--trials", fa->trials, "Runs (seeds) averaged per interval")
         ->transform(whole_number(1, std::numeric_limits<int>::max()))
         ->capture_default_str();
-    cmd->add_option("--trace", fa->trace, "Write the timeline of one run as a trace JSON")->check(output_file());
-    cmd->add_option("--svg", fa->svg, "Draw the timeline of one run (.svg, .png or .pdf)")->check(image_file());
+    fa->out.add_options(cmd);  // the timeline of one run
     cmd->callback([fa] { failures(*fa); });
 }
 

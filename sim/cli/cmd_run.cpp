@@ -7,9 +7,10 @@
 // same run without them (simulated too). `--set path=value`
 // overrides any field; `--set path=v1,v2,v3` sweeps it and prints a row per value.
 //
-// Exit status: 0 when every run fits in memory (and puzzle runs are correct),
-// 3 when a run of `dtsim run` is out of memory, 1 for a failed run, a bad config
-// or an incorrect puzzle schedule, 2 for bad arguments.
+// Exit status (main.cpp): 0 when every run fits in memory (and puzzle runs are
+// correct); 1 for a failed or incorrect run, or a sweep's combination that cannot
+// run; 2 for bad arguments or a bad config (nothing ran); 3 when a run finished
+// but does not fit in memory (a sweep or compare: some run, and none failed).
 #include "commands.hpp"
 
 #include "dtsim/hw/config.hpp"
@@ -31,21 +32,17 @@ namespace {
 using hw::Bytes;
 using hw::Seconds;
 
-struct Outputs {
-    std::string trace, svg, chrome, ranks;
-    bool json = false;
-};
-
 struct RunArgs {
     std::string config;
     std::vector<std::string> sets;
-    Outputs out;
+    TraceOutputs out;
+    bool json = false;
 };
 
 struct CompareArgs {
     std::vector<std::string> configs;
     std::vector<std::string> sets;
-    std::string svg;
+    ChartOutputs chart;
     bool json = false;
 };
 
@@ -171,36 +168,27 @@ void table_row(const std::vector<std::string>& cells, const hw::RunReport& r, st
                r.correct && !*r.correct ? "  INCORRECT" : "");
 }
 
-void write_outputs(const Trace& t, const Outputs& o) {
-    if (!o.trace.empty()) write_trace_file(t, o.trace);
-    if (!o.svg.empty()) {
-        render::Options opts;
-        opts.ranks = o.ranks;
-        render::write_image(t, o.svg, opts);
-    }
-    if (!o.chrome.empty()) render::write_chrome_trace_file(t, o.chrome);
-}
-
 bool failed(const hw::RunReport& r) { return r.correct && !*r.correct; }
 
 void run(const RunArgs& a) {
     const auto settings = parse_sets(a.sets);
     const auto combos = combinations(settings);
     const bool sweep = combos.size() > 1;
-    const bool want_trace = !a.out.trace.empty() || !a.out.svg.empty() || !a.out.chrome.empty();
-    if (sweep && want_trace) throw UsageError("--trace, --svg and --chrome-trace take a single run, not a sweep");
-    if (!a.out.ranks.empty() && a.out.svg.empty())
-        throw UsageError("--show-ranks selects the ranks of a picture: give --svg with it");
+    const bool want_trace = a.out.any();
+    if (sweep && want_trace)
+        throw UsageError("--trace, --svg, --png, --pdf and --chrome-trace take a single run, not a sweep");
+    if (!a.out.picture.ranks.empty() && !a.out.pictures())
+        throw UsageError("--show-ranks selects the ranks of a picture: give --svg, --png or --pdf with it");
 
     if (!sweep) {
         const hw::Config c = hw::load_config(a.config, combos.front());
-        check_rank_selection(a.out.ranks, c.gpus());
+        a.out.check_ranks(c.gpus());
         const auto result = hw::simulate(c, {.keep_trace = want_trace});
-        if (a.out.json)
+        if (a.json)
             fmt::print("{}\n", hw::to_json(result.report).dump(2));
         else
             print_report(c, result.report);
-        write_outputs(result.trace, a.out);
+        a.out.write(result.trace);
         if (failed(result.report)) exit_status() = 1;
         else if (result.report.oom) exit_status() = 3;
         return;
@@ -210,7 +198,7 @@ void run(const RunArgs& a) {
     std::vector<std::string> keys;
     for (const auto& s : settings) keys.push_back(s.path);
     nlohmann::json rows = nlohmann::json::array();
-    if (!a.out.json) {
+    if (!a.json) {
         fmt::print("{}: sweep of {} runs\n", a.config, combos.size());
         table_header(keys);
     }
@@ -227,13 +215,13 @@ void run(const RunArgs& a) {
             const auto result = hw::simulate(c, {.keep_trace = false});
             any_oom |= result.report.oom.has_value();
             any_error |= failed(result.report);
-            if (a.out.json)
+            if (a.json)
                 rows.push_back({{"set", set}, {"report", hw::to_json(result.report)}});
             else
                 table_row(cells, result.report, cell_width(keys));
         } catch (const std::exception& e) {
             any_error = true;
-            if (a.out.json) {
+            if (a.json) {
                 rows.push_back({{"set", set}, {"error", e.what()}});
             } else {
                 for (const auto& v : cells) fmt::print("{:<{}} ", v, cell_width(keys));
@@ -241,7 +229,7 @@ void run(const RunArgs& a) {
             }
         }
     }
-    if (a.out.json) fmt::print("{}\n", rows.dump(2));
+    if (a.json) fmt::print("{}\n", rows.dump(2));
     exit_status() = any_error ? 1 : any_oom ? 3 : 0;
 }
 
@@ -252,12 +240,15 @@ void compare(const CompareArgs& a) {
         if (s.values.size() > 1) throw UsageError(fmt::format("--set {}: compare does not sweep; give one value", s.path));
         overrides.push_back({s.path, s.values.front()});
     }
+    // Every config is read and checked before any runs: a bad one is an input error (exit 2).
+    std::vector<hw::Config> configs;
+    for (const auto& path : a.configs) configs.push_back(hw::load_config(path, overrides));
     std::vector<hw::RunReport> reports;
-    bool any_error = false;
-    for (const auto& path : a.configs) {
-        const hw::Config c = hw::load_config(path, overrides);
+    bool any_error = false, any_oom = false;
+    for (const auto& c : configs) {
         auto r = hw::simulate(c, {.keep_trace = false}).report;
         any_error |= failed(r);
+        any_oom |= r.oom.has_value();
         reports.push_back(std::move(r));
     }
     if (a.json) {
@@ -279,14 +270,14 @@ void compare(const CompareArgs& a) {
         });
         fmt::print("fastest that fits: {}\n", best->oom ? "none (all out of memory)" : best->name);
     }
-    if (!a.svg.empty()) {
-        std::vector<render::CompareRow> rows;
-        for (const auto& r : reports)
-            rows.push_back({r.name, r.split.compute, r.split.comm, r.split.idle, r.peak.bytes, r.capacity});
-        render::write_compare_chart(rows, a.svg, "dtsim compare: step time split and peak memory per GPU");
-        if (!a.json) fmt::print("chart {}\n", a.svg);
+    std::vector<render::CompareRow> rows;
+    for (const auto& r : reports)
+        rows.push_back({r.name, r.split.compute, r.split.comm, r.split.idle, r.peak.bytes, r.capacity});
+    for (const auto& path : a.chart.paths()) {
+        render::write_compare_chart(rows, path, "dtsim compare: step time split and peak memory per GPU");
+        if (!a.json) fmt::print("chart {}\n", path);
     }
-    if (any_error) exit_status() = 1;
+    exit_status() = any_error ? 1 : any_oom ? 3 : 0;
 }
 
 }  // namespace
@@ -297,11 +288,8 @@ void register_run_commands(CLI::App& app) {
     run_cmd->add_option("config", ra->config, "Config JSON (see configs/)")->required();
     run_cmd->add_option("--set", ra->sets, "Override a field: path=value; path=v1,v2,v3 sweeps (repeatable)")
         ->allow_extra_args(false);
-    run_cmd->add_option("--trace", ra->out.trace, "Write the trace JSON to this file")->check(output_file());
-    run_cmd->add_option("--svg", ra->out.svg, "Draw the timeline (.svg, .png or .pdf)")->check(image_file());
-    run_cmd->add_option("--chrome-trace", ra->out.chrome, "Write a Chrome/Perfetto trace")->check(output_file());
-    run_cmd->add_option("--show-ranks", ra->out.ranks, "Ranks to draw, e.g. 0-7,1023 (default: all, aggregated)");
-    run_cmd->add_flag("--json", ra->out.json, "Print the report as JSON");
+    ra->out.add_options(run_cmd);
+    run_cmd->add_flag("--json", ra->json, "Print the report as JSON");
     run_cmd->callback([ra] { run(*ra); });
 
     auto ca = std::make_shared<CompareArgs>();
@@ -309,7 +297,7 @@ void register_run_commands(CLI::App& app) {
     cmp->add_option("configs", ca->configs, "Config JSON files")->required();
     cmp->add_option("--set", ca->sets, "Override a field in every config: path=value (repeatable)")
         ->allow_extra_args(false);
-    cmp->add_option("--svg", ca->svg, "Draw the comparison as a chart (.svg, .png or .pdf)")->check(image_file());
+    ca->chart.add_options(cmp, "the comparison as a chart");
     cmp->add_flag("--json", ca->json, "Print the reports as JSON");
     cmp->callback([ca] { compare(*ca); });
 }

@@ -18,6 +18,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace dtsim::cli {
 
@@ -134,20 +135,32 @@ inline std::string short_number(double v) {
     return fmt::format("{}", v);
 }
 
-// The files a run writes from its trace (dtsim puzzle, dtsim schedule): --trace, --svg, --png,
-// --pdf, --chrome-trace, and --show-ranks for the pictures.
+// The files every command that has a trace writes from it, under the same names everywhere
+// (puzzle, schedule, run, failures, render): --trace, --svg, --png, --pdf (each image option
+// takes its own extension), --chrome-trace, and --show-ranks for the pictures.
 struct TraceOutputs {
     std::string trace, svg, png, pdf, chrome;
-    std::string ranks;  // the rank selection for pictures
+    render::Options picture;  // picture.ranks is --show-ranks
 
-    void add_options(CLI::App* cmd);  // the options above, each checked as it is parsed
-    [[nodiscard]] bool any() const;   // something to write: the run keeps its events
+    // The options above, each checked as it is parsed (render reads a trace: no --trace).
+    void add_options(CLI::App* cmd, bool with_trace = true);
+    // render's: --width, --title, --max-rows.
+    void add_picture_options(CLI::App* cmd);
+    [[nodiscard]] bool any() const;       // something to write: the run keeps its events
+    [[nodiscard]] bool pictures() const;  // --svg, --png or --pdf
     // --show-ranks goes with a picture and names ranks of the run: a UsageError otherwise.
     void check_ranks(int nranks) const;
     void write(const Trace& t) const;
     // After a failed run: writes what it did up to the failure and says so (or why it could not)
     // in an indented line; the run's own error follows.
     void write_partial(const Trace& t) const;
+};
+
+// A chart's files (compare): --svg, --png, --pdf, each with its own extension.
+struct ChartOutputs {
+    std::string svg, png, pdf;
+    void add_options(CLI::App* cmd, const std::string& what);
+    [[nodiscard]] std::vector<std::string> paths() const;
 };
 
 // "basic, grad_accum, ...": the puzzles' names, for messages.

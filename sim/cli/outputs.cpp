@@ -1,4 +1,4 @@
-// The files a run writes from its trace, for the commands that share them (see TraceOutputs).
+// The files a command writes from its trace or its chart, under the same option names in every command.
 #include "commands.hpp"
 
 #include "dtsim/render.hpp"
@@ -6,34 +6,45 @@
 
 #include <fmt/format.h>
 
+#include <limits>
+
 namespace dtsim::cli {
 
-void TraceOutputs::add_options(CLI::App* cmd) {
-    cmd->add_option("--trace", trace, "Write the trace JSON to this file")->check(output_file());
+void TraceOutputs::add_options(CLI::App* cmd, bool with_trace) {
+    if (with_trace) cmd->add_option("--trace", trace, "Write the trace JSON to this file")->check(output_file());
     cmd->add_option("--svg", svg, "Draw the timeline as SVG")->check(image_file(render::Format::svg));
     cmd->add_option("--png", png, "Draw the timeline as PNG")->check(image_file(render::Format::png));
     cmd->add_option("--pdf", pdf, "Draw the timeline as PDF")->check(image_file(render::Format::pdf));
     cmd->add_option("--chrome-trace", chrome, "Write a Chrome/Perfetto trace (ui.perfetto.dev)")
         ->check(output_file());
-    cmd->add_option("--show-ranks", ranks, "Ranks to draw, e.g. 0-7,15 (default: all, aggregated if many)");
+    cmd->add_option("--show-ranks", picture.ranks,
+                    "Ranks to draw, e.g. 0-7,15 (default: all; more than --max-rows are grouped)");
 }
 
-bool TraceOutputs::any() const {
-    return !(trace.empty() && svg.empty() && png.empty() && pdf.empty() && chrome.empty());
+void TraceOutputs::add_picture_options(CLI::App* cmd) {
+    cmd->add_option("--width", picture.width, "Picture width in pixels (default: from the number of events)")
+        ->transform(whole_number(0, std::numeric_limits<int>::max()));
+    cmd->add_option("--title", picture.title, "Title line (default: from the trace's puzzle or config name)");
+    cmd->add_option("--max-rows", picture.max_rows,
+                    "With more selected ranks than this, draw an overview with ranks grouped into rows")
+        ->transform(whole_number(1, std::numeric_limits<int>::max()))
+        ->capture_default_str();
 }
+
+bool TraceOutputs::any() const { return !trace.empty() || pictures() || !chrome.empty(); }
+
+bool TraceOutputs::pictures() const { return !(svg.empty() && png.empty() && pdf.empty()); }
 
 void TraceOutputs::check_ranks(int nranks) const {
-    if (!ranks.empty() && svg.empty() && png.empty() && pdf.empty())
+    if (!picture.ranks.empty() && !pictures())
         throw UsageError("--show-ranks selects the ranks of a picture: give --svg, --png or --pdf with it");
-    check_rank_selection(ranks, nranks);
+    check_rank_selection(picture.ranks, nranks);
 }
 
 void TraceOutputs::write(const Trace& t) const {
     if (!trace.empty()) write_trace_file(t, trace);
-    render::Options opts;
-    opts.ranks = ranks;
     for (const auto* path : {&svg, &png, &pdf})
-        if (!path->empty()) render::write_image(t, *path, opts);
+        if (!path->empty()) render::write_image(t, *path, picture);
     if (!chrome.empty()) render::write_chrome_trace_file(t, chrome);
 }
 
@@ -44,6 +55,19 @@ void TraceOutputs::write_partial(const Trace& t) const {
     } catch (const std::exception& e) {
         fmt::print("  the run up to the failure could not be written: {}\n", e.what());
     }
+}
+
+void ChartOutputs::add_options(CLI::App* cmd, const std::string& what) {
+    cmd->add_option("--svg", svg, "Draw " + what + " as SVG")->check(image_file(render::Format::svg));
+    cmd->add_option("--png", png, "Draw " + what + " as PNG")->check(image_file(render::Format::png));
+    cmd->add_option("--pdf", pdf, "Draw " + what + " as PDF")->check(image_file(render::Format::pdf));
+}
+
+std::vector<std::string> ChartOutputs::paths() const {
+    std::vector<std::string> out;
+    for (const auto* p : {&svg, &png, &pdf})
+        if (!p->empty()) out.push_back(*p);
+    return out;
 }
 
 }  // namespace dtsim::cli
