@@ -198,7 +198,7 @@ void run_schedule_command(const ScheduleArgs& a) {
     nlohmann::json meta = nlohmann::json::object();
     if (match) meta["generator"] = match->name;
     if (!a.file.empty()) meta["file"] = a.file;
-    sched::RunResult result;
+    RunResult result;
     try {
         result = sched::run_schedule(s, a.costs, meta);
     } catch (const std::invalid_argument& e) {  // costs
@@ -213,7 +213,7 @@ void run_schedule_command(const ScheduleArgs& a) {
     }
     std::optional<sched::Prediction> pred;
     if (match) pred = sched::predict(match->name, match->params, a.costs);
-    print_report(s, origin, result.stats, pred, match, a.costs);
+    print_report(s, origin, sched::run_stats(result.trace), pred, match, a.costs);
     if (!a.write.empty()) fmt::print("schedule written to {}\n", a.write);
 
     a.out.write(result.trace);

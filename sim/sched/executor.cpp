@@ -40,10 +40,7 @@ struct RankState {
     int want_stage = 0;
     int want_mb = 0;
     std::size_t pc = 0;  // index of the action being run
-    int in_flight = 0;
-    int peak = 0;
-    double busy = 0;
-    double end = 0;
+    int in_flight = 0;  // activations held (the memory: in_flight x Costs::activation)
 };
 
 void check_costs(const Costs& c) {
@@ -100,24 +97,8 @@ public:
             throw;
         }
         RunResult out;
-        Trace& t = out.trace;
-        assemble(t);
-        RunStats& st = out.stats;
-        st.makespan = t.summary.makespan;
-        double idle = 0;
-        for (int r = 0; r < s_.num_ranks(); ++r) {
-            const RankState& rs = state_[static_cast<std::size_t>(r)];
-            RankStats x;
-            x.rank = r;
-            x.busy = rs.busy;
-            x.idle = st.makespan - rs.busy;
-            x.bubble_fraction = st.makespan > 0 ? x.idle / st.makespan : 0;
-            x.peak_in_flight = rs.peak;
-            x.end = rs.end;
-            idle += x.idle;
-            st.ranks.push_back(x);
-        }
-        st.bubble_fraction = st.makespan > 0 ? idle / (st.makespan * s_.num_ranks()) : 0;
+        assemble(out.trace);
+        out.events = out.trace.event_count();
         return out;
     }
 
@@ -142,7 +123,7 @@ private:
                         received(gpu, a.stage, a.microbatch, d);
                     }
                     compute(gpu, ops::forward, a, c_.forward);
-                    st.peak = std::max(st.peak, ++st.in_flight);
+                    ++st.in_flight;
                     if (!lowered_ && a.stage + 1 < S_ && owner(a.stage + 1) != r)
                         post(gpu, Tensor::activation, a.stage + 1, a.microbatch);
                     break;
@@ -191,7 +172,7 @@ private:
         const double sum = c_.forward + c_.backward;
         const double tf = sum > 0 ? total * c_.forward / sum : total / 2;
         compute(gpu, ops::forward, f, tf);
-        st.peak = std::max(st.peak, ++st.in_flight);
+        ++st.in_flight;
         compute(gpu, ops::backward, b, total - tf);
         --st.in_flight;
         if (!lowered_ && f.stage + 1 < S_ && owner(f.stage + 1) != r) post(gpu, Tensor::activation, f.stage + 1, f.microbatch);
@@ -241,10 +222,7 @@ private:
     }
 
     void compute(Gpu& gpu, OpCode op, const Action& a, double duration) {
-        RankState& st = state(gpu.rank());
         gpu.record(op, a.stage, duration, memory(gpu.rank()), IdSet::single(a.microbatch));
-        st.busy += duration;
-        st.end = gpu.clock();
     }
 
     double memory(int r) { return state(r).in_flight * c_.activation; }
@@ -363,6 +341,36 @@ private:
 };
 
 }  // namespace
+
+RunStats run_stats(const Trace& trace) {
+    // The executor records each compute action as one event on the compute stream (an
+    // overlapped F&B pair as its F then its B), with the rank's activations counted up after an
+    // F and down after a full B or a W: replaying the events replays that count.
+    const OpCode backward_input = OpCode::of("backward_input"), backward_weight = OpCode::of("backward_weight");
+    RunStats st;
+    st.makespan = trace.summary.makespan;
+    double idle = 0;
+    for (const RankTrace& rt : trace.ranks) {
+        RankStats x;
+        x.rank = rt.rank;
+        int in_flight = 0;
+        for (const Event& e : rt.events) {
+            if (e.stream != Stream::compute) continue;
+            const bool f = e.op == ops::forward, b = e.op == ops::backward;
+            if (!f && !b && e.op != backward_input && e.op != backward_weight) continue;
+            x.busy += e.duration;
+            x.end = e.end();
+            if (f) x.peak_in_flight = std::max(x.peak_in_flight, ++in_flight);
+            if (b || e.op == backward_weight) --in_flight;
+        }
+        x.idle = st.makespan - x.busy;
+        x.bubble_fraction = st.makespan > 0 ? x.idle / st.makespan : 0;
+        idle += x.idle;
+        st.ranks.push_back(x);
+    }
+    st.bubble_fraction = st.makespan > 0 ? idle / (st.makespan * static_cast<double>(trace.ranks.size())) : 0;
+    return st;
+}
 
 RunResult run_schedule(const Schedule& schedule, const Costs& costs, nlohmann::json meta) {
     check_costs(costs);

@@ -59,7 +59,7 @@ TEST_CASE("GPipe and 1F1B: bubble fraction (p-1)/(m+p-1) on every rank, exactly"
                 CAPTURE(tb);
                 const double f = static_cast<double>(p - 1) / (m + p - 1);
                 for (const Schedule& s : {gpipe(p, m), one_f_one_b(p, m)}) {
-                    const RunStats st = run_schedule(s, c).stats;
+                    const RunStats st = run_stats(run_schedule(s, c).trace);
                     CHECK(near(st.makespan, (m + p - 1) * (tf + tb)));
                     check_fraction(st, f);
                 }
@@ -71,8 +71,8 @@ TEST_CASE("peak in-flight microbatches: GPipe m on every rank, 1F1B min(m, p-r)"
         for (int m = 1; m <= 12; ++m) {
             CAPTURE(p);
             CAPTURE(m);
-            const RunStats g = run_schedule(gpipe(p, m)).stats;
-            const RunStats o = run_schedule(one_f_one_b(p, m)).stats;
+            const RunStats g = run_stats(run_schedule(gpipe(p, m)).trace);
+            const RunStats o = run_stats(run_schedule(one_f_one_b(p, m)).trace);
             for (int r = 0; r < p; ++r) {
                 CHECK(g.ranks[static_cast<std::size_t>(r)].peak_in_flight == m);
                 CHECK(o.ranks[static_cast<std::size_t>(r)].peak_in_flight == std::min(m, p - r));
@@ -88,7 +88,7 @@ TEST_CASE("interleaved 1F1B: bubble (p-1)/(v m+p-1) when every microbatch group 
                 CAPTURE(p);
                 CAPTURE(v);
                 CAPTURE(m);
-                const RunStats st = run_schedule(interleaved_1f1b(p, m, v)).stats;
+                const RunStats st = run_stats(run_schedule(interleaved_1f1b(p, m, v)).trace);
                 CHECK(near(st.makespan, (v * m + p - 1) * 3.0));
                 check_fraction(st, static_cast<double>(p - 1) / (v * m + p - 1));
                 for (int r = 0; r < p; ++r)
@@ -105,7 +105,7 @@ TEST_CASE("interleaved 1F1B: bubble (p-1)/(v m+p-1) when every microbatch group 
                     CAPTURE(v);
                     CAPTURE(g);
                     CAPTURE(m);
-                    check_fraction(run_schedule(interleaved_1f1b(p, m, v, g)).stats,
+                    check_fraction(run_stats(run_schedule(interleaved_1f1b(p, m, v, g)).trace),
                                    static_cast<double>(p - 1) / (v * m + p - 1));
                 }
     // A last group smaller than p (it adds bubbles, and for p=4, m=5, v=3 makes a
@@ -119,8 +119,8 @@ TEST_CASE("interleaved 1F1B: bubble (p-1)/(v m+p-1) when every microbatch group 
                                                                       "pipeline-parallel size"),
                          std::invalid_argument);
     // With g = m (one group) or a g dividing m, the same sizes run and meet the formula.
-    check_fraction(run_schedule(interleaved_1f1b(4, 5, 3, 5)).stats, 3.0 / (3 * 5 + 3));
-    check_fraction(run_schedule(interleaved_1f1b(4, 6, 2, 6)).stats, 3.0 / (2 * 6 + 3));
+    check_fraction(run_stats(run_schedule(interleaved_1f1b(4, 5, 3, 5)).trace), 3.0 / (3 * 5 + 3));
+    check_fraction(run_stats(run_schedule(interleaved_1f1b(4, 6, 2, 6)).trace), 3.0 / (2 * 6 + 3));
 }
 
 TEST_CASE("interleaved 1F1B: activation memory 1+(p-1)/(p v) times 1F1B's (Narayanan et al.)") {
@@ -132,8 +132,8 @@ TEST_CASE("interleaved 1F1B: activation memory 1+(p-1)/(p v) times 1F1B's (Naray
                 CAPTURE(p);
                 CAPTURE(v);
                 CAPTURE(m);
-                const int peak = run_schedule(interleaved_1f1b(p, m, v)).stats.ranks[0].peak_in_flight;
-                const int one_f_one_b_peak = run_schedule(one_f_one_b(p, m)).stats.ranks[0].peak_in_flight;
+                const int peak = run_stats(run_schedule(interleaved_1f1b(p, m, v)).trace).ranks[0].peak_in_flight;
+                const int one_f_one_b_peak = run_stats(run_schedule(one_f_one_b(p, m)).trace).ranks[0].peak_in_flight;
                 CHECK(one_f_one_b_peak == p);
                 CHECK(peak == (v + 1) * p - 1);
                 CHECK(near((static_cast<double>(peak) / v) / one_f_one_b_peak, 1.0 + static_cast<double>(p - 1) / (p * v)));
@@ -156,7 +156,7 @@ TEST_CASE("ZB-H1: every rank idles (p-1)(T_F+T_I-T_W) when T_W <= min(T_F, T_I) 
                         CAPTURE(tf);
                         CAPTURE(ti);
                         CAPTURE(tw);
-                        const RunStats st = run_schedule(zb_h1(p, m), c).stats;
+                        const RunStats st = run_stats(run_schedule(zb_h1(p, m), c).trace);
                         const double bubble = (p - 1) * (tf + ti - tw);
                         CHECK(near(st.makespan, m * (tf + ti + tw) + bubble));
                         for (const auto& r : st.ranks) {
@@ -165,15 +165,15 @@ TEST_CASE("ZB-H1: every rank idles (p-1)(T_F+T_I-T_W) when T_W <= min(T_F, T_I) 
                         }
                     }
     // Default costs (T_F = T_I = T_W = 1): a third of 1F1B's bubble with B = I + W.
-    const RunStats zb = run_schedule(zb_h1(4, 8)).stats;
-    const RunStats ob = run_schedule(one_f_one_b(4, 8)).stats;
+    const RunStats zb = run_stats(run_schedule(zb_h1(4, 8)).trace);
+    const RunStats ob = run_stats(run_schedule(one_f_one_b(4, 8)).trace);
     CHECK(zb.ranks[0].idle == 3);
     CHECK(ob.ranks[0].idle == 9);
     // Outside the condition the formula is not met: T_W = 2 > T_F = T_I = 1 gives
     // (p-1)T_F = 3, where (p-1)(T_F+T_I-T_W) would be 0.
     Costs heavy_w;
     heavy_w.backward_weight = 2;
-    CHECK(run_schedule(zb_h1(4, 8), heavy_w).stats.ranks[0].idle == 3);
+    CHECK(run_stats(run_schedule(zb_h1(4, 8), heavy_w).trace).ranks[0].idle == 3);
 }
 
 TEST_CASE("looped BFS: bubble (p-1)/(v m+p-1) with m >= p, holding all v m activations") {
@@ -183,7 +183,7 @@ TEST_CASE("looped BFS: bubble (p-1)/(v m+p-1) with m >= p, holding all v m activ
                 CAPTURE(p);
                 CAPTURE(v);
                 CAPTURE(m);
-                const RunStats st = run_schedule(looped_bfs(p, m, v)).stats;
+                const RunStats st = run_stats(run_schedule(looped_bfs(p, m, v)).trace);
                 check_fraction(st, static_cast<double>(p - 1) / (v * m + p - 1));
                 for (const auto& r : st.ranks) CHECK(r.peak_in_flight == v * m);
             }
@@ -215,7 +215,7 @@ TEST_CASE("DualPipeV: the README's bubble (PP/2-1)(F&B+B-3W) with overlapped F&B
                 CAPTURE(k.f);
                 CAPTURE(k.w);
                 CAPTURE(k.fb);
-                const RunStats st = run_schedule(dualpipev(p, m), c).stats;
+                const RunStats st = run_stats(run_schedule(dualpipev(p, m), c).trace);
                 const double readme = (p - 1) * (k.fb + c.backward - 3 * k.w);
                 double worst = 0;
                 for (const auto& r : st.ranks) worst = std::max(worst, r.idle);
@@ -247,7 +247,7 @@ TEST_CASE("DualPipeV: outside the conditions the README's figure is not this wor
     c.backward_input = 1;
     c.backward_weight = 1;
     c.forward_backward = 3;
-    const RunStats st = run_schedule(dualpipev(4, 8), c).stats;
+    const RunStats st = run_stats(run_schedule(dualpipev(4, 8), c).trace);
     double worst = 0;
     for (const auto& r : st.ranks) worst = std::max(worst, r.idle);
     CHECK_FALSE(near(worst, 3 * (3 + 2 - 3.0)));
@@ -267,10 +267,10 @@ TEST_CASE("an OVERLAP_F_B pair waits for both inputs, runs T_F&B, then sends bot
     const RunResult res = run_schedule(s, c);
     // rank 1: 1F0 [1,2]; the pair waits for 0F1 (at 2), runs [2,4.5], sends 1B0's gradient at 4.5;
     // 0B0 [4.5,6.5] and 1B1 [4.5,6.5]; 0B1 [6.5,8.5].
-    CHECK(near(res.stats.makespan, 8.5));
-    CHECK(near(res.stats.ranks[1].busy, 1 + 2.5 + 2));
-    CHECK(near(res.stats.ranks[0].busy, 6));
-    CHECK(res.stats.ranks[1].peak_in_flight == 2);
+    CHECK(near(run_stats(res.trace).makespan, 8.5));
+    CHECK(near(run_stats(res.trace).ranks[1].busy, 1 + 2.5 + 2));
+    CHECK(near(run_stats(res.trace).ranks[0].busy, 6));
+    CHECK(run_stats(res.trace).ranks[1].peak_in_flight == 2);
     // The trace: F and B of the pair back to back, T_F and T_B scaled to T_F&B.
     const auto& ev = res.trace.ranks[1].events;
     REQUIRE(ev.size() >= 3);
@@ -279,9 +279,9 @@ TEST_CASE("an OVERLAP_F_B pair waits for both inputs, runs T_F&B, then sends bot
     CHECK(near(ev[2].start + ev[2].duration, 4.5));
     // Default T_F&B = T_F + T_B: the same as F then B, but the F's output leaves after the B.
     const RunResult plain = run_schedule(s);
-    CHECK(near(plain.stats.ranks[1].busy, 6));
+    CHECK(near(run_stats(plain.trace).ranks[1].busy, 6));
     // A lowered schedule runs the same.
-    CHECK(near(run_schedule(lower(s), c).stats.makespan, 8.5));
+    CHECK(near(run_stats(run_schedule(lower(s), c).trace).makespan, 8.5));
     Costs bad;
     bad.forward_backward = std::nan("");
     CHECK_THROWS_WITH_AS(run_schedule(s, bad), doctest::Contains("forward_backward must be a finite number"),
@@ -312,7 +312,7 @@ TEST_CASE("predict() agrees with the executor wherever its conditions hold") {
                     CAPTURE(p);
                     CAPTURE(m);
                     CAPTURE(v);
-                    const RunStats st = run_schedule(s).stats;
+                    const RunStats st = run_stats(run_schedule(s).trace);
                     CHECK(near(st.makespan, pred->makespan));
                     check_fraction(st, pred->bubble_fraction);
                     for (int r = 0; r < p; ++r)
@@ -366,7 +366,7 @@ TEST_CASE("a tensor crossing ranks costs p2p, drawn as send and recv on the comm
     c.p2p = 0.5;
     const RunResult res = run_schedule(gpipe(2, 1), c);
     // 0F0 [0,1], send [1,1.5], 1F0 [1.5,2.5], 1B0 [2.5,4.5], send [4.5,5], 0B0 [5,7].
-    CHECK(res.stats.makespan == 7);
+    CHECK(run_stats(res.trace).makespan == 7);
     const auto& r0 = res.trace.ranks[0].events;
     REQUIRE(r0.size() == 4);
     CHECK(r0[0].op.name() == "forward");
@@ -380,7 +380,7 @@ TEST_CASE("a tensor crossing ranks costs p2p, drawn as send and recv on the comm
     CHECK(r0[3].start == 5);
     // Stages on the same rank pass their tensors for free.
     const RunResult one = run_schedule(text("rank 0: 0F0 1F0 1B0 0B0\n"), c);
-    CHECK(one.stats.makespan == 6);
+    CHECK(run_stats(one.trace).makespan == 6);
     CHECK(one.trace.ranks[0].events.size() == 4);
 }
 
@@ -396,12 +396,12 @@ TEST_CASE("a lowered schedule runs exactly like its compute-only form") {
             c.p2p = p2p;
             CAPTURE(g.name);
             CAPTURE(p2p);
-            const RunResult a = run_schedule(s, c);
-            const RunResult b = run_schedule(lower(s), c);
-            CHECK(a.stats.makespan == b.stats.makespan);
+            const RunStats a = run_stats(run_schedule(s, c).trace);
+            const RunStats b = run_stats(run_schedule(lower(s), c).trace);
+            CHECK(a.makespan == b.makespan);
             for (int r = 0; r < 4; ++r) {
-                const auto& ra = a.stats.ranks[static_cast<std::size_t>(r)];
-                const auto& rb = b.stats.ranks[static_cast<std::size_t>(r)];
+                const auto& ra = a.ranks[static_cast<std::size_t>(r)];
+                const auto& rb = b.ranks[static_cast<std::size_t>(r)];
                 CHECK(ra.busy == rb.busy);
                 CHECK(ra.peak_in_flight == rb.peak_in_flight);
                 CHECK(ra.end == rb.end);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "dtsim/puzzle/model.hpp"
+#include "dtsim/run_result.hpp"
 #include "dtsim/trace.hpp"
 
 #include <optional>
@@ -12,11 +13,8 @@ namespace dtsim::puzzle {
 
 using Strategy = Task<> (*)(Model&);
 
-struct RunResult {
-    Trace trace;                            // summary.correct is set
-    std::optional<std::string> check_error;  // why the final check failed
-    std::size_t events = 0;                  // operations simulated (kept in trace.ranks or not)
-};
+// The units world's result: trace.summary.correct is set, check_error says why the final check failed.
+using dtsim::RunResult;
 
 // What a run keeps: every event (the trace, for files and pictures), or only
 // the summary figures (faster, a cache line less per operation; trace.ranks empty).

@@ -33,6 +33,7 @@
 // is as for F then B (the F's unit is held, then the B's freed).
 #pragma once
 
+#include "dtsim/run_result.hpp"
 #include "dtsim/sched/schedule.hpp"
 #include "dtsim/trace.hpp"
 
@@ -77,16 +78,18 @@ struct RunStats {
     std::vector<RankStats> ranks;
 };
 
-struct RunResult {
-    Trace trace;  // time_unit "step", memory_unit "unit"; meta name/stages/microbatches/ranks
-    RunStats stats;
-};
+// The bubbles and memory of a schedule's run, from its trace (run_schedule's): per rank, the
+// busy time of its F/B/I/W events (an overlapped F&B pair counts once, T_{F&B}), its idle time
+// and the end of its last one, and the most activations it held at once (one from each F to its
+// B or W).
+RunStats run_stats(const Trace& trace);
 
 // Validates the schedule (InvalidScheduleError), then runs it. A schedule that
 // cannot progress throws DeadlockError naming every blocked rank, the action it
 // is at, the stage and microbatch whose tensor it waits for, which action of
 // which rank would produce it and where that rank is stuck, the wait cycle, and
 // the engine's own report. Throws std::invalid_argument for bad costs.
+// The trace has time_unit "step", memory_unit "unit", and meta name, stages, microbatches, ranks.
 RunResult run_schedule(const Schedule& schedule, const Costs& costs = {},
                        nlohmann::json meta = nlohmann::json::object());
 
