@@ -343,7 +343,7 @@ Layout make_layout(const Trace& trace, const Options& opt) {
         explain +=
             fmt::format(" Showing {} of {} GPUs: {}.", selected.size(), trace.ranks.size(), batch_label(ids));
     } else if (l.overview) {
-        explain += " Select GPUs with --ranks to see their operations one by one.";
+        explain += " Select GPUs with --show-ranks to see their operations one by one.";
     }
     for (auto& line : wrap(m, explain, 11, text_w)) add_line(std::move(line), 11, false, true);
 
