@@ -332,7 +332,7 @@ struct TwoRanksInAnArena {
     MemoryMeter meter0, meter1;
     const StoreContext ctx0{&meter0, &puzzle_costs(), 0};
     const StoreContext ctx1{&meter1, &puzzle_costs(), 1};
-    StoreArena<Activation> arena;
+    dtsim::detail::StoreArena<Activation> arena;
     Store<Activation> a{&ctx0};
     Store<Activation> b{&ctx1};
 };
@@ -531,15 +531,15 @@ TEST_CASE("an arena's block, taken back by the next arena of its size, holds emp
     // 2 MiB and more of entries: released to the page cache (pages.hpp) and
     // given to the next arena of the same type and size, with the bytes of the
     // values destroyed in it still there.
-    const int ranks = static_cast<int>(dtsim::detail::kHugePage / sizeof(StoreEntry<Activation>)) / 4 + 1;
+    const int ranks = static_cast<int>(dtsim::detail::kHugePage / sizeof(dtsim::detail::StoreEntry<Activation>)) / 4 + 1;
     dtsim::detail::trim_pages();  // no block of that size kept from before
     MemoryMeter meter;
     std::vector<StoreContext> ctx;
     for (int r = 0; r < ranks; ++r) ctx.push_back({&meter, &puzzle_costs(), r});
-    const StoreEntry<Activation>* first_block = nullptr;
+    const dtsim::detail::StoreEntry<Activation>* first_block = nullptr;
     for (int run = 0; run < 2; ++run) {
         CAPTURE(run);
-        StoreArena<Activation> arena(ranks, 4);
+        dtsim::detail::StoreArena<Activation> arena(ranks, 4);
         if (run == 0)
             first_block = &arena.entry(0, 0);
         else if (dtsim::detail::pages_mapped())  // (a build with AddressSanitizer keeps no block)
@@ -576,7 +576,7 @@ TEST_CASE("the stores of an arena share its size memo, so they must share a cost
     MemoryMeter meter0, meter1;
     const StoreContext ctx0{&meter0, &puzzle_costs(), 0};
     const StoreContext ctx1{&meter1, &doubled, 1};
-    StoreArena<Activation> arena(2, 3);
+    dtsim::detail::StoreArena<Activation> arena(2, 3);
     Store<Activation> a(&ctx0);
     Store<Activation> b(&ctx1);
     a.attach(arena, 0);

@@ -102,11 +102,11 @@ struct StoreArenas {
           grad_weights(ranks, keys(layers)) {}
     // Keys 0..layers, without overflowing an int (ranks and layers are at least 1).
     static std::uint32_t keys(int layers) { return static_cast<std::uint32_t>(layers) + 1; }
-    StoreArena<Weight> weights;
-    StoreArena<OptState> opt_states;
-    StoreArena<Activation> activations;
-    StoreArena<ActivationGrad> grad_activations;
-    StoreArena<WeightGrad> grad_weights;
+    dtsim::detail::StoreArena<Weight> weights;
+    dtsim::detail::StoreArena<OptState> opt_states;
+    dtsim::detail::StoreArena<Activation> activations;
+    dtsim::detail::StoreArena<ActivationGrad> grad_activations;
+    dtsim::detail::StoreArena<WeightGrad> grad_weights;
 };
 
 class alignas(64) Model {

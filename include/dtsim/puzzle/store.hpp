@@ -7,7 +7,8 @@
 #include "dtsim/puzzle/cost_model.hpp"
 #include "dtsim/puzzle/memory_meter.hpp"
 #include "dtsim/puzzle/values.hpp"
-#include "dtsim/detail/pages.hpp"
+#include "dtsim/detail/store_arena.hpp"
+#include "dtsim/puzzle/key.hpp"
 
 #include <algorithm>
 #include <cstddef>
@@ -22,20 +23,6 @@
 #include <utility>
 
 namespace dtsim::puzzle {
-
-// A store key: `l` or `{l, r}`, ints as the strategies' loop variables are
-// (keys are layers, microbatches and ranks). A key is a temporary in every
-// store access, and those that span a co_await live in the strategy's
-// coroutine frame: 8 bytes, not 16, keep the frame's lines fewer.
-struct Key {
-    static constexpr std::int32_t kNone = std::numeric_limits<std::int32_t>::min();
-    Key(int first) : a(first) {}  // NOLINT: implicit, as Python's d[l]
-    Key(int first, int second) : a(first), b(second) {}
-    std::int32_t a;
-    std::int32_t b = kNone;
-    friend bool operator==(const Key&, const Key&) = default;
-    [[nodiscard]] std::string str() const;  // "3" or "(3, 0)"
-};
 
 // Where a store reports missing keys and finds its memory meter and sizes
 // (its model's, shared by the model's five stores).
@@ -55,169 +42,8 @@ Size size_of(const CostModel& c, const Activation& v);
 Size size_of(const CostModel& c, const ActivationGrad& v);
 Size size_of(const CostModel& c, const WeightGrad& v);
 
-// What a value's size depends on (the cost model is a pure function of it):
-// lets a store remember the last size instead of asking the cost model per operation.
-struct SizeKey {
-    std::int64_t count = -1;
-    std::int64_t total = -1;
-    friend bool operator==(const SizeKey&, const SizeKey&) = default;
-};
-inline SizeKey size_key(const Weight& v) { return {v.shards.size(), v.total}; }
-inline SizeKey size_key(const OptState& v) { return {v.shards.size(), v.total}; }
-inline SizeKey size_key(const Activation& v) { return {v.batches.size(), 0}; }
-inline SizeKey size_key(const ActivationGrad& v) { return {v.batches.size(), 0}; }
-inline SizeKey size_key(const WeightGrad& v) { return {v.shards.size(), v.total}; }
-
 template <class V>
 class Slot;
-
-// A store's entry for a key: room for a value, and whether one is there
-// (a value is constructed in `raw` exactly while `used`). Zeroed memory is a
-// valid array of empty entries, and so is an array whose values have all
-// been destroyed: arrays of entries are the operating system's zero pages
-// (from 128 KiB; touched only when a key is first stored) or such an array
-// that an arena of the same size released (pages.hpp).
-template <class V>
-struct StoreEntry {
-    alignas(V) unsigned char raw[sizeof(V)];
-    bool used;
-    V& value() { return *std::launder(reinterpret_cast<V*>(raw)); }
-    const V& value() const { return *std::launder(reinterpret_cast<const V*>(raw)); }
-    // An empty entry takes `v`.
-    void fill(V&& v) {
-        new (raw) V(std::move(v));
-        used = true;
-    }
-    // A used entry gives its value up.
-    void clear() {
-        value().~V();
-        used = false;
-    }
-    // A used entry's value moves to the empty entry `to`.
-    void move_to(StoreEntry& to) {
-        to.fill(std::move(value()));
-        clear();
-    }
-};
-
-// Clears the used entries among `n` (an array of StoreEntry or of a type derived from it).
-template <class E>
-void clear_entries(E* entries, std::size_t n) {
-    for (std::size_t i = 0; i < n; ++i)
-        if (entries[i].used) entries[i].clear();
-}
-
-// Arrays of entries whose values have all been destroyed: a block of them is
-// an array of empty entries again, whatever the bytes of the values left.
-template <class V>
-inline constexpr dtsim::detail::PageKind kEmptyEntries{"empty store entries"};
-
-// `n` empty entries (zeroed, or an array of empty entries released before: see
-// pages.hpp), released with release_entries(p, n) once every entry is empty.
-template <class V>
-StoreEntry<V>* allocate_entries(std::size_t n) {
-    static_assert(std::is_trivial_v<StoreEntry<V>> && alignof(StoreEntry<V>) <= 64,
-                  "zeroed pages create the entries");
-    if (n > std::numeric_limits<std::size_t>::max() / sizeof(StoreEntry<V>)) throw std::bad_alloc();
-    return static_cast<StoreEntry<V>*>(dtsim::detail::allocate_pages(n * sizeof(StoreEntry<V>), &kEmptyEntries<V>));
-}
-template <class V>
-void release_entries(StoreEntry<V>* p, std::size_t n) noexcept {
-    dtsim::detail::release_pages(p, n * sizeof(StoreEntry<V>), &kEmptyEntries<V>);
-}
-
-// The entries for the plain keys 0..keys-1 of one value type's store on every
-// rank of a run, key-major: key k of rank r is entry k * ranks + r. A
-// collective releases the ranks in rank order and each then touches the same
-// few keys, so a sweep over the ranks walks each key's row forward instead of
-// jumping from one rank's array to the next. The stores construct and destroy
-// values in it as keys are set and erased; at the end the arena destroys the
-// values left, in memory order (stores doing it would visit a line per entry).
-//
-// Pair keys {a, 0} with a below the arena's keys (fsdp's gathered weight
-// {l, 0}) have entries too, in one more such array, made when a store first
-// uses it: a hash table of each rank's own would cost every resumed rank the
-// table's lines.
-//
-// The arena also remembers the size of the last value its stores sized (the
-// cost model is a pure function of the value's SizeKey, and a virtual call
-// away): one memo that every rank reads, hot in cache, instead of one in each
-// rank's store. All stores in an arena use the same cost model (attach checks).
-template <class V>
-class Store;
-
-template <class V>
-class StoreArena {
-public:
-    StoreArena(int ranks, std::uint32_t keys) : StoreArena(ranks, keys, keys) {}
-    StoreArena(const StoreArena&) = delete;
-    StoreArena& operator=(const StoreArena&) = delete;
-    ~StoreArena() {
-        clear_entries(data_, entries(keys_));
-        release_entries(data_, entries(keys_));
-        std::free(counts_);
-        if (pairs_) {
-            clear_entries(pairs_, entries(pair_keys_));
-            release_entries(pairs_, entries(pair_keys_));
-        }
-    }
-
-    // Rank r's entry for key k.
-    [[nodiscard]] StoreEntry<V>& entry(std::uint32_t rank, std::uint32_t key) const {
-        return data_[std::size_t{key} * ranks_ + rank];
-    }
-    [[nodiscard]] std::uint32_t ranks() const { return ranks_; }
-
-private:
-    friend class Store<V>;
-    // Pair keys {a, 0} have entries for a < pair_keys (a store's own arena
-    // keeps the pair keys of the arena it outgrew, so no key changes place).
-    StoreArena(int ranks, std::uint32_t keys, std::uint32_t pair_keys)
-        : ranks_(static_cast<std::uint32_t>(ranks)),
-          keys_(keys),
-          pair_keys_(pair_keys),
-          data_(allocate_entries<V>(entries(keys_))),
-          counts_(static_cast<std::uint32_t*>(dtsim::detail::allocate_zeroed(ranks_, sizeof(std::uint32_t)))) {
-        if (!counts_) {
-            release_entries(data_, entries(keys_));
-            throw std::bad_alloc();
-        }
-    }
-    // No keys: where a store without plain keys points (never written, never freed).
-    StoreArena() : ranks_(1), keys_(0), pair_keys_(0), data_(nullptr), counts_(nullptr) {}
-    // The entries of `keys` rows (at least one entry: every arena has an address of its own).
-    [[nodiscard]] std::size_t entries(std::uint32_t keys) const {
-        return std::max<std::size_t>(std::size_t{ranks_} * keys, 1);
-    }
-    // The entries of pair keys {a, 0}, laid out as the plain keys' (made on first use).
-    StoreEntry<V>* pairs() const {
-        if (!pairs_) pairs_ = allocate_entries<V>(entries(pair_keys_));
-        return pairs_;
-    }
-    static const StoreArena& none() {
-        static const StoreArena* const empty = new StoreArena();
-        return *empty;
-    }
-    struct SizeMemo {
-        std::int32_t count = -1;  // the size of a value of size key (count, total) is num / den
-        std::int32_t total = -1;
-        std::int64_t num = 0;
-        std::int64_t den = 1;
-    };
-    std::uint32_t ranks_;
-    std::uint32_t keys_;
-    std::uint32_t pair_keys_;
-    StoreEntry<V>* data_;
-    std::uint32_t* counts_;  // by rank: the keys stored in its rooms (len() asks)
-    // Pair keys {a, 0} (null until a store uses one). Only b = 0: {l, 0} is
-    // what a sweep meets (fsdp's gathered weight); a rank that walks its own
-    // microbatches {l, mb} alone is better served by its compact hash table
-    // (arrays for b up to 15 made grad_accum three times slower).
-    mutable StoreEntry<V>* pairs_ = nullptr;
-    mutable SizeMemo memo_;
-    mutable const CostModel* costs_ = nullptr;  // the stores' cost model, once one attached
-    bool store_own_ = false;  // made by a store for itself (which deletes it)
-};
 
 // Each value type has one store; its name is the reference's dict name (errors name it).
 template <class V>
@@ -240,7 +66,7 @@ constexpr const char* store_name<WeightGrad>() { return "grad_weights"; }
 template <class V>
 class alignas(32) Store {
 public:
-    explicit Store(const StoreContext* ctx) : ctx_(ctx), arena_(&StoreArena<V>::none()) {}
+    explicit Store(const StoreContext* ctx) : ctx_(ctx), arena_(&dtsim::detail::StoreArena<V>::none()) {}
     Store(const Store&) = delete;
     Store& operator=(const Store&) = delete;
     ~Store() {
@@ -275,8 +101,8 @@ public:
     // `arena`'s entries for `rank` (the arena must outlive the store, and
     // destroys the values left there); a later plain key moves them to an
     // arena of the store's own. The stores in an arena share one cost model.
-    void attach(const StoreArena<V>&& arena, int rank) = delete;
-    void attach(const StoreArena<V>& arena, int rank) {
+    void attach(const dtsim::detail::StoreArena<V>&& arena, int rank) = delete;
+    void attach(const dtsim::detail::StoreArena<V>& arena, int rank) {
         if (!empty() || rank < 0 || static_cast<std::uint32_t>(rank) >= arena.ranks())
             throw std::logic_error("Store::attach: the store must be empty and the rank within the arena");
         if (arena.costs_ && arena.costs_ != ctx_->costs)
@@ -371,14 +197,14 @@ private:
     // The size of a value: the arena's memo when it holds the size for the
     // value's size key, else the cost model's (then remembered).
     Size size(const V& v) {
-        const SizeKey k = size_key(v);
+        const dtsim::detail::SizeKey k = dtsim::detail::size_key(v);
         auto& memo = arena_->memo_;
         if (k.count == memo.count && k.total == memo.total) return {memo.num, memo.den};
         const Size s = size_of(*ctx_->costs, v);
         if (s.den <= 0) throw_bad_size(name(), s);
         // Remembered when the key fits in 32 bits (it does for the puzzle's sizes).
         constexpr std::int64_t hi = std::numeric_limits<std::int32_t>::max();
-        if (arena_ != &StoreArena<V>::none() && k.count >= 0 && k.count <= hi && k.total >= 0 && k.total <= hi)
+        if (arena_ != &dtsim::detail::StoreArena<V>::none() && k.count >= 0 && k.count <= hi && k.total >= 0 && k.total <= hi)
             memo = {static_cast<std::int32_t>(k.count), static_cast<std::int32_t>(k.total), s.num, s.den};
         return s;
     }
@@ -386,95 +212,9 @@ private:
     // Plain keys `l` (by far the most common, and consecutive: layers) index
     // the arena directly, and so do paired keys {l, 0}; other pairs `{l, r}`
     // and unusual keys go to an open-addressing hash table, allocated on first use.
-    using Direct = StoreEntry<V>;
-    // A slot of the hash table: a StoreEntry and its key (zeroed memory is an empty slot).
-    struct Entry : StoreEntry<V> {
-        std::int32_t a, b;  // the key
-        [[nodiscard]] Key key() const { return {a, b}; }
-        [[nodiscard]] bool has(const Key& k) const { return a == k.a && b == k.b; }
-        void set_key(const Key& k) {
-            a = k.a;
-            b = k.b;
-        }
-    };
-    // The hash table is one allocation, a small header and then the slots:
-    // a lookup goes from the store's line to the table's with one pointer.
-    struct Hashed {
-        std::uint32_t count;
-        std::uint32_t capacity;  // a power of two
-        static constexpr std::size_t kHeader = (8 + alignof(Entry) - 1) / alignof(Entry) * alignof(Entry);
-        static constexpr std::uint32_t kFirstCapacity = 4;  // strategies keep few pair keys at once
-
-        Entry* slots() { return reinterpret_cast<Entry*>(reinterpret_cast<char*>(this) + kHeader); }
-        const Entry* slots() const { return reinterpret_cast<const Entry*>(reinterpret_cast<const char*>(this) + kHeader); }
-        static Hashed* make(std::uint32_t capacity) {
-            // Zeroed: every slot empty (the header and the slots are trivial types).
-            void* raw = dtsim::detail::allocate_zeroed(1, kHeader + std::size_t{capacity} * sizeof(Entry));
-            if (!raw) throw std::bad_alloc();
-            auto* h = static_cast<Hashed*>(raw);
-            h->capacity = capacity;
-            return h;
-        }
-        static void destroy(Hashed* h) {
-            if (!h) return;
-            clear_entries(h->slots(), h->capacity);
-            std::free(h);
-        }
-        [[nodiscard]] std::size_t mask() const { return capacity - 1; }
-        [[nodiscard]] std::size_t home(const Key& k) const {
-            auto h = static_cast<std::uint64_t>(k.a) * 0x9E3779B97F4A7C15ull ^
-                     (static_cast<std::uint64_t>(k.b) + 0x632BE59BD9B4E019ull) * 0xC2B2AE3D27D4EB4Full;
-            return static_cast<std::size_t>(h ^ (h >> 29)) & mask();
-        }
-        Entry* find(const Key& k) {
-            for (std::size_t i = home(k);; i = (i + 1) & mask()) {
-                Entry& e = slots()[i];
-                if (!e.used) return nullptr;
-                if (e.has(k)) return &e;
-            }
-        }
-        // Inserts a key that is not present; returns the table (a new one when it grew).
-        static Hashed* insert(Hashed* h, const Key& k, V&& v) {
-            if (!h) h = make(kFirstCapacity);
-            if ((h->count + 1) * 4 > h->capacity * 3) {
-                Hashed* bigger = make(h->capacity * 2);
-                for (std::uint32_t i = 0; i < h->capacity; ++i) {
-                    Entry& e = h->slots()[i];
-                    if (e.used) bigger->place(e.key(), std::move(e.value()));
-                }
-                destroy(h);
-                h = bigger;
-            }
-            h->place(k, std::move(v));
-            return h;
-        }
-        void place(const Key& k, V&& v) {
-            ++count;
-            std::size_t i = home(k);
-            while (slots()[i].used) i = (i + 1) & mask();
-            Entry& e = slots()[i];
-            e.set_key(k);
-            e.fill(std::move(v));
-        }
-        void erase(Entry* e) {
-            --count;
-            e->clear();
-            // Backward-shift deletion keeps probe chains intact without tombstones.
-            Entry* s = slots();
-            std::size_t hole = static_cast<std::size_t>(e - s);
-            std::size_t j = (hole + 1) & mask();
-            while (s[j].used) {
-                std::size_t h = home(s[j].key());
-                if (((j - h) & mask()) >= ((j - hole) & mask())) {
-                    s[hole].set_key(s[j].key());
-                    s[j].move_to(s[hole]);
-                    hole = j;
-                }
-                j = (j + 1) & mask();
-            }
-        }
-    };
-    static_assert(std::is_trivial_v<Entry> && std::is_trivial_v<Hashed>, "calloc creates the table");
+    using Direct = dtsim::detail::StoreEntry<V>;
+    using Entry = dtsim::detail::HashedEntry<V>;
+    using Hashed = dtsim::detail::StoreHashTable<V>;
     // regrow and the table's growth move values and cannot undo a throwing move;
     // the slots after the table's header are aligned by calloc's alignment.
     static_assert(std::is_nothrow_move_constructible_v<V> && std::is_nothrow_move_assignable_v<V>);
@@ -524,8 +264,8 @@ private:
     // room for n plain keys and the same pair keys (made, pair keys' entries
     // included, before anything moves: a failed allocation leaves the store as it was).
     void regrow(std::size_t n) {
-        std::unique_ptr<StoreArena<V>> own(
-            new StoreArena<V>(1, static_cast<std::uint32_t>(n), arena_->pair_keys_));
+        std::unique_ptr<dtsim::detail::StoreArena<V>> own(
+            new dtsim::detail::StoreArena<V>(1, static_cast<std::uint32_t>(n), arena_->pair_keys_));
         own->store_own_ = true;
         if (arena_->pairs_) own->pairs();
         for (std::uint32_t i = 0; i < cap(); ++i)
@@ -544,14 +284,14 @@ private:
     // store's own (a shared arena destroys its values itself).
     void release_arena() {
         if (arena_->store_own_) delete arena_;
-        arena_ = &StoreArena<V>::none();
+        arena_ = &dtsim::detail::StoreArena<V>::none();
         direct_ = nullptr;
     }
 
     const StoreContext* ctx_;
     Direct* direct_ = nullptr;              // the entry for key 0 in arena_
     Hashed* hashed_ = nullptr;              // the other keys
-    const StoreArena<V>* arena_;            // where the plain keys are (none() when there are none)
+    const dtsim::detail::StoreArena<V>* arena_;            // where the plain keys are (none() when there are none)
 };
 static_assert(sizeof(Store<WeightGrad>) == 32, "a store header is half a cache line");
 
