@@ -178,7 +178,7 @@ void run_bench(const BenchOptions& o) {
     for (const auto& name : o.strategies)  // before anything is printed
         if (!puzzle::find_puzzle(name))
             throw UsageError(fmt::format("unknown strategy '{}'; the puzzles are: {}", name, puzzle_names()));
-    fmt::print("dtsim bench: strategies at {} layers, batches = ranks (one batch per rank); best of {} round(s), each\n"
+    fmt::print("dtsim-bench: strategies at {} layers, batches = ranks (one batch per rank); best of {} round(s), each\n"
                "running every rank count once, in turn\n",
                o.layers, o.repeat);
     fmt::print("'ops' are simulated operations (trace events); 'keeps' is what the run keeps: every event (the trace,\n"

@@ -41,6 +41,13 @@ Timing time_render(const dtsim::Trace& trace, Format format, int runs) {
 
 int main(int argc, char** argv) try {
     const std::string outdir = argc > 1 ? argv[1] : "";
+    if (outdir == "-h" || outdir == "--help") {
+        fmt::print("usage: dtsim-render-bench [OUTDIR]\n"
+                   "Times drawing a 1,024-rank synthetic trace next to an 8-rank one, in SVG and PNG (median of {} runs);\n"
+                   "with OUTDIR, also writes the pictures there.\n",
+                   3);
+        return 0;
+    }
     constexpr int kRuns = 3;
     struct Case {
         const char* name;

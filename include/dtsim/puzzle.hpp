@@ -3,6 +3,7 @@
 // the values and stores, run_strategy and the registry of the eight puzzles.
 //
 //   #include <dtsim/puzzle.hpp>
+//   using dtsim::Task;
 //   using namespace dtsim::puzzle;
 //   Task<> my_strategy(Model& model) { ... }
 //   auto result = run_strategy(my_strategy, layers, batches, ranks);

@@ -1,6 +1,6 @@
 // The trace: every operation every rank performed, with its start, duration and
 // the rank's memory when it started. This is the in-memory form of the trace
-// JSON (shared/spec/trace-format.md); the renderer, the exporters and the CLI
+// JSON (docs/trace-format.md); the renderer, the exporters and the CLI
 // read only this type.
 #pragma once
 

@@ -2,8 +2,8 @@
 // measurements; `dtsim validate [DATA.json...]` predicts every measured point
 // with the simulator and prints the errors.
 //
-// Exit status: 0, 1 for a failed run or bad data (or, with --check, a target
-// not met), 2 for bad arguments.
+// Exit status (main.cpp): 0; 1 for a failed run or, with --check, a target not
+// met; 2 for bad arguments or a bad data or cluster file.
 #include "commands.hpp"
 
 #include "dtsim/hw/calibrate.hpp"
@@ -105,7 +105,7 @@ void print_set(const cal::ValidationSet& s, double min_bytes) {
     fmt::print("\n");
 }
 
-// The targets of the validation (issue 5): collectives of 1 MiB and more
+// The targets of the validation: collectives of 1 MiB and more
 // within a median 10 % on every data set; Megatron rows each within 15 %,
 // median at most 8 %.
 std::vector<std::string> missed_targets(const std::vector<cal::ValidationSet>& sets) {

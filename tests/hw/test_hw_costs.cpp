@@ -115,7 +115,7 @@ TEST_CASE("a collective on one rank costs nothing; send/recv pays one hop and th
 }
 
 TEST_CASE("the GEMM model fits the H100 shapes of gemm.json within its documented error") {
-    // shared/calibration/gemm.json "h100_bf16_by_shape" (OpenXLA matmul_interpolator_data.h, sm_90): m, n, k, TFLOP/s.
+    // calibration/data/gemm.json "h100_bf16_by_shape" (OpenXLA matmul_interpolator_data.h, sm_90): m, n, k, TFLOP/s.
     const double table[][4] = {
         {256, 512, 256, 12.52},     {256, 256, 1024, 17.85},    {1024, 256, 256, 23.97},   {1024, 256, 512, 41.84},
         {512, 256, 4096, 92.18},    {512, 512, 2048, 115.31},   {2048, 1024, 256, 139.81}, {1024, 512, 1024, 141.88},

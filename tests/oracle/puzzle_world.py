@@ -1,5 +1,5 @@
 """An independent implementation of the puzzle world, written from
-docs/spec puzzle-semantics.md (the rules of the reference puzzle library).
+docs/puzzle-semantics.md (the rules of the reference puzzle library).
 
 Python 3 standard library only.  It is the oracle that dtsim's puzzle cost
 model is checked against (see compare.py), so it is kept deliberately plain:

@@ -18,7 +18,7 @@ inline Event make_event(OpCode op, std::int32_t layer, double start, double dura
     return e;
 }
 
-// The ddp puzzle as the reference library ran it (shared/golden/ddp.json): 2 layers,
+// The ddp puzzle as the reference library ran it (tests/data/golden/ddp.json): 2 layers,
 // 4 batches, 4 ranks; rank r works on batch r.
 inline Trace ddp_trace() {
     Trace t;

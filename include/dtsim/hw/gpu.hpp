@@ -24,7 +24,7 @@ double bytes_per_element(DType d);  // fp32/tf32 4, bf16/fp16 2, fp8 1
 //                               (mk + kn + mn) * element_size / (hbm_bandwidth * bandwidth_fraction))
 //
 // Fitted by least squares on log(TFLOP/s) to the 23 shapes of
-// shared/calibration/gemm.json "h100_bf16_by_shape" (OpenXLA
+// calibration/data/gemm.json "h100_bf16_by_shape" (OpenXLA
 // matmul_interpolator_data.h, sm_90), with max_efficiency fixed to that file's
 // best measured shape (794.5 of 989.4 TFLOP/s = 0.803, stas00/ml-engineering):
 // overhead 5.85 us, bandwidth_fraction 0.685. Error of the fit on those shapes:

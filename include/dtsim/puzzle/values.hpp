@@ -1,4 +1,4 @@
-// The values of the puzzle world (shared/spec/puzzle-semantics.md): weights,
+// The values of the puzzle world (docs/puzzle-semantics.md): weights,
 // optimizer states, activations and their gradients, with the shard and batch
 // sets that say which part of the layer or which batches they cover.
 #pragma once
