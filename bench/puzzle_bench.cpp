@@ -197,9 +197,8 @@ void run_bench(const BenchOptions& o) {
             // noise from this machine's neighbours then slows every rank count alike, instead of
             // all the runs of one, and the ratio below stays meaningful. The child runs the
             // configuration three times and reports the best: in a fresh process the first run
-            // takes the page faults of all its memory (fsdp at 16,384 ranks: 6,341 keeping the
-            // summary, 57,670 keeping every event), the second a few hundred more, from the
-            // third on the memory is the process's own.
+            // takes the page faults of all its memory, the second a few more, and from the third
+            // on the memory is the process's own.
             std::vector<Figures> best(o.ranks.size());
             for (int round = 0; round < o.repeat; ++round) {
                 for (std::size_t i = 0; i < o.ranks.size(); ++i) {

@@ -132,16 +132,15 @@ private:
     bool ran_ = false;
     friend class Gpu;
     Event scratch_;  // what Gpu::record returns in a run that keeps no events
-    // How far down the ready queue resume_ready() prefetches a rank's next event lines: at 16,384
-    // ranks, 2, 4 and 8 places measured the same.
+    // How far down the ready queue resume_ready() prefetches a rank's next event lines.
     static constexpr std::size_t kPrefetchAhead = 4;
 };
 
 template <class B>
 Event& Gpu::record_summary(OpCode op, std::int32_t layer, Stream stream, double start, double duration,
                            double memory, B&& batches) {
-    // Field by field, as the whole Event was written before (assigning it whole measured 1 to 2 % more
-    // instructions per operation); the scratch event's batches stay empty.
+    // Field by field (assigning the whole Event would copy its batches too); the scratch event's
+    // batches stay empty.
     last_.op = op;
     last_.stream = stream;
     last_.layer = layer;

@@ -121,8 +121,8 @@ inline void check_rank_selection(const std::string& spec, int nranks) {
 // A figure for people: whole numbers as they are, others with the fewest significant digits that
 // keep the value to 1e-9 (the tolerance traces are compared to), to a millionth of it where it is
 // smaller than 1e-3, and to a few units in its last place where it is large: 19.900000000000006 ->
-// 19.9, 1999999.5 stays itself, 17283942.799999993 -> 17283942.8, 1.2345e-07 stays itself (6
-// significant digits, as before, printed 2e+06 and 1.72839e+07).
+// 19.9, 1999999.5 stays itself (where 6 significant digits would print 2e+06), 17283942.799999993
+// -> 17283942.8, 1.2345e-07 stays itself.
 inline std::string short_number(double v) {
     if (std::isfinite(v) && v == std::floor(v) && std::abs(v) < 1e15)
         return fmt::format("{}", static_cast<long long>(v));

@@ -189,8 +189,7 @@ void Simulation::resume_ready() {
         // same log), and a store to a line not in cache stalls the rank once the store buffer
         // fills. The lines that the rank a few places ahead will write are requested now, so
         // that they arrive while the ranks before it run. The rank's other state (its Gpu, its
-        // frame, its stores) lies in arrays in rank order, which the hardware streams by itself:
-        // prefetching those lines too measured no gain.
+        // frame, its stores) lies in arrays in rank order, which the hardware streams by itself.
         if (ready_.size() > kPrefetchAhead) {
             const Gpu& ahead = *ready_[kPrefetchAhead];
             // Only where the log has room for the next event: a full log reallocates, and a rank that

@@ -23,9 +23,8 @@ struct FreeFrame {
 // A freed frame is reused by the next frame of its size (last freed, first
 // reused). When no frame is left the pool starts over, carving from its first
 // chunk again: the next run's frames then lie in rank order as the first run's
-// did, not in the order the last run's ranks finished (ddp at 16,384 ranks,
-// six runs in one process: 64 to 146 ns per operation from run to run with
-// the frames reused in that order, 54 to 57 with the pool started over).
+// did, not in the order the last run's ranks finished, and several runs in one
+// process (a comparison, a benchmark) run at the same speed.
 constexpr std::size_t kFrameChunk = kHugePage;  // on a huge page of its own (pages.hpp)
 struct FramePool {
     FreeFrame* free[kFrameClasses] = {};

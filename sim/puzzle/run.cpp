@@ -1,7 +1,7 @@
 // Running a strategy on every rank and checking the result: run_strategy and
-// the final check. Apart from the Model's operations (puzzle_model.cpp), whose
-// translation unit g++ inlines into by a budget that code added here would
-// take from them (twice measured: 0.5 to 1 % more instructions per run).
+// the final check. Kept apart from the Model's operations (model.cpp): g++
+// inlines within a translation unit under a growth budget, which code added
+// there would take from the operations.
 #include "dtsim/puzzle/model.hpp"
 #include "dtsim/puzzle/run.hpp"
 

@@ -3,8 +3,8 @@
 // arrays of 2 MiB or more are mapped on 2 MiB boundaries and the kernel is
 // asked for transparent huge pages (madvise; a no-op where THP is off;
 // DTSIM_HUGE_PAGES=0 in the environment does not ask): a run's first touch of
-// its memory takes one page fault per 2 MiB instead of one per 4 KiB (ddp at
-// 16,384 ranks in a fresh process: 0.13 to 0.15 s against 0.18 to 0.23 s).
+// its memory takes one page fault per 2 MiB instead of one per 4 KiB
+// (docs/performance.md).
 // Arrays from 128 KiB are mapped too, on small pages: the kernel zeroes their
 // pages when first touched, so room never used costs nothing. Blocks released
 // with a kind are kept for the next run of the process (below).

@@ -176,7 +176,7 @@ private:
     // Pair keys {a, 0} (null until a store uses one). Only b = 0: {l, 0} is
     // what a sweep meets (fsdp's gathered weight); a rank that walks its own
     // microbatches {l, mb} alone is better served by its compact hash table
-    // (arrays for b up to 15 made grad_accum three times slower).
+    // than by arrays it would stride through.
     mutable StoreEntry<V>* pairs_ = nullptr;
     mutable SizeMemo memo_;
     mutable const puzzle::CostModel* costs_ = nullptr;  // the stores' cost model, once one attached
