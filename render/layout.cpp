@@ -184,40 +184,32 @@ std::string batch_label(const IdSet& batches) {
     return s.size() >= 2 ? s.substr(1, s.size() - 2) : s;
 }
 
-Layout make_layout(const Trace& trace, const Options& opt) {
-    if (opt.width != 0 && (opt.width < kMinWidth || opt.width > kMaxWidth))
-        throw std::invalid_argument(
-            fmt::format("image width {} is out of range: expected {} to {} pixels (or 0 for automatic)",
-                        opt.width, kMinWidth, kMaxWidth));
-    if (opt.max_rows < 1)
-        throw std::invalid_argument(
-            fmt::format("max_rows {} is out of range: expected at least 1", opt.max_rows));
+namespace {
 
-    Layout l;
-    l.seconds = trace.time_unit == "s";
-    l.bytes = trace.memory_unit == "byte";
-
-    // The selection, from rank ids to indices into trace.ranks.
+// The selected ranks, from rank ids to indices into trace.ranks (every rank without a selection).
+std::vector<std::size_t> select_ranks(const Trace& trace, const Options& opt) {
     std::vector<std::size_t> selected;
     if (opt.ranks.empty()) {
         for (std::size_t i = 0; i < trace.ranks.size(); ++i) selected.push_back(i);
-    } else {
-        std::vector<std::pair<int, std::size_t>> by_id;
-        int max_id = -1;
-        for (std::size_t i = 0; i < trace.ranks.size(); ++i) {
-            by_id.emplace_back(trace.ranks[i].rank, i);
-            max_id = std::max(max_id, trace.ranks[i].rank);
-        }
-        std::sort(by_id.begin(), by_id.end());
-        for (int id : parse_rank_selection(opt.ranks, max_id + 1)) {
-            const auto it = std::lower_bound(by_id.begin(), by_id.end(), std::pair{id, std::size_t{0}});
-            if (it == by_id.end() || it->first != id)
-                throw std::invalid_argument(fmt::format("rank {} is not in the trace", id));
-            selected.push_back(it->second);
-        }
+        return selected;
     }
+    std::vector<std::pair<int, std::size_t>> by_id;
+    int max_id = -1;
+    for (std::size_t i = 0; i < trace.ranks.size(); ++i) {
+        by_id.emplace_back(trace.ranks[i].rank, i);
+        max_id = std::max(max_id, trace.ranks[i].rank);
+    }
+    std::sort(by_id.begin(), by_id.end());
+    for (int id : parse_rank_selection(opt.ranks, max_id + 1)) {
+        const auto it = std::lower_bound(by_id.begin(), by_id.end(), std::pair{id, std::size_t{0}});
+        if (it == by_id.end() || it->first != id) throw std::invalid_argument(fmt::format("rank {} is not in the trace", id));
+        selected.push_back(it->second);
+    }
+    return selected;
+}
 
-    // What is there to draw.
+// What there is to draw: the time and memory of every rank, the kinds of the selected ranks' events.
+Census take_census(const Trace& trace, const std::vector<std::size_t>& selected) {
     Census c;
     bool first = true;
     for (const auto& r : trace.ranks)
@@ -244,6 +236,11 @@ Layout make_layout(const Trace& trace, const Options& opt) {
             note_name(c.names[static_cast<std::size_t>(cls)], e.op.name());
         }
     }
+    return c;
+}
+
+// The span of time and memory drawn, and the layer colour ramp.
+void set_scales(Layout& l, const Trace& trace, const Census& c) {
     l.has_comm = c.has_comm;
     l.layers = std::max(1, c.max_layer + 1);
     if (trace.meta.is_object())
@@ -254,17 +251,17 @@ Layout make_layout(const Trace& trace, const Options& opt) {
     if (!(l.t1 > l.t0)) l.t1 = l.t0 + 1;
     l.memory_scale = std::max(c.max_memory, trace.memory_capacity.value_or(0.0));
     if (!(l.memory_scale > 0)) l.memory_scale = 0;
+}
 
-    // Rows.
-    l.overview = selected.size() > static_cast<std::size_t>(opt.max_rows);
-    const std::size_t group = l.overview ? (selected.size() + static_cast<std::size_t>(opt.max_rows) - 1) /
-                                               static_cast<std::size_t>(opt.max_rows)
-                                         : 1;
+// One row per selected rank, or per group of consecutive ones in the overview; returns the group size.
+std::size_t make_rows(Layout& l, const Trace& trace, const std::vector<std::size_t>& selected, int max_rows) {
+    l.overview = selected.size() > static_cast<std::size_t>(max_rows);
+    const std::size_t group =
+        l.overview ? (selected.size() + static_cast<std::size_t>(max_rows) - 1) / static_cast<std::size_t>(max_rows) : 1;
     for (std::size_t k = 0; k < selected.size(); k += group) {
         Row row;
-        row.members.assign(
-            selected.begin() + static_cast<std::ptrdiff_t>(k),
-            selected.begin() + static_cast<std::ptrdiff_t>(std::min(k + group, selected.size())));
+        row.members.assign(selected.begin() + static_cast<std::ptrdiff_t>(k),
+                           selected.begin() + static_cast<std::ptrdiff_t>(std::min(k + group, selected.size())));
         row.label = rank_list_label(trace, row.members);
         for (auto i : row.members) {
             const auto& r = trace.ranks[i];
@@ -274,16 +271,25 @@ Layout make_layout(const Trace& trace, const Options& opt) {
         }
         l.rows.push_back(std::move(row));
     }
+    return group;
+}
+
+// Lane heights and fonts: larger for a few rows.
+struct RowSizes {
+    bool big;
+    double compute_h, comm_h, memory_h, row_gap;
+};
+RowSizes size_rows(Layout& l) {
     const bool big = l.rows.size() <= kBigRowsUpTo && !l.overview;
-    const double compute_h = big ? 26 : 16, comm_h = big ? 10 : 7, memory_h = big ? 20 : 12;
-    const double row_gap = big ? 12 : 7;
     l.label_font = big ? 12 : 10;
     l.box_font = big ? 10 : 8;
     l.side_font = big ? 10 : 9;
+    return {big, big ? 26.0 : 16.0, big ? 10.0 : 7.0, big ? 20.0 : 12.0, big ? 12.0 : 7.0};
+}
 
-    // Horizontal: labels at the left, each row's maximum memory at the right.
-    const TextMeasure m;
-    double label_w = big && l.memory_scale > 0 ? m.width("memory", 9) : 0, side_w = 0;
+// Horizontal: labels at the left, each row's maximum memory at the right, the plot between; returns its width.
+double place_horizontally(Layout& l, const RowSizes& z, const Census& c, const Options& opt, const TextMeasure& m) {
+    double label_w = z.big && l.memory_scale > 0 ? m.width("memory", 9) : 0, side_w = 0;
     for (const auto& row : l.rows) {
         label_w = std::max(label_w, m.width(row.label, l.label_font, Weight::bold));
         if (l.memory_scale > 0)
@@ -307,18 +313,12 @@ Layout make_layout(const Trace& trace, const Options& opt) {
     }
     l.plot_x1 = l.plot_x0 + plot_w;
     l.px_per_time = plot_w / (l.t1 - l.t0);
+    return plot_w;
+}
 
-    // Header: title, figures, what the picture shows.
-    double y = l.margin;
-    const double text_w = l.width - 2 * l.margin;
-    auto add_line = [&](std::string text, double size, bool bold, bool faint) {
-        y += size * 1.35;
-        l.header.push_back({std::move(text), size, bold, faint, y});
-    };
-    for (auto& line : wrap(m, opt.title.empty() ? auto_title(trace) : opt.title, 16, text_w, Weight::bold))
-        add_line(std::move(line), 16, true, false);
-    for (auto& line : wrap(m, figures_line(trace, l), 12, text_w))
-        add_line(std::move(line), 12, false, false);
+// What the picture shows, in a sentence or three under the title and figures.
+std::string explanation(const Layout& l, const Trace& trace, const std::vector<std::size_t>& selected,
+                        std::size_t group) {
     std::string explain;
     if (l.overview)
         explain = fmt::format(
@@ -345,9 +345,29 @@ Layout make_layout(const Trace& trace, const Options& opt) {
     } else if (l.overview) {
         explain += " Select GPUs with --show-ranks to see their operations one by one.";
     }
-    for (auto& line : wrap(m, explain, 11, text_w)) add_line(std::move(line), 11, false, true);
+    return explain;
+}
 
-    // Legend: the kinds that appear, then the layer ramp and the memory marks.
+// Header: title, figures, what the picture shows; returns the baseline of its last line.
+double add_header(Layout& l, const Trace& trace, const Options& opt, const std::string& explain,
+                  const TextMeasure& m) {
+    double y = l.margin;
+    const double text_w = l.width - 2 * l.margin;
+    auto add_line = [&](std::string text, double size, bool bold, bool faint) {
+        y += size * 1.35;
+        l.header.push_back({std::move(text), size, bold, faint, y});
+    };
+    for (auto& line : wrap(m, opt.title.empty() ? auto_title(trace) : opt.title, 16, text_w, Weight::bold))
+        add_line(std::move(line), 16, true, false);
+    for (auto& line : wrap(m, figures_line(trace, l), 12, text_w))
+        add_line(std::move(line), 12, false, false);
+    for (auto& line : wrap(m, explain, 11, text_w)) add_line(std::move(line), 11, false, true);
+    return y;
+}
+
+// Legend below the header from `y`: the kinds that appear, then the layer ramp and the memory marks;
+// returns the baseline of its last line.
+double add_legend(Layout& l, const Trace& trace, const Census& c, const TextMeasure& m, double y) {
     y += 8;
     const double lf = l.legend_font;
     double x = l.margin;
@@ -384,28 +404,57 @@ Layout make_layout(const Trace& trace, const Options& opt) {
         place({LegendEntry::Kind::peak, BoxClass::other, "maximum memory"}, l.legend_swatch);
     if (trace.memory_capacity && l.memory_scale > 0)
         place({LegendEntry::Kind::capacity, BoxClass::other, "capacity"}, 19);
+    return y;
+}
 
-    // Top axis labels, the rows, the bottom axis.
+// Top axis labels below `y`, the rows' lanes, the bottom axis, and the picture's height.
+void place_vertically(Layout& l, const RowSizes& z, double plot_w, double y) {
     l.plot_top = std::round(y + 10 + 14);  // whole pixels from here down: crisp lane edges
     l.ticks = time_ticks(l.t0, l.t1, std::max(2, static_cast<int>(plot_w / 90)), l.seconds);
     l.axis_title = fmt::format("time ({})", l.ticks.unit);
     y = l.plot_top + 8;
     for (auto& row : l.rows) {
-        row.compute = {y, compute_h};
-        y += compute_h;
+        row.compute = {y, z.compute_h};
+        y += z.compute_h;
         if (l.has_comm) {
-            row.comm = {y + 1, comm_h};
-            y += 1 + comm_h;
+            row.comm = {y + 1, z.comm_h};
+            y += 1 + z.comm_h;
         }
         if (l.memory_scale > 0) {
-            row.memory = {y + 2, memory_h};
-            y += 2 + memory_h;
+            row.memory = {y + 2, z.memory_h};
+            y += 2 + z.memory_h;
         }
-        y += row_gap;
+        y += z.row_gap;
     }
-    l.plot_bottom = y - row_gap + 8;
+    l.plot_bottom = y - z.row_gap + 8;
     l.axis_title_y = l.plot_bottom + 14 + 18;
     l.height = static_cast<int>(std::ceil(l.axis_title_y + l.margin));
+}
+
+}  // namespace
+
+Layout make_layout(const Trace& trace, const Options& opt) {
+    if (opt.width != 0 && (opt.width < kMinWidth || opt.width > kMaxWidth))
+        throw std::invalid_argument(
+            fmt::format("image width {} is out of range: expected {} to {} pixels (or 0 for automatic)",
+                        opt.width, kMinWidth, kMaxWidth));
+    if (opt.max_rows < 1)
+        throw std::invalid_argument(
+            fmt::format("max_rows {} is out of range: expected at least 1", opt.max_rows));
+
+    Layout l;
+    l.seconds = trace.time_unit == "s";
+    l.bytes = trace.memory_unit == "byte";
+    const std::vector<std::size_t> selected = select_ranks(trace, opt);
+    const Census c = take_census(trace, selected);
+    set_scales(l, trace, c);
+    const std::size_t group = make_rows(l, trace, selected, opt.max_rows);
+    const RowSizes sizes = size_rows(l);
+    const TextMeasure m;
+    const double plot_w = place_horizontally(l, sizes, c, opt, m);
+    double y = add_header(l, trace, opt, explanation(l, trace, selected, group), m);
+    y = add_legend(l, trace, c, m, y);
+    place_vertically(l, sizes, plot_w, y);
     return l;
 }
 
