@@ -10,7 +10,8 @@
 
 namespace dtsim {
 
-// A malformed trace: what() names the source, the JSON path and what was expected.
+// A malformed trace: what() names the source, the JSON path, what was expected
+// and what was found ("t.json: at $.ranks[0].events[1].duration: expected >= 0, found -1").
 class TraceFormatError : public std::runtime_error, public InputError {
 public:
     using std::runtime_error::runtime_error;
@@ -21,7 +22,8 @@ public:
 void write_trace_json(const Trace& trace, std::ostream& out);
 void write_trace_file(const Trace& trace, const std::string& path);
 
-// `source` names the input in error messages (a file name, "<stdin>").
+// `source` names the input in error messages (a file name, "<stdin>"). Fields the
+// format does not define are ignored (a later version may add some).
 Trace read_trace_json(std::istream& in, const std::string& source);
 Trace read_trace_file(const std::string& path);
 

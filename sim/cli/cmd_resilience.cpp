@@ -76,7 +76,10 @@ void failures(const FailuresArgs& a) {
         throw UsageError(fmt::format("failures: --checkpoint-every must be >= 1, got {}", a.checkpoint_every));
 
     std::vector<hw::Override> overrides;
-    for (const auto& s : a.sets) overrides.push_back(hw::parse_override(s));
+    for (const auto& s : hw::parse_settings(a.sets)) {
+        if (s.values.size() > 1) throw UsageError(fmt::format("--set {}: failures does not sweep; give one value", s.path));
+        overrides.push_back({s.path, s.values.front()});
+    }
     const hw::Config c = hw::load_config(a.config, overrides);
     const hw::CheckpointPlan plan = hw::plan_checkpoint(c);
     a.out.check_ranks(static_cast<int>(plan.write_bytes.size()));  // the timeline has a row per rank that saves

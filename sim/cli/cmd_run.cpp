@@ -46,53 +46,6 @@ struct CompareArgs {
     bool json = false;
 };
 
-// One --set: its path and the values it takes (more than one: a sweep).
-struct Setting {
-    std::string path;
-    std::vector<std::string> values;
-};
-
-std::vector<std::string> split_values(const std::string& v) {
-    // A JSON array or object is one value; otherwise commas separate a sweep.
-    if (!v.empty() && (v.front() == '[' || v.front() == '{')) return {v};
-    std::vector<std::string> out;
-    std::size_t start = 0;
-    for (;;) {
-        const auto comma = v.find(',', start);
-        out.push_back(v.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
-        if (comma == std::string::npos) break;
-        start = comma + 1;
-    }
-    return out;
-}
-
-std::vector<Setting> parse_sets(const std::vector<std::string>& sets) {
-    std::vector<Setting> out;
-    for (const auto& s : sets) {
-        const auto eq = s.find('=');
-        if (eq == std::string::npos || eq == 0)
-            throw UsageError(fmt::format("--set {}: expected path=value (for example strategy.tp=4 or strategy.tp=1,2,4)", s));
-        out.push_back({s.substr(0, eq), split_values(s.substr(eq + 1))});
-    }
-    return out;
-}
-
-// Every combination of the settings' values (the cartesian product), in order.
-std::vector<std::vector<hw::Override>> combinations(const std::vector<Setting>& settings) {
-    std::vector<std::vector<hw::Override>> out{{}};
-    for (const auto& s : settings) {
-        std::vector<std::vector<hw::Override>> next;
-        for (const auto& prefix : out)
-            for (const auto& v : s.values) {
-                auto o = prefix;
-                o.push_back({s.path, v});
-                next.push_back(std::move(o));
-            }
-        out = std::move(next);
-    }
-    return out;
-}
-
 std::string percent(double part, double whole) { return whole > 0 ? fmt::format("{:.1f} %", 100 * part / whole) : "-"; }
 
 std::string memory_verdict(const hw::RunReport& r) {
@@ -171,8 +124,8 @@ void table_row(const std::vector<std::string>& cells, const hw::RunReport& r, st
 bool failed(const hw::RunReport& r) { return r.correct && !*r.correct; }
 
 void run(const RunArgs& a) {
-    const auto settings = parse_sets(a.sets);
-    const auto combos = combinations(settings);
+    const auto settings = hw::parse_settings(a.sets);
+    const auto combos = hw::combinations(settings);
     const bool sweep = combos.size() > 1;
     const bool want_trace = a.out.any();
     if (sweep && want_trace)
@@ -236,7 +189,7 @@ void run(const RunArgs& a) {
 void compare(const CompareArgs& a) {
     if (a.configs.size() < 2) throw UsageError("compare needs at least two configs");
     std::vector<hw::Override> overrides;
-    for (const auto& s : parse_sets(a.sets)) {
+    for (const auto& s : hw::parse_settings(a.sets)) {
         if (s.values.size() > 1) throw UsageError(fmt::format("--set {}: compare does not sweep; give one value", s.path));
         overrides.push_back({s.path, s.values.front()});
     }

@@ -1,5 +1,7 @@
 #include "dtsim/trace_io.hpp"
 
+#include "json/reader.hpp"
+
 #include <fmt/format.h>
 
 #include <climits>
@@ -69,27 +71,12 @@ void put_event(std::string& out, const Event& e, bool hardware) {
     out += '}';
 }
 
-[[noreturn]] void fail(const std::string& source, const std::string& path, const std::string& what) {
-    throw TraceFormatError(fmt::format("{}: at {}: {}", source, path, what));
-}
-
-const json& need(const json& obj, const char* key, const std::string& source,
-                 const std::string& path) {
-    auto it = obj.find(key);
-    if (it == obj.end()) fail(source, path, fmt::format("missing field \"{}\"", key));
-    return *it;
-}
-
-double need_number(const json& v, const std::string& source, const std::string& path) {
-    if (!v.is_number()) fail(source, path, fmt::format("expected a number, found {}", v.dump()));
-    return v.get<double>();
-}
-
-std::int64_t need_int(const json& v, const std::string& source, const std::string& path) {
-    if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<std::uint64_t>() > INT64_MAX))
-        fail(source, path, fmt::format("expected an integer, found {}", v.dump()));
-    return v.get<std::int64_t>();
-}
+// Trace errors read "FILE: at $.ranks[0].events[1].duration: expected >= 0, found -1".
+const json_reader::Dialect kTraceDialect{
+    .raise = [](const std::string& file, const std::string& path, const std::string& message) {
+        throw TraceFormatError(fmt::format("{}: at {}: {}", file, path, message));
+    },
+    .member = "field"};
 
 }  // namespace
 
@@ -145,112 +132,80 @@ void write_trace_file(const Trace& trace, const std::string& path) {
 }
 
 Trace read_trace_json(std::istream& in, const std::string& source) {
-    json j;
-    try {
-        j = json::parse(in);
-    } catch (const json::exception& e) {  // parse errors, and numbers too large for a double
-        throw TraceFormatError(fmt::format("{}: not valid JSON: {}", source, e.what()));
-    }
-    if (!j.is_object()) fail(source, "$", "expected a JSON object");
-    const auto& format = need(j, "format", source, "$");
-    if (format != "dtsim-trace")
-        fail(source, "$.format", fmt::format("expected \"dtsim-trace\", found {}", format.dump()));
-    const auto& version = need(j, "version", source, "$");
-    if (version != 1)
-        fail(source, "$.version", fmt::format("expected 1, found {}", version.dump()));
+    using json_reader::Value;
     Trace t;
-    if (auto it = j.find("time_unit"); it != j.end()) {
-        if (!it->is_string() || (*it != "step" && *it != "s"))
-            fail(source, "$.time_unit", fmt::format("expected \"step\" or \"s\", found {}", it->dump()));
-        t.time_unit = it->get<std::string>();
-    }
-    if (auto it = j.find("memory_unit"); it != j.end()) {
-        if (!it->is_string() || (*it != "unit" && *it != "byte"))
-            fail(source, "$.memory_unit",
-                 fmt::format("expected \"unit\" or \"byte\", found {}", it->dump()));
-        t.memory_unit = it->get<std::string>();
-    }
-    if (auto it = j.find("meta"); it != j.end()) t.meta = *it;
-    if (auto it = j.find("memory_capacity"); it != j.end())
-        t.memory_capacity = need_number(*it, source, "$.memory_capacity");
-    const auto& ranks = need(j, "ranks", source, "$");
-    if (!ranks.is_array()) fail(source, "$.ranks", "expected an array");
-    t.ranks.reserve(ranks.size());
-    for (std::size_t i = 0; i < ranks.size(); ++i) {
-        const std::string rp = fmt::format("$.ranks[{}]", i);
-        const auto& r = ranks[i];
-        if (!r.is_object()) fail(source, rp, "expected an object");
-        RankTrace rt;
-        const auto rank = need_int(need(r, "rank", source, rp), source, rp + ".rank");
-        if (rank != static_cast<std::int64_t>(i))
-            fail(source, rp + ".rank", fmt::format("ranks must be listed in order: expected {}, found {}", i, rank));
-        rt.rank = static_cast<int>(i);
-        const auto& evs = need(r, "events", source, rp);
-        if (!evs.is_array()) fail(source, rp + ".events", "expected an array");
-        rt.events.reserve(evs.size());
-        for (std::size_t k = 0; k < evs.size(); ++k) {
-            const std::string ep = fmt::format("{}.events[{}]", rp, k);
-            const auto& ej = evs[k];
-            if (!ej.is_object()) fail(source, ep, "expected an object");
-            Event e;
-            const auto& op = need(ej, "op", source, ep);
-            if (!op.is_string() || op.get_ref<const std::string&>().empty())
-                fail(source, ep + ".op", fmt::format("expected an operation name, found {}", op.dump()));
-            try {
-                e.op = OpCode::of(op.get_ref<const std::string&>());
-            } catch (const std::length_error&) {  // the process-wide table of names is full
-                fail(source, ep + ".op", fmt::format("too many distinct operation names (at most 65535 in one process), "
-                                                     "found {}", op.dump()));
-            }
-            if (auto it = ej.find("layer"); it != ej.end() && !it->is_null()) {
-                auto l = need_int(*it, source, ep + ".layer");
-                if (l < 0 || l > 1'000'000'000)
-                    fail(source, ep + ".layer", fmt::format("expected a layer index >= 0, found {}", l));
-                e.layer = static_cast<std::int32_t>(l);
-            }
-            e.start = need_number(need(ej, "start", source, ep), source, ep + ".start");
-            e.duration = need_number(need(ej, "duration", source, ep), source, ep + ".duration");
-            if (e.duration < 0)
-                fail(source, ep + ".duration", fmt::format("expected >= 0, found {}", e.duration));
-            e.memory = need_number(need(ej, "memory", source, ep), source, ep + ".memory");
-            if (auto it = ej.find("batches"); it != ej.end()) {
-                if (!it->is_array()) fail(source, ep + ".batches", "expected an array of ids");
-                for (std::size_t b = 0; b < it->size(); ++b) {
-                    auto id = need_int((*it)[b], source, fmt::format("{}.batches[{}]", ep, b));
-                    if (id < 0)
-                        fail(source, fmt::format("{}.batches[{}]", ep, b),
-                             fmt::format("expected an id >= 0, found {}", id));
-                    e.batches.insert(id);
+    {
+        // The document (as large as the trace's text, many times its events) is gone before the trace is returned.
+        const json_reader::Document doc = json_reader::Document::read(in, source, kTraceDialect);
+        const Value root = doc.root();
+        (void)root["format"].choice({"dtsim-trace"});
+        if (const Value version = root["version"]; version.json() != 1) version.expected("1");
+        if (const auto unit = root.find("time_unit")) t.time_unit = unit->choice({"step", "s"});
+        if (const auto unit = root.find("memory_unit")) t.memory_unit = unit->choice({"unit", "byte"});
+        if (const auto meta = root.find("meta")) t.meta = meta->json();
+        if (const auto capacity = root.find("memory_capacity")) t.memory_capacity = capacity->number();
+        const Value ranks = root["ranks"];
+        t.ranks.reserve(ranks.size());
+        for (std::size_t i = 0; i < ranks.size(); ++i) {
+            const Value r = ranks.at(i);
+            RankTrace rt;
+            const Value rank = r["rank"];
+            if (const std::int64_t n = rank.int64(); n != static_cast<std::int64_t>(i))
+                rank.fail(fmt::format("ranks must be listed in order: expected {}, found {}", i, n));
+            rt.rank = static_cast<int>(i);
+            const Value events = r["events"];
+            rt.events.reserve(events.size());
+            for (std::size_t k = 0; k < events.size(); ++k) {
+                const Value ev = events.at(k);
+                Event e;
+                const Value op = ev["op"];
+                if (!op.json().is_string() || op.string().empty()) op.expected("an operation name");
+                try {
+                    e.op = OpCode::of(op.string());
+                } catch (const std::length_error&) {  // the process-wide table of names is full
+                    op.fail(fmt::format("too many distinct operation names (at most 65535 in one process), found \"{}\"",
+                                        op.string()));
                 }
+                if (const auto layer = ev.find("layer"); layer && !layer->json().is_null()) {
+                    const std::int64_t l = layer->int64();
+                    if (l < 0 || l > 1'000'000'000)
+                        layer->fail(fmt::format("expected a layer index >= 0, found {}", l));
+                    e.layer = static_cast<std::int32_t>(l);
+                }
+                e.start = ev["start"].number();
+                const Value duration = ev["duration"];
+                e.duration = duration.number();
+                if (e.duration < 0) duration.fail(fmt::format("expected >= 0, found {}", e.duration));
+                e.memory = ev["memory"].number();
+                if (const auto batches = ev.find("batches")) {
+                    if (!batches->is_array()) batches->expected("an array of ids");
+                    for (std::size_t b = 0; b < batches->size(); ++b) {
+                        const Value id = batches->at(b);
+                        const std::int64_t n = id.int64();
+                        if (n < 0) id.fail(fmt::format("expected an id >= 0, found {}", n));
+                        e.batches.insert(n);
+                    }
+                }
+                if (const auto stream = ev.find("stream"))
+                    e.stream = stream->choice({"compute", "comm"}) == "comm" ? Stream::comm : Stream::compute;
+                if (const auto bytes = ev.find("bytes")) e.bytes = bytes->number();
+                if (const auto flops = ev.find("flops")) e.flops = flops->number();
+                rt.events.push_back(std::move(e));
             }
-            if (auto it = ej.find("stream"); it != ej.end()) {
-                if (*it == "compute")
-                    e.stream = Stream::compute;
-                else if (*it == "comm")
-                    e.stream = Stream::comm;
-                else
-                    fail(source, ep + ".stream",
-                         fmt::format("expected \"compute\" or \"comm\", found {}", it->dump()));
-            }
-            if (auto it = ej.find("bytes"); it != ej.end())
-                e.bytes = need_number(*it, source, ep + ".bytes");
-            if (auto it = ej.find("flops"); it != ej.end())
-                e.flops = need_number(*it, source, ep + ".flops");
-            rt.events.push_back(std::move(e));
+            t.ranks.push_back(std::move(rt));
         }
-        t.ranks.push_back(std::move(rt));
-    }
-    summarize(t);
-    if (auto it = j.find("summary"); it != j.end() && it->is_object()) {
-        if (auto c = it->find("correct"); c != it->end() && c->is_boolean())
-            t.summary.correct = c->get<bool>();
+        summarize(t);
+        // The written summary is recomputed above; only the correctness of the run is kept, where it is given.
+        if (const auto summary = root.find("summary"))
+            if (const auto correct = summary->find("correct"); correct && correct->json().is_boolean())
+                t.summary.correct = correct->boolean();
     }
     return t;
 }
 
 Trace read_trace_file(const std::string& path) {
     std::ifstream f(path, std::ios::binary);
-    if (!f) throw TraceFormatError(fmt::format("{}: cannot open for reading", path));
+    if (!f) kTraceDialect.raise(path, "$", "cannot open the file");
     return read_trace_json(f, path);
 }
 

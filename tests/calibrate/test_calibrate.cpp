@@ -254,7 +254,7 @@ TEST_CASE("bad files are rejected with the file, the JSON path and what was foun
         "gpus_per_node": 8, "nodes": 1, "links": {"intra_node": {"bandwidth_GBps": 1, "hop_latency_us": 1,
         "fits": {"all_reduce": {"ranks": 8, "lines": [[1, 0]]}}}}}})");
     CHECK_THROWS_WITH_AS(cal::make_cluster(cal::read_cluster_file(bad_fit), bad_fit),
-                         doctest::Contains("$.cluster.links.intra_node.fits.all_reduce.lines: element [0]: expected "
+                         doctest::Contains("$.cluster.links.intra_node.fits.all_reduce.lines[0]: expected "
                                            "[latency_us >= 0, bus_bandwidth_GBps > 0], found [1,0]"),
                          ConfigError);
 }
@@ -384,4 +384,66 @@ TEST_CASE("gpu families and Megatron's FLOP count") {
     const double f = cal::megatron_flops(1536, 2048, 96, 12288, 51200);
     CHECK(f == doctest::Approx(4.511e18).epsilon(0.001));
     CHECK(f / 1024 / 32 == doctest::Approx(138e12).epsilon(0.01));
+}
+
+TEST_CASE("every shipped data file loads; only gpus.json is skipped") {
+    const auto files = cal::shipped_data_files(std::string(DTSIM_CONFIGS) + "/..");
+    REQUIRE(files.size() >= 4);
+    const auto data = cal::load_ground_truth(files);
+    CHECK_FALSE(data.collectives.empty());
+    CHECK(data.gemms.size() == 2);
+    CHECK(data.megatron.size() == 1);
+    REQUIRE(data.skipped.size() == 1);
+    CHECK(data.skipped[0].find("gpus.json") != std::string::npos);
+}
+
+TEST_CASE("the harness's collective sweep is read as the published tables are") {
+    // The layout dtsim-collectives writes (calibration/host/sweep.cpp sweep_json).
+    const std::string file = write_temp("dtsim_harness_sweep.json", R"({"description": "d",
+        "meta": {"gpu": "NVIDIA H100 80GB HBM3", "command": "dtsim-collectives"},
+        "datasets": [{"id": "measured-1x8-all_reduce-out-of-place", "source": "measured",
+            "hardware": {"gpu": "NVIDIA H100 80GB HBM3", "gpus_per_node": 8, "nodes": 1},
+            "collective": "all_reduce", "note": "out-of-place; NCCL_ALGO=Ring", "in_place": false, "wrong": 0,
+            "rows": [{"size_bytes": 1048576, "count": 262144, "time_us": 20.5, "algbw_GBps": 51.15, "busbw_GBps": 89.51}]}]})");
+    const auto data = cal::load_ground_truth({file});
+    REQUIRE(data.collectives.size() == 1);
+    CHECK(data.collectives[0].algorithm == Algorithm::ring);
+    CHECK(data.collectives[0].rows[0].seconds == doctest::Approx(20.5e-6));
+}
+
+TEST_CASE("a typo in a ground-truth file is rejected with a did-you-mean, not ignored") {
+    // A misspelt optional key (here the hardware's network) would otherwise read as absent.
+    try {
+        (void)cal::load_ground_truth({data_dir + "/typo_inter.json"});
+        FAIL("no error");
+    } catch (const ConfigError& e) {
+        CHECK(e.path == "$.datasets[0].hardware.iner");
+        CHECK(std::string(e.what()).ends_with("typo_inter.json: $.datasets[0].hardware.iner: unknown key \"iner\"; did "
+                                              "you mean \"inter\"?"));
+    }
+    const std::string gemm = write_temp("dtsim_typo_gemm.json", R"({"max_achievable": {"source": "s",
+        "rows": [{"gpu": "H100", "dtype": "bf16", "tflops": 1, "shape": "1x2x3", "peek": 989}]}})");
+    CHECK_THROWS_WITH_AS(cal::load_ground_truth({gemm}),
+                         doctest::Contains("$.max_achievable.rows[0].peek: unknown key \"peek\"; did you mean \"peak\"?"),
+                         ConfigError);
+    const std::string section = write_temp("dtsim_typo_section.json", R"({"max_achievable": {"source": "s",
+        "rows": [{"gpu": "H100", "dtype": "bf16", "tflops": 1, "shape": "1x2x3"}]},
+        "h100_bf16_by_shap": {"source": "s", "columns": ["m", "n", "k", "tflops"], "rows": [[1, 2, 3, 4]]}})");
+    CHECK_THROWS_WITH_AS(cal::load_ground_truth({section}),
+                         doctest::Contains("$.h100_bf16_by_shap: unknown key \"h100_bf16_by_shap\"; the keys here are: "
+                                           "description, meta, max_achievable, <gpu>_<dtype>_by_shape"),
+                         ConfigError);
+    const std::string column = write_temp("dtsim_typo_column.json", R"({"h100_bf16_by_shape": {"source": "s",
+        "columns": ["m", "n", "k", "tflop"], "rows": [[1, 2, 3, 4]]}})");
+    CHECK_THROWS_WITH_AS(cal::load_ground_truth({column}),
+                         doctest::Contains("$.h100_bf16_by_shape.columns[3]: unknown column \"tflop\"; did you mean "
+                                           "\"tflops\"?"),
+                         ConfigError);
+    const std::string sources = write_temp("dtsim_typo_sources.json", R"({"source": "s",
+        "columns": ["heads", "hidden", "layers", "tp", "pp", "gpus", "global_batch", "micro_batch", "tflops_per_gpu"],
+        "column_sources": {"micro_bach": "the script"}, "rows": []})");
+    CHECK_THROWS_WITH_AS(cal::load_ground_truth({sources}),
+                         doctest::Contains("$.column_sources.micro_bach: unknown key \"micro_bach\"; did you mean "
+                                           "\"micro_batch\"?"),
+                         ConfigError);
 }

@@ -1,7 +1,8 @@
 // libFuzzer target: the config loader on a JSON document in memory. Any input
 // must either load or be rejected with a ConfigError; an invalid JSON document
 // is not interesting and is skipped. Lines at the start of the input of the form
-// "@set PATH=VALUE" are applied as `--set` overrides (parse_override).
+// "@set PATH=VALUES" are parsed as `--set` is (parse_setting) and the first run of
+// their sweep is applied.
 #include "dtsim/hw/config.hpp"
 
 #include <nlohmann/json.hpp>
@@ -19,7 +20,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         while (text.substr(0, 5) == "@set ") {
             const auto nl = text.find('\n');
             const std::string line(text.substr(5, nl == std::string_view::npos ? std::string_view::npos : nl - 5));
-            overrides.push_back(dtsim::hw::parse_override(line));
+            const dtsim::hw::Setting s = dtsim::hw::parse_setting(line);
+            overrides.push_back({s.path, s.values.front()});
             text = nl == std::string_view::npos ? std::string_view{} : text.substr(nl + 1);
         }
     } catch (const dtsim::hw::ConfigError&) {

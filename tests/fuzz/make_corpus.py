@@ -51,7 +51,7 @@ for run, name in runs:
     text = "\n----\n".join(json.dumps(scrub(d), indent=1) for d in [doc] + parts)
     (out / "include" / name).write_text(text + "\n")
 (out / "config" / "override.json").write_text(
-    "@set strategy.tp=2\n@set strategy.name=megatron\n"
+    "@set strategy.tp=2,4\n@set strategy.name=megatron\n"
     + json.dumps(scrub(load(root / "configs" / "runs" / "llama3-8b-8xh100-megatron.json"))) + "\n")
 
 for sched in sorted((root / "configs" / "schedules").iterdir()):

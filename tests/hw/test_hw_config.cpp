@@ -2,10 +2,15 @@
 // name the file, the JSON path, and what was expected against what was found.
 #include "dtsim/hw/config.hpp"
 #include "dtsim/hw/run.hpp"
+#include "dtsim/hw/strategies.hpp"
+
+#include "json/reader.hpp"  // the JSON reader of configs, private to the libraries
 
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include <filesystem>
+#include <stdexcept>
 #include <string>
 
 using namespace dtsim::hw;
@@ -74,8 +79,46 @@ TEST_CASE("--set overrides any field after the includes") {
     CHECK(c.strategy.tp == 4);
     CHECK(c.strategy.recompute == Recompute::full);  // not JSON: taken as a string
     CHECK(c.name == "swept");
-    CHECK_THROWS_WITH_AS(parse_override("strategy.tp"), "--set strategy.tp: $: expected path=value (for example strategy.tp=4)",
+    CHECK_THROWS_WITH_AS(parse_override("strategy.tp"),
+                         "--set strategy.tp: expected path=value (for example strategy.tp=4 or strategy.tp=1,2,4)",
                          ConfigError);
+}
+
+TEST_CASE("--set parses one value or a sweep, and a sweep runs every combination in order") {
+    const Setting one = parse_setting("strategy.tp=4");
+    CHECK(one.path == "strategy.tp");
+    CHECK(one.values == std::vector<std::string>{"4"});
+    CHECK(parse_setting("strategy.tp=1,2,4").values == std::vector<std::string>{"1", "2", "4"});
+    // A JSON array or object is one value, commas and all.
+    CHECK(parse_setting("stragglers.slowdown={\"3\": 1.5, \"4\": 2}").values.size() == 1);
+    CHECK(parse_setting("x=[1,2]").values == std::vector<std::string>{"[1,2]"});
+    CHECK(parse_setting("name=a=b").values == std::vector<std::string>{"a=b"});  // the first '=' splits
+    for (const char* bad : {"strategy.tp", "=4", ""}) {
+        CAPTURE(bad);
+        try {
+            (void)parse_setting(bad);
+            FAIL("no error");
+        } catch (const ConfigError& e) {
+            CHECK(std::string(e.what()) == fmt::format("--set {}: expected path=value (for example strategy.tp=4 or "
+                                                       "strategy.tp=1,2,4)",
+                                                       bad));
+            CHECK(e.file == fmt::format("--set {}", bad));
+            CHECK(e.path.empty());
+            CHECK(dynamic_cast<const dtsim::InputError*>(&e) != nullptr);  // the command line exits 2
+        }
+    }
+    const auto runs = combinations(parse_settings({"training.micro_batch=1,2", "strategy.zero_stage=0,1,2"}));
+    REQUIRE(runs.size() == 6);
+    CHECK(runs[0][0].value == "1");
+    CHECK(runs[0][1].value == "0");
+    CHECK(runs[1][1].value == "1");  // the last setting varies fastest
+    CHECK(runs[3][0].value == "2");
+    CHECK(runs[3][1].value == "0");
+    CHECK(runs[5][0].path == "training.micro_batch");
+    CHECK(combinations({}).size() == 1);  // no settings: one run as the file says
+    const Config c = load_config(kData + "/run.json", runs[4]);
+    CHECK(c.training.micro_batch == 2);
+    CHECK(c.strategy.zero_stage == 1);
 }
 
 TEST_CASE("an unknown key is rejected with a did-you-mean, naming the file and the JSON path") {
@@ -143,11 +186,70 @@ TEST_CASE("missing keys, missing files, include cycles and malformed JSON are er
     CHECK(error_of("nosuch.json") == kData + "/nosuch.json: $: cannot open the file");
 }
 
-TEST_CASE("edit distance") {
-    CHECK(edit_distance("tpp", "tp") == 1);
-    CHECK(edit_distance("microbatch", "microbatches") == 2);
-    CHECK(edit_distance("", "abc") == 3);
-    CHECK(edit_distance("kitten", "sitting") == 3);
+namespace {
+
+namespace reader = dtsim::json_reader;
+
+const reader::Dialect kTestDialect{.raise = [](const std::string& file, const std::string& path,
+                                               const std::string& message) -> void {
+    throw std::runtime_error(file + ": " + path + ": " + message);
+}};
+
+std::string reader_error(const reader::Json& doc, void (*read)(const reader::Value&)) {
+    try {
+        const reader::Document d(doc, "t.json", kTestDialect);
+        read(d.root());
+    } catch (const std::runtime_error& e) {
+        return e.what();
+    }
+    return "no error";
+}
+
+}  // namespace
+
+TEST_CASE("the reader suggests the nearest key or choice, within a few edits") {
+    CHECK(reader::edit_distance("tpp", "tp") == 1);
+    CHECK(reader::edit_distance("microbatch", "microbatches") == 2);
+    CHECK(reader::edit_distance("", "abc") == 3);
+    CHECK(reader::edit_distance("kitten", "sitting") == 3);
+    const std::string_view keys[] = {"tp", "pp", "microbatches"};
+    CHECK(reader::nearest("tpp", keys) == "tp");
+    CHECK(reader::nearest("microbatch", keys) == "microbatches");
+    CHECK(reader::nearest("zzzzzzzz", keys).empty());
+    CHECK(reader_error({{"s", {{"tpp", 2}}}}, [](const reader::Value& v) { v["s"].keys({"tp", "pp"}); }) ==
+          "t.json: $.s.tpp: unknown key \"tpp\"; did you mean \"tp\"?");
+    CHECK(reader_error({{"zzzz", 2}}, [](const reader::Value& v) { v.keys({"tp", "pp"}); }) ==
+          "t.json: $.zzzz: unknown key \"zzzz\"; the keys here are: tp, pp");
+    CHECK(reader_error({{"source", "a paper"}, {"note", "why"}, {"tp", 1}},
+                       [](const reader::Value& v) { v.keys({"tp"}); }) == "no error");
+    CHECK(reader_error({{"r", "ful"}}, [](const reader::Value& v) { (void)v["r"].choice({"none", "full"}); }) ==
+          "t.json: $.r: expected \"none\" or \"full\", found \"ful\" (did you mean \"full\"?)");
+    CHECK(reader_error({{"a", {1, {{"b", "x"}}}}}, [](const reader::Value& v) { (void)v["a"].at(1)["b"].number(); }) ==
+          "t.json: $.a[1].b: expected a number, found \"x\" (a string)");
+    CHECK(reader_error({{"a", {1}}}, [](const reader::Value& v) { (void)v["a"].at(0)["b"]; }) ==
+          "t.json: $.a[0]: expected an object, found 1");
+}
+
+TEST_CASE("the strategy names a config takes are the registry's") {
+    std::string names;
+    for (const auto& s : hw_strategies()) names += std::string(names.empty() ? "" : " ") + std::string(s.name);
+    CHECK(names == "ddp fsdp megatron gpipe 1f1b interleaved zbh1 bfs dualpipev schedule puzzle");
+    CHECK(is_scheduled_pipeline("zbh1"));
+    CHECK_FALSE(is_scheduled_pipeline("1f1b"));
+    const bool puzzle_runs_elsewhere = find_hw_strategy("puzzle")->run == nullptr;
+    CHECK(puzzle_runs_elsewhere);
+    const bool ddp_runs_ddp = find_hw_strategy("ddp")->run == &ddp;
+    CHECK(ddp_runs_ddp);
+}
+
+TEST_CASE("fsdp is ZeRO stage 3: another stage is an error, none given is 3") {
+    CHECK(load_config(kData + "/run.json", {parse_override("strategy.name=fsdp"), parse_override("strategy.tp=1"),
+                                            parse_override("strategy.pp=1"), parse_override("strategy.dp=16")})
+              .strategy.zero_stage == 3);
+    CHECK(error_of("run.json", {parse_override("strategy.name=fsdp"), parse_override("strategy.tp=1"),
+                                parse_override("strategy.pp=1"), parse_override("strategy.dp=16"),
+                                parse_override("strategy.zero_stage=1")}) ==
+          "--set strategy.zero_stage=1: $.strategy.zero_stage: strategy \"fsdp\" is ZeRO stage 3, found 1");
 }
 
 TEST_CASE("every shipped config loads") {

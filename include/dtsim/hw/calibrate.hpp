@@ -14,8 +14,11 @@
 //   - Megatron-LM runs: {"source", "columns": [..., "heads", "hidden",
 //     "layers", "tp", "pp", "gpus", "global_batch", "micro_batch",
 //     "tflops_per_gpu", "layers_per_virtual_stage"?, "ddp"?], "rows": [[...], ...]}.
-// Bad files throw ConfigError naming the file, the JSON path and what was
-// expected against what was found.
+// Any object may also have "source" and "note"; "description", "meta" (the
+// harness's run), "maintainer_statements", "also" and "column_sources" document a
+// file. Bad files throw ConfigError naming the file, the JSON path and what was
+// expected against what was found; an unknown key or column is rejected with a
+// did-you-mean (calibrate.cpp lists the keys of each section).
 #pragma once
 
 #include "dtsim/hw/config.hpp"

@@ -26,12 +26,13 @@
 
 namespace dtsim::hw {
 
-// A bad config: "FILE: $.json.path: what is wrong".
+// A bad config or ground-truth file, or a bad --set: "FILE: $.json.path: what is wrong"
+// ("FILE: what is wrong" where there is no path).
 class ConfigError : public std::runtime_error, public InputError {
 public:
     ConfigError(std::string file, std::string path, const std::string& message);
     std::string file;  // the file (or "--set a.b=v") the bad value came from
-    std::string path;  // "$.strategy.tp"
+    std::string path;  // "$.strategy.tp"; "" for a --set that is not path=value
 };
 
 struct TrainingConfig {
@@ -45,7 +46,7 @@ struct ModelConfig {
 };
 
 struct StrategyConfig {
-    std::string name;  // see strategy_names()
+    std::string name;  // one of hw_strategies() (dtsim/hw/strategies.hpp)
     int dp = 1, tp = 1, pp = 1;  // dp not given: the GPU count / (tp x pp)
     int microbatches = 0;  // per pipeline and step; 0 = global_batch / (micro_batch x dp)
     int zero_stage = 0;
@@ -69,9 +70,6 @@ struct StrategyConfig {
     std::string sharding = "full";
 };
 
-// Strategies that run a pipeline schedule from dtsim::sched.
-bool is_scheduled_pipeline(const std::string& name);
-
 struct Config {
     std::string name;
     std::string file;  // the top-level file
@@ -94,27 +92,34 @@ struct Config {
     [[nodiscard]] int microbatches() const;
 };
 
-// `--set path=value`: path is dotted ("strategy.tp", "$.strategy.tp");
+// `--set path=value`, one value: path is dotted ("strategy.tp", "$.strategy.tp");
 // value is JSON when it parses as JSON ("4", "true", "\"x\"") and a string otherwise.
 struct Override {
     std::string path;
     std::string value;
 };
-Override parse_override(const std::string& text);  // "a.b=v"; throws ConfigError
 
-// The names strategies are registered under (for validation and did-you-mean).
-const std::vector<std::string>& strategy_names();
+// `--set path=v1,v2,v3` as the command line gives it: a path and its values, more than
+// one for a sweep. A value that starts with '[' or '{' is one JSON value, commas and all.
+struct Setting {
+    std::string path;
+    std::vector<std::string> values;
+};
+
+// "strategy.tp=4" -> {strategy.tp, [4]}; "strategy.tp=1,2,4" -> {strategy.tp, [1, 2, 4]}.
+// Throws ConfigError "--set X: expected path=value (for example strategy.tp=4 or strategy.tp=1,2,4)".
+Setting parse_setting(const std::string& text);
+std::vector<Setting> parse_settings(const std::vector<std::string>& texts);
+// The runs of a sweep: every combination of the settings' values (their cartesian product),
+// the first setting's values varying slowest. No settings: one run without overrides.
+std::vector<std::vector<Override>> combinations(const std::vector<Setting>& settings);
+// "a.b=v" as one Override, commas and all (no sweep); throws ConfigError as parse_setting.
+Override parse_override(const std::string& text);
 
 // Loads, merges, overrides, validates. Throws ConfigError.
 Config load_config(const std::string& path, const std::vector<Override>& overrides = {});
 // The same from a document already in memory; `file` names it in errors.
 Config parse_config(const nlohmann::json& document, const std::string& file,
                     const std::vector<Override>& overrides = {});
-
-// Levenshtein distance (for did-you-mean).
-int edit_distance(std::string_view a, std::string_view b);
-
-// A JSON value as an error message shows what was found: "4", "\"x\" (a string)", "an object".
-std::string describe_json(const nlohmann::json& j);
 
 }  // namespace dtsim::hw

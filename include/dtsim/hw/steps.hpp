@@ -103,4 +103,9 @@ private:
     int last_layer_ = kNoLayer;
 };
 
+// What a pipeline's point-to-point message carries: the activation going forward or the
+// gradient coming back (part of the message's tag).
+inline constexpr int kActivation = 0;
+inline constexpr int kGradient = 1;
+
 }  // namespace dtsim::hw

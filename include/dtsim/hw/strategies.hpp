@@ -7,6 +7,8 @@
 //   interleaved, zbh1, bfs, dualpipev, schedule
 //             a dtsim::sched pipeline schedule (generated, or read from a file) x tensor x data parallelism
 // and `puzzle`, which runs one of the eight puzzle strategies on HardwareCosts.
+// The registry (hw_strategies) is the one list of these names: the config reader
+// takes the names it accepts and the keys and sizes each strategy takes from it.
 #pragma once
 
 #include "dtsim/hw/device.hpp"
@@ -28,12 +30,34 @@ Task<> one_f_one_b(Device& gpu, const Job& job);
 // Runs job.plan's schedule.
 Task<> scheduled_pipeline(Device& gpu, const Job& job);
 
-struct StrategyInfo {
-    std::string name;
-    HwStrategy run;
-    std::string title;
+// How a strategy lays out its pipeline stages.
+enum class PipelineKind {
+    none,       // no pipeline: pp must be 1
+    fixed,      // a fixed order of forwards and backwards (gpipe, 1f1b)
+    scheduled,  // a dtsim::sched schedule, generated or read from a file (Job::plan)
 };
+
+// A strategy as configs name it: what it runs, and which keys and sizes it takes
+// (the config reader checks a config against these).
+struct StrategyInfo {
+    std::string_view name;
+    HwStrategy run = nullptr;  // null for "puzzle", which runs on the puzzle model instead
+    std::string_view title;
+    bool tensor_parallel = true;  // takes tp > 1 (ddp and fsdp are pure data parallelism)
+    PipelineKind pipeline = PipelineKind::none;
+    bool chunks = false;            // takes "chunks", model chunks per pipeline rank
+    int fixed_chunks = 0;           // model chunks per pipeline rank set by the schedule (dualpipev: 2)
+    bool microbatch_group = false;  // takes "microbatch_group"
+    bool schedule_file = false;     // needs "schedule_file"
+    bool sharding = false;          // takes "sharding"
+    int min_zero_stage = 0, max_zero_stage = 1;  // the ZeRO stages it runs
+    bool puzzle = false;            // runs a puzzle strategy (key "puzzle") on a model of kind "puzzle"
+};
+
+// Every strategy a config may name, in the order error messages list them.
 std::span<const StrategyInfo> hw_strategies();
 const StrategyInfo* find_hw_strategy(std::string_view name);
+// Strategies that run a pipeline schedule from dtsim::sched.
+bool is_scheduled_pipeline(std::string_view name);
 
 }  // namespace dtsim::hw

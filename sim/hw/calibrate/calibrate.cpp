@@ -3,19 +3,22 @@
 
 #include "dtsim/hw/collective_cost.hpp"
 #include "dtsim/hw/units.hpp"
+#include "hw/config/reading.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
+#include <climits>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <set>
-#include <sstream>
+#include <span>
 #include <stdexcept>
+#include <string_view>
 
 
 namespace dtsim::hw::calib {
@@ -25,48 +28,30 @@ using json = nlohmann::json;
 
 namespace {
 
-// A value in a data file, with its JSON path for errors.
-struct Val {
-    const json& j;
-    std::string file, path;
+using Value = json_reader::Value;
 
-    [[noreturn]] void fail(const std::string& m) const { throw ConfigError(file, path, m); }
-    [[noreturn]] void expected(const std::string& what) const {
-        fail(fmt::format("expected {}, found {}", what, describe_json(j)));
-    }
-    [[nodiscard]] bool has(const std::string& k) const { return j.is_object() && j.contains(k); }
-    [[nodiscard]] Val operator[](const std::string& k) const {
-        if (!j.is_object()) expected("an object");
-        if (!j.contains(k)) fail(fmt::format("missing key \"{}\"", k));
-        return Val{j.at(k), file, path + "." + k};
-    }
-    [[nodiscard]] Val at(std::size_t i) const {
-        if (!j.is_array()) expected("an array");
-        if (i >= j.size()) fail(fmt::format("missing element [{}]", i));
-        return Val{j.at(i), file, fmt::format("{}[{}]", path, i)};
-    }
-    [[nodiscard]] std::size_t size() const {
-        if (!j.is_array()) expected("an array");
-        return j.size();
-    }
-    [[nodiscard]] double positive() const {
-        if (!j.is_number() || !(j.get<double>() > 0)) expected("a positive number");
-        return j.get<double>();
-    }
-    [[nodiscard]] int integer() const {
-        if (!j.is_number() || j.get<double>() < 1 || std::floor(j.get<double>()) != j.get<double>() ||
-            j.get<double>() > 1e9)
-            expected("a positive integer");
-        return static_cast<int>(j.get<double>());
-    }
-    [[nodiscard]] std::string string() const {
-        if (!j.is_string()) expected("a string");
-        return j.get<std::string>();
-    }
-    [[nodiscard]] std::string string_or(const std::string& k, const std::string& fallback) const {
-        return has(k) ? (*this)[k].string() : fallback;
-    }
-};
+// The keys of each section of a data file, as calibration/data/*.json and the harness
+// (calibration/host: sweep.cpp sweep_json, gemm_shapes.cpp gemm_json) write them. Every
+// object may also have "source" and "note"; "description", "meta" (the harness's run:
+// GPU, versions, command line) and the published files' "maintainer_statements", "also"
+// and "column_sources" document a file and are not read.
+constexpr std::string_view kCollectiveFileKeys[] = {"datasets", "description", "meta", "maintainer_statements"};
+constexpr std::string_view kCollectiveSetKeys[] = {"id", "collective", "hardware", "algorithm", "rows",
+                                                   "in_place", "wrong"};
+constexpr std::string_view kHardwareKeys[] = {"gpu", "gpus_per_node", "nodes", "intra", "inter"};
+constexpr std::string_view kCollectiveRowKeys[] = {"size_bytes", "count", "time_us", "algbw_GBps", "busbw_GBps"};
+constexpr std::string_view kGemmFileKeys[] = {"description", "meta", "max_achievable", "<gpu>_<dtype>_by_shape"};
+constexpr std::string_view kBestShapeRowKeys[] = {"gpu", "dtype", "tflops", "shape", "peak"};
+constexpr std::string_view kByShapeKeys[] = {"gpu", "dtype", "columns", "rows"};
+constexpr std::string_view kByShapeColumns[] = {"m", "n", "k", "tflops", "time_us", "name", "layout"};
+constexpr std::string_view kMegatronFileKeys[] = {"columns", "rows", "description", "also", "column_sources", "meta"};
+constexpr std::string_view kMegatronColumns[] = {"model",       "params_B",       "heads",
+                                                 "hidden",      "layers",         "tp",
+                                                 "pp",          "gpus",           "global_batch",
+                                                 "micro_batch", "tflops_per_gpu", "percent_peak",
+                                                 "layers_per_virtual_stage", "ddp"};
+// The keys that tell the kind of a file.
+constexpr std::string_view kKindKeys[] = {"datasets", "max_achievable", "columns", "rows"};
 
 const std::vector<std::string>& op_names() {
     static const std::vector<std::string> ops{"all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce",
@@ -83,29 +68,43 @@ std::optional<Algorithm> algorithm_from(std::string s) {
     return std::nullopt;
 }
 
-void read_collectives(const Val& root, GroundTruth& out) {
-    const Val sets = root["datasets"];
+std::string string_or(const Value& v, std::string_view key, const std::string& fallback) {
+    const auto member = v.find(key);
+    return member ? member->string() : fallback;
+}
+
+void read_collectives(const Value& root, const std::string& file, GroundTruth& out) {
+    root.keys(kCollectiveFileKeys);
+    const Value sets = root["datasets"];
     for (std::size_t i = 0; i < sets.size(); ++i) {
-        const Val d = sets.at(i);
+        const Value d = sets.at(i);
+        d.keys(kCollectiveSetKeys);
         CollectiveSet s;
-        s.file = d.file;
+        s.file = file;
         s.index = i;
         s.id = d["id"].string();
         s.source = d["source"].string();
-        s.note = d.string_or("note", "");
-        const Val hw = d["hardware"];
+        s.note = string_or(d, "note", "");
+        if (const auto in_place = d.find("in_place")) (void)in_place->boolean();
+        if (const auto wrong = d.find("wrong")) (void)wrong->integer(0);
+        const Value hw = d["hardware"];
+        hw.keys(kHardwareKeys);
         s.gpu = hw["gpu"].string();
-        s.gpus_per_node = hw["gpus_per_node"].integer();
-        s.nodes = hw["nodes"].integer();
-        s.network = hw.string_or("inter", "");
+        s.gpus_per_node = hw["gpus_per_node"].integer(1);
+        s.nodes = hw["nodes"].integer(1);
+        if (static_cast<long long>(s.gpus_per_node) * s.nodes > INT_MAX)
+            hw["nodes"].fail(fmt::format("{} nodes x {} GPUs per node is more GPUs than dtsim counts (at most {})",
+                                         s.nodes, s.gpus_per_node, INT_MAX));
+        (void)string_or(hw, "intra", "");
+        s.network = string_or(hw, "inter", "");
         s.op = d["collective"].string();
         if (std::find(op_names().begin(), op_names().end(), s.op) == op_names().end())
             d["collective"].fail(fmt::format("expected one of all_reduce, all_gather, reduce_scatter, broadcast, "
                                              "reduce, sendrecv, found \"{}\"",
                                              s.op));
-        if (d.has("algorithm")) {
-            const auto a = algorithm_from(d["algorithm"].string());
-            if (!a) d["algorithm"].fail(fmt::format("expected ring, tree, nvls or auto, found \"{}\"", d["algorithm"].string()));
+        if (const auto algorithm = d.find("algorithm")) {
+            const auto a = algorithm_from(algorithm->string());
+            if (!a) algorithm->fail(fmt::format("expected ring, tree, nvls or auto, found \"{}\"", algorithm->string()));
             s.algorithm = *a;
         } else if (const auto at = s.note.find("NCCL_ALGO="); at != std::string::npos) {
             std::string name;
@@ -115,9 +114,12 @@ void read_collectives(const Val& root, GroundTruth& out) {
             if (!a) d["note"].fail(fmt::format("NCCL_ALGO={} is not an algorithm the model has (ring, tree, nvls)", name));
             s.algorithm = *a;
         }
-        const Val rows = d["rows"];
+        const Value rows = d["rows"];
         for (std::size_t r = 0; r < rows.size(); ++r) {
-            const Val row = rows.at(r);
+            const Value row = rows.at(r);
+            row.keys(kCollectiveRowKeys);
+            for (const char* k : {"count", "algbw_GBps", "busbw_GBps"})
+                if (const auto v = row.find(k)) (void)v->non_negative();
             s.rows.push_back({row["size_bytes"].positive(), row["time_us"].positive() * kMicro});
         }
         if (s.rows.empty()) rows.fail("expected at least one row");
@@ -128,7 +130,7 @@ void read_collectives(const Val& root, GroundTruth& out) {
 }
 
 // "1024x10240x5120" -> m, n, k.
-std::array<double, 3> parse_shape(const Val& v) {
+std::array<double, 3> parse_shape(const Value& v) {
     const std::string s = v.string();
     std::array<double, 3> mnk{};
     std::size_t start = 0;
@@ -145,52 +147,70 @@ std::array<double, 3> parse_shape(const Val& v) {
     return mnk;
 }
 
-DType read_dtype(const Val& v) {
+DType read_dtype(const Value& v) {
     const auto d = parse_dtype(v.string());
     if (!d) v.fail(fmt::format("expected one of fp32, tf32, bf16, fp16, fp8, found \"{}\"", v.string()));
     return *d;
 }
 
-// Index of each wanted column; `required` ones must be there.
-std::map<std::string, std::size_t> columns(const Val& cols, const std::vector<std::string>& required) {
+// Index of each column; each must be one of `known`, and the `required` ones there.
+std::map<std::string, std::size_t> columns(const Value& cols, std::span<const std::string_view> known,
+                                           const std::vector<std::string>& required) {
     std::map<std::string, std::size_t> at;
-    for (std::size_t i = 0; i < cols.size(); ++i) at[cols.at(i).string()] = i;
+    for (std::size_t i = 0; i < cols.size(); ++i) {
+        const Value c = cols.at(i);
+        const std::string& name = c.string();
+        if (std::find(known.begin(), known.end(), name) == known.end()) {
+            const auto hint = json_reader::nearest(name, known);
+            if (!hint.empty()) c.fail(fmt::format("unknown column \"{}\"; did you mean \"{}\"?", name, hint));
+            std::string list;
+            for (auto k : known) list += fmt::format("{}{}", list.empty() ? "" : ", ", k);
+            c.fail(fmt::format("unknown column \"{}\"; the columns are: {}", name, list));
+        }
+        if (!at.emplace(name, i).second) c.fail(fmt::format("column \"{}\" appears twice", name));
+    }
     for (const auto& r : required)
         if (!at.count(r)) cols.fail(fmt::format("missing column \"{}\"", r));
     return at;
 }
 
-void read_gemm(const Val& root, const std::string& stem, GroundTruth& out) {
-    for (const auto& [key, value] : root.j.items()) {
-        if (key == "description" || key == "source" || key == "note" || key == "meta") continue;
-        const Val sec = root[key];
-        if (!sec.j.is_object()) continue;
+bool by_shape_section(std::string_view key) { return key.size() > 9 && key.ends_with("_by_shape"); }
+
+void read_gemm(const Value& root, const std::string& file, const std::string& stem, GroundTruth& out) {
+    for (const auto& [key, sec] : root.members()) {
+        if (key == "description" || key == "meta") continue;
+        if (key != "max_achievable" && !by_shape_section(key)) root.unknown_key(key, kGemmFileKeys);
         GemmSet g;
-        g.id = stem + ":" + key;
-        g.file = root.file;
-        g.source = sec["source"].string();
+        g.id = fmt::format("{}:{}", stem, key);
+        g.file = file;
         if (key == "max_achievable") {
+            sec.keys({"rows"});
+            g.source = sec["source"].string();
             g.best_shape = true;
-            const Val rows = sec["rows"];
+            const Value rows = sec["rows"];
             for (std::size_t i = 0; i < rows.size(); ++i) {
-                const Val r = rows.at(i);
+                const Value r = rows.at(i);
+                r.keys(kBestShapeRowKeys);
+                if (const auto peak = r.find("peak")) (void)peak->positive();
                 const auto mnk = parse_shape(r["shape"]);
                 g.rows.push_back({r["gpu"].string(), read_dtype(r["dtype"]), mnk[0], mnk[1], mnk[2], r["tflops"].positive()});
             }
         } else {
             // "<gpu>_<dtype>_by_shape" (dtsim-gemm also writes "gpu" and "dtype" in the section)
+            sec.keys(kByShapeKeys);
+            g.source = sec["source"].string();
             const auto b = key.rfind("_by_shape");
-            const auto a = b == std::string::npos || b == 0 ? std::string::npos : key.rfind('_', b - 1);
-            if (a == std::string::npos || b <= a + 1)
+            const auto a = b == 0 ? std::string_view::npos : key.rfind('_', b - 1);
+            if (a == std::string_view::npos || b <= a + 1)
                 sec.fail("expected a section named max_achievable or <gpu>_<dtype>_by_shape");
-            const std::string gpu = sec.has("gpu") ? sec["gpu"].string() : key.substr(0, a);
-            const std::string dt = key.substr(a + 1, b - a - 1);
+            const std::string gpu = sec.has("gpu") ? sec["gpu"].string() : std::string(key.substr(0, a));
+            const std::string dt(key.substr(a + 1, b - a - 1));
             const auto d = sec.has("dtype") ? std::optional<DType>(read_dtype(sec["dtype"])) : parse_dtype(dt);
             if (!d) sec.fail(fmt::format("unknown dtype \"{}\" in the section name", dt));
-            const auto at = columns(sec["columns"], {"m", "n", "k", "tflops"});
-            const Val rows = sec["rows"];
+            const auto at = columns(sec["columns"], kByShapeColumns, {"m", "n", "k", "tflops"});
+            const Value rows = sec["rows"];
             for (std::size_t i = 0; i < rows.size(); ++i) {
-                const Val r = rows.at(i);
+                const Value r = rows.at(i);
                 auto col = [&](const char* c) { return r.at(at.at(c)).positive(); };
                 g.rows.push_back({gpu, *d, col("m"), col("n"), col("k"), col("tflops")});
             }
@@ -200,55 +220,52 @@ void read_gemm(const Val& root, const std::string& stem, GroundTruth& out) {
     }
 }
 
-void read_megatron(const Val& root, const std::string& stem, GroundTruth& out) {
+void read_megatron(const Value& root, const std::string& file, const std::string& stem, GroundTruth& out) {
+    root.keys(kMegatronFileKeys);
     MegatronSet m;
     m.id = stem;
-    m.file = root.file;
+    m.file = file;
     m.source = root["source"].string();
-    const std::string desc = root.string_or("description", "");
+    const std::string desc = string_or(root, "description", "");
     m.gpu = gpu_family(desc).empty() ? "A100" : gpu_family(desc);
-    const auto at = columns(root["columns"], {"heads", "hidden", "layers", "tp", "pp", "gpus", "global_batch",
-                                              "micro_batch", "tflops_per_gpu"});
-    const Val rows = root["rows"];
+    const auto at = columns(root["columns"], kMegatronColumns,
+                            {"heads", "hidden", "layers", "tp", "pp", "gpus", "global_batch", "micro_batch",
+                             "tflops_per_gpu"});
+    // "column_sources": where a column's figures come from, by column.
+    if (const auto sources = root.find("column_sources")) {
+        std::vector<std::string_view> names;
+        for (const auto& [name, index] : at) names.push_back(name);
+        for (const auto& [name, text] : sources->members())
+            if (!at.count(std::string(name))) sources->unknown_key(name, names);
+    }
+    const Value rows = root["rows"];
     for (std::size_t i = 0; i < rows.size(); ++i) {
-        const Val r = rows.at(i);
+        const Value r = rows.at(i);
         auto col = [&](const char* c) { return r.at(at.at(c)); };
         MegatronRow row;
-        row.model = at.count("model") ? col("model").j.dump() : fmt::format("row {}", i);
-        if (at.count("model") && col("model").j.is_string()) row.model = col("model").string();
-        row.heads = col("heads").integer();
-        row.hidden = col("hidden").integer();
-        row.layers = col("layers").integer();
-        row.tp = col("tp").integer();
-        row.pp = col("pp").integer();
-        row.gpus = col("gpus").integer();
-        row.global_batch = col("global_batch").integer();
-        row.micro_batch = col("micro_batch").integer();
+        row.model = at.count("model") ? col("model").json().dump() : fmt::format("row {}", i);
+        if (at.count("model") && col("model").json().is_string()) row.model = col("model").string();
+        row.heads = col("heads").integer(1);
+        row.hidden = col("hidden").integer(1);
+        row.layers = col("layers").integer(1);
+        row.tp = col("tp").integer(1);
+        row.pp = col("pp").integer(1);
+        row.gpus = col("gpus").integer(1);
+        row.global_batch = col("global_batch").integer(1);
+        row.micro_batch = col("micro_batch").integer(1);
         row.tflops_per_gpu = col("tflops_per_gpu").positive();
-        if (at.count("layers_per_virtual_stage") && !col("layers_per_virtual_stage").j.is_null())
-            row.layers_per_virtual_stage = col("layers_per_virtual_stage").integer();
-        if (at.count("ddp") && !col("ddp").j.is_null()) {
+        if (at.count("layers_per_virtual_stage") && !col("layers_per_virtual_stage").json().is_null())
+            row.layers_per_virtual_stage = col("layers_per_virtual_stage").integer(1);
+        if (at.count("ddp") && !col("ddp").json().is_null()) {
             row.ddp = col("ddp").string();
             if (row.ddp != "torch" && row.ddp != "local")
                 col("ddp").fail(fmt::format("expected \"torch\" or \"local\" (Megatron's --DDP-impl), found \"{}\"", row.ddp));
         }
-        if (row.gpus % (row.tp * row.pp) != 0)
-            r.fail(fmt::format("gpus {} is not a multiple of tp x pp = {}", row.gpus, row.tp * row.pp));
+        const long long tp_pp = static_cast<long long>(row.tp) * row.pp;
+        if (row.gpus % tp_pp != 0) r.fail(fmt::format("gpus {} is not a multiple of tp x pp = {}", row.gpus, tp_pp));
         m.rows.push_back(row);
     }
     out.megatron.push_back(std::move(m));
-}
-
-json parse_file(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw ConfigError(path, "$", "cannot open the file");
-    std::stringstream text;
-    text << in.rdbuf();
-    try {
-        return json::parse(text.str());
-    } catch (const json::parse_error& e) {
-        throw ConfigError(path, "$", fmt::format("invalid JSON: {}", e.what()));
-    }
 }
 
 }  // namespace
@@ -289,19 +306,22 @@ double op_bus_factor(const std::string& op, int ranks) {
 GroundTruth load_ground_truth(const std::vector<std::string>& files) {
     GroundTruth out;
     for (const auto& file : files) {
-        const json j = parse_file(file);
-        const Val root{j, file, "$"};
-        if (!j.is_object()) root.expected("an object");
+        const json_reader::Document doc = json_reader::Document::load(file, config_dialect());
+        const Value root = doc.root();
+        const json& j = doc.json();
         const std::string stem = fs::path(file).stem().string();
         bool by_shape = j.contains("max_achievable");
-        for (const auto& [k, v] : j.items()) by_shape |= k.find("_by_shape") != std::string::npos;
+        for (const auto& [k, v] : j.items()) by_shape |= by_shape_section(k);
         if (j.contains("datasets")) {
-            read_collectives(root, out);
+            read_collectives(root, file, out);
         } else if (by_shape) {
-            read_gemm(root, stem, out);
+            read_gemm(root, file, stem, out);
         } else if (j.contains("columns") && j.contains("rows")) {
-            read_megatron(root, stem, out);
+            read_megatron(root, file, stem, out);
         } else {
+            // A key a letter or two from one that tells the kind is a typo, not another kind of file.
+            for (const auto& [k, v] : root.members())
+                if (!json_reader::nearest(k, kKindKeys).empty()) root.unknown_key(k, kKindKeys);
             out.skipped.push_back(fmt::format("{}: no collective \"datasets\", GEMM sections or Megatron \"rows\"; "
                                                   "not ground truth the simulator predicts",
                                                   file));
@@ -458,12 +478,12 @@ GemmFitResult fit_gemm(const GpuSpec& gpu, const std::vector<GemmPoint>& points)
 // ------------------------------------------------------------------ calibrate
 
 json read_cluster_file(const std::string& path) {
-    json j = parse_file(path);
-    const Val root{j, path, "$"};
-    if (!j.is_object()) root.expected("an object");
-    if (j.contains("include")) root["include"].fail("a cluster config for calibration cannot include other files");
+    const json_reader::Document doc = json_reader::Document::load(path, config_dialect());
+    const Value root = doc.root();
+    if (const auto include = root.find("include"))
+        include->fail("a cluster config for calibration cannot include other files");
     (void)root["cluster"];
-    return j;
+    return doc.json();
 }
 
 Cluster make_cluster(const json& doc, const std::string& file, int nodes, int gpus_per_node) {

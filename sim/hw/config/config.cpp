@@ -1,13 +1,18 @@
 #include "dtsim/hw/config.hpp"
 
+#include "dtsim/hw/strategies.hpp"
+#include "hw/config/reading.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <climits>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
+#include <map>
+#include <span>
+#include <stdexcept>
+#include <string_view>
 
 namespace dtsim::hw {
 
@@ -15,20 +20,17 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 ConfigError::ConfigError(std::string file_, std::string path_, const std::string& message)
-    : std::runtime_error(fmt::format("{}: {}: {}", file_, path_, message)),
+    : std::runtime_error(path_.empty() ? fmt::format("{}: {}", file_, message)
+                                       : fmt::format("{}: {}: {}", file_, path_, message)),
       file(std::move(file_)),
       path(std::move(path_)) {}
 
-int edit_distance(std::string_view a, std::string_view b) {
-    std::vector<int> prev(b.size() + 1), cur(b.size() + 1);
-    for (std::size_t j = 0; j <= b.size(); ++j) prev[j] = static_cast<int>(j);
-    for (std::size_t i = 1; i <= a.size(); ++i) {
-        cur[0] = static_cast<int>(i);
-        for (std::size_t j = 1; j <= b.size(); ++j)
-            cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
-        std::swap(prev, cur);
-    }
-    return prev[b.size()];
+const json_reader::Dialect& config_dialect() {
+    static const json_reader::Dialect dialect{
+        .raise = [](const std::string& file, const std::string& path, const std::string& message) {
+            throw ConfigError(file, path, message);
+        }};
+    return dialect;
 }
 
 int Config::microbatches() const {
@@ -36,300 +38,38 @@ int Config::microbatches() const {
     return training.global_batch / (training.micro_batch * strategy.dp);
 }
 
-const std::vector<std::string>& strategy_names() {
-    static const std::vector<std::string> names{"ddp",         "fsdp", "megatron", "gpipe",    "1f1b",
-                                                "interleaved", "zbh1", "bfs",      "dualpipev", "schedule",
-                                                "puzzle"};
-    return names;
-}
-
-bool is_scheduled_pipeline(const std::string& name) {
-    return name == "interleaved" || name == "zbh1" || name == "bfs" || name == "dualpipev" || name == "schedule";
-}
-
-std::string describe_json(const json& j) {
-    switch (j.type()) {
-        case json::value_t::null: return "null";
-        case json::value_t::boolean: return j.get<bool>() ? "true" : "false";
-        case json::value_t::string: return fmt::format("\"{}\" (a string)", j.get<std::string>());
-        case json::value_t::object: return "an object";
-        case json::value_t::array: return "an array";
-        default: return j.dump();
-    }
-}
-
 namespace {
 
-// ------------------------------------------------------------------ document
-
-// The merged document and the file each value came from, by JSON pointer.
-struct Document {
-    json root = json::object();
-    std::map<std::string, std::string> origin;
-
-    [[nodiscard]] std::string origin_of(std::string pointer) const {
-        for (;;) {
-            if (auto it = origin.find(pointer); it != origin.end()) return it->second;
-            if (pointer.empty()) return "<config>";
-            pointer.erase(pointer.rfind('/'));
-        }
-    }
-    void forget_below(const std::string& pointer) {
-        const std::string prefix = pointer + "/";
-        for (auto it = origin.lower_bound(prefix); it != origin.end() && it->first.rfind(prefix, 0) == 0;)
-            it = origin.erase(it);
-    }
-};
-
-std::string escape_key(const std::string& k) {
-    std::string out;
-    for (char c : k) {
-        if (c == '~')
-            out += "~0";
-        else if (c == '/')
-            out += "~1";
-        else
-            out += c;
-    }
-    return out;
-}
-
-// Merges `src` (with its origins) into `dst` at `pointer`: objects key by key, anything else replaces.
-void merge(Document& dst, json& into, const Document& src, const json& from, const std::string& pointer) {
-    for (const auto& [k, v] : from.items()) {
-        const std::string child = pointer + "/" + escape_key(k);
-        auto it = into.find(k);
-        if (it != into.end() && it->is_object() && v.is_object()) {
-            merge(dst, *it, src, v, child);
-            continue;
-        }
-        into[k] = v;
-        dst.forget_below(child);
-        dst.origin[child] = src.origin_of(child);
-        const std::string prefix = child + "/";
-        for (auto o = src.origin.lower_bound(prefix); o != src.origin.end() && o->first.rfind(prefix, 0) == 0; ++o)
-            dst.origin[o->first] = o->second;
-    }
-}
-
+using Node = json_reader::Value;
 
 std::string display(const fs::path& p) { return p.lexically_normal().generic_string(); }
 
-Document load_file(const fs::path& path, std::vector<fs::path>& stack) {
-    const std::string name = display(path);
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw ConfigError(name, "$", "cannot open the file");
-    std::stringstream text;
-    text << in.rdbuf();
-    json j;
-    try {
-        j = json::parse(text.str());
-    } catch (const json::parse_error& e) {
-        // nlohmann reports a byte offset; turn it into a line and column.
-        const std::string s = text.str();
-        const std::size_t upto = std::min<std::size_t>(e.byte, s.size());
-        const auto line = 1 + std::count(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(upto), '\n');
-        const auto nl = s.rfind('\n', upto == 0 ? 0 : upto - 1);
-        const auto col = nl == std::string::npos ? upto : upto - nl - 1;
-        throw ConfigError(name, "$", fmt::format("invalid JSON at line {}, column {}", line, col));
-    } catch (const json::out_of_range& e) {
-        // A number too large for a double (1e400): nlohmann names the number, not its place; find it.
-        const std::string s = text.str(), what = e.what();
-        const auto q = what.find('\'');
-        const std::string number = q == std::string::npos ? "" : what.substr(q + 1, what.rfind('\'') - q - 1);
-        const auto at = number.empty() ? std::string::npos : s.find(number);
-        if (at == std::string::npos) throw ConfigError(name, "$", "invalid JSON: a number is out of range");
-        const auto line = 1 + std::count(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(at), '\n');
-        const auto nl = s.rfind('\n', at == 0 ? 0 : at - 1);
-        const auto col = (nl == std::string::npos || at == 0) ? at + 1 : at - nl;
-        throw ConfigError(name, "$", fmt::format("invalid JSON at line {}, column {}: the number {} is out of range",
-                                                 line, col, number));
-    }
-    if (!j.is_object()) throw ConfigError(name, "$", fmt::format("expected an object, found {}", describe_json(j)));
-
-    Document doc;
-    doc.origin[""] = name;
-    stack.push_back(fs::weakly_canonical(path));
-    if (auto inc = j.find("include"); inc != j.end()) {
-        std::vector<std::string> files;
-        if (inc->is_string()) {
-            files.push_back(inc->get<std::string>());
-        } else if (inc->is_array()) {
-            for (std::size_t i = 0; i < inc->size(); ++i) {
-                if (!(*inc)[i].is_string())
-                    throw ConfigError(name, fmt::format("$.include[{}]", i),
-                                      fmt::format("expected a file name, found {}", describe_json((*inc)[i])));
-                files.push_back((*inc)[i].get<std::string>());
-            }
-        } else {
-            throw ConfigError(name, "$.include",
-                              fmt::format("expected a file name or an array of them, found {}", describe_json(*inc)));
-        }
-        for (std::size_t i = 0; i < files.size(); ++i) {
-            const fs::path target = path.parent_path() / files[i];
-            const std::string where = inc->is_array() ? fmt::format("$.include[{}]", i) : "$.include";
-            if (!fs::exists(target))
-                throw ConfigError(name, where, fmt::format("included file \"{}\" not found (looked for {})", files[i],
-                                                           display(target)));
-            if (std::find(stack.begin(), stack.end(), fs::weakly_canonical(target)) != stack.end())
-                throw ConfigError(name, where, fmt::format("\"{}\" includes itself (through {})", files[i],
-                                                           display(target)));
-            Document sub = load_file(target, stack);
-            merge(doc, doc.root, sub, sub.root, "");
-        }
-        j.erase("include");
-    }
-    stack.pop_back();
-    Document own;
-    own.root = std::move(j);
-    own.origin[""] = name;
-    merge(doc, doc.root, own, own.root, "");
-    return doc;
+// The names a config's strategy may have, from the registry, in its order.
+std::span<const std::string_view> strategy_names() {
+    static const std::vector<std::string_view> names = [] {
+        std::vector<std::string_view> out;
+        for (const auto& s : hw_strategies()) out.push_back(s.name);
+        return out;
+    }();
+    return names;
 }
 
-std::vector<std::string> split_path(const std::string& dotted) {
-    std::string p = dotted;
-    if (p.rfind("$.", 0) == 0) p.erase(0, 2);
-    std::vector<std::string> out;
-    std::size_t start = 0;
-    for (;;) {
-        const auto dot = p.find('.', start);
-        out.push_back(p.substr(start, dot == std::string::npos ? std::string::npos : dot - start));
-        if (dot == std::string::npos) break;
-        start = dot + 1;
-    }
-    return out;
+const StrategyInfo& strategy_info(const std::string& name) {
+    const StrategyInfo* s = find_hw_strategy(name);
+    if (!s) throw std::logic_error(fmt::format("strategy \"{}\" passed the config's check but is not registered", name));
+    return *s;
 }
-
-void apply(Document& doc, const Override& o) {
-    const std::string who = fmt::format("--set {}={}", o.path, o.value);
-    const auto parts = split_path(o.path);
-    json* node = &doc.root;
-    std::string pointer, path = "$";
-    for (std::size_t i = 0; i < parts.size(); ++i) {
-        if (parts[i].empty()) throw ConfigError(who, path, fmt::format("empty key in \"{}\"", o.path));
-        if (node->is_null()) *node = json::object();  // a section no file has yet
-        if (!node->is_object())
-            throw ConfigError(who, path, fmt::format("cannot set \"{}\" inside {}", parts[i], describe_json(*node)));
-        pointer += "/" + escape_key(parts[i]);
-        path += "." + parts[i];
-        node = &(*node)[parts[i]];
-    }
-    json value = json::parse(o.value, nullptr, false);
-    if (value.is_discarded()) value = o.value;
-    *node = std::move(value);
-    doc.forget_below(pointer);
-    doc.origin[pointer] = who;
-}
-
-// ------------------------------------------------------------------- reading
-
-// A value of the document at a JSON path; reads check type and range and
-// throw ConfigError naming the file the value came from.
-class Node {
-public:
-    Node(const Document& doc, const json& j, std::string path, std::string pointer)
-        : doc_(&doc), j_(&j), path_(std::move(path)), pointer_(std::move(pointer)) {}
-
-    [[nodiscard]] const json& value() const { return *j_; }
-    [[nodiscard]] const std::string& path() const { return path_; }
-    [[nodiscard]] std::string file() const { return doc_->origin_of(pointer_); }
-
-    [[noreturn]] void fail(const std::string& message) const { throw ConfigError(file(), path_, message); }
-    [[noreturn]] void expected(std::string_view what) const {
-        fail(fmt::format("expected {}, found {}", what, describe_json(*j_)));
-    }
-
-    // Checks this is an object whose keys are all in `allowed` ("source" and "note" always are).
-    void keys(std::initializer_list<std::string_view> allowed) const {
-        if (!j_->is_object()) expected("an object");
-        for (const auto& [k, v] : j_->items()) {
-            if (k == "source" || k == "note") continue;
-            if (std::find(allowed.begin(), allowed.end(), k) != allowed.end()) continue;
-            std::string_view best;
-            int best_d = INT_MAX;
-            for (auto a : allowed) {
-                const int d = edit_distance(k, a);
-                if (d < best_d) best_d = d, best = a;
-            }
-            const Node bad = child_node(k);
-            if (best_d <= std::max<int>(2, static_cast<int>(k.size()) / 3))
-                bad.fail(fmt::format("unknown key \"{}\"; did you mean \"{}\"?", k, best));
-            std::string list;
-            for (auto a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
-            bad.fail(fmt::format("unknown key \"{}\"; the keys here are: {}", k, list));
-        }
-    }
-    [[nodiscard]] bool has(const std::string& k) const { return j_->contains(k); }
-    [[nodiscard]] Node operator[](const std::string& k) const {
-        if (!j_->contains(k)) fail(fmt::format("missing key \"{}\"", k));
-        return child_node(k);
-    }
-
-    [[nodiscard]] int integer(int min = INT_MIN) const {
-        const json& j = *j_;
-        const bool ok = j.is_number_integer() || (j.is_number_float() && std::floor(j.get<double>()) == j.get<double>());
-        if (!ok || j.get<double>() < min || j.get<double>() > INT_MAX)
-            expected(min == 1 ? "a positive integer" : min == 0 ? "an integer >= 0" : fmt::format("an integer >= {}", min));
-        return static_cast<int>(j.get<double>());
-    }
-    [[nodiscard]] double positive() const {
-        if (!j_->is_number() || !(j_->get<double>() > 0)) expected("a positive number");
-        return j_->get<double>();
-    }
-    [[nodiscard]] double non_negative() const {
-        if (!j_->is_number() || !(j_->get<double>() >= 0)) expected("a number >= 0");
-        return j_->get<double>();
-    }
-    [[nodiscard]] double fraction() const {
-        if (!j_->is_number() || !(j_->get<double>() > 0) || j_->get<double>() > 1) expected("a number in (0, 1]");
-        return j_->get<double>();
-    }
-    [[nodiscard]] bool boolean() const {
-        if (!j_->is_boolean()) expected("true or false");
-        return j_->get<bool>();
-    }
-    [[nodiscard]] std::string string() const {
-        if (!j_->is_string()) expected("a string");
-        return j_->get<std::string>();
-    }
-    // One of `choices`; a near miss gets a did-you-mean.
-    [[nodiscard]] std::string choice(const std::vector<std::string>& choices) const {
-        std::string list;
-        for (const auto& c : choices) list += (list.empty() ? "" : ", ") + fmt::format("\"{}\"", c);
-        if (!j_->is_string()) expected(fmt::format("one of {}", list));
-        const std::string s = j_->get<std::string>();
-        if (std::find(choices.begin(), choices.end(), s) != choices.end()) return s;
-        std::string hint;
-        int best_d = INT_MAX;
-        for (const auto& c : choices) {
-            const int d = edit_distance(s, c);
-            if (d < best_d && d <= std::max<int>(2, static_cast<int>(s.size()) / 3)) best_d = d, hint = c;
-        }
-        fail(fmt::format("expected one of {}, found \"{}\"{}", list, s,
-                         hint.empty() ? "" : fmt::format(" (did you mean \"{}\"?)", hint)));
-    }
-
-private:
-    [[nodiscard]] Node child_node(const std::string& k) const {
-        return Node(*doc_, j_->at(k), path_ + "." + k, pointer_ + "/" + escape_key(k));
-    }
-    const Document* doc_;
-    const json* j_;
-    std::string path_;
-    std::string pointer_;
-};
 
 // ------------------------------------------------------ one from_json per struct
 
 // "datasets": ["id", ...], the measurements a fit came from.
 std::vector<std::string> read_datasets(const Node& n) {
-    if (!n.value().is_array()) n.expected("an array of data set ids");
+    if (!n.is_array()) n.expected("an array of data set ids");
     std::vector<std::string> out;
-    for (std::size_t i = 0; i < n.value().size(); ++i) {
-        const auto& v = n.value()[i];
-        if (!v.is_string()) n.fail(fmt::format("element [{}]: expected a data set id (a string), found {}", i, describe_json(v)));
-        out.push_back(v.get<std::string>());
+    for (std::size_t i = 0; i < n.size(); ++i) {
+        const Node id = n.at(i);
+        if (!id.json().is_string()) id.expected("a data set id (a string)");
+        out.push_back(id.string());
     }
     return out;
 }
@@ -342,10 +82,8 @@ void from_json(const Node& n, GemmModel& g) {
     if (n.has("efficiency_by_dtype")) {
         const Node e = n["efficiency_by_dtype"];
         e.keys({"fp32", "tf32", "bf16", "fp16", "fp8"});
-        for (const auto& [k, v] : e.value().items()) {
-            if (k == "source" || k == "note") continue;
-            g.dtype_efficiency[static_cast<std::size_t>(*parse_dtype(k))] = e[k].fraction();
-        }
+        for (const auto& [k, v] : e.members())
+            g.dtype_efficiency[static_cast<std::size_t>(*parse_dtype(k))] = v.fraction();
     }
     if (n.has("datasets")) g.datasets = read_datasets(n["datasets"]);
 }
@@ -355,10 +93,8 @@ void from_json(const Node& n, GpuSpec& g) {
     g.name = n.has("name") ? n["name"].string() : "gpu";
     const Node peaks = n["peak_tflops"];
     peaks.keys({"fp32", "tf32", "bf16", "fp16", "fp8"});
-    for (const auto& [k, v] : peaks.value().items()) {
-        if (k == "source" || k == "note") continue;
-        g.peak_flops[static_cast<std::size_t>(*parse_dtype(k))] = peaks[k].positive() * kTera;
-    }
+    for (const auto& [k, v] : peaks.members())
+        g.peak_flops[static_cast<std::size_t>(*parse_dtype(k))] = v.positive() * kTera;
     g.memory_bytes = n["hbm_GiB"].positive() * kGiB;
     g.memory_bandwidth = n["hbm_TBps"].positive() * kTera;
     if (n.has("gemm")) from_json(n["gemm"], g.gemm);
@@ -392,14 +128,14 @@ void from_json(const Node& n, const std::string& key, CollectiveFit& f) {
     f.per_node = n.has("per_node") ? n["per_node"].integer(1) : f.ranks / f.nodes;
     f.min_bytes = n.has("min_bytes") ? n["min_bytes"].non_negative() : 0;
     const Node lines = n["lines"];
-    if (!lines.value().is_array() || lines.value().empty())
+    if (!lines.is_array() || lines.json().empty())
         lines.expected("a non-empty array of [latency_us, bus_bandwidth_GBps] pairs");
-    for (std::size_t i = 0; i < lines.value().size(); ++i) {
-        const auto& p = lines.value()[i];
+    for (std::size_t i = 0; i < lines.size(); ++i) {
+        const Node line = lines.at(i);
+        const json& p = line.json();
         if (!p.is_array() || p.size() != 2 || !p[0].is_number() || !p[1].is_number() || p[0].get<double>() < 0 ||
             !(p[1].get<double>() > 0))
-            lines.fail(fmt::format("element [{}]: expected [latency_us >= 0, bus_bandwidth_GBps > 0], found {}", i,
-                                   p.dump()));
+            line.fail(fmt::format("expected [latency_us >= 0, bus_bandwidth_GBps > 0], found {}", p.dump()));
         f.lines.push_back(FitLine{p[0].get<double>() * kMicro, p[1].get<double>() * kGB});
     }
     if (n.has("datasets")) f.datasets = read_datasets(n["datasets"]);
@@ -415,11 +151,10 @@ void from_json(const Node& n, Link& l) {
     l.fits.clear();
     if (n.has("fits")) {
         const Node fits = n["fits"];
-        if (!fits.value().is_object()) fits.expected("an object of measured curves by operation");
-        for (const auto& [k, v] : fits.value().items()) {
-            if (k == "source" || k == "note") continue;
+        if (!fits.is_object()) fits.expected("an object of measured curves by operation");
+        for (const auto& [k, v] : fits.members()) {
             CollectiveFit f;
-            from_json(fits[k], k, f);
+            from_json(v, std::string(k), f);
             l.fits.push_back(std::move(f));
         }
     }
@@ -581,20 +316,21 @@ void validate(const Node& root, Config& c) {
         where(culprit).fail(fmt::format("tp x pp x dp = {} x {} x {} = {}, but {}; the product must equal the GPU count",
                                         s.tp, s.pp, s.dp, product, machine));
     }
+    const StrategyInfo& info = strategy_info(s.name);
     const auto knob = [&](const char* key, bool wanted) {
         if (st.has(key) && !wanted)
             st[key].fail(fmt::format("strategy \"{}\" does not take \"{}\"", s.name, key));
     };
-    knob("chunks", s.name == "interleaved" || s.name == "bfs");
-    knob("microbatch_group", s.name == "interleaved");
-    knob("schedule_file", s.name == "schedule");
-    knob("sharding", s.name == "fsdp");
-    if (s.name == "schedule" && !st.has("schedule_file"))
+    knob("chunks", info.chunks);
+    knob("microbatch_group", info.microbatch_group);
+    knob("schedule_file", info.schedule_file);
+    knob("sharding", info.sharding);
+    if (info.schedule_file && !st.has("schedule_file"))
         st.fail("missing key \"schedule_file\" (the schedule to run, PyTorch action notation or CSV)");
-    if (s.name == "interleaved" || s.name == "bfs" || s.name == "dualpipev") {
-        const int v = s.name == "dualpipev" ? 2 : s.chunks;
+    if (info.chunks || info.fixed_chunks > 0) {
+        const int v = info.fixed_chunks > 0 ? info.fixed_chunks : s.chunks;
         if (m.layers % (s.pp * v) != 0)
-            where(s.name == "dualpipev" ? "pp" : "chunks")
+            where(info.fixed_chunks > 0 ? "pp" : "chunks")
                 .fail(fmt::format("{} layers cannot be split evenly into pp x chunks = {} x {} = {} pipeline stages "
                                   "({} % {} = {})",
                                   m.layers, s.pp, v, s.pp * v, m.layers, s.pp * v, m.layers % (s.pp * v)));
@@ -603,10 +339,10 @@ void validate(const Node& root, Config& c) {
         where("pp").fail(fmt::format("{} layers cannot be split evenly into {} pipeline stages ({} % {} = {})",
                                      m.layers, s.pp, m.layers, s.pp, m.layers % s.pp));
     const bool puzzle_model = c.model.kind == "puzzle";
-    if (puzzle_model != (s.name == "puzzle"))
+    if (puzzle_model != info.puzzle)
         st["name"].fail(puzzle_model ? fmt::format("the puzzle model runs only with strategy \"puzzle\", found \"{}\"", s.name)
                                      : "strategy \"puzzle\" needs a model of kind \"puzzle\"");
-    if (s.name == "puzzle") {
+    if (info.puzzle) {
         if (s.tp != 1 || s.pp != 1)
             where("tp").fail("puzzle strategies place their own layers: set dp to the GPU count and leave tp and pp at 1");
         if (!st.has("puzzle")) st.fail("missing key \"puzzle\" (which puzzle strategy to run)");
@@ -633,24 +369,27 @@ void validate(const Node& root, Config& c) {
         st["microbatches"].fail(fmt::format("{} microbatches disagree with the training section: global_batch / "
                                             "(micro_batch x dp) = {} / ({} x {}) = {}",
                                             s.microbatches, t.global_batch, t.micro_batch, s.dp, derived));
-    if ((s.name == "ddp" || s.name == "fsdp") && (s.tp != 1 || s.pp != 1))
+    if (!info.tensor_parallel && info.pipeline == PipelineKind::none && (s.tp != 1 || s.pp != 1))
         where("tp").fail(fmt::format("strategy \"{}\" is pure data parallelism: tp and pp must be 1 (found tp {}, pp "
                                      "{}); use \"megatron\" or a pipeline (\"1f1b\", \"interleaved\", ...) to combine them",
                                      s.name, s.tp, s.pp));
-    if (s.name == "megatron" && s.pp != 1)
-        where("pp").fail(fmt::format("strategy \"megatron\" has no pipeline: pp must be 1, found {}; use \"gpipe\" or "
+    if (info.pipeline == PipelineKind::none && s.pp != 1)
+        where("pp").fail(fmt::format("strategy \"{}\" has no pipeline: pp must be 1, found {}; use \"gpipe\" or "
                                      "\"1f1b\"",
-                                     s.pp));
-    if (s.name == "fsdp" && st.has("zero_stage") && s.zero_stage != 3)
-        st["zero_stage"].fail(fmt::format("strategy \"fsdp\" is ZeRO stage 3, found {}", s.zero_stage));
-    if (s.name == "ddp" && s.zero_stage > 2)
-        st["zero_stage"].fail(fmt::format("strategy \"ddp\" runs ZeRO stages 0, 1 and 2, found {}; use \"fsdp\" for "
-                                          "stage 3",
-                                          s.zero_stage));
-    if (s.name != "fsdp" && s.name != "ddp" && s.zero_stage > 1)
+                                     s.name, s.pp));
+    if (info.min_zero_stage == info.max_zero_stage) {
+        if (st.has("zero_stage") && s.zero_stage != info.min_zero_stage)
+            st["zero_stage"].fail(fmt::format("strategy \"{}\" is ZeRO stage {}, found {}", s.name, info.min_zero_stage,
+                                              s.zero_stage));
+    } else if (s.zero_stage > info.max_zero_stage) {
+        if (info.max_zero_stage == 2)
+            st["zero_stage"].fail(fmt::format("strategy \"{}\" runs ZeRO stages 0, 1 and 2, found {}; use \"fsdp\" "
+                                              "for stage 3",
+                                              s.name, s.zero_stage));
         st["zero_stage"].fail(fmt::format("strategy \"{}\" supports ZeRO stages 0 and 1 (distributed optimizer), "
                                           "found {}",
                                           s.name, s.zero_stage));
+    }
     if (s.sequence_parallel && s.tp == 1) st["sequence_parallel"].fail("sequence parallelism needs tp > 1");
 }
 
@@ -662,23 +401,21 @@ void read_stragglers(const Node& n, Config& c) {
     if (c.strategy.name == "puzzle") {
         // Named at its first value, which knows the file (or --set) it came from.
         Node first = n;
-        while (first.value().is_object() && !first.value().empty()) first = first[first.value().begin().key()];
+        while (first.is_object() && !first.json().empty()) first = first[first.json().begin().key()];
         first.fail("puzzle strategies run on the puzzle's own cost model; stragglers apply to the transformer strategies");
     }
     if (n.has("slowdown")) {
         const Node sd = n["slowdown"];
-        if (!sd.value().is_object()) sd.expected("an object of ranks to factors, as {\"3\": 1.5, \"8-15\": 1.1}");
+        if (!sd.is_object()) sd.expected("an object of ranks to factors, as {\"3\": 1.5, \"8-15\": 1.1}");
         std::map<int, std::string> named_by;
-        for (const auto& [k, v] : sd.value().items()) {
-            if (k == "source" || k == "note") continue;
-            const Node f = sd[k];
+        for (const auto& [k, f] : sd.members()) {
             // "3" or "8-15"
             int lo = -1, hi = -1;
             const auto dash = k.find('-');
-            auto number = [](const std::string& t) {
+            auto number = [](std::string_view t) {
                 if (t.empty() || t.size() > 9 || !std::all_of(t.begin(), t.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))
                     return -1;
-                return std::stoi(t);
+                return std::stoi(std::string(t));
             };
             lo = number(k.substr(0, dash));
             hi = dash == std::string::npos ? lo : number(k.substr(dash + 1));
@@ -690,7 +427,7 @@ void read_stragglers(const Node& n, Config& c) {
             for (int r = lo; r <= hi; ++r) {
                 if (auto it = named_by.find(r); it != named_by.end())
                     f.fail(fmt::format("rank {} is already slowed by \"{}\"", r, it->second));
-                named_by[r] = k;
+                named_by[r] = std::string(k);
                 if (factor != 1) st.slowdown[r] = factor;  // 1: not a straggler (a sweep's baseline)
             }
         }
@@ -732,7 +469,9 @@ void from_json(const Node& n, Config& c) {
     from_json(n["model"], c.model);
     from_json(n["training"], c.training);
     from_json(n["strategy"], c.strategy);
-    if (c.strategy.name == "fsdp") c.strategy.zero_stage = 3;
+    // A strategy that runs one ZeRO stage runs it whatever "zero_stage" says (validate rejects another).
+    if (const StrategyInfo& info = strategy_info(c.strategy.name); info.min_zero_stage == info.max_zero_stage)
+        if (!n["strategy"].has("zero_stage")) c.strategy.zero_stage = info.min_zero_stage;
     // Without dp, data parallelism takes the GPUs the other dimensions leave.
     if (!n["strategy"].has("dp")) {
         const long long model_parallel = static_cast<long long>(c.strategy.tp) * c.strategy.pp;
@@ -744,36 +483,75 @@ void from_json(const Node& n, Config& c) {
     if (n.has("stragglers")) read_stragglers(n["stragglers"], c);
 }
 
-Config finish(Document& doc, const std::string& file, const std::vector<Override>& overrides) {
-    for (const auto& o : overrides) apply(doc, o);
+Config finish(json_reader::Document& doc, const std::string& file, const std::vector<Override>& overrides) {
+    for (const auto& o : overrides) doc.set(o.path, o.value);
     Config c;
     c.file = file;
-    from_json(Node(doc, doc.root, "$", ""), c);
-    c.json = doc.root;
+    from_json(doc.root(), c);
+    c.json = doc.json();
     return c;
+}
+
+// A sweep's values: a JSON array or object is one value; otherwise commas separate them.
+std::vector<std::string> split_values(const std::string& v) {
+    if (!v.empty() && (v.front() == '[' || v.front() == '{')) return {v};
+    std::vector<std::string> out;
+    std::size_t start = 0;
+    for (;;) {
+        const auto comma = v.find(',', start);
+        out.push_back(v.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+        if (comma == std::string::npos) break;
+        start = comma + 1;
+    }
+    return out;
+}
+
+// "path=value" at its first '='.
+Override split_setting(const std::string& text) {
+    const auto eq = text.find('=');
+    if (eq == std::string::npos || eq == 0)
+        throw ConfigError("--set " + text, "", "expected path=value (for example strategy.tp=4 or strategy.tp=1,2,4)");
+    return Override{text.substr(0, eq), text.substr(eq + 1)};
 }
 
 }  // namespace
 
-Override parse_override(const std::string& text) {
-    const auto eq = text.find('=');
-    if (eq == std::string::npos || eq == 0)
-        throw ConfigError("--set " + text, "$", "expected path=value (for example strategy.tp=4)");
-    return Override{text.substr(0, eq), text.substr(eq + 1)};
+Setting parse_setting(const std::string& text) {
+    Override o = split_setting(text);
+    return Setting{std::move(o.path), split_values(o.value)};
 }
 
+std::vector<Setting> parse_settings(const std::vector<std::string>& texts) {
+    std::vector<Setting> out;
+    for (const auto& t : texts) out.push_back(parse_setting(t));
+    return out;
+}
+
+std::vector<std::vector<Override>> combinations(const std::vector<Setting>& settings) {
+    std::vector<std::vector<Override>> out{{}};
+    for (const auto& s : settings) {
+        std::vector<std::vector<Override>> next;
+        for (const auto& prefix : out)
+            for (const auto& v : s.values) {
+                auto o = prefix;
+                o.push_back({s.path, v});
+                next.push_back(std::move(o));
+            }
+        out = std::move(next);
+    }
+    return out;
+}
+
+Override parse_override(const std::string& text) { return split_setting(text); }
+
 Config load_config(const std::string& path, const std::vector<Override>& overrides) {
-    std::vector<fs::path> stack;
-    Document doc = load_file(path, stack);
+    json_reader::Document doc = json_reader::Document::load(path, config_dialect(), /*includes=*/true);
     return finish(doc, display(path), overrides);
 }
 
 Config parse_config(const nlohmann::json& document, const std::string& file, const std::vector<Override>& overrides) {
-    if (!document.is_object()) throw ConfigError(file, "$", fmt::format("expected an object, found {}", describe_json(document)));
-    if (document.contains("include")) throw ConfigError(file, "$.include", "includes need a file: use load_config");
-    Document doc;
-    doc.root = document;
-    doc.origin[""] = file;
+    json_reader::Document doc(document, file, config_dialect());
+    if (const auto include = doc.root().find("include")) include->fail("includes need a file: use load_config");
     return finish(doc, file, overrides);
 }
 

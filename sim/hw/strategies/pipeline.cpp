@@ -17,9 +17,6 @@ namespace dtsim::hw {
 
 namespace {
 
-constexpr int kActivation = 0;
-constexpr int kGradient = 1;
-
 int last_layer(const Job& job) { return job.first_layer + job.layers - 1; }
 
 Task<> forward_step(Device& gpu, const Job& job, int mb) {

@@ -5,17 +5,55 @@
 namespace dtsim::hw {
 
 std::span<const StrategyInfo> hw_strategies() {
-    static const std::array<StrategyInfo, 10> all{{
-        {"ddp", &ddp, "data parallel, bucketed gradient all-reduce overlapping the backward"},
-        {"fsdp", &fsdp, "ZeRO-3: per-layer all-gather (prefetched) and reduce-scatter"},
-        {"megatron", &megatron, "Megatron-LM tensor parallelism x data parallelism"},
-        {"gpipe", &gpipe, "GPipe pipeline x tensor x data parallelism"},
-        {"1f1b", &one_f_one_b, "1F1B pipeline (PipeDream-Flush) x tensor x data parallelism"},
-        {"interleaved", &scheduled_pipeline, "interleaved 1F1B with v chunks per rank (Megatron-LM's order)"},
-        {"zbh1", &scheduled_pipeline, "ZB-H1 zero-bubble pipeline (backward split into I and W)"},
-        {"bfs", &scheduled_pipeline, "looped breadth-first pipeline with v chunks per rank"},
-        {"dualpipev", &scheduled_pipeline, "DualPipeV: V-shaped two-chunk pipeline"},
-        {"schedule", &scheduled_pipeline, "a pipeline schedule read from a file (PyTorch action notation or CSV)"},
+    using enum PipelineKind;
+    static const std::array<StrategyInfo, 11> all{{
+        {.name = "ddp",
+         .run = &ddp,
+         .title = "data parallel, bucketed gradient all-reduce overlapping the backward",
+         .tensor_parallel = false,
+         .max_zero_stage = 2},  // ZeRO-1 and -2 reduce-scatter the buckets (DeepSpeed's stages)
+        {.name = "fsdp",
+         .run = &fsdp,
+         .title = "ZeRO-3: per-layer all-gather (prefetched) and reduce-scatter",
+         .tensor_parallel = false,
+         .sharding = true,
+         .min_zero_stage = 3,
+         .max_zero_stage = 3},
+        {.name = "megatron", .run = &megatron, .title = "Megatron-LM tensor parallelism x data parallelism"},
+        {.name = "gpipe", .run = &gpipe, .title = "GPipe pipeline x tensor x data parallelism", .pipeline = fixed},
+        {.name = "1f1b",
+         .run = &one_f_one_b,
+         .title = "1F1B pipeline (PipeDream-Flush) x tensor x data parallelism",
+         .pipeline = fixed},
+        {.name = "interleaved",
+         .run = &scheduled_pipeline,
+         .title = "interleaved 1F1B with v chunks per rank (Megatron-LM's order)",
+         .pipeline = scheduled,
+         .chunks = true,
+         .microbatch_group = true},
+        {.name = "zbh1",
+         .run = &scheduled_pipeline,
+         .title = "ZB-H1 zero-bubble pipeline (backward split into I and W)",
+         .pipeline = scheduled},
+        {.name = "bfs",
+         .run = &scheduled_pipeline,
+         .title = "looped breadth-first pipeline with v chunks per rank",
+         .pipeline = scheduled,
+         .chunks = true},
+        {.name = "dualpipev",
+         .run = &scheduled_pipeline,
+         .title = "DualPipeV: V-shaped two-chunk pipeline",
+         .pipeline = scheduled,
+         .fixed_chunks = 2},
+        {.name = "schedule",
+         .run = &scheduled_pipeline,
+         .title = "a pipeline schedule read from a file (PyTorch action notation or CSV)",
+         .pipeline = scheduled,
+         .schedule_file = true},
+        {.name = "puzzle",
+         .title = "one of the eight puzzle strategies on the puzzle model's hardware costs",
+         .tensor_parallel = false,
+         .puzzle = true},
     }};
     return all;
 }
@@ -24,6 +62,11 @@ const StrategyInfo* find_hw_strategy(std::string_view name) {
     for (const auto& s : hw_strategies())
         if (s.name == name) return &s;
     return nullptr;
+}
+
+bool is_scheduled_pipeline(std::string_view name) {
+    const StrategyInfo* s = find_hw_strategy(name);
+    return s && s->pipeline == PipelineKind::scheduled;
 }
 
 }  // namespace dtsim::hw

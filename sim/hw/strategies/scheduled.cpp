@@ -38,9 +38,6 @@ namespace {
 
 using sched::ActionType;
 
-constexpr int kActivation = 0;
-constexpr int kGradient = 1;
-
 // One tag per (stage, microbatch, direction): a pair of ranks can exchange
 // tensors of several stages (interleaved, V-shaped placements) in any order.
 int tag(const PipelinePlan& plan, int stage, int mb, int direction) {

@@ -1,0 +1,158 @@
+// The JSON reader of configs, ground-truth files and traces (private to dtsim's
+// libraries; not installed).
+//
+// A Document is a JSON object read from a file (with its includes merged, for
+// configs), from a stream (a trace, parsed as it is read) or from memory, and
+// changed by `--set` overrides; it remembers the file (or the --set) each value
+// came from. A Value is a place in it: reading a Value checks its type and range,
+// and a bad value fails with the file it came from, its JSON path ($.a.b[2]) and
+// what was expected against what was found. Each kind of file has a Dialect: the
+// exception its errors are (ConfigError, TraceFormatError) and their wording.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <iosfwd>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace dtsim::json_reader {
+
+using Json = nlohmann::json;
+
+// How one kind of file reports a bad value.
+struct Dialect {
+    // Throws this kind of file's error for a bad value: the file (or "--set a.b=v") the
+    // value came from, its JSON path ("$.strategy.tp") and what is wrong. Must not return.
+    void (*raise)(const std::string& file, const std::string& path, const std::string& message);
+    // What a member of an object is called in messages: "missing key \"x\"" (configs),
+    // "missing field \"x\"" (traces).
+    std::string_view member = "key";
+};
+
+class Value;
+
+class Document {
+public:
+    // A document already in memory (an object), named `file` in errors.
+    Document(Json root, std::string file, const Dialect& dialect);
+
+    // Reads a file. With `includes`, its "include" (a file name or an array of them, relative
+    // to the including file) is merged first, in order, and the file's own keys override
+    // those (objects merge key by key); included files may include others, not themselves.
+    static Document load(const std::string& path, const Dialect& dialect, bool includes = false);
+    // Reads a stream, parsing as it reads (a trace may be larger than what memory holds twice).
+    static Document read(std::istream& in, const std::string& name, const Dialect& dialect);
+
+    // `--set`: puts `value` at the dotted `path` ("strategy.tp" or "$.strategy.tp"), creating
+    // the objects on the way; the value is JSON where it parses as JSON ("4", "true", "[1, 2]")
+    // and a string otherwise ("full"). Errors, and later errors about the value, name
+    // "--set PATH=VALUE".
+    void set(const std::string& path, const std::string& value);
+
+    [[nodiscard]] Value root() const;
+    [[nodiscard]] const Json& json() const { return root_; }
+    [[nodiscard]] const Dialect& dialect() const { return *dialect_; }
+    // The file (or --set) the value at a JSON pointer ("/strategy/tp") came from.
+    [[nodiscard]] std::string origin(std::string pointer) const;
+
+    // Throws the dialect's error.
+    [[noreturn]] void fail(const std::string& file, const std::string& path, const std::string& message) const;
+
+private:
+    Document() = default;
+    friend struct Loader;
+    void forget_below(const std::string& pointer);
+    void merge(Json& into, const Document& from, const Json& value, const std::string& pointer);
+
+    Json root_ = Json::object();
+    std::map<std::string, std::string> origin_;  // JSON pointer -> file; a value without one is its parent's
+    const Dialect* dialect_ = nullptr;
+};
+
+// A value of a Document at a JSON path. Values are cheap to copy and must not outlive
+// their Document; the path is put together only when an error needs it.
+class Value {
+public:
+    [[nodiscard]] const Json& json() const { return *j_; }
+    [[nodiscard]] std::string path() const;     // "$.ranks[0].events[1]"
+    [[nodiscard]] std::string pointer() const;  // "/ranks/0/events/1"
+    [[nodiscard]] std::string file() const;     // the file (or --set) the value came from
+
+    // "FILE: PATH: message", as the dialect says it.
+    [[noreturn]] void fail(const std::string& message) const;
+    // "expected WHAT, found <the value>".
+    [[noreturn]] void expected(std::string_view what) const;
+
+    // ---- objects
+    [[nodiscard]] bool is_object() const { return j_->is_object(); }
+    [[nodiscard]] bool has(std::string_view key) const;  // false where this is not an object
+    // The member `key`; fails when this is not an object or has no such member.
+    [[nodiscard]] Value operator[](std::string_view key) const;
+    // The member `key`, if this is an object that has it.
+    [[nodiscard]] std::optional<Value> find(std::string_view key) const;
+    // Fails unless this is an object whose keys are all `allowed`, or "source" and "note"
+    // (citations and remarks, allowed everywhere); an unknown key gets a did-you-mean.
+    void keys(std::initializer_list<std::string_view> allowed) const;
+    void keys(std::span<const std::string_view> allowed) const;
+    // Fails at the member `key`: "unknown key \"k\"; did you mean \"x\"?" (the nearest of
+    // `allowed`) or "...; the keys here are: a, b".
+    [[noreturn]] void unknown_key(std::string_view key, std::span<const std::string_view> allowed) const;
+    // The members of this object, in key order, but for "source" and "note".
+    [[nodiscard]] std::vector<std::pair<std::string_view, Value>> members() const;
+
+    // ---- arrays
+    [[nodiscard]] bool is_array() const { return j_->is_array(); }
+    [[nodiscard]] std::size_t size() const;       // fails where this is not an array
+    [[nodiscard]] Value at(std::size_t i) const;  // fails where there is no element i
+
+    // ---- typed reads: each fails with what it expected and what it found
+    [[nodiscard]] int integer(int min = INT_MIN) const;  // an int >= min (2.0 counts as 2)
+    [[nodiscard]] std::int64_t int64() const;            // an integer (not 2.0) that fits in 64 bits
+    [[nodiscard]] double number() const;
+    [[nodiscard]] double positive() const;
+    [[nodiscard]] double non_negative() const;
+    [[nodiscard]] double fraction() const;  // in (0, 1]
+    [[nodiscard]] bool boolean() const;
+    [[nodiscard]] const std::string& string() const;
+    // One of `choices` (a string); a near miss gets a did-you-mean.
+    [[nodiscard]] std::string choice(std::initializer_list<std::string_view> choices) const;
+    [[nodiscard]] std::string choice(std::span<const std::string_view> choices) const;
+
+private:
+    friend class Document;
+    struct Step;
+    enum class Kind : unsigned char { root, key, index };
+    Value(const Document& doc, const Json& j) : doc_(&doc), j_(&j) {}
+    Value(const Value& parent, const Json& j, std::string_view key);
+    Value(const Value& parent, const Json& j, std::size_t index);
+    [[nodiscard]] std::shared_ptr<const Step> step() const;  // this value's place, shared by its children
+
+    const Document* doc_;
+    const Json* j_;
+    std::shared_ptr<const Step> up_;  // the parent's place; null for the root and its members
+    std::string_view key_;            // the last step: a key of the document (kind key)...
+    std::size_t index_ = 0;           // ...or an index (kind index)
+    Kind kind_ = Kind::root;
+    mutable std::shared_ptr<const Step> self_;
+};
+
+// A JSON value as a message shows what was found: "4", "\"x\" (a string)", "an object".
+std::string describe(const Json& j);
+// Levenshtein distance.
+int edit_distance(std::string_view a, std::string_view b);
+// The candidate nearest to `word` if it is near enough to be a typo of it (at most
+// max(2, length / 3) edits), else "".
+std::string_view nearest(std::string_view word, std::span<const std::string_view> candidates);
+
+}  // namespace dtsim::json_reader
