@@ -1,38 +1,10 @@
-// Distributed data parallel: a batch per rank, weight grads all-reduced (seed puzzle "ddp").
+// ddp (ddp.hpp) for the puzzle world's model.
+#include "ddp.hpp"
+
 #include "dtsim/puzzle/registry.hpp"
 
 namespace dtsim::puzzle {
 
-Task<> ddp(Model& model) {
-    // Storage on device.
-    auto [weights, opt_states, activations, grad_activations, grad_weights] = model.storage();
-    // Load all the activations
-    model.activations[0] = model.get_activation({model.rank});
-
-    // Load in the full weights
-    for (int l = 0; l < model.LAYERS; ++l)
-        tie(weights[l], opt_states[l]) = model.load_weights(l);
-
-    // Forward
-    for (int l = 0; l < model.LAYERS; ++l)
-        activations[l + 1] = model.forward(l, activations[l], weights[l]);
-
-    // Backward
-    grad_activations[model.LAYERS] = model.loss(activations[model.LAYERS]);
-
-    for (int l = model.LAYERS - 1; l >= 0; --l) {
-        tie(grad_weights[l], grad_activations[l]) =
-            model.backward(l, activations[l], grad_activations[l + 1], weights[l]);
-        del(grad_activations[l + 1], activations[l]);
-    }
-
-    // Update
-    for (int l = 0; l < model.LAYERS; ++l) {
-        grad_weights[l] = co_await model.allreduce(grad_weights[l], l);
-        tie(weights[l], opt_states[l]) = model.update(l, grad_weights[l], weights[l], opt_states[l]);
-    }
-
-    for (int l = 0; l < model.LAYERS; ++l) model.set_final_weight(l, weights[l]);
-}
+template Task<> ddp<Model>(Model& model);
 
 }  // namespace dtsim::puzzle

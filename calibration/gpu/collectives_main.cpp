@@ -7,10 +7,10 @@
 #include "gpu/comm.hpp"
 #include "gpu/cuda_check.hpp"
 #include "gpu/kernels.hpp"
-#include "host/args.hpp"
+#include "host/cli.hpp"
 #include "host/sweep.hpp"
-#include "host/trace_writer.hpp"
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include <cstdlib>
@@ -20,7 +20,7 @@
 #include <exception>
 #include <vector>
 
-namespace dtsim::calib::gpu {
+namespace dtsim::harness::gpu {
 namespace {
 
 struct Types {
@@ -214,53 +214,75 @@ private:
     std::vector<RankBuffers> buffers_;
 };
 
-int run(int argc, char** argv) {
-    ArgParser args("dtsim-collectives",
-                   "NCCL collective sweeps (all_reduce, all_gather, reduce_scatter, sendrecv) in nccl-tests' conventions");
-    args.add_option("ops", "LIST", "collectives to sweep", "all_reduce,all_gather,reduce_scatter,sendrecv");
-    args.add_option("min-bytes", "SIZE", "smallest size (nccl-tests -b)", "1K");
-    args.add_option("max-bytes", "SIZE", "largest size (nccl-tests -e)", "4G");
-    args.add_option("step-factor", "F", "multiply the size by F each step (nccl-tests -f)", "2");
-    args.add_option("iters", "N", "timed iterations per size (nccl-tests -n)", "20");
-    args.add_option("warmup", "N", "untimed iterations per size (nccl-tests -w)", "5");
-    args.add_option("dtype", "TYPE", "float, half, bfloat16, double, int32, int8, uint8 (nccl-tests -d)", "float");
-    args.add_option("placement", "WHICH", "out, in or both (out-of-place and in-place columns)", "both");
-    args.add_option("average", "HOW", "combine ranks' times: avg, max, min or rank0 (nccl-tests -a)", "avg");
-    args.add_flag("check", "also check every result against the expected values (nccl-tests -c)");
-    args.add_option("out", "FILE", "write the rows as JSON (schema of shared/calibration/nccl_tests.json)");
-    args.add_option("mode", "MODE", "auto, single (this process drives every GPU) or multi (one process per GPU)",
-                    "auto");
-    args.add_option("ngpus", "N", "single-process mode: use the first N visible GPUs (default all)");
-    args.add_option("device", "GPU", "multi-process mode: this process's GPU (default: the local rank)");
-    args.add_option("rendezvous", "HOST:PORT", "multi-process mode: where rank 0 serves the NCCL id "
-                                               "(default MASTER_ADDR:MASTER_PORT+1)");
-    args.add_option("timeout", "SECONDS", "give up on the rendezvous or on stuck GPU work after this long", "300");
-    args.parse(argc, argv);
-    if (args.help_requested()) {
-        fmt::print("{}", args.help());
-        return 0;
-    }
-
-    std::vector<Collective> ops;
-    for (const auto& name : args.list("ops")) ops.push_back(parse_collective(name));
-    const DataType dtype = parse_dtype(args.str("dtype"));
-    const auto sizes = size_sweep(args.bytes("min-bytes"), args.bytes("max-bytes"),
-                                  static_cast<std::uint64_t>(args.integer_at_least("step-factor", 2)));
-    const int iters = static_cast<int>(args.integer_at_least("iters", 1));
-    const int warmup = static_cast<int>(args.integer_at_least("warmup", 0));
-    const std::string placement = args.str("placement");
-    if (placement != "out" && placement != "in" && placement != "both")
-        throw ArgError(fmt::format("--placement must be out, in or both, got \"{}\"", placement));
-    const bool run_out = placement != "in";
-    const bool run_in = placement != "out";
-    const Average average = parse_average(args.str("average"));
-
+struct Options {
+    std::vector<std::string> ops{"all_reduce", "all_gather", "reduce_scatter", "sendrecv"};
+    std::uint64_t min_bytes = 1024;
+    std::uint64_t max_bytes = 4ull << 30;
+    std::uint64_t step_factor = 2;
+    int iters = 20;
+    int warmup = 5;
+    std::string dtype = "float";
+    std::string placement = "both";
+    std::string average = "avg";
+    bool check = false;
+    std::string out;
     BootstrapOptions boot;
-    boot.mode = parse_launch_mode(args.str("mode"));
-    if (args.has("ngpus")) boot.ngpus = static_cast<int>(args.integer_at_least("ngpus", 1));
-    if (args.has("device")) boot.device = static_cast<int>(args.integer_at_least("device", 0));
-    if (args.has("rendezvous")) boot.rendezvous = parse_endpoint(args.str("rendezvous"));
-    boot.timeout = std::chrono::seconds(args.integer_at_least("timeout", 1));
+};
+
+void add_options(CLI::App& app, Options& o) {
+    app.add_option("--ops", o.ops, "collectives to sweep")
+        ->delimiter(',')
+        ->type_name("LIST")
+        ->default_str("all_reduce,all_gather,reduce_scatter,sendrecv");
+    app.add_option("--min-bytes", o.min_bytes, "smallest size (nccl-tests -b)")
+        ->transform(byte_size())
+        ->type_name("SIZE")
+        ->default_str("1K");
+    app.add_option("--max-bytes", o.max_bytes, "largest size (nccl-tests -e)")
+        ->transform(byte_size())
+        ->type_name("SIZE")
+        ->default_str("4G");
+    app.add_option("--step-factor", o.step_factor, "multiply the size by F each step (nccl-tests -f)")
+        ->check(at_least(2))
+        ->type_name("F")
+        ->capture_default_str();
+    app.add_option("--iters", o.iters, "timed iterations per size (nccl-tests -n)")
+        ->check(at_least(1))
+        ->type_name("N")
+        ->capture_default_str();
+    app.add_option("--warmup", o.warmup, "untimed iterations per size (nccl-tests -w)")
+        ->check(at_least(0))
+        ->type_name("N")
+        ->capture_default_str();
+    app.add_option("--dtype", o.dtype, "float, half, bfloat16, double, int32, int8, uint8 (nccl-tests -d)")
+        ->type_name("TYPE")
+        ->capture_default_str();
+    app.add_option("--placement", o.placement, "out, in or both (out-of-place and in-place columns)")
+        ->check(CLI::IsMember({"out", "in", "both"}))
+        ->type_name("WHICH")
+        ->capture_default_str();
+    app.add_option("--average", o.average, "combine ranks' times: avg, max, min or rank0 (nccl-tests -a)")
+        ->check(CLI::IsMember({"avg", "mean", "max", "min", "rank0"}))
+        ->type_name("HOW")
+        ->capture_default_str();
+    app.add_flag("--check", o.check, "also check every result against the expected values (nccl-tests -c)");
+    app.add_option("--out", o.out, "write the rows as JSON (schema of calibration/data/nccl_tests.json)")
+        ->type_name("FILE");
+    add_launch_options(app, o.boot, true);
+}
+
+int run(const Options& o, const std::string& command) {
+    std::vector<Collective> ops;
+    for (const auto& name : o.ops) ops.push_back(parse_collective(name));
+    if (ops.empty()) throw ArgError("--ops: no collective given");
+    const DataType dtype = parse_dtype(o.dtype);
+    const auto sizes = size_sweep(o.min_bytes, o.max_bytes, o.step_factor);
+    const int iters = o.iters;
+    const int warmup = o.warmup;
+    const bool run_out = o.placement != "in";
+    const bool run_in = o.placement != "out";
+    const Average average = parse_average(o.average);
+    const BootstrapOptions& boot = o.boot;
 
     Communicator comm(boot);
     const int n = comm.world_size();
@@ -270,9 +292,9 @@ int run(int argc, char** argv) {
         fmt::print("# dtsim-collectives: {} x {} ({}), NCCL {}\n", n, gpu, comm.launch_description(),
                    nccl_version_string());
         fmt::print("# sizes {} .. {} x{}, {} warmup + {} timed iterations, dtype {}, time = {} over ranks\n",
-                   format_bytes(sizes.front()), format_bytes(sizes.back()), args.str("step-factor"), warmup, iters,
-                   dtype.name, args.str("average"));
-        if (args.flag("check") && !check_is_exact(dtype, n))
+                   format_bytes(sizes.front()), format_bytes(sizes.back()), o.step_factor, warmup, iters,
+                   dtype.name, o.average);
+        if (o.check && !check_is_exact(dtype, n))
             fmt::print("# --check skipped: {} cannot hold the sums of {} ranks exactly\n", dtype.name, n);
         std::fflush(stdout);
     }
@@ -296,7 +318,7 @@ int run(int argc, char** argv) {
             std::optional<SweepRow> out_row, in_row;
             if (run_out) {
                 std::optional<std::uint64_t> wrong;
-                if (args.flag("check")) wrong = sweep.check(c, p, false);
+                if (o.check) wrong = sweep.check(c, p, false);
                 out_row = make_row(c, p, sweep.time(c, p, false, warmup, iters, average), n);
                 out_row->wrong = wrong;
                 if (wrong) out_ds.wrong_total = out_ds.wrong_total.value_or(0) + *wrong;
@@ -306,7 +328,7 @@ int run(int argc, char** argv) {
             }
             if (run_in) {
                 std::optional<std::uint64_t> wrong;
-                if (args.flag("check")) wrong = sweep.check(c, p, true);
+                if (o.check) wrong = sweep.check(c, p, true);
                 in_row = make_row(c, p, sweep.time(c, p, true, warmup, iters, average), n);
                 in_row->wrong = wrong;
                 if (wrong) in_ds.wrong_total = in_ds.wrong_total.value_or(0) + *wrong;
@@ -327,8 +349,8 @@ int run(int argc, char** argv) {
     for (const auto& d : datasets) wrong_total += d.wrong_total.value_or(0);
     if (root) {
         if (busbw_rows > 0) fmt::print("# Avg bus bandwidth (out-of-place): {:.3f} GB/s\n", busbw_sum / busbw_rows);
-        if (args.flag("check")) fmt::print("# Out of bounds values: {} {}\n", wrong_total, wrong_total ? "FAILED" : "OK");
-        if (args.has("out")) {
+        if (o.check) fmt::print("# Out of bounds values: {} {}\n", wrong_total, wrong_total ? "FAILED" : "OK");
+        if (!o.out.empty()) {
             const int per_node = comm.nodes() > 0 && n % comm.nodes() == 0 ? n / comm.nodes() : 0;
             nlohmann::json meta = {
                 {"tool", "dtsim-collectives"},
@@ -342,28 +364,30 @@ int run(int argc, char** argv) {
                 {"cuda_runtime", cuda_runtime_version_string()},
                 {"cuda_driver", cuda_driver_version_string()},
                 {"date", utc_timestamp()},
-                {"command", args.command_line()},
+                {"command", command},
                 {"dtype", dtype.name},
                 {"iters", iters},
                 {"warmup", warmup},
-                {"time_over_ranks", args.str("average")},
+                {"time_over_ranks", o.average},
                 {"timing", "CUDA events around --iters back-to-back operations on each rank's stream"},
             };
-            write_json_file(args.str("out"), sweep_json(meta, {gpu, per_node, comm.nodes()}, datasets));
-            fmt::print("# wrote {}\n", args.str("out"));
+            write_json_file(o.out, sweep_json(meta, {gpu, per_node, comm.nodes()}, datasets));
+            fmt::print("# wrote {}\n", o.out);
         }
     }
-    return wrong_total == 0 ? 0 : 2;
+    return wrong_total == 0 ? 0 : 1;
 }
 
 }  // namespace
-}  // namespace dtsim::calib::gpu
+}  // namespace dtsim::harness::gpu
 
 int main(int argc, char** argv) {
-    try {
-        return dtsim::calib::gpu::run(argc, argv);
-    } catch (const std::exception& e) {
-        fmt::print(stderr, "dtsim-collectives: error: {}\n", e.what());
-        return 1;
-    }
+    using namespace dtsim::harness;
+    CLI::App app{"NCCL collective sweeps (all_reduce, all_gather, reduce_scatter, sendrecv) in nccl-tests' "
+                 "conventions",
+                 "dtsim-collectives"};
+    app.footer("Exit status: 0 done, 1 a run failed or --check found wrong values, 2 bad arguments.");
+    gpu::Options options;
+    gpu::add_options(app, options);
+    return run_tool(app, argc, argv, [&] { return gpu::run(options, command_line(argc, argv)); });
 }

@@ -1,8 +1,9 @@
 #include "gpu/comm.hpp"
 
 #include "gpu/cuda_check.hpp"
-#include "host/args.hpp"
+#include "host/cli.hpp"
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -12,7 +13,7 @@
 #include <set>
 #include <thread>
 
-namespace dtsim::calib::gpu {
+namespace dtsim::harness::gpu {
 namespace {
 
 std::atomic<bool> g_abort_requested{false};
@@ -50,6 +51,44 @@ LaunchMode parse_launch_mode(const std::string& text) {
     if (text == "single") return LaunchMode::single_process;
     if (text == "multi") return LaunchMode::multi_process;
     throw ArgError(fmt::format("--mode must be auto, single or multi, got \"{}\"", text));
+}
+
+void add_launch_options(CLI::App& app, BootstrapOptions& o, bool ngpus) {
+    app.add_option_function<std::string>(
+           "--mode", [&o](const std::string& s) { o.mode = parse_launch_mode(s); },
+           "auto, single (this process drives every GPU) or multi (one process per GPU)")
+        ->check(CLI::IsMember({"auto", "single", "multi"}))
+        ->type_name("MODE")
+        ->default_str("auto");
+    if (ngpus)
+        app.add_option("--ngpus", o.ngpus, "single-process mode: use the first N visible GPUs (default all)")
+            ->check(at_least(1))
+            ->type_name("N");
+    app.add_option_function<int>(
+           "--device", [&o](int d) { o.device = d; },
+           "multi-process mode: this process's GPU (default: the local rank)")
+        ->check(at_least(0))
+        ->type_name("GPU");
+    app.add_option_function<std::string>(
+           "--rendezvous", [&o](const std::string& s) { o.rendezvous = parse_endpoint(s); },
+           "multi-process mode: where rank 0 serves the NCCL id (default MASTER_ADDR:MASTER_PORT+1)")
+        ->check(CLI::Validator(
+            [](std::string& s) {
+                try {
+                    (void)parse_endpoint(s);
+                    return std::string();
+                } catch (const RendezvousError& e) {
+                    return std::string(e.what());
+                }
+            },
+            ""))
+        ->type_name("HOST:PORT");
+    app.add_option_function<int>(
+           "--timeout", [&o](int s) { o.timeout = std::chrono::seconds(s); },
+           "give up on the rendezvous or on stuck GPU work after this many seconds")
+        ->check(at_least(1))
+        ->type_name("SECONDS")
+        ->default_str(std::to_string(o.timeout.count()));
 }
 
 Communicator::Communicator(const BootstrapOptions& options) : timeout_(options.timeout) {
@@ -261,4 +300,4 @@ void barrier(std::span<LocalRank> ranks, std::chrono::seconds timeout) {
                             timeout);
 }
 
-}  // namespace dtsim::calib::gpu
+}  // namespace dtsim::harness::gpu

@@ -17,7 +17,11 @@
 #include <string>
 #include <vector>
 
-namespace dtsim::calib::gpu {
+namespace CLI {
+class App;
+}  // namespace CLI
+
+namespace dtsim::harness::gpu {
 
 // One rank this process drives.
 struct LocalRank {
@@ -28,7 +32,7 @@ struct LocalRank {
 };
 
 enum class LaunchMode { automatic, single_process, multi_process };
-// "auto", "single", "multi". Throws ArgError.
+// "auto", "single", "multi". Throws ArgError (host/cli.hpp).
 LaunchMode parse_launch_mode(const std::string& text);
 
 struct BootstrapOptions {
@@ -38,6 +42,11 @@ struct BootstrapOptions {
     std::optional<Endpoint> rendezvous;   // multi process: overrides MASTER_ADDR:MASTER_PORT+1
     std::chrono::seconds timeout{300};    // rendezvous and every wait for GPU work
 };
+
+// The launch options of the tools that drive several GPUs, read into `options`: --mode,
+// --device, --rendezvous, --timeout, and --ngpus where `ngpus` (dtsim-puzzle-real takes
+// the number of GPUs from --ranks).
+void add_launch_options(CLI::App& app, BootstrapOptions& options, bool ngpus);
 
 class Communicator {
 public:
@@ -88,4 +97,4 @@ std::vector<std::vector<double>> allgather_doubles(std::span<LocalRank> ranks,
 // Every rank waits for every other (a one-element all-reduce).
 void barrier(std::span<LocalRank> ranks, std::chrono::seconds timeout);
 
-}  // namespace dtsim::calib::gpu
+}  // namespace dtsim::harness::gpu

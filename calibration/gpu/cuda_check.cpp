@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <unistd.h>
 
-namespace dtsim::calib::gpu {
+namespace dtsim::harness::gpu {
 namespace {
 std::string where(const char* file, int line) {
     return fmt::format("{}:{}", std::filesystem::path(file).filename().string(), line);
@@ -65,4 +65,4 @@ std::string host_name() {
     return buf;
 }
 
-}  // namespace dtsim::calib::gpu
+}  // namespace dtsim::harness::gpu

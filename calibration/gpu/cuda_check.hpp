@@ -9,7 +9,7 @@
 #include <stdexcept>
 #include <string>
 
-namespace dtsim::calib::gpu {
+namespace dtsim::harness::gpu {
 
 class GpuError : public std::runtime_error {
 public:
@@ -28,23 +28,23 @@ std::string cuda_driver_version_string();
 std::string utc_timestamp();
 std::string host_name();
 
-}  // namespace dtsim::calib::gpu
+}  // namespace dtsim::harness::gpu
 
 #define DTSIM_CUDA(call)                                                                              \
     do {                                                                                              \
         const cudaError_t dtsim_e_ = (call);                                                          \
-        if (dtsim_e_ != cudaSuccess) ::dtsim::calib::gpu::throw_cuda(dtsim_e_, #call, __FILE__, __LINE__); \
+        if (dtsim_e_ != cudaSuccess) ::dtsim::harness::gpu::throw_cuda(dtsim_e_, #call, __FILE__, __LINE__); \
     } while (0)
 
 #define DTSIM_NCCL(call)                                                                              \
     do {                                                                                              \
         const ncclResult_t dtsim_e_ = (call);                                                         \
-        if (dtsim_e_ != ncclSuccess) ::dtsim::calib::gpu::throw_nccl(dtsim_e_, #call, __FILE__, __LINE__); \
+        if (dtsim_e_ != ncclSuccess) ::dtsim::harness::gpu::throw_nccl(dtsim_e_, #call, __FILE__, __LINE__); \
     } while (0)
 
 #define DTSIM_CUBLAS(call)                                                                            \
     do {                                                                                              \
         const cublasStatus_t dtsim_e_ = (call);                                                       \
         if (dtsim_e_ != CUBLAS_STATUS_SUCCESS)                                                        \
-            ::dtsim::calib::gpu::throw_cublas(dtsim_e_, #call, __FILE__, __LINE__);                   \
+            ::dtsim::harness::gpu::throw_cublas(dtsim_e_, #call, __FILE__, __LINE__);                   \
     } while (0)

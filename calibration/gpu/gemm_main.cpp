@@ -6,10 +6,10 @@
 // cublasLtMatmul (with its top heuristic algorithm and a 32 MiB workspace).
 #include "gpu/cuda_check.hpp"
 #include "gpu/kernels.hpp"
-#include "host/args.hpp"
+#include "host/cli.hpp"
 #include "host/gemm_shapes.hpp"
-#include "host/trace_writer.hpp"
 
+#include <CLI/CLI.hpp>
 #include <cublasLt.h>
 #include <fmt/format.h>
 
@@ -17,7 +17,7 @@
 #include <cstdio>
 #include <exception>
 
-namespace dtsim::calib::gpu {
+namespace dtsim::harness::gpu {
 namespace {
 
 struct GemmType {
@@ -191,48 +191,86 @@ private:
     cudaEvent_t stop_ = nullptr;
 };
 
-int run(int argc, char** argv) {
-    ArgParser args("dtsim-gemm", "cuBLAS GEMM throughput over a transformer layer's shapes and given shapes");
-    args.add_option("hidden", "H", "model hidden size (default 4096 unless only --shapes is given)");
-    args.add_option("ffn", "F", "MLP inner size (default 4 * hidden)");
-    args.add_option("seq", "S", "sequence length", "2048");
-    args.add_option("micro-batch", "B", "micro-batch size", "1");
-    args.add_option("tp", "T", "tensor-parallel degree (splits QKV/MLP-up outputs, proj/MLP-down inputs)", "1");
-    args.add_option("shapes", "LIST", "more shapes: \"M,N,K;M,N,K\" (row-major C[M,N] = A[M,K] B[K,N])");
-    args.add_option("dtype", "LIST", "bf16, fp16 (fp32 accumulate), tf32, fp32; comma-separated", "bf16,fp16");
-    args.add_option("api", "API", "gemmex (cublasGemmEx) or lt (cublasLtMatmul)", "gemmex");
-    args.add_option("iters", "N", "timed GEMMs per shape", "50");
-    args.add_option("warmup", "N", "untimed GEMMs per shape", "10");
-    args.add_option("device", "GPU", "which GPU", "0");
-    args.add_option("peak-tflops", "X", "the GPU's dense peak for the dtype, recorded as max_achievable's peak");
-    args.add_option("out", "FILE", "write JSON (schema of shared/calibration/gemm.json)");
-    args.parse(argc, argv);
-    if (args.help_requested()) {
-        fmt::print("{}", args.help());
-        return 0;
-    }
+struct Options {
+    std::optional<std::int64_t> hidden;
+    std::int64_t ffn = 0;
+    std::int64_t seq = 2048;
+    std::int64_t micro_batch = 1;
+    std::int64_t tp = 1;
+    std::string shapes;
+    std::vector<std::string> dtypes{"bf16", "fp16"};
+    std::string api = "gemmex";
+    int iters = 50;
+    int warmup = 10;
+    int device = 0;
+    std::optional<double> peak_tflops;
+    std::string out;
+};
 
+void add_options(CLI::App& app, Options& o) {
+    app.add_option_function<std::int64_t>(
+           "--hidden", [&o](std::int64_t h) { o.hidden = h; },
+           "model hidden size (default 4096 unless only --shapes is given)")
+        ->type_name("H");
+    app.add_option("--ffn", o.ffn, "MLP inner size (default 4 * hidden)")->type_name("F");
+    app.add_option("--seq", o.seq, "sequence length")->type_name("S")->capture_default_str();
+    app.add_option("--micro-batch", o.micro_batch, "micro-batch size")->type_name("B")->capture_default_str();
+    app.add_option("--tp", o.tp, "tensor-parallel degree (splits QKV/MLP-up outputs, proj/MLP-down inputs)")
+        ->type_name("T")
+        ->capture_default_str();
+    app.add_option("--shapes", o.shapes, "more shapes: \"M,N,K;M,N,K\" (row-major C[M,N] = A[M,K] B[K,N])")
+        ->type_name("LIST");
+    app.add_option("--dtype", o.dtypes, "bf16, fp16 (fp32 accumulate), tf32, fp32; comma-separated")
+        ->delimiter(',')
+        ->type_name("LIST")
+        ->default_str("bf16,fp16");
+    app.add_option("--api", o.api, "gemmex (cublasGemmEx) or lt (cublasLtMatmul)")
+        ->check(CLI::IsMember({"gemmex", "lt"}))
+        ->type_name("API")
+        ->capture_default_str();
+    app.add_option("--iters", o.iters, "timed GEMMs per shape")
+        ->check(at_least(1))
+        ->type_name("N")
+        ->capture_default_str();
+    app.add_option("--warmup", o.warmup, "untimed GEMMs per shape")
+        ->check(at_least(0))
+        ->type_name("N")
+        ->capture_default_str();
+    app.add_option("--device", o.device, "which GPU")
+        ->check(at_least(0))
+        ->type_name("GPU")
+        ->capture_default_str();
+    app.add_option_function<double>(
+           "--peak-tflops", [&o](double x) { o.peak_tflops = x; },
+           "the GPU's dense peak for the dtype, recorded as max_achievable's peak")
+        ->check(CLI::PositiveNumber)
+        ->type_name("X");
+    app.add_option("--out", o.out, "write JSON (schema of calibration/data/gemm.json)")->type_name("FILE");
+}
+
+int run(const Options& o, const std::string& command) {
     std::vector<GemmShape> shapes;
-    if (args.given("hidden") || !args.given("shapes")) {
+    if (o.hidden || o.shapes.empty()) {
         TransformerDims d;
-        d.hidden = args.has("hidden") ? args.integer("hidden") : 4096;
-        d.ffn = args.has("ffn") ? args.integer("ffn") : 0;
-        d.seq = args.integer("seq");
-        d.micro_batch = args.integer("micro-batch");
-        d.tp = args.integer("tp");
+        d.hidden = o.hidden.value_or(4096);
+        d.ffn = o.ffn;
+        d.seq = o.seq;
+        d.micro_batch = o.micro_batch;
+        d.tp = o.tp;
         shapes = transformer_gemm_shapes(d);
     }
-    if (args.given("shapes")) {
-        auto more = parse_gemm_shapes(args.str("shapes"));
+    if (!o.shapes.empty()) {
+        auto more = parse_gemm_shapes(o.shapes);
         shapes.insert(shapes.end(), more.begin(), more.end());
     }
-    const std::string api = args.str("api");
-    if (api != "gemmex" && api != "lt") throw ArgError(fmt::format("--api must be gemmex or lt, got \"{}\"", api));
-    const int iters = static_cast<int>(args.integer_at_least("iters", 1));
-    const int warmup = static_cast<int>(args.integer_at_least("warmup", 0));
-    const int device = static_cast<int>(args.integer_at_least("device", 0));
-    std::optional<double> peak;
-    if (args.has("peak-tflops")) peak = args.number("peak-tflops");
+    if (o.dtypes.empty()) throw ArgError("--dtype: no type given");
+    std::vector<GemmType> types;
+    for (const auto& name : o.dtypes) types.push_back(parse_gemm_type(name));
+    const std::string& api = o.api;
+    const int iters = o.iters;
+    const int warmup = o.warmup;
+    const int device = o.device;
+    const std::optional<double> peak = o.peak_tflops;
 
     std::size_t max_a = 1, max_b = 1, max_c = 1;
     for (const auto& s : shapes) {
@@ -255,8 +293,7 @@ int run(int argc, char** argv) {
                api, warmup, iters);
 
     nlohmann::json doc;
-    for (const auto& type_name : args.list("dtype")) {
-        const GemmType type = parse_gemm_type(type_name);
+    for (const GemmType& type : types) {
         Runner runner(device, type, api == "lt", max_a, max_b, max_c);
         std::vector<GemmResult> results;
         fmt::print("#\n# {:<22} {:>7} {:>7} {:>7} {:>6} {:>10} {:>9}\n", fmt::format("{} shape", type.name), "m", "n",
@@ -277,10 +314,10 @@ int run(int argc, char** argv) {
             {"cuda_driver", cuda_driver_version_string()},
             {"date", utc_timestamp()},
             {"host", host_name()},
-            {"command", args.command_line()},
+            {"command", command},
             {"iters", iters},
             {"warmup", warmup},
-            {"dtypes", args.list("dtype")},
+            {"dtypes", o.dtypes},
             {"accumulate", "fp32"},
             {"timing", "CUDA events around --iters back-to-back GEMMs; inputs stay in place (L2 not flushed)"},
         };
@@ -293,21 +330,21 @@ int run(int argc, char** argv) {
                 if (key != "description" && key != "meta" && key != "max_achievable") doc[key] = value;
         }
     }
-    if (args.has("out")) {
-        write_json_file(args.str("out"), doc);
-        fmt::print("# wrote {}\n", args.str("out"));
+    if (!o.out.empty()) {
+        write_json_file(o.out, doc);
+        fmt::print("# wrote {}\n", o.out);
     }
     return 0;
 }
 
 }  // namespace
-}  // namespace dtsim::calib::gpu
+}  // namespace dtsim::harness::gpu
 
 int main(int argc, char** argv) {
-    try {
-        return dtsim::calib::gpu::run(argc, argv);
-    } catch (const std::exception& e) {
-        fmt::print(stderr, "dtsim-gemm: error: {}\n", e.what());
-        return 1;
-    }
+    using namespace dtsim::harness;
+    CLI::App app{"cuBLAS GEMM throughput over a transformer layer's shapes and given shapes", "dtsim-gemm"};
+    app.footer("Exit status: 0 done, 1 a run failed, 2 bad arguments.");
+    gpu::Options options;
+    gpu::add_options(app, options);
+    return run_tool(app, argc, argv, [&] { return gpu::run(options, command_line(argc, argv)); });
 }

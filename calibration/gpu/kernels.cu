@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <string>
 
-namespace dtsim::calib::gpu {
+namespace dtsim::harness::gpu {
 namespace {
 
 constexpr int kThreads = 256;
@@ -232,4 +232,4 @@ void compare_weights(const float* w, const float* ref, std::int64_t n, float tol
     if (n > 0) launch(compare_kernel, n, stream, w, ref, n, tolerance, stats);
 }
 
-}  // namespace dtsim::calib::gpu
+}  // namespace dtsim::harness::gpu

@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-namespace dtsim::calib::gpu {
+namespace dtsim::harness::gpu {
 
 // Element types the sweeps use (nccl-tests' -d names map onto these).
 enum class ElemType : std::uint8_t { f32, f16, bf16, f64, i32, i8, u8 };
@@ -55,4 +55,4 @@ struct CompareStats {
 void compare_weights(const float* w, const float* ref, std::int64_t n, float tolerance, CompareStats* stats,
                      cudaStream_t stream);
 
-}  // namespace dtsim::calib::gpu
+}  // namespace dtsim::harness::gpu

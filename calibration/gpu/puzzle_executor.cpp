@@ -11,7 +11,7 @@
 #include <limits>
 #include <stdexcept>
 
-namespace dtsim::calib::gpu {
+namespace dtsim::harness::gpu {
 namespace {
 
 constexpr std::uint64_t kWeightSeed = 0x5eed000000000000ull;
@@ -287,4 +287,4 @@ CheckResult PuzzleExecutor::check_result() {
     return CheckResult{max_abs, static_cast<double>(st.mismatches), static_cast<double>(st.count)};
 }
 
-}  // namespace dtsim::calib::gpu
+}  // namespace dtsim::harness::gpu

@@ -1,8 +1,9 @@
-// Runs one rank's puzzle program (host/schedule.hpp) on a GPU: every instruction in
-// order on one stream, tensors allocated and freed where the program says
-// (cudaMallocAsync / cudaFreeAsync, so no call synchronises), NCCL for collectives and
-// passes, cuBLAS fp32 GEMMs for the layers, and a pair of CUDA events around each
-// operation that the puzzle logs.
+// Runs one rank's puzzle program (host/schedule.hpp: recorded by running the puzzles/
+// strategy on the dtsim engine; host/puzzle_model.hpp says why it is recorded first rather
+// than launched from the strategy) on a GPU: every instruction in order on one stream,
+// tensors allocated and freed where the program says (cudaMallocAsync / cudaFreeAsync, so
+// no call synchronises), NCCL for collectives and passes, cuBLAS fp32 GEMMs for the
+// layers, and a pair of CUDA events around each operation that the puzzle logs.
 //
 // The model is the puzzle's: L layers of hidden x hidden fp32 weights, y = relu(x W),
 // batches of `tokens` rows, loss 0.5 * sum(y^2) / (batches * tokens), Adam. Backward
@@ -21,7 +22,7 @@
 #include <optional>
 #include <vector>
 
-namespace dtsim::calib::gpu {
+namespace dtsim::harness::gpu {
 
 struct ExecOptions {
     AdamParams adam;
@@ -30,14 +31,7 @@ struct ExecOptions {
     std::chrono::seconds timeout{300};
 };
 
-// Where and when one logged operation ran.
-struct EventTiming {
-    double start = 0;     // seconds since the iteration's origin (recorded right after a barrier)
-    double duration = 0;  // seconds
-    double memory = 0;    // bytes of live tensors when it started, before its outputs were allocated
-};
-
-// The reference final weights (from the basic schedule on this GPU), by layer.
+// The reference final weights (from the basic strategy on this GPU), by layer.
 struct ReferenceWeights {
     std::map<int, float*> layers;  // hidden*hidden floats each, owned
     int device = 0;
@@ -98,4 +92,4 @@ private:
     std::vector<double> memory_;
 };
 
-}  // namespace dtsim::calib::gpu
+}  // namespace dtsim::harness::gpu

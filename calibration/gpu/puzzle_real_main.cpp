@@ -1,19 +1,23 @@
 // dtsim-puzzle-real: the eight puzzle strategies run on real GPUs (calibration/README.md).
 //
-// Each rank executes its seed schedule (host/schedules.cpp) with real tensors and NCCL;
+// Each rank executes its program, recorded by running the strategy of puzzles/ (the source
+// `dtsim puzzle` runs) on the dtsim engine (host/puzzle_model.hpp), with real tensors and NCCL;
 // each logged operation is timed with CUDA events from a common origin (an all-reduce
 // right before it); the run with the median makespan is written as a dtsim trace in
 // seconds and bytes, next to which `dtsim render` and `dtsim compare` show the simulation.
-// The result is checked against the basic schedule run on each GPU: every final weight
+// The result is checked against the basic strategy run on each GPU: every final weight
 // must match the reference within lr / 4, up to a small fraction of near-zero gradients
 // whose Adam step may flip sign under a different summation order.
 #include "gpu/comm.hpp"
 #include "gpu/cuda_check.hpp"
 #include "gpu/puzzle_executor.hpp"
-#include "host/args.hpp"
+#include "host/cli.hpp"
 #include "host/schedule.hpp"
-#include "host/trace_writer.hpp"
 
+#include "dtsim/puzzle/registry.hpp"
+#include "dtsim/trace_io.hpp"
+
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -23,7 +27,7 @@
 #include <numeric>
 #include <thread>
 
-namespace dtsim::calib::gpu {
+namespace dtsim::harness::gpu {
 namespace {
 
 struct Setup {
@@ -120,46 +124,11 @@ void run_rank(LocalRank& lr, const Setup& setup, std::chrono::seconds timeout, G
     out->workspace_bytes = exec.workspace_bytes();
 }
 
-nlohmann::json build_trace(const Setup& setup, const Gathered& g, const Communicator& comm, const std::string& gpu,
-                           const std::string& command, std::optional<bool>& correct) {
+Trace build_trace(const Setup& setup, const Gathered& g, const Communicator& comm, const std::string& gpu,
+                  const std::string& command) {
     const ModelDims& d = setup.dims;
-    std::vector<RankEvents> ranks;
-    for (std::size_t r = 0; r < setup.programs.size(); ++r) {
-        const RankProgram& p = setup.programs[r];
-        RankEvents re;
-        re.rank = static_cast<int>(r);
-        std::size_t k = 0;
-        for (const Instr& in : p.instrs) {
-            if (event_op(in.op).empty()) continue;
-            const EventTiming& t = g.events[r].at(k++);
-            TraceEvent e;
-            e.op = std::string(event_op(in.op));
-            e.layer = event_layer(in);
-            e.start = t.start;
-            e.duration = t.duration;
-            e.memory = t.memory;
-            e.batches = event_batches(in);
-            e.stream = is_communication(in.op) ? "comm" : "compute";
-            const auto bytes_of = [&](int id) {
-                return static_cast<double>(p.buffers.at(static_cast<std::size_t>(id)).elems) * sizeof(float);
-            };
-            const double rows = static_cast<double>(in.batches.size()) * static_cast<double>(d.tokens);
-            const double hh = static_cast<double>(d.hidden) * static_cast<double>(d.hidden);
-            switch (in.op) {
-                case Op::forward: e.flops = 2.0 * rows * hh; break;
-                case Op::backward: e.flops = 6.0 * rows * hh; break;  // recompute, dx, dw
-                case Op::allreduce:
-                case Op::scatterreduce:
-                case Op::send: e.bytes = bytes_of(in.ins.at(0)); break;
-                case Op::allgather:
-                case Op::recv: e.bytes = bytes_of(in.outs.at(0)); break;
-                default: break;
-            }
-            re.events.push_back(std::move(e));
-        }
-        ranks.push_back(std::move(re));
-    }
     const double allowed = setup.exec.tf32 ? 1e-2 : 1e-3;
+    std::optional<bool> correct;
     if (setup.check) correct = g.check.compared > 0 && g.check.mismatches <= allowed * g.check.compared;
     nlohmann::json meta = {
         {"puzzle", setup.puzzle},
@@ -201,77 +170,104 @@ nlohmann::json build_trace(const Setup& setup, const Gathered& g, const Communic
                          {"mismatches", g.check.mismatches},
                          {"compared", g.check.compared},
                          {"allowed_mismatch_fraction", allowed}};
-    return trace_json(meta, ranks, correct);
+    return measured_trace(setup.programs, d, g.events, std::move(meta), correct);
 }
 
-int run(int argc, char** argv) {
-    ArgParser args("dtsim-puzzle-real", "run a puzzle strategy's schedule on real GPUs and write a measured dtsim trace");
-    args.add_option("puzzle", "NAME", "basic, grad_accum, ddp, wsdp, fsdp, pipeline, gpipe, pipeline_fsdp");
-    args.add_flag("list", "list the puzzles with their seed sizes and exit");
-    args.add_option("layers", "L", "layers (default: the puzzle's seed size)");
-    args.add_option("batches", "B", "batches (default: the puzzle's seed size)");
-    args.add_option("ranks", "R", "GPUs (default: the seed size, or WORLD_SIZE when launched per GPU)");
-    args.add_option("hidden", "H", "layer width (the puzzle's HIDDEN)", "512");
-    args.add_option("tokens", "T", "tokens per batch (the puzzle's LENGTH)", "256");
-    args.add_option("iters", "N", "measured iterations; the median makespan's is written", "5");
-    args.add_option("warmup", "N", "unmeasured iterations first", "2");
-    args.add_option("lr", "X", "Adam learning rate", "1e-3");
-    args.add_flag("tf32", "let the fp32 GEMMs use TF32 tensor cores");
-    args.add_flag("no-check", "skip the comparison with the basic schedule's weights");
-    args.add_option("out", "FILE", "trace file (default: PUZZLE.measured.json)");
-    args.add_option("mode", "MODE", "auto, single (this process drives every GPU) or multi (one process per GPU)",
-                    "auto");
-    args.add_option("device", "GPU", "multi-process mode: this process's GPU (default: the local rank)");
-    args.add_option("rendezvous", "HOST:PORT", "multi-process mode: where rank 0 serves the NCCL id "
-                                               "(default MASTER_ADDR:MASTER_PORT+1)");
-    args.add_option("timeout", "SECONDS", "give up on the rendezvous or on stuck GPU work after this long", "300");
-    args.parse(argc, argv);
-    if (args.help_requested()) {
-        fmt::print("{}", args.help());
-        return 0;
-    }
-    if (args.flag("list")) {
+struct Options {
+    std::string puzzle;
+    bool list = false;
+    int layers = 0, batches = 0, ranks = 0;  // 0: the puzzle's seed size (ranks: or the launcher's)
+    std::int64_t hidden = 512;
+    std::int64_t tokens = 256;
+    int iters = 5;
+    int warmup = 2;
+    float lr = 1e-3f;
+    bool tf32 = false;
+    bool no_check = false;
+    std::string out;
+    BootstrapOptions boot;
+};
+
+void add_options(CLI::App& app, Options& o) {
+    std::vector<std::string> names;
+    for (const auto& p : puzzle::puzzles()) names.push_back(p.name);
+    app.add_option("--puzzle", o.puzzle, "the puzzle to run (--list shows their seed sizes)")
+        ->check(CLI::IsMember(names))
+        ->type_name("NAME");
+    app.add_flag("--list", o.list, "list the puzzles with their seed sizes and exit");
+    app.add_option("--layers", o.layers, "layers (default: the puzzle's seed size)")
+        ->check(at_least(1))
+        ->type_name("L");
+    app.add_option("--batches", o.batches, "batches (default: the puzzle's seed size)")
+        ->check(at_least(1))
+        ->type_name("B");
+    app.add_option("--ranks", o.ranks, "GPUs (default: the seed size, or WORLD_SIZE when launched per GPU)")
+        ->check(at_least(1))
+        ->type_name("R");
+    app.add_option("--hidden", o.hidden, "layer width (the puzzle's HIDDEN)")
+        ->check(at_least(1))
+        ->type_name("H")
+        ->capture_default_str();
+    app.add_option("--tokens", o.tokens, "tokens per batch (the puzzle's LENGTH)")
+        ->check(at_least(1))
+        ->type_name("T")
+        ->capture_default_str();
+    app.add_option("--iters", o.iters, "measured iterations; the median makespan's is written")
+        ->check(at_least(1))
+        ->type_name("N")
+        ->capture_default_str();
+    app.add_option("--warmup", o.warmup, "unmeasured iterations first")
+        ->check(at_least(0))
+        ->type_name("N")
+        ->capture_default_str();
+    app.add_option("--lr", o.lr, "Adam learning rate")->check(CLI::PositiveNumber)->type_name("X")->default_str("1e-3");
+    app.add_flag("--tf32", o.tf32, "let the fp32 GEMMs use TF32 tensor cores");
+    app.add_flag("--no-check", o.no_check, "skip the comparison with the basic strategy's weights");
+    app.add_option("--out", o.out, "trace file (default: PUZZLE.measured.json)")->type_name("FILE");
+    add_launch_options(app, o.boot, false);
+}
+
+int run(const Options& o, const std::string& command) {
+    if (o.list) {
         fmt::print("{:<14} {:>6} {:>7} {:>5}  {}\n", "puzzle", "layers", "batches", "ranks", "");
-        for (const auto& p : puzzles())
-            fmt::print("{:<14} {:>6} {:>7} {:>5}  {}\n", p.name, p.layers, p.batches, p.ranks, p.summary);
+        for (const auto& p : puzzle::puzzles())
+            fmt::print("{:<14} {:>6} {:>7} {:>5}  {}\n", p.name, p.layers, p.batches, p.ranks, p.title);
         return 0;
     }
+    const puzzle::PuzzleInfo* info = puzzle::find_puzzle(o.puzzle);
+    if (!info) throw ArgError("--puzzle is required (--list shows the puzzles)");
 
     Setup setup;
-    const PuzzleInfo& info = puzzle_info(args.str("puzzle"));
-    setup.puzzle = std::string(info.name);
-    setup.dims.layers = args.has("layers") ? static_cast<int>(args.integer("layers")) : info.layers;
-    setup.dims.batches = args.has("batches") ? static_cast<int>(args.integer("batches")) : info.batches;
-    setup.dims.ranks = info.ranks;
-    setup.dims.hidden = args.integer_at_least("hidden", 1);
-    setup.dims.tokens = args.integer_at_least("tokens", 1);
+    setup.puzzle = info->name;
+    setup.dims.layers = o.layers > 0 ? o.layers : info->layers;
+    setup.dims.batches = o.batches > 0 ? o.batches : info->batches;
+    setup.dims.ranks = info->ranks;
+    setup.dims.hidden = o.hidden;
+    setup.dims.tokens = o.tokens;
+    BootstrapOptions boot = o.boot;
 
-    BootstrapOptions boot;
-    boot.mode = parse_launch_mode(args.str("mode"));
-    if (args.has("device")) boot.device = static_cast<int>(args.integer_at_least("device", 0));
-    if (args.has("rendezvous")) boot.rendezvous = parse_endpoint(args.str("rendezvous"));
-    boot.timeout = std::chrono::seconds(args.integer_at_least("timeout", 1));
-
-    // Settle the number of ranks and build every schedule before touching a GPU, so that
+    // Settle the number of ranks and build every program before touching a GPU, so that
     // a size the puzzle cannot run fails at once.
     std::optional<ProcessPlace> place;
     if (boot.mode != LaunchMode::single_process) place = detect_process_place(process_environment(), boot.rendezvous);
-    if (args.has("ranks")) setup.dims.ranks = static_cast<int>(args.integer_at_least("ranks", 1));
-    else if (place) setup.dims.ranks = place->world_size;
+    if (o.ranks > 0)
+        setup.dims.ranks = o.ranks;
+    else if (place)
+        setup.dims.ranks = place->world_size;
     if (place && place->world_size != setup.dims.ranks)
         throw ArgError(fmt::format("{} runs {} ranks but the launcher started {} processes", setup.puzzle,
                                    setup.dims.ranks, place->world_size));
     setup.programs = build_programs(setup.puzzle, setup.dims);
     setup.reference_dims = setup.dims;
     setup.reference_dims.ranks = 1;
-    setup.reference = build_rank_program("basic", setup.reference_dims, 0);
+    setup.reference = build_programs("basic", setup.reference_dims).at(0);
     for (const auto& p : setup.programs) setup.max_events = std::max(setup.max_events, count_events(p));
-    setup.exec.adam.lr = static_cast<float>(args.number("lr"));
-    setup.exec.tf32 = args.flag("tf32");
+    setup.exec.adam.lr = o.lr;
+    setup.exec.tf32 = o.tf32;
     setup.exec.timeout = boot.timeout;
-    setup.warmup = static_cast<int>(args.integer_at_least("warmup", 0));
-    setup.iters = static_cast<int>(args.integer_at_least("iters", 1));
-    setup.check = !args.flag("no-check");
+    setup.warmup = o.warmup;
+    setup.iters = o.iters;
+    setup.check = !o.no_check;
     if (!place) boot.ngpus = setup.dims.ranks;
 
     Communicator comm(boot);
@@ -309,30 +305,29 @@ int run(int argc, char** argv) {
     }
 
     if (!comm.is_root()) return 0;
-    std::optional<bool> correct;
-    const auto doc = build_trace(setup, gathered, comm, gpu, args.command_line(), correct);
-    const std::string out = args.has("out") ? args.str("out") : setup.puzzle + ".measured.json";
-    write_json_file(out, doc);
-    const auto& s = doc["summary"];
+    const Trace trace = build_trace(setup, gathered, comm, gpu, command);
+    const std::string out = o.out.empty() ? setup.puzzle + ".measured.json" : o.out;
+    write_trace_file(trace, out);
+    const Summary& s = trace.summary;
     fmt::print("makespan {:.1f} us (iteration {} of {}), last start {:.1f} us, max memory {} bytes on rank {}\n",
-               s["makespan"].get<double>() * 1e6, gathered.chosen, setup.iters, s["timesteps"].get<double>() * 1e6,
-               s["max_memory"].get<double>(), s["max_memory_rank"].get<int>());
+               s.makespan * 1e6, gathered.chosen, setup.iters, s.timesteps * 1e6, s.max_memory, s.max_memory_rank);
+    const std::optional<bool> correct = s.correct;
     if (correct)
-        fmt::print("check against the basic schedule: {} ({} of {} weights differ by more than lr/4; max |diff| {:.3g})\n",
+        fmt::print("check against the basic strategy: {} ({} of {} weights differ by more than lr/4; max |diff| {:.3g})\n",
                    *correct ? "correct" : "WRONG", gathered.check.mismatches, gathered.check.compared,
                    gathered.check.max_abs_diff);
     fmt::print("wrote {}\n", out);
-    return correct.value_or(true) ? 0 : 2;
+    return correct.value_or(true) ? 0 : 1;
 }
 
 }  // namespace
-}  // namespace dtsim::calib::gpu
+}  // namespace dtsim::harness::gpu
 
 int main(int argc, char** argv) {
-    try {
-        return dtsim::calib::gpu::run(argc, argv);
-    } catch (const std::exception& e) {
-        fmt::print(stderr, "dtsim-puzzle-real: error: {}\n", e.what());
-        return 1;
-    }
+    using namespace dtsim::harness;
+    CLI::App app{"run a puzzle strategy on real GPUs and write a measured dtsim trace", "dtsim-puzzle-real"};
+    app.footer("Exit status: 0 done and correct, 1 a run failed or its final weights are wrong, 2 bad arguments.");
+    gpu::Options options;
+    gpu::add_options(app, options);
+    return run_tool(app, argc, argv, [&] { return gpu::run(options, command_line(argc, argv)); });
 }

@@ -1,6 +1,6 @@
 #include "host/gemm_shapes.hpp"
 
-#include "host/args.hpp"
+#include "host/cli.hpp"
 
 #include <fmt/format.h>
 
@@ -9,7 +9,7 @@
 #include <charconv>
 #include <cmath>
 
-namespace dtsim::calib {
+namespace dtsim::harness {
 
 double gemm_flops(const GemmShape& s) {
     return 2.0 * static_cast<double>(s.m) * static_cast<double>(s.n) * static_cast<double>(s.k);
@@ -129,4 +129,4 @@ nlohmann::json gemm_json(const nlohmann::json& meta, std::string_view gpu, std::
     return out;
 }
 
-}  // namespace dtsim::calib
+}  // namespace dtsim::harness

@@ -1,5 +1,5 @@
 // The GEMMs of a transformer layer, as one tensor-parallel rank runs them, and the JSON
-// that dtsim-gemm writes (the schema of shared/calibration/gemm.json). No CUDA here.
+// that dtsim-gemm writes (the schema of calibration/data/gemm.json). No CUDA here.
 //
 // Shapes are written in row-major math: C[m, n] = op(A)[m, k] * op(B)[k, n], with the
 // operands laid out as PyTorch's nn.Linear has them (weight stored [out, in]):
@@ -18,7 +18,7 @@
 #include <string_view>
 #include <vector>
 
-namespace dtsim::calib {
+namespace dtsim::harness {
 
 struct GemmShape {
     std::string name;  // e.g. "qkv.fwd", "mlp_down.bwd_weight", "user"
@@ -39,7 +39,7 @@ struct TransformerDims {
 };
 
 // The 12 GEMMs of one layer on one tensor-parallel rank: qkv, proj, mlp_up, mlp_down,
-// each .fwd, .bwd_data and .bwd_weight. Throws ArgError when a dimension is not
+// each .fwd, .bwd_data and .bwd_weight. Throws ArgError (host/cli.hpp) when a dimension is not
 // positive or hidden / ffn is not divisible by tp.
 std::vector<GemmShape> transformer_gemm_shapes(const TransformerDims& dims);
 
@@ -63,4 +63,4 @@ std::string slug(std::string_view text);
 nlohmann::json gemm_json(const nlohmann::json& meta, std::string_view gpu, std::string_view dtype,
                          const std::vector<GemmResult>& results, std::optional<double> peak_tflops);
 
-}  // namespace dtsim::calib
+}  // namespace dtsim::harness

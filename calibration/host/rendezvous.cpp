@@ -17,7 +17,7 @@
 #include <thread>
 #include <unistd.h>
 
-namespace dtsim::calib {
+namespace dtsim::harness {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -392,4 +392,4 @@ std::vector<std::byte> fetch_rendezvous_payload(const Endpoint& endpoint, int ra
         rank, endpoint.host, endpoint.port, timeout.count() / 1000.0, last_error));
 }
 
-}  // namespace dtsim::calib
+}  // namespace dtsim::harness

@@ -18,7 +18,7 @@
 #include <string_view>
 #include <vector>
 
-namespace dtsim::calib {
+namespace dtsim::harness {
 
 // A launch environment that does not make sense, or a rendezvous that failed: what()
 // names the variable (or the peer) and what was wrong with it.
@@ -87,4 +87,4 @@ private:
 std::vector<std::byte> fetch_rendezvous_payload(const Endpoint& endpoint, int rank, int world_size,
                                                 std::chrono::milliseconds timeout);
 
-}  // namespace dtsim::calib
+}  // namespace dtsim::harness

@@ -1,17 +1,27 @@
 #include "host/schedule.hpp"
 
-#include "host/args.hpp"
+#include "host/cli.hpp"
 #include "host/puzzle_model.hpp"
 
+#include "dtsim/puzzle/registry.hpp"
+#include "puzzles/basic.hpp"
+#include "puzzles/ddp.hpp"
+#include "puzzles/fsdp.hpp"
+#include "puzzles/gpipe.hpp"
+#include "puzzles/grad_accum.hpp"
+#include "puzzles/pipeline.hpp"
+#include "puzzles/pipeline_fsdp.hpp"
+#include "puzzles/wsdp.hpp"
+
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include <algorithm>
+#include <deque>
 #include <map>
 #include <set>
-#include <tuple>
+#include <stdexcept>
 
-namespace dtsim::calib {
+namespace dtsim::harness {
 
 std::int64_t ModelDims::full_weight_elems() const {
     const std::int64_t n = hidden * hidden;
@@ -79,72 +89,69 @@ std::vector<int> event_batches(const Instr& i) {
     return {};
 }
 
-const std::vector<PuzzleInfo>& puzzles() {
-    static const std::vector<PuzzleInfo> list = {
-        {"basic", 2, 4, 1, "all batches at once on one GPU"},
-        {"grad_accum", 2, 4, 1, "one batch at a time, gradients summed, on one GPU"},
-        {"ddp", 2, 4, 4, "data parallel: full weights everywhere, gradients all-reduced"},
-        {"wsdp", 6, 4, 4, "weight-sharded data parallel: all-gather weights, all-reduce gradients"},
-        {"fsdp", 6, 4, 4, "fully sharded data parallel: all-gather weights, reduce-scatter gradients"},
-        {"pipeline", 8, 4, 4, "pipeline parallel, all batches passed at once"},
-        {"gpipe", 8, 4, 4, "GPipe: pipeline parallel with one micro-batch at a time"},
-        {"pipeline_fsdp", 4, 4, 16, "4 pipeline stages x 4 data-parallel groups, weights sharded over all ranks"},
+namespace {
+
+using Strategy = Task<> (*)(Model&);
+
+// The strategies of dtsim::puzzle::puzzles(), instantiated for the recording model.
+Strategy strategy_of(std::string_view name) {
+    static const std::map<std::string_view, Strategy> table = {
+        {"basic", &puzzle::basic<Model>},
+        {"grad_accum", &puzzle::grad_accum<Model>},
+        {"ddp", &puzzle::ddp<Model>},
+        {"wsdp", &puzzle::wsdp<Model>},
+        {"fsdp", &puzzle::fsdp<Model>},
+        {"pipeline", &puzzle::pipeline<Model>},
+        {"gpipe", &puzzle::gpipe<Model>},
+        {"pipeline_fsdp", &puzzle::pipeline_fsdp<Model>},
     };
-    return list;
+    const auto it = table.find(name);
+    if (it == table.end() || !puzzle::find_puzzle(name)) {
+        std::string names;
+        for (const auto& p : puzzle::puzzles()) names += (names.empty() ? "" : ", ") + p.name;
+        throw ArgError(fmt::format("unknown puzzle '{}'; the puzzles are: {}", name, names));
+    }
+    return it->second;
 }
 
-const PuzzleInfo& puzzle_info(std::string_view name) {
-    std::vector<std::string> names;
-    for (const auto& p : puzzles()) {
-        if (p.name == name) return p;
-        names.emplace_back(p.name);
-    }
-    const std::string guess = did_you_mean(name, names);
-    throw ScheduleError(fmt::format("unknown puzzle \"{}\" (known: {}){}", name, fmt::join(names, ", "),
-                                    guess.empty() ? "" : fmt::format("; did you mean {}?", guess)));
-}
+}  // namespace
 
 void validate_dims(std::string_view puzzle, const ModelDims& d) {
-    const PuzzleInfo& p = puzzle_info(puzzle);
+    (void)strategy_of(puzzle);
     const auto need = [&](bool ok, const std::string& what) {
-        if (!ok) throw ScheduleError(fmt::format("{} with layers={} batches={} ranks={}: {}", p.name, d.layers,
-                                                 d.batches, d.ranks, what));
+        if (!ok)
+            throw ArgError(fmt::format("{} with layers={} batches={} ranks={}: {}", puzzle, d.layers, d.batches,
+                                       d.ranks, what));
     };
     need(d.layers >= 1, "--layers must be at least 1");
     need(d.batches >= 1, "--batches must be at least 1");
     need(d.ranks >= 1, "--ranks must be at least 1");
     need(d.hidden >= 1 && d.tokens >= 1, "--hidden and --tokens must be at least 1");
-    if (p.name == "basic" || p.name == "grad_accum") need(d.ranks == 1, "runs on one GPU (--ranks 1)");
-    if (p.name == "ddp" || p.name == "wsdp" || p.name == "fsdp")
+    if (puzzle == "basic" || puzzle == "grad_accum") need(d.ranks == 1, "runs on one GPU (--ranks 1)");
+    if (puzzle == "ddp" || puzzle == "wsdp" || puzzle == "fsdp")
         need(d.batches == d.ranks, "rank r takes batch r, so --batches must equal --ranks");
-    if (p.name == "pipeline" || p.name == "gpipe")
+    if (puzzle == "pipeline" || puzzle == "gpipe")
         need(d.layers % d.ranks == 0, "each rank holds LAYERS / RANKS layers, so --layers must be a multiple of --ranks");
-    if (p.name == "pipeline_fsdp") {
+    if (puzzle == "pipeline_fsdp") {
         need(d.ranks % 4 == 0, "4 pipeline stages of consecutive ranks, so --ranks must be a multiple of 4");
-        need(d.layers % 4 == 0, "4 pipeline stages, so --layers must be a multiple of 4");
         need(d.batches == d.ranks / 4, "each group of 4 ranks takes one batch, so --batches must equal --ranks / 4");
+        // The seed's rank holds LAYERS // (RANKS // 4) layers from (rank % 4) times that on.
+        need(d.ranks == 16, "its 4 pipeline stages of LAYERS / (RANKS / 4) layers hold every layer only at 16 ranks");
+        need(d.layers % 4 == 0, "4 pipeline stages, so --layers must be a multiple of 4");
     }
 }
 
-RankProgram build_rank_program(std::string_view puzzle, const ModelDims& dims, int rank) {
-    validate_dims(puzzle, dims);
-    if (rank < 0 || rank >= dims.ranks)
-        throw ScheduleError(fmt::format("rank {} outside 0..{}", rank, dims.ranks - 1));
-    using Fn = void (*)(puzzle::Model&);
-    static const std::map<std::string_view, Fn> table = {
-        {"basic", &puzzle::basic},       {"grad_accum", &puzzle::grad_accum}, {"ddp", &puzzle::ddp},
-        {"wsdp", &puzzle::wsdp},         {"fsdp", &puzzle::fsdp},             {"pipeline", &puzzle::pipeline},
-        {"gpipe", &puzzle::gpipe},       {"pipeline_fsdp", &puzzle::pipeline_fsdp},
-    };
-    puzzle::Model model(dims, rank);
-    table.at(puzzle_info(puzzle).name)(model);
-    return model.finish();
-}
-
 std::vector<RankProgram> build_programs(std::string_view puzzle, const ModelDims& dims) {
+    validate_dims(puzzle, dims);
+    const Strategy strategy = strategy_of(puzzle);
+    // The models outlive the simulation, whose coroutines hold values of theirs.
+    std::deque<Model> models;
+    Simulation sim(dims.ranks);
+    for (int r = 0; r < dims.ranks; ++r) models.emplace_back(sim.gpu(r), dims);
+    sim.run([&](Gpu& g) { return strategy(models[static_cast<std::size_t>(g.rank())]); });
     std::vector<RankProgram> out;
-    out.reserve(static_cast<std::size_t>(dims.ranks));
-    for (int r = 0; r < dims.ranks; ++r) out.push_back(build_rank_program(puzzle, dims, r));
+    out.reserve(models.size());
+    for (Model& m : models) out.push_back(m.finish());
     check_programs(out, dims);
     return out;
 }
@@ -192,7 +199,7 @@ void check_programs(const std::vector<RankProgram>& programs, const ModelDims& d
     }
 
     // 2. Sends from a to b pair up with b's receives from a.
-    std::map<std::pair<int, int>, std::vector<Message>> sent, received;
+    std::map<std::pair<int, int>, std::vector<Wire>> sent, received;
     for (std::size_t r = 0; r < n; ++r) {
         for (const auto& i : programs[r].instrs) {
             if (i.op == Op::send) sent[{static_cast<int>(r), i.peer}].push_back(*i.message);
@@ -209,8 +216,8 @@ void check_programs(const std::vector<RankProgram>& programs, const ModelDims& d
                 throw ScheduleError(fmt::format(
                     "message #{} from rank {} to rank {}: sent {} of layer {} batches {}, received as {} of layer {} "
                     "batches {}",
-                    k, pair.first, pair.second, buffer_kind_name(msgs[k].kind), msgs[k].layer, msgs[k].batches,
-                    buffer_kind_name(got[k].kind), got[k].layer, got[k].batches));
+                    k, pair.first, pair.second, buffer_kind_name(msgs[k].kind), msgs[k].layer, msgs[k].batches.str(),
+                    buffer_kind_name(got[k].kind), got[k].layer, got[k].batches.str()));
     }
     for (const auto& [pair, msgs] : received)
         if (!msgs.empty() && sent[pair].empty())
@@ -285,4 +292,61 @@ void check_programs(const std::vector<RankProgram>& programs, const ModelDims& d
     }
 }
 
-}  // namespace dtsim::calib
+Trace measured_trace(const std::vector<RankProgram>& programs, const ModelDims& d,
+                     const std::vector<std::vector<EventTiming>>& timings, nlohmann::json meta,
+                     std::optional<bool> correct) {
+    if (timings.size() != programs.size())
+        throw std::invalid_argument(
+            fmt::format("measured_trace: timings of {} ranks for {} programs", timings.size(), programs.size()));
+    Trace t;
+    t.time_unit = "s";
+    t.memory_unit = "byte";
+    t.meta = std::move(meta);
+    const double hh = static_cast<double>(d.hidden) * static_cast<double>(d.hidden);
+    for (std::size_t r = 0; r < programs.size(); ++r) {
+        const RankProgram& p = programs[r];
+        const auto bytes_of = [&](int id) {
+            return static_cast<double>(p.buffers.at(static_cast<std::size_t>(id)).elems) * sizeof(float);
+        };
+        RankTrace rt;
+        rt.rank = static_cast<int>(r);
+        std::size_t k = 0;
+        for (const Instr& in : p.instrs) {
+            if (event_op(in.op).empty()) continue;
+            if (k >= timings[r].size())
+                throw std::invalid_argument(fmt::format("measured_trace: rank {} has {} timings for more events", r,
+                                                        timings[r].size()));
+            const EventTiming& time = timings[r][k++];
+            Event e;
+            e.op = OpCode::of(event_op(in.op));  // the puzzle's names, as the puzzle world's trace has them
+            e.stream = is_communication(in.op) ? Stream::comm : Stream::compute;
+            e.layer = event_layer(in).value_or(kNoLayer);
+            e.start = time.start;
+            e.duration = time.duration;
+            e.memory = time.memory;
+            const std::vector<int> batches = event_batches(in);
+            e.batches = IdSet::of(batches.begin(), batches.end());
+            const double rows = static_cast<double>(in.batches.size()) * static_cast<double>(d.tokens);
+            switch (in.op) {
+                case Op::forward: e.flops = 2.0 * rows * hh; break;
+                case Op::backward: e.flops = 6.0 * rows * hh; break;  // the recomputed x W, dx and dW
+                case Op::allreduce:
+                case Op::scatterreduce:
+                case Op::send: e.bytes = bytes_of(in.ins.at(0)); break;
+                case Op::allgather:
+                case Op::recv: e.bytes = bytes_of(in.outs.at(0)); break;
+                default: break;
+            }
+            rt.events.push_back(std::move(e));
+        }
+        if (k != timings[r].size())
+            throw std::invalid_argument(
+                fmt::format("measured_trace: rank {} has {} timings for {} events", r, timings[r].size(), k));
+        t.ranks.push_back(std::move(rt));
+    }
+    summarize(t);
+    t.summary.correct = correct;
+    return t;
+}
+
+}  // namespace dtsim::harness

@@ -1,26 +1,23 @@
-// The eight puzzle strategies as per-rank instruction lists that dtsim-puzzle-real
-// executes on GPUs. Each list is produced by running the seed solution's code (ported
-// line for line in schedules.cpp against the symbolic model in puzzle_model.hpp), so
-// it holds exactly the seed's operations in the seed's order, plus what a real run needs
-// besides: which buffer each operation reads and creates, and where buffers are freed.
-// No CUDA here; unit-tested against shared/golden/*.json on the CPU.
+// The eight puzzle strategies as per-rank programs that dtsim-puzzle-real executes on GPUs.
+// A program is what a rank of the strategy did, recorded by running the strategy itself
+// (puzzles/<name>.hpp, the source `dtsim puzzle` runs) on the dtsim engine with the model of
+// puzzle_model.hpp: the puzzle's operations in the strategy's order, plus what a real run
+// needs besides: which buffer each operation reads and creates, and where buffers are freed.
+// No CUDA here; unit-tested against tests/data/golden and the puzzle world on the CPU.
 #pragma once
+
+#include "dtsim/id_set.hpp"
+#include "dtsim/trace.hpp"
+
+#include <nlohmann/json.hpp>
 
 #include <cstdint>
 #include <optional>
-#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
 
-namespace dtsim::calib {
-
-// A schedule that breaks a puzzle rule, or sizes a puzzle cannot run with: what() names
-// the rank, the operation and the layer (or the size and the constraint).
-class ScheduleError : public std::runtime_error {
-public:
-    using std::runtime_error::runtime_error;
-};
+namespace dtsim::harness {
 
 struct ModelDims {
     int layers = 0;
@@ -67,13 +64,17 @@ struct Buffer {
     std::int64_t elems = 0;  // fp32 elements
 };
 
-// What a send carries or a receive expects (the sends and receives of two ranks must pair up).
-struct Message {
-    BufferKind kind = BufferKind::activation;
+// What a value is, without its buffer: what a pass carries from rank to rank and what a
+// collective's members contribute (the sends and receives of two ranks must pair up).
+struct Wire {
+    BufferKind kind = BufferKind::weight;
     int layer = 0;
-    std::vector<int> batches;
+    IdSet batches;
+    IdSet shards;
+    int total = 1;
+    int step = 0;
     std::int64_t elems = 0;
-    friend bool operator==(const Message&, const Message&) = default;
+    friend bool operator==(const Wire&, const Wire&) = default;
 };
 
 struct Instr {
@@ -87,8 +88,8 @@ struct Instr {
     int shards = 1;            //   ... out of how many
     int step = 0;              // set_final: the weight's optimizer step
     std::int64_t grad_offset = 0;  // update: where the held shard starts inside the gradient buffer
-    std::optional<Message> message;  // send, recv
-    double puzzle_memory = 0;  // the puzzle's memory (units) when the operation starts
+    std::optional<Wire> message;   // send, recv: what travels
+    double puzzle_memory = 0;  // the puzzle world's memory (units) when the operation starts
     std::int64_t live_bytes = 0;  // bytes of live buffers when it starts, before its outputs exist
 };
 
@@ -102,31 +103,37 @@ struct RankProgram {
     std::vector<Instr> instrs;
 };
 
-struct PuzzleInfo {
-    std::string_view name;
-    int layers = 0;
-    int batches = 0;
-    int ranks = 0;
-    std::string_view summary;
-};
-// The eight puzzles with the seed's canonical sizes (puzzle-semantics.md).
-const std::vector<PuzzleInfo>& puzzles();
-// Throws ScheduleError with a did-you-mean suggestion.
-const PuzzleInfo& puzzle_info(std::string_view name);
-
-// Throws ScheduleError naming the size and the constraint (e.g. ddp needs batches == ranks).
+// Sizes a strategy cannot run on GPUs with (unknown puzzle too): throws ArgError
+// (host/cli.hpp) naming the size and the constraint, e.g. ddp needs batches == ranks.
 void validate_dims(std::string_view puzzle, const ModelDims& dims);
 
-// Runs the seed solution for `rank`. Throws ScheduleError on a broken puzzle rule.
-RankProgram build_rank_program(std::string_view puzzle, const ModelDims& dims, int rank);
-// All ranks, validated by check_programs.
+// Runs the strategy `puzzle` (a name of dtsim::puzzle::puzzles()) for every rank on the
+// dtsim engine with the recording model and returns the ranks' programs, checked by
+// check_programs. Throws ArgError for sizes validate_dims refuses, dtsim::ScheduleError
+// (naming rank, operation and layer) when the strategy breaks a rule or deadlocks.
 std::vector<RankProgram> build_programs(std::string_view puzzle, const ModelDims& dims);
 
-// Cross-rank checks (throw ScheduleError): the k-th collective of every rank is the same
-// operation on the same layer and size; the sends from a to b pair up with b's receives
-// from a; the ranks cannot deadlock even if every send waits for its receive (as NCCL's
-// may); and, as the puzzle's check, every layer's final weights have step 1 and together
-// cover every shard.
+// Cross-rank checks (throw dtsim::ScheduleError): the k-th collective of every rank is the
+// same operation on the same layer and size; the sends from a to b pair up with b's
+// receives from a; the ranks cannot deadlock even if every send waits for its receive (as
+// NCCL's may: the engine's mailboxes hold a message, so a schedule that relies on that
+// completes there); and, as the puzzle's check, every layer's final weights have step 1
+// and together cover every shard.
 void check_programs(const std::vector<RankProgram>& programs, const ModelDims& dims);
 
-}  // namespace dtsim::calib
+// Where and when a logged operation ran on a GPU.
+struct EventTiming {
+    double start = 0;     // seconds since the run's common origin
+    double duration = 0;  // seconds
+    double memory = 0;    // bytes of live tensors when it started, before its outputs were allocated
+};
+
+// The measured run as a dtsim trace of the hardware world (time_unit "s", memory_unit
+// "byte"): for every rank, one event per logged instruction of its program, in order,
+// timed by timings[rank][k], with its stream (compute or comm), its FLOPs (GEMMs) or bytes
+// (communication); the summary computed from the events, `correct` as given.
+Trace measured_trace(const std::vector<RankProgram>& programs, const ModelDims& dims,
+                     const std::vector<std::vector<EventTiming>>& timings, nlohmann::json meta,
+                     std::optional<bool> correct);
+
+}  // namespace dtsim::harness

@@ -1,6 +1,6 @@
 #include "host/sweep.hpp"
 
-#include "host/args.hpp"
+#include "host/cli.hpp"
 
 #include <fmt/format.h>
 
@@ -8,7 +8,7 @@
 #include <cmath>
 #include <limits>
 
-namespace dtsim::calib {
+namespace dtsim::harness {
 namespace {
 
 struct CollectiveName {
@@ -51,14 +51,20 @@ std::string_view collective_name(Collective c) {
 }
 
 Collective parse_collective(std::string_view name) {
-    std::vector<std::string> known;
-    for (const auto& n : kCollectives) {
+    for (const auto& n : kCollectives)
         if (name == n.name || name == n.alias1 || name == n.alias2) return n.c;
-        known.emplace_back(n.name);
+    throw ArgError(fmt::format(
+        "--ops: unknown collective '{}'; the collectives are: all_reduce, all_gather, reduce_scatter, sendrecv", name));
+}
+
+std::string format_bytes(std::uint64_t bytes) {
+    static constexpr std::string_view units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    std::size_t u = 0;
+    while (u + 1 < std::size(units) && bytes != 0 && bytes % 1024 == 0) {
+        bytes /= 1024;
+        ++u;
     }
-    const std::string guess = did_you_mean(name, known);
-    throw ArgError(fmt::format("unknown collective \"{}\" (known: all_reduce, all_gather, reduce_scatter, sendrecv){}",
-                               name, guess.empty() ? "" : fmt::format("; did you mean {}?", guess)));
+    return fmt::format("{} {}", bytes, units[u]);
 }
 
 std::vector<Collective> all_collectives() {
@@ -83,14 +89,10 @@ DataType parse_dtype(std::string_view name) {
     if (name == "bf16") canonical = "bfloat16";
     if (name == "fp64" || name == "float64") canonical = "double";
     if (name == "int") canonical = "int32";
-    std::vector<std::string> known;
-    for (const auto& t : kTypes) {
+    for (const auto& t : kTypes)
         if (t.name == canonical) return t;
-        known.emplace_back(t.name);
-    }
-    const std::string guess = did_you_mean(name, known);
-    throw ArgError(fmt::format("unknown data type \"{}\" (known: float, half, bfloat16, double, int32, int8, uint8){}",
-                               name, guess.empty() ? "" : fmt::format("; did you mean {}?", guess)));
+    throw ArgError(fmt::format(
+        "--dtype: unknown data type '{}'; the types are: float, half, bfloat16, double, int32, int8, uint8", name));
 }
 
 std::vector<std::uint64_t> size_sweep(std::uint64_t min_bytes, std::uint64_t max_bytes, std::uint64_t step_factor) {
@@ -219,4 +221,4 @@ nlohmann::json sweep_json(const nlohmann::json& meta, const SweepHardware& hw, c
     return out;
 }
 
-}  // namespace dtsim::calib
+}  // namespace dtsim::harness

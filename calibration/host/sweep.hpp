@@ -1,7 +1,7 @@
 // The bookkeeping of an NCCL collective sweep, following nccl-tests conventions
 // (doc/PERFORMANCE.md and src/common.cu): which sizes to run, how many elements each
 // rank sends, bus-bandwidth factors, the printed table and the JSON written with
-// --out, in the schema of shared/calibration/nccl_tests.json. No CUDA here.
+// --out, in the schema of calibration/data/nccl_tests.json. No CUDA here.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -13,15 +13,18 @@
 #include <string_view>
 #include <vector>
 
-namespace dtsim::calib {
+namespace dtsim::harness {
 
 enum class Collective { all_reduce, all_gather, reduce_scatter, sendrecv };
 
 // "all_reduce", "all_gather", "reduce_scatter", "sendrecv" (nccl_tests.json's spelling).
 std::string_view collective_name(Collective c);
-// Accepts those names and allreduce, allgather, reducescatter, send_recv. Throws ArgError.
+// Accepts those names and allreduce, allgather, reducescatter, send_recv. Throws ArgError (host/cli.hpp).
 Collective parse_collective(std::string_view name);
 std::vector<Collective> all_collectives();
+
+// 4294967296 -> "4 GiB", 1536 -> "1536 B": the largest binary unit that divides exactly.
+std::string format_bytes(std::uint64_t bytes);
 
 // busbw = algbw * factor: all_reduce 2(n-1)/n; all_gather and reduce_scatter (n-1)/n;
 // sendrecv 1 (nccl-tests doc/PERFORMANCE.md).
@@ -94,4 +97,4 @@ struct SweepHardware {
 };
 nlohmann::json sweep_json(const nlohmann::json& meta, const SweepHardware& hw, const std::vector<SweepDataset>& datasets);
 
-}  // namespace dtsim::calib
+}  // namespace dtsim::harness

@@ -1,11 +1,11 @@
-#include "host/args.hpp"
+#include "host/cli.hpp"
 #include "host/gemm_shapes.hpp"
 
 #include <doctest/doctest.h>
 
 #include <fstream>
 
-using namespace dtsim::calib;
+using namespace dtsim::harness;
 
 namespace {
 const GemmShape& find(const std::vector<GemmShape>& shapes, const std::string& name) {

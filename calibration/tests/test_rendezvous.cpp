@@ -5,7 +5,7 @@
 #include <map>
 #include <thread>
 
-using namespace dtsim::calib;
+using namespace dtsim::harness;
 using namespace std::chrono_literals;
 
 namespace {

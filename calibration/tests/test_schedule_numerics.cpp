@@ -1,10 +1,11 @@
-// Runs the instruction lists with real arithmetic on the CPU, the way gpu/puzzle_executor.cpp
-// runs them on GPUs (same layer math, same buffer wiring, collectives and passes in
-// lockstep), and checks that every strategy ends with the weights the basic schedule
-// computes. This is what dtsim-puzzle-real's own check does on the GPUs; here it tests
-// the schedules' data flow (which buffer each operation reads, shard offsets, message
-// sizes) without a GPU.
+// Runs the programs with real arithmetic on the CPU, the way gpu/puzzle_executor.cpp runs
+// them on GPUs (same layer math, same buffer wiring, collectives and passes in lockstep),
+// and checks that every strategy ends with the weights the basic strategy computes. This is
+// what dtsim-puzzle-real's own check does on the GPUs; here it tests the programs' data
+// flow (which buffer each operation reads, shard offsets, message sizes) without a GPU.
 #include "host/schedule.hpp"
+
+#include "dtsim/puzzle/registry.hpp"
 
 #include <doctest/doctest.h>
 
@@ -12,9 +13,10 @@
 #include <cmath>
 #include <cstdint>
 #include <map>
+#include <string>
 #include <vector>
 
-using namespace dtsim::calib;
+using namespace dtsim::harness;
 
 namespace {
 
@@ -252,21 +254,34 @@ std::map<int, Vec> assemble(const std::map<int, std::vector<Final>>& finals, con
 
 }  // namespace
 
-TEST_CASE("every strategy's schedule, run with real arithmetic, ends with the basic schedule's weights") {
+TEST_CASE("every strategy's programs, run with real arithmetic, end with the basic strategy's weights") {
     const float lr = 1e-2f;
-    for (const auto& info : puzzles()) {
-        const std::string name(info.name);
-        CAPTURE(name);
+    struct Case {
+        std::string puzzle;
+        int layers, batches, ranks;
+    };
+    std::vector<Case> cases;
+    for (const auto& info : dtsim::puzzle::puzzles()) cases.push_back({info.name, info.layers, info.batches, info.ranks});
+    const std::vector<Case> more = {
+        {"grad_accum", 3, 5, 1}, {"ddp", 3, 6, 6},     {"wsdp", 4, 3, 3},           {"fsdp", 3, 7, 7},
+        {"pipeline", 6, 3, 3},   {"gpipe", 6, 5, 3},   {"gpipe", 8, 3, 8},          {"pipeline_fsdp", 8, 4, 16},
+    };
+    cases.insert(cases.end(), more.begin(), more.end());
+    for (const auto& c : cases) {
+        CAPTURE(c.puzzle);
+        CAPTURE(c.layers);
+        CAPTURE(c.batches);
+        CAPTURE(c.ranks);
         ModelDims dims;
-        dims.layers = info.layers;
-        dims.batches = info.batches;
-        dims.ranks = info.ranks;
-        dims.hidden = 10;  // small, and 100 elements do not split evenly over 16 ranks: padding is exercised
+        dims.layers = c.layers;
+        dims.batches = c.batches;
+        dims.ranks = c.ranks;
+        dims.hidden = 10;  // small, and 100 elements do not split evenly over 3, 7 or 16 ranks: padding is exercised
         dims.tokens = 6;
         ModelDims ref_dims = dims;
         ref_dims.ranks = 1;
-        const auto reference = assemble(CpuRun({build_rank_program("basic", ref_dims, 0)}, ref_dims, lr).run(), ref_dims);
-        const auto got = assemble(CpuRun(build_programs(name, dims), dims, lr).run(), dims);
+        const auto reference = assemble(CpuRun(build_programs("basic", ref_dims), ref_dims, lr).run(), ref_dims);
+        const auto got = assemble(CpuRun(build_programs(c.puzzle, dims), dims, lr).run(), dims);
         REQUIRE(got.size() == static_cast<std::size_t>(dims.layers));
         int moved = 0, compared = 0;
         for (const auto& [layer, w] : got) {

@@ -23,14 +23,33 @@ struct PuzzleInfo {
 std::span<const PuzzleInfo> puzzles();
 const PuzzleInfo* find_puzzle(std::string_view name);
 
-// The strategies (puzzles/*.cpp), ports of the seed solutions.
-Task<> basic(Model& model);
-Task<> grad_accum(Model& model);
-Task<> ddp(Model& model);
-Task<> wsdp(Model& model);
-Task<> fsdp(Model& model);
-Task<> pipeline(Model& model);
-Task<> gpipe(Model& model);
-Task<> pipeline_fsdp(Model& model);
+// The strategies, ports of the seed solutions: templates over the model they drive
+// (puzzles/<name>.hpp defines each, for every world), instantiated for Model in
+// dtsim::puzzles, so that `&ddp` is a Strategy and `ddp(model)` runs it.
+template <class M>
+Task<> basic(M& model);
+template <class M>
+Task<> grad_accum(M& model);
+template <class M>
+Task<> ddp(M& model);
+template <class M>
+Task<> wsdp(M& model);
+template <class M>
+Task<> fsdp(M& model);
+template <class M>
+Task<> pipeline(M& model);
+template <class M>
+Task<> gpipe(M& model);
+template <class M>
+Task<> pipeline_fsdp(M& model);
+
+extern template Task<> basic<Model>(Model&);
+extern template Task<> grad_accum<Model>(Model&);
+extern template Task<> ddp<Model>(Model&);
+extern template Task<> wsdp<Model>(Model&);
+extern template Task<> fsdp<Model>(Model&);
+extern template Task<> pipeline<Model>(Model&);
+extern template Task<> gpipe<Model>(Model&);
+extern template Task<> pipeline_fsdp<Model>(Model&);
 
 }  // namespace dtsim::puzzle

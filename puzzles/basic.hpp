@@ -1,0 +1,49 @@
+// Standard training: all batches at once, full weights (seed puzzle "basic").
+//
+// One source for every world, as a template over the model it drives: the puzzle world and
+// the simulated hardware run it with dtsim::puzzle::Model (basic.cpp instantiates it,
+// registry.hpp declares it), the ground-truth harness with the model that records what
+// each rank does on a real GPU (calibration/host/puzzle_model.hpp).
+#pragma once
+
+#include "dtsim/puzzle/model.hpp"
+
+namespace dtsim::puzzle {
+
+template <class Model>
+Task<> basic(Model& model) {
+    // Storage on device.
+    auto [weights, opt_states, activations, grad_activations, grad_weights] = model.storage();
+
+    // Load in the full weights
+    for (int l = 0; l < model.LAYERS; ++l)
+        tie(weights[l], opt_states[l]) = model.load_weights(l);
+
+    // Load the input layer activations
+    activations[0] = model.get_activation(range(model.BATCHES));
+
+    // Forward
+    for (int l = 0; l < model.LAYERS; ++l)
+        activations[l + 1] = model.forward(l, activations[l], weights[l]);
+
+    // Backward
+    grad_activations[model.LAYERS] = model.loss(activations[model.LAYERS]);
+    del(activations[model.LAYERS]);
+
+    for (int l = model.LAYERS - 1; l >= 0; --l) {
+        tie(grad_weights[l], grad_activations[l]) =
+            model.backward(l, activations[l], grad_activations[l + 1], weights[l]);
+        del(grad_activations[l + 1], activations[l]);
+    }
+    del(grad_activations[0]);
+    model.require(len(grad_activations) == 0 && len(activations) == 0, "activations left after backward");
+
+    // Update
+    for (int l = 0; l < model.LAYERS; ++l)
+        tie(weights[l], opt_states[l]) = model.update(l, grad_weights[l], weights[l], opt_states[l]);
+
+    for (int l = 0; l < model.LAYERS; ++l) model.set_final_weight(l, weights[l]);
+    co_return;
+}
+
+}  // namespace dtsim::puzzle
