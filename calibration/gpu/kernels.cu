@@ -124,6 +124,21 @@ __global__ void compare_kernel(const float* w, const float* ref, std::int64_t n,
     }
 }
 
+__global__ void copy4_kernel(const float4* __restrict__ x, float4* __restrict__ y, std::int64_t n4) {
+    for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n4;
+         i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+        y[i] = x[i];
+}
+
+__global__ void triad4_kernel(const float4* __restrict__ b, const float4* __restrict__ c, float4* __restrict__ a,
+                              std::int64_t n4, float s) {
+    for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n4;
+         i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+        const float4 u = b[i], v = c[i];
+        a[i] = make_float4(u.x + s * v.x, u.y + s * v.y, u.z + s * v.z, u.w + s * v.w);
+    }
+}
+
 template <typename Kernel, typename... Args>
 void launch(Kernel k, std::int64_t n, cudaStream_t stream, Args... args) {
     k<<<grid_for(n), kThreads, 0, stream>>>(args...);
@@ -218,6 +233,19 @@ void scale_copy(const float* x, float* y, std::int64_t n, float a, cudaStream_t 
 
 void add_inplace(float* a, const float* b, std::int64_t n, cudaStream_t stream) {
     if (n > 0) launch(add_kernel, n, stream, a, b, n);
+}
+
+void stream_copy(const float* x, float* y, std::int64_t n, cudaStream_t stream) {
+    if (n % 4 != 0) throw std::invalid_argument("stream_copy: n must be a multiple of 4");
+    if (n > 0)
+        launch(copy4_kernel, n / 4, stream, reinterpret_cast<const float4*>(x), reinterpret_cast<float4*>(y), n / 4);
+}
+
+void stream_triad(const float* b, const float* c, float* a, std::int64_t n, float s, cudaStream_t stream) {
+    if (n % 4 != 0) throw std::invalid_argument("stream_triad: n must be a multiple of 4");
+    if (n > 0)
+        launch(triad4_kernel, n / 4, stream, reinterpret_cast<const float4*>(b), reinterpret_cast<const float4*>(c),
+               reinterpret_cast<float4*>(a), n / 4, s);
 }
 
 void adam_step(float* w, float* m, float* v, const float* g, std::int64_t n, AdamParams params, cudaStream_t stream) {

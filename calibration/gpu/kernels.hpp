@@ -45,6 +45,11 @@ struct AdamParams {
 // One Adam step on n elements; m and v are the optimizer state's two halves.
 void adam_step(float* w, float* m, float* v, const float* g, std::int64_t n, AdamParams params, cudaStream_t stream);
 
+// Memory-bound kernels for dtsim-membw, n a multiple of 4 and the arrays 16-byte aligned
+// (cudaMalloc's): y = x (reads n floats, writes n), a = b + s c (reads 2n, writes n).
+void stream_copy(const float* x, float* y, std::int64_t n, cudaStream_t stream);
+void stream_triad(const float* b, const float* c, float* a, std::int64_t n, float s, cudaStream_t stream);
+
 // What compare_weights accumulates on the device.
 struct CompareStats {
     unsigned int max_abs_bits = 0;    // bit pattern of the largest |w - ref| (a non-negative float)
