@@ -386,15 +386,20 @@ TEST_CASE("gpu families and Megatron's FLOP count") {
     CHECK(f / 1024 / 32 == doctest::Approx(138e12).epsilon(0.01));
 }
 
-TEST_CASE("every shipped data file loads; only gpus.json is skipped") {
+TEST_CASE("every shipped data file loads; only the datasheets and the bandwidth sweep are skipped") {
     const auto files = cal::shipped_data_files(std::string(DTSIM_CONFIGS) + "/..");
     REQUIRE(files.size() >= 4);
     const auto data = cal::load_ground_truth(files);
     CHECK_FALSE(data.collectives.empty());
-    CHECK(data.gemms.size() == 2);
+    // gemm.json's two sections and, per measured file, its best shape and its table(s) by shape.
+    int best = 0, by_shape = 0;
+    for (const auto& g : data.gemms) (g.best_shape ? best : by_shape) += 1;
+    CHECK(best == 1 + 4);
+    CHECK(by_shape == 1 + 5);
     CHECK(data.megatron.size() == 1);
-    REQUIRE(data.skipped.size() == 1);
+    REQUIRE(data.skipped.size() == 2);
     CHECK(data.skipped[0].find("gpus.json") != std::string::npos);
+    CHECK(data.skipped[1].find("h100_dtsim_membw.json") != std::string::npos);
 }
 
 TEST_CASE("the harness's collective sweep is read as the published tables are") {
