@@ -517,26 +517,10 @@ std::string fmt_lines(const std::vector<FitLine>& lines) {
     return s;
 }
 
-}  // namespace
-
-CalibrateResult calibrate(const json& base, const std::string& base_file, const GroundTruth& data,
-                          const CalibrateOptions& o) {
-    CalibrateResult out;
-    out.cluster = base;
-    json& cl = out.cluster["cluster"];
-    const Cluster c = make_cluster(base, base_file);
-    const std::string family = gpu_family(c.gpu.name);
-    if (family.empty())
-        throw ConfigError(base_file, "$.cluster.gpu.name",
-                          fmt::format("cannot tell the GPU family of \"{}\" (expected a name like H100-SXM)", c.gpu.name));
-    std::vector<std::string> sources;
-    if (cl.contains("source") && cl["source"].is_array())
-        for (const auto& s : cl["source"]) {
-            const std::string text = s.is_string() ? s.get<std::string>() : s.dump();
-            if (text.find("dtsim calibrate") == std::string::npos) sources.push_back(text);  // earlier runs' lines go
-        }
-
-    // Collectives: one curve per (level, operation, algorithm) from the data sets of this GPU family.
+// Collectives: one curve per (level, operation, algorithm) from the data sets of this GPU
+// family, written to the cluster's links (cl) with a line of the log and of the sources each.
+void fit_collective_curves(json& cl, const std::string& base_file, const std::string& family, const GroundTruth& data,
+                           const CalibrateOptions& o, CalibrateResult& out, std::vector<std::string>& sources) {
     struct Group {
         std::vector<const CollectiveSet*> sets;
     };
@@ -594,9 +578,13 @@ CalibrateResult calibrate(const json& base, const std::string& base_file, const 
         sources.push_back(fmt::format("links.{}.fits.{}: dtsim calibrate on {}", level_name,
                                       algorithm_key(op, Algorithm(alg)), fmt::join(ids, ", ")));
     }
+}
 
-    // GEMM: the efficiency ceiling per dtype from best-shape rows, the shape curve from by-shape tables.
-    GpuSpec gpu = c.gpu;
+// GEMM: the efficiency ceiling per dtype from best-shape rows, the shape curve (overhead,
+// bandwidth fraction) from by-shape tables, written to the cluster's gpu.gemm (gm); returns the
+// data sets used.
+std::vector<std::string> fit_gemm_model(json& gm, GpuSpec gpu, const std::string& family, const GroundTruth& data,
+                                        const CalibrateOptions& o, CalibrateResult& out) {
     std::vector<std::string> gemm_ids;
     std::map<DType, std::pair<double, std::string>> ceiling;
     std::vector<GemmPoint> shapes;
@@ -618,7 +606,6 @@ CalibrateResult calibrate(const json& base, const std::string& base_file, const 
         }
         if (used) (s.best_shape ? gemm_ids : shape_ids).push_back(s.id);
     }
-    json& gm = cl["gpu"]["gemm"];
     if (!ceiling.empty()) {
         // The dtype the shape curve is measured in (else bf16, else any) sets max_efficiency; the others get their own.
         DType main = shapes.empty() ? (ceiling.count(DType::bf16) ? DType::bf16 : ceiling.begin()->first) : shapes.front().dtype;
@@ -648,48 +635,81 @@ CalibrateResult calibrate(const json& base, const std::string& base_file, const 
     }
     std::vector<std::string> all = gemm_ids;
     all.insert(all.end(), shape_ids.begin(), shape_ids.end());
+    return all;
+}
 
-    // Megatron rows: the fp16 GEMM ceiling (the SC21 runs are fp16) fitted end to end.
+// Megatron rows: the fp16 GEMM ceiling (the SC21 runs are fp16) fitted end to end so that the
+// median error of the named rows is zero, written to gm; returns the rows' ids.
+std::vector<std::string> fit_megatron_ceiling(json& gm, const json& cluster, const std::string& base_file,
+                                              const std::string& family, const GroundTruth& data,
+                                              const CalibrateOptions& o, CalibrateResult& out) {
+    std::vector<std::pair<const MegatronSet*, const MegatronRow*>> rows;
+    std::vector<std::string> names;
+    for (const auto& set : data.megatron) {
+        if (set.gpu != family || !wanted(set.id, o)) continue;
+        for (const auto& row : set.rows) {
+            names.push_back(row.model);
+            if (std::find(o.megatron_rows.begin(), o.megatron_rows.end(), row.model) != o.megatron_rows.end())
+                rows.push_back({&set, &row});
+        }
+    }
+    for (const auto& want : o.megatron_rows)
+        if (std::none_of(rows.begin(), rows.end(), [&](const auto& r) { return r.second->model == want; }))
+            throw std::invalid_argument(fmt::format("no Megatron row \"{}\" of {} in the data; the rows are: {}", want,
+                                                    family, names.empty() ? std::string("(none)") : fmt::format("{}", fmt::join(names, ", "))));
+    json doc = cluster;
+    auto median_error = [&](double e) {
+        doc["cluster"]["gpu"]["gemm"]["efficiency_by_dtype"]["fp16"] = e;
+        std::vector<double> errs;
+        for (const auto& [set, row] : rows) errs.push_back(predict_megatron(*row, doc, base_file) / row->tflops_per_gpu - 1);
+        std::sort(errs.begin(), errs.end());
+        const std::size_t n = errs.size();
+        return n % 2 ? errs[n / 2] : (errs[n / 2 - 1] + errs[n / 2]) / 2;
+    };
+    // Throughput rises with the ceiling: bisect for a median error of zero.
+    double lo = 0.2, hi = 1.0;
+    if (median_error(hi) <= 0) lo = hi;
+    else if (median_error(lo) >= 0) hi = lo;
+    for (int i = 0; i < 30 && hi - lo > 1e-5; ++i) {
+        const double mid = (lo + hi) / 2;
+        (median_error(mid) > 0 ? hi : lo) = mid;
+    }
+    const double e = std::round((lo + hi) / 2 * 10000) / 10000;
+    gm["efficiency_by_dtype"]["fp16"] = e;
+    std::vector<std::string> ids;
+    for (const auto& [set, row] : rows) ids.push_back(megatron_row_id(*set, *row));
+    out.log.push_back(fmt::format("gemm fp16 efficiency ceiling {:.4f}: fitted end to end so that the median error "
+                                  "of Megatron rows {} is zero (the other rows stay held out)",
+                                  e, fmt::join(ids, ", ")));
+    return ids;
+}
+
+}  // namespace
+
+CalibrateResult calibrate(const json& base, const std::string& base_file, const GroundTruth& data,
+                          const CalibrateOptions& o) {
+    CalibrateResult out;
+    out.cluster = base;
+    json& cl = out.cluster["cluster"];
+    const Cluster c = make_cluster(base, base_file);
+    const std::string family = gpu_family(c.gpu.name);
+    if (family.empty())
+        throw ConfigError(base_file, "$.cluster.gpu.name",
+                          fmt::format("cannot tell the GPU family of \"{}\" (expected a name like H100-SXM)", c.gpu.name));
+    std::vector<std::string> sources;
+    if (cl.contains("source") && cl["source"].is_array())
+        for (const auto& s : cl["source"]) {
+            const std::string text = s.is_string() ? s.get<std::string>() : s.dump();
+            if (text.find("dtsim calibrate") == std::string::npos) sources.push_back(text);  // earlier runs' lines go
+        }
+
+    fit_collective_curves(cl, base_file, family, data, o, out, sources);
+
+    json& gm = cl["gpu"]["gemm"];
+    std::vector<std::string> all = fit_gemm_model(gm, c.gpu, family, data, o, out);
     if (!o.megatron_rows.empty()) {
-        std::vector<std::pair<const MegatronSet*, const MegatronRow*>> rows;
-        std::vector<std::string> names;
-        for (const auto& set : data.megatron) {
-            if (set.gpu != family || !wanted(set.id, o)) continue;
-            for (const auto& row : set.rows) {
-                names.push_back(row.model);
-                if (std::find(o.megatron_rows.begin(), o.megatron_rows.end(), row.model) != o.megatron_rows.end())
-                    rows.push_back({&set, &row});
-            }
-        }
-        for (const auto& want : o.megatron_rows)
-            if (std::none_of(rows.begin(), rows.end(), [&](const auto& r) { return r.second->model == want; }))
-                throw std::invalid_argument(fmt::format("no Megatron row \"{}\" of {} in the data; the rows are: {}", want,
-                                                        family, names.empty() ? std::string("(none)") : fmt::format("{}", fmt::join(names, ", "))));
-        json doc = out.cluster;
-        auto median_error = [&](double e) {
-            doc["cluster"]["gpu"]["gemm"]["efficiency_by_dtype"]["fp16"] = e;
-            std::vector<double> errs;
-            for (const auto& [set, row] : rows) errs.push_back(predict_megatron(*row, doc, base_file) / row->tflops_per_gpu - 1);
-            std::sort(errs.begin(), errs.end());
-            const std::size_t n = errs.size();
-            return n % 2 ? errs[n / 2] : (errs[n / 2 - 1] + errs[n / 2]) / 2;
-        };
-        // Throughput rises with the ceiling: bisect for a median error of zero.
-        double lo = 0.2, hi = 1.0;
-        if (median_error(hi) <= 0) lo = hi;
-        else if (median_error(lo) >= 0) hi = lo;
-        for (int i = 0; i < 30 && hi - lo > 1e-5; ++i) {
-            const double mid = (lo + hi) / 2;
-            (median_error(mid) > 0 ? hi : lo) = mid;
-        }
-        const double e = std::round((lo + hi) / 2 * 10000) / 10000;
-        gm["efficiency_by_dtype"]["fp16"] = e;
-        std::vector<std::string> ids;
-        for (const auto& [set, row] : rows) ids.push_back(megatron_row_id(*set, *row));
-        all.insert(all.end(), ids.begin(), ids.end());
-        out.log.push_back(fmt::format("gemm fp16 efficiency ceiling {:.4f}: fitted end to end so that the median error "
-                                      "of Megatron rows {} is zero (the other rows stay held out)",
-                                      e, fmt::join(ids, ", ")));
+        const auto rows = fit_megatron_ceiling(gm, out.cluster, base_file, family, data, o, out);
+        all.insert(all.end(), rows.begin(), rows.end());
     }
     // Parameters an earlier calibration fitted and this one left alone keep their data sets.
     if (gm.contains("datasets") && gm["datasets"].is_array())
