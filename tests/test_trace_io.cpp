@@ -1,4 +1,7 @@
 #include "dtsim/puzzle/registry.hpp"
+#include "dtsim/sched/executor.hpp"
+#include "dtsim/sched/generators.hpp"
+#include "dtsim/sched/lowering.hpp"
 #include "dtsim/trace_io.hpp"
 
 #include <doctest/doctest.h>
@@ -41,6 +44,26 @@ TEST_CASE("a written trace reads back to the same bytes") {
         CHECK(back.summary.correct == true);
         CHECK(back.meta["puzzle"] == p.name);
     }
+}
+
+TEST_CASE("a step trace keeps its comm-stream events on the comm stream when read back") {
+    // A lowered pipeline schedule with a cost per tensor crossing ranks records its sends and
+    // receives on the comm stream.
+    sched::Costs c;
+    c.p2p = 0.5;
+    const Trace t = sched::run_schedule(sched::lower(sched::one_f_one_b(2, 2)), c).trace;
+    std::size_t comm = 0;
+    for (const auto& r : t.ranks)
+        for (const auto& e : r.events) comm += e.stream == Stream::comm;
+    REQUIRE(comm > 0);
+    const std::string a = to_json(t);
+    std::istringstream in(a);
+    const Trace back = read_trace_json(in, "mem");
+    std::size_t comm_back = 0;
+    for (const auto& r : back.ranks)
+        for (const auto& e : r.events) comm_back += e.stream == Stream::comm;
+    CHECK(comm_back == comm);
+    CHECK(to_json(back) == a);
 }
 
 TEST_CASE("the trace JSON has the documented fields and shortest-form numbers") {

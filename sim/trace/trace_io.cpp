@@ -67,6 +67,10 @@ void put_event(std::string& out, const Event& e, bool hardware) {
             out += ", \"flops\": ";
             put_number(out, e.flops);
         }
+    } else if (e.stream == Stream::comm) {
+        // A step trace says which events ran on the comm stream (a pipeline schedule's sends and
+        // receives); the puzzle world's run on the compute stream alone and read back without it.
+        out += ", \"stream\": \"comm\"";
     }
     out += '}';
 }
