@@ -352,25 +352,19 @@ int run(const Options& o, const std::string& command) {
         if (o.check) fmt::print("# Out of bounds values: {} {}\n", wrong_total, wrong_total ? "FAILED" : "OK");
         if (!o.out.empty()) {
             const int per_node = comm.nodes() > 0 && n % comm.nodes() == 0 ? n / comm.nodes() : 0;
-            nlohmann::json meta = {
-                {"tool", "dtsim-collectives"},
-                {"gpu", gpu},
+            nlohmann::json meta = run_meta("dtsim-collectives", gpu, command);
+            meta.update({
                 {"gpu_count", n},
                 {"nodes", comm.nodes()},
                 {"gpus_per_node", per_node},
                 {"launch", comm.launch_description()},
-                {"host", host_name()},
                 {"nccl_version", nccl_version_string()},
-                {"cuda_runtime", cuda_runtime_version_string()},
-                {"cuda_driver", cuda_driver_version_string()},
-                {"date", utc_timestamp()},
-                {"command", command},
                 {"dtype", dtype.name},
                 {"iters", iters},
                 {"warmup", warmup},
                 {"time_over_ranks", o.average},
                 {"timing", "CUDA events around --iters back-to-back operations on each rank's stream"},
-            };
+            });
             write_json_file(o.out, sweep_json(meta, {gpu, per_node, comm.nodes()}, datasets));
             fmt::print("# wrote {}\n", o.out);
         }

@@ -1,6 +1,7 @@
 #include "gpu/cuda_check.hpp"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <ctime>
 #include <filesystem>
@@ -63,6 +64,16 @@ std::string host_name() {
     char buf[256] = {};
     if (gethostname(buf, sizeof buf - 1) != 0) return "unknown";
     return buf;
+}
+
+nlohmann::json run_meta(const std::string& tool, const std::string& gpu, const std::string& command) {
+    return {{"tool", tool},
+            {"gpu", gpu},
+            {"cuda_runtime", cuda_runtime_version_string()},
+            {"cuda_driver", cuda_driver_version_string()},
+            {"date", utc_timestamp()},
+            {"host", host_name()},
+            {"command", command}};
 }
 
 }  // namespace dtsim::harness::gpu

@@ -6,6 +6,8 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include <stdexcept>
 #include <string>
 
@@ -27,6 +29,9 @@ std::string cuda_driver_version_string();
 // The current UTC time as 2025-01-31T12:00:00Z.
 std::string utc_timestamp();
 std::string host_name();
+// What every tool's output records of its run: the tool, the GPU, the CUDA runtime and driver,
+// the date, the host and the command line; each tool adds its own fields.
+nlohmann::json run_meta(const std::string& tool, const std::string& gpu, const std::string& command);
 
 }  // namespace dtsim::harness::gpu
 

@@ -305,22 +305,16 @@ int run(const Options& o, const std::string& command) {
             std::fflush(stdout);
             results.push_back(r);
         }
-        nlohmann::json meta = {
-            {"tool", "dtsim-gemm"},
-            {"gpu", gpu},
+        nlohmann::json meta = run_meta("dtsim-gemm", gpu, command);
+        meta.update({
             {"device", device},
             {"api", api == "lt" ? "cublasLtMatmul" : "cublasGemmEx"},
-            {"cuda_runtime", cuda_runtime_version_string()},
-            {"cuda_driver", cuda_driver_version_string()},
-            {"date", utc_timestamp()},
-            {"host", host_name()},
-            {"command", command},
             {"iters", iters},
             {"warmup", warmup},
             {"dtypes", o.dtypes},
             {"accumulate", "fp32"},
             {"timing", "CUDA events around --iters back-to-back GEMMs; inputs stay in place (L2 not flushed)"},
-        };
+        });
         auto part = gemm_json(meta, gpu, type.name, results, peak);
         if (doc.is_null()) {
             doc = std::move(part);

@@ -103,22 +103,16 @@ int run(const Options& o, const std::string& command) {
                              {"bytes_moved", r.bytes_moved},
                              {"time_us", r.seconds * 1e6},
                              {"GBps", r.bytes_moved / r.seconds / 1e9}});
+        nlohmann::json meta = run_meta("dtsim-membw", gpu, command);
+        meta.update({{"device", o.device},
+                     {"memory_bytes", prop.totalGlobalMem},
+                     {"iters", o.iters},
+                     {"warmup", o.warmup},
+                     {"timing", "CUDA events around --iters back-to-back kernels"}});
         const nlohmann::json doc = {
             {"description", "Memory-bound kernel bandwidth measured by dtsim-membw: copy (y = x) and triad "
                             "(a = b + s c) over fp32 arrays; GBps = bytes moved / mean time (GB = 1e9 bytes)"},
-            {"meta",
-             {{"tool", "dtsim-membw"},
-              {"gpu", gpu},
-              {"device", o.device},
-              {"memory_bytes", prop.totalGlobalMem},
-              {"cuda_runtime", cuda_runtime_version_string()},
-              {"cuda_driver", cuda_driver_version_string()},
-              {"date", utc_timestamp()},
-              {"host", host_name()},
-              {"command", command},
-              {"iters", o.iters},
-              {"warmup", o.warmup},
-              {"timing", "CUDA events around --iters back-to-back kernels"}}},
+            {"meta", meta},
             {"memory_bandwidth", {{"gpu", gpu}, {"rows", table}}},
         };
         write_json_file(o.out, doc);

@@ -130,14 +130,13 @@ Trace build_trace(const Setup& setup, const Gathered& g, const Communicator& com
     const double allowed = setup.exec.tf32 ? 1e-2 : 1e-3;
     std::optional<bool> correct;
     if (setup.check) correct = g.check.compared > 0 && g.check.mismatches <= allowed * g.check.compared;
-    nlohmann::json meta = {
+    nlohmann::json meta = run_meta("dtsim-puzzle-real", gpu, command);
+    meta.update({
         {"puzzle", setup.puzzle},
         {"layers", d.layers},
         {"batches", d.batches},
         {"ranks", d.ranks},
-        {"gpu", gpu},
         {"source", "measured"},
-        {"tool", "dtsim-puzzle-real"},
         {"hidden", d.hidden},
         {"tokens", d.tokens},
         {"dtype", "fp32"},
@@ -147,11 +146,6 @@ Trace build_trace(const Setup& setup, const Gathered& g, const Communicator& com
         {"nodes", comm.nodes()},
         {"launch", comm.launch_description()},
         {"nccl_version", nccl_version_string()},
-        {"cuda_runtime", cuda_runtime_version_string()},
-        {"cuda_driver", cuda_driver_version_string()},
-        {"date", utc_timestamp()},
-        {"host", host_name()},
-        {"command", command},
         {"warmup", setup.warmup},
         {"iters", setup.iters},
         {"iteration", g.chosen},
@@ -162,7 +156,7 @@ Trace build_trace(const Setup& setup, const Gathered& g, const Communicator& com
          "allocated; excludes the backward workspace, cuBLAS and NCCL internals"},
         {"timing", "CUDA events on each rank's single stream; start is from an origin recorded right after a "
                    "one-element all-reduce over all ranks"},
-    };
+    });
     if (setup.check)
         meta["check"] = {{"reference", "basic schedule on each GPU"},
                          {"tolerance", setup.exec.tolerance > 0 ? setup.exec.tolerance : setup.exec.adam.lr / 4},
