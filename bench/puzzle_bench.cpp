@@ -12,8 +12,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
+#include <new>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -130,6 +132,9 @@ Figures measure(const puzzle::PuzzleInfo& p, int layers, int ranks, int repeat, 
     return f;
 }
 
+// What a run that the system would not give enough memory says (as dtsim does), not "std::bad_alloc".
+constexpr const char* kOutOfMemory = "out of memory (the run needs more memory than the system would give)";
+
 // Runs `measure` in a child process and reads its figures back through a pipe.
 Figures measure_isolated(const puzzle::PuzzleInfo& p, int layers, int ranks, int repeat, puzzle::Keep keep) {
     int fds[2];
@@ -144,6 +149,8 @@ Figures measure_isolated(const puzzle::PuzzleInfo& p, int layers, int ranks, int
             Figures f = measure(p, layers, ranks, repeat, keep);
             line = fmt::format("{} {} {} {} {} {}\n", f.wall_s, f.cpu_s, f.baseline_ratio, f.ops,
                                f.peak_rss_kib, f.correct ? 1 : 0);
+        } catch (const std::bad_alloc&) {
+            line = fmt::format("error {}\n", kOutOfMemory);
         } catch (const std::exception& e) {
             line = fmt::format("error {}\n", e.what());
         }
@@ -255,6 +262,25 @@ void run_bench(const BenchOptions& o) {
     }
 }
 
+// A whole-number option's check, worded as dtsim's (sim/cli/commands.hpp): "--ranks: 'x' is not a
+// whole number (expected 1 to 1048576)", not CLI11's "Value x not in range".
+CLI::Validator whole_number(long long lo, long long hi) {
+    return {[lo, hi](std::string& s) -> std::string {
+                const char* b = s.data() + (s.starts_with('+') ? 1 : 0);
+                const char* e = s.data() + s.size();
+                long long v = 0;
+                const auto [end, ec] = std::from_chars(b, e, v);
+                const std::string shown = s.size() <= 64 ? s : s.substr(0, 64) + "...";
+                if (b == e || end != e || (ec != std::errc() && ec != std::errc::result_out_of_range))
+                    return fmt::format("'{}' is not a whole number (expected {} to {})", shown, lo, hi);
+                if (ec == std::errc::result_out_of_range || v < lo || v > hi)
+                    return fmt::format("{} is out of range (expected {} to {})", shown, lo, hi);
+                s = std::to_string(v);
+                return {};
+            },
+            fmt::format("INT in [{} - {}]", lo, hi)};
+}
+
 }  // namespace
 }  // namespace dtsim::bench
 
@@ -265,22 +291,29 @@ int main(int argc, char** argv) {
                  "dtsim-bench"};
     app.add_option("--ranks", o.ranks, "Rank counts to simulate")
         ->delimiter(',')
-        ->check(CLI::Range(1, 1 << 20))
+        ->transform(whole_number(1, 1 << 20))
         ->capture_default_str();
-    app.add_option("--layers", o.layers, "Layers")->check(CLI::Range(1, 4096))->capture_default_str();
+    app.add_option("--layers", o.layers, "Layers")->transform(whole_number(1, 4096))->capture_default_str();
     app.add_option("--strategies", o.strategies, "Puzzle strategies to run")->delimiter(',')->capture_default_str();
     app.add_option("--repeat", o.repeat,
                    "Rounds; each runs every rank count once, in turn, and the best round per rank count is reported")
-        ->check(CLI::Range(1, 100))
+        ->transform(whole_number(1, 100))
         ->capture_default_str();
     try {
         app.parse(argc, argv);
         run_bench(o);
-    } catch (const CLI::ParseError& e) {
+    } catch (const CLI::CallForHelp& e) {
         return app.exit(e);
+    } catch (const CLI::ParseError& e) {  // one line and exit status 2, as dtsim's usage errors
+        fmt::print(stderr, "dtsim-bench: error: {} (see 'dtsim-bench --help')\n", e.what());
+        return 2;
     } catch (const UsageError& e) {
         fmt::print(stderr, "dtsim-bench: error: {}\n", e.what());
         return 2;
+    } catch (const std::bad_alloc&) {
+        std::fflush(stdout);
+        fmt::print(stderr, "dtsim-bench: error: {}\n", kOutOfMemory);
+        return 1;
     } catch (const std::exception& e) {
         std::fflush(stdout);
         fmt::print(stderr, "dtsim-bench: error: {}\n", e.what());

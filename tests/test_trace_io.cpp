@@ -98,7 +98,7 @@ TEST_CASE("malformed traces are rejected with the file and JSON path") {
           "t.json: at $.ranks[0].events[0]: missing field \"duration\"");
     CHECK(read_error(std::string(kHead) +
                      R"({"rank": 0, "events": [{"op": "forward", "start": "x", "duration": 1, "memory": 0}]}]})") ==
-          "t.json: at $.ranks[0].events[0].start: expected a number, found \"x\" (a string)");
+          "t.json: at $.ranks[0].events[0].start: expected a number >= 0, found \"x\" (a string)");
     CHECK(read_error(std::string(kHead) +
                      R"({"rank": 0, "events": [{"op": "f", "start": 0, "duration": -1, "memory": 0}]}]})") ==
           "t.json: at $.ranks[0].events[0].duration: expected >= 0, found -1");
@@ -151,4 +151,46 @@ TEST_CASE("the summary is recomputed from the events on reading") {
     CHECK(t.summary.max_memory_rank == 0);
     CHECK(t.summary.max_memory_time == 2);
     CHECK_FALSE(t.summary.correct.has_value());
+}
+
+// A 149-byte trace with start 1e308 and duration 1e308 made render grow to 4.2 GB and its
+// Chrome export write "ts": null; a negative start rendered as "at step -5".
+TEST_CASE("an event's start is finite and >= 0, its end finite, its amounts >= 0") {
+    const auto event = [](const std::string& fields) {
+        return read_error(std::string(kHead) + R"({"rank": 0, "events": [{"op": "f", )" + fields + "}]}]}");
+    };
+    CHECK(event(R"("start": 1e308, "duration": 1e308, "memory": 0)") ==
+          "t.json: at $.ranks[0].events[0].duration: the event ends beyond the largest time a trace can hold (start "
+          "1e+308 + duration 1e+308)");
+    CHECK(event(R"("start": -5, "duration": 1, "memory": 0)") ==
+          "t.json: at $.ranks[0].events[0].start: expected a number >= 0, found -5");
+    CHECK(event(R"("start": 0, "duration": 1, "memory": -1)") ==
+          "t.json: at $.ranks[0].events[0].memory: expected a number >= 0, found -1");
+    CHECK(event(R"("start": 0, "duration": 1, "memory": 0, "bytes": -1)") ==
+          "t.json: at $.ranks[0].events[0].bytes: expected a number >= 0, found -1");
+    CHECK(event(R"("start": 0, "duration": 1, "memory": 0, "flops": -1)") ==
+          "t.json: at $.ranks[0].events[0].flops: expected a number >= 0, found -1");
+    CHECK(read_error(R"({"format": "dtsim-trace", "version": 1, "memory_capacity": -1, "ranks": []})") ==
+          "t.json: at $.memory_capacity: expected a number >= 0, found -1");
+    // Large but finite times are times.
+    CHECK(event(R"("start": 1e300, "duration": 1e300, "memory": 0)") == "no error");
+}
+
+// A file name in the meta that is not UTF-8 (a schedule's file) threw nlohmann's type_error.316.
+TEST_CASE("a meta string that is not UTF-8 is written with U+FFFD in its place") {
+    Trace t;
+    t.meta = {{"file", "sched\xff.txt"}};
+    std::string out;
+    CHECK_NOTHROW(out = to_json(t));
+    CHECK(out.find("\"sched\xef\xbf\xbd.txt\"") != std::string::npos);
+}
+
+TEST_CASE("a trace that cannot be written says why, naming the file") {
+    const std::string name = "/tmp/" + std::string(300, 'a') + ".json";
+    try {
+        write_trace_file(Trace{}, name);
+        FAIL("no error");
+    } catch (const std::runtime_error& e) {
+        CHECK(std::string(e.what()) == name + ": cannot open for writing: File name too long");
+    }
 }

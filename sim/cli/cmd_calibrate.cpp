@@ -12,6 +12,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <set>
@@ -38,10 +40,26 @@ struct ValidateArgs {
     double min_bytes = 1024 * 1024;
 };
 
+// The sizes --min-bytes takes (a collective row's size in bytes; nccl-tests sweeps reach 16 GiB).
+constexpr Range kMinBytes{"a size", "bytes", 0, 1e18};
+
+// --only and --exclude name data sets of the data: an id that matches none is a typo, not a choice.
+void check_ids(const std::vector<std::string>& given, const char* option, const std::vector<std::string>& ids) {
+    std::vector<std::string> unknown;
+    for (const auto& id : given)
+        if (std::find(ids.begin(), ids.end(), id) == ids.end()) unknown.push_back(fmt::format("\"{}\"", id));
+    if (unknown.empty()) return;
+    throw UsageError(fmt::format("{}: no data set {} in the data; the data sets are: {}", option,
+                                 fmt::join(unknown, ", "), fmt::join(ids, ", ")));
+}
+
 void calibrate(const CalibrateArgs& a) {
     if (a.out.empty()) throw UsageError("calibrate needs -o CLUSTER.json");
     if (a.max_lines < 1 || a.max_lines > 4) throw UsageError("--max-lines takes 1 to 4");
     const cal::GroundTruth data = cal::load_ground_truth(a.data);
+    const std::vector<std::string> ids = cal::data_set_ids(data);
+    check_ids(a.only, "--only", ids);
+    check_ids(a.exclude, "--exclude", ids);
     std::string base = a.base;
     if (base.empty()) {
         std::set<std::string> fams;
@@ -70,10 +88,26 @@ void calibrate(const CalibrateArgs& a) {
     o.max_lines = a.max_lines;
     o.min_bytes = a.min_bytes;
     o.megatron_rows = a.megatron_rows;
-    const auto result = cal::calibrate(cal::read_cluster_file(base), base, data, o);
+    cal::CalibrateResult result;
+    try {
+        result = cal::calibrate(cal::read_cluster_file(base), base, data, o);
+    } catch (const std::invalid_argument& e) {  // nothing to fit, a --fit-megatron row that is not in the data
+        throw UsageError(e.what());
+    }
+    errno = 0;
     std::ofstream f(a.out);
-    if (!f) throw std::runtime_error(fmt::format("{}: cannot write the file", a.out));
+    if (!f) {
+        const int err = errno;
+        throw std::runtime_error(err != 0 ? fmt::format("{}: cannot write the file: {}", a.out, std::strerror(err))
+                                          : fmt::format("{}: cannot write the file", a.out));
+    }
     f << result.cluster.dump(2) << "\n";
+    f.flush();
+    if (!f) {
+        const int err = errno;
+        throw std::runtime_error(err != 0 ? fmt::format("{}: write failed: {}", a.out, std::strerror(err))
+                                          : fmt::format("{}: write failed", a.out));
+    }
     fmt::print("calibrated {} from {} file{}:\n", base, a.data.size(), a.data.size() == 1 ? "" : "s");
     for (const auto& l : result.log) fmt::print("  {}\n", l);
     for (const auto& s : data.skipped) fmt::print("  skipped {}\n", s);
@@ -107,10 +141,16 @@ void print_set(const cal::ValidationSet& s, double min_bytes) {
 
 // The targets of the validation: collectives of 1 MiB and more
 // within a median 10 % on every data set; Megatron rows each within 15 %,
-// median at most 8 %.
-std::vector<std::string> missed_targets(const std::vector<cal::ValidationSet>& sets) {
+// median at most 8 %. A data set none of whose points counts (collectives
+// all smaller than --min-bytes) cannot meet them, nor can no data set.
+std::vector<std::string> missed_targets(const std::vector<cal::ValidationSet>& sets, double min_bytes) {
     std::vector<std::string> missed;
+    if (sets.empty()) missed.push_back("no data set to predict");
     for (const auto& s : sets) {
+        if (s.counted == 0)
+            missed.push_back(s.kind == "collective"
+                                 ? fmt::format("{}: no point counted (none of {} or more)", s.id, hw::Bytes{min_bytes})
+                                 : fmt::format("{}: no point counted", s.id));
         if (s.kind == "collective" && s.counted > 0 && s.median > 0.10)
             missed.push_back(fmt::format("{}: median {:.1f} % > 10 %", s.id, 100 * s.median));
         if (s.kind == "megatron" && s.counted > 0) {
@@ -130,11 +170,12 @@ void validate(const ValidateArgs& a) {
     o.min_bytes = a.min_bytes;
     o.holdout = a.holdout;
     const auto sets = cal::validate(data, o);
-    const auto missed = missed_targets(sets);
+    const auto missed = missed_targets(sets, a.min_bytes);
     if (a.json) {
         nlohmann::json j{{"files", files}, {"holdout", a.holdout}, {"min_bytes", a.min_bytes},
                          {"sets", cal::to_json(sets)}, {"targets_missed", missed}};
-        fmt::print("{}\n", j.dump(2));
+        // A file name that is not UTF-8 is printed with U+FFFD in its place.
+        fmt::print("{}\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
     } else {
         if (!a.summary)
             for (const auto& s : sets) print_set(s, a.min_bytes);
@@ -163,13 +204,12 @@ void validate(const ValidateArgs& a) {
 void register_calibrate_commands(CLI::App& app) {
     auto ca = std::make_shared<CalibrateArgs>();
     auto* cal_cmd = app.add_subcommand("calibrate", "Fit a cluster config's cost models to measurements");
+    // Files are checked as they are read: a missing one, or a folder, is an error naming it and why.
     cal_cmd->add_option("data", ca->data, "Ground-truth JSON files (calibration/data, or the harness's output)")
-        ->required()
-        ->check(CLI::ExistingFile);
+        ->required();
     cal_cmd->add_option("-o,--out", ca->out, "Write the calibrated cluster config here")->required();
     cal_cmd->add_option("--base", ca->base,
-                        "Cluster config to start from (default: the shipped one of the data's GPU family)")
-        ->check(CLI::ExistingFile);
+                        "Cluster config to start from (default: the shipped one of the data's GPU family)");
     cal_cmd->add_option("--only", ca->only, "Use only these data set ids (repeatable or comma-separated)")->delimiter(',');
     cal_cmd->add_option("--exclude", ca->exclude, "Leave out these data set ids (repeatable or comma-separated)")->delimiter(',');
     cal_cmd->add_option("--fit-megatron", ca->megatron_rows,
@@ -180,20 +220,20 @@ void register_calibrate_commands(CLI::App& app) {
         ->transform(whole_number(1, 4))
         ->capture_default_str();
     cal_cmd->add_option("--min-bytes", ca->min_bytes, "Fit collective rows of at least this size")
+        ->check(number_in(kMinBytes))
         ->capture_default_str();
     cal_cmd->callback([ca] { calibrate(*ca); });
 
     auto va = std::make_shared<ValidateArgs>();
     auto* val = app.add_subcommand("validate", "Predict every ground-truth point and print the errors");
-    val->add_option("data", va->data, "Ground-truth JSON files (default: calibration/data/*.json)")
-        ->check(CLI::ExistingFile);
+    val->add_option("data", va->data, "Ground-truth JSON files (default: calibration/data/*.json)");
     val->add_option("--cluster", va->clusters,
-                    "Cluster config to predict with, for data of its GPU family (default: configs/clusters)")
-        ->check(CLI::ExistingFile);
+                    "Cluster config to predict with, for data of its GPU family (default: configs/clusters)");
     val->add_flag("--holdout", va->holdout,
                   "Predict each collective data set from a fit to the others of its kind, each GEMM shape from the "
                   "other shapes");
     val->add_option("--min-bytes", va->min_bytes, "Count collective points of at least this size")
+        ->check(number_in(kMinBytes))
         ->capture_default_str();
     val->add_flag("--summary", va->summary, "Print only the table of data sets");
     val->add_flag("--json", va->json, "Print the results as JSON");

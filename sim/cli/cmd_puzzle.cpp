@@ -11,7 +11,9 @@
 #include <cmath>
 #include <filesystem>
 #include <optional>
+#include <stdexcept>
 #include <string>
+#include <system_error>
 #include <vector>
 
 namespace dtsim::cli {
@@ -107,7 +109,13 @@ struct TableOptions {
 };
 
 void run_all(const TableOptions& o) {
-    if (!o.out_dir.empty()) std::filesystem::create_directories(o.out_dir);
+    if (!o.out_dir.empty()) {
+        std::error_code ec;
+        if (std::filesystem::exists(o.out_dir, ec) && !std::filesystem::is_directory(o.out_dir, ec))
+            throw UsageError(fmt::format("--out: \"{}\" is a file, not a folder", o.out_dir));
+        if (std::filesystem::create_directories(o.out_dir, ec); ec)
+            throw std::runtime_error(fmt::format("{}: cannot create the folder: {}", o.out_dir, ec.message()));
+    }
     fmt::print("{:<14} {:>3} {:>3} {:>3}  {:>10} {:>7} {:>6}  {:>10} {:>8} {:>6}  {:>12}  {:<7} {}\n", "puzzle", "L",
                "B", "R", "timesteps", "target", "ratio", "max memory", "target", "ratio", "peak at r/t", "correct",
                "targets");
@@ -150,7 +158,7 @@ void run_all(const TableOptions& o) {
 
 void add_tolerance(CLI::App* cmd, double& tolerance, bool& strict) {
     cmd->add_option("--tolerance", tolerance, "Per cent above a target that still counts as met")
-        ->check(number_in(0.0, 1000.0))
+        ->check(number_in(Range{"a tolerance", "%", 0, 1000}))
         ->capture_default_str();
     cmd->add_flag("--strict", strict, "Exit with status 1 when a target is missed");
 }

@@ -242,19 +242,31 @@ void register_schedule_command(CLI::App& app) {
                   "Add SEND/RECV actions as PyTorch's _add_send_recv does (compute_only -> compute_comms)");
     cmd->add_option("--write", a->write, "Write the schedule: FILE.csv (PyTorch's CSV) or any other name (text)")
         ->check(output_file());
-    cmd->add_option("--forward", a->costs.forward, "T_F: a forward of one stage, steps")->capture_default_str();
-    cmd->add_option("--backward", a->costs.backward, "T_B: a full backward (B), steps")->capture_default_str();
+    // A schedule's costs, in steps (a forward is 1): up to 1e9 steps each, so that a makespan of
+    // 65,536 microbatches through 4,096 stages stays far inside a double's exact range.
+    const Range cost{"a cost", "steps", 0, 1e9};
+    cmd->add_option("--forward", a->costs.forward, "T_F: a forward of one stage, steps")
+        ->check(number_in(cost))
+        ->capture_default_str();
+    cmd->add_option("--backward", a->costs.backward, "T_B: a full backward (B), steps")
+        ->check(number_in(cost))
+        ->capture_default_str();
     cmd->add_option("--backward-input", a->costs.backward_input, "T_I: a backward for the input (I), steps")
+        ->check(number_in(cost))
         ->capture_default_str();
     cmd->add_option("--backward-weight", a->costs.backward_weight, "T_W: a backward for the weights (W), steps")
+        ->check(number_in(cost))
         ->capture_default_str();
     cmd->add_option("--forward-backward", a->costs.forward_backward,
                     "T_F&B: an overlapped forward and full backward ((F;B)OVERLAP_F_B, DualPipeV), steps; negative "
                     "(the default) means T_F + T_B, no gain from the overlap")
+        ->check(number_in(Range{"a cost (negative: T_F + T_B)", "steps", -1e9, 1e9}))
         ->capture_default_str();
     cmd->add_option("--p2p", a->costs.p2p, "A tensor crossing ranks, steps (a boundary inside a rank is free)")
+        ->check(number_in(cost))
         ->capture_default_str();
     cmd->add_option("--activation", a->costs.activation, "Memory units per (stage, microbatch) activation")
+        ->check(number_in(Range{"an amount of memory", "units", 0, 1e9}))
         ->capture_default_str();
     a->out.add_options(cmd);
     cmd->callback([a] { run_schedule_command(*a); });

@@ -3,6 +3,7 @@
 // exception for a failed run (exit 1).
 #pragma once
 
+#include "../json/range.hpp"
 #include "dtsim/render.hpp"
 
 #include <CLI/CLI.hpp>
@@ -33,6 +34,11 @@ inline int& exit_status() {
     return status;
 }
 
+// A value as a message quotes it: at most 64 bytes of it.
+inline std::string shown(const std::string& s) {
+    return s.size() <= 64 ? s : fmt::format("{}... ({} bytes)", s.substr(0, 64), s.size());
+}
+
 // An integer option's transform: a whole number in decimal (CLI11 alone reads "010" as octal 8 and
 // "0x10" as 16) within [lo, hi]; a value that is not one is named as such ("'x' is not a whole
 // number", where CLI::Range would say "not in range"). The value is rewritten in plain decimal.
@@ -46,9 +52,9 @@ inline CLI::Validator whole_number(long long lo, long long hi) {
                 long long v = 0;
                 const auto [end, ec] = std::from_chars(b, e, v);
                 if (b == e || end != e || (ec != std::errc() && ec != std::errc::result_out_of_range))
-                    return fmt::format("'{}' is not a whole number (expected {})", s, expected);
+                    return fmt::format("'{}' is not a whole number (expected {})", shown(s), expected);
                 if (ec == std::errc::result_out_of_range || v < lo || v > hi)
-                    return fmt::format("{} is out of range (expected {})", s, expected);
+                    return fmt::format("{} is out of range (expected {})", shown(s), expected);
                 s = std::to_string(v);
                 return {};
             },
@@ -57,20 +63,32 @@ inline CLI::Validator whole_number(long long lo, long long hi) {
                 : fmt::format("INT in [{} - {}]", lo, hi)};
 }
 
-// A real-valued option's check: a number in decimal (strtod alone also reads "0x5" and "inf")
-// within [lo, hi], named as such when it is not one.
-inline CLI::Validator number_in(double lo, double hi) {
-    return {[lo, hi](std::string& s) -> std::string {
+// Every real-valued option of every command is checked here: a number in decimal (strtod alone
+// also reads "0x5", "inf" and "nan") within the option's physical range (json/range.hpp, the
+// check of the real numbers of configs too), named as such when it is not one:
+// "--min-bytes: 'nan' is not a number (expected a size in [0, 1e18] bytes)". `expected` is
+// what the message says was expected.
+inline CLI::Validator real_in(const Range& range, const std::string& expected) {
+    return {[range, expected](std::string& s) -> std::string {
                 char* end = nullptr;
                 errno = 0;
                 const bool decimal = !s.empty() && s.find_first_not_of("0123456789.eE+-") == std::string::npos;
                 const double v = decimal ? std::strtod(s.c_str(), &end) : 0;
                 if (!decimal || end != s.c_str() + s.size() || v != v)
-                    return fmt::format("'{}' is not a number (expected {:g} to {:g})", s, lo, hi);
-                if (errno == ERANGE || v < lo || v > hi) return fmt::format("{} is out of range (expected {:g} to {:g})", s, lo, hi);
+                    return fmt::format("'{}' is not a number (expected {})", shown(s), expected);
+                if (errno == ERANGE || !range.contains(v))
+                    return fmt::format("{} is out of range (expected {})", shown(s), expected);
                 return {};
             },
-            fmt::format("FLOAT in [{:g} - {:g}]", lo, hi)};
+            fmt::format("FLOAT in {}", range.interval())};
+}
+
+// A quantity: "(expected a size in [0, 1e18] bytes)".
+inline CLI::Validator number_in(const Range& range) { return real_in(range, range.describe()); }
+
+// A plain number in [lo, hi]: "(expected 0 to 1000)".
+inline CLI::Validator number_in(double lo, double hi) {
+    return real_in(Range{"a number", "", lo, hi}, fmt::format("{} to {}", Range::bound(lo), Range::bound(hi)));
 }
 
 // Where a file is to be written: not an empty name, and in a folder that exists (checked before a

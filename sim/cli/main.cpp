@@ -20,12 +20,22 @@
 #include <new>
 #include <regex>
 #include <string>
+#include <string_view>
 
 namespace {
 
 // CLI11's own words for a few parse errors, said plainly.
 std::string plain(const CLI::ParseError& e) {
     const std::string what = e.what();
+    // "Could not convert: --checkpoint-every = 99999999999": a value of an option without a check of its own
+    // that the option's type cannot hold.
+    constexpr std::string_view kNotConverted = "Could not convert: ";
+    if (const auto eq = what.find(" = "); what.starts_with(kNotConverted) && eq != std::string::npos)
+        return fmt::format("{}: '{}' is not a value it takes (not a number, or out of its range)",
+                           what.substr(kNotConverted.size(), eq - kNotConverted.size()),
+                           dtsim::cli::shown(what.substr(eq + 3)));
+    // std::regex recurses once per character: a long text (an argument of 100 KB) is only shortened.
+    if (what.size() > 1024) return dtsim::cli::shown(what);
     std::smatch m;
     // "--layers: 1 required INT:INT in [0 - 1048576] missing"
     static const std::regex missing_value(R"(^(-[^:]*): \d+ required .* missing$)");

@@ -3,14 +3,19 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <ios>
 #include <istream>
 #include <iterator>
-#include <sstream>
 #include <stdexcept>
+#include <streambuf>
+#include <system_error>
 
 namespace dtsim::json_reader {
 
@@ -18,11 +23,18 @@ namespace fs = std::filesystem;
 
 // ------------------------------------------------------------------ words
 
+std::string shorten(std::string_view text, std::size_t max) {
+    if (text.size() <= max) return std::string(text);
+    std::size_t cut = max;
+    while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;  // not inside a UTF-8 character
+    return fmt::format("{}... ({} bytes)", text.substr(0, cut), text.size());
+}
+
 std::string describe(const Json& j) {
     switch (j.type()) {
         case Json::value_t::null: return "null";
         case Json::value_t::boolean: return j.get<bool>() ? "true" : "false";
-        case Json::value_t::string: return fmt::format("\"{}\" (a string)", j.get_ref<const std::string&>());
+        case Json::value_t::string: return fmt::format("\"{}\" (a string)", shorten(j.get_ref<const std::string&>()));
         case Json::value_t::object: return "an object";
         case Json::value_t::array: return "an array";
         default: return j.dump();
@@ -122,7 +134,236 @@ std::string alternatives(std::span<const std::string_view> choices) {
     return choices.size() > 2 ? "one of " + list : list;
 }
 
+// A JSON path step as messages show it: a key of at most 32 characters ("$.a" or "$.a...").
+std::string path_key(std::string_view key) {
+    constexpr std::size_t kShown = 32;
+    return key.size() <= kShown ? "." + std::string(key) : "." + std::string(key.substr(0, kShown)) + "...";
+}
+
+// "1.5 MiB", "8 GiB": a size limit as messages show it.
+std::string size_text(std::uint64_t bytes) {
+    if (bytes >= (std::uint64_t{1} << 30)) return fmt::format("{:g} GiB", static_cast<double>(bytes) / (1 << 30));
+    if (bytes >= (std::uint64_t{1} << 20)) return fmt::format("{:g} MiB", static_cast<double>(bytes) / (1 << 20));
+    return fmt::format("{} bytes", bytes);
+}
+
+[[noreturn]] void too_large(const Dialect& dialect, const std::string& name, std::uint64_t max_bytes,
+                            const std::string& found) {
+    raise_error(dialect, name, "$",
+                fmt::format("the file is larger than dtsim reads ({}; found {})", size_text(max_bytes), found));
+}
+
+// The system's reason a file could not be read, from an exception of the stream that read it.
+std::string read_failure(const std::exception& e) {
+    if (const auto* f = dynamic_cast<const std::ios_base::failure*>(&e); f && f->code().value() != 0 &&
+                                                                          f->code().category() == std::system_category())
+        return f->code().message();
+    if (const auto* f = dynamic_cast<const std::system_error*>(&e)) return f->code().message();
+    return "read error";
+}
+
+// Builds the document from nlohmann's SAX events, as nlohmann's own DOM parser does, with the
+// nesting counted: a container deeper than the limit stops the parse (nlohmann's copy, comparison
+// and the merge of includes recurse once per level).
+class DomBuilder {
+public:
+    DomBuilder(Json& root, int max_depth) : root_(root), max_depth_(max_depth) {}
+
+    bool null() { return put(nullptr) != nullptr; }
+    bool boolean(bool v) { return put(v) != nullptr; }
+    bool number_integer(Json::number_integer_t v) { return put(v) != nullptr; }
+    bool number_unsigned(Json::number_unsigned_t v) { return put(v) != nullptr; }
+    bool number_float(Json::number_float_t v, const Json::string_t&) { return put(v) != nullptr; }
+    // Strings and keys are copied, as nlohmann's parser does: the lexer's buffer, if moved, would
+    // bring its capacity along, a heap block for every short key of a trace.
+    bool string(Json::string_t& v) { return put(v) != nullptr; }
+    bool binary(Json::binary_t& v) { return put(v) != nullptr; }
+    bool start_object(std::size_t) { return open(Json::value_t::object); }
+    bool key(Json::string_t& k) {
+        slot_ = &stack_.back()->get_ref<Json::object_t&>()[k];
+        return true;
+    }
+    bool end_object() {
+        stack_.pop_back();
+        return true;
+    }
+    bool start_array(std::size_t) { return open(Json::value_t::array); }
+    bool end_array() {
+        stack_.pop_back();
+        return true;
+    }
+    bool parse_error(std::size_t position, const std::string&, const Json::exception& e) {
+        error_position = position;
+        error_id = e.id;
+        error_what = e.what();
+        return false;
+    }
+
+    // After a parse that stopped: too deep (and where), or a syntax error (what nlohmann said).
+    bool too_deep = false;
+    std::string too_deep_path;
+    std::size_t error_position = 0;
+    int error_id = 0;
+    std::string error_what;
+
+private:
+    template <class V>
+    Json* put(V&& v) {
+        if (stack_.empty()) {
+            root_ = Json(std::forward<V>(v));
+            return &root_;
+        }
+        Json& top = *stack_.back();
+        if (top.is_array()) {
+            auto& a = top.get_ref<Json::array_t&>();
+            a.emplace_back(std::forward<V>(v));
+            return &a.back();
+        }
+        *slot_ = Json(std::forward<V>(v));
+        return slot_;
+    }
+
+    bool open(Json::value_t type) {
+        if (static_cast<int>(stack_.size()) >= max_depth_) {
+            too_deep = true;
+            too_deep_path = place();
+            return false;
+        }
+        stack_.push_back(put(type));
+        return true;
+    }
+
+    // The JSON path of the value being opened: its first steps, then "..." where it is long.
+    [[nodiscard]] std::string place() const {
+        constexpr std::size_t kSteps = 8;
+        std::string out = "$";
+        for (std::size_t i = 0; i < stack_.size() && i < kSteps; ++i) {
+            const Json& parent = *stack_[i];
+            const Json* child = i + 1 < stack_.size() ? stack_[i + 1] : nullptr;
+            if (parent.is_array()) {
+                fmt::format_to(std::back_inserter(out), "[{}]", child ? parent.size() - 1 : parent.size());
+                continue;
+            }
+            const Json* target = child ? child : slot_;
+            for (auto it = parent.begin(); it != parent.end(); ++it)
+                if (&*it == target) {
+                    out += path_key(it.key());
+                    break;
+                }
+        }
+        if (stack_.size() > kSteps) out += "...";
+        return out;
+    }
+
+    Json& root_;
+    int max_depth_;
+    std::vector<Json*> stack_;  // the containers being filled, outermost first
+    Json* slot_ = nullptr;      // the member of the innermost object its last key made
+};
+
+[[noreturn]] void nested_too_deep(const Dialect& dialect, const std::string& name, const std::string& path,
+                                  int max_depth) {
+    raise_error(dialect, name, path,
+                fmt::format("arrays and objects nested more than {} deep (dtsim reads at most {} levels)", max_depth,
+                            max_depth));
+}
+
+// A stream of at most `max` bytes: reads from `source` in blocks, and ends (as if the input had)
+// at the limit or where `source` fails, saying which. The parser reads it a character at a time
+// from the block, as it would the source's own buffer.
+class LimitedInput : public std::streambuf {
+public:
+    LimitedInput(std::streambuf* source, std::uint64_t max) : source_(source), max_(max), block_(1 << 16) {}
+
+    bool over_limit = false;
+    std::string failure;  // the system's reason the source could not be read, if it could not
+
+protected:
+    int_type underflow() override {
+        if (gptr() < egptr()) return traits_type::to_int_type(*gptr());
+        if (over_limit || !failure.empty()) return traits_type::eof();
+        std::streamsize n = 0;
+        try {
+            n = source_->sgetn(block_.data(), static_cast<std::streamsize>(block_.size()));
+        } catch (const std::exception& e) {
+            failure = read_failure(e);
+            return traits_type::eof();
+        }
+        if (n <= 0) return traits_type::eof();
+        read_ += static_cast<std::uint64_t>(n);
+        if (read_ > max_) {
+            over_limit = true;
+            return traits_type::eof();
+        }
+        setg(block_.data(), block_.data(), block_.data() + n);
+        return traits_type::to_int_type(*gptr());
+    }
+
+private:
+    std::streambuf* source_;
+    std::uint64_t max_;
+    std::uint64_t read_ = 0;
+    std::vector<char> block_;
+};
+
+// Whether `s` is valid UTF-8 (what nlohmann writes and reads; a string that is not cannot be
+// written out as JSON).
+bool valid_utf8(std::string_view s) {
+    for (std::size_t i = 0; i < s.size();) {
+        const auto c = static_cast<unsigned char>(s[i]);
+        std::size_t n = 0;
+        std::uint32_t cp = 0;
+        if (c < 0x80) {
+            ++i;
+            continue;
+        }
+        if ((c & 0xE0) == 0xC0) n = 1, cp = c & 0x1F;
+        else if ((c & 0xF0) == 0xE0) n = 2, cp = c & 0x0F;
+        else if ((c & 0xF8) == 0xF0) n = 3, cp = c & 0x07;
+        else return false;
+        if (s.size() - i <= n) return false;  // cut short
+        for (std::size_t k = 1; k <= n; ++k) {
+            const auto d = static_cast<unsigned char>(s[i + k]);
+            if ((d & 0xC0) != 0x80) return false;
+            cp = (cp << 6) | (d & 0x3F);
+        }
+        // Overlong forms, surrogates and code points beyond U+10FFFF are not UTF-8.
+        if ((n == 1 && cp < 0x80) || (n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) || cp > 0x10FFFF ||
+            (cp >= 0xD800 && cp <= 0xDFFF))
+            return false;
+        i += n + 1;
+    }
+    return true;
+}
+
+// The file a path names, to know it again (a file included twice, a cycle): its canonical path, or
+// the path as given where that cannot be had (a name too long: reading it then says why).
+fs::path identity(const fs::path& path) {
+    std::error_code ec;
+    fs::path canonical = fs::weakly_canonical(path, ec);
+    return ec ? path.lexically_normal() : canonical;
+}
+
 }  // namespace
+
+std::ifstream open_input(const std::string& path, const std::string& name, const Dialect& dialect,
+                         std::uint64_t max_bytes) {
+    std::error_code ec;
+    const fs::file_status st = fs::status(path, ec);
+    if (!ec && fs::is_directory(st)) raise_error(dialect, name, "$", "cannot open the file: it is a directory");
+    errno = 0;
+    std::ifstream in(path, std::ios::binary);
+    if (!in) {
+        const int err = errno;
+        raise_error(dialect, name, "$",
+                    err != 0 ? fmt::format("cannot open the file: {}", std::strerror(err)) : "cannot open the file");
+    }
+    if (!ec && fs::is_regular_file(st)) {
+        const std::uintmax_t size = fs::file_size(path, ec);
+        if (!ec && size > max_bytes) too_large(dialect, name, max_bytes, fmt::format("{} bytes", size));
+    }
+    return in;
+}
 
 // --------------------------------------------------------------- documents
 
@@ -169,40 +410,57 @@ void Document::merge(Json& into, const Document& from, const Json& value, const 
     }
 }
 
+// Parses `text` (the whole of file `name`) into a document, or fails with the place of the problem.
+Json parse_text(const std::string& text, const std::string& name, const Dialect& dialect) {
+    Json j;
+    DomBuilder builder(j, kMaxDepth);
+    if (Json::sax_parse(text, &builder)) return j;
+    if (builder.too_deep) nested_too_deep(dialect, name, builder.too_deep_path, kMaxDepth);
+    if (builder.error_id == 406) {
+        // A number too large for a double (1e400): nlohmann names the number, not its place; find it.
+        const std::string number = quoted_number(builder.error_what);
+        const auto at = number.empty() ? std::string::npos : text.find(number);
+        if (at == std::string::npos) raise_error(dialect, name, "$", "invalid JSON: a number is out of range");
+        raise_error(dialect, name, "$",
+                    fmt::format("invalid JSON at {}: the number {} is out of range", line_and_column(text, at + 1),
+                                number));
+    }
+    raise_error(dialect, name, "$", fmt::format("invalid JSON at {}", line_and_column(text, builder.error_position)));
+}
+
 struct Loader {
     const Dialect& dialect;
     bool includes;
-    std::vector<fs::path> stack;  // the files being read, outermost first
+    std::vector<fs::path> stack;        // the files being read, outermost first
+    std::map<fs::path, Document> done;  // the files read, by canonical path: each is read once
 
-    Json parse(const fs::path& path, const std::string& name) {
-        std::ifstream in(path, std::ios::binary);
-        if (!in) raise_error(dialect, name, "$", "cannot open the file");
-        std::stringstream text;
-        text << in.rdbuf();
-        const std::string s = text.str();
-        try {
-            return Json::parse(s);
-        } catch (const Json::parse_error& e) {
-            raise_error(dialect, name, "$", fmt::format("invalid JSON at {}", line_and_column(s, e.byte)));
-        } catch (const Json::out_of_range& e) {
-            // A number too large for a double (1e400): nlohmann names the number, not its place; find it.
-            const std::string number = quoted_number(e.what());
-            const auto at = number.empty() ? std::string::npos : s.find(number);
-            if (at == std::string::npos) raise_error(dialect, name, "$", "invalid JSON: a number is out of range");
-            raise_error(dialect, name, "$", fmt::format("invalid JSON at {}: the number {} is out of range",
-                                                 line_and_column(s, at + 1), number));
+    std::string read(const fs::path& path, const std::string& name) {
+        std::ifstream in = open_input(path.string(), name, dialect, kMaxFileBytes);
+        LimitedInput limited(in.rdbuf(), kMaxFileBytes);
+        std::string text;
+        std::array<char, 1 << 16> block;
+        for (;;) {
+            const std::streamsize n = limited.sgetn(block.data(), block.size());
+            if (n <= 0) break;
+            text.append(block.data(), static_cast<std::size_t>(n));
         }
+        if (limited.over_limit) too_large(dialect, name, kMaxFileBytes, "more");
+        if (!limited.failure.empty()) raise_error(dialect, name, "$", "cannot read the file: " + limited.failure);
+        return text;
     }
 
-    Document load(const fs::path& path) {
+    // The document of `path`, read once and kept.
+    const Document& load(const fs::path& path) {
+        const fs::path canonical = identity(path);
+        if (const auto it = done.find(canonical); it != done.end()) return it->second;
         const std::string name = display(path);
-        Json j = parse(path, name);
+        Json j = parse_text(read(path, name), name, dialect);
         check_root(j, name, dialect);
         Document doc;
         doc.dialect_ = &dialect;
         doc.origin_[""] = name;
         if (auto inc = j.find("include"); includes && inc != j.end()) {
-            stack.push_back(fs::weakly_canonical(path));
+            stack.push_back(canonical);
             std::vector<std::string> files;
             if (inc->is_string()) {
                 files.push_back(inc->get<std::string>());
@@ -210,23 +468,29 @@ struct Loader {
                 for (std::size_t i = 0; i < inc->size(); ++i) {
                     if (!(*inc)[i].is_string())
                         raise_error(dialect, name, fmt::format("$.include[{}]", i),
-                                      fmt::format("expected a file name, found {}", describe((*inc)[i])));
+                                    fmt::format("expected a file name, found {}", describe((*inc)[i])));
                     files.push_back((*inc)[i].get<std::string>());
                 }
             } else {
                 raise_error(dialect, name, "$.include",
-                              fmt::format("expected a file name or an array of them, found {}", describe(*inc)));
+                            fmt::format("expected a file name or an array of them, found {}", describe(*inc)));
             }
             for (std::size_t i = 0; i < files.size(); ++i) {
                 const fs::path target = path.parent_path() / files[i];
                 const std::string where = inc->is_array() ? fmt::format("$.include[{}]", i) : "$.include";
-                if (!fs::exists(target))
-                    raise_error(dialect, name, where, fmt::format("included file \"{}\" not found (looked for {})", files[i],
-                                                           display(target)));
-                if (std::find(stack.begin(), stack.end(), fs::weakly_canonical(target)) != stack.end())
-                    raise_error(dialect, name, where, fmt::format("\"{}\" includes itself (through {})", files[i],
-                                                           display(target)));
-                const Document sub = load(target);
+                std::error_code ec;  // where the file cannot be looked at, reading it says why
+                if (!fs::exists(target, ec) && !ec)
+                    raise_error(dialect, name, where,
+                                fmt::format("included file \"{}\" not found (looked for {})", files[i], display(target)));
+                if (std::find(stack.begin(), stack.end(), identity(target)) != stack.end())
+                    raise_error(dialect, name, where,
+                                fmt::format("\"{}\" includes itself (through {})", files[i], display(target)));
+                if (static_cast<int>(stack.size()) >= kMaxIncludeDepth)
+                    raise_error(dialect, name, where,
+                                fmt::format("includes nested more than {} deep (\"{}\" includes files that include "
+                                            "files, {} levels down from {})",
+                                            kMaxIncludeDepth, files[i], stack.size(), display(stack.front())));
+                const Document& sub = load(target);
                 doc.merge(doc.root_, sub, sub.root_, "");
             }
             j.erase(inc);
@@ -236,55 +500,72 @@ struct Loader {
         own.root_ = std::move(j);
         own.origin_[""] = name;
         doc.merge(doc.root_, own, own.root_, "");
-        return doc;
+        return done.emplace(canonical, std::move(doc)).first->second;
     }
 };
 
 Document Document::load(const std::string& path, const Dialect& dialect, bool includes) {
-    Loader loader{dialect, includes, {}};
-    return loader.load(path);
+    Loader loader{dialect, includes, {}, {}};
+    (void)loader.load(path);
+    return std::move(loader.done.at(identity(path)));
 }
 
-Document Document::read(std::istream& in, const std::string& name, const Dialect& dialect) {
+Document Document::read(std::istream& in, const std::string& name, const Dialect& dialect, std::uint64_t max_bytes) {
     Document doc;
     doc.dialect_ = &dialect;
     doc.origin_[""] = name;
-    try {
-        doc.root_ = Json::parse(in);
-    } catch (const Json::parse_error& e) {
+    LimitedInput limited(in.rdbuf(), max_bytes);
+    std::istream limited_in(&limited);
+    DomBuilder builder(doc.root_, kMaxDepth);
+    if (!Json::sax_parse(limited_in, &builder)) {
+        if (limited.over_limit) too_large(dialect, name, max_bytes, "more");
+        if (!limited.failure.empty()) doc.fail(name, "$", "cannot read the file: " + limited.failure);
+        if (builder.too_deep) nested_too_deep(dialect, name, builder.too_deep_path, kMaxDepth);
+        if (builder.error_id == 406)
+            doc.fail(name, "$",
+                     fmt::format("invalid JSON: the number {} is out of range", quoted_number(builder.error_what)));
         // The text is gone by now: the place is the one nlohmann's message gives.
         std::size_t line = 0, column = 0;
-        const std::string what = e.what();
+        const std::string& what = builder.error_what;
         const auto at = what.find("at line ");
         const std::string place = at != std::string::npos &&
                                           std::sscanf(what.c_str() + at, "at line %zu, column %zu", &line, &column) == 2
                                       ? fmt::format("line {}, column {}", line, column)
-                                      : fmt::format("byte {}", e.byte);
+                                      : fmt::format("byte {}", builder.error_position);
         doc.fail(name, "$", fmt::format("invalid JSON at {}", place));
-    } catch (const Json::out_of_range& e) {
-        doc.fail(name, "$", fmt::format("invalid JSON: the number {} is out of range", quoted_number(e.what())));
-    } catch (const Json::exception& e) {
-        doc.fail(name, "$", fmt::format("invalid JSON: {}", e.what()));
     }
     check_root(doc.root_, name, dialect);
     return doc;
 }
 
 void Document::set(const std::string& dotted, const std::string& text) {
-    const std::string who = fmt::format("--set {}={}", dotted, text);
+    const std::string who = fmt::format("--set {}={}", shorten(dotted), shorten(text));
+    if (!valid_utf8(dotted) || !valid_utf8(text)) fail(who, "$", "the text is not UTF-8");
     const auto parts = split_path(dotted);
+    // The value sits below the root and one object per part of the path.
+    if (static_cast<int>(parts.size()) >= kMaxDepth)
+        fail(who, "$", fmt::format("a path of {} parts is deeper than dtsim reads (at most {} levels)", parts.size(),
+                                   kMaxDepth - 1));
     Json* node = &root_;
     std::string pointer, path = "$";
     for (const auto& part : parts) {
-        if (part.empty()) fail(who, path, fmt::format("empty key in \"{}\"", dotted));
+        if (part.empty()) fail(who, path, fmt::format("empty key in \"{}\"", shorten(dotted)));
         if (node->is_null()) *node = Json::object();  // a section no file has yet
-        if (!node->is_object()) fail(who, path, fmt::format("cannot set \"{}\" inside {}", part, describe(*node)));
+        if (!node->is_object())
+            fail(who, path, fmt::format("cannot set \"{}\" inside {}", shorten(part), describe(*node)));
         pointer += "/" + escape_key(part);
-        path += "." + part;
+        path += path_key(part);
         node = &(*node)[part];
     }
-    Json value = Json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (value.is_discarded()) value = text;
+    Json value;
+    DomBuilder builder(value, kMaxDepth - static_cast<int>(parts.size()));
+    if (!Json::sax_parse(text, &builder)) {
+        if (builder.too_deep)
+            fail(who, path + builder.too_deep_path.substr(1),
+                 fmt::format("arrays and objects nested more than {} deep (dtsim reads at most {} levels)", kMaxDepth,
+                             kMaxDepth));
+        value = text;
+    }
     *node = std::move(value);
     forget_below(pointer);
     origin_[pointer] = who;
@@ -323,7 +604,7 @@ std::string Value::path() const {
         if ((*it)->is_index)
             fmt::format_to(std::back_inserter(out), "[{}]", (*it)->index);
         else
-            out.append(".").append((*it)->key);
+            out += path_key((*it)->key);
     }
     return out;
 }
@@ -378,10 +659,10 @@ void Value::unknown_key(std::string_view key, std::span<const std::string_view> 
     const Value bad = it != j_->end() ? Value(*this, *it, it.key()) : *this;
     const std::string_view member = doc_->dialect().member;
     if (const auto hint = nearest(key, allowed); !hint.empty())
-        bad.fail(fmt::format("unknown {} \"{}\"; did you mean \"{}\"?", member, key, hint));
+        bad.fail(fmt::format("unknown {} \"{}\"; did you mean \"{}\"?", member, shorten(key), hint));
     std::string list;
     for (auto a : allowed) list += fmt::format("{}{}", list.empty() ? "" : ", ", a);
-    bad.fail(fmt::format("unknown {} \"{}\"; the {}s here are: {}", member, key, member, list));
+    bad.fail(fmt::format("unknown {} \"{}\"; the {}s here are: {}", member, shorten(key), member, list));
 }
 
 std::vector<std::pair<std::string_view, Value>> Value::members() const {
@@ -418,25 +699,24 @@ std::int64_t Value::int64() const {
     return j.get<std::int64_t>();
 }
 
-double Value::number() const {
-    if (!j_->is_number()) expected("a number");
-    return j_->get<double>();
+double Value::real(const Range& range) const {
+    // The words for a value of the wrong type or sign: the range's sign, as the checks before
+    // ranges said it.
+    const bool fraction = range.lo == 0 && range.lo_open && range.hi == 1 && !range.hi_open;
+    const auto sign = [&]() -> std::string {
+        if (fraction) return "a number in (0, 1]";
+        if (range.lo > 0 || (range.lo == 0 && range.lo_open)) return "a positive number";
+        if (range.lo == 0) return "a number >= 0";
+        return "a number";
+    };
+    if (!j_->is_number()) expected(sign());
+    const double v = j_->get<double>();
+    if (!range.right_sign(v) || (fraction && !range.contains(v))) expected(sign());
+    if (!range.contains(v)) expected(range.describe());
+    return v;
 }
 
-double Value::positive() const {
-    if (!j_->is_number() || !(j_->get<double>() > 0)) expected("a positive number");
-    return j_->get<double>();
-}
-
-double Value::non_negative() const {
-    if (!j_->is_number() || !(j_->get<double>() >= 0)) expected("a number >= 0");
-    return j_->get<double>();
-}
-
-double Value::fraction() const {
-    if (!j_->is_number() || !(j_->get<double>() > 0) || j_->get<double>() > 1) expected("a number in (0, 1]");
-    return j_->get<double>();
-}
+double Value::fraction() const { return real({"a fraction", "", 0, 1, true, false}); }
 
 bool Value::boolean() const {
     if (!j_->is_boolean()) expected("true or false");
@@ -457,7 +737,7 @@ std::string Value::choice(std::span<const std::string_view> choices) const {
     const std::string& s = j_->get_ref<const std::string&>();
     if (std::find(choices.begin(), choices.end(), s) != choices.end()) return s;
     const auto hint = nearest(s, choices);
-    fail(fmt::format("expected {}, found \"{}\"{}", alternatives(choices), s,
+    fail(fmt::format("expected {}, found \"{}\"{}", alternatives(choices), shorten(s),
                      hint.empty() ? "" : fmt::format(" (did you mean \"{}\"?)", hint)));
 }
 

@@ -8,13 +8,21 @@
 // and a bad value fails with the file it came from, its JSON path ($.a.b[2]) and
 // what was expected against what was found. Each kind of file has a Dialect: the
 // exception its errors are (ConfigError, TraceFormatError) and their wording.
+//
+// What it takes in is bounded (the limits below): JSON is parsed by a builder that counts
+// the nesting as it goes, so a document too deep is an error at its JSON path before any
+// recursive code (nlohmann's copy and comparison, the merge of includes) sees it; a file
+// too large is refused before it is read, a stream when it reaches the limit.
 #pragma once
+
+#include "json/range.hpp"
 
 #include <nlohmann/json.hpp>
 
 #include <climits>
 #include <cstddef>
 #include <cstdint>
+#include <fstream>
 #include <initializer_list>
 #include <iosfwd>
 #include <map>
@@ -30,6 +38,19 @@ namespace dtsim::json_reader {
 
 using Json = nlohmann::json;
 
+// Arrays and objects nested in one another: dtsim's own configs, data and traces nest at most
+// 8 deep (the deepest, configs/clusters/p5-h100-efa.json, 8).
+inline constexpr int kMaxDepth = 256;
+// A config, cluster or ground-truth file, each included file on its own: dtsim's own are under
+// 100 KB.
+inline constexpr std::uint64_t kMaxFileBytes = std::uint64_t{64} << 20;
+// A trace: dtsim's own reach about a gigabyte (`dtsim puzzle ddp --layers 256 --ranks 4096
+// --batches 4096` writes 430 MB), and reading one takes about seven times its size in memory
+// (3.1 GB for that one).
+inline constexpr std::uint64_t kMaxTraceBytes = std::uint64_t{8} << 30;
+// Files including files, the outermost counted: dtsim's own configs nest 3 deep.
+inline constexpr int kMaxIncludeDepth = 64;
+
 // How one kind of file reports a bad value.
 struct Dialect {
     // Throws this kind of file's error for a bad value: the file (or "--set a.b=v") the
@@ -42,22 +63,34 @@ struct Dialect {
 
 class Value;
 
+// Opens a file for reading, or fails with the dialect's error naming it and the system's reason
+// ("FILE: $: cannot open the file: No such file or directory", "...: it is a directory"); a
+// regular file larger than `max_bytes` is refused before it is read. `name` is the file as
+// messages show it.
+std::ifstream open_input(const std::string& path, const std::string& name, const Dialect& dialect,
+                         std::uint64_t max_bytes);
+
 class Document {
 public:
     // A document already in memory (an object), named `file` in errors.
     Document(Json root, std::string file, const Dialect& dialect);
 
-    // Reads a file. With `includes`, its "include" (a file name or an array of them, relative
-    // to the including file) is merged first, in order, and the file's own keys override
-    // those (objects merge key by key); included files may include others, not themselves.
+    // Reads a file of at most kMaxFileBytes. With `includes`, its "include" (a file name or an
+    // array of them, relative to the including file) is merged first, in order, and the file's
+    // own keys override those (objects merge key by key); included files may include others,
+    // not themselves, at most kMaxIncludeDepth deep. Each file is read once, however many
+    // files include it.
     static Document load(const std::string& path, const Dialect& dialect, bool includes = false);
-    // Reads a stream, parsing as it reads (a trace may be larger than what memory holds twice).
-    static Document read(std::istream& in, const std::string& name, const Dialect& dialect);
+    // Reads a stream of at most `max_bytes`, parsing as it reads (a trace may be larger than
+    // what memory holds twice).
+    static Document read(std::istream& in, const std::string& name, const Dialect& dialect,
+                         std::uint64_t max_bytes = kMaxTraceBytes);
 
     // `--set`: puts `value` at the dotted `path` ("strategy.tp" or "$.strategy.tp"), creating
     // the objects on the way; the value is JSON where it parses as JSON ("4", "true", "[1, 2]")
     // and a string otherwise ("full"). Errors, and later errors about the value, name
-    // "--set PATH=VALUE".
+    // "--set PATH=VALUE". The text must be UTF-8, and the path and value together no deeper
+    // than kMaxDepth.
     void set(const std::string& path, const std::string& value);
 
     [[nodiscard]] Value root() const;
@@ -119,9 +152,11 @@ public:
     // ---- typed reads: each fails with what it expected and what it found
     [[nodiscard]] int integer(int min = INT_MIN) const;  // an int >= min (2.0 counts as 2)
     [[nodiscard]] std::int64_t int64() const;            // an integer (not 2.0) that fits in 64 bits
-    [[nodiscard]] double number() const;
-    [[nodiscard]] double positive() const;
-    [[nodiscard]] double non_negative() const;
+    // Every real number a file gives is read here: a number within `range` (range.hpp). A value
+    // that is not a number, or not of the range's sign, is "expected a positive number" ("a
+    // number >= 0", "a number in (0, 1]", "a number"); one of the right sign outside the range
+    // is "expected a bandwidth in [0.001, 1e6) GB/s".
+    [[nodiscard]] double real(const Range& range) const;
     [[nodiscard]] double fraction() const;  // in (0, 1]
     [[nodiscard]] bool boolean() const;
     [[nodiscard]] const std::string& string() const;
@@ -147,8 +182,11 @@ private:
     mutable std::shared_ptr<const Step> self_;
 };
 
-// A JSON value as a message shows what was found: "4", "\"x\" (a string)", "an object".
+// A JSON value as a message shows what was found: "4", "\"x\" (a string)", "an object"; a
+// long string shortened.
 std::string describe(const Json& j);
+// Text a message quotes, at most `max` bytes of it: "abc... (50000 bytes)" where it is longer.
+std::string shorten(std::string_view text, std::size_t max = 64);
 // Levenshtein distance.
 int edit_distance(std::string_view a, std::string_view b);
 // The candidate nearest to `word` if it is near enough to be a typo of it (at most

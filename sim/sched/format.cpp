@@ -12,6 +12,8 @@
 #include <map>
 #include <ostream>
 #include <sstream>
+#include <string_view>
+#include <system_error>
 
 namespace dtsim::sched {
 namespace {
@@ -29,6 +31,38 @@ bool next_line(std::istream& in, std::string& line) {
 }
 
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v'; }
+
+// Text a message quotes: at most `max` bytes of it ("0F0xxxxxxxx... (50000 bytes)").
+std::string shorten(std::string_view text, std::size_t max = 48) {
+    if (text.size() <= max) return std::string(text);
+    std::size_t cut = max;
+    while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;  // not inside a UTF-8 character
+    return fmt::format("{}... ({} bytes)", text.substr(0, cut), text.size());
+}
+
+// An action's error as a message gives it: each quoted piece of the action ('...') shortened, so
+// that a cell of 50 KB is not echoed whole; a message that is still long is cut.
+std::string shorten_quotes(const std::string& message) {
+    std::string out;
+    std::size_t i = 0;
+    while (i < message.size()) {
+        const auto open = message.find('\'', i);
+        if (open == std::string::npos) {
+            out.append(message, i, std::string::npos);
+            break;
+        }
+        const auto close = message.find('\'', open + 1);
+        if (close == std::string::npos) {
+            out.append(message, i, std::string::npos);
+            break;
+        }
+        out.append(message, i, open - i);
+        out += '\'' + shorten(std::string_view(message).substr(open + 1, close - open - 1)) + '\'';
+        i = close + 1;
+    }
+    constexpr std::size_t kLongest = 1024;  // the longest message of a short action is under 400 bytes
+    return shorten(out, kLongest);
+}
 
 // Collects the per-rank lists of a file, whatever its format, with duplicate and
 // gap checks on the rank numbers.
@@ -145,12 +179,12 @@ Schedule read_schedule_text(std::istream& in, const std::string& source) {
             if (token == "None") continue;
             if (b.current() < 0)
                 throw ScheduleFormatError(fmt::format("{}:{}:{}: expected 'rank N:' before the first action, got '{}'",
-                                                      source, lineno, column, token));
+                                                      source, lineno, column, shorten(token)));
             try {
                 for (const Action& a : parse_slot(token)) b.add(a, Location{lineno, column, 0});
             } catch (const std::invalid_argument& e) {
                 throw ScheduleFormatError(fmt::format("{}:{}:{}: rank {}: {}", source, lineno, column, b.current(),
-                                                      e.what()));
+                                                      shorten_quotes(e.what())));
             }
         }
     }
@@ -233,7 +267,7 @@ Schedule read_schedule_csv(std::istream& in, const std::string& source) {
                 for (const Action& a : parse_slot(text)) b.add(a, Location{row_line[r], 0, static_cast<int>(c) + 1});
             } catch (const std::invalid_argument& e) {
                 throw ScheduleFormatError(
-                    fmt::format("{}:{}: cell {} (rank {}): {}", source, row_line[r], c + 1, r, e.what()));
+                    fmt::format("{}:{}: cell {} (rank {}): {}", source, row_line[r], c + 1, r, shorten_quotes(e.what())));
             }
         }
     }
@@ -242,8 +276,16 @@ Schedule read_schedule_csv(std::istream& in, const std::string& source) {
 
 namespace {
 std::ifstream open_in(const std::string& path) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec))
+        throw ScheduleFormatError(fmt::format("{}: cannot open: it is a directory", path));
+    errno = 0;
     std::ifstream in(path, std::ios::binary);
-    if (!in) throw ScheduleFormatError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
+    if (!in) {
+        const int err = errno;
+        throw ScheduleFormatError(err != 0 ? fmt::format("{}: cannot open: {}", path, std::strerror(err))
+                                           : fmt::format("{}: cannot open", path));
+    }
     return in;
 }
 }  // namespace
@@ -288,10 +330,19 @@ void write_schedule_file(const Schedule& s, const std::string& path) {
         write_schedule_csv(s, os);
     else
         write_schedule_text(s, os);
+    errno = 0;
     std::ofstream out(path, std::ios::binary);
-    if (!out) throw std::runtime_error(fmt::format("{}: cannot write: {}", path, std::strerror(errno)));
+    if (!out) {
+        const int err = errno;
+        throw std::runtime_error(err != 0 ? fmt::format("{}: cannot write: {}", path, std::strerror(err))
+                                          : fmt::format("{}: cannot write", path));
+    }
     out << os.str();
-    if (!out.flush()) throw std::runtime_error(fmt::format("{}: write failed", path));
+    if (!out.flush()) {
+        const int err = errno;
+        throw std::runtime_error(err != 0 ? fmt::format("{}: write failed: {}", path, std::strerror(err))
+                                          : fmt::format("{}: write failed", path));
+    }
 }
 
 }  // namespace dtsim::sched

@@ -4,11 +4,14 @@
 
 #include <fmt/format.h>
 
+#include <cerrno>
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <ostream>
 #include <stdexcept>
 
@@ -25,7 +28,10 @@ void put_number(std::string& out, double v) {
         fmt::format_to(std::back_inserter(out), "{}", v);
 }
 
-void put_string(std::string& out, std::string_view s) { out += json(s).dump(); }
+// A string that is not UTF-8 is written with U+FFFD in its place (nlohmann would throw).
+void put_string(std::string& out, std::string_view s) {
+    out += json(s).dump(-1, ' ', false, json::error_handler_t::replace);
+}
 
 std::string_view stream_name(Stream s) { return s == Stream::comm ? "comm" : "compute"; }
 
@@ -75,6 +81,12 @@ void put_event(std::string& out, const Event& e, bool hardware) {
     out += '}';
 }
 
+// What a trace's numbers may be: finite, and not negative (a time, a duration, memory, bytes
+// and FLOPs), in the trace's own units; an event's end (start + duration) finite too.
+constexpr Range kTime{"a time", "", 0, std::numeric_limits<double>::max()};
+constexpr Range kMemory{"an amount of memory", "", 0, std::numeric_limits<double>::max()};
+constexpr Range kAmount{"an amount", "", 0, std::numeric_limits<double>::max()};
+
 // Trace errors read "FILE: at $.ranks[0].events[1].duration: expected >= 0, found -1".
 const json_reader::Dialect kTraceDialect{
     .raise = [](const std::string& file, const std::string& path, const std::string& message) {
@@ -93,7 +105,8 @@ void write_trace_json(const Trace& trace, std::ostream& os) {
     out += ",\n\"memory_unit\": ";
     put_string(out, trace.memory_unit);
     out += ",\n\"meta\": ";
-    out += trace.meta.dump();
+    // A string that is not UTF-8 (a file name in the meta) is written with U+FFFD in its place.
+    out += trace.meta.dump(-1, ' ', false, json::error_handler_t::replace);
     if (trace.memory_capacity) {
         out += ",\n\"memory_capacity\": ";
         put_number(out, *trace.memory_capacity);
@@ -129,10 +142,20 @@ void write_trace_json(const Trace& trace, std::ostream& os) {
 }
 
 void write_trace_file(const Trace& trace, const std::string& path) {
+    errno = 0;
     std::ofstream f(path, std::ios::binary);
-    if (!f) throw std::runtime_error(fmt::format("{}: cannot open for writing", path));
+    if (!f) {
+        const int err = errno;
+        throw std::runtime_error(err != 0 ? fmt::format("{}: cannot open for writing: {}", path, std::strerror(err))
+                                          : fmt::format("{}: cannot open for writing", path));
+    }
     write_trace_json(trace, f);
-    if (!f) throw std::runtime_error(fmt::format("{}: write failed", path));
+    f.flush();
+    if (!f) {
+        const int err = errno;
+        throw std::runtime_error(err != 0 ? fmt::format("{}: write failed: {}", path, std::strerror(err))
+                                          : fmt::format("{}: write failed", path));
+    }
 }
 
 Trace read_trace_json(std::istream& in, const std::string& source) {
@@ -147,7 +170,7 @@ Trace read_trace_json(std::istream& in, const std::string& source) {
         if (const auto unit = root.find("time_unit")) t.time_unit = unit->choice({"step", "s"});
         if (const auto unit = root.find("memory_unit")) t.memory_unit = unit->choice({"unit", "byte"});
         if (const auto meta = root.find("meta")) t.meta = meta->json();
-        if (const auto capacity = root.find("memory_capacity")) t.memory_capacity = capacity->number();
+        if (const auto capacity = root.find("memory_capacity")) t.memory_capacity = capacity->real(kMemory);
         const Value ranks = root["ranks"];
         t.ranks.reserve(ranks.size());
         for (std::size_t i = 0; i < ranks.size(); ++i) {
@@ -168,7 +191,7 @@ Trace read_trace_json(std::istream& in, const std::string& source) {
                     e.op = OpCode::of(op.string());
                 } catch (const std::length_error&) {  // the process-wide table of names is full
                     op.fail(fmt::format("too many distinct operation names (at most 65535 in one process), found \"{}\"",
-                                        op.string()));
+                                        json_reader::shorten(op.string())));
                 }
                 if (const auto layer = ev.find("layer"); layer && !layer->json().is_null()) {
                     const std::int64_t l = layer->int64();
@@ -176,11 +199,16 @@ Trace read_trace_json(std::istream& in, const std::string& source) {
                         layer->fail(fmt::format("expected a layer index >= 0, found {}", l));
                     e.layer = static_cast<std::int32_t>(l);
                 }
-                e.start = ev["start"].number();
+                e.start = ev["start"].real(kTime);
                 const Value duration = ev["duration"];
-                e.duration = duration.number();
+                if (!duration.json().is_number()) duration.expected("a number");
+                e.duration = duration.json().get<double>();
                 if (e.duration < 0) duration.fail(fmt::format("expected >= 0, found {}", e.duration));
-                e.memory = ev["memory"].number();
+                if (!std::isfinite(e.start + e.duration))
+                    duration.fail(fmt::format("the event ends beyond the largest time a trace can hold (start {} + "
+                                              "duration {})",
+                                              e.start, e.duration));
+                e.memory = ev["memory"].real(kMemory);
                 if (const auto batches = ev.find("batches")) {
                     if (!batches->is_array()) batches->expected("an array of ids");
                     for (std::size_t b = 0; b < batches->size(); ++b) {
@@ -192,8 +220,8 @@ Trace read_trace_json(std::istream& in, const std::string& source) {
                 }
                 if (const auto stream = ev.find("stream"))
                     e.stream = stream->choice({"compute", "comm"}) == "comm" ? Stream::comm : Stream::compute;
-                if (const auto bytes = ev.find("bytes")) e.bytes = bytes->number();
-                if (const auto flops = ev.find("flops")) e.flops = flops->number();
+                if (const auto bytes = ev.find("bytes")) e.bytes = bytes->real(kAmount);
+                if (const auto flops = ev.find("flops")) e.flops = flops->real(kAmount);
                 rt.events.push_back(std::move(e));
             }
             t.ranks.push_back(std::move(rt));
@@ -208,8 +236,7 @@ Trace read_trace_json(std::istream& in, const std::string& source) {
 }
 
 Trace read_trace_file(const std::string& path) {
-    std::ifstream f(path, std::ios::binary);
-    if (!f) kTraceDialect.raise(path, "$", "cannot open the file");
+    std::ifstream f = json_reader::open_input(path, path, kTraceDialect, json_reader::kMaxTraceBytes);
     return read_trace_json(f, path);
 }
 

@@ -452,3 +452,76 @@ TEST_CASE("a typo in a ground-truth file is rejected with a did-you-mean, not ig
                                            "\"micro_batch\"?"),
                          ConfigError);
 }
+
+// A GPU name without a family ("some gpu") matched no cluster config: its data set was predicted
+// with 0 points, and validate said its targets were met.
+TEST_CASE("a GPU whose family cannot be told is an error at its name") {
+    const std::string file = write_temp("dtsim_no_family.json", R"({"datasets": [{"id": "x", "source": "s",
+        "hardware": {"gpu": "some gpu", "gpus_per_node": 8, "nodes": 1}, "collective": "all_reduce",
+        "rows": [{"size_bytes": 1048576, "time_us": 10}]}]})");
+    CHECK_THROWS_WITH_AS(cal::load_ground_truth({file}),
+                         doctest::Contains("dtsim_no_family.json: $.datasets[0].hardware.gpu: cannot tell the GPU family "
+                                           "of \"some gpu\""),
+                         ConfigError);
+    const std::string gemm = write_temp("dtsim_no_family_gemm.json", R"({"max_achievable": {"source": "s",
+        "rows": [{"gpu": "gpu", "dtype": "bf16", "tflops": 1, "shape": "1x2x3"}]}})");
+    CHECK_THROWS_WITH_AS(cal::load_ground_truth({gemm}),
+                         doctest::Contains("$.max_achievable.rows[0].gpu: cannot tell the GPU family of \"gpu\""),
+                         ConfigError);
+}
+
+TEST_CASE("validate: data no cluster config can predict is an error, not a set of 0 points") {
+    const std::string file = write_temp("dtsim_z900.json", R"({"datasets": [{"id": "z", "source": "s",
+        "hardware": {"gpu": "Z900", "gpus_per_node": 8, "nodes": 1}, "collective": "all_reduce",
+        "rows": [{"size_bytes": 1048576, "time_us": 10}]}]})");
+    cal::ValidateOptions o;
+    o.clusters = {data_dir + "/test-cluster.json"};
+    CHECK_THROWS_WITH_AS(cal::validate(cal::load_ground_truth({file}), o),
+                         doctest::Contains("dtsim_z900.json: $.datasets[0].hardware.gpu: no cluster config for GPU "
+                                           "family \"Z900\", so data set \"z\" cannot be predicted; give one with --cluster"),
+                         ConfigError);
+    const std::string gemm = write_temp("dtsim_z900_gemm.json", R"({"max_achievable": {"source": "s",
+        "rows": [{"gpu": "Z900", "dtype": "bf16", "tflops": 1, "shape": "1x2x3"}]}})");
+    CHECK_THROWS_WITH_AS(cal::validate(cal::load_ground_truth({gemm}), o),
+                         doctest::Contains("$.max_achievable: none of the 1 rows of data set "
+                                           "\"dtsim_z900_gemm:max_achievable\" can be predicted: no cluster config for GPU "
+                                           "family \"Z900\""),
+                         ConfigError);
+}
+
+// calibrate wrote the base cluster unchanged, with exit status 0.
+TEST_CASE("calibrate: nothing to fit is an error that says why") {
+    const auto base = cal::read_cluster_file(data_dir + "/test-cluster.json");
+    const std::string z900 = write_temp("dtsim_z900.json", R"({"datasets": [{"id": "z", "source": "s",
+        "hardware": {"gpu": "Z900", "gpus_per_node": 8, "nodes": 1}, "collective": "all_reduce",
+        "rows": [{"size_bytes": 1048576, "time_us": 10}, {"size_bytes": 2097152, "time_us": 20}]}]})");
+    CHECK_THROWS_WITH_AS(cal::calibrate(base, "test-cluster.json", cal::load_ground_truth({z900})),
+                         "nothing to fit: no data set is of the GPU family of test-cluster.json (H100); the data sets "
+                         "used: z (Z900)",
+                         std::invalid_argument);
+    const auto data = cal::load_ground_truth({data_dir + "/small_allreduce.json"});
+    cal::CalibrateOptions o;
+    o.min_bytes = 1e15;
+    CHECK_THROWS_WITH_AS(cal::calibrate(base, "test-cluster.json", data, o),
+                         "nothing was fitted to test-cluster.json: skipped all_reduce (small_allreduce): fewer than 2 "
+                         "rows of 1000000000000000 bytes or more",
+                         std::invalid_argument);
+    CHECK(cal::data_set_ids(data) == std::vector<std::string>{"small_allreduce"});
+    CHECK(cal::calibrate(base, "test-cluster.json", data).fitted == 1);
+}
+
+// Sizes were read with nlohmann's value() before the cluster was checked: "[json.exception.type_error.302]
+// type must be number, but is string".
+TEST_CASE("a cluster file with a bad size or section is an error at its path, not nlohmann's text") {
+    nlohmann::json doc = cal::read_cluster_file(data_dir + "/test-cluster.json");
+    doc["cluster"]["nodes"] = "x";
+    CHECK_THROWS_WITH_AS(cal::make_cluster(doc, "c.json"),
+                         "c.json: $.cluster.nodes: expected a positive integer, found \"x\" (a string)", ConfigError);
+    doc["cluster"] = 5;
+    CHECK_THROWS_WITH_AS(cal::make_cluster(doc, "c.json"), "c.json: $.cluster: expected an object, found 5", ConfigError);
+    cal::MegatronRow row;
+    row.model = "m";
+    row.heads = row.hidden = row.layers = 8;
+    CHECK_THROWS_WITH_AS(cal::predict_megatron(row, doc, "c.json"),
+                         "c.json (Megatron row m): $.cluster: expected an object, found 5", ConfigError);
+}

@@ -121,7 +121,7 @@ TEST_CASE("config: a missing include and an include cycle name the include entry
                    kData + "/missing-include.json: $.include[1]: included file \"no-such-part.json\" not found"));
     CHECK(contains(config_file_error("cycle-a.json"),
                    kData + "/cycle-b.json: $.include[1]: \"cycle-a.json\" includes itself"));
-    CHECK(config_file_error("no-such-file.json") == kData + "/no-such-file.json: $: cannot open the file");
+    CHECK(config_file_error("no-such-file.json") == kData + "/no-such-file.json: $: cannot open the file: No such file or directory");
 }
 
 TEST_CASE("config: a value set on the command line is blamed on the --set") {
@@ -190,7 +190,7 @@ TEST_CASE("trace: a bad field names its JSON path") {
     CHECK(error_of([&] { (void)read_trace_json(missing, "m.json"); }) ==
           "m.json: at $.ranks[0].events[0]: missing field \"start\"");
     CHECK(error_of([] { (void)read_trace_file(kData + "/no-such.trace.json"); }) ==
-          kData + "/no-such.trace.json: at $: cannot open the file");
+          kData + "/no-such.trace.json: at $: cannot open the file: No such file or directory");
 }
 
 // ------------------------------------------------------------ ground truth

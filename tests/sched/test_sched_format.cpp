@@ -273,3 +273,49 @@ TEST_CASE("malformed OVERLAP_F_B pairs are errors at their file, line and column
     CHECK(parse_error("(0F1;0B0)OVERLAP_F_B").find("an overlapped pair is not a single action here") !=
           std::string::npos);
 }
+
+// A bad cell of 50 KB was echoed whole in its one-line error.
+TEST_CASE("a long bad action is quoted shortened, in either format") {
+    const std::string cell(50000, 'x');
+    const std::string csv = error_of_csv("0F0," + cell + "\n");
+    CHECK(csv.rfind("f.csv:1: cell 2 (rank 0): '" + std::string(48, 'x') + "... (50000 bytes)' does not start with a "
+                    "stage index: expected an action",
+                    0) == 0);
+    CHECK(csv.size() < 400);
+    const std::string text = error_of_text("rank 0: 0F0 7" + cell + "\n");
+    CHECK(text.rfind("f.txt:1:13: rank 0: '7" + std::string(47, 'x') + "... (50001 bytes)': unknown action type '" +
+                         std::string(48, 'x') + "... (50000 bytes)'",
+                     0) == 0);
+    CHECK(text.size() < 600);
+    CHECK(error_of_text(cell + "\n").size() < 200);  // before the first rank header
+    // Short ones stay whole.
+    CHECK(error_of_csv("1B0x\n") == "f.csv:1: cell 1 (rank 0): '1B0x': unexpected 'x' after the action: expected an "
+                                     "action <stage><type><microbatch> such as 0F0, with type F, B, I, W, SEND_F, RECV_F, "
+                                     "SEND_B or RECV_B (or <stage>UNSHARD, RESHARD, REDUCE_GRAD, or a pair "
+                                     "(<F>;<B>)OVERLAP_F_B)");
+}
+
+TEST_CASE("a schedule file that cannot be opened or written says why") {
+    const auto dir = std::filesystem::temp_directory_path() / "dtsim-sched-open-test";
+    std::filesystem::create_directories(dir);
+    try {
+        read_schedule_file(dir.string());
+        FAIL("no error");
+    } catch (const ScheduleFormatError& e) {
+        CHECK(std::string(e.what()) == dir.string() + ": cannot open: it is a directory");
+    }
+    try {
+        read_schedule_file((dir / "missing.csv").string());
+        FAIL("no error");
+    } catch (const ScheduleFormatError& e) {
+        CHECK(std::string(e.what()) == (dir / "missing.csv").string() + ": cannot open: No such file or directory");
+    }
+    const std::string long_name = (dir / (std::string(300, 'a') + ".txt")).string();
+    try {
+        write_schedule_file(interleaved_1f1b(2, 4, 2), long_name);
+        FAIL("no error");
+    } catch (const std::runtime_error& e) {
+        CHECK(std::string(e.what()) == long_name + ": cannot write: File name too long");
+    }
+    std::filesystem::remove_all(dir);
+}

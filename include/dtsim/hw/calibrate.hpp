@@ -96,8 +96,12 @@ struct GroundTruth {
     std::vector<std::string> skipped;  // files with none of the three (e.g. gpus.json), and why
 };
 
-// Reads and checks the files. Throws ConfigError.
+// Reads and checks the files. Throws ConfigError; a GPU name whose family cannot be told
+// ("some gpu") is one (no cluster config could predict its data).
 GroundTruth load_ground_truth(const std::vector<std::string>& files);
+// The ids of the data sets (collective, GEMM and Megatron), in the order they were read: what
+// CalibrateOptions::only and exclude name.
+std::vector<std::string> data_set_ids(const GroundTruth& data);
 // The data dtsim ships lies under one folder, `data_dir`: configs/ and calibration/data/ (the
 // source tree, or share/dtsim where dtsim is installed; the command finds it, see docs/calibration.md).
 // The data files shipped in calibration/data (the default of `dtsim validate`).
@@ -152,13 +156,17 @@ struct CalibrateOptions {
 struct CalibrateResult {
     nlohmann::json cluster;          // {"cluster": {...}}: a cluster config as configs/clusters/*.json
     std::vector<std::string> log;    // what was fitted to what, one line each
+    int fitted = 0;                  // parameters fitted: curves, GEMM ceilings, the shape curve, the Megatron ceiling
 };
 
 // Fits the parameters of `base` (a cluster config document, {"cluster": ...})
 // to the data of its GPU family: per operation and level the measured curve
 // (Link::fits), the GEMM efficiency ceiling per dtype (max_achievable) and
 // its shape curve (<gpu>_<dtype>_by_shape). Throws ConfigError when two data
-// sets of different hardware would fit the same curve.
+// sets of different hardware would fit the same curve, std::invalid_argument
+// when nothing is fitted (no data of the cluster's GPU family, or every curve
+// with fewer than 2 rows of at least min_bytes) or a Megatron row named in
+// megatron_rows is not in the data.
 CalibrateResult calibrate(const nlohmann::json& base, const std::string& base_file, const GroundTruth& data,
                           const CalibrateOptions& options = {});
 
@@ -230,6 +238,10 @@ nlohmann::json to_json(const std::vector<ValidationSet>& sets);
 // Reads a cluster config file ({"cluster": ...}, "include" allowed) as a document.
 nlohmann::json read_cluster_file(const std::string& path);
 // The Cluster of a cluster document with `nodes` nodes of `gpus_per_node` (0: as in the document).
+// Throws ConfigError naming `file` and the JSON path of a bad value.
 Cluster make_cluster(const nlohmann::json& doc, const std::string& file, int nodes = 0, int gpus_per_node = 0);
+// The whole number at `key` of a cluster section ("nodes", "gpus_per_node"), or `fallback` where it
+// is absent or not one (make_cluster reports it).
+int whole_size(const nlohmann::json& cluster, const char* key, int fallback);
 
 }  // namespace dtsim::hw::calib

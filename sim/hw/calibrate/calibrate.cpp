@@ -73,6 +73,22 @@ std::string string_or(const Value& v, std::string_view key, const std::string& f
     return member ? member->string() : fallback;
 }
 
+// A GPU's name ("H100 SXM 80GB"; `any_case`: "h100" too), whose family tells the cluster config
+// that predicts its data: a name without one is an error (its data could be predicted by none).
+std::string family_any_case(std::string name) {
+    for (auto& ch : name) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+    return gpu_family(name);
+}
+
+std::string read_gpu(const Value& v, bool any_case) {
+    const std::string& name = v.string();
+    if ((any_case ? family_any_case(name) : gpu_family(name)).empty())
+        v.fail(fmt::format("cannot tell the GPU family of \"{}\" (expected a name such as \"H100 SXM 80GB\": capital "
+                           "letters followed by two or more digits)",
+                           json_reader::shorten(name)));
+    return name;
+}
+
 void read_collectives(const Value& root, const std::string& file, GroundTruth& out) {
     root.keys(kCollectiveFileKeys);
     const Value sets = root["datasets"];
@@ -89,7 +105,7 @@ void read_collectives(const Value& root, const std::string& file, GroundTruth& o
         if (const auto wrong = d.find("wrong")) (void)wrong->integer(0);
         const Value hw = d["hardware"];
         hw.keys(kHardwareKeys);
-        s.gpu = hw["gpu"].string();
+        s.gpu = read_gpu(hw["gpu"], false);
         s.gpus_per_node = hw["gpus_per_node"].integer(1);
         s.nodes = hw["nodes"].integer(1);
         if (static_cast<long long>(s.gpus_per_node) * s.nodes > INT_MAX)
@@ -101,10 +117,11 @@ void read_collectives(const Value& root, const std::string& file, GroundTruth& o
         if (std::find(op_names().begin(), op_names().end(), s.op) == op_names().end())
             d["collective"].fail(fmt::format("expected one of all_reduce, all_gather, reduce_scatter, broadcast, "
                                              "reduce, sendrecv, found \"{}\"",
-                                             s.op));
+                                             json_reader::shorten(s.op)));
         if (const auto algorithm = d.find("algorithm")) {
             const auto a = algorithm_from(algorithm->string());
-            if (!a) algorithm->fail(fmt::format("expected ring, tree, nvls or auto, found \"{}\"", algorithm->string()));
+            if (!a) algorithm->fail(fmt::format("expected ring, tree, nvls or auto, found \"{}\"",
+                                                json_reader::shorten(algorithm->string())));
             s.algorithm = *a;
         } else if (const auto at = s.note.find("NCCL_ALGO="); at != std::string::npos) {
             std::string name;
@@ -118,9 +135,10 @@ void read_collectives(const Value& root, const std::string& file, GroundTruth& o
         for (std::size_t r = 0; r < rows.size(); ++r) {
             const Value row = rows.at(r);
             row.keys(kCollectiveRowKeys);
-            for (const char* k : {"count", "algbw_GBps", "busbw_GBps"})
-                if (const auto v = row.find(k)) (void)v->non_negative();
-            s.rows.push_back({row["size_bytes"].positive(), row["time_us"].positive() * kMicro});
+            if (const auto v = row.find("count")) (void)v->real(ranges::count);
+            for (const char* k : {"algbw_GBps", "busbw_GBps"})
+                if (const auto v = row.find(k)) (void)v->real(ranges::measured_GBps);
+            s.rows.push_back({row["size_bytes"].real(ranges::message_bytes), row["time_us"].real(ranges::time_us) * kMicro});
         }
         if (s.rows.empty()) rows.fail("expected at least one row");
         for (const auto& other : out.collectives)
@@ -140,7 +158,10 @@ std::array<double, 3> parse_shape(const Value& v) {
         char* end = nullptr;
         const double value = std::strtod(part.c_str(), &end);
         if (part.empty() || end != part.c_str() + part.size() || !(value > 0) || (i < 2) == (x == std::string::npos))
-            v.fail(fmt::format("expected a shape \"MxNxK\", found \"{}\"", s));
+            v.fail(fmt::format("expected a shape \"MxNxK\", found \"{}\"", json_reader::shorten(s)));
+        if (!ranges::dimension.contains(value))
+            v.fail(fmt::format("expected a shape \"MxNxK\" of dimensions in {}, found \"{}\"",
+                               ranges::dimension.interval(), json_reader::shorten(s)));
         mnk[static_cast<std::size_t>(i)] = value;
         start = x + 1;
     }
@@ -149,7 +170,7 @@ std::array<double, 3> parse_shape(const Value& v) {
 
 DType read_dtype(const Value& v) {
     const auto d = parse_dtype(v.string());
-    if (!d) v.fail(fmt::format("expected one of fp32, tf32, bf16, fp16, fp8, found \"{}\"", v.string()));
+    if (!d) v.fail(fmt::format("expected one of fp32, tf32, bf16, fp16, fp8, found \"{}\"", json_reader::shorten(v.string())));
     return *d;
 }
 
@@ -162,12 +183,12 @@ std::map<std::string, std::size_t> columns(const Value& cols, std::span<const st
         const std::string& name = c.string();
         if (std::find(known.begin(), known.end(), name) == known.end()) {
             const auto hint = json_reader::nearest(name, known);
-            if (!hint.empty()) c.fail(fmt::format("unknown column \"{}\"; did you mean \"{}\"?", name, hint));
+            if (!hint.empty()) c.fail(fmt::format("unknown column \"{}\"; did you mean \"{}\"?", json_reader::shorten(name), hint));
             std::string list;
             for (auto k : known) list += fmt::format("{}{}", list.empty() ? "" : ", ", k);
-            c.fail(fmt::format("unknown column \"{}\"; the columns are: {}", name, list));
+            c.fail(fmt::format("unknown column \"{}\"; the columns are: {}", json_reader::shorten(name), list));
         }
-        if (!at.emplace(name, i).second) c.fail(fmt::format("column \"{}\" appears twice", name));
+        if (!at.emplace(name, i).second) c.fail(fmt::format("column \"{}\" appears twice", json_reader::shorten(name)));
     }
     for (const auto& r : required)
         if (!at.count(r)) cols.fail(fmt::format("missing column \"{}\"", r));
@@ -191,9 +212,10 @@ void read_gemm(const Value& root, const std::string& file, const std::string& st
             for (std::size_t i = 0; i < rows.size(); ++i) {
                 const Value r = rows.at(i);
                 r.keys(kBestShapeRowKeys);
-                if (const auto peak = r.find("peak")) (void)peak->positive();
+                if (const auto peak = r.find("peak")) (void)peak->real(ranges::peak_tflops);
                 const auto mnk = parse_shape(r["shape"]);
-                g.rows.push_back({r["gpu"].string(), read_dtype(r["dtype"]), mnk[0], mnk[1], mnk[2], r["tflops"].positive()});
+                g.rows.push_back({read_gpu(r["gpu"], true), read_dtype(r["dtype"]), mnk[0], mnk[1], mnk[2],
+                                  r["tflops"].real(ranges::throughput_tflops)});
             }
         } else {
             // "<gpu>_<dtype>_by_shape" (dtsim-gemm also writes "gpu" and "dtype" in the section)
@@ -203,16 +225,21 @@ void read_gemm(const Value& root, const std::string& file, const std::string& st
             const auto a = b == 0 ? std::string_view::npos : key.rfind('_', b - 1);
             if (a == std::string_view::npos || b <= a + 1)
                 sec.fail("expected a section named max_achievable or <gpu>_<dtype>_by_shape");
-            const std::string gpu = sec.has("gpu") ? sec["gpu"].string() : std::string(key.substr(0, a));
+            const std::string gpu = sec.has("gpu") ? read_gpu(sec["gpu"], true) : std::string(key.substr(0, a));
+            if (!sec.has("gpu") && family_any_case(gpu).empty())
+                sec.fail(fmt::format("cannot tell the GPU family of \"{}\" in the section name (expected a name such as "
+                                     "h100_bf16_by_shape)",
+                                     json_reader::shorten(gpu)));
             const std::string dt(key.substr(a + 1, b - a - 1));
             const auto d = sec.has("dtype") ? std::optional<DType>(read_dtype(sec["dtype"])) : parse_dtype(dt);
-            if (!d) sec.fail(fmt::format("unknown dtype \"{}\" in the section name", dt));
+            if (!d) sec.fail(fmt::format("unknown dtype \"{}\" in the section name", json_reader::shorten(dt)));
             const auto at = columns(sec["columns"], kByShapeColumns, {"m", "n", "k", "tflops"});
             const Value rows = sec["rows"];
             for (std::size_t i = 0; i < rows.size(); ++i) {
                 const Value r = rows.at(i);
-                auto col = [&](const char* c) { return r.at(at.at(c)).positive(); };
-                g.rows.push_back({gpu, *d, col("m"), col("n"), col("k"), col("tflops")});
+                auto col = [&](const char* c, const Range& range) { return r.at(at.at(c)).real(range); };
+                g.rows.push_back({gpu, *d, col("m", ranges::dimension), col("n", ranges::dimension),
+                                  col("k", ranges::dimension), col("tflops", ranges::throughput_tflops)});
             }
         }
         if (g.rows.empty()) sec.fail("expected at least one row");
@@ -253,13 +280,14 @@ void read_megatron(const Value& root, const std::string& file, const std::string
         row.gpus = col("gpus").integer(1);
         row.global_batch = col("global_batch").integer(1);
         row.micro_batch = col("micro_batch").integer(1);
-        row.tflops_per_gpu = col("tflops_per_gpu").positive();
+        row.tflops_per_gpu = col("tflops_per_gpu").real(ranges::throughput_tflops);
         if (at.count("layers_per_virtual_stage") && !col("layers_per_virtual_stage").json().is_null())
             row.layers_per_virtual_stage = col("layers_per_virtual_stage").integer(1);
         if (at.count("ddp") && !col("ddp").json().is_null()) {
             row.ddp = col("ddp").string();
             if (row.ddp != "torch" && row.ddp != "local")
-                col("ddp").fail(fmt::format("expected \"torch\" or \"local\" (Megatron's --DDP-impl), found \"{}\"", row.ddp));
+                col("ddp").fail(fmt::format("expected \"torch\" or \"local\" (Megatron's --DDP-impl), found \"{}\"",
+                                            json_reader::shorten(row.ddp)));
         }
         const long long tp_pp = static_cast<long long>(row.tp) * row.pp;
         if (row.gpus % tp_pp != 0) r.fail(fmt::format("gpus {} is not a multiple of tp x pp = {}", row.gpus, tp_pp));
@@ -301,6 +329,14 @@ double op_bus_factor(const std::string& op, int ranks) {
                    Collective::reduce})
         if (collective_name(c) == op) return bus_factor(c, ranks);
     throw std::invalid_argument(fmt::format("unknown operation \"{}\"", op));
+}
+
+std::vector<std::string> data_set_ids(const GroundTruth& data) {
+    std::vector<std::string> ids;
+    for (const auto& s : data.collectives) ids.push_back(s.id);
+    for (const auto& s : data.gemms) ids.push_back(s.id);
+    for (const auto& s : data.megatron) ids.push_back(s.id);
+    return ids;
 }
 
 GroundTruth load_ground_truth(const std::vector<std::string>& files) {
@@ -486,15 +522,27 @@ json read_cluster_file(const std::string& path) {
     return doc.json();
 }
 
+int whole_size(const json& cluster, const char* key, int fallback) {
+    if (!cluster.is_object()) return fallback;
+    const auto it = cluster.find(key);
+    if (it == cluster.end() || !it->is_number()) return fallback;
+    const double v = it->get<double>();
+    return v >= 1 && v <= INT_MAX && std::floor(v) == v ? static_cast<int>(v) : fallback;
+}
+
 Cluster make_cluster(const json& doc, const std::string& file, int nodes, int gpus_per_node) {
     json d = json::object();
-    d["cluster"] = doc.at("cluster");
-    if (nodes > 0) d["cluster"]["nodes"] = nodes;
-    if (gpus_per_node > 0) d["cluster"]["gpus_per_node"] = gpus_per_node;
-    // A placeholder workload: only the cluster is wanted, read by the same code as `dtsim run`.
-    const int gpus = d["cluster"].value("nodes", 1) * d["cluster"].value("gpus_per_node", 1);
+    d["cluster"] = doc.at("cluster");  // read_cluster_file checked it is there
+    if (d["cluster"].is_object()) {
+        if (nodes > 0) d["cluster"]["nodes"] = nodes;
+        if (gpus_per_node > 0) d["cluster"]["gpus_per_node"] = gpus_per_node;
+    }
+    // A placeholder workload: only the cluster is wanted, read by the same code as `dtsim run`, which
+    // names a bad size (so a size that is not a whole number counts as 1 here).
+    const long long gpus = static_cast<long long>(whole_size(d["cluster"], "nodes", 1)) *
+                           whole_size(d["cluster"], "gpus_per_node", 1);
     d["model"] = {{"name", "none"}, {"layers", 1}, {"hidden", 64}, {"heads", 1}, {"seq", 1}, {"vocab", 0}};
-    d["training"] = {{"global_batch", std::max(1, gpus)}};
+    d["training"] = {{"global_batch", std::clamp<long long>(gpus, 1, INT_MAX)}};
     d["strategy"] = {{"name", "ddp"}};
     return parse_config(d, file).cluster;
 }
@@ -572,6 +620,7 @@ void fit_collective_curves(json& cl, const std::string& base_file, const std::st
         if (level == 1 && !cl["links"].contains("inter_node"))
             throw ConfigError(base_file, "$.cluster.links", "multi-node data but the cluster has no inter_node link");
         cl["links"][level_name]["fits"][algorithm_key(op, Algorithm(alg))] = fit;
+        ++out.fitted;
         out.log.push_back(fmt::format("{} {}: {} on {} x {} GPUs from {} ({} rows)", level_name,
                                       algorithm_key(op, Algorithm(alg)), fmt_lines(lines), first.nodes,
                                       first.gpus_per_node, fmt::join(ids, ", "), pts.size()));
@@ -619,6 +668,7 @@ std::vector<std::string> fit_gemm_model(json& gm, GpuSpec gpu, const std::string
             by[std::string(dtype_name(d))] = std::round(std::min(1.0, e.first) * 10000) / 10000;
         }
         if (!by.empty()) gm["efficiency_by_dtype"] = by;
+        ++out.fitted;
         std::string list;
         for (const auto& [d, e] : ceiling) list += fmt::format("{}{} {:.4f}", list.empty() ? "" : ", ", dtype_name(d), e.first);
         out.log.push_back(fmt::format("gemm efficiency ceiling (best shape / peak): {} from {}", list, fmt::join(gemm_ids, ", ")));
@@ -628,6 +678,7 @@ std::vector<std::string> fit_gemm_model(json& gm, GpuSpec gpu, const std::string
         gpu.gemm = fit.model;
         gm["overhead_us"] = std::round(fit.model.overhead_s / kMicro * 1000) / 1000;
         gm["bandwidth_fraction"] = std::round(fit.model.bandwidth_fraction * 10000) / 10000;
+        ++out.fitted;
         out.log.push_back(fmt::format("gemm shape curve: overhead {:.3f} us, bandwidth_fraction {:.4f} from {} ({} shapes, "
                                       "RMS of log error {:.1f} %)",
                                       fit.model.overhead_s / kMicro, fit.model.bandwidth_fraction, fmt::join(shape_ids, ", "),
@@ -676,6 +727,7 @@ std::vector<std::string> fit_megatron_ceiling(json& gm, const json& cluster, con
     }
     const double e = std::round((lo + hi) / 2 * 10000) / 10000;
     gm["efficiency_by_dtype"]["fp16"] = e;
+    ++out.fitted;
     std::vector<std::string> ids;
     for (const auto& [set, row] : rows) ids.push_back(megatron_row_id(*set, *row));
     out.log.push_back(fmt::format("gemm fp16 efficiency ceiling {:.4f}: fitted end to end so that the median error "
@@ -719,6 +771,28 @@ CalibrateResult calibrate(const json& base, const std::string& base_file, const 
     if (!all.empty()) {
         gm["datasets"] = all;
         sources.push_back(fmt::format("gpu.gemm: dtsim calibrate on {}", fmt::join(all, ", ")));
+    }
+    if (out.fitted == 0) {
+        // Nothing fitted: the written cluster would be the base, unchanged. Say why.
+        std::vector<std::string> used;
+        for (const auto& s : data.collectives)
+            if (wanted(s.id, o)) used.push_back(fmt::format("{} ({})", s.id, gpu_family(s.gpu)));
+        for (const auto& s : data.gemms)
+            if (wanted(s.id, o)) {
+                std::set<std::string> families;
+                for (const auto& p : s.rows) families.insert(family_any_case(p.gpu));
+                used.push_back(fmt::format("{} ({})", s.id, fmt::join(families, ", ")));
+            }
+        for (const auto& s : data.megatron)
+            if (wanted(s.id, o)) used.push_back(fmt::format("{} ({})", s.id, s.gpu));
+        std::vector<std::string> skipped;
+        for (const auto& line : out.log)
+            if (line.rfind("skipped ", 0) == 0) skipped.push_back(line);
+        throw std::invalid_argument(
+            skipped.empty()
+                ? fmt::format("nothing to fit: no data set is of the GPU family of {} ({}); the data sets used: {}",
+                              base_file, family, used.empty() ? std::string("none") : fmt::format("{}", fmt::join(used, ", ")))
+                : fmt::format("nothing was fitted to {}: {}", base_file, fmt::join(skipped, "; ")));
     }
     cl["source"] = sources;
     // The result must load as it is.

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <map>
 #include <numeric>
+#include <set>
 
 namespace dtsim::hw::calib {
 
@@ -67,8 +68,8 @@ nlohmann::json megatron_config(const MegatronRow& row, const nlohmann::json& clu
     json d = json::object();
     d["name"] = fmt::format("megatron {} on {} GPUs", row.model, row.gpus);
     d["cluster"] = cluster.at("cluster");
-    const int per_node = d["cluster"].value("gpus_per_node", 8);
-    d["cluster"]["nodes"] = (row.gpus + per_node - 1) / per_node;
+    const int per_node = whole_size(d["cluster"], "gpus_per_node", 8);
+    if (d["cluster"].is_object()) d["cluster"]["nodes"] = (row.gpus + per_node - 1) / per_node;
     // SC21: seq 2048, vocab 51200, fp16 mixed precision, GPT (GeLU MLP of 4h, tied embeddings).
     d["model"] = {{"name", row.model}, {"layers", row.layers}, {"hidden", row.hidden}, {"heads", row.heads},
                   {"seq", 2048},       {"vocab", 51200},       {"dtype", "fp16"},      {"mlp", "gelu"},
@@ -196,10 +197,11 @@ ValidationSet collective_set(const CollectiveSet& s, const GroundTruth& data, Cl
     v.file = s.file;
     const std::string fam = gpu_family(s.gpu);
     const ClusterDoc* cd = clusters.get(fam, s.nodes > 1 ? s.network : "");
-    if (!cd) {
-        v.fit = fmt::format("not predicted: no cluster config for GPU family \"{}\" (give one with --cluster)", fam);
-        return v;
-    }
+    if (!cd)
+        throw ConfigError(s.file, fmt::format("$.datasets[{}].hardware.gpu", s.index),
+                          fmt::format("no cluster config for GPU family \"{}\", so data set \"{}\" cannot be predicted; "
+                                      "give one with --cluster",
+                                      fam, s.id));
     json doc = cd->doc;
     v.cluster = cd->file;
     const char* level = s.nodes > 1 ? "inter_node" : "intra_node";
@@ -288,6 +290,7 @@ ValidationSet gemm_set(const GemmSet& s, Clusters& clusters, const ValidateOptio
     v.source = s.source;
     v.file = s.file;
     std::vector<std::string> used, fits;
+    std::set<std::string> unpredicted;  // why rows were not predicted
     bool in_sample = false;
     for (std::size_t i = 0; i < s.rows.size(); ++i) {
         const GemmPoint& p = s.rows[i];
@@ -296,9 +299,15 @@ ValidationSet gemm_set(const GemmSet& s, Clusters& clusters, const ValidateOptio
         const std::string fam = gpu_family(up);
         const ClusterDoc* cd = clusters.get(fam);
         const std::string label = fmt::format("{:.0f}x{:.0f}x{:.0f} {} {}", p.m, p.n, p.k, p.gpu, dtype_name(p.dtype));
-        if (!cd) continue;
+        if (!cd) {
+            unpredicted.insert(fmt::format("no cluster config for GPU family \"{}\" (give one with --cluster)", fam));
+            continue;
+        }
         GpuSpec gpu = make_cluster(cd->doc, cd->file).gpu;
-        if (gpu.peak_flops[static_cast<std::size_t>(p.dtype)] <= 0) continue;
+        if (gpu.peak_flops[static_cast<std::size_t>(p.dtype)] <= 0) {
+            unpredicted.insert(fmt::format("{} gives no {} peak", cd->file, dtype_name(p.dtype)));
+            continue;
+        }
         if (std::find(used.begin(), used.end(), cd->file) == used.end()) used.push_back(cd->file);
         in_sample |= std::find(gpu.gemm.datasets.begin(), gpu.gemm.datasets.end(), s.id) != gpu.gemm.datasets.end();
         if (o.holdout && !s.best_shape) {
@@ -310,6 +319,10 @@ ValidationSet gemm_set(const GemmSet& s, Clusters& clusters, const ValidateOptio
         const double t = gpu.gemm_seconds(p.m, p.n, p.k, p.dtype);
         v.points.push_back({label, 2 * p.m * p.n * p.k, p.tflops, 2 * p.m * p.n * p.k / t / kTera, "TFLOP/s", true});
     }
+    if (v.points.empty())
+        throw ConfigError(s.file, "$." + s.id.substr(s.id.find(':') + 1),
+                          fmt::format("none of the {} rows of data set \"{}\" can be predicted: {}", s.rows.size(), s.id,
+                                      join(std::vector<std::string>(unpredicted.begin(), unpredicted.end()))));
     v.cluster = join(used);
     const bool leave_one_out = o.holdout && !s.best_shape;
     for (auto& p : v.points) p.in_sample = in_sample && !leave_one_out;
@@ -330,10 +343,11 @@ ValidationSet megatron_set(const MegatronSet& s, Clusters& clusters) {
     v.source = s.source;
     v.file = s.file;
     const ClusterDoc* cd = clusters.get(s.gpu);
-    if (!cd) {
-        v.fit = fmt::format("not predicted: no cluster config for GPU family \"{}\"", s.gpu);
-        return v;
-    }
+    if (!cd)
+        throw ConfigError(s.file, "$.description",
+                          fmt::format("no cluster config for GPU family \"{}\", so data set \"{}\" cannot be predicted; "
+                                      "give one with --cluster",
+                                      s.gpu, s.id));
     v.cluster = cd->file;
     const Cluster c = make_cluster(cd->doc, cd->file);
     std::vector<std::string> fitted;

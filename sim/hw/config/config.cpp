@@ -77,7 +77,7 @@ std::vector<std::string> read_datasets(const Node& n) {
 void from_json(const Node& n, GemmModel& g) {
     n.keys({"max_efficiency", "overhead_us", "bandwidth_fraction", "efficiency_by_dtype", "datasets"});
     if (n.has("max_efficiency")) g.max_efficiency = n["max_efficiency"].fraction();
-    if (n.has("overhead_us")) g.overhead_s = n["overhead_us"].non_negative() * kMicro;
+    if (n.has("overhead_us")) g.overhead_s = n["overhead_us"].real(ranges::latency_us) * kMicro;
     if (n.has("bandwidth_fraction")) g.bandwidth_fraction = n["bandwidth_fraction"].fraction();
     if (n.has("efficiency_by_dtype")) {
         const Node e = n["efficiency_by_dtype"];
@@ -94,9 +94,9 @@ void from_json(const Node& n, GpuSpec& g) {
     const Node peaks = n["peak_tflops"];
     peaks.keys({"fp32", "tf32", "bf16", "fp16", "fp8"});
     for (const auto& [k, v] : peaks.members())
-        g.peak_flops[static_cast<std::size_t>(*parse_dtype(k))] = v.positive() * kTera;
-    g.memory_bytes = n["hbm_GiB"].positive() * kGiB;
-    g.memory_bandwidth = n["hbm_TBps"].positive() * kTera;
+        g.peak_flops[static_cast<std::size_t>(*parse_dtype(k))] = v.real(ranges::peak_tflops) * kTera;
+    g.memory_bytes = n["hbm_GiB"].real(ranges::memory_GiB) * kGiB;
+    g.memory_bandwidth = n["hbm_TBps"].real(ranges::memory_TBps) * kTera;
     if (n.has("gemm")) from_json(n["gemm"], g.gemm);
 }
 
@@ -114,19 +114,19 @@ void from_json(const Node& n, const std::string& key, CollectiveFit& f) {
     if (std::find(ops.begin(), ops.end(), f.op) == ops.end())
         n.fail(fmt::format("unknown operation \"{}\"; expected all_reduce, all_gather, reduce_scatter, broadcast, "
                            "reduce or sendrecv, optionally followed by @ring, @tree or @nvls",
-                           f.op));
+                           json_reader::shorten(f.op)));
     f.algorithm = Algorithm::automatic;
     if (at != std::string::npos) {
         const std::string a = key.substr(at + 1);
         if (a == "ring") f.algorithm = Algorithm::ring;
         else if (a == "tree") f.algorithm = Algorithm::tree;
         else if (a == "nvls") f.algorithm = Algorithm::nvls;
-        else if (a != "auto") n.fail(fmt::format("unknown algorithm \"{}\"; expected ring, tree, nvls or auto", a));
+        else if (a != "auto") n.fail(fmt::format("unknown algorithm \"{}\"; expected ring, tree, nvls or auto", json_reader::shorten(a)));
     }
     f.ranks = n["ranks"].integer(1);
     f.nodes = n.has("nodes") ? n["nodes"].integer(1) : 1;
     f.per_node = n.has("per_node") ? n["per_node"].integer(1) : f.ranks / f.nodes;
-    f.min_bytes = n.has("min_bytes") ? n["min_bytes"].non_negative() : 0;
+    f.min_bytes = n.has("min_bytes") ? n["min_bytes"].real(ranges::bytes) : 0;
     const Node lines = n["lines"];
     if (!lines.is_array() || lines.json().empty())
         lines.expected("a non-empty array of [latency_us, bus_bandwidth_GBps] pairs");
@@ -136,7 +136,8 @@ void from_json(const Node& n, const std::string& key, CollectiveFit& f) {
         if (!p.is_array() || p.size() != 2 || !p[0].is_number() || !p[1].is_number() || p[0].get<double>() < 0 ||
             !(p[1].get<double>() > 0))
             line.fail(fmt::format("expected [latency_us >= 0, bus_bandwidth_GBps > 0], found {}", p.dump()));
-        f.lines.push_back(FitLine{p[0].get<double>() * kMicro, p[1].get<double>() * kGB});
+        const double latency = line.at(0).real(ranges::latency_us), bandwidth = line.at(1).real(ranges::bandwidth_GBps);
+        f.lines.push_back(FitLine{latency * kMicro, bandwidth * kGB});
     }
     if (n.has("datasets")) f.datasets = read_datasets(n["datasets"]);
 }
@@ -144,10 +145,15 @@ void from_json(const Node& n, const std::string& key, CollectiveFit& f) {
 void from_json(const Node& n, Link& l) {
     n.keys({"name", "bandwidth_GBps", "p2p_bandwidth_GBps", "hop_latency_us", "nvls_bandwidth_GBps", "fits"});
     l.name = n.has("name") ? n["name"].string() : "";
-    l.bandwidth = n["bandwidth_GBps"].positive() * kGB;
-    l.p2p_bandwidth = n.has("p2p_bandwidth_GBps") ? n["p2p_bandwidth_GBps"].positive() * kGB : l.bandwidth;
-    l.hop_latency = n["hop_latency_us"].non_negative() * kMicro;
-    l.nvls_bandwidth = n.has("nvls_bandwidth_GBps") ? n["nvls_bandwidth_GBps"].non_negative() * kGB : 0;
+    l.bandwidth = n["bandwidth_GBps"].real(ranges::bandwidth_GBps) * kGB;
+    l.p2p_bandwidth = n.has("p2p_bandwidth_GBps") ? n["p2p_bandwidth_GBps"].real(ranges::bandwidth_GBps) * kGB : l.bandwidth;
+    l.hop_latency = n["hop_latency_us"].real(ranges::latency_us) * kMicro;
+    l.nvls_bandwidth = 0;  // 0: no NVLS
+    if (const auto nvls = n.find("nvls_bandwidth_GBps")) {
+        const double v = nvls->real(ranges::measured_GBps);
+        if (v != 0) (void)nvls->real(ranges::bandwidth_GBps);
+        l.nvls_bandwidth = v * kGB;
+    }
     l.fits.clear();
     if (n.has("fits")) {
         const Node fits = n["fits"];
@@ -186,15 +192,15 @@ void from_json(const Node& n, Cluster& c) {
         if (c.nodes > 1) links.fail("missing key \"inter_node\" (the cluster has more than one node)");
         c.inter_node = c.intra_node;
     }
-    c.base_latency = n.has("collective_base_latency_us") ? n["collective_base_latency_us"].non_negative() * kMicro : 0;
+    c.base_latency = n.has("collective_base_latency_us") ? n["collective_base_latency_us"].real(ranges::latency_us) * kMicro : 0;
     c.algorithm = n.has("algorithm") ? read_algorithm(n["algorithm"]) : Algorithm::automatic;
     if (n.has("storage")) {
         // Checkpoint storage: aggregate write and read bandwidth, and each node's own link to it.
         const Node st = n["storage"];
         st.keys({"write_GBps", "read_GBps", "per_node_GBps"});
-        c.storage.write_bandwidth = st["write_GBps"].positive() * kGB;
-        c.storage.read_bandwidth = st.has("read_GBps") ? st["read_GBps"].positive() * kGB : c.storage.write_bandwidth;
-        c.storage.node_bandwidth = st["per_node_GBps"].positive() * kGB;
+        c.storage.write_bandwidth = st["write_GBps"].real(ranges::bandwidth_GBps) * kGB;
+        c.storage.read_bandwidth = st.has("read_GBps") ? st["read_GBps"].real(ranges::bandwidth_GBps) * kGB : c.storage.write_bandwidth;
+        c.storage.node_bandwidth = st["per_node_GBps"].real(ranges::bandwidth_GBps) * kGB;
     }
 }
 
@@ -252,8 +258,8 @@ void from_json(const Node& n, StrategyConfig& s) {
         s.zero_stage = n["zero_stage"].integer(0);
         if (s.zero_stage > 3) n["zero_stage"].expected("0, 1, 2 or 3");
     }
-    if (n.has("bucket_MiB")) s.bucket_bytes = n["bucket_MiB"].positive() * kMiB;
-    if (n.has("first_bucket_MiB")) s.first_bucket_bytes = n["first_bucket_MiB"].positive() * kMiB;
+    if (n.has("bucket_MiB")) s.bucket_bytes = n["bucket_MiB"].real(ranges::bucket_MiB) * kMiB;
+    if (n.has("first_bucket_MiB")) s.first_bucket_bytes = n["first_bucket_MiB"].real(ranges::bucket_MiB) * kMiB;
     if (n.has("overlap")) s.overlap = n["overlap"].boolean();
     if (n.has("prefetch")) s.prefetch = n["prefetch"].boolean();
     if (n.has("recompute")) {
@@ -274,8 +280,10 @@ void from_json(const Node& n, StrategyConfig& s) {
         // Relative to the file that names it; a --set value is relative to the working directory.
         const fs::path base = origin.rfind("--set", 0) == 0 ? fs::path() : fs::path(origin).parent_path();
         const fs::path path = fs::path(name).is_absolute() ? fs::path(name) : base / name;
-        if (!fs::exists(path))
-            f.fail(fmt::format("schedule file \"{}\" not found (looked for {})", name, display(path)));
+        std::error_code ec;  // a path that cannot be looked at (a name too long) is not found either
+        if (!fs::exists(path, ec))
+            f.fail(fmt::format("schedule file \"{}\" not found (looked for {})", json_reader::shorten(name),
+                               json_reader::shorten(display(path), 256)));
         s.schedule_file = display(path);
     }
 }
@@ -420,10 +428,11 @@ void read_stragglers(const Node& n, Config& c) {
             lo = number(k.substr(0, dash));
             hi = dash == std::string::npos ? lo : number(k.substr(dash + 1));
             if (lo < 0 || hi < lo)
-                f.fail(fmt::format("expected a rank or a range of ranks as the key (\"3\", \"8-15\"), found \"{}\"", k));
+                f.fail(fmt::format("expected a rank or a range of ranks as the key (\"3\", \"8-15\"), found \"{}\"",
+                                   json_reader::shorten(k)));
             if (hi >= gpus)
                 f.fail(fmt::format("rank {} is not in this run's {} GPUs (ranks 0 to {})", hi, gpus, gpus - 1));
-            const double factor = f.positive();
+            const double factor = f.real(ranges::slowdown);
             for (int r = lo; r <= hi; ++r) {
                 if (auto it = named_by.find(r); it != named_by.end())
                     f.fail(fmt::format("rank {} is already slowed by \"{}\"", r, it->second));
@@ -444,11 +453,11 @@ void read_stragglers(const Node& n, Config& c) {
         if (j.has("sigma")) {
             if (d != "lognormal") j["sigma"].fail(fmt::format("\"sigma\" is the lognormal's; give \"{}\" jitter a \"cv\"", d));
             if (j.has("cv")) j["sigma"].fail("give \"cv\" or \"sigma\", not both");
-            jt.sigma = j["sigma"].non_negative();
+            jt.sigma = j["sigma"].real(ranges::jitter_sigma);
             jt.cv = Jitter::lognormal_cv(jt.sigma);
         } else {
             if (!j.has("cv")) j.fail(d == "lognormal" ? "missing key \"cv\" (or \"sigma\")" : "missing key \"cv\"");
-            jt.cv = j["cv"].non_negative();
+            jt.cv = j["cv"].real(ranges::jitter_cv);
             jt.sigma = Jitter::lognormal_sigma(jt.cv);
             if (d == "normal" && jt.cv > 0.25)
                 j["cv"].fail(fmt::format("expected a cv <= 0.25 for normal jitter (a duration must stay positive), found "
