@@ -26,17 +26,46 @@ std::string_view kind_name(OpKind k) {
     return "other";
 }
 
-// Shortest form that reads back to the same double; JSON has no NaN or infinity.
+// Shortest form that reads back to the same double (check_numbers() has made sure it is finite).
 void put_number(std::string& out, double v) {
-    if (!std::isfinite(v))
-        out += "null";
-    else if (v == std::floor(v) && std::fabs(v) < 1e15)
+    if (v == std::floor(v) && std::fabs(v) < 1e15)
         fmt::format_to(std::back_inserter(out), "{}", static_cast<long long>(v));
     else
         fmt::format_to(std::back_inserter(out), "{}", v);
 }
 
 void put_string(std::string& out, std::string_view s) { out += nlohmann::json(s).dump(); }
+
+// The meta object holds no number that is not finite (nlohmann would write it as null).
+void check_meta(const nlohmann::json& j, const std::string& path) {
+    if (j.is_number_float() && !std::isfinite(j.get<double>()))
+        throw std::invalid_argument(fmt::format("the Chrome trace cannot hold the trace's meta{}: {} is not a JSON number",
+                                                path, j.get<double>()));
+    if (j.is_object())
+        for (const auto& [key, value] : j.items()) check_meta(value, path + "." + key);
+    if (j.is_array())
+        for (std::size_t i = 0; i < j.size(); ++i) check_meta(j[i], fmt::format("{}[{}]", path, i));
+}
+
+// Every number the export writes is finite, checked before anything is written: JSON has no NaN or
+// infinity (nor null where a number belongs), and a time in microseconds past the largest double
+// (1.8e302 s) has no JSON number either.
+void check_numbers(const Trace& trace, double us) {
+    check_meta(trace.meta, "");
+    for (const auto& r : trace.ranks)
+        for (std::size_t i = 0; i < r.events.size(); ++i) {
+            const Event& e = r.events[i];
+            for (const auto& [v, what] : {std::pair{e.start * us, "start in microseconds"},
+                                          std::pair{e.duration * us, "duration in microseconds"},
+                                          std::pair{e.memory, "memory"}, std::pair{e.bytes, "bytes"},
+                                          std::pair{e.flops, "FLOPs"}})
+                if (!std::isfinite(v))
+                    throw std::invalid_argument(
+                        fmt::format("the Chrome trace cannot hold the {} of rank {}, event {} ({}): {} is not a JSON "
+                                    "number",
+                                    what, r.rank, i, e.op.name(), v));
+        }
+}
 
 // One event per line, separated by commas.
 void separate(std::string& out, bool& first) {
@@ -52,14 +81,16 @@ void put_metadata(std::string& out, bool& first, int pid, int tid, std::string_v
                    pid, tid, name, key, value_json);
 }
 
-}  // namespace
+double micros_per_unit(const Trace& trace) {
+    return trace.time_unit == "s" ? kChromeMicrosPerSecond : kChromeMicrosPerStep;
+}
 
-void write_chrome_trace(const Trace& trace, std::ostream& os) {
-    const bool seconds = trace.time_unit == "s";
-    const double us = seconds ? kChromeMicrosPerSecond : kChromeMicrosPerStep;
+void write_checked(const Trace& trace, std::ostream& os) {
+    const double us = micros_per_unit(trace);
     const std::string_view memory_key = trace.memory_unit == "byte" ? "bytes" : "units";
     std::string out;
-    out.reserve(512 + trace.event_count() * 200);
+    constexpr std::size_t kChunk = std::size_t{1} << 22;  // written out whenever this much has gathered
+    out.reserve(std::min(512 + trace.event_count() * 200, 2 * kChunk));
     out += "{\"displayTimeUnit\": \"ms\",\n\"otherData\": {\"generator\": \"dtsim\", \"time_unit\": ";
     put_string(out, trace.time_unit);
     out += ", \"microseconds_per_time_unit\": ";
@@ -136,7 +167,7 @@ void write_chrome_trace(const Trace& trace, std::ostream& os) {
             put_number(out, e.memory);
             out += "}}";
         }
-        if (out.size() > (1u << 22)) {
+        if (out.size() > kChunk) {
             os << out;
             out.clear();
         }
@@ -146,11 +177,19 @@ void write_chrome_trace(const Trace& trace, std::ostream& os) {
     if (!os) throw std::runtime_error("writing the Chrome trace: the output stream failed");
 }
 
+}  // namespace
+
+void write_chrome_trace(const Trace& trace, std::ostream& os) {
+    check_numbers(trace, micros_per_unit(trace));
+    write_checked(trace, os);
+}
+
 void write_chrome_trace_file(const Trace& trace, const std::string& path) {
+    check_numbers(trace, micros_per_unit(trace));  // before the file is opened: no file for a trace it cannot hold
     std::ofstream f(path, std::ios::binary);
     if (!f) throw std::runtime_error(fmt::format("{}: cannot open for writing", path));
     try {
-        write_chrome_trace(trace, f);
+        write_checked(trace, f);
         f.flush();
         if (!f) throw std::runtime_error("write failed");
     } catch (const std::runtime_error& e) {

@@ -71,8 +71,10 @@ void draw(cairo_t* cr, const std::vector<CompareRow>& rows, const std::string& t
     if (max_memory <= 0) max_memory = 1;
     const double bottom = g.top + kRow * static_cast<double>(rows.size());
     // Axes: grid lines and tick labels under each panel.
+    // At most 12 ticks (tick_step aims at 5 or 4 over the range), whatever the rounding.
     const double ts = tick_step(max_time, 5);
-    for (double t = 0; t <= max_time * 1.0001; t += ts) {
+    double t = 0;
+    for (int i = 0; i <= 12 && t <= max_time * 1.0001; ++i, t += ts) {
         const double x = g.time_x + kTimeWidth * t / max_time;
         fill(cr, kGrid);
         cairo_rectangle(cr, x, g.top, 1, bottom - g.top);
@@ -80,7 +82,8 @@ void draw(cairo_t* cr, const std::vector<CompareRow>& rows, const std::string& t
         text(cr, x - 8, bottom + 16, fmt::format("{:g} s", t), kFont - 1);
     }
     const double gib = 1024.0 * 1024.0 * 1024.0, ms = tick_step(max_memory / gib, 4);
-    for (double m = 0; m <= max_memory / gib * 1.0001; m += ms) {
+    double m = 0;
+    for (int i = 0; i <= 12 && m <= max_memory / gib * 1.0001; ++i, m += ms) {
         const double x = g.memory_x + kMemoryWidth * m * gib / max_memory;
         fill(cr, kGrid);
         cairo_rectangle(cr, x, g.top, 1, bottom - g.top);
@@ -151,6 +154,13 @@ void render(cairo_surface_t* surface, const std::vector<CompareRow>& rows, const
 
 void write_compare_chart(const std::vector<CompareRow>& rows, const std::string& path, const std::string& title) {
     const Format format = format_from_path(path);
+    // Every figure drawn is finite (and so are the sums and scales made of them).
+    for (const auto& r : rows)
+        for (const auto& [v, what] : {std::pair{r.compute + r.comm + r.idle, "step time"},
+                                      std::pair{r.peak_memory, "peak memory"}, std::pair{r.capacity, "capacity"}})
+            if (!std::isfinite(v) || !std::isfinite(v * 1.0001))
+                throw std::invalid_argument(
+                    fmt::format("cannot draw the comparison: the {} of \"{}\" is not finite ({})", what, r.name, v));
     const detail::TextMeasure measure;
     double label = 0;
     for (const auto& r : rows) label = std::max(label, measure.width(r.name, kFont));

@@ -208,12 +208,25 @@ std::vector<std::size_t> select_ranks(const Trace& trace, const Options& opt) {
     return selected;
 }
 
+// A number the picture is placed by must be finite: the time and pixel arithmetic of a trace holding
+// an infinity or a NaN has no answer (a box at x = NaN, ticks that never reach the end).
+void need_finite(double v, const RankTrace& r, std::size_t i, const Event& e, const char* what) {
+    if (!std::isfinite(v))
+        throw std::invalid_argument(fmt::format(
+            "cannot draw the trace: rank {}, event {} ({}): its {} is not finite ({})", r.rank, i, e.op.name(), what, v));
+}
+
 // What there is to draw: the time and memory of every rank, the kinds of the selected ranks' events.
 Census take_census(const Trace& trace, const std::vector<std::size_t>& selected) {
     Census c;
     bool first = true;
     for (const auto& r : trace.ranks)
-        for (const auto& e : r.events) {
+        for (std::size_t i = 0; i < r.events.size(); ++i) {
+            const Event& e = r.events[i];
+            need_finite(e.start, r, i, e, "start");
+            need_finite(e.duration, r, i, e, "duration");
+            need_finite(e.end(), r, i, e, "end");
+            need_finite(e.memory, r, i, e, "memory");
             if (first || e.start < c.t_min) c.t_min = e.start;
             if (first || e.end() > c.t_max) c.t_max = e.end();
             if (first || e.memory > c.max_memory) c.max_memory = e.memory;
@@ -246,9 +259,23 @@ void set_scales(Layout& l, const Trace& trace, const Census& c) {
     if (trace.meta.is_object())
         if (auto it = trace.meta.find("layers"); it != trace.meta.end() && it->is_number_integer())
             l.layers = std::max<long long>(l.layers, std::min<long long>(it->get<long long>(), 1 << 24));
+    for (const auto& [v, what] : {std::pair{trace.summary.makespan, "makespan"},
+                                  std::pair{trace.summary.max_memory, "maximum memory"},
+                                  std::pair{trace.summary.max_memory_time, "time of the maximum memory"},
+                                  std::pair{trace.memory_capacity.value_or(0.0), "memory capacity"}})
+        if (!std::isfinite(v))
+            throw std::invalid_argument(fmt::format("cannot draw the trace: its {} is not finite ({})", what, v));
+    // The span drawn holds 0, so it is at least as wide as its ends are far from 0: every time maps to
+    // a finite pixel, and the ticks over it are a handful whatever the magnitudes.
     l.t0 = std::min(0.0, c.t_min);
-    l.t1 = std::max(trace.summary.makespan, c.t_max);
+    l.t1 = std::max({0.0, trace.summary.makespan, c.t_max});
     if (!(l.t1 > l.t0)) l.t1 = l.t0 + 1;
+    if (!std::isfinite(l.t1 - l.t0))
+        throw std::invalid_argument(fmt::format(
+            "cannot draw the trace: its times run from {} to {}, a span a double cannot hold", l.t0, l.t1));
+    // A span so narrow that its pixels would be infinitely wide (below 1e-300 units) is drawn as 1e-300.
+    constexpr double kMinSpan = 1e-300;
+    if (l.t1 - l.t0 < kMinSpan) l.t1 = l.t0 + kMinSpan;
     l.memory_scale = std::max(c.max_memory, trace.memory_capacity.value_or(0.0));
     if (!(l.memory_scale > 0)) l.memory_scale = 0;
 }

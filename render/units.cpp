@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace dtsim::render::detail {
 namespace {
@@ -12,6 +13,7 @@ namespace {
 // trailing ".0": 1.75, 61.2, 80, 512.
 std::string compact(double v) {
     const double a = std::fabs(v);
+    if (a >= 1e15) return fmt::format("{:.6g}", v);  // fixed point past here is digits of noise
     const int decimals = a >= 100 ? 0 : a >= 10 ? 1 : 2;
     std::string s = fmt::format("{:.{}f}", v, decimals);
     if (s.find('.') != std::string::npos) {
@@ -32,6 +34,9 @@ std::string group_thousands(long long v) {
     return v < 0 ? "-" + out : out;
 }
 
+// Decimals in tick labels: a double has 17 significant digits.
+constexpr int kMaxDecimals = 17;
+
 struct Unit {
     const char* name;
     double scale;
@@ -49,8 +54,13 @@ Unit seconds_unit(double magnitude) {
 
 Ticks time_ticks(double t0, double t1, int target, bool seconds) {
     Ticks t;
-    const double span = t1 > t0 ? t1 - t0 : 1;
-    const double raw = span / (target > 0 ? target : 1);
+    const double n = target > 0 ? target : 1;
+    // The span, also where t1 - t0 overflows (finite ends of opposite signs, far apart); a degenerate
+    // one is 1. A raw step below 1e-300 is raised to it, so that its power of ten is not 0.
+    double span = t1 > t0 ? t1 - t0 : 1;
+    double raw = std::isfinite(span) ? span / n : t1 / n - t0 / n;
+    if (!std::isfinite(raw)) raw = std::numeric_limits<double>::max();
+    raw = std::max(raw, 1e-300);
     const double mag = std::pow(10.0, std::floor(std::log10(raw)));
     t.step = 10 * mag;
     for (double m : {1.0, 2.0, 5.0})
@@ -58,6 +68,7 @@ Ticks time_ticks(double t0, double t1, int target, bool seconds) {
             t.step = m * mag;
             break;
         }
+    if (!std::isfinite(t.step)) t.step = std::numeric_limits<double>::max();
     if (seconds) {  // the unit in which the far end reads as a number >= 1
         const Unit u = seconds_unit(std::max({std::fabs(t0), std::fabs(t1), t.step}));
         t.unit = u.name;
@@ -66,18 +77,23 @@ Ticks time_ticks(double t0, double t1, int target, bool seconds) {
         t.unit = "steps";
     }
     const double shown = t.step * t.unit_scale;
-    t.decimals = std::max(0, static_cast<int>(-std::floor(std::log10(shown) + 1e-9)));
-    const auto first = static_cast<long long>(std::ceil(t0 / t.step - 1e-9));
-    for (long long k = first;; ++k) {
-        const double v = static_cast<double>(k) * t.step;
-        if (v > t1 + t.step * 1e-9) break;
+    t.decimals = std::clamp(static_cast<int>(-std::floor(std::log10(shown) + 1e-9)), 0, kMaxDecimals);
+    // About `target` values; at most 4 x target + 4 whatever the rounding (or ends far from the span).
+    const std::size_t most = 4 * static_cast<std::size_t>(n) + 4;
+    if (!std::isfinite(t0) || !std::isfinite(t1)) return t;
+    for (double k = std::ceil(t0 / t.step - 1e-9); t.values.size() < most; ++k) {
+        const double v = k * t.step;
+        if (!(v <= t1 + t.step * 1e-9)) break;
         t.values.push_back(v);
     }
     return t;
 }
 
 std::string tick_label(double value, const Ticks& ticks) {
-    std::string s = fmt::format("{:.{}f}", value * ticks.unit_scale, ticks.decimals);
+    const double shown = value * ticks.unit_scale;
+    // Fixed point reads best; past 1e15 (or with more decimals than a double has) it is digits of noise.
+    if (std::fabs(shown) >= 1e15 || ticks.decimals >= kMaxDecimals) return fmt::format("{:.6g}", shown);
+    std::string s = fmt::format("{:.{}f}", shown, ticks.decimals);
     if (s.starts_with("-") && s.find_first_not_of("-0.") == std::string::npos) s.erase(0, 1);
     return s;
 }

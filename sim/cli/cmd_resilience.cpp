@@ -21,9 +21,16 @@
 
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <limits>
 #include <memory>
+#include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -34,7 +41,7 @@ struct FailuresArgs {
     std::string config;
     std::vector<std::string> sets;
     long long steps = 10000;
-    int checkpoint_every = 0;  // 0: the best of the sweep
+    long long checkpoint_every = 0;  // 0: the best of the sweep
     double mtbf_hours = 0;
     std::vector<double> fail_at_hours;
     double restart_minutes = 10;
@@ -43,6 +50,17 @@ struct FailuresArgs {
     TraceOutputs out;
 };
 
+// The physical ranges of the real-valued options (number_in rejects anything else): a node MTBF
+// and failure times up to 1e7 hours (1,141 years), a relaunch up to a week.
+constexpr double kMaxHours = 1e7;
+constexpr double kMaxRestartMinutes = 7 * 24 * 60;
+
+// The most loop iterations (a segment of steps or a failure, each; LongRunEstimate::work) the sweep may
+// simulate over all its intervals and trials: from a few seconds (segments) to about half a minute
+// (failures on a cluster of a hundred nodes) on one core. The default 10,000 steps x 100 trials is
+// about 4e6; the 200,000-step example of docs/stragglers-and-failures.md about 8e7.
+constexpr double kMaxSweepWork = 5e8;
+
 std::string duration(double s) {
     if (s >= 3600) return fmt::format("{:.2f} h", s / 3600);
     if (s >= 60) return fmt::format("{:.1f} min", s / 60);
@@ -50,30 +68,123 @@ std::string duration(double s) {
 }
 
 // Checkpoint intervals to try: 1, then about 12 % apart, up to the whole run.
-std::vector<int> intervals(long long steps) {
-    std::vector<int> ks;
+std::vector<long long> intervals(long long steps) {
+    std::vector<long long> ks;
     double k = 1;
     while (k <= static_cast<double>(steps)) {
-        const int ki = static_cast<int>(std::lround(k));
+        const long long ki = std::llround(k);
         if (ks.empty() || ki != ks.back()) ks.push_back(ki);
         k *= 1.12;
     }
-    if (ks.back() != steps) ks.push_back(static_cast<int>(std::min<long long>(steps, 1 << 30)));
+    if (ks.back() != steps) ks.push_back(steps);
     return ks;
 }
 
+// Progress of a long sweep, shown on standard output when it is a terminal and the sweep has taken
+// more than a second (never on a pipe or a file), and erased before the table prints.
+class Progress {
+public:
+    explicit Progress(double total) : total_(total), terminal_(isatty(fileno(stdout)) != 0) {}
+    void add(double work) {
+        done_ += work;
+        if (!terminal_) return;
+        const auto now = Clock::now();
+        if (now - start_ < std::chrono::seconds(1) || now - shown_at_ < std::chrono::milliseconds(200)) return;
+        shown_at_ = now;
+        shown_ = true;
+        fmt::print("\rsimulating the long runs: {:3.0f} %", std::min(100.0, 100 * done_ / total_));
+        std::fflush(stdout);
+    }
+    void clear() {
+        if (!shown_) return;
+        fmt::print("\r\033[K");
+        std::fflush(stdout);
+        shown_ = false;
+    }
+
+private:
+    using Clock = std::chrono::steady_clock;
+    double total_, done_ = 0;
+    bool terminal_, shown_ = false;
+    Clock::time_point start_ = Clock::now(), shown_at_ = start_;
+};
+
+// An interval of the sweep: simulated (the mean over the trials), or not, with what the closed form expects.
+struct Row {
+    long long k = 0;
+    hw::LongRunEstimate expected;
+    std::optional<hw::LongRun> run;  // absent: not simulated (hw::kMaxExpectedFailuresPerRun)
+};
+
+// Why no interval can be simulated, and what would make the run feasible: the node MTBF from which the
+// best interval expects no more failures than the limit (bisection on the closed form), and the steps
+// that fit at this MTBF.
+[[noreturn]] void refuse_infeasible(const std::vector<Row>& rows, double step, const hw::CheckpointPlan& plan,
+                                    int nodes, hw::FaultOptions o, int trials) {
+    const auto best = std::min_element(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
+        return a.expected.failures < b.expected.failures;
+    });
+    auto fewest = [&](double node_mtbf) {
+        hw::FaultOptions x = o;
+        x.node_mtbf = node_mtbf;
+        double f = std::numeric_limits<double>::infinity();
+        for (const Row& r : rows) {
+            x.checkpoint_every = r.k;
+            f = std::min(f, hw::estimate_long_run(step, plan, nodes, x).failures);
+        }
+        return f;
+    };
+    std::string remedy;
+    auto add = [&](const std::string& r) { remedy += (remedy.empty() ? "" : ", or ") + r; };
+    const auto given = static_cast<double>(o.fail_at.size());
+    if (given > hw::kMaxExpectedFailuresPerRun)
+        add(fmt::format("at most {:g} failures in --fail-at-hours", hw::kMaxExpectedFailuresPerRun));
+    if (o.node_mtbf > 0) {
+        double lo = o.node_mtbf, hi = o.node_mtbf;
+        while (hi < kMaxHours * 3600 && !(fewest(hi) <= hw::kMaxExpectedFailuresPerRun)) hi *= 2;
+        if (fewest(hi) <= hw::kMaxExpectedFailuresPerRun) {
+            for (int i = 0; i < 60; ++i) {
+                const double mid = (lo + hi) / 2;
+                (fewest(mid) <= hw::kMaxExpectedFailuresPerRun ? hi : lo) = mid;
+            }
+            add(fmt::format("a node MTBF of at least {:.3g} h (--mtbf-hours)", hi / 3600));
+        }
+        // Random failures grow with the run's length at a given interval, and so do the segments the
+        // sweep simulates.
+        const double per_step = (best->expected.failures - given) / static_cast<double>(o.steps);
+        double segments = 0;
+        for (const Row& r : rows) segments += static_cast<double>(r.expected.segments);
+        const double steps =
+            std::floor(std::min((hw::kMaxExpectedFailuresPerRun - given) / per_step,
+                                kMaxSweepWork / (trials * segments / static_cast<double>(o.steps))));
+        if (per_step > 0 && std::isfinite(per_step) && steps >= 1)
+            add(fmt::format("at most about {:.0f} steps (--steps)", steps));
+    }
+    if (remedy.empty()) remedy = "a shorter restart (--restart-minutes) or faster storage";
+    o.checkpoint_every = best->k;
+    const std::string failing = o.node_mtbf > 0
+                                    ? fmt::format("the job fails every {} on average", duration(o.node_mtbf / nodes))
+                                    : fmt::format("{} failures are given", o.fail_at.size());
+    throw UsageError(fmt::format(
+        "failures: the run cannot finish: {}, a step takes {}, a checkpoint {} and a restart {}, so at best "
+        "(checkpointing every {} steps) a run expects {:.3g} failures (Daly 2006's closed form), more than the {:g} "
+        "this command simulates; it becomes feasible with {}",
+        failing, duration(step), duration(plan.write_time), duration(o.restart_overhead + plan.read_time), best->k,
+        best->expected.failures, hw::kMaxExpectedFailuresPerRun, remedy));
+}
+
+void check_timeline(const hw::FaultOptions& o, double step, const hw::CheckpointPlan& plan, int nodes) {
+    const double events = hw::timeline_events(hw::estimate_long_run(step, plan, nodes, o), plan.write_bytes.size());
+    if (events > hw::kMaxTimelineEvents)
+        throw UsageError(fmt::format("failures: the timeline at --checkpoint-every {} would hold about {:.3g} events "
+                                     "({} ranks), above the limit of {:g}; give a larger --checkpoint-every or "
+                                     "fewer --steps",
+                                     o.checkpoint_every, events, plan.write_bytes.size(), hw::kMaxTimelineEvents));
+}
+
 void failures(const FailuresArgs& a) {
-    if (a.steps < 1) throw UsageError(fmt::format("failures: --steps must be at least 1, got {}", a.steps));
-    if (a.mtbf_hours < 0) throw UsageError(fmt::format("failures: --mtbf-hours must be >= 0, got {}", a.mtbf_hours));
     if (a.mtbf_hours == 0 && a.fail_at_hours.empty())
         throw UsageError("failures: give --mtbf-hours H (per node) and/or --fail-at-hours T1,T2,...");
-    for (double h : a.fail_at_hours)
-        if (!(h >= 0)) throw UsageError(fmt::format("failures: --fail-at-hours takes times >= 0, got {}", h));
-    if (a.restart_minutes < 0)
-        throw UsageError(fmt::format("failures: --restart-minutes must be >= 0, got {}", a.restart_minutes));
-    if (a.trials < 1) throw UsageError(fmt::format("failures: --trials must be at least 1, got {}", a.trials));
-    if (a.checkpoint_every < 0)
-        throw UsageError(fmt::format("failures: --checkpoint-every must be >= 1, got {}", a.checkpoint_every));
 
     std::vector<hw::Override> overrides;
     for (const auto& s : hw::parse_settings(a.sets)) {
@@ -83,9 +194,10 @@ void failures(const FailuresArgs& a) {
     const hw::Config c = hw::load_config(a.config, overrides);
     const hw::CheckpointPlan plan = hw::plan_checkpoint(c);
     a.out.check_ranks(static_cast<int>(plan.write_bytes.size()));  // the timeline has a row per rank that saves
-    const hw::RunReport r = hw::simulate(c, {.keep_trace = false}).report;
-    const double step = r.step_time;
     const int nodes = c.cluster.nodes;
+    if (nodes > hw::kMaxNodes)
+        throw UsageError(fmt::format("failures: the cluster has {} nodes; the long run draws failures for at most {}",
+                                     nodes, hw::kMaxNodes));
 
     hw::FaultOptions o;
     o.steps = a.steps;
@@ -93,7 +205,41 @@ void failures(const FailuresArgs& a) {
     for (double h : a.fail_at_hours) o.fail_at.push_back(h * 3600);
     o.restart_overhead = a.restart_minutes * 60;
     o.seed = a.seed;
+    const int trials = o.node_mtbf > 0 ? a.trials : 1;
+
+    const hw::RunReport r = hw::simulate(c, {.keep_trace = false}).report;
+    const double step = r.step_time;
+    if (!(step > 0)) throw std::runtime_error(fmt::format("{}: the simulated step takes no time", c.name));
     const double restart = o.restart_overhead + plan.read_time;
+
+    // What each interval is expected to cost, before anything is simulated: intervals that expect
+    // more failures per run than the limit are not simulated; none left, or more work in all than
+    // the limit, and the run is refused.
+    std::vector<Row> rows;
+    double work = 0;
+    for (long long k : intervals(a.steps)) {
+        o.checkpoint_every = k;
+        Row row{k, hw::estimate_long_run(step, plan, nodes, o), std::nullopt};
+        if (row.expected.failures <= hw::kMaxExpectedFailuresPerRun) work += trials * row.expected.work();
+        rows.push_back(row);
+    }
+    const auto simulated = [](const Row& row) { return row.expected.failures <= hw::kMaxExpectedFailuresPerRun; };
+    if (std::none_of(rows.begin(), rows.end(), simulated)) refuse_infeasible(rows, step, plan, nodes, o, trials);
+    if (work > kMaxSweepWork)
+        throw UsageError(fmt::format(
+            "failures: {} steps x {} trials over {} checkpoint intervals would simulate about {:.3g} segments and "
+            "failures, above the limit of {:g}; give fewer --steps or --trials (at most about {:.0f} trials)",
+            a.steps, trials, rows.size(), work, kMaxSweepWork,
+            std::max(1.0, std::floor(trials * kMaxSweepWork / work))));
+    if (a.out.any() && a.checkpoint_every > 0) {
+        o.checkpoint_every = a.checkpoint_every;
+        const hw::LongRunEstimate e = hw::estimate_long_run(step, plan, nodes, o);
+        if (!(e.failures <= hw::kMaxExpectedFailuresPerRun))
+            throw UsageError(fmt::format("failures: the timeline at --checkpoint-every {} expects {:.3g} failures, "
+                                         "more than the {:g} simulated; give a smaller --checkpoint-every",
+                                         a.checkpoint_every, e.failures, hw::kMaxExpectedFailuresPerRun));
+        check_timeline(o, step, plan, nodes);
+    }
 
     fmt::print("{}: {} GPUs on {} node{}, {}, step {} (simulated one step)\n", c.name, c.gpus(), nodes,
                nodes == 1 ? "" : "s", c.strategy.name, duration(step));
@@ -114,50 +260,64 @@ void failures(const FailuresArgs& a) {
     }
     const double ideal = 3600 / step;
     fmt::print("without failures or checkpoints: {:.1f} steps/h\n\n", ideal);
+    std::fflush(stdout);
 
     // The sweep over k: mean goodput over the trials (the same seeds for every k).
-    const int trials = o.node_mtbf > 0 ? a.trials : 1;
+    Progress progress(work);
+    const Row* best = nullptr;
+    for (Row& row : rows) {
+        if (!simulated(row)) continue;
+        o.checkpoint_every = row.k;
+        row.run = hw::mean_long_run(step, plan, nodes, o, trials, [&] { progress.add(row.expected.work()); });
+        if (!best || row.run->goodput() > best->run->goodput()) best = &row;
+    }
+    progress.clear();
+
     fmt::print("{:>8} {:>11} {:>9} {:>9} {:>10} {:>10} {:>10} {:>9}\n", "every k", "interval", "goodput", "steps/h",
                "lost", "ckpt", "restart", "failures");
-    hw::LongRun best;
-    double best_goodput = -1;
-    auto row = [&](const hw::LongRun& lr, const char* mark) {
+    auto print_row = [&](const Row& row, const char* mark) {
+        if (!row.run) {
+            fmt::print("{:>8} {:>11}   not simulated: {:.3g} failures expected per run, goodput {:.2g}%\n", row.k,
+                       duration(static_cast<double>(row.k) * step), row.expected.failures,
+                       100 * row.expected.goodput());
+            return;
+        }
+        const hw::LongRun& lr = *row.run;
         fmt::print("{:>8} {:>11} {:>8.2f}% {:>9.1f} {:>10} {:>10} {:>10} {:>9.2f}{}\n", lr.checkpoint_every,
-                   duration(lr.checkpoint_every * step), 100 * lr.goodput(), 3600 * a.steps / lr.wall,
-                   duration(lr.lost), duration(lr.checkpointing), duration(lr.restarting),
-                   static_cast<double>(lr.failures) / trials, mark);
+                   duration(static_cast<double>(lr.checkpoint_every) * step), 100 * lr.goodput(),
+                   3600 * static_cast<double>(a.steps) / lr.wall, duration(lr.lost), duration(lr.checkpointing),
+                   duration(lr.restarting), static_cast<double>(lr.failures) / trials, mark);
     };
-    std::vector<hw::LongRun> runs;
-    for (int k : intervals(a.steps)) {
-        o.checkpoint_every = k;
-        runs.push_back(hw::mean_long_run(step, plan, nodes, o, trials));
-        if (runs.back().goodput() > best_goodput) best_goodput = runs.back().goodput(), best = runs.back();
-    }
     // Print every row near the best and a few either side, so the table stays short.
-    std::size_t at = 0;
-    for (std::size_t i = 0; i < runs.size(); ++i)
-        if (runs[i].checkpoint_every == best.checkpoint_every) at = i;
-    for (std::size_t i = 0; i < runs.size(); ++i) {
+    const auto at = static_cast<std::size_t>(best - rows.data());
+    for (std::size_t i = 0; i < rows.size(); ++i) {
         const bool near = i + 6 >= at && i <= at + 6;
-        const bool edge = i == 0 || i + 1 == runs.size() || i % 8 == 0;
-        if (near || edge) row(runs[i], runs[i].checkpoint_every == best.checkpoint_every ? "  <- best" : "");
+        const bool edge = i == 0 || i + 1 == rows.size() || i % 8 == 0;
+        if (near || edge) print_row(rows[i], i == at ? "  <- best" : "");
     }
+    const auto skipped = std::count_if(rows.begin(), rows.end(), [&](const Row& row) { return !simulated(row); });
+    if (skipped > 0)
+        fmt::print("({} of {} intervals not simulated: each expects more than {:g} failures per run; their goodput is "
+                   "the closed form's, Daly 2006)\n",
+                   skipped, rows.size(), hw::kMaxExpectedFailuresPerRun);
 
+    const hw::LongRun& b = *best->run;
     fmt::print("\nbest: checkpoint every {} steps ({} of work), goodput {:.2f}%, {:.1f} steps/h\n",
-               best.checkpoint_every, duration(best.checkpoint_every * step), 100 * best.goodput(),
-               3600 * a.steps / best.wall);
+               b.checkpoint_every, duration(static_cast<double>(b.checkpoint_every) * step), 100 * b.goodput(),
+               3600 * static_cast<double>(a.steps) / b.wall);
     if (o.node_mtbf > 0) {
         const double young = hw::young_interval(plan.write_time, job_mtbf);
         const double daly = hw::daly_interval(plan.write_time, job_mtbf);
         fmt::print("Young (1974): sqrt(2 x {} x {}) = {} = {:.0f} steps\n", duration(plan.write_time),
                    duration(job_mtbf), duration(young), young / step);
         fmt::print("Daly (2006):  {} = {:.0f} steps\n", duration(daly), daly / step);
-        fmt::print("simulated best / Young: {:.2f}\n", best.checkpoint_every * step / young);
+        fmt::print("simulated best / Young: {:.2f}\n", static_cast<double>(b.checkpoint_every) * step / young);
     }
 
     if (a.out.any()) {
-        o.checkpoint_every = a.checkpoint_every > 0 ? a.checkpoint_every : best.checkpoint_every;
+        o.checkpoint_every = a.checkpoint_every > 0 ? a.checkpoint_every : b.checkpoint_every;
         o.seed = a.seed;
+        check_timeline(o, step, plan, nodes);
         Trace t;
         const hw::LongRun one = hw::simulate_long_run(step, plan, nodes, o, &t);
         t.meta = {{"config", c.name},
@@ -181,12 +341,16 @@ void register_failures_command(CLI::App& app) {
     cmd->add_option("--steps", fa->steps, "Useful steps the run must complete")
         ->transform(whole_number(1, std::numeric_limits<long long>::max()))
         ->capture_default_str();
-    cmd->add_option("--mtbf-hours", fa->mtbf_hours, "Mean time between failures of one node, hours");
+    cmd->add_option("--mtbf-hours", fa->mtbf_hours, "Mean time between failures of one node, hours")
+        ->check(number_in(0, kMaxHours));
     cmd->add_option("--fail-at-hours", fa->fail_at_hours, "Failures of node 0 at these wall-clock hours")
-        ->delimiter(',');
+        ->delimiter(',')
+        ->check(number_in(0, kMaxHours));
     cmd->add_option("--checkpoint-every", fa->checkpoint_every,
-                    "Steps between checkpoints for the timeline (default: the best found)");
+                    "Steps between checkpoints for the timeline (default: the best found)")
+        ->transform(whole_number(1, std::numeric_limits<long long>::max()));
     cmd->add_option("--restart-minutes", fa->restart_minutes, "Relaunch time before the checkpoint load (assumed)")
+        ->check(number_in(0, kMaxRestartMinutes))
         ->capture_default_str();
     cmd->add_option("--seed", fa->seed, "Seed of the failure draws")
         ->transform(whole_number(0, std::numeric_limits<long long>::max()))

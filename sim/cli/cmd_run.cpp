@@ -196,6 +196,7 @@ void compare(const CompareArgs& a) {
     // Every config is read and checked before any runs: a bad one is an input error (exit 2).
     std::vector<hw::Config> configs;
     for (const auto& path : a.configs) configs.push_back(hw::load_config(path, overrides));
+    for (const auto& c : configs) hw::check_run_size(c, {.keep_trace = false});  // and every one is small enough
     std::vector<hw::RunReport> reports;
     bool any_error = false, any_oom = false;
     for (const auto& c : configs) {

@@ -9,8 +9,12 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <filesystem>
+#include <limits>
 #include <map>
 #include <string>
+#include <vector>
 
 using namespace dtsim;
 using namespace dtsim::hw;
@@ -206,4 +210,122 @@ TEST_CASE("a puzzle config runs through simulate() with the puzzle's check") {
     CHECK(r.correct == true);
     CHECK(r.strategy == "puzzle fsdp");
     CHECK(r.split.compute + r.split.comm + r.split.idle == doctest::Approx(r.step_time));
+}
+
+namespace {
+
+// The events a run records against the estimate made before it: no more, and at least 1 / `factor` of it.
+void check_estimate(const Config& c, double factor = 1.5) {
+    const RunSize size = estimate_run_size(c, {.keep_trace = false, .straggler_baseline = false});
+    const RunReport r = simulate(c, {.keep_trace = false, .straggler_baseline = false}).report;
+    CAPTURE(size.events);
+    CAPTURE(r.events);
+    CHECK(static_cast<double>(r.events) <= size.events);
+    CHECK(size.events <= factor * static_cast<double>(r.events));
+}
+
+}  // namespace
+
+TEST_CASE("the events estimated before a run bound what it records, within 1.5 x for every hardware strategy") {
+    const json strategies[] = {
+        {{"name", "ddp"}, {"dp", 16}},
+        {{"name", "ddp"}, {"dp", 16}, {"zero_stage", 1}},
+        {{"name", "ddp"}, {"dp", 16}, {"zero_stage", 2}},
+        {{"name", "fsdp"}, {"dp", 16}},
+        {{"name", "fsdp"}, {"dp", 16}, {"sharding", "grad_op"}},
+        {{"name", "fsdp"}, {"dp", 16}, {"sharding", "hybrid"}},
+        {{"name", "megatron"}, {"dp", 4}, {"tp", 4}},
+        {{"name", "megatron"}, {"dp", 4}, {"tp", 4}, {"sequence_parallel", true}},
+        {{"name", "gpipe"}, {"dp", 2}, {"tp", 2}, {"pp", 4}},
+        {{"name", "1f1b"}, {"dp", 2}, {"tp", 2}, {"pp", 4}, {"sequence_parallel", true}},
+        {{"name", "interleaved"}, {"dp", 4}, {"pp", 4}, {"chunks", 2}},
+        {{"name", "zbh1"}, {"dp", 4}, {"pp", 4}},
+        {{"name", "bfs"}, {"dp", 4}, {"pp", 4}, {"chunks", 2}},
+        {{"name", "dualpipev"}, {"dp", 4}, {"pp", 4}},
+    };
+    for (const auto& strategy : strategies)
+        for (const char* recompute : {"none", "selective", "full"}) {
+            json s = strategy;
+            s["recompute"] = recompute;
+            CAPTURE(s.dump());
+            check_estimate(parse_config({{"cluster", realistic_cluster(2)},
+                                         {"model", small_model(16, 32000)},
+                                         {"training", {{"global_batch", 64}, {"micro_batch", 1}}},
+                                         {"strategy", s}},
+                                        "test.json"));
+        }
+    // The puzzle strategies, a constant per layer for all eight: an upper bound, at their canonical sizes.
+    for (const auto& p : puzzle::puzzles()) {
+        CAPTURE(p.name);
+        check_estimate(parse_config({{"cluster", ideal_cluster(1, p.ranks)},
+                                     {"model", {{"kind", "puzzle"}, {"layers", p.layers}}},
+                                     {"training", {{"global_batch", p.batches}}},
+                                     {"strategy", {{"name", "puzzle"}, {"puzzle", p.name}, {"dp", p.ranks}}}},
+                                    "test.json"),
+                       std::numeric_limits<double>::infinity());
+    }
+}
+
+TEST_CASE("the shipped run configs are well inside the event limit, and the estimate bounds their events") {
+    std::vector<std::filesystem::path> files;
+    for (const auto& f : std::filesystem::directory_iterator(std::string(DTSIM_CONFIGS) + "/runs"))
+        if (f.path().extension() == ".json") files.push_back(f.path());
+    std::sort(files.begin(), files.end());
+    REQUIRE(files.size() >= 19);
+    for (const auto& f : files) {
+        CAPTURE(f);
+        const Config c = load_config(f.string());
+        const RunSize size = estimate_run_size(c);
+        CHECK(size.events < kMaxRunEvents / 5);
+        if (size.events < 2e6)  // the big ones take seconds each
+            check_estimate(c, c.strategy.name == "puzzle" ? std::numeric_limits<double>::infinity() : 1.5);
+    }
+}
+
+TEST_CASE("a run too large to simulate is refused before anything is built, saying why") {
+    // A billion layers: the out-of-memory verdict is known from the model states alone.
+    json doc{{"cluster", realistic_cluster(2)},
+             {"model", small_model(1000000000, 32000)},
+             {"training", {{"global_batch", 64}, {"micro_batch", 1}}},
+             {"strategy", {{"name", "fsdp"}, {"dp", 16}}}};
+    const Config c = parse_config(doc, "big.json");
+    CHECK(estimate_run_size(c).events > kMaxRunEvents);
+    CHECK_THROWS_WITH_AS(simulate(c, {.keep_trace = false}),
+                         doctest::Contains("big.json: the run would record about 4.48e+11 events (16 GPUs x 1e+09 "
+                                           "layers each x 4 microbatches x about 7 operations per layer and "
+                                           "microbatch), above the limit of 1e+08: it was not simulated"),
+                         ConfigError);
+    CHECK_THROWS_WITH_AS(simulate(c, {.keep_trace = false}), doctest::Contains("out of memory before the first step"),
+                         ConfigError);
+    // Keeping the events for files has a lower limit.
+    doc["model"]["layers"] = 16;
+    doc["training"]["global_batch"] = 1 << 19;  // 32,768 microbatches: about 6e7 events
+    const Config kept = parse_config(doc, "kept.json");
+    CHECK(estimate_run_size(kept).events > kMaxKeptEvents);
+    CHECK(estimate_run_size(kept).events < kMaxRunEvents);
+    CHECK_THROWS_WITH_AS(simulate(kept, {.keep_trace = true}),
+                         doctest::Contains("above the limit of 3e+07 for a run that keeps its events for files"),
+                         ConfigError);
+}
+
+TEST_CASE("a run whose figures are not finite is an error naming the figure") {
+    Config c = parse_config({{"cluster", realistic_cluster(1)},
+                             {"model", small_model(2)},
+                             {"training", {{"global_batch", 8}, {"micro_batch", 1}}},
+                             {"strategy", {{"name", "ddp"}, {"dp", 8}}}},
+                            "test.json");
+    // A GPU whose GEMMs take forever, beyond what the config reader accepts: set in code.
+    c.cluster.gpu.peak_flops[static_cast<std::size_t>(DType::bf16)] = 1e-320;
+    CHECK_THROWS_WITH_AS(simulate(c, {.keep_trace = false}),
+                         doctest::Contains("the run's step time is not finite (inf): the config's sizes or rates are "
+                                           "beyond what the cost models can compute"),
+                         std::runtime_error);
+    c = parse_config({{"cluster", realistic_cluster(1)},
+                      {"model", small_model(2)},
+                      {"training", {{"global_batch", 8}, {"micro_batch", 1}}},
+                      {"strategy", {{"name", "ddp"}, {"dp", 8}}}},
+                     "test.json");
+    c.cluster.gpu.memory_bytes = std::numeric_limits<double>::quiet_NaN();
+    CHECK_THROWS_WITH_AS(simulate(c, {.keep_trace = false}),
+                         doctest::Contains("the run's memory capacity is not finite"), std::runtime_error);
 }

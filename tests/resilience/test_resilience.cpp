@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <limits>
 #include <set>
 #include <string>
 
@@ -201,4 +202,128 @@ TEST_CASE("the best simulated interval is near Young's optimum") {
     // First-order waste at the optimum: C/tau + tau/(2M) + R/M (Young; Daly 2006 eq. 9).
     const double waste = 30 / young + young / (2 * 21600) + 300 / 21600.0;
     CHECK(std::abs((1 - best_goodput) - waste) < 0.02);
+}
+
+namespace {
+
+CheckpointPlan two_ranks(double write_time, double read_time) {
+    CheckpointPlan p;
+    p.write_bytes = p.read_bytes = {1, 1};
+    p.gpus_per_node = 1;
+    p.write_time = write_time;
+    p.read_time = read_time;
+    return p;
+}
+
+}  // namespace
+
+TEST_CASE("a long run refuses inputs it cannot run, rather than indexing past its nodes or looping") {
+    const CheckpointPlan p = two_ranks(5, 7);
+    const double nan = std::nan(""), inf = std::numeric_limits<double>::infinity();
+    FaultOptions o;
+    o.steps = 2000;
+    o.checkpoint_every = 100;
+    o.fail_at = {3600};
+    // A NaN restart made every restart "fail" with no failure to come: node -1, then a loop without end.
+    o.restart_overhead = nan;
+    CHECK_THROWS_WITH_AS(simulate_long_run(2.0, p, 2, o),
+                         "simulate_long_run: the restart overhead must be finite and >= 0, got nan",
+                         std::invalid_argument);
+    o.restart_overhead = 600;
+    for (double bad : {nan, inf, -1.0}) {
+        CAPTURE(bad);
+        FaultOptions x = o;
+        x.node_mtbf = bad;
+        CHECK_THROWS_AS(simulate_long_run(2.0, p, 2, x), std::invalid_argument);
+        x = o;
+        x.fail_at = {bad};
+        CHECK_THROWS_AS(simulate_long_run(2.0, p, 2, x), std::invalid_argument);
+        CHECK_THROWS_AS(simulate_long_run(bad, p, 2, o), std::invalid_argument);
+        CHECK_THROWS_AS(simulate_long_run(2.0, two_ranks(bad, 7), 2, o), std::invalid_argument);
+        CHECK_THROWS_AS(simulate_long_run(2.0, two_ranks(5, bad), 2, o), std::invalid_argument);
+    }
+    CHECK_THROWS_AS(simulate_long_run(0.0, p, 2, o), std::invalid_argument);
+    CHECK_THROWS_AS(simulate_long_run(2.0, p, 0, o), std::invalid_argument);
+    FaultOptions x = o;
+    x.checkpoint_every = 0;
+    CHECK_THROWS_AS(simulate_long_run(2.0, p, 2, x), std::invalid_argument);
+    x = o;
+    x.steps = 0;
+    CHECK_THROWS_AS(simulate_long_run(2.0, p, 2, x), std::invalid_argument);
+    CheckpointPlan uneven = p;
+    uneven.read_bytes.pop_back();
+    CHECK_THROWS_AS(simulate_long_run(2.0, uneven, 2, o), std::invalid_argument);
+    // Fixed failures only: a failure during a restart starts it over, and the run ends.
+    o.fail_at = {3600, 3601, 3602};
+    const LongRun r = simulate_long_run(2.0, p, 2, o);
+    CHECK(r.failures == 3);
+    CHECK(r.useful == doctest::Approx(4000));
+}
+
+TEST_CASE("the expected failures of a long run are Daly's closed form, and the simulation agrees") {
+    // Job MTBF M = 4 h / 4 nodes = 1 h; segments of 600 one-second steps and a 30 s write; restart 300 s.
+    const double M = 3600, R = 300, w = 630;
+    CheckpointPlan p;
+    p.write_bytes = p.read_bytes = {1, 1, 1, 1};
+    p.gpus_per_node = 1;
+    p.write_time = 30;
+    FaultOptions o;
+    o.steps = 60000;  // 100 segments, the last without a write
+    o.checkpoint_every = 600;
+    o.node_mtbf = 4 * M;
+    o.restart_overhead = R;
+    const LongRunEstimate e = estimate_long_run(1.0, p, 4, o);
+    CHECK(e.segments == 100);
+    const double per_segment = std::exp(R / M) * std::expm1(w / M);
+    const double expected = std::exp(R / M) * (99 * std::expm1(w / M) + std::expm1(600 / M));
+    CHECK(e.failures == doctest::Approx(expected));
+    CHECK(per_segment == doctest::Approx(0.2079).epsilon(0.001));
+    CHECK(e.wall == doctest::Approx(expected * M));
+    CHECK(e.useful == 60000);
+    // 400 runs: the mean failures within 3 % (the count's standard error is about 1 %).
+    const LongRun mean = mean_long_run(1.0, p, 4, o, 400);
+    CHECK(static_cast<double>(mean.failures) / 400 == doctest::Approx(expected).epsilon(0.03));
+    CHECK(mean.wall == doctest::Approx(e.wall).epsilon(0.03));
+    // Without random failures a run is its segments; each given failure adds one.
+    o.node_mtbf = 0;
+    o.fail_at = {1000};
+    const LongRunEstimate fixed = estimate_long_run(1.0, p, 4, o);
+    CHECK(fixed.failures == 1);
+    CHECK(fixed.wall == doctest::Approx(60000 + 99 * 30 + R + w));
+}
+
+TEST_CASE("a long run whose work is out of reach is refused before it starts") {
+    const CheckpointPlan p = two_ranks(30, 10);
+    FaultOptions o;
+    o.node_mtbf = 2 * 3600.0;  // the job fails every hour
+    o.restart_overhead = 600;
+    // Checkpointing once in a run of 100 h: e^100 failures expected.
+    o.steps = 360000;
+    o.checkpoint_every = 360000;
+    CHECK_THROWS_WITH_AS(simulate_long_run(1.0, p, 2, o), doctest::Contains("failures (a segment of"),
+                         std::invalid_argument);
+    // A restart far longer than the MTBF never completes.
+    o.checkpoint_every = 100;
+    o.restart_overhead = 100 * 3600.0;
+    CHECK_THROWS_WITH_AS(simulate_long_run(1.0, p, 2, o), doctest::Contains("above the limit of 100000 per run"),
+                         std::invalid_argument);
+    // Too many segments, and a timeline too large to keep.
+    o = FaultOptions{};
+    o.steps = 1000000000000LL;
+    o.checkpoint_every = 1;
+    CHECK_THROWS_WITH_AS(simulate_long_run(1.0, p, 2, o), doctest::Contains("segments, above the limit of 1e+09"),
+                         std::invalid_argument);
+    o.steps = 20000000;
+    o.checkpoint_every = 1;
+    Trace t;
+    CHECK_THROWS_WITH_AS(simulate_long_run(1.0, p, 2, o, &t), doctest::Contains("its timeline would hold about"),
+                         std::invalid_argument);
+    CHECK(t.ranks.empty());
+    // Within the limits it runs, and mean_long_run reports each trial.
+    o.steps = 10000;
+    o.checkpoint_every = 100;
+    o.node_mtbf = 200 * 3600.0;
+    int trials = 0;
+    (void)mean_long_run(1.0, p, 2, o, 7, [&] { ++trials; });
+    CHECK(trials == 7);
 }

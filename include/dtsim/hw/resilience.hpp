@@ -20,7 +20,9 @@
 #include "dtsim/hw/config.hpp"
 #include "dtsim/trace.hpp"
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -44,7 +46,7 @@ CheckpointPlan plan_checkpoint(const Config& config);
 // Times in seconds.
 struct FaultOptions {
     long long steps = 1000;            // useful steps the run must complete
-    int checkpoint_every = 100;        // k: steps between checkpoints
+    long long checkpoint_every = 100;  // k: steps between checkpoints
     double node_mtbf = 0;              // mean time between failures of one node; 0 = no random failures
     std::vector<double> fail_at;       // failures at these wall-clock times (node 0), besides the drawn ones
     double restart_overhead = 600;     // relaunch, rendezvous, NCCL init: before the checkpoint load
@@ -52,26 +54,71 @@ struct FaultOptions {
 };
 
 struct LongRun {
-    int checkpoint_every = 0;
+    long long checkpoint_every = 0;
     double wall = 0;           // s, until the last step is done
     double useful = 0;         // s of steps kept (= steps x step time)
     double lost = 0;           // s of steps (and partial steps) redone after failures
     double checkpointing = 0;  // s writing checkpoints (including writes cut short by a failure)
     double restarting = 0;     // s from failures to training again
-    int failures = 0;
-    int checkpoints = 0;
+    long long failures = 0;
+    long long checkpoints = 0;
     [[nodiscard]] double goodput() const { return wall > 0 ? useful / wall : 0; }  // fraction of wall time
 };
+
+// What a run is expected to cost before it is simulated, from the closed form
+// for exponential failures (Daly 2006, the expected wall-clock time of a
+// segment with restarts): with the job's
+// failure rate 1/M (M = node MTBF / nodes) and a restart of R (relaunch plus
+// load) that a failure starts over, a segment that needs w seconds without a
+// failure takes M e^{R/M} (e^{w/M} - 1) on average and meets e^{R/M} (e^{w/M} - 1)
+// failures (failures arrive at rate 1/M throughout). A run is ceil(steps / k)
+// segments: k steps and a checkpoint write each, the last without the write.
+// Each --fail-at failure adds one failure, a restart and at most a segment of
+// work. Without random failures (node_mtbf 0) a segment takes w.
+struct LongRunEstimate {
+    long long segments = 0;  // ceil(steps / k)
+    double failures = 0;     // expected failures per run (inf where e^{w/M} overflows)
+    double wall = 0;         // expected wall time, s (inf likewise)
+    double useful = 0;       // steps x step time
+    [[nodiscard]] double goodput() const { return wall > 0 && wall < 1e308 ? useful / wall : 0; }
+    // Loop iterations of one simulated run: a segment or a failure each.
+    [[nodiscard]] double work() const { return static_cast<double>(segments) + failures; }
+};
+LongRunEstimate estimate_long_run(double step_time, const CheckpointPlan& plan, int nodes, const FaultOptions& options);
+
+// The limits of one simulated run (simulate_long_run refuses a run beyond them
+// with std::invalid_argument, before it starts):
+//  - expected failures per run: past 1e5 a checkpoint interval is hopeless (its
+//    goodput is the closed form's, near 0) and each failure is a simulated event;
+//  - segments per run (steps / k): 1e9, a few seconds of simulation;
+//  - a timeline (trace) of at most 3e7 events (ranks x (2 segments + 3 failures)),
+//    2 GB in memory at 64 bytes an event: the bound of a kept `dtsim run` trace.
+// A run that meets 100 times the failures expected (a draw that unlikely does not
+// happen: the count is close to geometric) stops with std::runtime_error, so the
+// loop ends whatever the draws.
+inline constexpr double kMaxExpectedFailuresPerRun = 1e5;
+inline constexpr double kMaxSegmentsPerRun = 1e9;
+inline constexpr double kMaxTimelineEvents = 3e7;
+inline constexpr int kMaxNodes = 1 << 20;  // a million nodes: far above any cluster built
+// The events of the timeline of a run expected as `e`, on `ranks` ranks.
+double timeline_events(const LongRunEstimate& e, std::size_t ranks);
 
 // One run; `trace` (if not null) receives the timeline: per rank "train",
 // "lost", "checkpoint" (writers) or "idle" (the others during a write),
 // "failure" (the failed node's ranks until relaunched; "idle" on the others)
 // and "restart" (everyone loading the checkpoint).
+// Throws std::invalid_argument for inputs it cannot run: a step time that is not
+// finite and positive, a checkpoint or load time, MTBF, restart or failure time
+// that is not finite and >= 0, nodes not in [1, kMaxNodes], a plan whose gpus_per_node < 1 or
+// whose write and read lists differ in length, steps or k < 1, or a run past
+// the limits above.
 LongRun simulate_long_run(double step_time, const CheckpointPlan& plan, int nodes, const FaultOptions& options,
                           Trace* trace = nullptr);
 
-// The mean over `trials` seeds (seed, seed+1, ...) of runs with interval k.
-LongRun mean_long_run(double step_time, const CheckpointPlan& plan, int nodes, FaultOptions options, int trials);
+// The mean over `trials` seeds (seed, seed+1, ...) of runs with interval k;
+// `after_each` (if set) is called after each trial (progress).
+LongRun mean_long_run(double step_time, const CheckpointPlan& plan, int nodes, FaultOptions options, int trials,
+                      const std::function<void()>& after_each = {});
 
 // Young (1974) first-order optimum checkpoint interval, in seconds of work
 // between checkpoints: sqrt(2 x checkpoint cost x MTBF), MTBF of the whole job.

@@ -63,8 +63,51 @@ struct RunOptions {
     bool straggler_baseline = true;  // with stragglers, also run without them (baseline_step_time)
 };
 
-// Throws ScheduleError if the strategy cannot finish, std::invalid_argument for
-// a configuration the strategy cannot run.
+// The size of a run, estimated from the config alone before anything is built
+// (estimate_run_size): the events it records, and the model states (weights,
+// gradients, optimizer) on the GPU that holds the most parameters.
+//
+// Events, for the hardware strategies: ranks x (L x m x e + m x (6 + 4 x chunks
+// when pp > 1) + s x buckets + 16), L the layers of one rank (layers / pp), m
+// the microbatches. e, per layer and microbatch: the attention and MLP blocks
+// of the forward and the backward, each one compute event plus its
+// tensor-parallel collectives (none with tp = 1, an all-reduce, or an
+// all-gather and a reduce-scatter with sequence parallelism); two more blocks
+// with full recompute, one event with selective; the two weight-gradient
+// events of a split backward (zbh1, schedule files); FSDP's all-gathers and
+// reduce-scatter (3; 2 with grad_op, 4 hybrid). Per microbatch: the embedding,
+// logits and loss, and the sends and receives of each chunk. buckets: the
+// gradient buckets of one synchronisation (a few layers' gradient tensors
+// poured into buckets of the strategy's sizes, scaled to L), s of them: one,
+// or m with ZeRO-2. The straggler baseline run doubles it. It is at least what
+// the run records and at most 1.5 x (tests/hw/test_hw_strategies.cpp: every
+// strategy and recompute policy, and the shipped configs). The puzzle
+// strategies: ranks x (layers x 8 + 16), x batches for grad_accum and gpipe
+// (which run each batch through every layer), an upper bound.
+struct RunSize {
+    double events = 0;
+    double layer_events = 0;       // per rank, layer and microbatch (hardware strategies)
+    double model_state_bytes = 0;  // per GPU, the rank holding the most parameters (0 for the puzzle strategy)
+};
+RunSize estimate_run_size(const Config& config, const RunOptions& options = {});
+
+// The most events a run may record: 1e8, about 7 x the largest shipped run (GPT-3
+// 175B on 1,024 GPUs, SC21's 1F1B: 14,993,600 events, a few seconds), under a
+// minute of simulation; 3e7 when it keeps them for files (64 bytes an event in memory,
+// about 180 in a trace file: 2 GB and 5 GB).
+inline constexpr double kMaxRunEvents = 1e8;
+inline constexpr double kMaxKeptEvents = 3e7;
+
+// Throws ConfigError (exit status 2) when the estimated events pass the limit,
+// naming the estimate, the limit, what to make smaller and whether the model
+// states alone would fit.
+void check_run_size(const Config& config, const RunOptions& options = {});
+
+// Throws ConfigError as check_run_size() does; ScheduleError if the strategy
+// cannot finish; std::invalid_argument for a configuration the strategy cannot
+// run; std::runtime_error naming the figure when a figure of the report (step
+// time, FLOPs, MFU, tokens/s, time split, memory, critical path, baseline) is
+// not finite.
 RunResult simulate(const Config& config, const RunOptions& options = {});
 
 nlohmann::json to_json(const RunReport& r);

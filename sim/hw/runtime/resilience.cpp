@@ -5,6 +5,10 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <queue>
+#include <stdexcept>
+#include <tuple>
+#include <utility>
 
 namespace dtsim::hw {
 
@@ -146,40 +150,128 @@ private:
 
 }  // namespace
 
+LongRunEstimate estimate_long_run(double step_time, const CheckpointPlan& plan, int nodes, const FaultOptions& o) {
+    LongRunEstimate e;
+    if (o.steps < 1) return e;
+    const long long k = std::max<long long>(1, o.checkpoint_every);
+    e.segments = o.steps / k + (o.steps % k != 0 ? 1 : 0);
+    e.useful = static_cast<double>(o.steps) * step_time;
+    const double inf = std::numeric_limits<double>::infinity();
+    const double restart = o.restart_overhead + plan.read_time;
+    // A segment and its checkpoint write; the last one, without the write.
+    const double full = static_cast<double>(std::min(k, o.steps)) * step_time + plan.write_time;
+    const double last = static_cast<double>(o.steps - (e.segments - 1) * k) * step_time;
+    const double others = static_cast<double>(e.segments - 1);
+    if (o.node_mtbf > 0) {
+        const double rate = nodes / o.node_mtbf;  // failures of the job per second
+        const double again = std::exp(rate * restart);  // e^{R/M}: restarts that a failure starts over
+        if (!std::isfinite(rate) || !std::isfinite(again)) {
+            e.failures = e.wall = inf;
+        } else {
+            e.failures = again * ((others > 0 ? others * std::expm1(rate * full) : 0) + std::expm1(rate * last));
+            e.wall = e.failures > 0 ? e.failures / rate : others * full + last;  // E[T] = E[N] M
+        }
+    } else {
+        e.wall = others * full + last;
+    }
+    const auto given = static_cast<double>(o.fail_at.size());
+    e.failures += given;
+    e.wall += given * (restart + full);
+    return e;
+}
+
+double timeline_events(const LongRunEstimate& e, std::size_t ranks) {
+    // Per rank: train and checkpoint (or idle) per segment; lost, a cut write, failure (or idle) and
+    // restart per failure.
+    return static_cast<double>(ranks) * (2 * static_cast<double>(e.segments) + 4 * e.failures);
+}
+
+namespace {
+
+void check_inputs(double step_time, const CheckpointPlan& plan, int nodes, const FaultOptions& o, const Trace* trace) {
+    auto bad = [](const std::string& what) { throw std::invalid_argument("simulate_long_run: " + what); };
+    auto time = [&](double v, const char* what) {
+        if (!(std::isfinite(v) && v >= 0)) bad(fmt::format("{} must be finite and >= 0, got {}", what, v));
+    };
+    if (!(std::isfinite(step_time) && step_time > 0))
+        bad(fmt::format("the step time must be finite and positive, got {}", step_time));
+    time(plan.write_time, "the checkpoint write time");
+    time(plan.read_time, "the checkpoint load time");
+    time(o.node_mtbf, "the node MTBF");
+    time(o.restart_overhead, "the restart overhead");
+    for (double f : o.fail_at) time(f, "a failure time");
+    if (nodes < 1 || nodes > kMaxNodes) bad(fmt::format("nodes must be 1 to {}, got {}", kMaxNodes, nodes));
+    if (plan.gpus_per_node < 1) bad(fmt::format("gpus_per_node must be at least 1, got {}", plan.gpus_per_node));
+    if (plan.write_bytes.size() != plan.read_bytes.size())
+        bad(fmt::format("the plan writes for {} ranks but reads for {}", plan.write_bytes.size(),
+                        plan.read_bytes.size()));
+    if (o.steps < 1) bad(fmt::format("steps must be at least 1, got {}", o.steps));
+    if (o.checkpoint_every < 1) bad(fmt::format("checkpoint_every must be at least 1, got {}", o.checkpoint_every));
+    const LongRunEstimate e = estimate_long_run(step_time, plan, nodes, o);
+    if (static_cast<double>(e.segments) > kMaxSegmentsPerRun)
+        bad(fmt::format("{} steps checkpointed every {} make {} segments, above the limit of {:g} per run", o.steps,
+                        o.checkpoint_every, e.segments, kMaxSegmentsPerRun));
+    const double segment = static_cast<double>(std::min(o.checkpoint_every, o.steps)) * step_time + plan.write_time;
+    if (!(e.failures <= kMaxExpectedFailuresPerRun))
+        bad(fmt::format("the run expects {:.3g} failures (a segment of {:g} s of work and checkpoint against a job "
+                        "MTBF of {:g} s, a restart of {:g} s), above the limit of {:g} per run",
+                        e.failures, segment, o.node_mtbf / nodes, o.restart_overhead + plan.read_time,
+                        kMaxExpectedFailuresPerRun));
+    if (!std::isfinite(e.useful) || (o.node_mtbf == 0 && !std::isfinite(e.wall)))
+        bad(fmt::format("{} steps of {:g} s with a checkpoint every {} overflow the clock", o.steps, step_time,
+                        o.checkpoint_every));
+    if (trace && timeline_events(e, plan.write_bytes.size()) > kMaxTimelineEvents)
+        bad(fmt::format("its timeline would hold about {:.3g} events, above the limit of {:g}",
+                        timeline_events(e, plan.write_bytes.size()), kMaxTimelineEvents));
+}
+
+}  // namespace
+
 LongRun simulate_long_run(double step_time, const CheckpointPlan& plan, int nodes, const FaultOptions& o,
                           Trace* trace) {
+    check_inputs(step_time, plan, nodes, o, trace);
+    // Far more failures than expected cannot happen by chance (the count is close to geometric): stop there.
+    const double max_failures = 100 * estimate_long_run(step_time, plan, nodes, o).failures + 1000;
     LongRun out;
     out.checkpoint_every = o.checkpoint_every;
     const double inf = std::numeric_limits<double>::infinity();
     SplitMix64 rng(o.seed);
     auto draw = [&](double from) { return o.node_mtbf > 0 ? from + rng.exponential(o.node_mtbf) : inf; };
-    std::vector<double> next_failure(static_cast<std::size_t>(nodes));
-    for (auto& f : next_failure) f = draw(0);
+    // Each node's next failure, earliest first (the lowest node among equal times): one draw per
+    // node in node order, then one for each failed node when it is replaced.
+    std::priority_queue<std::pair<double, int>, std::vector<std::pair<double, int>>, std::greater<>> drawn;
+    if (o.node_mtbf > 0)
+        for (int n = 0; n < nodes; ++n) drawn.emplace(draw(0), n);
     std::vector<double> given = o.fail_at;
     std::sort(given.begin(), given.end(), std::greater<>());  // pop from the back
-    // The next failure: (time, node).
+    // The next failure: (time, node); node -1 when none is to come.
     auto next = [&]() {
         double t = inf;
         int node = -1;
-        for (int n = 0; n < nodes; ++n)
-            if (next_failure[static_cast<std::size_t>(n)] < t) t = next_failure[static_cast<std::size_t>(n)], node = n;
+        if (!drawn.empty()) std::tie(t, node) = drawn.top();
         if (!given.empty() && given.back() < t) t = given.back(), node = 0;
         return std::pair{t, node};
     };
     auto consume = [&](double t, int node, double replaced_at) {
-        if (!given.empty() && given.back() == t)
+        if (!given.empty() && given.back() == t) {
             given.pop_back();
-        else
-            next_failure[static_cast<std::size_t>(node)] = draw(replaced_at);
+        } else {
+            drawn.pop();  // the failure next() gave: the earliest drawn
+            drawn.emplace(draw(replaced_at), node);
+        }
+        if (static_cast<double>(out.failures) > max_failures)
+            throw std::runtime_error(fmt::format("simulate_long_run: {} failures, 100 times the {:.3g} expected: "
+                                                 "stopped",
+                                                 out.failures, (max_failures - 1000) / 100));
     };
 
     Timeline tl(trace, plan);
     double t = 0;
     long long done = 0, saved = 0;
     double segment = 0;  // start of the work not yet saved
-    const long long k = std::max(1, o.checkpoint_every);
+    const long long k = o.checkpoint_every;
     while (done < o.steps) {
-        const auto [f, node] = next();
+        const auto [f, node] = next();  // node -1: none to come (f is infinite)
         // Run steps until the next checkpoint is due, the run ends or the node fails.
         const long long target = std::min(o.steps, saved + k);
         const double steps_end = t + static_cast<double>(target - done) * step_time;
@@ -228,7 +320,7 @@ LongRun simulate_long_run(double step_time, const CheckpointPlan& plan, int node
         for (;;) {
             const double end = start + o.restart_overhead + plan.read_time;
             const auto [f2, n2] = next();
-            if (f2 >= end) {
+            if (n2 < 0 || f2 >= end) {
                 tl.failure(failed_node, start, start + o.restart_overhead);
                 tl.restart(start + o.restart_overhead, end);
                 out.restarting += end - start;
@@ -250,7 +342,8 @@ LongRun simulate_long_run(double step_time, const CheckpointPlan& plan, int node
     return out;
 }
 
-LongRun mean_long_run(double step_time, const CheckpointPlan& plan, int nodes, FaultOptions o, int trials) {
+LongRun mean_long_run(double step_time, const CheckpointPlan& plan, int nodes, FaultOptions o, int trials,
+                      const std::function<void()>& after_each) {
     LongRun sum;
     sum.checkpoint_every = o.checkpoint_every;
     const std::uint64_t seed = o.seed;
@@ -264,6 +357,7 @@ LongRun mean_long_run(double step_time, const CheckpointPlan& plan, int nodes, F
         sum.restarting += r.restarting / trials;
         sum.failures += r.failures;
         sum.checkpoints += r.checkpoints;
+        if (after_each) after_each();
     }
     return sum;  // failures and checkpoints: totals over the trials
 }

@@ -2,6 +2,7 @@
 
 #include "dtsim/hw/job.hpp"
 #include "dtsim/hw/puzzle_costs.hpp"
+#include "dtsim/hw/steps.hpp"
 #include "dtsim/hw/strategies.hpp"
 #include "dtsim/hw/workload.hpp"
 #include "dtsim/hw/world.hpp"
@@ -15,8 +16,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <optional>
 #include <stdexcept>
+#include <string_view>
 
 namespace dtsim::hw {
 
@@ -184,9 +187,136 @@ RunResult simulate_puzzle(const Config& c, const RunOptions& options) {
     return out;
 }
 
+// The puzzle strategies that run every batch through every layer one by one (their events grow with
+// the batches); the others take the batches together.
+bool puzzle_per_batch(const std::string& name) { return name == "grad_accum" || name == "gpipe"; }
+
+// Every figure of the report is finite, or the run is an error naming the first that is not.
+void check_finite(const RunReport& r) {
+    auto need = [&](double v, std::string_view what) {
+        if (!std::isfinite(v))
+            throw std::runtime_error(fmt::format("{}: the run's {} is not finite ({}): the config's sizes or rates are "
+                                                 "beyond what the cost models can compute",
+                                                 r.name, what, v));
+    };
+    need(r.step_time, "step time");
+    need(r.model_flops, "model FLOPs");
+    need(r.hardware_flops, "hardware FLOPs");
+    need(r.peak_flops, "peak FLOP/s");
+    need(r.mfu, "MFU");
+    need(r.hfu, "HFU");
+    need(r.tflops_per_gpu, "TFLOP/s per GPU");
+    need(r.tokens_per_second, "tokens/s");
+    need(r.split.compute, "compute time");
+    need(r.split.comm, "exposed communication time");
+    need(r.split.idle, "idle time");
+    for (std::size_t i = 0; i < r.rank_splits.size(); ++i) {
+        const double total = r.rank_splits[i].compute + r.rank_splits[i].comm + r.rank_splits[i].idle;
+        if (!std::isfinite(total)) need(total, fmt::format("time split of rank {}", i));
+    }
+    need(r.critical_share, "critical path share");
+    need(r.critical_transfers_share, "critical path share in transfers");
+    if (r.baseline_step_time) {
+        need(*r.baseline_step_time, "step time without stragglers");
+        need(r.step_time / *r.baseline_step_time - 1, "stretch against the run without stragglers");
+    }
+    need(r.capacity, "memory capacity");
+    need(r.peak.bytes, "peak memory");
+    need(r.peak.time, "time of the peak memory");
+    for (std::size_t i = 0; i < r.rank_peaks.size(); ++i)
+        if (!std::isfinite(r.rank_peaks[i])) need(r.rank_peaks[i], fmt::format("peak memory of rank {}", i));
+    if (r.oom) {
+        need(r.oom->bytes, "memory at the first allocation past capacity");
+        need(r.oom->time, "time of the first allocation past capacity");
+    }
+}
+
 }  // namespace
 
+RunSize estimate_run_size(const Config& c, const RunOptions& options) {
+    RunSize size;
+    const StrategyConfig& s = c.strategy;
+    const TransformerSpec& m = c.model.spec;
+    const double ranks = static_cast<double>(s.dp) * s.tp * s.pp;
+    if (s.name == "puzzle") {
+        const double batches = puzzle_per_batch(s.puzzle) ? c.training.global_batch : 1;
+        size.events = ranks * (static_cast<double>(m.layers) * batches * 8 + 16);
+        return size;
+    }
+    const double layers = static_cast<double>(m.layers) / s.pp;  // on one rank
+    const double mb = c.microbatches();
+    // Gradient buckets of one synchronisation (DDP's, ZeRO's; FSDP has its own): the layers' gradient
+    // tensors poured into buckets as GradientSync does, counted over up to 4 layers and scaled.
+    double buckets = 0;
+    if (s.name != "fsdp" && s.dp > 1) {
+        const LayerSplit split{c.training.micro_batch, s.tp, s.sequence_parallel, s.recompute, s.flash_attention};
+        const Workload work = make_workload(m, split, c.cluster.gpu);
+        GradBuckets b(s.first_bucket_bytes, s.bucket_bytes);
+        const int replayed = static_cast<int>(std::min(4.0, layers));
+        for (int l = 0; l < replayed; ++l)
+            for (const auto* tensors : {&work.layer.mlp_grad_tensors, &work.layer.attention_grad_tensors})
+                for (double t : *tensors) b.add(t);
+        buckets = replayed > 0 ? b.closed() * layers / replayed + 1 : 1;
+    }
+    const double block = s.tp > 1 ? (s.sequence_parallel ? 3 : 2) : 1;  // a block and its tp collectives
+    double per_layer = 4 * block;  // attention and MLP, forward and backward
+    if (s.recompute == Recompute::full) per_layer += 2 * block;
+    if (s.recompute == Recompute::selective) per_layer += 1;
+    if (s.name == "zbh1" || s.name == "schedule") per_layer += 2;  // the weight-gradient halves
+    if (s.name == "fsdp") per_layer += s.sharding == "hybrid" ? 4 : s.sharding == "grad_op" ? 2 : 3;
+    const double chunks = s.name == "dualpipev" ? 2 : is_scheduled_pipeline(s.name) ? std::max(1, s.chunks) : 1;
+    const double per_microbatch = 6 + (s.pp > 1 ? 4 * chunks : 0);  // edges; sends and receives
+    // ZeRO-2 synchronises after every microbatch, the others after the last.
+    const double syncs = s.zero_stage == 2 ? mb : 1;
+    size.layer_events = per_layer + (layers > 0 && s.zero_stage == 2 ? buckets / layers : 0);
+    size.events = ranks * (layers * mb * per_layer + mb * per_microbatch + syncs * buckets + 16);
+    if (c.stragglers.any() && options.straggler_baseline) size.events *= 2;
+
+    // Model states: the rank with the most parameters holds its layers and the embeddings (both copies
+    // when untied and pp = 1), split by tp; ZeRO shards them over its group (make_jobs, load_model_states).
+    const double copy = m.tied_embeddings ? m.embedding_params() : m.embedding_params() / 2;
+    const double edges = (s.pp == 1 && !m.tied_embeddings ? 2 : 1) * copy;
+    const double params = (layers * m.params_per_layer() + edges) / s.tp;
+    int zero_ranks = s.dp;
+    const int per_node = std::max(1, std::min(s.dp, c.cluster.gpus_per_node / s.tp));
+    if (s.name == "fsdp" && s.sharding == "hybrid" && s.dp > per_node && s.dp % per_node == 0) zero_ranks = per_node;
+    size.model_state_bytes = zero_model_states(params, s.zero_stage, zero_ranks).total();
+    return size;
+}
+
+void check_run_size(const Config& c, const RunOptions& options) {
+    const RunSize size = estimate_run_size(c, options);
+    const double limit = options.keep_trace ? kMaxKeptEvents : kMaxRunEvents;
+    if (size.events <= limit) return;
+    const StrategyConfig& s = c.strategy;
+    const double ranks = static_cast<double>(s.dp) * s.tp * s.pp;
+    std::string how;
+    if (s.name == "puzzle")
+        how = fmt::format("{:g} GPUs x {} layers{} x about 8 operations", ranks, c.model.spec.layers,
+                          puzzle_per_batch(s.puzzle) ? fmt::format(" x {} batches", c.training.global_batch) : "");
+    else
+        how = fmt::format("{:g} GPUs x {:g} layers each x {} microbatches x about {:g} operations per layer and "
+                          "microbatch{}",
+                          ranks, static_cast<double>(c.model.spec.layers) / s.pp, c.microbatches(),
+                          size.layer_events, c.stragglers.any() && options.straggler_baseline
+                                                 ? ", twice for the run without stragglers"
+                                                 : "");
+    std::string memory;
+    const double capacity = c.cluster.gpu.memory_bytes;
+    if (size.model_state_bytes > 0)
+        memory = fmt::format("; its model states alone would take {} per GPU of {}{}", Bytes{size.model_state_bytes},
+                             Bytes{capacity},
+                             size.model_state_bytes > capacity ? ": out of memory before the first step" : "");
+    throw ConfigError(c.file, "",
+                      fmt::format("the run would record about {:.3g} events ({}), above the limit of {:g}{}: it was "
+                                  "not simulated; make model.layers, training.global_batch or the cluster smaller{}{}",
+                                  size.events, how, limit,
+                                  options.keep_trace ? " for a run that keeps its events for files" : "",
+                                  options.keep_trace ? ", or write no trace or picture" : "", memory));
+}
+
 RunResult simulate(const Config& c, const RunOptions& options) {
+    check_run_size(c, options);
     const auto t0 = std::chrono::steady_clock::now();
     RunResult out = c.strategy.name == "puzzle" ? simulate_puzzle(c, options) : simulate_transformer(c, options);
     RunReport& r = out.report;
@@ -204,6 +334,7 @@ RunResult simulate(const Config& c, const RunOptions& options) {
     r.peak_flops = c.cluster.gpu.peak(c.model.spec.dtype);
     r.capacity = c.cluster.gpu.memory_bytes;
     rates(r, c);
+    check_finite(r);
     r.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return out;
 }
