@@ -129,7 +129,7 @@ TEST_CASE("an unknown key is rejected with a did-you-mean, naming the file and t
     CHECK(error_of("run.json", {parse_override("strategy.zzzzzzzz=1")}) ==
           "--set strategy.zzzzzzzz=1: $.strategy.zzzzzzzz: unknown key \"zzzzzzzz\"; the keys here are: name, dp, tp, pp, "
           "microbatches, zero_stage, bucket_MiB, first_bucket_MiB, overlap, prefetch, recompute, sequence_parallel, "
-          "flash_attention, algorithm, puzzle, chunks, microbatch_group, schedule_file, sharding");
+          "flash_attention, attention_kernel, algorithm, puzzle, chunks, microbatch_group, schedule_file, sharding");
 }
 
 TEST_CASE("an error in an included file names that file") {

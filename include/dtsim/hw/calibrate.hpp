@@ -89,10 +89,25 @@ struct MegatronSet {
     std::vector<MegatronRow> rows;
 };
 
+// One fused causal attention call as calibration/pytorch/dtsim_kernels.py measured it.
+struct AttentionPoint {
+    std::string gpu;
+    std::string backend;  // "flash2" (the file's "flash") or "cudnn"
+    double batch = 1, heads = 1, head_dim = 128, seq = 0;
+    double forward_us = 0, forward_backward_us = 0;
+};
+
+struct KernelSet {
+    std::string id;  // "<file stem>:attention"
+    std::string source, file, gpu;
+    std::vector<AttentionPoint> attention;
+};
+
 struct GroundTruth {
     std::vector<CollectiveSet> collectives;
     std::vector<GemmSet> gemms;
     std::vector<MegatronSet> megatron;
+    std::vector<KernelSet> kernels;
     std::vector<std::string> skipped;  // files with none of the three (e.g. gpus.json), and why
 };
 
@@ -227,6 +242,16 @@ struct ValidateOptions {
     int max_lines = 3;
     double calibrate_min_bytes = 64 * 1024;
 };
+
+// FLOPs and measured seconds of a point, forward or backward (fwd_bwd - fwd).
+double attention_flops(const AttentionPoint& p, bool backward);
+double attention_measured_seconds(const AttentionPoint& p, bool backward);
+// One curve per backend and head dimension (AttentionModel), by least squares on the relative
+// error of t = F / (peak e) x (1 + half_seq / s); a group of fewer than two points is left out.
+AttentionModel fit_attention(const std::vector<AttentionPoint>& points, double peak_flops);
+nlohmann::json attention_json(const AttentionModel& m);
+// Predicts a kernel set's attention rows on `gpu` (holdout: each from a fit to the others).
+ValidationSet validate_attention(const KernelSet& s, const GpuSpec& gpu, const std::string& cluster_file, bool holdout);
 
 std::vector<ValidationSet> validate(const GroundTruth& data, const ValidateOptions& options = {});
 

@@ -57,6 +57,7 @@ struct StrategyConfig {
     Recompute recompute = Recompute::none;
     bool sequence_parallel = false;
     bool flash_attention = false;          // fused attention: no s x s scores kept
+    std::string attention_kernel = "flash2";  // which fused kernel: "flash2" or "cudnn" (AttentionModel)
     std::optional<Algorithm> algorithm;    // overrides the cluster's collective algorithm
     std::string puzzle;                    // name == "puzzle": which puzzle strategy
     // Schedule-driven pipelines (names "interleaved", "zbh1", "bfs", "dualpipev", "schedule"):

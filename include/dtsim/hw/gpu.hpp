@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -52,12 +53,46 @@ struct GemmModel {
     }
 };
 
+// Fused causal attention (FlashAttention and its kind) as a kernel of its own, not as
+// GEMMs. For one call over `heads` = batch x heads-on-this-GPU, sequence s, head dim d:
+//
+//   forward FLOPs  F = 4 heads s^2 d / 2      (QK^T and PV, causal half)
+//   backward FLOPs 2.5 F                     (dQ, dK, dV, dP and the recomputed QK^T)
+//   t = FLOPs / (peak x efficiency x s / (s + half_seq))
+//
+// The products grow as s^2 per head while the work per query row that is not a product
+// (loading Q, the softmax statistics, the diagonal block under the mask) grows as s: the
+// throughput saturates at `efficiency` and reaches half of it at s = half_seq. Fitted per
+// backend and head dimension to measured kernels (dtsim calibrate on
+// calibration/data/h100_dtsim_torch_kernels.json "attention"); the backend is the
+// strategy's attention_kernel ("flash2": FlashAttention-2 as PyTorch's SDPA runs it,
+// "cudnn": cuDNN's fused attention, Transformer Engine's choice on Hopper).
+struct AttentionCurve {
+    double efficiency = 0;  // of the GPU's peak for the model's data type
+    double half_seq = 0;    // tokens
+};
+
+struct AttentionKernel {
+    int head_dim = 128;
+    AttentionCurve forward, backward;
+};
+
+struct AttentionModel {
+    std::map<std::string, std::vector<AttentionKernel>, std::less<>> backends;
+    std::vector<std::string> datasets;
+
+    // The curve measured at the head dimension nearest to `head_dim` (by ratio), or
+    // nullptr when the backend has none.
+    [[nodiscard]] const AttentionKernel* find(std::string_view backend, double head_dim) const;
+};
+
 struct GpuSpec {
     std::string name;
     std::array<double, kDTypes> peak_flops{};  // dense FLOP/s by DType; 0 = not supported
     double memory_bytes = 0;                   // HBM capacity
     double memory_bandwidth = 0;               // HBM bytes/s
     GemmModel gemm;
+    AttentionModel attention;
 
     // Throws std::invalid_argument naming the GPU when it has no peak for `d`.
     [[nodiscard]] double peak(DType d) const;
@@ -68,6 +103,11 @@ struct GpuSpec {
     // Memory-bound work (norms, element-wise ops, the optimizer step): bytes
     // read plus written at the effective bandwidth of the GEMM fit.
     [[nodiscard]] double memory_seconds(double bytes) const;
+    // Seconds of one fused causal attention call (see AttentionModel) over `heads`
+    // (batch x heads on this GPU) of sequence `seq` and head dimension `head_dim`,
+    // forward or backward; nullopt when there is no measured curve for `backend`.
+    [[nodiscard]] std::optional<double> attention_seconds(std::string_view backend, double heads, double seq,
+                                                          double head_dim, DType d, bool backward) const;
 };
 
 }  // namespace dtsim::hw

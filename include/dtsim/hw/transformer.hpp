@@ -44,6 +44,9 @@ struct LayerSplit {
     // Fused attention (FlashAttention) never stores the s x s scores: the
     // 5 a s^2 b term goes, as with selective recompute.
     bool flash_attention = false;
+    // With flash_attention: the fused kernel whose measured curve prices the attention
+    // core (GpuSpec::attention_seconds); without a curve, the core is priced as GEMMs.
+    std::string attention_kernel = "flash2";
 };
 
 // Forward FLOPs of one layer for one microbatch on one GPU (each /t):

@@ -27,7 +27,8 @@ struct LayerWork {
     // counts what runs.
     Work attention_forward, mlp_forward;
     Work attention_backward, mlp_backward;  // twice the forward GEMMs, twice the element-wise bytes
-                                            // but 11 (not 18) bytes per attention score
+                                            // but 11 (not 18) bytes per attention score; a fused
+                                            // attention core with a measured curve: its own backward
     // The backward split as zero-bubble schedules split it (Qi et al. 2023): the
     // weight gradient W is one GEMM per weight matrix with the FLOPs of its
     // forward (QKV and projection; fc1[, fc3] and fc2); the input gradient I is
@@ -60,6 +61,9 @@ struct Workload {
     LayerSplit split;
     LayerWork layer;
     EdgeWork edge;
+    // The attention core was priced from a measured fused-attention curve (GpuSpec's
+    // AttentionModel), not as GEMMs.
+    bool measured_attention = false;
 };
 
 // Prices every operation on `gpu` for `model` split as `split`.

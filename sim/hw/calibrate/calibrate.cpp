@@ -4,6 +4,7 @@
 #include "dtsim/hw/collective_cost.hpp"
 #include "dtsim/hw/units.hpp"
 #include "hw/config/reading.hpp"
+#include "kernels.hpp"
 
 #include <fmt/format.h>
 
@@ -336,6 +337,7 @@ std::vector<std::string> data_set_ids(const GroundTruth& data) {
     for (const auto& s : data.collectives) ids.push_back(s.id);
     for (const auto& s : data.gemms) ids.push_back(s.id);
     for (const auto& s : data.megatron) ids.push_back(s.id);
+    for (const auto& s : data.kernels) ids.push_back(s.id);
     return ids;
 }
 
@@ -348,7 +350,9 @@ GroundTruth load_ground_truth(const std::vector<std::string>& files) {
         const std::string stem = fs::path(file).stem().string();
         bool by_shape = j.contains("max_achievable");
         for (const auto& [k, v] : j.items()) by_shape |= by_shape_section(k);
-        if (j.contains("datasets")) {
+        if (is_kernel_file(j)) {
+            read_kernels(root, file, stem, out);
+        } else if (j.contains("datasets")) {
             read_collectives(root, file, out);
         } else if (by_shape) {
             read_gemm(root, file, stem, out);
@@ -738,6 +742,59 @@ std::vector<std::string> fit_megatron_ceiling(json& gm, const json& cluster, con
 
 }  // namespace
 
+namespace {
+
+// The fused-attention curves (AttentionModel) of the family's kernel sets, per backend and
+// head dimension; a base's curves for backends the data does not cover are kept.
+void fit_attention_model(json& gpu_doc, const GpuSpec& gpu, const std::string& family, const GroundTruth& data,
+                         const CalibrateOptions& o, CalibrateResult& out, std::vector<std::string>& sources) {
+    std::vector<AttentionPoint> points;
+    std::vector<std::string> ids;
+    for (const auto& s : data.kernels) {
+        if (!wanted(s.id, o) || !same_family(s.gpu, family) || s.attention.empty()) continue;
+        points.insert(points.end(), s.attention.begin(), s.attention.end());
+        ids.push_back(s.id);
+    }
+    if (points.empty()) return;
+    const DType d = gpu.peak_flops[static_cast<std::size_t>(DType::bf16)] > 0 ? DType::bf16 : DType::fp16;
+    AttentionModel m = fit_attention(points, gpu.peak(d));
+    if (m.backends.empty()) {
+        out.log.push_back(fmt::format("skipped attention ({}): no backend has two shapes of one head dimension",
+                                      fmt::join(ids, ", ")));
+        return;
+    }
+    m.datasets = ids;
+    json doc = attention_json(m);
+    if (gpu_doc.contains("attention") && gpu_doc["attention"].is_object())
+        for (const auto& [k, v] : gpu_doc["attention"].items())
+            if (k != "datasets" && !doc.contains(k)) doc[k] = v;
+    gpu_doc["attention"] = doc;
+    ++out.fitted;
+    for (const auto& [backend, kernels] : m.backends)
+        for (const auto& k : kernels) {
+            // The fit's own error on its points, as the log's evidence.
+            std::vector<double> errs;
+            GpuSpec g = gpu;
+            g.attention = m;
+            for (const auto& p : points) {
+                if (p.backend != backend || static_cast<int>(p.head_dim) != k.head_dim) continue;
+                for (const bool bwd : {false, true}) {
+                    const double t = *g.attention_seconds(backend, p.batch * p.heads, p.seq, p.head_dim, d, bwd);
+                    errs.push_back(std::abs(t / attention_measured_seconds(p, bwd) - 1));
+                }
+            }
+            std::sort(errs.begin(), errs.end());
+            out.log.push_back(fmt::format(
+                "attention {} head dim {}: forward efficiency {:.4f} half at {:.0f} tokens, backward {:.4f} at {:.0f} "
+                "({} points; |error| median {:.1f} %, max {:.1f} %)",
+                backend, k.head_dim, k.forward.efficiency, k.forward.half_seq, k.backward.efficiency, k.backward.half_seq,
+                errs.size(), errs.empty() ? 0.0 : 100 * errs[errs.size() / 2], errs.empty() ? 0.0 : 100 * errs.back()));
+        }
+    sources.push_back(fmt::format("gpu.attention: dtsim calibrate on {}", fmt::join(ids, ", ")));
+}
+
+}  // namespace
+
 CalibrateResult calibrate(const json& base, const std::string& base_file, const GroundTruth& data,
                           const CalibrateOptions& o) {
     CalibrateResult out;
@@ -772,6 +829,7 @@ CalibrateResult calibrate(const json& base, const std::string& base_file, const 
         gm["datasets"] = all;
         sources.push_back(fmt::format("gpu.gemm: dtsim calibrate on {}", fmt::join(all, ", ")));
     }
+    fit_attention_model(cl["gpu"], c.gpu, family, data, o, out, sources);
     if (out.fitted == 0) {
         // Nothing fitted: the written cluster would be the base, unchanged. Say why.
         std::vector<std::string> used;

@@ -389,6 +389,15 @@ std::vector<ValidationSet> validate(const GroundTruth& data, const ValidateOptio
     for (const auto& s : data.collectives) out.push_back(collective_set(s, data, clusters, o));
     for (const auto& s : data.gemms) out.push_back(gemm_set(s, clusters, o));
     for (const auto& s : data.megatron) out.push_back(megatron_set(s, clusters));
+    for (const auto& s : data.kernels) {
+        const ClusterDoc* cd = clusters.get(gpu_family(s.gpu));
+        if (!cd)
+            throw ConfigError(s.file, "$.meta.gpu",
+                              fmt::format("no cluster config for GPU family \"{}\", so data set \"{}\" cannot be "
+                                          "predicted; give one with --cluster",
+                                          gpu_family(s.gpu), s.id));
+        out.push_back(validate_attention(s, make_cluster(cd->doc, cd->file).gpu, cd->file, o.holdout));
+    }
     for (auto& s : out) summarize(s);
     return out;
 }

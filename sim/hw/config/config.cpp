@@ -88,8 +88,35 @@ void from_json(const Node& n, GemmModel& g) {
     if (n.has("datasets")) g.datasets = read_datasets(n["datasets"]);
 }
 
+// "attention": {"flash2": [{"head_dim": 128, "forward": {"efficiency": e, "half_seq": s0},
+//                            "backward": {...}}, ...], "cudnn": [...], "datasets": [...]}
+void from_json(const Node& n, AttentionModel& a) {
+    n.keys({"flash2", "cudnn", "datasets"});
+    for (const auto& [name, list] : n.members()) {
+        if (name == "datasets") {
+            a.datasets = read_datasets(list);
+            continue;
+        }
+        if (!list.is_array() || list.size() == 0) list.expected("a non-empty array of curves by head dimension");
+        std::vector<AttentionKernel>& out = a.backends[std::string(name)];
+        for (std::size_t i = 0; i < list.size(); ++i) {
+            const Node k = list.at(i);
+            k.keys({"head_dim", "forward", "backward"});
+            AttentionKernel kernel;
+            kernel.head_dim = static_cast<int>(k["head_dim"].integer(1));
+            for (const auto& [dir, curve] : {std::pair{"forward", &kernel.forward}, {"backward", &kernel.backward}}) {
+                const Node c = k[dir];
+                c.keys({"efficiency", "half_seq"});
+                curve->efficiency = c["efficiency"].fraction();
+                curve->half_seq = c["half_seq"].real(ranges::tokens);
+            }
+            out.push_back(kernel);
+        }
+    }
+}
+
 void from_json(const Node& n, GpuSpec& g) {
-    n.keys({"name", "peak_tflops", "hbm_GiB", "hbm_TBps", "gemm"});
+    n.keys({"name", "peak_tflops", "hbm_GiB", "hbm_TBps", "gemm", "attention"});
     g.name = n.has("name") ? n["name"].string() : "gpu";
     const Node peaks = n["peak_tflops"];
     peaks.keys({"fp32", "tf32", "bf16", "fp16", "fp8"});
@@ -98,6 +125,7 @@ void from_json(const Node& n, GpuSpec& g) {
     g.memory_bytes = n["hbm_GiB"].real(ranges::memory_GiB) * kGiB;
     g.memory_bandwidth = n["hbm_TBps"].real(ranges::memory_TBps) * kTera;
     if (n.has("gemm")) from_json(n["gemm"], g.gemm);
+    if (n.has("attention")) from_json(n["attention"], g.attention);
 }
 
 
@@ -247,8 +275,8 @@ void from_json(const Node& n, TrainingConfig& t) {
 
 void from_json(const Node& n, StrategyConfig& s) {
     n.keys({"name", "dp", "tp", "pp", "microbatches", "zero_stage", "bucket_MiB", "first_bucket_MiB", "overlap",
-            "prefetch", "recompute", "sequence_parallel", "flash_attention", "algorithm", "puzzle", "chunks",
-            "microbatch_group", "schedule_file", "sharding"});
+            "prefetch", "recompute", "sequence_parallel", "flash_attention", "attention_kernel", "algorithm", "puzzle",
+            "chunks", "microbatch_group", "schedule_file", "sharding"});
     s.name = n["name"].choice(strategy_names());
     if (n.has("dp")) s.dp = n["dp"].integer(1);
     if (n.has("tp")) s.tp = n["tp"].integer(1);
@@ -268,6 +296,7 @@ void from_json(const Node& n, StrategyConfig& s) {
     }
     if (n.has("sequence_parallel")) s.sequence_parallel = n["sequence_parallel"].boolean();
     if (n.has("flash_attention")) s.flash_attention = n["flash_attention"].boolean();
+    if (n.has("attention_kernel")) s.attention_kernel = n["attention_kernel"].choice({"flash2", "cudnn"});
     if (n.has("algorithm")) s.algorithm = read_algorithm(n["algorithm"]);
     if (n.has("puzzle")) s.puzzle = n["puzzle"].string();
     if (n.has("chunks")) s.chunks = n["chunks"].integer(1);

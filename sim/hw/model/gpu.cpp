@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <stdexcept>
 
@@ -60,6 +61,30 @@ double GpuSpec::gemm_efficiency(double m, double n, double k, DType d) const {
 
 double GpuSpec::memory_seconds(double bytes) const {
     return bytes <= 0 ? 0 : bytes / (memory_bandwidth * gemm.bandwidth_fraction);
+}
+
+const AttentionKernel* AttentionModel::find(std::string_view backend, double head_dim) const {
+    const auto it = backends.find(backend);
+    if (it == backends.end() || it->second.empty() || !(head_dim > 0)) return nullptr;
+    const AttentionKernel* best = nullptr;
+    double distance = 0;
+    for (const AttentionKernel& k : it->second) {
+        const double d = std::abs(std::log(k.head_dim / head_dim));
+        if (best == nullptr || d < distance) best = &k, distance = d;
+    }
+    return best;
+}
+
+std::optional<double> GpuSpec::attention_seconds(std::string_view backend, double heads, double seq, double head_dim,
+                                                 DType d, bool backward) const {
+    const AttentionKernel* k = attention.find(backend, head_dim);
+    if (k == nullptr) return std::nullopt;
+    if (heads <= 0 || seq <= 0) return 0.0;
+    const AttentionCurve& c = backward ? k->backward : k->forward;
+    const double flops = (backward ? 2.5 : 1.0) * 2 * heads * seq * seq * head_dim;
+    // fp8 runs attention in bf16 (Transformer Engine and torchao keep it there).
+    const double p = peak(d == DType::fp8 ? DType::bf16 : d);
+    return flops / (p * c.efficiency * seq / (seq + c.half_seq));
 }
 
 std::string_view algorithm_name(Algorithm a) {

@@ -29,8 +29,21 @@ Workload make_workload(const TransformerSpec& m, const LayerSplit& s, const GpuS
     // probabilities times V over all s x s scores, so it pays (and executes) both
     // products in full.
     const double core_share = s.flash_attention ? 0.5 : 1.0;
-    const double core = core_share * (gpu.gemm_seconds(S * b * a / t, S, hd, d) + gpu.gemm_seconds(S * b * a / t, hd, S, d));
+    double core = core_share * (gpu.gemm_seconds(S * b * a / t, S, hd, d) + gpu.gemm_seconds(S * b * a / t, hd, S, d));
     const double core_flops = f.attention * 2 * core_share;  // f.attention is the causal half
+    // A fused kernel with a measured curve is priced as that kernel, forward and backward
+    // on their own curves (GpuSpec::attention_seconds); the backward otherwise is twice the
+    // forward's GEMMs.
+    double core_backward = 2 * core;
+    if (s.flash_attention) {
+        const auto fwd = gpu.attention_seconds(s.attention_kernel, b * a / t, S, hd, d, false);
+        const auto bwd = gpu.attention_seconds(s.attention_kernel, b * a / t, S, hd, d, true);
+        if (fwd && bwd) {
+            core = *fwd;
+            core_backward = *bwd;
+            w.measured_attention = true;
+        }
+    }
     const double proj = gpu.gemm_seconds(tokens, h, h / t, d);
     const double fc1 = gpu.gemm_seconds(tokens, mlp_in * ffn / t, h, d);
     const double fc2 = gpu.gemm_seconds(tokens, h, ffn / t, d);
@@ -48,6 +61,7 @@ Workload make_workload(const TransformerSpec& m, const LayerSplit& s, const GpuS
                            attn_bytes};
     L.mlp_forward = {fc1 + fc2 + gpu.memory_seconds(mlp_bytes), f.mlp, mlp_bytes};
     L.attention_backward = times(L.attention_forward, 2);
+    L.attention_backward.seconds += core_backward - 2 * core;
     // The scores' backward is not twice their forward: dropout's backward reads
     // the gradient and the mask and writes the gradient (2 + 1 + 2 bytes), the
     // softmax's reads the gradient and its output and writes the gradient

@@ -88,7 +88,7 @@ RunResult simulate_transformer(const Config& c, const RunOptions& options) {
     const StrategyInfo* strategy = find_hw_strategy(c.strategy.name);
     if (!strategy) throw std::invalid_argument(fmt::format("no hardware strategy \"{}\"", c.strategy.name));
     const LayerSplit split{c.training.micro_batch, c.strategy.tp, c.strategy.sequence_parallel, c.strategy.recompute,
-                           c.strategy.flash_attention};
+                           c.strategy.flash_attention, c.strategy.attention_kernel};
     const Workload work = make_workload(c.model.spec, split, c.cluster.gpu);
 
     World world(c.cluster, c.gpus());
@@ -249,7 +249,8 @@ RunSize estimate_run_size(const Config& c, const RunOptions& options) {
     // tensors poured into buckets as GradientSync does, counted over up to 4 layers and scaled.
     double buckets = 0;
     if (s.name != "fsdp" && s.dp > 1) {
-        const LayerSplit split{c.training.micro_batch, s.tp, s.sequence_parallel, s.recompute, s.flash_attention};
+        const LayerSplit split{c.training.micro_batch, s.tp, s.sequence_parallel, s.recompute, s.flash_attention,
+                               s.attention_kernel};
         const Workload work = make_workload(m, split, c.cluster.gpu);
         GradBuckets b(s.first_bucket_bytes, s.bucket_bytes);
         const int replayed = static_cast<int>(std::min(4.0, layers));

@@ -1,0 +1,194 @@
+// Kernel measurements as calibration/pytorch/dtsim_kernels.py writes them: the fused
+// attention rows are read, fitted (AttentionModel) and predicted; the file's other
+// sections (GEMMs, element-wise kernels, cross-entropy, optimizer, launch) are checked
+// for form and kept as documentation until a cost model uses them.
+#include "kernels.hpp"
+
+#include "hw/config/reading.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+namespace dtsim::hw::calib {
+
+namespace {
+
+using Value = json_reader::Value;
+
+constexpr std::string_view kKernelFileKeys[] = {"source",        "note",      "description", "meta",
+                                                "gemm",          "attention", "elementwise", "cross_entropy",
+                                                "optimizer",     "launch"};
+constexpr std::string_view kSectionKeys[] = {"description", "columns", "rows"};
+constexpr std::string_view kAttentionColumns[] = {"backend", "batch",      "heads",     "kv_heads",      "head_dim",
+                                                  "seq",     "fwd_us",     "fwd_bwd_us", "tflops_fwd", "tflops_fwd_bwd"};
+
+// Index of each named column; all of `want` must be there, in any order.
+std::map<std::string, std::size_t> column_index(const Value& cols, std::span<const std::string_view> want) {
+    std::map<std::string, std::size_t> at;
+    for (std::size_t i = 0; i < cols.size(); ++i) at.emplace(cols.at(i).string(), i);
+    for (auto w : want)
+        if (!at.count(std::string(w))) cols.fail(fmt::format("missing column \"{}\"", w));
+    return at;
+}
+
+// Unknowns a, c of t = a F + c F / s (a = 1 / (peak e), c = half_seq / (peak e)), by least
+// squares on the relative error: every shape counts alike, short kernels as much as long.
+std::pair<double, double> fit_two(const std::vector<std::array<double, 3>>& pts) {  // {F, F / s, t}
+    double a00 = 0, a01 = 0, a11 = 0, b0 = 0, b1 = 0;
+    for (const auto& [x0, x1, y] : pts) {
+        const double w = 1 / (y * y);
+        a00 += w * x0 * x0, a01 += w * x0 * x1, a11 += w * x1 * x1, b0 += w * x0 * y, b1 += w * x1 * y;
+    }
+    const double det = a00 * a11 - a01 * a01;
+    if (!(std::abs(det) > 0)) return {0, 0};
+    return {(b0 * a11 - b1 * a01) / det, (a00 * b1 - a01 * b0) / det};
+}
+
+}  // namespace
+
+bool is_kernel_file(const nlohmann::json& j) { return j.is_object() && j.contains("attention"); }
+
+void read_kernels(const json_reader::Value& root, const std::string& file, const std::string& stem, GroundTruth& out) {
+    for (const auto& [key, sec] : root.members()) {
+        if (std::find(std::begin(kKernelFileKeys), std::end(kKernelFileKeys), key) == std::end(kKernelFileKeys))
+            root.unknown_key(key, kKernelFileKeys);
+        if (key == "source" || key == "note" || key == "description" || key == "meta") continue;
+        sec.keys(kSectionKeys);
+        const Value cols = sec["columns"], rows = sec["rows"];
+        for (std::size_t i = 0; i < rows.size(); ++i)
+            if (rows.at(i).size() != cols.size())
+                rows.at(i).fail(fmt::format("expected {} values, one per column", cols.size()));
+    }
+    const Value meta = root["meta"];
+    const Value gpu_name = meta["gpu"];
+    const std::string gpu = gpu_name.string();
+    if (gpu_family(gpu).empty())
+        gpu_name.fail(fmt::format("cannot tell the GPU family of \"{}\" (expected a name such as \"NVIDIA H100 80GB HBM3\")",
+                                  json_reader::shorten(gpu)));
+    KernelSet set;
+    set.id = stem + ":attention";
+    set.file = file;
+    set.gpu = gpu;
+    set.source = root.has("source") ? root["source"].string() : "";
+    const Value sec = root["attention"];
+    const auto at = column_index(sec["columns"], kAttentionColumns);
+    const Value rows = sec["rows"];
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+        const Value r = rows.at(i);
+        if (r.at(at.at("fwd_us")).json().is_null()) continue;  // a backend that failed on this shape
+        AttentionPoint p;
+        p.gpu = gpu;
+        p.backend = r.at(at.at("backend")).choice({"flash", "cudnn"});
+        if (p.backend == "flash") p.backend = "flash2";
+        auto col = [&](const char* c, const Range& range) { return r.at(at.at(c)).real(range); };
+        p.batch = col("batch", ranges::dimension);
+        p.heads = col("heads", ranges::dimension);
+        p.head_dim = col("head_dim", ranges::dimension);
+        p.seq = col("seq", ranges::tokens);
+        p.forward_us = col("fwd_us", ranges::time_us);
+        p.forward_backward_us = col("fwd_bwd_us", ranges::time_us);
+        if (!(p.forward_backward_us > p.forward_us))
+            r.fail(fmt::format("fwd_bwd_us ({}) must exceed fwd_us ({})", p.forward_backward_us, p.forward_us));
+        set.attention.push_back(p);
+    }
+    if (set.attention.empty()) sec.fail("expected at least one measured attention row");
+    out.kernels.push_back(std::move(set));
+}
+
+double attention_flops(const AttentionPoint& p, bool backward) {
+    return (backward ? 2.5 : 1.0) * 2 * p.batch * p.heads * p.seq * p.seq * p.head_dim;
+}
+
+double attention_measured_seconds(const AttentionPoint& p, bool backward) {
+    return (backward ? p.forward_backward_us - p.forward_us : p.forward_us) * 1e-6;
+}
+
+AttentionModel fit_attention(const std::vector<AttentionPoint>& points, double peak_flops) {
+    AttentionModel m;
+    std::map<std::pair<std::string, int>, std::vector<const AttentionPoint*>> groups;
+    for (const auto& p : points) groups[{p.backend, static_cast<int>(p.head_dim)}].push_back(&p);
+    for (const auto& [key, pts] : groups) {
+        if (pts.size() < 2) continue;  // two unknowns per direction
+        AttentionKernel k;
+        k.head_dim = key.second;
+        for (const bool backward : {false, true}) {
+            std::vector<std::array<double, 3>> xy;
+            for (const AttentionPoint* p : pts) {
+                const double f = attention_flops(*p, backward);
+                xy.push_back({f, f / p->seq, attention_measured_seconds(*p, backward)});
+            }
+            const auto [a, c] = fit_two(xy);
+            if (!(a > 0) || !(c >= 0)) continue;  // no saturating curve fits: leave the backend out
+            AttentionCurve& curve = backward ? k.backward : k.forward;
+            curve.efficiency = std::min(1.0, std::round(1 / (a * peak_flops) * 10000) / 10000);
+            curve.half_seq = std::round(c / a);
+        }
+        if (k.forward.efficiency > 0 && k.backward.efficiency > 0) m.backends[key.first].push_back(k);
+    }
+    return m;
+}
+
+ValidationSet validate_attention(const KernelSet& s, const GpuSpec& gpu, const std::string& cluster_file,
+                                 bool holdout) {
+    ValidationSet v;
+    v.id = s.id;
+    v.kind = "attention";
+    v.source = s.source;
+    v.file = s.file;
+    v.cluster = cluster_file;
+    const DType d = gpu.peak_flops[static_cast<std::size_t>(DType::bf16)] > 0 ? DType::bf16 : DType::fp16;
+    const auto& ds = gpu.attention.datasets;
+    const bool in_sample = !holdout && std::find(ds.begin(), ds.end(), s.id) != ds.end();
+    std::set<std::string> missing;
+    for (std::size_t i = 0; i < s.attention.size(); ++i) {
+        const AttentionPoint& p = s.attention[i];
+        GpuSpec g = gpu;
+        if (holdout) {
+            std::vector<AttentionPoint> rest;
+            for (std::size_t j = 0; j < s.attention.size(); ++j)
+                if (j != i) rest.push_back(s.attention[j]);
+            g.attention = fit_attention(rest, g.peak(d));
+        }
+        for (const bool bwd : {false, true}) {
+            const auto t = g.attention_seconds(p.backend, p.batch * p.heads, p.seq, p.head_dim, d, bwd);
+            if (!t) {
+                missing.insert(p.backend);
+                continue;
+            }
+            const double measured = attention_measured_seconds(p, bwd);
+            v.points.push_back({fmt::format("{} {} b{:.0f} h{:.0f} d{:.0f} s{:.0f}", p.backend, bwd ? "bwd" : "fwd",
+                                            p.batch, p.heads, p.head_dim, p.seq),
+                                attention_flops(p, bwd), measured * 1e6, *t * 1e6, "us", true, in_sample});
+        }
+    }
+    if (v.points.empty())
+        throw ConfigError(s.file, "$.attention",
+                          fmt::format("data set \"{}\" cannot be predicted: {} has no attention curve for {}", s.id,
+                                      cluster_file, fmt::join(missing, ", ")));
+    v.fit = holdout ? "held out: each shape predicted from a fit to the other shapes (leave one out)"
+            : in_sample ? "in-sample: the attention curves were fitted to this set"
+                        : "held out: curves fitted to " + (ds.empty() ? std::string("nothing") : fmt::format("{}", fmt::join(ds, ", ")));
+    v.note = "GpuSpec::attention_seconds (saturating in the sequence length, per backend and head dimension)";
+    if (!missing.empty()) v.note += fmt::format("; not predicted (no curve): {}", fmt::join(missing, ", "));
+    return v;
+}
+
+nlohmann::json attention_json(const AttentionModel& m) {
+    nlohmann::json j = nlohmann::json::object();
+    for (const auto& [backend, kernels] : m.backends) {
+        nlohmann::json list = nlohmann::json::array();
+        for (const auto& k : kernels)
+            list.push_back({{"head_dim", k.head_dim},
+                            {"forward", {{"efficiency", k.forward.efficiency}, {"half_seq", k.forward.half_seq}}},
+                            {"backward", {{"efficiency", k.backward.efficiency}, {"half_seq", k.backward.half_seq}}}});
+        j[backend] = list;
+    }
+    if (!m.datasets.empty()) j["datasets"] = m.datasets;
+    return j;
+}
+
+}  // namespace dtsim::hw::calib

@@ -1,0 +1,174 @@
+// Fused attention as a kernel of its own (GpuSpec::attention_seconds, AttentionModel): the
+// formula against a hand computation, the fit recovering a known curve, the limits (never
+// faster than the GPU's peak, slower per FLOP at short sequences), the layer's pricing, and
+// the shipped H100 curves against the measured kernels they were fitted to.
+#include "dtsim/hw/calibrate.hpp"
+#include "dtsim/hw/config.hpp"
+#include "dtsim/hw/workload.hpp"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+using namespace dtsim::hw;
+
+namespace {
+
+GpuSpec h100_like() {
+    GpuSpec g;
+    g.name = "H100-SXM";
+    g.peak_flops[static_cast<std::size_t>(DType::bf16)] = 989.4e12;
+    g.memory_bytes = 80e9;
+    g.memory_bandwidth = 3.35e12;
+    AttentionKernel k;
+    k.head_dim = 128;
+    k.forward = {0.32, 600};
+    k.backward = {0.30, 1300};
+    g.attention.backends["flash2"].push_back(k);
+    return g;
+}
+
+}  // namespace
+
+TEST_CASE("attention_seconds: the formula by hand") {
+    const GpuSpec g = h100_like();
+    // 32 heads of 128 over 8,192 tokens, forward: F = 2 x 32 x 8192^2 x 128 = 5.497558e11 FLOPs
+    // at 989.4e12 x 0.32 x 8192 / (8192 + 600) = 2.9595e14 FLOP/s: 1.8576 ms.
+    const double f = 2.0 * 32 * 8192.0 * 8192.0 * 128;
+    CHECK(f == doctest::Approx(5.497558e11).epsilon(1e-6));
+    const double rate = 989.4e12 * 0.32 * 8192 / (8192 + 600);
+    CHECK(*g.attention_seconds("flash2", 32, 8192, 128, DType::bf16, false) == doctest::Approx(f / rate));
+    CHECK(*g.attention_seconds("flash2", 32, 8192, 128, DType::bf16, false) == doctest::Approx(1.8576e-3).epsilon(1e-3));
+    // Backward: 2.5 F at 0.30 with half at 1,300 tokens.
+    CHECK(*g.attention_seconds("flash2", 32, 8192, 128, DType::bf16, true) ==
+          doctest::Approx(2.5 * f / (989.4e12 * 0.30 * 8192 / (8192 + 1300))));
+    // No curve for a backend: nullopt (the caller prices the core as GEMMs).
+    CHECK_FALSE(g.attention_seconds("cudnn", 32, 8192, 128, DType::bf16, false).has_value());
+    // The nearest head dimension by ratio: 96 is nearer 128 than 64 is... only one here.
+    CHECK(g.attention.find("flash2", 64) == &g.attention.backends.at("flash2")[0]);
+}
+
+TEST_CASE("attention_seconds: never faster than the peak, and slower per FLOP at shorter sequences") {
+    const GpuSpec g = h100_like();
+    double last_rate = 0;
+    for (double s : {128.0, 512.0, 2048.0, 8192.0, 32768.0, 131072.0}) {
+        for (const bool bwd : {false, true}) {
+            const double t = *g.attention_seconds("flash2", 8, s, 128, DType::bf16, bwd);
+            const double flops = (bwd ? 2.5 : 1.0) * 2 * 8 * s * s * 128;
+            CHECK(flops / t <= 989.4e12);
+        }
+        const double rate = 2 * 8 * s * s * 128 / *g.attention_seconds("flash2", 8, s, 128, DType::bf16, false);
+        CHECK(rate > last_rate);
+        last_rate = rate;
+    }
+}
+
+TEST_CASE("fit_attention recovers a known curve from exact points") {
+    std::vector<calib::AttentionPoint> pts;
+    const double peak = 989.4e12;
+    for (double s : {1024.0, 2048.0, 4096.0, 8192.0, 16384.0}) {
+        calib::AttentionPoint p;
+        p.backend = "cudnn";
+        p.batch = 1;
+        p.heads = 32;
+        p.head_dim = 128;
+        p.seq = s;
+        const double f = 2 * 32 * s * s * 128;
+        const double fwd = f / (peak * 0.6 * s / (s + 550));
+        const double bwd = 2.5 * f / (peak * 0.55 * s / (s + 1400));
+        p.forward_us = fwd * 1e6;
+        p.forward_backward_us = (fwd + bwd) * 1e6;
+        pts.push_back(p);
+    }
+    const AttentionModel m = calib::fit_attention(pts, peak);
+    REQUIRE(m.backends.count("cudnn") == 1);
+    const AttentionKernel& k = m.backends.at("cudnn").at(0);
+    CHECK(k.head_dim == 128);
+    CHECK(k.forward.efficiency == doctest::Approx(0.6).epsilon(1e-3));
+    CHECK(k.forward.half_seq == doctest::Approx(550).epsilon(2e-3));
+    CHECK(k.backward.efficiency == doctest::Approx(0.55).epsilon(1e-3));
+    CHECK(k.backward.half_seq == doctest::Approx(1400).epsilon(2e-3));
+    // One point per group cannot fix two unknowns: that group is left out.
+    const AttentionModel one = calib::fit_attention({pts.front()}, peak);
+    CHECK(one.backends.empty());
+}
+
+TEST_CASE("a layer with a measured attention curve prices its core as that kernel") {
+    TransformerSpec m;
+    m.layers = 32;
+    m.hidden = 4096;
+    m.heads = 32;
+    m.kv_heads = 8;
+    m.ffn = 14336;
+    m.seq = 8192;
+    m.vocab = 128256;
+    m.mlp = Mlp::swiglu;
+    m.dtype = DType::bf16;
+    LayerSplit split;
+    split.flash_attention = true;
+    split.attention_kernel = "flash2";
+    GpuSpec with = h100_like();
+    GpuSpec without = with;
+    without.attention = {};
+    const Workload a = make_workload(m, split, with);
+    const Workload b = make_workload(m, split, without);
+    CHECK(a.measured_attention);
+    CHECK_FALSE(b.measured_attention);
+    const double fwd = *with.attention_seconds("flash2", 32, 8192, 128, DType::bf16, false);
+    const double bwd = *with.attention_seconds("flash2", 32, 8192, 128, DType::bf16, true);
+    // The same layer but for the core: the difference is the core's, forward and backward.
+    const double gemm_core = b.layer.attention_recompute.seconds;  // 0: no recompute
+    CHECK(gemm_core == 0);
+    const double d_fwd = a.layer.attention_forward.seconds - b.layer.attention_forward.seconds;
+    const double d_bwd = a.layer.attention_backward.seconds - b.layer.attention_backward.seconds;
+    // b's core forward (GEMM-priced, causal half) is what a's replaces.
+    const double core_b = 0.5 * (without.gemm_seconds(8192.0 * 32, 8192, 128, DType::bf16) +
+                                 without.gemm_seconds(8192.0 * 32, 128, 8192, DType::bf16));
+    CHECK(d_fwd == doctest::Approx(fwd - core_b));
+    CHECK(d_bwd == doctest::Approx(bwd - 2 * core_b));
+    // The weight-gradient GEMMs do not include the core: the input-gradient part carries it.
+    CHECK(a.layer.attention_backward_weight.seconds == doctest::Approx(b.layer.attention_backward_weight.seconds));
+    CHECK(a.layer.attention_backward_input.seconds - b.layer.attention_backward_input.seconds ==
+          doctest::Approx(bwd - 2 * core_b));
+    // Selective recompute re-runs the measured forward kernel.
+    split.recompute = Recompute::selective;
+    CHECK(make_workload(m, split, with).layer.attention_recompute.seconds == doctest::Approx(fwd));
+}
+
+TEST_CASE("the shipped H100 cluster's attention curves predict the measured kernels") {
+    const Config c = load_config(std::string(DTSIM_CONFIGS) + "/runs/llama3-8b-16xh100-fsdp.json");
+    const auto data = calib::load_ground_truth({std::string(DTSIM_CONFIGS) + "/../calibration/data/h100_dtsim_torch_kernels.json"});
+    REQUIRE(data.kernels.size() == 1);
+    std::vector<double> errors;
+    for (const auto& p : data.kernels[0].attention)
+        for (const bool bwd : {false, true}) {
+            const auto t = c.cluster.gpu.attention_seconds(p.backend, p.batch * p.heads, p.seq, p.head_dim, DType::bf16, bwd);
+            REQUIRE(t.has_value());
+            errors.push_back(std::abs(*t / calib::attention_measured_seconds(p, bwd) - 1));
+        }
+    std::sort(errors.begin(), errors.end());
+    CHECK(errors.size() == 120);
+    // In-sample, as dtsim calibrate reported when it wrote the curves (docs/calibration.md).
+    CHECK(errors[errors.size() / 2] < 0.08);
+    CHECK(errors.back() < 0.25);
+}
+
+TEST_CASE("config: attention_kernel names a known kernel; a curve's keys and ranges are checked") {
+    const std::string run = std::string(DTSIM_CONFIGS) + "/runs/llama3-8b-16xh100-fsdp.json";
+    CHECK_THROWS_WITH_AS(load_config(run, {parse_override("strategy.attention_kernel=flash3x")}),
+                         doctest::Contains("flash2"), ConfigError);
+    CHECK(load_config(run, {parse_override("strategy.attention_kernel=cudnn")}).strategy.attention_kernel == "cudnn");
+    auto curve = [](const std::string& forward) {
+        return parse_override("cluster.gpu.attention={\"flash2\": [{\"head_dim\": 128, \"forward\": " + forward +
+                              ", \"backward\": {\"efficiency\": 0.3, \"half_seq\": 1000}}]}");
+    };
+    CHECK_NOTHROW(load_config(run, {curve(R"({"efficiency": 0.3, "half_seq": 600})")}));
+    CHECK_THROWS_WITH_AS(load_config(run, {curve(R"({"efficiency": 1.5, "half_seq": 600})")}),
+                         doctest::Contains("$.cluster.gpu.attention.flash2[0].forward.efficiency"), ConfigError);
+    CHECK_THROWS_AS(load_config(run, {curve(R"({"efficiency": 0.3, "half_seq": -1})")}), ConfigError);
+    CHECK_THROWS_WITH_AS(load_config(run, {curve(R"({"efficiency": 0.3, "half_sq": 600})")}),
+                         doctest::Contains("half_seq"), ConfigError);
+}
