@@ -2,6 +2,8 @@
 
 #include "cairo_util.hpp"
 
+#include "dtsim/interrupt.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -220,7 +222,8 @@ void need_finite(double v, const RankTrace& r, std::size_t i, const Event& e, co
 Census take_census(const Trace& trace, const std::vector<std::size_t>& selected) {
     Census c;
     bool first = true;
-    for (const auto& r : trace.ranks)
+    for (const auto& r : trace.ranks) {
+        check_interrupt();  // a large trace takes a while: an interrupt is answered rank by rank
         for (std::size_t i = 0; i < r.events.size(); ++i) {
             const Event& e = r.events[i];
             need_finite(e.start, r, i, e, "start");
@@ -232,6 +235,7 @@ Census take_census(const Trace& trace, const std::vector<std::size_t>& selected)
             if (first || e.memory > c.max_memory) c.max_memory = e.memory;
             first = false;
         }
+    }
     for (auto i : selected) {
         const auto& r = trace.ranks[i];
         c.max_events = std::max(c.max_events, r.events.size());

@@ -4,6 +4,8 @@
 #include "columns.hpp"
 #include "memory_profile.hpp"
 
+#include "dtsim/interrupt.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -240,13 +242,15 @@ void draw_group_events(cairo_t* cr, const Layout& l, const Row& row, const Trace
     const int ncols = l.columns();
     BusyColumns busy_compute(ncols), busy_comm(ncols);
     const double weight = 1.0 / static_cast<double>(row.members.size());
-    for (auto i : row.members)
+    for (auto i : row.members) {
+        check_interrupt();  // rank by rank (see draw_row)
         for (const auto& e : trace.ranks[i].events) {
             if (e.duration == 0) continue;
             const double x = l.x_of(e.start) - l.plot_x0;
             const bool comm = l.has_comm && e.stream == Stream::comm;
             (comm ? busy_comm : busy_compute).add(x, x + e.duration * l.px_per_time, style_key(e), weight);
         }
+    }
     draw_busy(cr, l, row.compute, busy_compute);
     if (row.comm.present()) draw_busy(cr, l, row.comm, busy_comm);
 }
@@ -306,6 +310,9 @@ void draw_row_background(cairo_t* cr, const Layout& l, const Row& row) {
 }
 
 void draw_row(cairo_t* cr, const Layout& l, const Row& row, const Trace& trace) {
+    // Drawing a large trace takes a while: an interrupt request is answered row by row (and rank by
+    // rank in an overview's rows), with Interrupted.
+    check_interrupt();
     draw_text(cr, row.label, l.plot_x0 - 10, text_baseline(row.compute, l.label_font), l.label_font,
               colours::text, Align::right, Weight::bold);
     if (row.comm.present() && row.comm.h >= 9)

@@ -71,7 +71,8 @@ public:
     // Runs `body(gpu)` as one coroutine per rank until all finish. Rethrows the
     // first exception a rank raised (ScheduleErrors as they are, others wrapped
     // with the rank); throws DeadlockError naming every blocked rank when no
-    // coroutine can proceed. Can be called once.
+    // coroutine can proceed, and Interrupted (dtsim/interrupt.hpp) when an
+    // interrupt is requested while it runs. Can be called once.
     void run(const std::function<Task<>(Gpu&)>& body);
 
     // Point to point, FIFO mailboxes with room for one message: `send` blocks
@@ -130,6 +131,10 @@ private:
     std::exception_ptr error_;
     int error_rank_ = -1;
     bool ran_ = false;
+    int interrupted_ = 0;  // the interrupt request that stopped the run, 0 while none has
+    // resume_ready() looks for an interrupt request once every kInterruptEvery ranks it resumes.
+    static constexpr unsigned kInterruptEvery = 4096;
+    unsigned interrupt_countdown_ = kInterruptEvery;
     friend class Gpu;
     Event scratch_;  // what Gpu::record returns in a run that keeps no events
     // How far down the ready queue resume_ready() prefetches a rank's next event lines.

@@ -1,6 +1,7 @@
 #include "dtsim/simulation.hpp"
 #include "dtsim/detail/frame_pool.hpp"
 #include "dtsim/detail/pages.hpp"
+#include "dtsim/interrupt.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -183,7 +184,14 @@ Task<> Simulation::park(Gpu& gpu, const Wait& wait) {
 void Simulation::resume_ready() {
     // Runs inside io_context::poll(), so that Asio's own allocations (handlers, the frames of its
     // coroutines) use its per-thread recycling.
+    // An interrupt request stops the run (see run()); looked for now and then, at the cost of a
+    // counter (in a register) per resumed rank.
+    unsigned countdown = interrupt_countdown_;
     while (!ready_.empty()) {
+        if (--countdown == 0) [[unlikely]] {
+            countdown = kInterruptEvery;
+            if ((interrupted_ = interrupt_requested()) != 0) break;
+        }
         // A rank that keeps its events appends them to a log of its own, at an address no hardware
         // prefetcher can guess (one log per rank, thousands of ranks between two appends to the
         // same log), and a store to a line not in cache stalls the rank once the store buffer
@@ -208,6 +216,7 @@ void Simulation::resume_ready() {
         g->wait_ = Wait{};
         detail::resume_parked(h);  // runs the rank until it suspends again or finishes
     }
+    interrupt_countdown_ = countdown;
 }
 
 Task<> Simulation::send(Gpu& from, int dst, Message&& message) {
@@ -273,10 +282,16 @@ void Simulation::run(const std::function<Task<>(Gpu&)>& body) {
             return false;
         }
     };
+    // An interrupt request, looked for between two rounds of polling and inside resume_ready(),
+    // ends the run as an error would, with Interrupted.
     do {
         ctx_.restart();
         if (!ready_.empty()) asio::post(ctx_, [this] { resume_ready(); });
-    } while (ctx_.poll() > 0 || !ready_.empty() || idle());
+    } while ((ctx_.poll() > 0 || !ready_.empty() || idle()) && (interrupted_ = interrupt_requested()) == 0);
+    if (interrupted_ != 0) {
+        drain_parked();
+        throw Interrupted(interrupted_);
+    }
     if (error_) {
         drain_parked();
         try {

@@ -1,5 +1,7 @@
 #include "json/reader.hpp"
 
+#include "dtsim/interrupt.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -277,11 +279,13 @@ public:
 
     bool over_limit = false;
     std::string failure;  // the system's reason the source could not be read, if it could not
+    int interrupted = 0;  // an interrupt request (dtsim/interrupt.hpp) ended the input, block by block
 
 protected:
     int_type underflow() override {
         if (gptr() < egptr()) return traits_type::to_int_type(*gptr());
-        if (over_limit || !failure.empty()) return traits_type::eof();
+        if (over_limit || !failure.empty() || interrupted != 0) return traits_type::eof();
+        if ((interrupted = interrupt_requested()) != 0) return traits_type::eof();
         std::streamsize n = 0;
         try {
             n = source_->sgetn(block_.data(), static_cast<std::streamsize>(block_.size()));
@@ -444,6 +448,7 @@ struct Loader {
             if (n <= 0) break;
             text.append(block.data(), static_cast<std::size_t>(n));
         }
+        if (limited.interrupted != 0) throw Interrupted(limited.interrupted);
         if (limited.over_limit) too_large(dialect, name, kMaxFileBytes, "more");
         if (!limited.failure.empty()) raise_error(dialect, name, "$", "cannot read the file: " + limited.failure);
         return text;
@@ -517,7 +522,9 @@ Document Document::read(std::istream& in, const std::string& name, const Dialect
     LimitedInput limited(in.rdbuf(), max_bytes);
     std::istream limited_in(&limited);
     DomBuilder builder(doc.root_, kMaxDepth);
-    if (!Json::sax_parse(limited_in, &builder)) {
+    const bool parsed = Json::sax_parse(limited_in, &builder);
+    if (limited.interrupted != 0) throw Interrupted(limited.interrupted);
+    if (!parsed) {
         if (limited.over_limit) too_large(dialect, name, max_bytes, "more");
         if (!limited.failure.empty()) doc.fail(name, "$", "cannot read the file: " + limited.failure);
         if (builder.too_deep) nested_too_deep(dialect, name, builder.too_deep_path, kMaxDepth);
