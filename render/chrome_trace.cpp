@@ -1,11 +1,12 @@
 #include "dtsim/render.hpp"
 
+#include "dtsim/detail/output_file.hpp"
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <iterator>
 #include <numeric>
 #include <ostream>
@@ -170,6 +171,7 @@ void write_checked(const Trace& trace, std::ostream& os) {
         if (out.size() > kChunk) {
             os << out;
             out.clear();
+            if (!os) break;  // a failed stream, or an interrupted file (detail/output_file.hpp)
         }
     }
     out += "\n]}\n";
@@ -186,15 +188,7 @@ void write_chrome_trace(const Trace& trace, std::ostream& os) {
 
 void write_chrome_trace_file(const Trace& trace, const std::string& path) {
     check_numbers(trace, micros_per_unit(trace));  // before the file is opened: no file for a trace it cannot hold
-    std::ofstream f(path, std::ios::binary);
-    if (!f) throw std::runtime_error(fmt::format("{}: cannot open for writing", path));
-    try {
-        write_checked(trace, f);
-        f.flush();
-        if (!f) throw std::runtime_error("write failed");
-    } catch (const std::runtime_error& e) {
-        throw std::runtime_error(fmt::format("{}: {}", path, e.what()));
-    }
+    dtsim::detail::write_output_file(path, [&trace](std::ostream& out) { write_checked(trace, out); });
 }
 
 }  // namespace dtsim::render

@@ -1,4 +1,5 @@
 #include "cairo_util.hpp"
+#include "dtsim/detail/output_file.hpp"
 #include "dtsim/render.hpp"
 #include "svg_ids.hpp"
 
@@ -8,7 +9,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <stdexcept>
 
 namespace dtsim::render {
@@ -194,10 +194,7 @@ void write_compare_chart(const std::vector<CompareRow>& rows, const std::string&
             break;
         }
     }
-    std::ofstream f(path, std::ios::binary);
-    if (!f) throw std::runtime_error(fmt::format("{}: cannot open for writing", path));
-    f.write(data.data(), static_cast<std::streamsize>(data.size()));
-    if (!f) throw std::runtime_error(fmt::format("{}: write failed", path));
+    dtsim::detail::write_output_file(path, data);
 }
 
 }  // namespace dtsim::render

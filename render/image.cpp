@@ -5,13 +5,14 @@
 #include "svg_ids.hpp"
 #include "timeline.hpp"
 
+#include "dtsim/detail/output_file.hpp"
+
 #include <cairo-pdf.h>
 #include <cairo-svg.h>
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cctype>
-#include <fstream>
 #include <ostream>
 #include <stdexcept>
 
@@ -96,15 +97,13 @@ void write_image(const Trace& trace, std::ostream& out, Format format, const Opt
 void write_image(const Trace& trace, const std::string& path, const Options& options) {
     const Format format = format_from_path(path);
     const detail::Layout layout = detail::make_layout(trace, options);
-    std::ofstream f(path, std::ios::binary);
-    if (!f) throw std::runtime_error(fmt::format("{}: cannot open for writing", path));
-    try {
-        write_laid_out(trace, layout, f, format);
-        f.flush();
-        if (!f) throw std::runtime_error("write failed");
-    } catch (const std::runtime_error& e) {
-        throw std::runtime_error(fmt::format("{}: {}", path, e.what()));
-    }
+    dtsim::detail::write_output_file(path, [&](std::ostream& out) {
+        try {
+            write_laid_out(trace, layout, out, format);
+        } catch (const std::runtime_error& e) {
+            throw std::runtime_error(fmt::format("{}: {}", path, e.what()));
+        }
+    });
 }
 
 }  // namespace dtsim::render

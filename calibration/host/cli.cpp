@@ -1,5 +1,7 @@
 #include "host/cli.hpp"
 
+#include "dtsim/detail/output_file.hpp"
+
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -7,7 +9,6 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
-#include <fstream>
 #include <new>
 #include <string_view>
 
@@ -70,10 +71,7 @@ CLI::Validator at_least(int lo) { return CLI::Range(lo, 1 << 30).description("")
 CLI::Validator byte_size() { return CLI::AsSizeValue(false).description(""); }
 
 void write_json_file(const std::string& path, const nlohmann::json& doc) {
-    std::ofstream f(path, std::ios::binary);
-    if (!f) throw std::runtime_error(fmt::format("{}: cannot open for writing", path));
-    f << doc.dump(1) << '\n';
-    if (!f) throw std::runtime_error(fmt::format("{}: write failed", path));
+    dtsim::detail::write_output_file(path, doc.dump(1) + "\n");
 }
 
 }  // namespace dtsim::harness

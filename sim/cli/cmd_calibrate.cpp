@@ -6,15 +6,13 @@
 // met; 2 for bad arguments or a bad data or cluster file.
 #include "commands.hpp"
 
+#include "dtsim/detail/output_file.hpp"
 #include "dtsim/hw/calibrate.hpp"
 #include "dtsim/hw/units.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
-#include <fstream>
 #include <memory>
 #include <set>
 #include <string>
@@ -94,20 +92,7 @@ void calibrate(const CalibrateArgs& a) {
     } catch (const std::invalid_argument& e) {  // nothing to fit, a --fit-megatron row that is not in the data
         throw UsageError(e.what());
     }
-    errno = 0;
-    std::ofstream f(a.out);
-    if (!f) {
-        const int err = errno;
-        throw std::runtime_error(err != 0 ? fmt::format("{}: cannot write the file: {}", a.out, std::strerror(err))
-                                          : fmt::format("{}: cannot write the file", a.out));
-    }
-    f << result.cluster.dump(2) << "\n";
-    f.flush();
-    if (!f) {
-        const int err = errno;
-        throw std::runtime_error(err != 0 ? fmt::format("{}: write failed: {}", a.out, std::strerror(err))
-                                          : fmt::format("{}: write failed", a.out));
-    }
+    detail::write_output_file(a.out, result.cluster.dump(2) + "\n");
     fmt::print("calibrated {} from {} file{}:\n", base, a.data.size(), a.data.size() == 1 ? "" : "s");
     for (const auto& l : result.log) fmt::print("  {}\n", l);
     for (const auto& s : data.skipped) fmt::print("  skipped {}\n", s);

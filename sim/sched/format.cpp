@@ -1,5 +1,7 @@
 #include "dtsim/sched/format.hpp"
 
+#include "dtsim/detail/output_file.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -11,7 +13,6 @@
 #include <istream>
 #include <map>
 #include <ostream>
-#include <sstream>
 #include <string_view>
 #include <system_error>
 
@@ -325,24 +326,13 @@ void write_schedule_csv(const Schedule& s, std::ostream& out) {
 }
 
 void write_schedule_file(const Schedule& s, const std::string& path) {
-    std::ostringstream os;
-    if (format_from_path(path) == FileFormat::csv)
-        write_schedule_csv(s, os);
-    else
-        write_schedule_text(s, os);
-    errno = 0;
-    std::ofstream out(path, std::ios::binary);
-    if (!out) {
-        const int err = errno;
-        throw std::runtime_error(err != 0 ? fmt::format("{}: cannot write: {}", path, std::strerror(err))
-                                          : fmt::format("{}: cannot write", path));
-    }
-    out << os.str();
-    if (!out.flush()) {
-        const int err = errno;
-        throw std::runtime_error(err != 0 ? fmt::format("{}: write failed: {}", path, std::strerror(err))
-                                          : fmt::format("{}: write failed", path));
-    }
+    const bool csv = format_from_path(path) == FileFormat::csv;
+    detail::write_output_file(path, [&](std::ostream& out) {
+        if (csv)
+            write_schedule_csv(s, out);
+        else
+            write_schedule_text(s, out);
+    });
 }
 
 }  // namespace dtsim::sched

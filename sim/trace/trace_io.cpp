@@ -1,10 +1,10 @@
 #include "dtsim/trace_io.hpp"
 
+#include "dtsim/detail/output_file.hpp"
 #include "json/reader.hpp"
 
 #include <fmt/format.h>
 
-#include <cerrno>
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -130,32 +130,22 @@ void write_trace_json(const Trace& trace, std::ostream& os) {
         for (std::size_t j = 0; j < r.events.size(); ++j) {
             out += j ? ",\n  " : "\n  ";
             put_event(out, r.events[j], hardware);
+            // Out in pieces of 4 MiB; a stream that failed (or a file whose writing was interrupted,
+            // detail/output_file.hpp) ends the writing.
+            if (out.size() > (1u << 22)) {
+                os << out;
+                out.clear();
+                if (!os) return;
+            }
         }
         out += "]}";
-        if (out.size() > (1u << 22)) {
-            os << out;
-            out.clear();
-        }
     }
     out += "]\n}\n";
     os << out;
 }
 
 void write_trace_file(const Trace& trace, const std::string& path) {
-    errno = 0;
-    std::ofstream f(path, std::ios::binary);
-    if (!f) {
-        const int err = errno;
-        throw std::runtime_error(err != 0 ? fmt::format("{}: cannot open for writing: {}", path, std::strerror(err))
-                                          : fmt::format("{}: cannot open for writing", path));
-    }
-    write_trace_json(trace, f);
-    f.flush();
-    if (!f) {
-        const int err = errno;
-        throw std::runtime_error(err != 0 ? fmt::format("{}: write failed: {}", path, std::strerror(err))
-                                          : fmt::format("{}: write failed", path));
-    }
+    detail::write_output_file(path, [&trace](std::ostream& os) { write_trace_json(trace, os); });
 }
 
 Trace read_trace_json(std::istream& in, const std::string& source) {

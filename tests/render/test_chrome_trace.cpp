@@ -120,7 +120,8 @@ TEST_CASE("the Chrome trace is deterministic and written to a file") {
     std::ifstream f(path);
     CHECK(json::parse(f) == json::parse(a.str()));
     CHECK_THROWS_WITH_AS(write_chrome_trace_file(t, "/nonexistent-dir/x.json"),
-                         "/nonexistent-dir/x.json: cannot open for writing", std::runtime_error);
+                         "/nonexistent-dir/x.json: cannot open for writing: No such file or directory",
+                         std::runtime_error);
 }
 
 }  // namespace dtsim::render

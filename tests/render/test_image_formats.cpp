@@ -105,7 +105,8 @@ TEST_CASE("bad options and unwritable paths are reported, and no file is left fo
     CHECK_THROWS_WITH_AS(write_image(t, path.string(), no_rows), doctest::Contains("max_rows 0"),
                          std::invalid_argument);
     CHECK_THROWS_WITH_AS(write_image(t, "/nonexistent-dir/x.svg"),
-                         "/nonexistent-dir/x.svg: cannot open for writing", std::runtime_error);
+                         "/nonexistent-dir/x.svg: cannot open for writing: No such file or directory",
+                         std::runtime_error);
 }
 
 TEST_CASE("an empty trace still renders a picture") {

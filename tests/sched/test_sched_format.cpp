@@ -315,7 +315,7 @@ TEST_CASE("a schedule file that cannot be opened or written says why") {
         write_schedule_file(interleaved_1f1b(2, 4, 2), long_name);
         FAIL("no error");
     } catch (const std::runtime_error& e) {
-        CHECK(std::string(e.what()) == long_name + ": cannot write: File name too long");
+        CHECK(std::string(e.what()) == long_name + ": cannot open for writing: File name too long");
     }
     std::filesystem::remove_all(dir);
 }
