@@ -16,6 +16,7 @@
 #include "dtsim/hw/config.hpp"
 #include "dtsim/hw/resilience.hpp"
 #include "dtsim/hw/run.hpp"
+#include "dtsim/interrupt.hpp"
 #include "dtsim/render.hpp"
 #include "dtsim/trace_io.hpp"
 
@@ -263,18 +264,10 @@ void failures(const FailuresArgs& a) {
     std::fflush(stdout);
 
     // The sweep over k: mean goodput over the trials (the same seeds for every k).
-    Progress progress(work);
-    const Row* best = nullptr;
-    for (Row& row : rows) {
-        if (!simulated(row)) continue;
-        o.checkpoint_every = row.k;
-        row.run = hw::mean_long_run(step, plan, nodes, o, trials, [&] { progress.add(row.expected.work()); });
-        if (!best || row.run->goodput() > best->run->goodput()) best = &row;
-    }
-    progress.clear();
-
-    fmt::print("{:>8} {:>11} {:>9} {:>9} {:>10} {:>10} {:>10} {:>9}\n", "every k", "interval", "goodput", "steps/h",
-               "lost", "ckpt", "restart", "failures");
+    auto print_header = [] {
+        fmt::print("{:>8} {:>11} {:>9} {:>9} {:>10} {:>10} {:>10} {:>9}\n", "every k", "interval", "goodput",
+                   "steps/h", "lost", "ckpt", "restart", "failures");
+    };
     auto print_row = [&](const Row& row, const char* mark) {
         if (!row.run) {
             fmt::print("{:>8} {:>11}   not simulated: {:.3g} failures expected per run, goodput {:.2g}%\n", row.k,
@@ -288,6 +281,35 @@ void failures(const FailuresArgs& a) {
                    3600 * static_cast<double>(a.steps) / lr.wall, duration(lr.lost), duration(lr.checkpointing),
                    duration(lr.restarting), static_cast<double>(lr.failures) / trials, mark);
     };
+    Progress progress(work);
+    const Row* best = nullptr;
+    std::size_t done = 0;
+    try {
+        for (Row& row : rows) {
+            if (!simulated(row)) continue;
+            o.checkpoint_every = row.k;
+            row.run = hw::mean_long_run(step, plan, nodes, o, trials, [&] {
+                progress.add(row.expected.work());
+                check_interrupt();  // a trial at a time
+            });
+            ++done;
+            if (!best || row.run->goodput() > best->run->goodput()) best = &row;
+        }
+    } catch (const Interrupted&) {
+        // The intervals whose trials all ran, each row as it would be in the table.
+        progress.clear();
+        if (done > 0) {
+            print_header();
+            for (const Row& row : rows)
+                if (row.run) print_row(row, "");
+        }
+        fmt::print("(interrupted: {} of {} intervals simulated)\n", done,
+                   std::count_if(rows.begin(), rows.end(), simulated));
+        throw;
+    }
+    progress.clear();
+
+    print_header();
     // Print every row near the best and a few either side, so the table stays short.
     const auto at = static_cast<std::size_t>(best - rows.data());
     for (std::size_t i = 0; i < rows.size(); ++i) {

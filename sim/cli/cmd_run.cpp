@@ -15,6 +15,7 @@
 
 #include "dtsim/hw/config.hpp"
 #include "dtsim/hw/run.hpp"
+#include "dtsim/interrupt.hpp"
 #include "dtsim/render.hpp"
 #include "dtsim/trace_io.hpp"
 
@@ -164,6 +165,7 @@ void run(const RunArgs& a) {
             set[o.path] = o.value;
         }
         try {
+            check_interrupt();
             const hw::Config c = hw::load_config(a.config, overrides);
             const auto result = hw::simulate(c, {.keep_trace = false});
             any_oom |= result.report.oom.has_value();
@@ -172,6 +174,10 @@ void run(const RunArgs& a) {
                 rows.push_back({{"set", set}, {"report", hw::to_json(result.report)}});
             else
                 table_row(cells, result.report, cell_width(keys));
+        } catch (const Interrupted&) {
+            // What the sweep has: the rows are printed already, the JSON of those done is printed now.
+            if (a.json) fmt::print("{}\n", rows.dump(2));
+            throw;
         } catch (const std::exception& e) {
             any_error = true;
             if (a.json) {
@@ -199,17 +205,13 @@ void compare(const CompareArgs& a) {
     for (const auto& c : configs) hw::check_run_size(c, {.keep_trace = false});  // and every one is small enough
     std::vector<hw::RunReport> reports;
     bool any_error = false, any_oom = false;
-    for (const auto& c : configs) {
-        auto r = hw::simulate(c, {.keep_trace = false}).report;
-        any_error |= failed(r);
-        any_oom |= r.oom.has_value();
-        reports.push_back(std::move(r));
-    }
-    if (a.json) {
-        nlohmann::json rows = nlohmann::json::array();
-        for (const auto& r : reports) rows.push_back(hw::to_json(r));
-        fmt::print("{}\n", rows.dump(2));
-    } else {
+    auto print_reports = [&] {
+        if (a.json) {
+            nlohmann::json rows = nlohmann::json::array();
+            for (const auto& r : reports) rows.push_back(hw::to_json(r));
+            fmt::print("{}\n", rows.dump(2));
+            return;
+        }
         std::size_t width = 6;
         for (const auto& r : reports) width = std::max(width, r.name.size());
         fmt::print("{:<{}} {:>5} ", "config", width, "gpus");
@@ -218,6 +220,20 @@ void compare(const CompareArgs& a) {
             fmt::print("{:<{}} {:>5} ", r.name, width, r.gpus);
             table_row({}, r);
         }
+    };
+    try {
+        for (const auto& c : configs) {
+            auto r = hw::simulate(c, {.keep_trace = false}).report;
+            any_error |= failed(r);
+            any_oom |= r.oom.has_value();
+            reports.push_back(std::move(r));
+        }
+    } catch (const Interrupted&) {
+        if (!reports.empty()) print_reports();  // the configs that ran (no chart)
+        throw;
+    }
+    print_reports();
+    if (!a.json) {
         const auto best = std::min_element(reports.begin(), reports.end(), [](const auto& x, const auto& y) {
             if (x.oom.has_value() != y.oom.has_value()) return !x.oom.has_value();
             return x.step_time < y.step_time;

@@ -9,12 +9,21 @@
 //      config, schedule, trace or ground-truth file (InputError)
 //   3  the run finished but does not fit in the GPUs' memory (run; a sweep or compare:
 //      some run does not fit and none failed)
+//   130, 143  stopped by SIGINT (130) or SIGTERM (143): what was computed is printed, files
+//      finished before the signal are kept, the file being written is removed
+//
+// Standard output is line-buffered, so every report line is out as soon as it is printed, on a
+// pipe or a file too.
 #include "commands.hpp"
 
 #include "dtsim/errors.hpp"
+#include "dtsim/interrupt.hpp"
 
 #include <fmt/format.h>
 
+#include <signal.h>
+
+#include <csignal>
 #include <cstdio>
 #include <exception>
 #include <new>
@@ -43,9 +52,33 @@ std::string plain(const CLI::ParseError& e) {
     return what;
 }
 
+extern "C" void on_stop_signal(int signal) { dtsim::request_interrupt(signal); }
+
+// SIGINT and SIGTERM request an interrupt: the run stops at its next poll, cleans up and exits with
+// 128 + the signal's number. The handler is for one signal: a second one of the same kind ends the
+// process at once (as without the handler). A signal the process was started to ignore (a
+// background job's SIGINT) stays ignored.
+void handle_stop_signals() {
+    for (const int signal : {SIGINT, SIGTERM}) {
+        struct sigaction old {};
+        if (sigaction(signal, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;
+        struct sigaction action {};
+        action.sa_handler = on_stop_signal;
+        sigemptyset(&action.sa_mask);
+        action.sa_flags = SA_RESTART | SA_RESETHAND;
+        sigaction(signal, &action, nullptr);
+    }
+}
+
+const char* signal_name(int signal) {
+    return signal == SIGINT ? "SIGINT" : signal == SIGTERM ? "SIGTERM" : "a signal";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+    std::setvbuf(stdout, nullptr, _IOLBF, 0);  // a report line is out once printed
+    handle_stop_signals();
     CLI::App app{"dtsim: a discrete-event simulator of distributed training schedules", "dtsim"};
     app.require_subcommand(1);
     app.set_help_all_flag("--help-all", "Print help for every command");
@@ -83,6 +116,10 @@ int main(int argc, char** argv) {
     }
     try {
         app.parse(argc, argv);
+    } catch (const dtsim::Interrupted& e) {
+        std::fflush(stdout);
+        fmt::print(stderr, "dtsim: stopped by {}; no file was left half-written\n", signal_name(e.signal()));
+        return 128 + e.signal();
     } catch (const CLI::CallForHelp& e) {
         return app.exit(e);
     } catch (const CLI::CallForAllHelp& e) {
