@@ -391,11 +391,12 @@ TEST_CASE("every shipped data file loads; only the datasheets and the bandwidth 
     REQUIRE(files.size() >= 4);
     const auto data = cal::load_ground_truth(files);
     CHECK_FALSE(data.collectives.empty());
-    // gemm.json's two sections and, per measured file, its best shape and its table(s) by shape.
+    // gemm.json's two sections; per dtsim-gemm file, its best shape and its table(s) by shape; per
+    // kernel file (H100, H200), a bf16 and an fp8 table.
     int best = 0, by_shape = 0;
     for (const auto& g : data.gemms) (g.best_shape ? best : by_shape) += 1;
     CHECK(best == 1 + 4);
-    CHECK(by_shape == 1 + 5);
+    CHECK(by_shape == 1 + 5 + 2 * 2);
     CHECK(data.megatron.size() == 1);
     // The kernel files of calibration/pytorch/dtsim_kernels.py: H100 and H200.
     REQUIRE(data.kernels.size() == 2);
@@ -531,4 +532,37 @@ TEST_CASE("a cluster file with a bad size or section is an error at its path, no
     row.heads = row.hidden = row.layers = 8;
     CHECK_THROWS_WITH_AS(cal::predict_megatron(row, doc, "c.json"),
                          "c.json (Megatron row m): $.cluster: expected an object, found 5", ConfigError);
+}
+
+TEST_CASE("a GEMM table without a best-shape row fits the ceiling with the curve; bandwidth_fraction only where some shape is memory-bound") {
+    const auto base = cal::read_cluster_file(data_dir + "/test-cluster.json");
+    GpuSpec truth = cal::make_cluster(base, "test-cluster.json").gpu;
+    truth.gemm.max_efficiency = 0.7;
+    truth.gemm.overhead_s = 6e-6;
+    truth.gemm.bandwidth_fraction = 0.6;  // the base has 0.5
+    auto set_of = [&](const std::vector<std::array<double, 3>>& shapes) {
+        cal::GroundTruth data;
+        cal::GemmSet s;
+        s.id = "synthetic:h100_bf16_by_shape";
+        s.source = "test";
+        for (const auto& [m, n, k] : shapes)
+            s.rows.push_back({"H100 test", DType::bf16, m, n, k,
+                              2 * m * n * k / truth.gemm_seconds(m, n, k, DType::bf16) / kTera});
+        data.gemms.push_back(s);
+        return data;
+    };
+    // Large shapes and small, memory-bound ones (intensity 43 to 85 FLOP/byte, below the ridge).
+    const auto both = cal::calibrate(base, "test-cluster.json",
+                                     set_of({{256, 256, 256}, {512, 256, 512}, {256, 512, 256}, {4096, 4096, 4096},
+                                             {8192, 8192, 8192}, {8192, 4096, 14336}, {2048, 6144, 4096}}));
+    const auto& g = both.cluster["cluster"]["gpu"]["gemm"];
+    CHECK(g["max_efficiency"].get<double>() == doctest::Approx(0.7).epsilon(0.01));
+    CHECK(g["bandwidth_fraction"].get<double>() == doctest::Approx(0.6).epsilon(0.02));
+    CHECK(g["overhead_us"].get<double>() == doctest::Approx(6).epsilon(0.05));
+    // Large shapes only: the fraction cannot be told and stays the base's.
+    const double base_fraction = cal::make_cluster(base, "test-cluster.json").gpu.gemm.bandwidth_fraction;
+    const auto large = cal::calibrate(base, "test-cluster.json",
+                                      set_of({{4096, 4096, 4096}, {8192, 8192, 8192}, {8192, 4096, 14336}, {2048, 6144, 4096}}));
+    CHECK(large.cluster["cluster"]["gpu"]["gemm"]["bandwidth_fraction"].get<double>() == doctest::Approx(base_fraction));
+    CHECK(large.cluster["cluster"]["gpu"]["gemm"]["max_efficiency"].get<double>() == doctest::Approx(0.7).epsilon(0.01));
 }

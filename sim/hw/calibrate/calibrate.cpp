@@ -385,6 +385,7 @@ std::string shipped_cluster_for(const std::string& data_dir, const std::string& 
     const fs::path dir = fs::path(data_dir) / "configs" / "clusters";
     if (family == "H100" && network_kind(network) == "EFA") return (dir / "p5-h100-efa.json").string();
     if (family == "H100") return (dir / "dgx-h100.json").string();
+    if (family == "H200") return (dir / "dgx-h200.json").string();
     if (family == "A100") return (dir / "selene-a100.json").string();
     return "";
 }
@@ -488,18 +489,27 @@ GemmFitResult fit_gemm(const GpuSpec& gpu, const std::vector<GemmPoint>& points)
         }
         return e;
     };
+    // bandwidth_fraction is fitted only where some shape is memory-bound: its arithmetic intensity
+    // (FLOPs per byte) below the ridge point of the starting parameters. A table of large shapes
+    // cannot tell it, and it prices every memory-bound kernel besides (GpuSpec::memory_seconds).
+    bool memory_bound = false;
+    for (const auto& p : points) {
+        const double intensity = 2 * p.m * p.n * p.k / ((p.m * p.k + p.k * p.n + p.m * p.n) * bytes_per_element(p.dtype));
+        memory_bound |= intensity < gpu.peak(p.dtype) * gpu.gemm.efficiency(p.dtype) /
+                                        (gpu.memory_bandwidth * gpu.gemm.bandwidth_fraction);
+    }
     // A grid, then coordinate refinement: two parameters, a smooth error.
     double bo = gpu.gemm.overhead_s, bf = gpu.gemm.bandwidth_fraction, be = err(bo, bf);
     for (int i = 0; i <= 100; ++i)
         for (int j = 1; j <= 100; ++j) {
-            const double o = i * 0.5e-6, f = j * 0.01;
+            const double o = i * 0.5e-6, f = memory_bound ? j * 0.01 : gpu.gemm.bandwidth_fraction;
             const double e = err(o, f);
             if (e < be) be = e, bo = o, bf = f;
         }
     double so = 0.25e-6, sf = 0.005;
     for (int it = 0; it < 200 && (so > 1e-12 || sf > 1e-7); ++it) {
         bool moved = false;
-        for (auto [d_o, df] : {std::pair{so, 0.0}, {-so, 0.0}, {0.0, sf}, {0.0, -sf}}) {
+        for (auto [d_o, df] : {std::pair{so, 0.0}, {-so, 0.0}, {0.0, memory_bound ? sf : 0.0}, {0.0, memory_bound ? -sf : 0.0}}) {
             const double o = bo + d_o, f = bf + df;
             if (o < 0 || f <= 0 || f > 1) continue;
             const double e = err(o, f);
@@ -676,6 +686,62 @@ std::vector<std::string> fit_gemm_model(json& gm, GpuSpec gpu, const std::string
         std::string list;
         for (const auto& [d, e] : ceiling) list += fmt::format("{}{} {:.4f}", list.empty() ? "" : ", ", dtype_name(d), e.first);
         out.log.push_back(fmt::format("gemm efficiency ceiling (best shape / peak): {} from {}", list, fmt::join(gemm_ids, ", ")));
+    }
+    // Types measured by shape but with no best-shape row: their ceiling is fitted to the shapes
+    // too (a table of GEMMs run back to back, as a training step runs them, at the GPU's
+    // sustained clocks), the main type's with the curve, the others' on it.
+    {
+        std::map<DType, std::vector<GemmPoint>> open;
+        for (const auto& p : shapes)
+            if (!ceiling.count(p.dtype)) open[p.dtype].push_back(p);
+        const DType main = shapes.empty() ? DType::bf16 : shapes.front().dtype;
+        auto log_error = [](const GpuSpec& g, const std::vector<GemmPoint>& pts) {
+            double e = 0;
+            for (const auto& p : pts) {
+                const double r = std::log(2 * p.m * p.n * p.k / g.gemm_seconds(p.m, p.n, p.k, p.dtype) / kTera / p.tflops);
+                e += r * r;
+            }
+            return std::sqrt(e / static_cast<double>(pts.size()));
+        };
+        if (open.count(main) && open[main].size() >= 3) {
+            double best_e = 0, best = 0;
+            GemmModel best_model = gpu.gemm;
+            for (int i = 0; i <= 140; ++i) {
+                GpuSpec g = gpu;
+                g.gemm.max_efficiency = 0.30 + 0.005 * i;
+                g.gemm.dtype_efficiency[static_cast<std::size_t>(main)] = 0;
+                g.gemm = fit_gemm(g, open[main]).model;
+                const double err = log_error(g, open[main]);
+                if (i == 0 || err < best) best = err, best_e = g.gemm.max_efficiency, best_model = g.gemm;
+            }
+            gpu.gemm = best_model;
+            gm["max_efficiency"] = std::round(best_e * 10000) / 10000;
+            // Every GEMM parameter is fitted afresh: an earlier calibration's data sets no longer apply.
+            gm.erase("datasets");
+            ++out.fitted;
+            out.log.push_back(fmt::format("gemm efficiency ceiling {} {:.4f}: fitted with the shape curve to {} shapes "
+                                          "(no best-shape row; RMS of log error {:.1f} %)",
+                                          dtype_name(main), best_e, open[main].size(), 100 * best));
+        }
+        json by = gm.contains("efficiency_by_dtype") && gm["efficiency_by_dtype"].is_object() ? gm["efficiency_by_dtype"]
+                                                                                               : json::object();
+        for (const auto& [d, pts] : open) {
+            if (d == main || pts.size() < 2) continue;
+            double best_e = 0, best = 0;
+            for (int i = 0; i <= 280; ++i) {
+                GpuSpec g = gpu;
+                g.gemm.dtype_efficiency[static_cast<std::size_t>(d)] = 0.30 + 0.0025 * i;
+                const double err = log_error(g, pts);
+                if (i == 0 || err < best) best = err, best_e = 0.30 + 0.0025 * i;
+            }
+            gpu.gemm.dtype_efficiency[static_cast<std::size_t>(d)] = best_e;
+            by[std::string(dtype_name(d))] = std::round(best_e * 10000) / 10000;
+            ++out.fitted;
+            out.log.push_back(fmt::format("gemm efficiency ceiling {} {:.4f}: fitted on the curve to {} shapes (RMS of "
+                                          "log error {:.1f} %)",
+                                          dtype_name(d), best_e, pts.size(), 100 * best));
+        }
+        if (!by.empty()) gm["efficiency_by_dtype"] = by;
     }
     if (shapes.size() >= 2) {
         const auto fit = fit_gemm(gpu, shapes);

@@ -1,7 +1,8 @@
 // Kernel measurements as calibration/pytorch/dtsim_kernels.py writes them: the fused
-// attention rows are read, fitted (AttentionModel) and predicted; the file's other
-// sections (GEMMs, element-wise kernels, cross-entropy, optimizer, launch) are checked
-// for form and kept as documentation until a cost model uses them.
+// attention rows (AttentionModel) and the GEMMs (one by-shape set per data type) are read,
+// fitted and predicted; the file's other sections (element-wise kernels, cross-entropy,
+// optimizer, launch) are checked for form and kept as documentation until a cost model
+// uses them.
 #include "kernels.hpp"
 
 #include "hw/config/reading.hpp"
@@ -96,7 +97,37 @@ void read_kernels(const json_reader::Value& root, const std::string& file, const
         set.attention.push_back(p);
     }
     if (set.attention.empty()) sec.fail("expected at least one measured attention row");
+    const std::string source = set.source;
     out.kernels.push_back(std::move(set));
+
+    // "gemm": [m, n, k, dtype, tflops, time_us] rows, one GEMM set per data type.
+    if (!root.has("gemm")) return;
+    const Value g = root["gemm"];
+    constexpr std::string_view kGemmColumns[] = {"m", "n", "k", "dtype", "tflops"};
+    constexpr double kMinKernelMicroseconds = 50;
+    const auto gat = column_index(g["columns"], kGemmColumns);
+    std::map<DType, GemmSet> by_dtype;
+    const Value grows = g["rows"];
+    for (std::size_t i = 0; i < grows.size(); ++i) {
+        const Value r = grows.at(i);
+        if (r.at(gat.at("tflops")).json().is_null()) continue;  // a type this build could not run
+        // Shorter calls measure eager PyTorch's launch rate (8-18 us per operator on the
+        // measuring hosts, the file's "launch" section), not the kernel.
+        if (gat.count("time_us") && r.at(gat.at("time_us")).real(ranges::time_us) < kMinKernelMicroseconds) continue;
+        const Value dt = r.at(gat.at("dtype"));
+        const auto d = parse_dtype(dt.string());
+        if (!d) dt.fail(fmt::format("expected one of fp32, tf32, bf16, fp16, fp8, found \"{}\"", json_reader::shorten(dt.string())));
+        GemmSet& gs = by_dtype[*d];
+        if (gs.id.empty()) {
+            gs.id = fmt::format("{}:gemm_{}", stem, dtype_name(*d));
+            gs.file = file;
+            gs.source = source;
+        }
+        auto col = [&](const char* c, const Range& range) { return r.at(gat.at(c)).real(range); };
+        gs.rows.push_back({gpu, *d, col("m", ranges::dimension), col("n", ranges::dimension), col("k", ranges::dimension),
+                           col("tflops", ranges::throughput_tflops)});
+    }
+    for (auto& [d, gs] : by_dtype) out.gemms.push_back(std::move(gs));
 }
 
 double attention_flops(const AttentionPoint& p, bool backward) {
