@@ -13,7 +13,10 @@
 //     "columns": ["m", "n", "k", "tflops", ...], "rows": [[...], ...]}};
 //   - Megatron-LM runs: {"source", "columns": [..., "heads", "hidden",
 //     "layers", "tp", "pp", "gpus", "global_batch", "micro_batch",
-//     "tflops_per_gpu", "layers_per_virtual_stage"?, "ddp"?], "rows": [[...], ...]}.
+//     "tflops_per_gpu", "layers_per_virtual_stage"?, "ddp"?], "rows": [[...], ...]};
+//   - end-to-end runs, each a whole dtsim run: {"sets": [{"id", "source", "cluster",
+//     "rows": [{"id", "gpus", "model", "training", "strategy", "measured"}]}]}
+//     (dtsim/hw/end_to_end.hpp), for validation only.
 // Any object may also have "source" and "note"; "description", "meta" (the
 // harness's run), "maintainer_statements", "also" and "column_sources" document a
 // file. Bad files throw ConfigError naming the file, the JSON path and what was
@@ -22,6 +25,7 @@
 #pragma once
 
 #include "dtsim/hw/config.hpp"
+#include "dtsim/hw/end_to_end.hpp"
 #include "dtsim/hw/topology.hpp"
 
 #include <nlohmann/json.hpp>
@@ -107,14 +111,17 @@ struct GroundTruth {
     std::vector<CollectiveSet> collectives;
     std::vector<GemmSet> gemms;
     std::vector<MegatronSet> megatron;
+    std::vector<EndToEndSet> end_to_end;
     std::vector<KernelSet> kernels;
-    std::vector<std::string> skipped;  // files with none of the three (e.g. gpus.json), and why
+    // Files of no kind read here (e.g. gpus.json), and why; and end-to-end rows dtsim cannot
+    // express yet ("FILE: set S, row \"R\": not expressible yet: why").
+    std::vector<std::string> skipped;
 };
 
 // Reads and checks the files. Throws ConfigError; a GPU name whose family cannot be told
 // ("some gpu") is one (no cluster config could predict its data).
 GroundTruth load_ground_truth(const std::vector<std::string>& files);
-// The ids of the data sets (collective, GEMM and Megatron), in the order they were read: what
+// The ids of the data sets (collective, GEMM, Megatron, end to end), in the order they were read: what
 // CalibrateOptions::only and exclude name.
 std::vector<std::string> data_set_ids(const GroundTruth& data);
 // The data dtsim ships lies under one folder, `data_dir`: configs/ and calibration/data/ (the
@@ -220,7 +227,7 @@ struct ValidationPoint {
 };
 
 struct ValidationSet {
-    std::string id, kind, source, file;  // kind: collective, gemm, megatron
+    std::string id, kind, source, file;  // kind: collective, gemm, megatron, end_to_end
     std::string cluster;                 // the cluster config it ran on
     std::string fit;                     // "in-sample (fitted to it)", "held out", ...
     std::string note;                    // what the prediction assumes
@@ -229,6 +236,8 @@ struct ValidationSet {
     int counted = 0;
     double held_median = 0, held_max = 0;  // the same over counted points not in-sample
     int held_counted = 0;
+    double mean = 0, held_mean = 0;      // mean |error| over the same points
+    std::vector<std::string> skipped;    // end to end: rows not run ("R: not expressible yet: why")
 };
 
 struct ValidateOptions {
@@ -255,7 +264,7 @@ ValidationSet validate_attention(const KernelSet& s, const GpuSpec& gpu, const s
 
 std::vector<ValidationSet> validate(const GroundTruth& data, const ValidateOptions& options = {});
 
-// median and maximum of |error| over the counted points.
+// median, mean and maximum of |error| over the counted points.
 void summarize(ValidationSet& s);
 
 nlohmann::json to_json(const std::vector<ValidationSet>& sets);

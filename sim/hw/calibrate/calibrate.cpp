@@ -337,6 +337,7 @@ std::vector<std::string> data_set_ids(const GroundTruth& data) {
     for (const auto& s : data.collectives) ids.push_back(s.id);
     for (const auto& s : data.gemms) ids.push_back(s.id);
     for (const auto& s : data.megatron) ids.push_back(s.id);
+    for (const auto& s : data.end_to_end) ids.push_back(s.id);
     for (const auto& s : data.kernels) ids.push_back(s.id);
     return ids;
 }
@@ -350,7 +351,9 @@ GroundTruth load_ground_truth(const std::vector<std::string>& files) {
         const std::string stem = fs::path(file).stem().string();
         bool by_shape = j.contains("max_achievable");
         for (const auto& [k, v] : j.items()) by_shape |= by_shape_section(k);
-        if (is_kernel_file(j)) {
+        if (j.contains("sets")) {
+            read_end_to_end(j, file, out.end_to_end, out.skipped);  // end_to_end.cpp
+        } else if (is_kernel_file(j)) {
             read_kernels(root, file, stem, out);
         } else if (j.contains("datasets")) {
             read_collectives(root, file, out);

@@ -12,13 +12,16 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <filesystem>
 #include <map>
 #include <numeric>
 #include <set>
 
 namespace dtsim::hw::calib {
 
+namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 double megatron_flops(double B, double s, double l, double h, double V) {
@@ -89,10 +92,11 @@ double predict_megatron(const MegatronRow& row, const nlohmann::json& cluster, c
 std::string megatron_row_id(const MegatronSet& set, const MegatronRow& row) { return set.id + ":" + row.model; }
 
 namespace {
-void median_max(std::vector<double> e, double& median, double& max, int& count) {
+void median_max(std::vector<double> e, double& median, double& max, int& count, double& mean) {
     count = static_cast<int>(e.size());
-    median = max = 0;
+    median = max = mean = 0;
     if (e.empty()) return;
+    mean = std::accumulate(e.begin(), e.end(), 0.0) / static_cast<double>(e.size());
     std::sort(e.begin(), e.end());
     const std::size_t n = e.size();
     median = n % 2 ? e[n / 2] : (e[n / 2 - 1] + e[n / 2]) / 2;
@@ -107,8 +111,8 @@ void summarize(ValidationSet& s) {
             all.push_back(std::abs(p.error()));
             if (!p.in_sample) held.push_back(std::abs(p.error()));
         }
-    median_max(all, s.median, s.max, s.counted);
-    median_max(held, s.held_median, s.held_max, s.held_counted);
+    median_max(all, s.median, s.max, s.counted, s.mean);
+    median_max(held, s.held_median, s.held_max, s.held_counted, s.held_mean);
 }
 
 namespace {
@@ -151,6 +155,19 @@ public:
         if (!shipped_.count(f)) shipped_[f] = ClusterDoc{read_cluster_file(f), f};
         return &shipped_[f];
     }
+
+    // A cluster given with --cluster for this family (and network kind, where one is named), or null.
+    const ClusterDoc* given(const std::string& family, const std::string& network) const {
+        for (const auto& d : given_)
+            if (d.family == family && (network.empty() || network_kind(d.network) == network_kind(network))) return &d.doc;
+        return nullptr;
+    }
+    // A cluster file read once.
+    const ClusterDoc& file(const std::string& path) {
+        if (!shipped_.count(path)) shipped_[path] = ClusterDoc{read_cluster_file(path), path};
+        return shipped_[path];
+    }
+    const std::string& data_dir() const { return data_dir_; }
 
 private:
     struct Given {
@@ -381,6 +398,86 @@ ValidationSet megatron_set(const MegatronSet& s, Clusters& clusters) {
     return v;
 }
 
+// The cluster an end-to-end set runs on: a --cluster of the GPU family and network of the one it
+// names, else the shipped one it names (configs/clusters/<name>.json).
+const ClusterDoc& end_to_end_cluster(const EndToEndSet& s, Clusters& clusters) {
+    const fs::path shipped =
+        clusters.data_dir().empty() ? fs::path() : fs::path(clusters.data_dir()) / "configs" / "clusters" / (s.cluster + ".json");
+    if (!shipped.empty() && fs::is_regular_file(shipped)) {
+        const ClusterDoc& named = clusters.file(shipped.string());
+        const Cluster c = make_cluster(named.doc, named.file);
+        const ClusterDoc* g = clusters.given(gpu_family(c.gpu.name), c.inter_node.name);
+        return g ? *g : named;
+    }
+    std::string upper = s.cluster;
+    for (auto& ch : upper) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+    if (const ClusterDoc* g = clusters.given(gpu_family(upper), "")) return *g;
+    throw ConfigError(s.file, fmt::format("$.sets[{}].cluster", s.index),
+                      fmt::format("no shipped cluster \"{}\"{}, so data set \"{}\" cannot be predicted; give one of its GPU "
+                                  "family with --cluster",
+                                  s.cluster, shipped.empty() ? std::string(" (dtsim's data folder was not found)")
+                                                             : fmt::format(" ({} is not a file)", shipped.string()),
+                                  s.id));
+}
+
+// An end-to-end set: its expressible rows run by dtsim::hw::simulate, measured against predicted
+// in the unit of the measurement; the rows with a measured peak memory again as "<id>:memory".
+// Nothing is fitted to these rows; a cluster parameter fitted to the set (or to one of its rows,
+// "<id>:<row>") would make the point in-sample.
+std::vector<ValidationSet> end_to_end_sets(const EndToEndSet& s, Clusters& clusters) {
+    const ClusterDoc& cd = end_to_end_cluster(s, clusters);
+    const Cluster c = make_cluster(cd.doc, cd.file);
+    std::vector<std::string> fitted;
+    for (const Link* l : {&c.intra_node, &c.inter_node})
+        for (const auto& f : l->fits)
+            for (const auto& d : f.datasets)
+                if (std::find(fitted.begin(), fitted.end(), d) == fitted.end()) fitted.push_back(d);
+    for (const auto& d : c.gpu.gemm.datasets)
+        if (std::find(fitted.begin(), fitted.end(), d) == fitted.end()) fitted.push_back(d);
+    auto in_sample = [&](const EndToEndRow& r) {
+        return std::find(fitted.begin(), fitted.end(), s.id) != fitted.end() ||
+               std::find(fitted.begin(), fitted.end(), s.id + ":" + r.id) != fitted.end();
+    };
+    ValidationSet v;
+    v.id = s.id;
+    v.kind = "end_to_end";
+    v.source = s.source;
+    v.file = s.file;
+    v.cluster = cd.file + (s.cluster_overrides.empty() ? "" : " with the set's cluster_overrides");
+    ValidationSet mem = v;
+    mem.id = s.id + ":memory";
+    bool any_in_sample = false;
+    for (const auto& r : s.rows) {
+        if (!r.expressible()) {
+            v.skipped.push_back(fmt::format("{}: not expressible yet: {}", r.id, r.not_expressible));
+            continue;
+        }
+        const EndToEndPrediction p = predict_end_to_end(s, r, cd.doc);
+        const bool in = in_sample(r);
+        any_in_sample |= in;
+        const std::string label = fmt::format("{} [{}]{}", r.id, p.layout, p.out_of_memory ? " (dtsim: out of memory)" : "");
+        v.points.push_back({label, static_cast<double>(r.gpus), p.measured, p.predicted, p.unit, true, in});
+        if (r.measured.peak_memory_GiB)
+            mem.points.push_back({label, static_cast<double>(r.gpus), *r.measured.peak_memory_GiB, p.memory_GiB, "GiB", true, in});
+    }
+    v.fit = mem.fit = any_in_sample ? "in-sample: cluster parameters were fitted to rows of this set"
+                                    : "held out: validation only";
+    const std::string params = fitted.empty() ? "the cluster's parameters are from its sources"
+                                              : fmt::format("the cluster's parameters were fitted to {}", join(fitted));
+    v.note = fmt::format("each row run as a dtsim config (dtsim::hw::simulate) on {}; measured as {}; {}", v.cluster,
+                         v.points.empty() ? std::string("-") : v.points.front().unit, params);
+    if (!v.skipped.empty())
+        v.note += fmt::format("; {} of {} rows skipped, not expressible yet (listed with the reasons after the table)",
+                              v.skipped.size(), s.rows.size());
+    mem.note = fmt::format("the peak memory of the worst GPU as dtsim::hw::simulate reports it, against the published "
+                           "peak (the data file's note says what the publisher measured: allocated or reserved); {}",
+                           params);
+    std::vector<ValidationSet> out;
+    if (!v.points.empty()) out.push_back(std::move(v));
+    if (!mem.points.empty()) out.push_back(std::move(mem));
+    return out;
+}
+
 }  // namespace
 
 std::vector<ValidationSet> validate(const GroundTruth& data, const ValidateOptions& o) {
@@ -389,6 +486,8 @@ std::vector<ValidationSet> validate(const GroundTruth& data, const ValidateOptio
     for (const auto& s : data.collectives) out.push_back(collective_set(s, data, clusters, o));
     for (const auto& s : data.gemms) out.push_back(gemm_set(s, clusters, o));
     for (const auto& s : data.megatron) out.push_back(megatron_set(s, clusters));
+    for (const auto& s : data.end_to_end)
+        for (auto& v : end_to_end_sets(s, clusters)) out.push_back(std::move(v));
     for (const auto& s : data.kernels) {
         const ClusterDoc* cd = clusters.get(gpu_family(s.gpu));
         if (!cd)
@@ -399,6 +498,9 @@ std::vector<ValidationSet> validate(const GroundTruth& data, const ValidateOptio
         out.push_back(validate_attention(s, make_cluster(cd->doc, cd->file).gpu, cd->file, o.holdout));
     }
     for (auto& s : out) summarize(s);
+    // End to end: the mean |error| with the fit, where `dtsim validate --summary` shows it.
+    for (auto& s : out)
+        if (s.kind == "end_to_end" && s.counted > 0) s.fit += fmt::format("; mean |error| {:.1f} %", 100 * s.mean);
     return out;
 }
 
@@ -413,6 +515,7 @@ json to_json(const std::vector<ValidationSet>& sets) {
                        {"fit", s.fit}, {"note", s.note}, {"counted", s.counted}, {"median_abs_error", s.median},
                        {"max_abs_error", s.max}, {"held_out_counted", s.held_counted},
                        {"held_out_median_abs_error", s.held_median}, {"held_out_max_abs_error", s.held_max},
+                       {"mean_abs_error", s.mean}, {"held_out_mean_abs_error", s.held_mean}, {"skipped", s.skipped},
                        {"points", pts}});
     }
     return arr;
