@@ -1,5 +1,6 @@
-// End-to-end ground truth (dtsim/hw/end_to_end.hpp): the prediction's arithmetic, validate's
-// report, and malformed rows are errors naming their path.
+// End-to-end ground truth (dtsim/hw/end_to_end.hpp): the shipped files load and every row dtsim
+// can express builds a config parse_config accepts; one row's config and FLOPs checked by hand;
+// the prediction's arithmetic; validate's report; and malformed rows are errors naming their path.
 #include "dtsim/hw/calibrate.hpp"
 #include "dtsim/hw/end_to_end.hpp"
 #include "dtsim/hw/units.hpp"
@@ -21,11 +22,30 @@ namespace fs = std::filesystem;
 namespace {
 
 const std::string test_data = DTSIM_CALIBRATE_TEST_DATA;
+const std::string repo = std::string(DTSIM_CONFIGS) + "/..";
 
 std::string write_temp(const std::string& name, const std::string& text) {
     const auto p = fs::temp_directory_path() / name;
     std::ofstream(p) << text;
     return p.string();
+}
+
+nlohmann::json shipped_cluster(const std::string& name) {
+    return cal::read_cluster_file(std::string(DTSIM_CONFIGS) + "/clusters/" + name + ".json");
+}
+
+const cal::EndToEndSet& set_named(const cal::GroundTruth& d, const std::string& id) {
+    for (const auto& s : d.end_to_end)
+        if (s.id == id) return s;
+    FAIL("no set " << id);
+    throw std::logic_error("unreachable");
+}
+
+const cal::EndToEndRow& row_named(const cal::EndToEndSet& s, const std::string& id) {
+    for (const auto& r : s.rows)
+        if (r.id == id) return r;
+    FAIL("no row " << id << " in " << s.id);
+    throw std::logic_error("unreachable");
 }
 
 // A one-set file on the test cluster (H100 family, 8 GPUs a node, 1000 bf16 TFLOP/s).
@@ -48,6 +68,91 @@ ConfigError config_error(F&& f) {
 }
 
 }  // namespace
+
+TEST_CASE("the shipped end-to-end files load and every expressible row is a config dtsim accepts") {
+    const auto data = cal::load_ground_truth({repo + "/calibration/data/end_to_end_h100.json",
+                                              repo + "/calibration/data/end_to_end_a100.json"});
+    REQUIRE(data.end_to_end.size() == 12);
+    std::size_t not_expressible = 0, expressible = 0;
+    for (const auto& s : data.end_to_end) {
+        CHECK_FALSE(s.source.empty());
+        CHECK_FALSE(s.rows.empty());
+        const auto cluster = shipped_cluster(s.cluster);
+        for (const auto& r : s.rows) {
+            if (!r.expressible()) {
+                ++not_expressible;
+                continue;
+            }
+            ++expressible;
+            INFO(s.id << " / " << r.id);
+            const Config c = cal::parse_end_to_end_row(s, r, cluster);
+            CHECK(c.gpus() == r.gpus);
+        }
+    }
+    CHECK(expressible == 236);
+    CHECK(not_expressible == 43);
+    // Each row dtsim cannot run yet is listed as skipped, with its reason.
+    CHECK(data.skipped.size() == not_expressible);
+    for (const auto& line : data.skipped) CHECK(line.find(": not expressible yet: ") != std::string::npos);
+    const auto ids = cal::data_set_ids(data);
+    CHECK(std::find(ids.begin(), ids.end(), "megatron_core_h100_weak_scaling") != ids.end());
+}
+
+TEST_CASE("a Megatron-Core row becomes the config and the FLOP count worked out by hand") {
+    const auto data = cal::load_ground_truth({repo + "/calibration/data/end_to_end_h100.json"});
+    const auto& set = set_named(data, "megatron_core_h100_weak_scaling");
+    const auto& row = row_named(set, "1.7B");
+    const Config c = cal::parse_end_to_end_row(set, row, shipped_cluster("dgx-h100"));
+    // 48 GPUs: 6 DGX H100 nodes; tp 1 x dp 48 with the distributed optimizer; 192 sequences of
+    // 4096 tokens, micro batch 1 (the set's default): 192 / 48 = 4 microbatches per GPU.
+    CHECK(c.cluster.nodes == 6);
+    CHECK(c.cluster.gpus_per_node == 8);
+    CHECK(c.strategy.name == "megatron");
+    CHECK(c.strategy.tp == 1);
+    CHECK(c.strategy.dp == 48);
+    CHECK(c.strategy.zero_stage == 1);
+    CHECK_FALSE(c.strategy.sequence_parallel);  // tp 1
+    CHECK(c.strategy.flash_attention);
+    CHECK(c.microbatches() == 4);
+    CHECK(c.model.spec.layers == 24);
+    CHECK(c.model.spec.hidden == 2048);
+    CHECK(c.model.spec.heads == 16);
+    CHECK(c.model.spec.ffn == 4 * 2048);
+    CHECK(c.model.spec.seq == 4096);
+    CHECK(c.model.spec.vocab == 131072);
+    CHECK(c.model.spec.dtype == DType::bf16);
+    // Megatron's count: 12 B s l h^2 (1 + g/a + s/h + f/h + V/2lh)
+    //   = 12 x 192 x 4096 x 24 x 2048^2 x (1 + 1 + 2 + 4 + 131072 / 98304)
+    //   = 949,978,046,398,464 x 28/3 = 8,866,461,766,385,664 FLOPs per step.
+    CHECK(cal::megatron_core_flops(c.model.spec, 192) == doctest::Approx(8866461766385664.0).epsilon(1e-12));
+    CHECK(cal::counted_flops(cal::FlopCount::megatron, c) == doctest::Approx(8866461766385664.0).epsilon(1e-12));
+    // So the measured 408.8 TFLOP/s per GPU is a step of 8.8665e15 / (48 x 408.8e12) = 0.4519 s,
+    // 192 x 4096 / 0.4519 / 48 = 36,257 tokens per second per GPU.
+    REQUIRE(row.measured.metric == cal::EndToEndMetric::tflops_per_gpu);
+    CHECK(row.measured.value == 408.8);
+    CHECK(row.measured.flops == cal::FlopCount::megatron);
+    const double step = 8866461766385664.0 / (48 * 408.8e12);
+    CHECK(step == doctest::Approx(0.4519).epsilon(1e-3));
+    CHECK(192 * 4096 / step / 48 == doctest::Approx(36257).epsilon(1e-3));
+}
+
+TEST_CASE("an llm-foundry row has the published model's parameters, but for biases and positions") {
+    const auto data = cal::load_ground_truth({repo + "/calibration/data/end_to_end_h100.json"});
+    const auto& set = set_named(data, "llm_foundry_mpt_h100_bf16");
+    const auto& row = row_named(set, "7b s2048 8gpu mb6");
+    const Config c = cal::parse_end_to_end_row(set, row, shipped_cluster("dgx-h100"));
+    CHECK(c.cluster.nodes == 1);
+    CHECK(c.strategy.name == "fsdp");
+    CHECK(c.strategy.sharding == "full");
+    CHECK(c.strategy.recompute == Recompute::none);
+    CHECK(c.microbatches() == 1);  // 48 sequences, micro batch 6, 8 GPUs
+    // The table's NumParams, 6,658,859,008, is 12 L h^2 + 13 L h + 2 h + V h + s h: the linears'
+    // biases (9 h per layer), LayerNorms with weight and bias (4 h per layer, 2 h at the end) and a
+    // learned positional embedding (s h). dtsim counts the norms' weights only and no positions:
+    // 32 x (12 x 4096^2 + 2 x 4096) + 50368 x 4096 = 6,649,020,416.
+    CHECK(c.model.spec.total_params() == doctest::Approx(6649020416.0).epsilon(1e-9));
+    CHECK(6658859008.0 - 32 * 11 * 4096.0 - 2 * 4096.0 - 2048 * 4096.0 == 6649020416.0);
+}
 
 TEST_CASE("a row is predicted in the unit it was measured in") {
     const std::string file = write_temp("dtsim_e2e_predict.json", one_set(R"(
@@ -116,6 +221,16 @@ TEST_CASE("a row is predicted in the unit it was measured in") {
     const auto j = cal::to_json(sets);
     CHECK(j[0]["mean_abs_error"].get<double>() == doctest::Approx(sets[0].mean));
     CHECK(j[0]["skipped"].size() == 1);
+}
+
+TEST_CASE("an end-to-end set runs on the shipped cluster it names, with its overrides") {
+    const auto data = cal::load_ground_truth({repo + "/calibration/data/end_to_end_a100.json"});
+    const auto& set = set_named(data, "llm_foundry_mpt_a100_40gb");
+    const Config c = cal::parse_end_to_end_row(set, set.rows.front(), shipped_cluster(set.cluster));
+    CHECK(c.cluster.gpu.name == "A100-SXM-40GB");
+    CHECK(c.cluster.gpu.memory_bytes == doctest::Approx(40 * kGiB));
+    CHECK(c.cluster.gpu.memory_bandwidth == doctest::Approx(1.555e12));
+    CHECK(c.cluster.gpu.peak(DType::bf16) == doctest::Approx(312e12));  // the rest is selene-a100's
 }
 
 TEST_CASE("a malformed end-to-end row is an error naming the file and the row's JSON path") {
