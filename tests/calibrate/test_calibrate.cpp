@@ -403,9 +403,19 @@ TEST_CASE("every shipped data file loads; only the datasheets and the bandwidth 
     CHECK(data.kernels[0].id == "h100_dtsim_torch_kernels:attention");
     CHECK(data.kernels[0].attention.size() == 60);
     CHECK(data.kernels[1].gpu == "NVIDIA H200");
+    // The end-to-end runs: 12 sets; each row dtsim cannot express yet is a line of data.skipped.
+    CHECK(data.end_to_end.size() == 12);
+    std::size_t rows_skipped = 0;
     // Not predicted (yet): the datasheets, the bandwidth sweeps, published A100 attention figures.
     std::vector<std::string> skipped;
-    for (const auto& line : data.skipped) skipped.push_back(std::filesystem::path(line.substr(0, line.find(':'))).filename().string());
+    for (const auto& line : data.skipped) {
+        if (line.find(": not expressible yet: ") != std::string::npos) {
+            ++rows_skipped;
+            continue;
+        }
+        skipped.push_back(std::filesystem::path(line.substr(0, line.find(':'))).filename().string());
+    }
+    CHECK(rows_skipped == 43);
     CHECK(skipped == std::vector<std::string>{"a100_attention_published.json", "a100_membw_published.json", "gpus.json",
                                               "h100_dtsim_membw.json"});
 }

@@ -4,6 +4,7 @@
 // the shipped H100 curves against the measured kernels they were fitted to.
 #include "dtsim/hw/calibrate.hpp"
 #include "dtsim/hw/config.hpp"
+#include "dtsim/hw/run.hpp"
 #include "dtsim/hw/workload.hpp"
 
 #include <doctest/doctest.h>
@@ -171,4 +172,28 @@ TEST_CASE("config: attention_kernel names a known kernel; a curve's keys and ran
     CHECK_THROWS_AS(load_config(run, {curve(R"({"efficiency": 0.3, "half_seq": -1})")}), ConfigError);
     CHECK_THROWS_WITH_AS(load_config(run, {curve(R"({"efficiency": 0.3, "half_sq": 600})")}),
                          doctest::Contains("half_seq"), ConfigError);
+}
+
+TEST_CASE("a run says where its prediction is weakest") {
+    auto caveats = [](const std::string& run, const std::vector<std::string>& sets) {
+        std::vector<Override> o;
+        for (const auto& t : sets) o.push_back(parse_override(t));
+        const Config c = load_config(std::string(DTSIM_CONFIGS) + "/runs/" + run, o);
+        const LayerSplit split{c.training.micro_batch, c.strategy.tp, c.strategy.sequence_parallel, c.strategy.recompute,
+                               c.strategy.flash_attention, c.strategy.attention_kernel};
+        return prediction_caveats(c, make_workload(c.model.spec, split, c.cluster.gpu));
+    };
+    auto has = [](const std::vector<std::string>& v, const std::string& part) {
+        return std::any_of(v.begin(), v.end(), [&](const std::string& s) { return s.find(part) != std::string::npos; });
+    };
+    // Measured attention, GEMMs fitted to kernels, curves on 2 nodes for a 2-node cluster: nothing to say.
+    CHECK(caveats("llama3-8b-16xh100-fsdp.json", {}).empty());
+    // Without the attention curves, the core is priced as GEMMs, and the run says so.
+    CHECK(has(caveats("llama3-8b-16xh100-fsdp.json", {"cluster.gpu.attention={}"}), "fused attention priced as two GEMMs"));
+    // 8 nodes against curves measured on 2.
+    CHECK(has(caveats("llama3-70b-64xh100-1f1b.json", {}), "measured on at most 2 nodes, the cluster has 8"));
+    // The A100's fp16 ceiling is an end-to-end fit; its network has no measured curve.
+    const auto a100 = caveats("gpt3-175b-1024xa100-sc21.json", {});
+    CHECK(has(a100, "fitted end to end"));
+    CHECK(has(a100, "no measured curve"));
 }

@@ -4,6 +4,7 @@
 
 #include "dtsim/hw/config.hpp"
 #include "dtsim/hw/device.hpp"
+#include "dtsim/hw/workload.hpp"
 #include "dtsim/trace.hpp"
 
 #include <nlohmann/json.hpp>
@@ -51,12 +52,19 @@ struct RunReport {
     std::string check_error;
     std::size_t events = 0;
     double wall_seconds = 0;     // host time the simulation took
+    // Where the prediction rests on an estimate rather than a measurement, for this config
+    // (prediction_caveats): one sentence each.
+    std::vector<std::string> caveats;
 };
 
 struct RunResult {
     RunReport report;
     Trace trace;
 };
+
+// Where a config's prediction is weakest: the parts priced from structure or from an
+// end-to-end fit rather than from kernel or collective measurements of this GPU and shape.
+std::vector<std::string> prediction_caveats(const Config& c, const Workload& work);
 
 struct RunOptions {
     bool keep_trace = true;  // false drops the events after the report is computed

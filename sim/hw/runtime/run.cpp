@@ -117,6 +117,7 @@ RunResult simulate_transformer(const Config& c, const RunOptions& options) {
         if (m.oom && (!r.oom || m.oom->time < r.oom->time))
             r.oom = MemoryVerdict{i, m.oom->time, describe_op(m.oom->op, m.oom->layer), m.oom->bytes};
     }
+    r.caveats = prediction_caveats(c, work);
     const CriticalPath path = world.critical_path();
     r.critical_rank = path.rank;
     if (r.step_time > 0) {
@@ -360,6 +361,45 @@ std::string describe(const Stragglers& s) {
     return out;
 }
 
+std::vector<std::string> prediction_caveats(const Config& c, const Workload& work) {
+    std::vector<std::string> out;
+    const GpuSpec& gpu = c.cluster.gpu;
+    const StrategyConfig& s = c.strategy;
+    const DType d = c.model.spec.dtype;
+    if (s.flash_attention && !work.measured_attention && c.model.kind == "transformer")
+        out.push_back(fmt::format("fused attention priced as two GEMMs on the roofline: {} has no measured \"{}\" curve "
+                                  "(cluster.gpu.attention)",
+                                  gpu.name, s.attention_kernel));
+    if (work.measured_attention) {
+        const AttentionKernel* k = gpu.attention.find(s.attention_kernel, c.model.spec.head_dim());
+        if (k && k->head_dim != static_cast<int>(c.model.spec.head_dim()))
+            out.push_back(fmt::format("attention curve measured at head dimension {}, used for {:g}", k->head_dim,
+                                      c.model.spec.head_dim()));
+    }
+    const auto& ds = gpu.gemm.datasets;
+    const bool end_to_end = std::any_of(ds.begin(), ds.end(), [](const std::string& id) {
+        return id.find("megatron") != std::string::npos || id.find("end_to_end") != std::string::npos;
+    });
+    if (ds.empty())
+        out.push_back(fmt::format("GEMM model: the built-in defaults (an H100 fit); no fit for {}", gpu.name));
+    else if (end_to_end && gpu.gemm.dtype_efficiency[static_cast<std::size_t>(d)] > 0)
+        out.push_back(fmt::format("the {} GEMM ceiling of {} was fitted end to end to training runs, not to kernel "
+                                  "measurements (cluster.gpu.gemm.datasets)",
+                                  dtype_name(d), gpu.name));
+    if (c.cluster.nodes > 1) {
+        int measured = 0;
+        for (const auto& f : c.cluster.inter_node.fits) measured = std::max(measured, f.nodes);
+        if (measured == 0)
+            out.push_back(fmt::format("collectives across nodes from per-link figures only: no measured curve on {}",
+                                      c.cluster.inter_node.name));
+        else if (c.cluster.nodes > measured)
+            out.push_back(fmt::format("collective curves measured on at most {} nodes, the cluster has {}: a group over "
+                                      "more nodes rests on the per-link model",
+                                      measured, c.cluster.nodes));
+    }
+    return out;
+}
+
 nlohmann::json to_json(const RunReport& r) {
     auto verdict = [](const MemoryVerdict& v) {
         return nlohmann::json{{"rank", v.rank}, {"time_s", v.time}, {"op", v.op}, {"bytes", v.bytes}};
@@ -390,6 +430,7 @@ nlohmann::json to_json(const RunReport& r) {
             j["stragglers"]["stretch"] = r.step_time / *r.baseline_step_time - 1;
         }
     }
+    j["caveats"] = r.caveats;
     if (r.correct) j["correct"] = *r.correct;
     if (!r.check_error.empty()) j["check_error"] = r.check_error;
     return j;
