@@ -54,6 +54,7 @@ void check_ids(const std::vector<std::string>& given, const char* option, const 
 void calibrate(const CalibrateArgs& a) {
     if (a.out.empty()) throw UsageError("calibrate needs -o CLUSTER.json");
     if (a.max_lines < 1 || a.max_lines > 4) throw UsageError("--max-lines takes 1 to 4");
+    if (validate_only()) return;
     const cal::GroundTruth data = cal::load_ground_truth(a.data);
     const std::vector<std::string> ids = cal::data_set_ids(data);
     check_ids(a.only, "--only", ids);
@@ -147,6 +148,7 @@ std::vector<std::string> missed_targets(const std::vector<cal::ValidationSet>& s
 }
 
 void validate(const ValidateArgs& a) {
+    if (validate_only()) return;
     const std::vector<std::string> files = a.data.empty() ? cal::shipped_data_files(data_dir()) : a.data;
     const cal::GroundTruth data = cal::load_ground_truth(files);
     cal::ValidateOptions o;

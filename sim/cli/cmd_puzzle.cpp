@@ -59,6 +59,7 @@ void run_one(const PuzzleOptions& o) {
     const int B = o.batches >= 0 ? o.batches : p.batches;
     const int R = o.ranks >= 0 ? o.ranks : p.ranks;
     o.out.check_ranks(R);
+    if (validate_only()) return;
     const bool keep = o.out.any();  // events only when something is written from them
     std::optional<puzzle::RunResult> ran;
     try {
@@ -113,9 +114,11 @@ void run_all(const TableOptions& o) {
         std::error_code ec;
         if (std::filesystem::exists(o.out_dir, ec) && !std::filesystem::is_directory(o.out_dir, ec))
             throw UsageError(fmt::format("--out: \"{}\" is a file, not a folder", o.out_dir));
+        if (validate_only()) return;
         if (std::filesystem::create_directories(o.out_dir, ec); ec)
             throw std::runtime_error(fmt::format("{}: cannot create the folder: {}", o.out_dir, ec.message()));
     }
+    if (validate_only()) return;
     fmt::print("{:<14} {:>3} {:>3} {:>3}  {:>10} {:>7} {:>6}  {:>10} {:>8} {:>6}  {:>12}  {:<7} {}\n", "puzzle", "L",
                "B", "R", "timesteps", "target", "ratio", "max memory", "target", "ratio", "peak at r/t", "correct",
                "targets");

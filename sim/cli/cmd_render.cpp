@@ -25,6 +25,7 @@ void run_render(const RenderArgs& args) {
         throw UsageError("render: nothing to write: give --svg, --png, --pdf and/or --chrome-trace");
     if (!args.out.picture.ranks.empty() && !args.out.pictures())
         throw UsageError("--show-ranks selects the ranks of a picture: give --svg, --png or --pdf with it");
+    if (validate_only()) return;
     const Trace trace = read_trace_file(args.trace);
     try {
         args.out.check_ranks(static_cast<int>(trace.ranks.size()));

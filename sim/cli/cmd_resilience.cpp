@@ -192,6 +192,7 @@ void failures(const FailuresArgs& a) {
         if (s.values.size() > 1) throw UsageError(fmt::format("--set {}: failures does not sweep; give one value", s.path));
         overrides.push_back({s.path, s.values.front()});
     }
+    if (validate_only()) return;
     const hw::Config c = hw::load_config(a.config, overrides);
     const hw::CheckpointPlan plan = hw::plan_checkpoint(c);
     a.out.check_ranks(static_cast<int>(plan.write_bytes.size()));  // the timeline has a row per rank that saves

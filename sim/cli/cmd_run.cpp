@@ -133,6 +133,7 @@ void run(const RunArgs& a) {
         throw UsageError("--trace, --svg, --png, --pdf and --chrome-trace take a single run, not a sweep");
     if (!a.out.picture.ranks.empty() && !a.out.pictures())
         throw UsageError("--show-ranks selects the ranks of a picture: give --svg, --png or --pdf with it");
+    if (validate_only()) return;
 
     if (!sweep) {
         const hw::Config c = hw::load_config(a.config, combos.front());
@@ -199,6 +200,7 @@ void compare(const CompareArgs& a) {
         if (s.values.size() > 1) throw UsageError(fmt::format("--set {}: compare does not sweep; give one value", s.path));
         overrides.push_back({s.path, s.values.front()});
     }
+    if (validate_only()) return;
     // Every config is read and checked before any runs: a bad one is an input error (exit 2).
     std::vector<hw::Config> configs;
     for (const auto& path : a.configs) configs.push_back(hw::load_config(path, overrides));

@@ -161,6 +161,7 @@ void run_schedule_command(const ScheduleArgs& a) {
                                          generator_names()));
         if (a.stages < 1 || a.microbatches < 1)
             throw UsageError("schedule: --generate needs --stages P (pipeline ranks) and --microbatches M");
+        if (validate_only()) return;
         sched::GenerateParams q;
         q.p = a.stages;
         q.m = a.microbatches;
@@ -180,6 +181,7 @@ void run_schedule_command(const ScheduleArgs& a) {
         if (a.stages || a.microbatches || a.chunks || a.group)
             throw UsageError("schedule: --stages, --microbatches, --chunks and --group go with --generate; a schedule "
                              "file has its own sizes");
+        if (validate_only()) return;
         s = sched::read_schedule_file(a.file);
         match = find_generator(s);
         origin = a.file;

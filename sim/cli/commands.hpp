@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -32,6 +33,13 @@ public:
 inline int& exit_status() {
     static int status = 0;
     return status;
+}
+
+// Validate-only mode (the CLI fuzz target's, tests/fuzz/fuzz_cli.cpp): each command checks its
+// arguments as it always does, then returns before it reads a file, runs or writes anything.
+inline bool& validate_only() {
+    static bool on = false;
+    return on;
 }
 
 // A value as a message quotes it: at most 64 bytes of it.
@@ -187,6 +195,12 @@ std::string puzzle_names();
 // The folder of the data dtsim ships (configs/, calibration/data/): see data_dir.cpp. Not found:
 // an error, or "" where not `required`.
 std::string data_dir(bool required = true);
+
+// The dtsim command line: the app with every command registered (app.cpp).
+std::unique_ptr<CLI::App> build_app();
+// Parses the arguments and runs the command: prints what is wrong and returns the exit status
+// (docs/command-line.md), as main() does.
+int run_command_line(int argc, const char* const* argv);
 
 void register_puzzle_commands(CLI::App& app);  // `puzzle`, `puzzles`
 void register_render_command(CLI::App& app);   // `render`
