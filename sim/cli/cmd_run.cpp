@@ -124,16 +124,26 @@ void table_row(const std::vector<std::string>& cells, const hw::RunReport& r, st
 
 bool failed(const hw::RunReport& r) { return r.correct && !*r.correct; }
 
+// The most runs one sweep makes: far more than anyone reads in a table, far fewer than would
+// exhaust the memory the combinations take before the first runs.
+constexpr int kMaxSweepRuns = 100000;
+
 void run(const RunArgs& a) {
     const auto settings = hw::parse_settings(a.sets);
-    const auto combos = hw::combinations(settings);
-    const bool sweep = combos.size() > 1;
+    double runs = 1;  // the combinations, counted before they are made
+    for (const auto& s : settings) runs *= static_cast<double>(s.values.size());
+    if (runs > kMaxSweepRuns)
+        throw UsageError(fmt::format("--set: the sweep would make {:.4g} runs (every combination of the values), more "
+                                     "than the {} of one sweep",
+                                     runs, kMaxSweepRuns));
+    const bool sweep = runs > 1;
     const bool want_trace = a.out.any();
     if (sweep && want_trace)
         throw UsageError("--trace, --svg, --png, --pdf and --chrome-trace take a single run, not a sweep");
     if (!a.out.picture.ranks.empty() && !a.out.pictures())
         throw UsageError("--show-ranks selects the ranks of a picture: give --svg, --png or --pdf with it");
     if (validate_only()) return;
+    const auto combos = hw::combinations(settings);
 
     if (!sweep) {
         const hw::Config c = hw::load_config(a.config, combos.front());
