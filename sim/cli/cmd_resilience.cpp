@@ -245,6 +245,12 @@ void failures(const FailuresArgs& a) {
 
     fmt::print("{}: {} GPUs on {} node{}, {}, step {} (simulated one step)\n", c.name, c.gpus(), nodes,
                nodes == 1 ? "" : "s", c.strategy.name, duration(step));
+    // A step that does not fit still prices the long run, as `dtsim run` still reports it; exit status 3 says so.
+    if (r.oom) {
+        fmt::print("memory: the step does not fit: rank {} passes {:.2f} GiB per GPU at {} in {}\n", r.oom->rank,
+                   r.capacity / (1024.0 * 1024 * 1024), duration(r.oom->time), r.oom->op);
+        exit_status() = 3;
+    }
     fmt::print("checkpoint: {}: {:.1f} GB in {} (storage: {:.0f} GB/s per node, {:.0f} GB/s write in all)\n", plan.who,
                plan.total_bytes / 1e9, duration(plan.write_time), c.cluster.storage.node_bandwidth / 1e9,
                c.cluster.storage.write_bandwidth / 1e9);

@@ -99,6 +99,8 @@ void print_report(const hw::Config& c, const hw::RunReport& r) {
     if (r.correct)
         fmt::print("  correct       {}\n", *r.correct ? "yes" : "no: " + r.check_error);
     fmt::print("  simulated     {} events in {:.3f} s\n", r.events, r.wall_seconds);
+    for (std::size_t i = 0; i < r.caveats.size(); ++i)
+        fmt::print("  {}{}\n", i == 0 ? "weakest       " : "              ", r.caveats[i]);
 }
 
 std::size_t cell_width(const std::vector<std::string>& keys) {

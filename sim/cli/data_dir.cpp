@@ -31,7 +31,7 @@ std::string data_dir(bool required) {
     if (!required) return "";
     std::string looked;
     for (const auto& t : tried) looked += (looked.empty() ? "" : ", ") + t.string();
-    throw std::runtime_error(fmt::format("dtsim's shipped data (configs/, calibration/data/) was not found{}; set "
+    throw UsageError(fmt::format("dtsim's shipped data (configs/, calibration/data/) was not found{}; set "
                                          "DTSIM_DATA_DIR to the folder that holds them",
                                          looked.empty() ? "" : " (looked in " + looked + ")"));
 }

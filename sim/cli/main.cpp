@@ -7,7 +7,7 @@
 //      file could not be written, the simulator ran out of memory
 //   2  bad arguments, or bad input found before anything ran: a malformed or invalid
 //      config, schedule, trace or ground-truth file (InputError)
-//   3  the run finished but does not fit in the GPUs' memory (run; a sweep or compare:
+//   3  the run finished but does not fit in the GPUs' memory (run, failures; a sweep or compare:
 //      some run does not fit and none failed)
 //   130, 143  stopped by SIGINT (130) or SIGTERM (143): what was computed is printed, files
 //      finished before the signal are kept, the file being written is removed
