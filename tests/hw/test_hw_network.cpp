@@ -462,16 +462,22 @@ TEST_CASE("ports are full duplex: opposite sends do not interact; sends into one
 TEST_CASE("what one rank transmits shares its transmit port") {
     // A rank's sends are FIFO on its send stream, so the second flow out of
     // rank 0 is a collective on {0, 2} (it transmits and receives on every
-    // member). No latencies: the send takes w = S / 100 GB/s, the all-reduce
-    // S / 200 GB/s = w / 2. Both at 1/2 on rank 0's transmit port: the
-    // all-reduce ends at w, the send has w / 2 left and ends at 1.5 w.
+    // member). The send has no latency and takes w = S / 100 GB/s; the
+    // all-reduce waits its latency a (NCCL's), then moves S / 200 GB/s = w / 2.
+    // The send moves alone until a, then both at 1/2 on rank 0's transmit
+    // port: the all-reduce ends at a + w, when the send has w / 2 - a left,
+    // so the send ends at 1.5 w.
     Cluster cl = test::small_cluster(1);
     cl.base_latency = 0;
     cl.intra_node.hop_latency = cl.inter_node.hop_latency = 0;
     World world(cl, 3);
     Group& pair = world.group({0, 2}, "pair");
     const double S = 1e9, w = S / cl.intra_node.p2p_bandwidth;
-    REQUIRE(near(pair.cost(Collective::all_reduce, S).seconds, w / 2));
+    const CollectiveCost c = pair.cost(Collective::all_reduce, S);
+    const double a = c.latency;
+    REQUIRE(near(c.seconds - a, w / 2));
+    REQUIRE(a > 0);
+    REQUIRE(a < w / 2);
     Transfer sent, reduced;
     world.run([&](Device& gpu) -> Task<> {
         if (gpu.rank() == 0) sent = gpu.send(1, S, 0);
@@ -481,8 +487,8 @@ TEST_CASE("what one rank transmits shares its transmit port") {
             if (gpu.rank() == 0) reduced = t;
         }
     });
-    CHECK(near(reduced.end(), w));
-    CHECK(near(sent.end(), 1.5 * w));
+    CHECK(near(reduced.end(), a + w));
+    CHECK(std::abs(sent.end() - 1.5 * w) <= 1e-12 * w);
 }
 
 TEST_CASE("weighted max-min: a flow using a fraction of a port leaves the rest to the others") {
@@ -516,27 +522,32 @@ TEST_CASE("weighted max-min: a flow using a fraction of a port leaves the rest t
 }
 
 TEST_CASE("a 2-node all-reduce held back by the network takes only its share of NVLink from a tensor-parallel one") {
-    // No latencies: every transfer is pure work. Group big = 8 ranks on 2
-    // nodes (4 each): bus bandwidth min(200, 4 x 25) = 100 GB/s, so it uses
-    // NVLink at weight 100/200 = 1/2. Group tp = ranks 0..3 (NVLink, weight 1).
-    // Both moving: NVLink ports of ranks 0..3 hold r/2 + r = 1, r = 2/3 each
-    // (without weights, 1/2 each: tp would take 2 w_tp). tp ends at 1.5 w_tp;
-    // big has done w_tp by then and ends at w_big + w_tp / 2.
-    Cluster cl = test::small_cluster(2);
-    cl.base_latency = 0;
-    cl.intra_node.hop_latency = cl.inter_node.hop_latency = 0;
+    // Group big = 8 ranks on 2 nodes (4 each), NCCL's ring: bus bandwidth
+    // min(4 x 25, 200 x 4/3) = 100 GB/s (a GPU's NVLink carries 3 of a node's
+    // 4 ring channels), so it uses NVLink at weight 100 / 266.7 = 3/8. Group tp
+    // = ranks 0..3 (NVLink, weight 1). Each waits its latency first (not
+    // shared); tp, the shorter, then moves alone until big's latency is over.
+    // Both moving: NVLink ports of ranks 0..3 hold r + 3/8 r = 1, r = 8/11
+    // each (without weights, 1/2 each). tp ends after its remaining work at r;
+    // big has done r times that time by then and moves the rest at full rate.
+    const Cluster cl = test::small_cluster(2);
     World world(cl, 8);
     Group& big = world.group({0, 1, 2, 3, 4, 5, 6, 7}, "big");
     Group& tp = world.group({0, 1, 2, 3}, "tp");
     const double S_big = 1 * kGiB, S_tp = 64 * kMiB;
-    const double w_big = big.cost(Collective::all_reduce, S_big).seconds;
-    const double w_tp = tp.cost(Collective::all_reduce, S_tp).seconds;
+    const CollectiveCost cb = big.cost(Collective::all_reduce, S_big), ct = tp.cost(Collective::all_reduce, S_tp);
+    const double a_big = cb.latency, w_big = cb.seconds - cb.latency;
+    const double a_tp = ct.latency, w_tp = ct.seconds - ct.latency;
     REQUIRE(near(w_big, 2 * 7.0 / 8 * S_big / 100e9));
     REQUIRE(near(w_tp, 2 * 3.0 / 4 * S_tp / 200e9));
-    REQUIRE(1.5 * w_tp < w_big);
+    REQUIRE(a_tp < a_big);
+    REQUIRE(w_tp > a_big - a_tp);
     const LevelSeconds t = level_seconds(cl, Collective::all_reduce, S_big, big.shape());
     CHECK(near(t.inter_node, w_big));
-    CHECK(near(t.intra_node, w_big / 2));
+    CHECK(near(t.intra_node, w_big * 3 / 8));
+    const double r = 1 / (1 + 3.0 / 8);
+    const double shared = (w_tp - (a_big - a_tp)) / r;  // both moving
+    REQUIRE(r * shared < w_big);
     Transfer b, s;
     world.run([&](Device& gpu) -> Task<> {
         const Transfer x = co_await gpu.all_reduce_start(big, S_big);
@@ -546,8 +557,8 @@ TEST_CASE("a 2-node all-reduce held back by the network takes only its share of 
             if (gpu.rank() == 0) s = y;
         }
     });
-    CHECK(near(s.end(), 1.5 * w_tp));
-    CHECK(near(b.end(), w_big + w_tp / 2));
+    CHECK(std::abs(s.end() - (a_big + shared)) <= 1e-9 * s.end());
+    CHECK(std::abs(b.end() - (a_big + shared + w_big - r * shared)) <= 1e-9 * b.end());
 }
 
 TEST_CASE("recording is set before run()") {

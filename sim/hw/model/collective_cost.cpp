@@ -1,7 +1,24 @@
+// NCCL's cost model (collective_cost.hpp). Every constant below is NCCL's,
+// read from NVIDIA/nccl v2.30.7-1 (commit 73cf112295c33aee2b895f329f592f2a9b4b0f97):
+// src/graph/tuning.cc (ncclTunerConstantsDefaults, ncclTopoTuneModel,
+// treeCorrectionFactor, ncclTopoGetAlgoTime) unless another file is named.
+// The structure is the same since NCCL 2.19 (v2.21.5 differs in the tree's
+// Simple latencies: hwLat NVLink 28 us, baseLat 0).
+//
+// What NCCL reads from its topology search (graph->nChannels, bwIntra,
+// bwInter) comes here from the cluster config: the product nChannels x bw of
+// a graph is a link's bus bandwidth, which the config gives per link. The
+// channel count matters only for NCCL's per-channel ceilings; it is estimated
+// as NCCL's search finds it on DGX-class nodes (channels(), below).
 #include "dtsim/hw/collective_cost.hpp"
 
 #include <algorithm>
+#include <array>
+#include <cctype>
 #include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
 
 namespace dtsim::hw {
 
@@ -12,6 +29,26 @@ std::string_view collective_name(Collective c) {
         case Collective::reduce_scatter: return "reduce_scatter";
         case Collective::broadcast: return "broadcast";
         case Collective::reduce: return "reduce";
+    }
+    return "?";
+}
+
+std::string_view protocol_name(Protocol p) {
+    switch (p) {
+        case Protocol::ll: return "LL";
+        case Protocol::ll128: return "LL128";
+        case Protocol::simple: return "Simple";
+    }
+    return "?";
+}
+
+std::string_view nccl_algorithm_name(NcclAlgorithm a) {
+    switch (a) {
+        case NcclAlgorithm::tree: return "Tree";
+        case NcclAlgorithm::ring: return "Ring";
+        case NcclAlgorithm::nvls: return "NVLS";
+        case NcclAlgorithm::nvls_tree: return "NVLSTree";
+        case NcclAlgorithm::pat: return "PAT";
     }
     return "?";
 }
@@ -29,89 +66,343 @@ double bus_factor(Collective c, int n) {
     return 1;
 }
 
-double group_bus_bandwidth(const Cluster& c, const GroupShape& g) {
-    if (g.nodes <= 1) return c.intra_node.bandwidth;
-    double bw = c.inter_node.bandwidth * g.min_per_node;
-    if (g.max_per_node > 1) bw = std::min(bw, c.intra_node.bandwidth);
-    return bw;
-}
-
-LevelSeconds level_seconds(const Cluster& c, Collective coll, double bytes, const GroupShape& g) {
-    LevelSeconds t;
-    if (g.ranks <= 1) return t;
-    const double moved = bus_factor(coll, g.ranks) * bytes;
-    if (g.uses(Level::intra_node)) t.intra_node = moved / c.intra_node.bandwidth;
-    if (g.uses(Level::inter_node)) t.inter_node = moved / (c.inter_node.bandwidth * g.min_per_node);
-    return t;
-}
-
 namespace {
 
-int ceil_log2(int n) {
-    int k = 0;
-    while ((1 << k) < n) ++k;
-    return k;
+constexpr double kUs = 1e-6;
+constexpr double kGBps = 1e9;
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// NCCL's compute-capability index: its tables have a row per generation.
+enum Gen { volta = 0, ampere = 1, hopper = 2, blackwell = 3 };
+
+// From the GPU's name; a name that says nothing (test clusters) is taken for
+// Hopper, the generation the shipped clusters are.
+Gen generation(const GpuSpec& gpu) {
+    std::string n = gpu.name;
+    for (char& ch : n) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+    auto has = [&](const char* s) { return n.find(s) != std::string::npos; };
+    if (has("B100") || has("B200") || has("B300") || has("GB2")) return blackwell;
+    if (has("H100") || has("H200") || has("H800") || has("H20") || has("GH2")) return hopper;
+    if (has("A100") || has("A800") || has("A30") || has("A10")) return ampere;
+    if (has("V100")) return volta;
+    return hopper;
 }
 
-CollectiveCost ring(const Cluster& c, Collective coll, double bytes, const GroupShape& g) {
-    const int n = g.ranks;
-    const int steps = coll == Collective::all_reduce ? 2 * (n - 1) : n - 1;
-    const int inter_steps = coll == Collective::all_reduce ? 2 * (g.nodes - 1) : g.nodes - 1;
-    CollectiveCost r;
-    r.algorithm = Algorithm::ring;
-    r.bus_bandwidth = group_bus_bandwidth(c, g);
-    r.latency = c.base_latency + (steps - inter_steps) * c.intra_node.hop_latency +
-                inter_steps * c.inter_node.hop_latency;
-    r.seconds = r.latency + bus_factor(coll, n) * bytes / r.bus_bandwidth;
-    return r;
+// NCCL looks at the CPU for the multi-node LL ceiling and the network post
+// overhead (Intel or AMD). The cluster config names no CPU: the DGX of each
+// generation's is taken (DGX-1/2 and DGX H100/B200: Intel Xeon; DGX A100: AMD EPYC).
+bool amd_host(Gen g) { return g == ampere; }
+
+enum Proto { LL = 0, LL128 = 1, SIMPLE = 2 };
+enum Algo { TREE = 0, RING = 1, NVLS = 2, NVLS_TREE = 3, PAT = 4 };
+constexpr int kAlgos = 5;
+
+using Row = std::array<double, 3>;  // LL, LL128, Simple
+
+// ncclTunerConstantsDefaults.baseLatencies (us), CollNet rows left out.
+constexpr std::array<Row, kAlgos> kBaseLat = {{
+    {6.8, 14.0, 8.4},  // Tree
+    {6.6, 14.0, 8.4},  // Ring
+    {0, 0, 0},         // NVLS
+    {0, 0, 0},         // NVLS Tree
+    {8.0, 8.0, 8.0},   // PAT
+}};
+// ncclTunerConstantsDefaults.hwLatencies[NCCL_HW_NVLINK] (us per step).
+constexpr std::array<Row, kAlgos> kNvlinkLat = {{
+    {0.6, 1.25, 4.0},  // Tree
+    {0.6, 1.9, 3.4},   // Ring
+    {0, 0, 25},        // NVLS
+    {0, 0, 25},        // NVLS Tree
+    {0, 0, 4.0},       // PAT
+}};
+// ncclTunerConstantsDefaults.hwLatencies[NCCL_HW_NET] (us per step).
+constexpr std::array<Row, kAlgos> kNetLat = {{
+    {5.0, 8.5, 14},    // Tree
+    {2.7, 4.0, 14.0},  // Ring
+    {0, 0, 18},        // NVLS
+    {0, 0, 20.9},      // NVLS Tree
+    {0, 0, 14},        // PAT
+}};
+// llMaxBws (GB/s): one node by GPU generation; several by CPU (Intel row
+// 0, AMD row 1), 2 nodes and more than 2 (index2).
+constexpr std::array<Row, 4> kLlMaxBw = {{
+    {39.0, 39.0, 20.4},              // Volta-N1 / Intel-N2 / Intel-N4
+    {87.7, 22.5, 19.0},              // Ampere-N1 / AMD-N2 / AMD-N4
+    {141.0, 45.0, 35.0},             // Hopper-N1 / AMD-N2 / AMD-N4
+    {2 * 141.0, 2 * 45.0, 2 * 35.0}  // Blackwell-N1 / AMD-N2 / AMD-N4
+}};
+// Per-channel ceilings (GB/s) by generation and (1 node, 2 nodes, more).
+constexpr std::array<Row, 4> kPerChRingLL128 = {{{20.0, 20.0, 20.0}, {20.0, 20.0, 20.0}, {36.7, 36.7, 36.7}, {40.0, 40.0, 40.0}}};
+constexpr std::array<Row, 4> kPerChTreeLL128 = {{{20.0, 20.0, 20.0}, {20.0, 20.0, 20.0}, {36.7, 36.7, 29.0}, {55.6, 31.67, 20.0}}};
+constexpr std::array<Row, 4> kPerChTree = {{{26.5, 18.5, 10.0}, {24.0, 23.6, 17.8}, {38.7, 41.4, 36.0}, {70.0, 42.8, 24.0}}};
+constexpr std::array<Row, 4> kPerChNvlsTree = {{{26.5, 18.5, 10.0}, {24.0, 23.6, 17.8}, {0.0, 57.7, 45.5}, {0.0, 96.0, 80.0}}};
+
+// treeCorrectionFactor[protocol][log2(bytes / 64)], 64 B to 256 MiB: the
+// tree's bandwidth at medium sizes (applied to tree all-reduce, and to
+// NVLS-tree on Blackwell with x86 hosts).
+constexpr std::array<std::array<double, 24>, 3> kTreeCorrection = {{
+    {1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0, 1.0},
+    {1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0, 1.0},
+    {.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9, .9},
+}};
+// ncclTopoGetAlgoTime applies the table while log2(bytes >> 6) < 23, so up to 512 MiB.
+constexpr int kTreeCorrectionSizes = 23;
+
+// The first (highest) per-channel speed of NCCL's topology search
+// (src/graph/search.cc: speedArrayIntra/Inter, sm90SpeedArray*, sm100SpeedArray*).
+double top_intra_speed(Gen g) { return g == blackwell ? 90.0 : g == hopper ? 60.0 : 40.0; }
+double top_inter_speed(Gen g) { return g == blackwell ? 96.0 : 48.0; }
+
+// NCCL's view of a group.
+struct Comm {
+    Gen gen;
+    int n, nodes, k;  // ranks, nodes, members of the least populated node (its NICs)
+    double ppn;       // nRanks / nNodes
+    bool multi() const { return nodes > 1; }
+    int size_index() const { return nodes <= 2 ? nodes - 1 : 2; }  // NCCL's index2
+};
+
+Comm comm_of(const Cluster& c, const GroupShape& g) {
+    return Comm{generation(c.gpu), g.ranks, g.nodes, std::max(1, g.min_per_node),
+                static_cast<double>(g.ranks) / g.nodes};
 }
 
-CollectiveCost tree(const Cluster& c, double bytes, const GroupShape& g) {
-    CollectiveCost r;
-    r.algorithm = Algorithm::tree;
-    r.bus_bandwidth = 0.9 * group_bus_bandwidth(c, g);
-    r.latency = c.base_latency + 2 * ((g.ranks / g.nodes - 1) * c.intra_node.hop_latency +
-                                      ceil_log2(g.nodes) * c.inter_node.hop_latency);
-    r.seconds = r.latency + bytes / (0.5 * r.bus_bandwidth);
-    return r;
+// A graph's channel count, as NCCL's search sets it (src/graph/search.cc). In a
+// node: as many channels as fit the NVLink bandwidth at the highest speed,
+// then doubled at half the speed (ncclTopoDupChannels): 12 on DGX A100 and
+// DGX H100, whose NCCL logs say "24 coll channels" once the rings are doubled
+// again (src/graph/connect.cc). Across nodes: one channel per NIC at up to the
+// highest inter-node speed, 8 on DGX H100 (16 coll channels, nccl#1453).
+double channels(const Cluster& c, const Comm& m) {
+    if (!m.multi()) return 2 * std::max(1.0, std::round(c.intra_node.bandwidth / kGBps / top_intra_speed(m.gen)));
+    return m.k * std::max(1.0, std::round(c.inter_node.bandwidth / kGBps / top_inter_speed(m.gen)));
 }
 
-bool nvls_applies(const Cluster& c, Collective coll, const GroupShape& g) {
-    return coll == Collective::all_reduce && g.nodes == 1 && c.intra_node.nvls_bandwidth > 0;
+// The bus bandwidth (nChannels x bw, bytes/s) of the graph algorithm `a` runs
+// on: what ncclTopoTuneModel starts from. Across nodes NCCL takes bwIntra up
+// to 2 nodes and bwInter beyond; for rings bwIntra = bwInter; for trees on 2
+// nodes the search raises bwIntra up to twice bwInter, within the top speed
+// and NVLink.
+double graph_bandwidth(const Cluster& c, const Comm& m, Algo a) {
+    const double nvlink = c.intra_node.bandwidth;
+    if (!m.multi()) return nvlink;
+    const double net = m.k * c.inter_node.bandwidth;
+    const double nvl = m.k > 1 ? nvlink * m.k / (m.k - 1) : kInf;
+    if (a == TREE && m.nodes <= 2) return std::min({2 * net, nvl, channels(c, m) * top_inter_speed(m.gen) * kGBps});
+    return std::min(net, nvl);
 }
 
-CollectiveCost nvls(const Cluster& c, double bytes, const GroupShape& g) {
-    CollectiveCost r;
-    r.algorithm = Algorithm::nvls;
-    r.bus_bandwidth = c.intra_node.nvls_bandwidth;
-    r.latency = c.base_latency + 2 * c.intra_node.hop_latency;
-    r.seconds = r.latency + bus_factor(Collective::all_reduce, g.ranks) * bytes / r.bus_bandwidth;
-    return r;
+bool has_nvls(const Cluster& c, const Comm& m) {
+    // NVLS needs NVLink SHARP (the cluster's nvls_bandwidth) and two GPUs of the
+    // communicator on a node (src/transport/nvls.cc, ncclNvlsInit).
+    return c.intra_node.nvls_bandwidth > 0 && m.k >= 2;
 }
 
-}  // namespace
+struct Choice {
+    Algo algo;
+    Proto proto;
+};
 
-namespace {
-
-CollectiveCost structural(const Cluster& c, Collective coll, double bytes, const GroupShape& g, Algorithm algorithm) {
-    switch (algorithm) {
+// The (algorithm, protocol) pairs NCCL would consider for the collective
+// (ncclTopoTuneModel's skips, the enable matrix, updateCollCostTable).
+// `forced`: NCCL_ALGO; ring where the forced one does not apply.
+std::vector<Choice> candidates(const Cluster& c, const Comm& m, Collective coll, Algorithm forced) {
+    const bool ar = coll == Collective::all_reduce;
+    const bool ag_rs = coll == Collective::all_gather || coll == Collective::reduce_scatter;
+    std::vector<Choice> out;
+    auto all_protocols = [&](Algo a) {
+        for (Proto p : {LL, LL128, SIMPLE}) out.push_back({a, p});
+    };
+    // NVLS: all-reduce, all-gather, reduce-scatter in one node (across nodes
+    // NVLS needs CollNet, which is not modeled); NVLS-tree: all-reduce across
+    // nodes. Simple only.
+    const bool nvls = has_nvls(c, m) && !m.multi() && (ar || (ag_rs && m.k <= 32));
+    const bool nvls_tree = has_nvls(c, m) && m.multi() && ar;
+    // PAT: all-gather and reduce-scatter with one rank per node (ncclPatEnable).
+    const bool pat = ag_rs && m.multi() && m.n == m.nodes;
+    switch (forced) {
+        case Algorithm::ring: all_protocols(RING); return out;
         case Algorithm::tree:
-            return coll == Collective::all_reduce ? tree(c, bytes, g) : ring(c, coll, bytes, g);
+            all_protocols(ar ? TREE : RING);
+            return out;
         case Algorithm::nvls:
-            return nvls_applies(c, coll, g) ? nvls(c, bytes, g) : ring(c, coll, bytes, g);
-        case Algorithm::ring:
-            return ring(c, coll, bytes, g);
-        case Algorithm::automatic:
-            break;
+            if (nvls) out.push_back({NVLS, SIMPLE});
+            else if (nvls_tree) out.push_back({NVLS_TREE, SIMPLE});
+            else all_protocols(RING);
+            return out;
+        case Algorithm::automatic: break;
     }
-    CollectiveCost best = ring(c, coll, bytes, g);
-    if (coll == Collective::all_reduce) {
-        CollectiveCost t = tree(c, bytes, g);
-        if (t.seconds < best.seconds) best = t;
+    all_protocols(RING);
+    if (ar) all_protocols(TREE);
+    if (nvls) out.push_back({NVLS, SIMPLE});
+    if (nvls_tree) out.push_back({NVLS_TREE, SIMPLE});
+    if (pat) out.push_back({PAT, SIMPLE});
+    return out;
+}
+
+// One (algorithm, protocol) pair's latency (s) and algorithm bandwidth
+// (bytes/s) before the size-dependent corrections.
+struct Line {
+    double latency = 0;
+    double bandwidth = 0;
+};
+
+Line line_of(const Cluster& c, const Comm& m, Collective coll, Choice ch) {
+    const Algo a = ch.algo;
+    const Proto p = ch.proto;
+    const int gi = m.gen, si = m.size_index();
+    const bool ar = coll == Collective::all_reduce;
+    const bool ag_rs = coll == Collective::all_gather || coll == Collective::reduce_scatter;
+    const int nsteps = ar ? 2 * (m.n - 1) : ag_rs ? m.n - 1 : m.n;
+    const double nch = channels(c, m);
+    const double ll_max = (m.multi() ? kLlMaxBw[amd_host(m.gen) ? 1 : 0][si] : kLlMaxBw[gi][0]) * kGBps;
+
+    // Bandwidth: NCCL's busBw, then its per-algorithm and per-protocol refinements.
+    double bus = 0;
+    if (a == NVLS) {
+        // One node. The cluster's nvls_bandwidth is the measured NVLS all-reduce
+        // bus bandwidth (NCCL: nChannels x bwIntra x nvlsEfficiency x (nCh-1)/nCh,
+        // x 2 for all-reduce, which pipelines two operations); all-gather and
+        // reduce-scatter get the single operation x (ppn-1)/ppn.
+        bus = ar ? c.intra_node.nvls_bandwidth : c.intra_node.nvls_bandwidth / 2 * (m.ppn - 1) / m.ppn;
+    } else if (a == NVLS_TREE) {
+        // min(NVLS inside the node, the network (x 2 on 2 nodes), the per-channel ceiling).
+        const double net = m.k * c.inter_node.bandwidth * (m.nodes <= 2 ? 2 : 1);
+        bus = std::min({c.intra_node.nvls_bandwidth, net, nch * kPerChNvlsTree[gi][si] * kGBps});
+    } else {
+        bus = graph_bandwidth(c, m, a == RING ? RING : TREE);  // PAT runs on the tree's graph (src/init.cc)
     }
-    if (nvls_applies(c, coll, g)) {
-        CollectiveCost v = nvls(c, bytes, g);
-        if (v.seconds < best.seconds) best = v;
+    if (a == RING && p == LL) bus = std::min(ll_max, bus * .5);
+    if (a == RING && p == LL128) bus = std::min(bus * 0.92, nch * kPerChRingLL128[gi][si] * kGBps);
+    if (a == TREE && ar) bus = std::min(bus * .92, nch * kPerChTree[gi][si] * kGBps);
+    if (a == TREE && p == LL) bus = std::min(bus * 1.0 / 3.8, ll_max);
+    if (a == TREE && p == LL128)
+        bus = std::min(bus * (m.nodes == 1 ? 7.0 / 9.0 : 120.0 / 128.0), nch * kPerChTreeLL128[gi][si] * kGBps);
+    if (a == PAT) bus *= .75;
+    // Bus bandwidth to algorithm bandwidth: rings and NVLS by nRanks / nsteps,
+    // trees by 1/2; NVLS and PAT all-gather and reduce-scatter already are.
+    Line l;
+    if (!(a != RING && ag_rs))
+        bus *= (a == RING || a == NVLS || a == NVLS_TREE) ? static_cast<double>(m.n) / nsteps : .5;
+    l.bandwidth = bus;
+
+    // Latency.
+    const double intra = kNvlinkLat[a][p];
+    // With one rank per node every step crosses the network: NCCL takes the tree's network latency.
+    const double inter = m.ppn == 1 ? kNetLat[TREE][p] : kNetLat[a][p];
+    double lat = kBaseLat[a][p];
+    if (a == RING) {
+        if (coll == Collective::broadcast || coll == Collective::reduce) {
+            // Rings whose channels differ (sameChannels 0, as on NVSwitch nodes):
+            // nsteps chunks, Simple at the tree's per-step latency.
+            const auto& hw = m.multi() ? kNetLat : kNvlinkLat;
+            lat += nsteps * (p == SIMPLE ? hw[TREE][p] : hw[RING][p]);
+        } else {
+            // Inter-node rings still launch a network operation per step
+            // (getNetOverhead: 1 us on Intel hosts, 2 on AMD; x 3 for Simple).
+            const double overhead = m.multi() ? (amd_host(m.gen) ? 2.0 : 1.0) * (p == SIMPLE ? 3 : 1) : 0;
+            const int inter_steps = !m.multi() ? 0 : ar ? 2 * (m.nodes - 1) : m.nodes - 1;
+            lat += (nsteps - inter_steps) * std::max(intra, overhead) + inter_steps * inter;
+        }
+    } else if (a == TREE) {
+        if (ar) lat += 2 * ((m.n / m.nodes - 1) * intra + std::floor(std::log2(m.nodes)) * inter);
+    } else if (a == NVLS) {
+        lat = intra;
+    } else if (a == NVLS_TREE) {
+        lat += intra + 2 * std::floor(std::log2(m.nodes)) * inter;
+    } else if (a == PAT) {
+        lat += std::floor(std::log2(m.nodes)) * (inter / 3.5) + m.n * 2.8;
+    }
+    l.latency = lat * kUs;
+    return l;
+}
+
+// NCCL's time for one pair at `bytes` (ncclTopoGetAlgoTime, one operation).
+double pair_seconds(const Comm& m, Collective coll, Choice ch, const Line& l, double nch, double bytes,
+                    double* latency) {
+    double bw = l.bandwidth;
+    const long chunks = static_cast<long>(bytes) >> 6;
+    const int log_size = chunks > 0 ? static_cast<int>(std::floor(std::log2(static_cast<double>(chunks)))) : -1;
+    if (coll == Collective::all_reduce && log_size >= 0 && log_size < kTreeCorrectionSizes &&
+        (ch.algo == TREE || (ch.algo == NVLS_TREE && m.gen == blackwell && !amd_host(m.gen))))
+        bw *= kTreeCorrection[ch.proto][log_size];
+    double lat = l.latency;
+    // The ring's plateau: Simple all-reduce across nodes once every rank's
+    // share per channel (NCCL's channels are the graph's doubled) is 64 B or more.
+    if (ch.algo == RING && ch.proto == SIMPLE && m.multi() && coll == Collective::all_reduce &&
+        bytes / (2 * nch * m.n) >= 64)
+        lat *= m.gen >= ampere ? 1.4 : 1.9;
+    if (latency) *latency = lat;
+    return lat + bytes / bw;
+}
+
+NcclAlgorithm public_algo(Algo a) {
+    switch (a) {
+        case TREE: return NcclAlgorithm::tree;
+        case RING: return NcclAlgorithm::ring;
+        case NVLS: return NcclAlgorithm::nvls;
+        case NVLS_TREE: return NcclAlgorithm::nvls_tree;
+        case PAT: return NcclAlgorithm::pat;
+    }
+    return NcclAlgorithm::ring;
+}
+
+Algorithm family(Algo a) {
+    return a == TREE ? Algorithm::tree : (a == NVLS || a == NVLS_TREE) ? Algorithm::nvls : Algorithm::ring;
+}
+
+// The model at one size: the fastest candidate, every pair's algorithm
+// bandwidth held to the group's bound.
+struct Pick {
+    double seconds = kInf, latency = 0;
+    Choice choice{RING, SIMPLE};
+};
+
+Pick pick_at(const Comm& m, Collective coll, const std::vector<Choice>& cand, const std::vector<Line>& lines,
+             double nch, double bytes) {
+    Pick best;
+    for (std::size_t i = 0; i < cand.size(); ++i) {
+        if (!(lines[i].bandwidth > 0)) continue;
+        double lat = 0;
+        const double t = pair_seconds(m, coll, cand[i], lines[i], nch, bytes, &lat);
+        if (t < best.seconds) best = Pick{t, lat, cand[i]};
+    }
+    return best;
+}
+
+struct Model {
+    Comm m;
+    double nch = 1;
+    std::vector<Choice> cand;
+    std::vector<Line> lines;
+};
+
+Model model_of(const Cluster& c, Collective coll, const GroupShape& g, Algorithm algorithm) {
+    Model md{comm_of(c, g), 0, {}, {}};
+    md.nch = channels(c, md.m);
+    md.cand = candidates(c, md.m, coll, algorithm);
+    const double bf = bus_factor(coll, g.ranks);
+    const double cap = bf > 0 ? bus_bandwidth_bound(c, coll, g) / bf : kInf;
+    for (const Choice& ch : md.cand) {
+        Line l = line_of(c, md.m, coll, ch);
+        l.bandwidth = std::min(l.bandwidth, cap);
+        md.lines.push_back(l);
+    }
+    return md;
+}
+
+// The model's time at `bytes`, kept monotone: NCCL's tree correction makes
+// its predicted time drop where the factor rises (at a power of two), and a
+// collective of S bytes is never slower than one of more, so the time is the
+// least over this size and the sizes above it where a factor changes.
+Pick model_at(const Model& md, Collective coll, double bytes) {
+    Pick best = pick_at(md.m, coll, md.cand, md.lines, md.nch, bytes);
+    if (coll != Collective::all_reduce) return best;
+    for (int i = 0; i <= kTreeCorrectionSizes; ++i) {  // the last edge: where the correction stops
+        const double edge = std::ldexp(1.0, i + 6);
+        if (edge <= bytes) continue;
+        const Pick p = pick_at(md.m, coll, md.cand, md.lines, md.nch, edge);
+        if (p.seconds < best.seconds) best.seconds = p.seconds;
     }
     return best;
 }
@@ -123,13 +414,18 @@ const CollectiveFit* find_in(const Link& l, std::string_view op, Algorithm a) {
 }
 
 // The curve measured with NCCL's choice stands for `automatic`; one measured
-// with NCCL_ALGO=Ring also stands for it where ring is the only algorithm the
-// model has (everything but all-reduce), and the other way round.
+// with NCCL_ALGO=Ring also stands for it where the operation has no other
+// algorithm across the shapes measured (everything but all-reduce), and the
+// other way round.
 const CollectiveFit* find_for(const Link& l, std::string_view op, Algorithm a, bool ring_only) {
     if (const auto* f = find_in(l, op, a)) return f;
     if (ring_only && a == Algorithm::automatic) return find_in(l, op, Algorithm::ring);
     if (ring_only && a == Algorithm::ring) return find_in(l, op, Algorithm::automatic);
     return nullptr;
+}
+
+bool same_shape(const CollectiveFit& f, const GroupShape& g) {
+    return f.ranks == g.ranks && f.nodes == g.nodes && f.per_node == g.min_per_node && f.per_node == g.max_per_node;
 }
 
 double envelope(const CollectiveFit& f, double x, double latency_scale, double bandwidth_scale, double* latency,
@@ -147,16 +443,50 @@ double envelope(const CollectiveFit& f, double x, double latency_scale, double b
 
 }  // namespace
 
+double group_bus_bandwidth(const Cluster& c, const GroupShape& g) {
+    const Comm m = comm_of(c, g);
+    return graph_bandwidth(c, m, RING);
+}
+
+double bus_bandwidth_bound(const Cluster& c, Collective coll, const GroupShape& g) {
+    double nvlink = c.intra_node.bandwidth;
+    if (coll == Collective::all_reduce && c.intra_node.nvls_bandwidth > 0 && g.max_per_node >= 2)
+        nvlink = std::max(nvlink, c.intra_node.nvls_bandwidth);
+    if (g.nodes <= 1) return nvlink;
+    double bound = kInf;
+    if (g.max_per_node > 1) {
+        const double kk = g.max_per_node;
+        bound = std::max(c.intra_node.bandwidth * kk / (kk - 1), nvlink);
+    }
+    const double net = std::max(1, g.min_per_node) * c.inter_node.bandwidth;
+    const bool whole = coll == Collective::broadcast || coll == Collective::reduce;
+    const double share = whole ? 1 : bus_factor(coll, g.ranks) / bus_factor(coll, g.nodes);
+    return std::min(bound, net * share);
+}
+
+LevelSeconds level_seconds(const Cluster& c, Collective coll, double bytes, const GroupShape& g) {
+    LevelSeconds t;
+    if (g.ranks <= 1) return t;
+    const double moved = bus_factor(coll, g.ranks) * bytes;
+    if (g.uses(Level::intra_node)) {
+        const double kk = g.max_per_node;
+        const double nvlink = g.nodes > 1 ? c.intra_node.bandwidth * kk / (kk - 1) : c.intra_node.bandwidth;
+        t.intra_node = moved / nvlink;
+    }
+    if (g.uses(Level::inter_node)) t.inter_node = moved / (c.inter_node.bandwidth * std::max(1, g.min_per_node));
+    return t;
+}
+
 const CollectiveFit* find_fit(const Cluster& c, std::string_view op, const GroupShape& g, Algorithm algorithm) {
     if (algorithm == Algorithm::automatic) algorithm = c.algorithm;
     const Link& l = g.nodes > 1 ? c.inter_node : c.intra_node;
     const bool ring_only = op != "all_reduce";
-    if (const auto* f = find_for(l, op, algorithm, ring_only)) return f;
+    const CollectiveFit* f = find_for(l, op, algorithm, ring_only);
     // all_gather and reduce_scatter are the same ring, each half of an all-reduce
     // (nccl-tests#326, stas00: ~360 GB/s busbw for both on 8 x H100/H200).
-    if (op == "all_gather") return find_for(l, "reduce_scatter", algorithm, true);
-    if (op == "reduce_scatter") return find_for(l, "all_gather", algorithm, true);
-    return nullptr;
+    if (!f && op == "all_gather") f = find_for(l, "reduce_scatter", algorithm, true);
+    if (!f && op == "reduce_scatter") f = find_for(l, "all_gather", algorithm, true);
+    return f && same_shape(*f, g) ? f : nullptr;
 }
 
 double fitted_seconds(const CollectiveFit& f, double scaled_bytes, double latency_scale, double bandwidth_scale) {
@@ -165,20 +495,30 @@ double fitted_seconds(const CollectiveFit& f, double scaled_bytes, double latenc
 
 CollectiveCost collective_cost(const Cluster& c, Collective coll, double bytes, const GroupShape& g,
                                Algorithm algorithm) {
-    if (g.ranks <= 1) return CollectiveCost{0, 0, 0, Algorithm::ring};
+    if (g.ranks <= 1) return CollectiveCost{};
     if (algorithm == Algorithm::automatic) algorithm = c.algorithm;
-    CollectiveCost r = structural(c, coll, bytes, g, algorithm);
-    const CollectiveFit* f = find_fit(c, collective_name(coll), g, algorithm);
-    if (!f || bytes < f->min_bytes) return r;
-    // Another group than the one measured: scale by the ring's latency and bus bandwidth.
-    const GroupShape fg{f->ranks, f->nodes, f->per_node, f->per_node};
-    const CollectiveCost here = ring(c, coll, 0, g), there = ring(c, coll, 0, fg);
-    const double ls = there.latency > 0 ? here.latency / there.latency : 1;
-    const double bs = there.bus_bandwidth > 0 ? here.bus_bandwidth / there.bus_bandwidth : 1;
-    // Across nodes, another layout per node (fewer NICs in use) may not beat the ring bound of that layout.
-    const bool same_layout = g.nodes == 1 || (g.min_per_node == f->per_node && g.max_per_node == f->per_node);
-    r.seconds = envelope(*f, bus_factor(coll, g.ranks) * bytes, ls, bs, &r.latency, same_layout ? 0 : here.bus_bandwidth);
-    r.bus_bandwidth = bus_factor(coll, g.ranks) * bytes / std::max(r.seconds - r.latency, 1e-30);
+    const double bf = bus_factor(coll, g.ranks);
+    const Model md = model_of(c, coll, g, algorithm);
+    const Pick p = model_at(md, coll, bytes);
+    CollectiveCost r;
+    r.seconds = p.seconds;
+    r.latency = p.latency;
+    r.algorithm = family(p.choice.algo);
+    r.nccl_algorithm = public_algo(p.choice.algo);
+    r.protocol = static_cast<Protocol>(p.choice.proto);
+    if (const CollectiveFit* f = find_fit(c, collective_name(coll), g, algorithm)) {
+        const double cap = bus_bandwidth_bound(c, coll, g);
+        if (bytes >= f->min_bytes) {
+            r.seconds = envelope(*f, bf * bytes, 1, 1, &r.latency, cap);
+            r.measured = true;
+        } else {
+            double lat = 0;
+            const double there = envelope(*f, bf * f->min_bytes, 1, 1, &lat, cap);
+            if (there < r.seconds) r.seconds = there, r.latency = std::min(lat, there), r.measured = true;
+        }
+    }
+    r.latency = std::clamp(r.latency, 0.0, r.seconds);
+    r.bus_bandwidth = bf * bytes / std::max(r.seconds - r.latency, 1e-30);
     return r;
 }
 
