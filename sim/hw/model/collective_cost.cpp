@@ -2,8 +2,9 @@
 // read from NVIDIA/nccl v2.30.7-1 (commit 73cf112295c33aee2b895f329f592f2a9b4b0f97):
 // src/graph/tuning.cc (ncclTunerConstantsDefaults, ncclTopoTuneModel,
 // treeCorrectionFactor, ncclTopoGetAlgoTime) unless another file is named.
-// The structure is the same since NCCL 2.19 (v2.21.5 differs in the tree's
-// Simple latencies: hwLat NVLink 28 us, baseLat 0).
+// The structure goes back to NCCL 2.18 at least; constants have moved since
+// (v2.21.5: the tree's Simple hwLat on NVLink 28 us, its baseLat 0); PAT came
+// with 2.23.
 //
 // What NCCL reads from its topology search (graph->nChannels, bwIntra,
 // bwInter) comes here from the cluster config: the product nChannels x bw of
