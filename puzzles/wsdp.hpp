@@ -4,7 +4,8 @@
 // One source for every world, as a template over the model it drives: the puzzle world and
 // the simulated hardware run it with dtsim::puzzle::Model (wsdp.cpp instantiates it,
 // registry.hpp declares it), the ground-truth harness with the model that records what
-// each rank does on a real GPU (calibration/host/puzzle_model.hpp).
+// each rank does on a real GPU (calibration/host/puzzle_model.hpp); all.hpp lists it once
+// for every world.
 #pragma once
 
 #include "dtsim/puzzle/model.hpp"

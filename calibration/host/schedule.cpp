@@ -3,15 +3,7 @@
 #include "host/cli.hpp"
 #include "host/puzzle_model.hpp"
 
-#include "dtsim/puzzle/registry.hpp"
-#include "puzzles/basic.hpp"
-#include "puzzles/ddp.hpp"
-#include "puzzles/fsdp.hpp"
-#include "puzzles/gpipe.hpp"
-#include "puzzles/grad_accum.hpp"
-#include "puzzles/pipeline.hpp"
-#include "puzzles/pipeline_fsdp.hpp"
-#include "puzzles/wsdp.hpp"
+#include "puzzles/all.hpp"
 
 #include <fmt/format.h>
 
@@ -91,59 +83,39 @@ std::vector<int> event_batches(const Instr& i) {
 
 namespace {
 
-using Strategy = Task<> (*)(Model&);
-
-// The strategies of dtsim::puzzle::puzzles(), instantiated for the recording model.
-Strategy strategy_of(std::string_view name) {
-    static const std::map<std::string_view, Strategy> table = {
-        {"basic", &puzzle::basic<Model>},
-        {"grad_accum", &puzzle::grad_accum<Model>},
-        {"ddp", &puzzle::ddp<Model>},
-        {"wsdp", &puzzle::wsdp<Model>},
-        {"fsdp", &puzzle::fsdp<Model>},
-        {"pipeline", &puzzle::pipeline<Model>},
-        {"gpipe", &puzzle::gpipe<Model>},
-        {"pipeline_fsdp", &puzzle::pipeline_fsdp<Model>},
-    };
-    const auto it = table.find(name);
-    if (it == table.end() || !puzzle::find_puzzle(name)) {
-        std::string names;
-        for (const auto& p : puzzle::puzzles()) names += (names.empty() ? "" : ", ") + p.name;
-        throw ArgError(fmt::format("unknown puzzle '{}'; the puzzles are: {}", name, names));
-    }
-    return it->second;
+// The strategies of puzzles/all.hpp, for the recording model.
+const puzzle::PuzzleStrategy<Model>& strategy_of(std::string_view name) {
+    for (const auto& p : puzzle::all_puzzles<Model>)
+        if (p.name == name) return p;
+    std::string names;
+    for (const auto& p : puzzle::all_puzzles<Model>) names += fmt::format("{}{}", names.empty() ? "" : ", ", p.name);
+    throw ArgError(fmt::format("unknown puzzle '{}'; the puzzles are: {}", name, names));
 }
 
 }  // namespace
 
 void validate_dims(std::string_view puzzle, const ModelDims& d) {
-    (void)strategy_of(puzzle);
-    const auto need = [&](bool ok, const std::string& what) {
+    const auto& strategy = strategy_of(puzzle);
+    const auto need = [&](bool ok, std::string_view what) {
         if (!ok)
             throw ArgError(fmt::format("{} with layers={} batches={} ranks={}: {}", puzzle, d.layers, d.batches,
                                        d.ranks, what));
     };
+    // The tool's own arguments: a run on GPUs needs at least one of each, and the buffers'
+    // sizes (--hidden, --tokens) that the puzzle world does not have.
     need(d.layers >= 1, "--layers must be at least 1");
     need(d.batches >= 1, "--batches must be at least 1");
     need(d.ranks >= 1, "--ranks must be at least 1");
     need(d.hidden >= 1 && d.tokens >= 1, "--hidden and --tokens must be at least 1");
-    if (puzzle == "basic" || puzzle == "grad_accum") need(d.ranks == 1, "runs on one GPU (--ranks 1)");
-    if (puzzle == "ddp" || puzzle == "wsdp" || puzzle == "fsdp")
-        need(d.batches == d.ranks, "rank r takes batch r, so --batches must equal --ranks");
-    if (puzzle == "pipeline" || puzzle == "gpipe")
-        need(d.layers % d.ranks == 0, "each rank holds LAYERS / RANKS layers, so --layers must be a multiple of --ranks");
-    if (puzzle == "pipeline_fsdp") {
-        need(d.ranks % 4 == 0, "4 pipeline stages of consecutive ranks, so --ranks must be a multiple of 4");
-        need(d.batches == d.ranks / 4, "each group of 4 ranks takes one batch, so --batches must equal --ranks / 4");
-        // The seed's rank holds LAYERS // (RANKS // 4) layers from (rank % 4) times that on.
-        need(d.ranks == 16, "its 4 pipeline stages of LAYERS / (RANKS / 4) layers hold every layer only at 16 ranks");
-        need(d.layers % 4 == 0, "4 pipeline stages, so --layers must be a multiple of 4");
-    }
+    // The strategy's own: the sizes its port of the seed solution is written for
+    // (puzzles/all.hpp), checked here before any GPU work.
+    const std::string_view why = strategy.sizes(d.layers, d.batches, d.ranks);
+    need(why.empty(), why);
 }
 
 std::vector<RankProgram> build_programs(std::string_view puzzle, const ModelDims& dims) {
     validate_dims(puzzle, dims);
-    const Strategy strategy = strategy_of(puzzle);
+    const auto strategy = strategy_of(puzzle).strategy;
     // The models outlive the simulation, whose coroutines hold values of theirs.
     std::deque<Model> models;
     Simulation sim(dims.ranks);

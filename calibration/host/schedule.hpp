@@ -104,10 +104,12 @@ struct RankProgram {
 };
 
 // Sizes a strategy cannot run on GPUs with (unknown puzzle too): throws ArgError
-// (host/cli.hpp) naming the size and the constraint, e.g. ddp needs batches == ranks.
+// (host/cli.hpp) naming the size and the constraint: the tool's own (at least one layer,
+// batch and rank, --hidden and --tokens) and the strategy's (puzzles/all.hpp: ddp needs
+// batches == ranks, say).
 void validate_dims(std::string_view puzzle, const ModelDims& dims);
 
-// Runs the strategy `puzzle` (a name of dtsim::puzzle::puzzles()) for every rank on the
+// Runs the strategy `puzzle` (a name of puzzles/all.hpp's list) for every rank on the
 // dtsim engine with the recording model and returns the ranks' programs, checked by
 // check_programs. Throws ArgError for sizes validate_dims refuses, dtsim::ScheduleError
 // (naming rank, operation and layer) when the strategy breaks a rule or deadlocks.

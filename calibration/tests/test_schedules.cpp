@@ -37,7 +37,7 @@ ModelDims canonical(const std::string& name) {
     return dims_of(p->layers, p->batches, p->ranks);
 }
 
-// Sizes other than the seed's that each strategy runs at (validate_dims's constraints).
+// Sizes other than the seed's that each strategy runs at (the sizes puzzles/all.hpp gives each).
 struct Size {
     std::string puzzle;
     int layers, batches, ranks;
@@ -263,19 +263,22 @@ TEST_CASE("the real buffers have the real sizes: fp32, Adam's two moments, shard
 TEST_CASE("sizes a strategy cannot run on GPUs are refused with the constraint") {
     auto d = canonical("ddp");
     d.batches = 8;
-    CHECK_THROWS_WITH_AS(build_programs("ddp", d), doctest::Contains("--batches must equal --ranks"), ArgError);
+    CHECK_THROWS_WITH_AS(build_programs("ddp", d),
+                         doctest::Contains("rank r takes batch r, so batches must equal ranks"), ArgError);
     d = canonical("pipeline");
     d.layers = 6;
-    CHECK_THROWS_WITH_AS(build_programs("pipeline", d), doctest::Contains("multiple of --ranks"), ArgError);
+    CHECK_THROWS_WITH_AS(build_programs("pipeline", d), doctest::Contains("layers must be a multiple of ranks"),
+                         ArgError);
     d = canonical("pipeline_fsdp");
     d.ranks = 8;
-    CHECK_THROWS_WITH_AS(build_programs("pipeline_fsdp", d), doctest::Contains("--batches must equal --ranks / 4"),
+    CHECK_THROWS_WITH_AS(build_programs("pipeline_fsdp", d), doctest::Contains("batches must equal ranks / 4"),
                          ArgError);
     d = dims_of(8, 8, 32);
     CHECK_THROWS_WITH_AS(build_programs("pipeline_fsdp", d), doctest::Contains("only at 16 ranks"), ArgError);
     d = canonical("basic");
     d.ranks = 2;
-    CHECK_THROWS_WITH_AS(build_programs("basic", d), doctest::Contains("--ranks 1"), ArgError);
+    CHECK_THROWS_WITH_AS(build_programs("basic", d), doctest::Contains("it runs on one GPU: ranks must be 1"),
+                         ArgError);
     CHECK_THROWS_WITH_AS(build_programs("gpippe", canonical("gpipe")),
                          doctest::Contains("unknown puzzle 'gpippe'; the puzzles are: basic, grad_accum"), ArgError);
 }

@@ -1,4 +1,5 @@
-// The eight puzzles of the seed with their canonical sizes and targets.
+// The eight puzzles of the seed with their canonical sizes and targets (listed once, in the
+// source tree's puzzles/all.hpp; docs/puzzle-semantics.md#the-eight-puzzles).
 #pragma once
 
 #include "dtsim/puzzle/run.hpp"
@@ -24,8 +25,9 @@ std::span<const PuzzleInfo> puzzles();
 const PuzzleInfo* find_puzzle(std::string_view name);
 
 // The strategies, ports of the seed solutions: templates over the model they drive
-// (puzzles/<name>.hpp defines each, for every world), instantiated for Model in
-// dtsim::puzzles, so that `&ddp` is a Strategy and `ddp(model)` runs it.
+// (puzzles/<name>.hpp defines each, for every world; puzzles/all.hpp lists them),
+// instantiated for Model in dtsim::puzzles, so that `&ddp` is a Strategy and `ddp(model)`
+// runs it.
 template <class M>
 Task<> basic(M& model);
 template <class M>
