@@ -93,7 +93,7 @@ void Store::clear() {
 }
 
 std::string Store::key_text(Key k) const {
-    return k.b < 0 ? fmt::format("{}[{}]", name_, k.a) : fmt::format("{}[{}, {}]", name_, k.a, k.b);
+    return k.b == Key::kNone ? fmt::format("{}[{}]", name_, k.a) : fmt::format("{}[{}, {}]", name_, k.a, k.b);
 }
 
 // ---- Model ------------------------------------------------------------------------

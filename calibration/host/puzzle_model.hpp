@@ -38,10 +38,10 @@
 
 #include "host/schedule.hpp"
 
+#include "dtsim/puzzle/key.hpp"
 #include "dtsim/puzzle/memory_meter.hpp"
 #include "dtsim/simulation.hpp"
 
-#include <compare>
 #include <concepts>
 #include <cstddef>
 #include <map>
@@ -85,14 +85,14 @@ struct Value {
 // recorded by a's model as a += b in a's buffer.
 Value operator+(const Value& a, const Value& b);
 
-// A store key: `l` or `{l, r}` as in the Python dicts (weights[l], activations[{l, mb}]).
-struct Key {
-    int a = 0;
-    int b = -1;
-    Key(int first) : a(first) {}  // NOLINT(google-explicit-constructor): weights[l]
-    Key(int first, int second) : a(first), b(second) {}
-    friend auto operator<=>(const Key&, const Key&) = default;
-    friend bool operator==(const Key&, const Key&) = default;
+// A store key: `l` or `{l, r}` as in the Python dicts (weights[l], activations[{l, mb}]),
+// the puzzle world's own.
+using Key = puzzle::Key;
+
+// The stores' order: by layer, then by the second part, a key without one first. Releasing
+// what a store still holds (Store::clear) follows it, and so do the programs.
+struct KeyLess {
+    bool operator()(const Key& x, const Key& y) const { return x.a != y.a ? x.a < y.a : x.b < y.b; }
 };
 
 class Store {
@@ -123,14 +123,14 @@ public:
     // Empties the store without recording anything but the buffers' releases.
     void clear();
     [[nodiscard]] std::size_t size() const { return map_.size(); }
-    [[nodiscard]] const std::map<Key, Value>& entries() const { return map_; }
+    [[nodiscard]] const std::map<Key, Value, KeyLess>& entries() const { return map_; }
     [[nodiscard]] const char* name() const { return name_; }
     [[nodiscard]] std::string key_text(Key k) const;
 
 private:
     Model* owner_;
     const char* name_;
-    std::map<Key, Value> map_;
+    std::map<Key, Value, KeyLess> map_;
 };
 using Slot = Store::Slot;
 
