@@ -4,7 +4,7 @@
 // `dtsim puzzle` runs) on the dtsim engine (host/puzzle_model.hpp), with real tensors and NCCL;
 // each logged operation is timed with CUDA events from a common origin (an all-reduce
 // right before it); the run with the median makespan is written as a dtsim trace in
-// seconds and bytes, next to which `dtsim render` and `dtsim compare` show the simulation.
+// seconds and bytes (--trace), which `dtsim render` draws as it draws a simulated run's.
 // The result is checked against the basic strategy run on each GPU: every final weight
 // must match the reference within lr / 4, up to a small fraction of near-zero gradients
 // whose Adam step may flip sign under a different summation order.
@@ -178,7 +178,7 @@ struct Options {
     float lr = 1e-3f;
     bool tf32 = false;
     bool no_check = false;
-    std::string out;
+    std::string trace;
     BootstrapOptions boot;
 };
 
@@ -217,7 +217,7 @@ void add_options(CLI::App& app, Options& o) {
     app.add_option("--lr", o.lr, "Adam learning rate")->check(CLI::PositiveNumber)->type_name("X")->default_str("1e-3");
     app.add_flag("--tf32", o.tf32, "let the fp32 GEMMs use TF32 tensor cores");
     app.add_flag("--no-check", o.no_check, "skip the comparison with the basic strategy's weights");
-    app.add_option("--out", o.out, "trace file (default: PUZZLE.measured.json)")->type_name("FILE");
+    app.add_option("--trace", o.trace, "trace file (default: PUZZLE.measured.json)")->type_name("FILE");
     add_launch_options(app, o.boot, false);
 }
 
@@ -300,7 +300,7 @@ int run(const Options& o, const std::string& command) {
 
     if (!comm.is_root()) return 0;
     const Trace trace = build_trace(setup, gathered, comm, gpu, command);
-    const std::string out = o.out.empty() ? setup.puzzle + ".measured.json" : o.out;
+    const std::string out = o.trace.empty() ? setup.puzzle + ".measured.json" : o.trace;
     write_trace_file(trace, out);
     const Summary& s = trace.summary;
     fmt::print("makespan {:.1f} us (iteration {} of {}), last start {:.1f} us, max memory {} bytes on rank {}\n",
