@@ -1,4 +1,4 @@
-// Reading and writing the trace JSON (shared/spec/trace-format.md).
+// Reading and writing the trace JSON (docs/trace-format.md).
 #pragma once
 
 #include "dtsim/errors.hpp"
