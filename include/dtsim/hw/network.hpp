@@ -76,9 +76,10 @@
 // are visited in the order they entered it: runs are deterministic.
 #pragma once
 
+#include "dtsim/hw/detail/record_pool.hpp"
+
 #include <array>
 #include <cstdint>
-#include <deque>
 #include <limits>
 #include <queue>
 #include <span>
@@ -87,8 +88,9 @@
 
 namespace dtsim::hw {
 
+struct TransferRecord;
 namespace detail {
-struct RecordPool;
+using TransferPool = RecordPool<TransferRecord>;
 }
 
 // What the world knows of one transfer. Records are recycled once the
@@ -106,33 +108,8 @@ struct TransferRecord {
     // Handles on it (TransferRef) and the network's slot until the end.
     std::uint32_t refs = 0;
     bool dropped = false;  // queued for recycling (detail::RecordPool::dropped)
-    detail::RecordPool* pool = nullptr;
+    detail::TransferPool* pool = nullptr;
 };
-
-namespace detail {
-// Where records live: they outlive the network while handles remain (a
-// coroutine frame destroyed after the world's network still holds one).
-struct RecordPool {
-    std::deque<TransferRecord> records;
-    std::vector<TransferRecord*> free;
-    std::vector<TransferRecord*> dropped;  // ended, last handle gone; checked on reuse
-    std::size_t held = 0;                  // records with refs > 0
-    bool orphaned = false;                 // the network is gone: delete with the last handle
-    void release(TransferRecord* r) {
-        if (--r->refs != 0) return;
-        if (orphaned) {
-            if (--held == 0) delete this;
-            return;
-        }
-        --held;
-        if (r->ended && !r->dropped) {
-            r->dropped = true;
-            dropped.push_back(r);
-        }
-    }
-};
-
-}  // namespace detail
 
 // A counted handle on a record (null: none). Copies count; the record is not
 // reused while one exists.
@@ -299,7 +276,7 @@ private:
     void recompute();
     bool valid(const Event& e) const;
 
-    detail::RecordPool* pool_;
+    detail::TransferPool* pool_;
     std::vector<Live> live_;
     std::vector<std::uint32_t> free_;
     std::vector<Port> ports_;

@@ -8,7 +8,7 @@
 
 namespace dtsim::hw {
 
-Network::Network(int ports) : pool_(new detail::RecordPool), ports_(static_cast<std::size_t>(std::max(ports, 0))) {}
+Network::Network(int ports) : pool_(new detail::TransferPool), ports_(static_cast<std::size_t>(std::max(ports, 0))) {}
 
 Network::~Network() {
     // The network's references on transfers that never ended (a deadlock).
