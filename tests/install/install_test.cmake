@@ -30,8 +30,7 @@ if(MAKE_PROGRAM)
   list(APPEND common -DCMAKE_MAKE_PROGRAM=${MAKE_PROGRAM})
 endif()
 step("configuring the consumer" ${CMAKE_COMMAND} -S ${SOURCE_DIR}/consumer -B ${WORK_DIR}/consumer ${common}
-     -DCMAKE_BUILD_TYPE=${CONFIG} -DCMAKE_CXX_COMPILER=${CXX_COMPILER} "-DCMAKE_CXX_FLAGS=${CXX_FLAGS}"
-     -DWITH_HW=${WITH_HW})
+     -DCMAKE_BUILD_TYPE=${CONFIG} -DCMAKE_CXX_COMPILER=${CXX_COMPILER} "-DCMAKE_CXX_FLAGS=${CXX_FLAGS}")
 step("building the consumer" ${CMAKE_COMMAND} --build ${WORK_DIR}/consumer --config ${CONFIG})
 foreach(exe consumer_puzzles consumer_render)
   step("running ${exe}" ${WORK_DIR}/consumer/bin/${exe})
@@ -59,5 +58,5 @@ message(STATUS "example_strategy: output as expected, timeline drawn")
 unset(ENV{PKG_CONFIG_PATH})
 set(ENV{PKG_CONFIG_LIBDIR} ${WORK_DIR}/empty-pkgconfig)
 step("configuring no_cairo (pkg-config finding nothing)" ${CMAKE_COMMAND} -S ${SOURCE_DIR}/no_cairo
-     -B ${WORK_DIR}/no_cairo ${common} -DCMAKE_CXX_COMPILER=${CXX_COMPILER} -DPKG_CONFIG_USE_CMAKE_PREFIX_PATH=OFF -DWITH_HW=${WITH_HW})
+     -B ${WORK_DIR}/no_cairo ${common} -DCMAKE_CXX_COMPILER=${CXX_COMPILER} -DPKG_CONFIG_USE_CMAKE_PREFIX_PATH=OFF)
 message(STATUS "no_cairo: dtsim::core without Cairo, COMPONENTS render not found, as expected")
