@@ -98,6 +98,8 @@ public:
         }
         RunResult out;
         assemble(out.trace);
+        // Ran to its end without a rule broken (a failed run's partial trace says false).
+        out.trace.summary.correct = true;
         out.events = out.trace.event_count();
         return out;
     }

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <sstream>
 #include <string>
 
@@ -354,11 +355,15 @@ TEST_CASE("every action is a trace event: op, stage as layer, microbatch, memory
         CHECK(ev[i].stream == Stream::compute);
     }
     CHECK(t.summary.max_memory == 2);
-    // The trace is a valid trace file (what `dtsim render` reads).
+    // It ran to its end without a rule broken.
+    CHECK(t.summary.correct == std::optional<bool>(true));
+    // The trace is a valid trace file (what `dtsim render` reads), summary.correct included.
     std::stringstream json;
     write_trace_json(t, json);
+    CHECK(json.str().find("\"correct\": true") != std::string::npos);
     const Trace back = read_trace_json(json, "schedule.json");
     CHECK(back.event_count() == t.event_count());
+    CHECK(back.summary.correct == std::optional<bool>(true));
 }
 
 TEST_CASE("a tensor crossing ranks costs p2p, drawn as send and recv on the comm stream") {

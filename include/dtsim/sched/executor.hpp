@@ -89,7 +89,9 @@ RunStats run_stats(const Trace& trace);
 // is at, the stage and microbatch whose tensor it waits for, which action of
 // which rank would produce it and where that rank is stuck, the wait cycle, and
 // the engine's own report. Throws std::invalid_argument for bad costs.
-// The trace has time_unit "step", memory_unit "unit", and meta name, stages, microbatches, ranks.
+// The trace has time_unit "step", memory_unit "unit", meta name, stages, microbatches, ranks,
+// and summary.correct true: the schedule ran to its end (a failed run's partial trace, in
+// the ScheduleError, says false and holds the message as meta.error).
 RunResult run_schedule(const Schedule& schedule, const Costs& costs = {},
                        nlohmann::json meta = nlohmann::json::object());
 
