@@ -1,7 +1,9 @@
 // dtsim-hw-bench: how fast the hardware world simulates whole configurations
 // (printed figures, never a timed test). With no arguments it runs the
 // 1,024-GPU GPT-3 175B step (TP 8, PP 16, DP 8, 1F1B, 64 microbatches) and a
-// puzzle strategy on H100s; otherwise the configs given.
+// puzzle strategy on H100s, from the shipped configs (found as dtsim finds them:
+// dtsim/hw/data_dir.hpp); otherwise the configs given.
+#include "dtsim/hw/data_dir.hpp"
 #include "dtsim/hw/run.hpp"
 
 #include <fmt/format.h>
@@ -10,8 +12,27 @@
 #include <algorithm>
 #include <cstdio>
 #include <exception>
+#include <stdexcept>
 #include <string>
 #include <vector>
+
+namespace {
+
+// GPT-3 175B on 1,024 A100s and a puzzle strategy on H100s, from the shipped configs.
+std::vector<std::string> default_configs() {
+    const dtsim::hw::DataDir data = dtsim::hw::find_data_dir();
+    if (data.path.empty()) {
+        std::string looked;
+        for (const auto& d : data.looked_in) looked += (looked.empty() ? "" : ", ") + d;
+        throw std::runtime_error(fmt::format("the shipped configs were not found{}; set DTSIM_DATA_DIR to the "
+                                             "folder that holds configs/, or name the configs to run",
+                                             looked.empty() ? "" : " (looked in " + looked + ")"));
+    }
+    const std::string runs = data.path + "/configs/runs/";
+    return {runs + "gpt3-175b-1024xa100-1f1b-mb64.json", runs + "puzzle-fsdp-dgx-h100.json"};
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
     std::vector<std::string> configs;
@@ -29,11 +50,10 @@ int main(int argc, char** argv) {
         else
             configs.push_back(a);
     }
-    if (configs.empty())
-        configs = {DTSIM_CONFIGS "/runs/gpt3-175b-1024xa100-1f1b-mb64.json", DTSIM_CONFIGS "/runs/puzzle-fsdp-dgx-h100.json"};
-    fmt::print("{:<52} {:>6} {:>10} {:>10} {:>12} {:>8} {:>10}\n", "config", "gpus", "events", "wall s", "events/s",
-               "MFU", "step");
     try {
+        if (configs.empty()) configs = default_configs();
+        fmt::print("{:<52} {:>6} {:>10} {:>10} {:>12} {:>8} {:>10}\n", "config", "gpus", "events", "wall s",
+                   "events/s", "MFU", "step");
         for (const auto& path : configs) {
             const auto config = dtsim::hw::load_config(path);
             double best = 1e300;
