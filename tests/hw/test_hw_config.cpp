@@ -132,6 +132,17 @@ TEST_CASE("an unknown key is rejected with a did-you-mean, naming the file and t
           "flash_attention, attention_kernel, algorithm, puzzle, chunks, microbatch_group, schedule_file, sharding");
 }
 
+TEST_CASE("strategy.puzzle is one of the puzzles' names; a misspelt one gets a did-you-mean at its JSON path") {
+    const std::string names = "expected one of \"basic\", \"grad_accum\", \"ddp\", \"wsdp\", \"fsdp\", \"pipeline\", "
+                              "\"gpipe\", \"pipeline_fsdp\", found ";
+    CHECK(error_of("puzzle-typo.json") ==
+          kData + "/puzzle-typo.json: $.strategy.puzzle: " + names + "\"fsdb\" (did you mean \"fsdp\"?)");
+    CHECK(error_of("puzzle-typo.json", {parse_override("strategy.puzzle=gpipee")}) ==
+          "--set strategy.puzzle=gpipee: $.strategy.puzzle: " + names + "\"gpipee\" (did you mean \"gpipe\"?)");
+    const Config c = load_config(kData + "/puzzle-typo.json", {parse_override("strategy.puzzle=wsdp")});
+    CHECK(c.strategy.puzzle == "wsdp");
+}
+
 TEST_CASE("an error in an included file names that file") {
     CHECK(error_of("bad-include.json") == kData +
                                               "/parts/bad-link.json: $.cluster.links.inter_node.hop_latency: unknown key "

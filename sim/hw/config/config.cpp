@@ -1,6 +1,7 @@
 #include "dtsim/hw/config.hpp"
 
 #include "dtsim/hw/strategies.hpp"
+#include "dtsim/puzzle/registry.hpp"
 #include "hw/config/reading.hpp"
 
 #include <fmt/format.h>
@@ -49,6 +50,16 @@ std::span<const std::string_view> strategy_names() {
     static const std::vector<std::string_view> names = [] {
         std::vector<std::string_view> out;
         for (const auto& s : hw_strategies()) out.push_back(s.name);
+        return out;
+    }();
+    return names;
+}
+
+// The puzzle strategies' names (strategy "puzzle"), from the puzzle registry, in its order.
+std::span<const std::string_view> puzzle_names() {
+    static const std::vector<std::string_view> names = [] {
+        std::vector<std::string_view> out;
+        for (const auto& p : puzzle::puzzles()) out.push_back(p.name);
         return out;
     }();
     return names;
@@ -298,7 +309,7 @@ void from_json(const Node& n, StrategyConfig& s) {
     if (n.has("flash_attention")) s.flash_attention = n["flash_attention"].boolean();
     if (n.has("attention_kernel")) s.attention_kernel = n["attention_kernel"].choice({"flash2", "cudnn"});
     if (n.has("algorithm")) s.algorithm = read_algorithm(n["algorithm"]);
-    if (n.has("puzzle")) s.puzzle = n["puzzle"].string();
+    if (n.has("puzzle")) s.puzzle = n["puzzle"].choice(puzzle_names());
     if (n.has("chunks")) s.chunks = n["chunks"].integer(1);
     if (n.has("microbatch_group")) s.microbatch_group = n["microbatch_group"].integer(1);
     if (n.has("sharding")) s.sharding = n["sharding"].choice({"full", "grad_op", "hybrid"});
