@@ -9,8 +9,8 @@
 // its source's transmit and its destination's receive port at the level it
 // crosses; a collective on a group (ring or tree: every member sends and
 // receives) occupies every member's transmit and receive ports at each level
-// the group spans. The alpha-beta cost models (Group::cost, p2p_cost) give a
-// transfer's duration d on idle links.
+// the group spans. The cost models (Group::cost: NCCL's model or a measured
+// curve; p2p_cost) give a transfer's duration d on idle links.
 //
 // Weights. A flow at rate r (1: its full rate) uses w_p r of port p, w_p <= 1.
 // A collective spanning both levels moves its bytes at the bus bandwidth of
@@ -18,8 +18,8 @@
 // only the fraction w = (its time over that level at full bandwidth) / (its
 // time over the bottleneck), so a 2-node all-reduce held back by InfiniBand
 // leaves NVLink room for a concurrent tensor-parallel all-reduce. The
-// weights come from the structural ring bandwidths (level_seconds), also
-// where a measured curve sets the duration. Every other flow has weight 1
+// weights come from the ring's bandwidths on each level (level_seconds), also
+// where another algorithm or a measured curve sets the duration. Every other flow has weight 1
 // everywhere. No flow runs faster than its full rate.
 //
 // Flows. A transfer is a flow: from its start it first waits its latency

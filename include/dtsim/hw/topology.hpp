@@ -27,8 +27,8 @@ std::string_view algorithm_name(Algorithm a);
 // size / bandwidth and runs the cheapest (src/graph/tuning.cc,
 // ncclTopoGetAlgoTime), so measured time is the lower envelope of a few lines,
 // one per protocol it switches to (LL, LL128, Simple). `ranks`, `nodes` and
-// `per_node` are the group that was measured; other groups scale the latency
-// and the bandwidth by the structural model's ratio (collective_cost.hpp).
+// `per_node` are the group that was measured: the curve stands for that group
+// shape only; other groups get NCCL's model (collective_cost.hpp).
 struct FitLine {
     double latency = 0;        // seconds
     double bus_bandwidth = 0;  // bytes/s (nccl-tests busbw)
@@ -37,7 +37,7 @@ struct CollectiveFit {
     std::string op;                              // all_reduce, all_gather, reduce_scatter, sendrecv
     Algorithm algorithm = Algorithm::automatic;  // NCCL_ALGO of the measurement; automatic = NCCL's choice
     int ranks = 0, nodes = 1, per_node = 0;
-    double min_bytes = 0;  // the smallest size measured: below it the alpha-beta model stands (no extrapolation down)
+    double min_bytes = 0;  // the smallest size measured: below it NCCL's model stands (no extrapolation down)
     std::vector<FitLine> lines;
     std::vector<std::string> datasets;  // ids of the measurements it was fitted to
 };
@@ -47,9 +47,9 @@ struct Link {
     std::string name;
     double bandwidth = 0;       // bus bandwidth of large collectives, bytes/s (nccl-tests busbw)
     double p2p_bandwidth = 0;   // one send/recv stream, bytes/s
-    double hop_latency = 0;     // seconds per algorithm step crossing this level
+    double hop_latency = 0;     // seconds a send/recv adds crossing this level (collectives take NCCL's latencies)
     double nvls_bandwidth = 0;  // NVLink SHARP all-reduce bus bandwidth; 0 = not available
-    std::vector<CollectiveFit> fits{};  // measured curves; they replace the alpha-beta model where they apply
+    std::vector<CollectiveFit> fits{};  // measured curves; they replace NCCL's model on the group shape measured
 };
 
 enum class Level : std::uint8_t { intra_node = 0, inter_node = 1 };
@@ -71,7 +71,7 @@ struct Cluster {
     int nodes = 1;
     Link intra_node;
     Link inter_node;
-    double base_latency = 0;  // seconds added once per collective (NCCL's baseLat)
+    double base_latency = 0;  // seconds added once per send/recv (collectives take NCCL's baseLat)
     Algorithm algorithm = Algorithm::automatic;
     Storage storage;
 

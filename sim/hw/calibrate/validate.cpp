@@ -256,7 +256,7 @@ ValidationSet collective_set(const CollectiveSet& s, const GroundTruth& data, Cl
                 {"lines", arr}, {"datasets", ids}};
             v.fit = fmt::format("held out: curve fitted to {} only", join(ids));
         } else {
-            v.fit = "held out from the curves: no other data set of this kind; the config's alpha-beta parameters "
+            v.fit = "held out from the curves: no other data set of this kind; NCCL's model on the config's links "
                     "(their sources say which measurements they were read from)";
         }
     }
@@ -277,8 +277,8 @@ ValidationSet collective_set(const CollectiveSet& s, const GroundTruth& data, Cl
         else if (f)
             v.fit = fmt::format("held out: curve fitted to {}", join(f->datasets));
         else
-            v.fit = "no curve: the config's alpha-beta parameters (their sources say which measurements they were "
-                    "read from)";
+            v.fit = "no curve for this group shape: NCCL's model on the config's links (their sources say which "
+                    "measurements they were read from)";
     }
     v.note = fmt::format("{} {} GPUs ({} node{}), {}", s.op, s.ranks(), s.nodes, s.nodes > 1 ? "s" : "",
                          s.algorithm == Algorithm::automatic ? "NCCL's algorithm choice"

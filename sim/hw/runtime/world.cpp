@@ -48,8 +48,8 @@ Group& World::group(std::vector<int> members, std::string name) {
     // Every member sends and receives (ring, tree): its tx and rx on each
     // level spanned. Weights: a level's share of the bottleneck's time
     // (network.hpp). The ratio does not depend on the collective or its size
-    // (both levels move bus_factor x S; tree scales both bandwidths by 0.9),
-    // so one all-reduce of 1 byte gives it.
+    // (both levels move bus_factor x S in NCCL's ring), so one all-reduce of
+    // 1 byte gives it.
     const LevelSeconds t = level_seconds(cluster_, Collective::all_reduce, 1, shape);
     const double bottleneck = std::max(t.intra_node, t.inter_node);
     std::vector<int> ports;
