@@ -3,8 +3,10 @@
 // coroutine. The config fuzz targets read configs and run no strategy: these
 // stand in for the coroutines, so the targets need not compile the simulator.
 #include "dtsim/hw/strategies.hpp"
+#include "dtsim/puzzle/registry.hpp"
 
 #include <cstdlib>
+#include <vector>
 
 namespace dtsim::hw {
 
@@ -16,3 +18,22 @@ Task<> one_f_one_b(Device&, const Job&) { std::abort(); }
 Task<> scheduled_pipeline(Device&, const Job&) { std::abort(); }
 
 }  // namespace dtsim::hw
+
+// The puzzle registry (puzzles/registry.cpp) instantiates the eight strategies; the config reader
+// needs only their names (strategy.puzzle), in puzzles/all.hpp's order.
+namespace dtsim::puzzle {
+
+std::span<const PuzzleInfo> puzzles() {
+    static const std::vector<PuzzleInfo> list = [] {
+        std::vector<PuzzleInfo> v;
+        for (const char* name : {"basic", "grad_accum", "ddp", "wsdp", "fsdp", "pipeline", "gpipe", "pipeline_fsdp"}) {
+            PuzzleInfo p{};
+            p.name = name;
+            v.push_back(p);
+        }
+        return v;
+    }();
+    return list;
+}
+
+}  // namespace dtsim::puzzle
