@@ -327,3 +327,84 @@ TEST_CASE("a long run whose work is out of reach is refused before it starts") {
     (void)mean_long_run(1.0, p, 2, o, 7, [&] { ++trials; });
     CHECK(trials == 7);
 }
+
+TEST_CASE("a sweep's parameters out of their ranges are refused, NaN among them") {
+    const CheckpointPlan p = two_ranks(30, 10);
+    const double nan = std::nan(""), inf = std::numeric_limits<double>::infinity();
+    SweepRequest ok;
+    ok.steps = 2000;
+    ok.mtbf_hours = 200;
+    ok.trials = 2;
+    CHECK_NOTHROW(check_sweep_request(ok));
+    auto refused = [&](SweepRequest r, const std::string& message) {
+        CAPTURE(message);
+        CHECK_THROWS_WITH_AS(check_sweep_request(r), doctest::Contains(message.c_str()), SweepError);
+        CHECK_THROWS_AS(plan_sweep(r, 1.0, p, 2), SweepError);
+    };
+    for (double bad : {nan, inf, -1.0, 1e7 + 1}) {
+        CAPTURE(bad);
+        SweepRequest r = ok;
+        r.mtbf_hours = bad;
+        refused(r, "failures: --mtbf-hours must be 0 to 1e+07 hours");
+        r = ok;
+        r.fail_at_hours = {1, bad};
+        refused(r, "failures: --fail-at-hours must be 0 to 1e+07 hours each");
+        r = ok;
+        r.restart_minutes = bad;
+        refused(r, "failures: --restart-minutes must be 0 to 10080 minutes");
+    }
+    SweepRequest r = ok;
+    r.steps = 0;
+    refused(r, "failures: --steps must be at least 1, found 0");
+    r = ok;
+    r.trials = 0;
+    refused(r, "failures: --trials must be at least 1, found 0");
+    r = ok;
+    r.checkpoint_every = -1;
+    refused(r, "failures: --checkpoint-every must be at least 1, found -1");
+    r = ok;
+    r.mtbf_hours = 0;
+    refused(r, "failures: give --mtbf-hours H (per node) and/or --fail-at-hours T1,T2,...");
+    // What the command never makes: a step time or a plan the long run cannot use.
+    CHECK_THROWS_AS(plan_sweep(ok, nan, p, 2), std::invalid_argument);
+    CHECK_THROWS_AS(plan_sweep(ok, 1.0, two_ranks(inf, 10), 2), std::invalid_argument);
+    CHECK_THROWS_WITH_AS(plan_sweep(ok, 1.0, p, kMaxNodes + 1), doctest::Contains("the cluster has 1048577 nodes"),
+                         SweepError);
+    // Figures that overflow are refused, not simulated.
+    r = ok;
+    r.mtbf_hours = 0;
+    r.fail_at_hours = {1};
+    CHECK_THROWS_WITH_AS(plan_sweep(r, 1e307, p, 2), doctest::Contains("overflow the clock"), SweepError);
+    CHECK_THROWS_WITH_AS(plan_sweep(r, 1.0, two_ranks(1e306, 10), 2), doctest::Contains("overflow the clock"),
+                         SweepError);
+}
+
+TEST_CASE("a sweep runs every interval it plans to, and its best is the highest goodput") {
+    const CheckpointPlan p = two_ranks(30, 10);
+    SweepRequest r;
+    r.steps = 2000;
+    r.mtbf_hours = 20;
+    r.trials = 3;
+    r.timeline = true;
+    r.checkpoint_every = 50;
+    Sweep s = plan_sweep(r, 1.0, p, 2);
+    double done = 0;
+    const SweepRow& best = run_sweep(s, [&](double work) { done += work; });
+    CHECK(done == doctest::Approx(s.work));
+    for (const SweepRow& row : s.rows) {
+        CHECK(row.run.has_value());
+        CHECK(row.run->goodput() <= best.run->goodput());
+    }
+    // The same figures as mean_long_run gives at the best interval.
+    FaultOptions o = s.options;
+    o.checkpoint_every = best.k;
+    CHECK(mean_long_run(1.0, p, 2, o, 3).wall == best.run->wall);
+    const FaultOptions t = timeline_options(s, 50);
+    CHECK(t.checkpoint_every == 50);
+    CHECK(t.seed == 1);
+    Trace trace;
+    CHECK_NOTHROW((void)simulate_long_run(1.0, p, 2, t, &trace));
+    SweepLimits tight;
+    tight.timeline_events = 10;
+    CHECK_THROWS_WITH_AS(plan_sweep(r, 1.0, p, 2, tight), doctest::Contains("above the limit of 10"), SweepError);
+}

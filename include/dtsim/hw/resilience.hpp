@@ -17,12 +17,15 @@
 // every rank's state the same way at the read bandwidth.
 #pragma once
 
+#include "dtsim/errors.hpp"
 #include "dtsim/hw/config.hpp"
 #include "dtsim/trace.hpp"
 
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -119,6 +122,93 @@ LongRun simulate_long_run(double step_time, const CheckpointPlan& plan, int node
 // `after_each` (if set) is called after each trial (progress).
 LongRun mean_long_run(double step_time, const CheckpointPlan& plan, int nodes, FaultOptions options, int trials,
                       const std::function<void()>& after_each = {});
+
+// ------------------------------------------------------- `dtsim failures`' sweep
+//
+// A sweep of checkpoint intervals as `dtsim failures` runs it: its parameters in the command's
+// units, checked against the command's ranges and limits, the intervals and what each is expected
+// to cost, then the mean long run of each interval that is simulated. The checks are the command's
+// own: their messages start with "failures: " and name its options (--mtbf-hours, --steps, ...).
+
+// The parameters as the command takes them (hours, minutes).
+struct SweepRequest {
+    long long steps = 10000;             // useful steps the run must complete: >= 1
+    long long checkpoint_every = 0;      // the timeline's interval; 0: the best of the sweep
+    double mtbf_hours = 0;               // of one node, in [0, kMaxFailureHours]; 0: no random failures
+    std::vector<double> fail_at_hours;   // failures of node 0 at these wall-clock hours, each in [0, kMaxFailureHours]
+    double restart_minutes = 10;         // relaunch before the checkpoint load, in [0, kMaxRestartMinutes]
+    std::uint64_t seed = 1;              // of the first trial; trial i has seed + i
+    int trials = 100;                    // runs averaged per interval (1 without random failures): >= 1
+    bool timeline = false;               // a timeline of one run is wanted (--trace, --svg, ...)
+};
+
+// The physical ranges of the real-valued parameters: a node MTBF and failure times up to 1e7 hours
+// (1,141 years), a relaunch up to a week.
+inline constexpr double kMaxFailureHours = 1e7;
+inline constexpr double kMaxRestartMinutes = 7 * 24 * 60;
+// The most loop iterations (a segment of steps or a failure, each; LongRunEstimate::work) a sweep may
+// simulate over all its intervals and trials: from a few seconds (segments) to about half a minute
+// (failures on a cluster of a hundred nodes) on one core. The default 10,000 steps x 100 trials is
+// about 4e6; the 200,000-step example of docs/stragglers-and-failures.md about 8e7.
+inline constexpr double kMaxSweepWork = 5e8;
+
+// The bounds of one sweep: the command's by default (a test or a fuzzer may ask for less).
+struct SweepLimits {
+    double work = kMaxSweepWork;                  // loop iterations over all intervals and trials
+    double timeline_events = kMaxTimelineEvents;  // events of the timeline of one run
+};
+
+// A sweep's parameters that cannot run: out of range, no failures asked for, or work out of reach.
+// `dtsim failures` reports it as a usage error (exit status 2).
+class SweepError : public std::invalid_argument, public InputError {
+public:
+    using std::invalid_argument::invalid_argument;
+};
+
+// An interval of the sweep: what the closed form expects of it and, once run, the mean over the trials.
+struct SweepRow {
+    long long k = 0;
+    LongRunEstimate expected;
+    std::optional<LongRun> run;  // absent: not (yet) simulated
+    // Simulated when it expects at most kMaxExpectedFailuresPerRun failures per run.
+    [[nodiscard]] bool simulated() const { return expected.failures <= kMaxExpectedFailuresPerRun; }
+};
+
+struct Sweep {
+    FaultOptions options;  // in seconds; checkpoint_every is the last interval set
+    int trials = 1;        // the request's with random failures, else 1
+    double step_time = 0;
+    CheckpointPlan plan;
+    int nodes = 1;
+    SweepLimits limits;
+    std::vector<SweepRow> rows;  // 1, then about 12 % apart, up to the whole run
+    double work = 0;             // loop iterations of the simulated rows over all trials
+};
+
+// Checks the request on its own (before a config is read): each value in its range and some
+// failures asked for (an MTBF or failure times). Throws SweepError.
+void check_sweep_request(const SweepRequest& request);
+
+// Checks the request and plans its sweep: the intervals and what each is expected to cost
+// (estimate_long_run), before anything is simulated. Throws SweepError where the request is out of
+// range, the cluster has more than kMaxNodes nodes, the run's figures overflow, no interval can be
+// simulated (the message says what would make the run feasible), the simulated intervals' work is
+// above `limits.work` (or one has more than kMaxSegmentsPerRun segments), or the timeline's interval
+// (request.checkpoint_every, when given with request.timeline) is refused as timeline_options
+// refuses one; std::invalid_argument where the step time is not finite and positive or the plan
+// cannot run (as simulate_long_run). A sweep it returns runs (run_sweep) without an error.
+Sweep plan_sweep(const SweepRequest& request, double step_time, const CheckpointPlan& plan, int nodes,
+                 const SweepLimits& limits = {});
+
+// Runs each simulated interval (mean_long_run over the trials), calling `progress(work)` after each
+// trial with the work its interval was expected to take; returns the row of the best goodput (the
+// first of equals).
+const SweepRow& run_sweep(Sweep& sweep, const std::function<void(double)>& progress = {});
+
+// The options of the timeline of one run at interval k (the request's seed), for simulate_long_run
+// with a trace: throws SweepError where the run expects more than kMaxExpectedFailuresPerRun failures
+// or its timeline would hold more events than the sweep's limit (at most kMaxTimelineEvents).
+FaultOptions timeline_options(const Sweep& sweep, long long k);
 
 // Young (1974) first-order optimum checkpoint interval, in seconds of work
 // between checkpoints: sqrt(2 x checkpoint cost x MTBF), MTBF of the whole job.

@@ -5,10 +5,13 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <queue>
 #include <stdexcept>
+#include <string>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 namespace dtsim::hw {
 
@@ -188,8 +191,9 @@ double timeline_events(const LongRunEstimate& e, std::size_t ranks) {
 
 namespace {
 
-void check_inputs(double step_time, const CheckpointPlan& plan, int nodes, const FaultOptions& o, const Trace* trace) {
-    auto bad = [](const std::string& what) { throw std::invalid_argument("simulate_long_run: " + what); };
+// The values a long run is made of, whatever its interval: `who` names the caller in the message.
+void check_values(const char* who, double step_time, const CheckpointPlan& plan, int nodes, const FaultOptions& o) {
+    auto bad = [&](const std::string& what) { throw std::invalid_argument(fmt::format("{}: {}", who, what)); };
     auto time = [&](double v, const char* what) {
         if (!(std::isfinite(v) && v >= 0)) bad(fmt::format("{} must be finite and >= 0, got {}", what, v));
     };
@@ -206,6 +210,11 @@ void check_inputs(double step_time, const CheckpointPlan& plan, int nodes, const
         bad(fmt::format("the plan writes for {} ranks but reads for {}", plan.write_bytes.size(),
                         plan.read_bytes.size()));
     if (o.steps < 1) bad(fmt::format("steps must be at least 1, got {}", o.steps));
+}
+
+void check_inputs(double step_time, const CheckpointPlan& plan, int nodes, const FaultOptions& o, const Trace* trace) {
+    auto bad = [](const std::string& what) { throw std::invalid_argument("simulate_long_run: " + what); };
+    check_values("simulate_long_run", step_time, plan, nodes, o);
     if (o.checkpoint_every < 1) bad(fmt::format("checkpoint_every must be at least 1, got {}", o.checkpoint_every));
     const LongRunEstimate e = estimate_long_run(step_time, plan, nodes, o);
     if (static_cast<double>(e.segments) > kMaxSegmentsPerRun)
@@ -360,6 +369,209 @@ LongRun mean_long_run(double step_time, const CheckpointPlan& plan, int nodes, F
         if (after_each) after_each();
     }
     return sum;  // failures and checkpoints: totals over the trials
+}
+
+// ------------------------------------------------------------------ the sweep
+
+namespace {
+
+std::string duration(double s) {
+    if (s >= 3600) return fmt::format("{:.2f} h", s / 3600);
+    if (s >= 60) return fmt::format("{:.1f} min", s / 60);
+    return fmt::format("{:.2f} s", s);
+}
+
+// Checkpoint intervals to try: 1, then about 12 % apart, up to the whole run.
+std::vector<long long> sweep_intervals(long long steps) {
+    std::vector<long long> ks;
+    double k = 1;
+    while (k <= static_cast<double>(steps)) {
+        const long long ki = std::llround(k);
+        if (ks.empty() || ki != ks.back()) ks.push_back(ki);
+        k *= 1.12;
+    }
+    if (ks.back() != steps) ks.push_back(steps);
+    return ks;
+}
+
+// Why no interval can be simulated, and what would make the run feasible: the node MTBF from which the
+// best interval expects no more failures than the limit (bisection on the closed form), and the steps
+// that fit at this MTBF.
+[[noreturn]] void refuse_infeasible(const Sweep& s) {
+    const std::vector<SweepRow>& rows = s.rows;
+    FaultOptions o = s.options;
+    const auto best = std::min_element(rows.begin(), rows.end(), [](const SweepRow& a, const SweepRow& b) {
+        return a.expected.failures < b.expected.failures;
+    });
+    auto fewest = [&](double node_mtbf) {
+        FaultOptions x = o;
+        x.node_mtbf = node_mtbf;
+        double f = std::numeric_limits<double>::infinity();
+        for (const SweepRow& r : rows) {
+            x.checkpoint_every = r.k;
+            f = std::min(f, estimate_long_run(s.step_time, s.plan, s.nodes, x).failures);
+        }
+        return f;
+    };
+    std::string remedy;
+    auto add = [&](const std::string& r) { remedy += (remedy.empty() ? "" : ", or ") + r; };
+    const auto given = static_cast<double>(o.fail_at.size());
+    if (given > kMaxExpectedFailuresPerRun)
+        add(fmt::format("at most {:g} failures in --fail-at-hours", kMaxExpectedFailuresPerRun));
+    if (o.node_mtbf > 0) {
+        double lo = o.node_mtbf, hi = o.node_mtbf;
+        while (hi < kMaxFailureHours * 3600 && !(fewest(hi) <= kMaxExpectedFailuresPerRun)) hi *= 2;
+        if (fewest(hi) <= kMaxExpectedFailuresPerRun) {
+            for (int i = 0; i < 60; ++i) {
+                const double mid = (lo + hi) / 2;
+                (fewest(mid) <= kMaxExpectedFailuresPerRun ? hi : lo) = mid;
+            }
+            add(fmt::format("a node MTBF of at least {:.3g} h (--mtbf-hours)", hi / 3600));
+        }
+        // Random failures grow with the run's length at a given interval, and so do the segments the
+        // sweep simulates.
+        const double per_step = (best->expected.failures - given) / static_cast<double>(o.steps);
+        double segments = 0;
+        for (const SweepRow& r : rows) segments += static_cast<double>(r.expected.segments);
+        const double steps =
+            std::floor(std::min((kMaxExpectedFailuresPerRun - given) / per_step,
+                                s.limits.work / (s.trials * segments / static_cast<double>(o.steps))));
+        if (per_step > 0 && std::isfinite(per_step) && steps >= 1)
+            add(fmt::format("at most about {:.0f} steps (--steps)", steps));
+    }
+    if (remedy.empty()) remedy = "a shorter restart (--restart-minutes) or faster storage";
+    const std::string failing = o.node_mtbf > 0
+                                    ? fmt::format("the job fails every {} on average", duration(o.node_mtbf / s.nodes))
+                                    : fmt::format("{} failures are given", o.fail_at.size());
+    throw SweepError(fmt::format(
+        "failures: the run cannot finish: {}, a step takes {}, a checkpoint {} and a restart {}, so at best "
+        "(checkpointing every {} steps) a run expects {:.3g} failures (Daly 2006's closed form), more than the {:g} "
+        "this command simulates; it becomes feasible with {}",
+        failing, duration(s.step_time), duration(s.plan.write_time),
+        duration(o.restart_overhead + s.plan.read_time), best->k, best->expected.failures,
+        kMaxExpectedFailuresPerRun, remedy));
+}
+
+// The timeline of one run at o.checkpoint_every: simulated (at most kMaxExpectedFailuresPerRun failures
+// expected) and small enough to keep.
+void check_timeline(const Sweep& s, const FaultOptions& o) {
+    const LongRunEstimate e = estimate_long_run(s.step_time, s.plan, s.nodes, o);
+    if (!(e.failures <= kMaxExpectedFailuresPerRun))
+        throw SweepError(fmt::format("failures: the timeline at --checkpoint-every {} expects {:.3g} failures, "
+                                     "more than the {:g} simulated; give a smaller --checkpoint-every",
+                                     o.checkpoint_every, e.failures, kMaxExpectedFailuresPerRun));
+    const double events = timeline_events(e, s.plan.write_bytes.size());
+    const double limit = std::min(s.limits.timeline_events, kMaxTimelineEvents);  // simulate_long_run's own
+    if (!(events <= limit))
+        throw SweepError(fmt::format("failures: the timeline at --checkpoint-every {} would hold about {:.3g} events "
+                                     "({} ranks), above the limit of {:g}; give a larger --checkpoint-every or "
+                                     "fewer --steps",
+                                     o.checkpoint_every, events, s.plan.write_bytes.size(), limit));
+}
+
+}  // namespace
+
+void check_sweep_request(const SweepRequest& r) {
+    // NaN is in no range.
+    auto in = [](double v, double hi) { return v >= 0 && v <= hi; };
+    if (r.steps < 1) throw SweepError(fmt::format("failures: --steps must be at least 1, found {}", r.steps));
+    if (r.checkpoint_every < 0)
+        throw SweepError(fmt::format("failures: --checkpoint-every must be at least 1, found {}", r.checkpoint_every));
+    if (!in(r.mtbf_hours, kMaxFailureHours))
+        throw SweepError(fmt::format("failures: --mtbf-hours must be 0 to {:g} hours, found {}", kMaxFailureHours,
+                                     r.mtbf_hours));
+    for (double h : r.fail_at_hours)
+        if (!in(h, kMaxFailureHours))
+            throw SweepError(fmt::format("failures: --fail-at-hours must be 0 to {:g} hours each, found {}",
+                                         kMaxFailureHours, h));
+    if (!in(r.restart_minutes, kMaxRestartMinutes))
+        throw SweepError(fmt::format("failures: --restart-minutes must be 0 to {:g} minutes, found {}",
+                                     kMaxRestartMinutes, r.restart_minutes));
+    if (r.trials < 1) throw SweepError(fmt::format("failures: --trials must be at least 1, found {}", r.trials));
+    if (r.mtbf_hours == 0 && r.fail_at_hours.empty())
+        throw SweepError("failures: give --mtbf-hours H (per node) and/or --fail-at-hours T1,T2,...");
+}
+
+Sweep plan_sweep(const SweepRequest& a, double step_time, const CheckpointPlan& plan, int nodes,
+                 const SweepLimits& limits) {
+    check_sweep_request(a);
+    if (nodes > kMaxNodes)
+        throw SweepError(fmt::format("failures: the cluster has {} nodes; the long run draws failures for at most {}",
+                                     nodes, kMaxNodes));
+    Sweep s;
+    s.step_time = step_time;
+    s.plan = plan;
+    s.nodes = nodes;
+    s.limits = limits;
+    FaultOptions& o = s.options;
+    o.steps = a.steps;
+    o.node_mtbf = a.mtbf_hours * 3600;
+    for (double h : a.fail_at_hours) o.fail_at.push_back(h * 3600);
+    o.restart_overhead = a.restart_minutes * 60;
+    o.seed = a.seed;
+    s.trials = o.node_mtbf > 0 ? a.trials : 1;
+    check_values("plan_sweep", step_time, plan, nodes, o);
+    // A run of these steps whose figures overflow (steps x step time) cannot be simulated at any interval.
+    if (!std::isfinite(static_cast<double>(o.steps) * step_time))
+        throw SweepError(fmt::format("failures: {} steps of {:g} s overflow the clock; give fewer --steps", o.steps,
+                                     step_time));
+
+    // What each interval is expected to cost, before anything is simulated: intervals that expect
+    // more failures per run than the limit are not simulated; none left, or more work in all than
+    // the limit, and the run is refused.
+    for (long long k : sweep_intervals(a.steps)) {
+        o.checkpoint_every = k;
+        SweepRow row{k, estimate_long_run(step_time, plan, nodes, o), std::nullopt};
+        if (row.simulated()) {
+            // Without random failures the run is its segments, whose wall time must not overflow either.
+            if (!std::isfinite(row.expected.wall))
+                throw SweepError(fmt::format("failures: {} steps of {:g} s with a checkpoint every {} overflow the "
+                                             "clock; give fewer --steps",
+                                             o.steps, step_time, k));
+            s.work += s.trials * row.expected.work();
+        }
+        s.rows.push_back(row);
+    }
+    if (std::none_of(s.rows.begin(), s.rows.end(), [](const SweepRow& r) { return r.simulated(); }))
+        refuse_infeasible(s);
+    if (!(s.work <= limits.work))
+        throw SweepError(fmt::format(
+            "failures: {} steps x {} trials over {} checkpoint intervals would simulate about {:.3g} segments and "
+            "failures, above the limit of {:g}; give fewer --steps or --trials (at most about {:.0f} trials)",
+            a.steps, s.trials, s.rows.size(), s.work, limits.work,
+            std::max(1.0, std::floor(s.trials * limits.work / s.work))));
+    for (const SweepRow& r : s.rows)
+        if (r.simulated() && static_cast<double>(r.expected.segments) > kMaxSegmentsPerRun)
+            throw SweepError(fmt::format("failures: {} steps checkpointed every {} make {} segments, above the limit "
+                                         "of {:g} per run; give fewer --steps",
+                                         a.steps, r.k, r.expected.segments, kMaxSegmentsPerRun));
+    if (a.timeline && a.checkpoint_every > 0) {
+        o.checkpoint_every = a.checkpoint_every;
+        check_timeline(s, o);
+    }
+    return s;
+}
+
+const SweepRow& run_sweep(Sweep& s, const std::function<void(double)>& progress) {
+    FaultOptions o = s.options;
+    const SweepRow* best = nullptr;
+    for (SweepRow& row : s.rows) {
+        if (!row.simulated()) continue;
+        o.checkpoint_every = row.k;
+        row.run = mean_long_run(s.step_time, s.plan, s.nodes, o, s.trials, [&] {
+            if (progress) progress(row.expected.work());
+        });
+        if (!best || row.run->goodput() > best->run->goodput()) best = &row;
+    }
+    if (!best) throw std::logic_error("run_sweep: the sweep simulates no interval (plan_sweep refuses one)");
+    return *best;
+}
+
+FaultOptions timeline_options(const Sweep& s, long long k) {
+    FaultOptions o = s.options;
+    o.checkpoint_every = k;
+    check_timeline(s, o);
+    return o;
 }
 
 }  // namespace dtsim::hw
