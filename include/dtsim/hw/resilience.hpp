@@ -83,9 +83,11 @@ struct LongRunEstimate {
     double failures = 0;     // expected failures per run (inf where e^{w/M} overflows)
     double wall = 0;         // expected wall time, s (inf likewise)
     double useful = 0;       // steps x step time
+    double draws = 0;        // failures drawn when the run starts: one per node (random failures), else 0
     [[nodiscard]] double goodput() const { return wall > 0 && wall < 1e308 ? useful / wall : 0; }
-    // Loop iterations of one simulated run: a segment or a failure each.
-    [[nodiscard]] double work() const { return static_cast<double>(segments) + failures; }
+    // Loop iterations of one simulated run: a segment or a failure each, and the draw of each node's
+    // first failure.
+    [[nodiscard]] double work() const { return static_cast<double>(segments) + failures + draws; }
 };
 LongRunEstimate estimate_long_run(double step_time, const CheckpointPlan& plan, int nodes, const FaultOptions& options);
 
@@ -146,10 +148,11 @@ struct SweepRequest {
 // (1,141 years), a relaunch up to a week.
 inline constexpr double kMaxFailureHours = 1e7;
 inline constexpr double kMaxRestartMinutes = 7 * 24 * 60;
-// The most loop iterations (a segment of steps or a failure, each; LongRunEstimate::work) a sweep may
-// simulate over all its intervals and trials: from a few seconds (segments) to about half a minute
-// (failures on a cluster of a hundred nodes) on one core. The default 10,000 steps x 100 trials is
-// about 4e6; the 200,000-step example of docs/stragglers-and-failures.md about 8e7.
+// The most loop iterations (a segment of steps, a failure or a node's first draw, each;
+// LongRunEstimate::work) a sweep may simulate over all its intervals and trials: from a few
+// seconds (segments) to about half a minute (failures on a cluster of a hundred nodes) on one
+// core. The default 10,000 steps x 100 trials is about 4e6; the 200,000-step example of
+// docs/stragglers-and-failures.md about 8e7.
 inline constexpr double kMaxSweepWork = 5e8;
 
 // The bounds of one sweep: the command's by default (a test or a fuzzer may ask for less).

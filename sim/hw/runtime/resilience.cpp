@@ -166,6 +166,7 @@ LongRunEstimate estimate_long_run(double step_time, const CheckpointPlan& plan, 
     const double last = static_cast<double>(o.steps - (e.segments - 1) * k) * step_time;
     const double others = static_cast<double>(e.segments - 1);
     if (o.node_mtbf > 0) {
+        e.draws = nodes;  // simulate_long_run draws each node's first failure, whatever the run's length
         const double rate = nodes / o.node_mtbf;  // failures of the job per second
         const double again = std::exp(rate * restart);  // e^{R/M}: restarts that a failure starts over
         if (!std::isfinite(rate) || !std::isfinite(again)) {
