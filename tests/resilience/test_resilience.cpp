@@ -432,3 +432,34 @@ TEST_CASE("a sweep's work counts the draw of each node's first failure") {
     r.trials = 1;
     CHECK(plan_sweep(r, 1.0, p, 1000).work < 1e5);
 }
+
+// A given failure's restart was counted as one failure and R seconds, as without random failures: with
+// a restart of 100 min against a job MTBF of 10.5 min it starts over about e^9.5 = 13,000 times, and the
+// run stopped with "14315 failures, 100 times the 133 expected" (found by the failures fuzz target).
+TEST_CASE("random failures interrupt the restart after a given failure, and the estimate counts them") {
+    CheckpointPlan p = two_ranks(0, 10);
+    FaultOptions o;
+    o.steps = 3;
+    o.checkpoint_every = 1;
+    o.node_mtbf = 20 * 3600.0;  // 114 nodes: the job fails every 631 s
+    o.restart_overhead = 6000;
+    o.fail_at = {0, 0};
+    const LongRunEstimate e = estimate_long_run(2.0, p, 114, o);
+    const double M = o.node_mtbf / 114, R = 6010;
+    CHECK(e.failures > std::exp(R / M));
+    LongRun r;
+    CHECK_NOTHROW(r = simulate_long_run(2.0, p, 114, o));
+    CHECK(static_cast<double>(r.failures) < e.failures * 3);
+    // A restart twice the job's MTBF (100 nodes, so that the node replaced during a relaunch, which
+    // cannot fail again before it is back, is a small part of the job): e^2 - 1 more failures per given
+    // failure, as the simulation has them.
+    o.node_mtbf = 100 * 1000.0;
+    o.restart_overhead = 1990;
+    o.steps = 1;
+    o.fail_at = {0};
+    const LongRunEstimate two = estimate_long_run(1.0, p, 100, o);
+    const double expected = std::exp((2000 + 1.0) / 1000) + std::exp(2000 / 1000.0) * std::expm1(1 / 1000.0);
+    CHECK(two.failures == doctest::Approx(expected));
+    const LongRun mean = mean_long_run(1.0, p, 100, o, 4000);
+    CHECK(static_cast<double>(mean.failures) / 4000 == doctest::Approx(two.failures).epsilon(0.06));
+}

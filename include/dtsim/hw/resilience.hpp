@@ -77,7 +77,10 @@ struct LongRun {
 // failures (failures arrive at rate 1/M throughout). A run is ceil(steps / k)
 // segments: k steps and a checkpoint write each, the last without the write.
 // Each --fail-at failure adds one failure, a restart and at most a segment of
-// work. Without random failures (node_mtbf 0) a segment takes w.
+// work, which random failures interrupt as they do any work: R + w seconds that
+// take M (e^{(R+w)/M} - 1) and meet e^{(R+w)/M} - 1 failures on average (an
+// upper bound: the work lost is at most a segment). Without random failures
+// (node_mtbf 0) a segment takes w and a given failure R + w.
 struct LongRunEstimate {
     long long segments = 0;  // ceil(steps / k)
     double failures = 0;     // expected failures per run (inf where e^{w/M} overflows)

@@ -178,9 +178,23 @@ LongRunEstimate estimate_long_run(double step_time, const CheckpointPlan& plan, 
     } else {
         e.wall = others * full + last;
     }
+    // A given failure starts a restart and the redo of at most a segment; random failures interrupt
+    // them as they interrupt any work: R + full seconds that take M (e^{(R + full)/M} - 1) on average
+    // and meet e^{(R + full)/M} - 1 failures (a restart far longer than the MTBF starts over many times).
     const auto given = static_cast<double>(o.fail_at.size());
-    e.failures += given;
-    e.wall += given * (restart + full);
+    if (given > 0) {
+        const double rate = o.node_mtbf > 0 ? nodes / o.node_mtbf : 0;
+        const double extra = std::expm1(rate * (restart + full));  // failures during one; 0 without random ones
+        if (rate == 0) {
+            e.failures += given;
+            e.wall += given * (restart + full);
+        } else if (!std::isfinite(rate) || !std::isfinite(extra)) {
+            e.failures = e.wall = inf;
+        } else {
+            e.failures += given * (1 + extra);
+            e.wall += given * extra / rate;
+        }
+    }
     return e;
 }
 
