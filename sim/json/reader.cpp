@@ -371,9 +371,55 @@ std::ifstream open_input(const std::string& path, const std::string& name, const
 
 // --------------------------------------------------------------- documents
 
-Document::Document(Json root, std::string file, const Dialect& dialect) : dialect_(&dialect) {
+void check_depth(const Json& root, const std::string& name, const Dialect& dialect, int max_depth) {
+    // The containers being walked, outermost first, each at its member being looked at.
+    struct Frame {
+        const Json* node;
+        Json::const_iterator it;
+        std::size_t index = 0;   // of `it`, in an array
+        bool descended = false;  // the walk is below `it`
+    };
+    if (!root.is_structured()) return;
+    std::vector<Frame> stack{{&root, root.cbegin()}};
+    while (!stack.empty()) {
+        Frame& f = stack.back();
+        if (f.descended) {
+            f.descended = false;
+            ++f.it;
+            ++f.index;
+        }
+        if (f.it == f.node->cend()) {
+            stack.pop_back();
+            continue;
+        }
+        const Json& child = *f.it;
+        if (!child.is_structured()) {
+            ++f.it;
+            ++f.index;
+            continue;
+        }
+        if (static_cast<int>(stack.size()) >= max_depth) {
+            // The place as the parser names it: its first eight steps, then "...".
+            constexpr std::size_t kSteps = 8;
+            std::string path = "$";
+            for (std::size_t i = 0; i < stack.size() && i < kSteps; ++i) {
+                if (stack[i].node->is_array())
+                    fmt::format_to(std::back_inserter(path), "[{}]", stack[i].index);
+                else
+                    path += path_key(stack[i].it.key());
+            }
+            if (stack.size() > kSteps) path += "...";
+            nested_too_deep(dialect, name, path, max_depth);
+        }
+        f.descended = true;
+        stack.push_back({&child, child.cbegin()});
+    }
+}
+
+Document::Document(const Json& root, std::string file, const Dialect& dialect) : dialect_(&dialect) {
     check_root(root, file, dialect);
-    root_ = std::move(root);
+    check_depth(root, file, dialect);  // before the copy, which recurses once per level
+    root_ = root;
     origin_[""] = std::move(file);
 }
 

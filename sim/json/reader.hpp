@@ -72,8 +72,9 @@ std::ifstream open_input(const std::string& path, const std::string& name, const
 
 class Document {
 public:
-    // A document already in memory (an object), named `file` in errors.
-    Document(Json root, std::string file, const Dialect& dialect);
+    // A document already in memory (an object), named `file` in errors; it is checked against
+    // kMaxDepth (check_depth) before it is copied.
+    Document(const Json& root, std::string file, const Dialect& dialect);
 
     // Reads a file of at most kMaxFileBytes. With `includes`, its "include" (a file name or an
     // array of them, relative to the including file) is merged first, in order, and the file's
@@ -181,6 +182,17 @@ private:
     Kind kind_ = Kind::root;
     mutable std::shared_ptr<const Step> self_;
 };
+
+// Parses `text`, the whole of file `name`, as Document::load does (without includes): arrays and
+// objects nested at most kMaxDepth deep; a syntax error, or a number too large for a double, named
+// at its line and column. Fails with the dialect's error.
+Json parse_text(const std::string& text, const std::string& name, const Dialect& dialect);
+
+// Fails with the dialect's error where `j`, a value built in memory, nests arrays and objects more
+// than `max_depth` deep (the document itself the first level), naming the place as the parser does:
+// "FILE: $.a[0][1]...: arrays and objects nested more than 256 deep (...)". It does not recurse:
+// it is what makes a value built elsewhere safe to copy, compare and merge.
+void check_depth(const Json& j, const std::string& name, const Dialect& dialect, int max_depth = kMaxDepth);
 
 // A JSON value as a message shows what was found: "4", "\"x\" (a string)", "an object"; a
 // long string shortened.

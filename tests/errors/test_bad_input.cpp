@@ -117,6 +117,27 @@ TEST_CASE("a --set value or path nested too deep is an error naming the --set") 
     CHECK(contains(config_error(base(), {path + "=1"}), "a path of 301 parts is deeper than dtsim reads (at most 255 levels)"));
 }
 
+// parse_config took a document built in memory and copied it, once per level: the config fuzz
+// target, whose documents come from nlohmann's parser (it does not recurse), overflowed the stack at
+// 200,000 levels.
+TEST_CASE("a config document in memory nested 100,000 deep is an error at its JSON path, not a stack overflow") {
+    json doc = base();
+    doc["note"] = json::parse(nested(100000));
+    CHECK(config_error(doc, {}) ==
+          "mem.json: $.note[0][0][0][0][0][0][0]...: arrays and objects nested more than 256 deep (dtsim reads at "
+          "most 256 levels)");
+    std::string objects;
+    for (int i = 0; i < 100000; ++i) objects += "{\"b\": ";
+    doc["note"] = json::object();
+    doc["note"]["a"] = json::parse(objects + "1" + std::string(100000, '}'));
+    CHECK(contains(config_error(doc, {}), "mem.json: $.note.a.b.b.b.b.b.b...: arrays and objects nested"));
+    // At the limit it is read.
+    doc["note"] = json::parse(nested(reader::kMaxDepth - 1));
+    CHECK(config_error(doc, {}) == "no error");
+    doc["note"] = json::parse(nested(reader::kMaxDepth));
+    CHECK(contains(config_error(doc, {}), "nested more than 256 deep"));
+}
+
 // Copying a trace's meta (render) overflowed the stack on a 600 KB file.
 TEST_CASE("a trace nested deep is an error at its JSON path, not a crash") {
     std::istringstream in(R"({"format": "dtsim-trace", "version": 1, "meta": {"x": )" + nested(300000) +
