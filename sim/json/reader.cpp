@@ -15,6 +15,7 @@
 #include <ios>
 #include <istream>
 #include <iterator>
+#include <set>
 #include <stdexcept>
 #include <streambuf>
 #include <system_error>
@@ -526,7 +527,17 @@ struct Loader {
                 raise_error(dialect, name, "$.include",
                             fmt::format("expected a file name or an array of them, found {}", describe(*inc)));
             }
+            // Each file is looked at and read where it is first named, and merged where it is last named
+            // only: merging a document again after others gives what merging it there alone gives (objects
+            // merge key by key, anything else replaces, and so do the values' origins), and each merge
+            // costs the document's size (an include listing a file a million times took minutes).
+            std::vector<const Document*> subs(files.size());
+            std::map<std::string, std::size_t> first;  // a name -> where it is first given
             for (std::size_t i = 0; i < files.size(); ++i) {
+                if (const auto [it, fresh] = first.try_emplace(files[i], i); !fresh) {
+                    subs[i] = subs[it->second];
+                    continue;
+                }
                 const fs::path target = path.parent_path() / files[i];
                 const std::string where = inc->is_array() ? fmt::format("$.include[{}]", i) : "$.include";
                 std::error_code ec;  // where the file cannot be looked at, reading it says why
@@ -541,9 +552,13 @@ struct Loader {
                                 fmt::format("includes nested more than {} deep (\"{}\" includes files that include "
                                             "files, {} levels down from {})",
                                             kMaxIncludeDepth, files[i], stack.size(), display(stack.front())));
-                const Document& sub = load(target);
-                doc.merge(doc.root_, sub, sub.root_, "");
+                subs[i] = &load(target);
             }
+            std::vector<bool> last(subs.size());
+            std::set<const Document*> named_later;
+            for (std::size_t i = subs.size(); i-- > 0;) last[i] = named_later.insert(subs[i]).second;
+            for (std::size_t i = 0; i < subs.size(); ++i)
+                if (last[i]) doc.merge(doc.root_, *subs[i], subs[i]->root_, "");
             j.erase(inc);
             stack.pop_back();
         }
