@@ -1,9 +1,11 @@
 // libFuzzer target: the config loader on a JSON document in memory. Any input
-// must either load or be rejected with a ConfigError; an invalid JSON document
-// is not interesting and is skipped. Lines at the start of the input of the form
-// "@set PATH=VALUES" are parsed as `--set` is (parse_setting) and the first run of
-// their sweep is applied.
+// must either load or be rejected with a ConfigError. The document is parsed as
+// the loader parses a file (json_reader::parse_text: at most 256 levels of nesting;
+// an invalid document is rejected there), then read by parse_config. Lines at the
+// start of the input of the form "@set PATH=VALUES" are parsed as `--set` is
+// (parse_setting) and the first run of their sweep is applied.
 #include "dtsim/hw/config.hpp"
+#include "json/reader.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -27,9 +29,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     } catch (const dtsim::hw::ConfigError&) {
         return 0;
     }
-    const nlohmann::json doc = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (doc.is_discarded()) return 0;
+    static const dtsim::json_reader::Dialect dialect{
+        .raise = [](const std::string& file, const std::string& path, const std::string& message) {
+            throw dtsim::hw::ConfigError(file, path, message);
+        }};
     try {
+        const nlohmann::json doc = dtsim::json_reader::parse_text(std::string(text), "fuzz.json", dialect);
         const dtsim::hw::Config c = dtsim::hw::parse_config(doc, "fuzz.json", overrides);
         // What `dtsim run` derives before simulating must be defined for any accepted config.
         (void)c.gpus();
