@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
 #include <set>
 #include <unordered_map>
 
@@ -96,16 +97,19 @@ public:
         check_pairs();
         check_overlaps();
         if (s_.lowered()) check_comms();
-        if (problems_.size() > limit_) {
-            const std::size_t more = problems_.size() - limit_;
-            problems_.resize(limit_);
-            problems_.push_back(fmt::format("... and {} more", more));
-        }
+        if (more_ > 0) problems_.push_back(fmt::format("... and {} more", more_));
         return std::move(problems_);
     }
 
 private:
-    void add(std::string p) { problems_.push_back(std::move(p)); }
+    // The first `limit_` problems are kept, the others counted (a schedule may have a problem per
+    // stage, and its stages may be 16 times its actions).
+    void add(std::string p) {
+        if (problems_.size() < limit_)
+            problems_.push_back(std::move(p));
+        else
+            ++more_;
+    }
 
     // Every (stage, microbatch) pair needs a forward and a backward, and the
     // checks below walk all S x M pairs. A schedule naming a stage or microbatch
@@ -167,12 +171,17 @@ private:
 
     void check_owners() {
         owner_ = stage_owners(s_);
+        // The ranks of the compute actions of each stage without an owner, in one pass over the
+        // actions (a pass per stage took time in stages x actions).
+        std::map<int, std::set<int>> ranks_of;
+        for (int r = 0; r < s_.num_ranks(); ++r)
+            for (const auto& a : s_.ranks[static_cast<std::size_t>(r)])
+                if (is_compute(a.type) && owner(a.stage) < 0) ranks_of[a.stage].insert(r);
         for (int st = 0; st < S_; ++st) {
             if (owner(st) >= 0) continue;
-            std::set<int> on;
-            for (int r = 0; r < s_.num_ranks(); ++r)
-                for (const auto& a : s_.ranks[static_cast<std::size_t>(r)])
-                    if (is_compute(a.type) && a.stage == st) on.insert(r);
+            const auto it = ranks_of.find(st);
+            const std::set<int> none;
+            const std::set<int>& on = it == ranks_of.end() ? none : it->second;
             if (on.empty()) {
                 add(fmt::format("stage {} has no compute actions (F, B, I, W); the stages must be 0..{}", st, S_ - 1));
             } else {
@@ -356,6 +365,7 @@ private:
     std::vector<int> owner_;
     std::unordered_map<std::uint64_t, Seen> seen_;
     std::vector<std::string> problems_;
+    std::size_t more_ = 0;  // problems past the limit, counted
 };
 
 }  // namespace

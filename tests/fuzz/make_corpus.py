@@ -277,6 +277,10 @@ def schedule_seeds(large):
         seeds["large-long-token.txt"] = f"{text}rank 0: 0F" + "1" * LONG + "\n"
         seeds["large-long-cell.csv"] = csv + "0F0," + "x" * LONG + "\n"
         seeds["large-many-ranks.txt"] = text + "".join(f"{r}: {r}F0\n" for r in range(20_000))
+        # Stages far beyond those that run (the checks allow 16 per action): a pass over the actions
+        # for each stage without an owner once took minutes.
+        seeds["large-many-stages.txt"] = (text + "".join(f"{r}: {r}F0 {r}B0\n" for r in range(20_000))
+                                          + "20000: 600000F0 600000B0\n")
     return seeds
 
 
