@@ -100,7 +100,7 @@ TEST_CASE("config: a value of the wrong type names its path, what was expected a
     CHECK(config_error(d) == "mem.json: $.cluster.links.intra_node.bandwidth_GBps: expected a positive number, found -1");
     d = base();
     d["strategy"]["recompute"] = "ful";
-    CHECK(config_error(d) == "mem.json: $.strategy.recompute: expected one of \"none\", \"selective\", \"full\", found "
+    CHECK(config_error(d) == "mem.json: $.strategy.recompute: expected one of \"none\", \"selective\", \"selective_op\", \"full\", found "
                              "\"ful\" (did you mean \"full\"?)");
 }
 
@@ -132,7 +132,7 @@ TEST_CASE("config: a value set on the command line is blamed on the --set") {
           "--set strategy.tp: expected path=value (for example strategy.tp=4 or strategy.tp=1,2,4)");
     // A value the file's own keys would not take is blamed on the --set too.
     CHECK(config_error(base(), {hw::parse_override("strategy.recompute=ful")}) ==
-          "--set strategy.recompute=ful: $.strategy.recompute: expected one of \"none\", \"selective\", \"full\", "
+          "--set strategy.recompute=ful: $.strategy.recompute: expected one of \"none\", \"selective\", \"selective_op\", \"full\", "
           "found \"ful\" (did you mean \"full\"?)");
 }
 

@@ -129,7 +129,8 @@ TEST_CASE("an unknown key is rejected with a did-you-mean, naming the file and t
     CHECK(error_of("run.json", {parse_override("strategy.zzzzzzzz=1")}) ==
           "--set strategy.zzzzzzzz=1: $.strategy.zzzzzzzz: unknown key \"zzzzzzzz\"; the keys here are: name, dp, tp, pp, "
           "microbatches, zero_stage, bucket_MiB, first_bucket_MiB, overlap, prefetch, recompute, sequence_parallel, "
-          "flash_attention, attention_kernel, algorithm, puzzle, chunks, microbatch_group, schedule_file, sharding");
+          "flash_attention, attention_kernel, algorithm, puzzle, chunks, microbatch_group, schedule_file, sharding, "
+          "grad_dtype");
 }
 
 TEST_CASE("strategy.puzzle is one of the puzzles' names; a misspelt one gets a did-you-mean at its JSON path") {
@@ -272,4 +273,14 @@ TEST_CASE("every shipped config loads") {
         ++n;
     }
     CHECK(n >= 6);
+}
+
+TEST_CASE("selective_op needs fused attention; grad_dtype is a float dtype") {
+    CHECK(error_of("run.json", {parse_override("strategy.recompute=selective_op")}) ==
+          "--set strategy.recompute=selective_op: $.strategy.recompute: \"selective_op\" (torchtitan's per-op policy) "
+          "keeps the fused attention's output: it needs \"flash_attention\": true");
+    CHECK(error_of("run.json", {parse_override("strategy.recompute=selective_op"),
+                                parse_override("strategy.flash_attention=true")}) == "no error");
+    CHECK(error_of("run.json", {parse_override("strategy.grad_dtype=fp8")}).find(
+              "$.strategy.grad_dtype: expected one of \"fp32\", \"bf16\", \"fp16\"") != std::string::npos);
 }

@@ -183,6 +183,42 @@ TEST_CASE("activation memory per layer matches Korthikanti et al. 2022, Table 2"
     CHECK(layer_activation_bytes(m, LayerSplit{2, 8, true, Recompute::none, true}) == doctest::Approx(sbh * 34 / t));
 }
 
+TEST_CASE("without dropout a layer keeps no masks: 2 sbh less, 32 sbh for GPT") {
+    TransformerSpec m{"gpt", 1, 4096, 32, 32, 4 * 4096, 2048, 0, DType::bf16, Mlp::gelu, true};
+    m.dropout = false;
+    const double sbh = 2048.0 * 4 * 4096;
+    CHECK(layer_activation_bytes(m, LayerSplit{4, 1, false, Recompute::none, true}) == doctest::Approx(32 * sbh));
+    // Sequence parallelism divides the 8 sbh kept whole as it divides the 10.
+    CHECK(layer_activation_bytes(m, LayerSplit{4, 2, true, Recompute::none, true}) == doctest::Approx(32 * sbh / 2));
+}
+
+// torchtitan's per-op policy, against the bytes one block kept in eager PyTorch 2.11 on an H100
+// (calibration/data/h100_dtsim_torch_memory.json, in sbh units: 15.53 for Llama 3 8B, 18.03 for
+// the MPT-style block; the .03 is the fp32 log-sum-exp and the norms' statistics, not counted here).
+TEST_CASE("selective_op keeps the input, the attention output and every second product's output") {
+    TransformerSpec llama{"llama", 1, 4096, 32, 8, 14336, 8192, 0, DType::bf16, Mlp::swiglu, false};
+    llama.dropout = false;
+    const double s = 8192, h = 4096, f = 14336, sbh = s * h;
+    auto op = [](const TransformerSpec& m, int b, int tp) {
+        return layer_activation_bytes(m, LayerSplit{b, tp, false, Recompute::selective_op, true});
+    };
+    // input 2 + wq 2 + wv 2 kv/a + attention output 2 + w2 2 (sbh), w1 2 s b f.
+    CHECK(op(llama, 1, 1) == doctest::Approx((8 + 2 * 0.25) * sbh + 2 * s * f));
+    CHECK(op(llama, 1, 1) / sbh == doctest::Approx(15.53).epsilon(0.01));
+    // Tensor parallelism divides the column-parallel outputs and the attention's, not the input or w2's.
+    CHECK(op(llama, 1, 2) == doctest::Approx(2 * sbh + (2 + 0.5 + 2) * sbh / 2 + 2 * s * f / 2 + 2 * sbh));
+    TransformerSpec gpt{"gpt", 1, 2048, 16, 16, 4 * 2048, 2048, 0, DType::bf16, Mlp::gelu, true};
+    gpt.dropout = false;
+    const double g_sbh = 2048.0 * 4 * 2048;
+    // input 2 + QKV 6 + attention output 2 (sbh), fc1 2 s b f.
+    CHECK(op(gpt, 4, 1) == doctest::Approx(18 * g_sbh));
+    CHECK(op(gpt, 4, 1) / g_sbh == doctest::Approx(18.03).epsilon(0.01));
+    // While the backward runs, the recomputed tensors are back: none's bytes in all.
+    const LayerSplit split{4, 1, false, Recompute::selective_op, true};
+    const LayerSplit none{4, 1, false, Recompute::none, true};
+    CHECK(layer_recompute_peak_bytes(gpt, split) + op(gpt, 4, 1) == doctest::Approx(layer_activation_bytes(gpt, none)));
+}
+
 TEST_CASE("ZeRO model states per GPU: 16P, 4P + 12P/N, 2P + 14P/N, 16P/N") {
     const double P = 7.5e9;
     const int N = 64;

@@ -56,7 +56,7 @@ TEST_CASE("1F1B stage 0 holds at most min(m, p) microbatches of activations, GPi
         const Config c = parse_config(doc, "test.json");
         const double per_microbatch =
             (c.model.spec.layers / p) * layer_activation_bytes(c.model.spec, LayerSplit{1, 1, false, Recompute::none});
-        const double states = 16 * (c.model.spec.layers / p) * c.model.spec.params_per_layer();
+        const double states = 18 * (c.model.spec.layers / p) * c.model.spec.params_per_layer();
         const RunReport one = run(doc);
         doc["strategy"]["name"] = "gpipe";
         const RunReport all = run(doc);

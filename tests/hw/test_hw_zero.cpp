@@ -58,73 +58,116 @@ double moved(const Measured& m, int n) {
 
 }  // namespace
 
-TEST_CASE("model states per GPU as the simulation allocates them: 16Ψ, 4Ψ+12Ψ/N, 2Ψ+14Ψ/N, 16Ψ/N") {
-    for (int nodes : {1, 2}) {
-        const double N = 8 * nodes;
-        CAPTURE(N);
-        for (int stage : {0, 1, 2}) {
-            CAPTURE(stage);
-            json doc = data_parallel("ddp", nodes, 1);
-            doc["strategy"]["zero_stage"] = stage;
+// G bytes per gradient: 4 with fp32 gradients (the default, Megatron-LM's 18Ψ and 6Ψ + 12Ψ/N),
+// 2 with grad_dtype bf16 (ZeRO's 16Ψ, 4Ψ+12Ψ/N, 2Ψ+14Ψ/N, 16Ψ/N).
+TEST_CASE("model states per GPU as the simulation allocates them: (14+G)Ψ, (2+G)Ψ+12Ψ/N, 2Ψ+(12+G)Ψ/N, (14+G)Ψ/N") {
+    for (const char* grad : {"fp32", "bf16"}) {
+        const double G = std::string(grad) == "fp32" ? 4 : 2;
+        CAPTURE(grad);
+        for (int nodes : {1, 2}) {
+            const double N = 8 * nodes;
+            CAPTURE(N);
+            for (int stage : {0, 1, 2}) {
+                CAPTURE(stage);
+                json doc = data_parallel("ddp", nodes, 1);
+                doc["strategy"]["zero_stage"] = stage;
+                doc["strategy"]["grad_dtype"] = grad;
+                const Measured m = measure(doc);
+                // The first event (layer 0's forward) sees the model states plus layer 0's activations.
+                const auto& first = m.result.trace.ranks[0].events.front();
+                REQUIRE(first.op.name() == "forward");
+                const double activations = layer_activation_bytes(m.config.model.spec, LayerSplit{});
+                const double expected = stage == 0   ? (14 + G) * m.psi
+                                        : stage == 1 ? (2 + G) * m.psi + 12 * m.psi / N
+                                                     : 2 * m.psi + (12 + G) * m.psi / N;
+                CHECK(first.memory - activations == doctest::Approx(expected));
+            }
+            // FSDP: the first event is layer 0's all-gather, its unsharded bf16 weights allocated.
+            json doc = data_parallel("fsdp", nodes, 1);
+            doc["strategy"]["grad_dtype"] = grad;
             const Measured m = measure(doc);
-            // The first event (layer 0's forward) sees the model states plus layer 0's activations.
             const auto& first = m.result.trace.ranks[0].events.front();
-            REQUIRE(first.op.name() == "forward");
-            const double activations = layer_activation_bytes(m.config.model.spec, LayerSplit{});
-            const double expected = stage == 0 ? 16 * m.psi : stage == 1 ? 4 * m.psi + 12 * m.psi / N
-                                                                         : 2 * m.psi + 14 * m.psi / N;
-            CHECK(first.memory - activations == doctest::Approx(expected));
+            REQUIRE(first.op.name() == "all_gather");
+            const double layer_weights = 2 * m.config.model.spec.params_per_layer();
+            CHECK(first.memory - layer_weights == doctest::Approx((14 + G) * m.psi / N));
         }
-        // FSDP: the first event is layer 0's all-gather, its unsharded bf16 weights allocated.
-        const Measured m = measure(data_parallel("fsdp", nodes, 1));
-        const auto& first = m.result.trace.ranks[0].events.front();
-        REQUIRE(first.op.name() == "all_gather");
-        const double layer_weights = 2 * m.config.model.spec.params_per_layer();
-        CHECK(first.memory - layer_weights == doctest::Approx(16 * m.psi / N));
     }
 }
 
-TEST_CASE("hybrid sharding keeps 16Ψ/8 on 8-GPU nodes whatever the node count") {
+TEST_CASE("gradients are reduced in their dtype: fp32 moves twice the bytes of bf16, weights are gathered in bf16") {
+    for (const char* name : {"ddp", "fsdp"}) {
+        CAPTURE(name);
+        json doc = data_parallel(name, 1, 1);
+        if (std::string(name) == "ddp") doc["strategy"]["zero_stage"] = 1;
+        auto bytes = [&](const char* grad, const char* op) {
+            doc["strategy"]["grad_dtype"] = grad;
+            const Measured m = measure(doc);
+            double total = 0;
+            for (const auto& e : m.result.trace.ranks[0].events)
+                if (e.op.name() == op) total += e.bytes;
+            return total;
+        };
+        CHECK(bytes("fp32", "reduce_scatter") == doctest::Approx(2 * bytes("bf16", "reduce_scatter")));
+        CHECK(bytes("fp32", "reduce_scatter") > 0);
+        CHECK(bytes("fp32", "all_gather") == doctest::Approx(bytes("bf16", "all_gather")));
+        CHECK(bytes("fp32", "all_gather") > 0);
+    }
+}
+
+TEST_CASE("hybrid sharding keeps 18Ψ/8 on 8-GPU nodes whatever the node count") {
     for (int nodes : {2, 4}) {
         json doc = data_parallel("fsdp", nodes, 1);
         doc["strategy"]["sharding"] = "hybrid";
         const Measured m = measure(doc);
         const auto& first = m.result.trace.ranks[0].events.front();
         const double layer_weights = 2 * m.config.model.spec.params_per_layer();
-        CHECK(first.memory - layer_weights == doctest::Approx(16 * m.psi / 8));
+        CHECK(first.memory - layer_weights == doctest::Approx(18 * m.psi / 8));
         // ... and all-reduces each gradient shard across the nodes: Ψ/8 per layer per step.
         double across = 0;
         for (const auto& e : m.result.trace.ranks[0].events)
             if (e.op.name() == "all_reduce") across += e.bytes;
-        CHECK(across == doctest::Approx(2 * m.psi / 8));  // bf16 gradient shards
+        CHECK(across == doctest::Approx(4 * m.psi / 8));  // fp32 gradient shards
     }
 }
 
+// In units of Ψ bf16 parameters. ZeRO's figures are for bf16 gradients; fp32 gradients (the
+// default) double the gradients' share: DDP 4Ψ, ZeRO-1/2 3Ψ, ZeRO-3 4Ψ, SHARD_GRAD_OP 3Ψ.
 TEST_CASE("communication volume per step: 2Ψ for DDP, ZeRO-1 and ZeRO-2, 3Ψ for ZeRO-3, 2Ψ for SHARD_GRAD_OP") {
-    for (int nodes : {1, 2}) {
-        const int n = 8 * nodes;
-        CAPTURE(n);
-        // The unit: Ψ bf16 parameters, (n-1)/n of them through each rank.
-        auto unit = [&](const Measured& m) { return bus_factor(Collective::all_gather, n) * 2 * m.psi; };
-        for (int stage : {0, 1, 2}) {
-            CAPTURE(stage);
-            json doc = data_parallel("ddp", nodes, 1);
-            doc["strategy"]["zero_stage"] = stage;
-            const Measured m = measure(doc);
-            CHECK(moved(m, n) / unit(m) == doctest::Approx(2));
+    for (const char* grad : {"bf16", "fp32"}) {
+        const double g = std::string(grad) == "fp32" ? 2 : 1;  // the gradients' bytes over bf16's
+        CAPTURE(grad);
+        for (int nodes : {1, 2}) {
+            const int n = 8 * nodes;
+            CAPTURE(n);
+            // The unit: Ψ bf16 parameters, (n-1)/n of them through each rank.
+            auto unit = [&](const Measured& m) { return bus_factor(Collective::all_gather, n) * 2 * m.psi; };
+            for (int stage : {0, 1, 2}) {
+                CAPTURE(stage);
+                json doc = data_parallel("ddp", nodes, 1);
+                doc["strategy"]["zero_stage"] = stage;
+                doc["strategy"]["grad_dtype"] = grad;
+                const Measured m = measure(doc);
+                // DDP all-reduces the gradients (2 x their bytes); ZeRO-1/2 reduce-scatter them and gather Ψ.
+                CHECK(moved(m, n) / unit(m) == doctest::Approx(stage == 0 ? 2 * g : g + 1));
+            }
+            json doc = data_parallel("fsdp", nodes, 1);
+            doc["strategy"]["grad_dtype"] = grad;
+            const Measured full = measure(doc);
+            CHECK(moved(full, n) / unit(full) == doctest::Approx(2 + g));
+            doc["strategy"]["sharding"] = "grad_op";
+            const Measured grad_op = measure(doc);
+            CHECK(moved(grad_op, n) / unit(grad_op) == doctest::Approx(1 + g));
         }
-        const Measured full = measure(data_parallel("fsdp", nodes, 1));
-        CHECK(moved(full, n) / unit(full) == doctest::Approx(3));
-        json doc = data_parallel("fsdp", nodes, 1);
-        doc["strategy"]["sharding"] = "grad_op";
-        const Measured grad_op = measure(doc);
-        CHECK(moved(grad_op, n) / unit(grad_op) == doctest::Approx(2));
     }
 }
 
 TEST_CASE("with gradient accumulation ZeRO-2 reduces every microbatch, ZeRO-1 once; SHARD_GRAD_OP holds the weights") {
     const int m = 4, n = 8;
-    auto run = [&](const json& doc) { return measure(doc); };
+    // bf16 gradients, so that gradients and weights are the same bytes (Ψ below).
+    auto run = [&](json doc) {
+        doc["strategy"]["grad_dtype"] = "bf16";
+        return measure(doc);
+    };
     json doc = data_parallel("ddp", 1, m);
     doc["strategy"]["zero_stage"] = 1;
     const Measured one = run(doc);

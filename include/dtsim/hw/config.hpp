@@ -58,6 +58,11 @@ struct StrategyConfig {
     bool sequence_parallel = false;
     bool flash_attention = false;          // fused attention: no s x s scores kept
     std::string attention_kernel = "flash2";  // which fused kernel: "flash2" or "cudnn" (AttentionModel)
+    // The dtype gradients are accumulated in and reduced across data-parallel ranks: fp32 as
+    // Megatron-LM with bf16 (accumulate_allreduce_grads_in_fp32), torchtitan's FSDP2
+    // (mixed_precision_reduce) and PyTorch AMP (fp32 parameters) do; "bf16"/"fp16" as
+    // Megatron-LM with fp16 or FSDP with reduce_dtype = param_dtype.
+    DType grad_dtype = DType::fp32;
     std::optional<Algorithm> algorithm;    // overrides the cluster's collective algorithm
     std::string puzzle;                    // name == "puzzle": which puzzle strategy
     // Schedule-driven pipelines (names "interleaved", "zbh1", "bfs", "dualpipev", "schedule"):
@@ -70,6 +75,10 @@ struct StrategyConfig {
     // inside a node, replicas across nodes).
     std::string sharding = "full";
 };
+
+struct Config;
+// How a config's layers are split and trained (LayerSplit), from its training and strategy.
+LayerSplit layer_split(const Config& c);
 
 struct Config {
     std::string name;

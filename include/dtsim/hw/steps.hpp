@@ -45,7 +45,7 @@ void logits_backward(Device& gpu, const Job& job, int mb);      // frees them
 // strategy's ZeRO stage over the data-parallel group (the shard group when hybrid).
 void load_model_states(Device& gpu, const Job& job);
 // The Adam step over `params` parameters (memory-bound).
-void optimizer_step(Device& gpu, double params);
+void optimizer_step(Device& gpu, const Job& job, double params);
 
 // PyTorch DDP's gradient buckets (torch/nn/parallel/distributed.py,
 // bucket_cap_mb = 25 and a first bucket of 1 MiB,

@@ -11,7 +11,9 @@
 namespace dtsim::hw {
 
 enum class Mlp : std::uint8_t { gelu, swiglu };          // 2 matrices (GPT) or 3 (Llama)
-enum class Recompute : std::uint8_t { none, selective, full };
+// selective: Korthikanti et al.'s (the attention core recomputed); selective_op: torchtitan's
+// per-op policy (layer_activation_bytes); full: every layer from its input.
+enum class Recompute : std::uint8_t { none, selective, selective_op, full };
 std::string_view recompute_name(Recompute r);
 
 struct TransformerSpec {
@@ -26,6 +28,9 @@ struct TransformerSpec {
     DType dtype = DType::bf16;
     Mlp mlp = Mlp::gelu;
     bool tied_embeddings = true;
+    // Hidden dropout after the attention and MLP blocks (GPT-2/3 and Megatron-LM's default
+    // rate 0.1): each keeps a one-byte mask for the backward. Llama and MPT train without.
+    bool dropout = true;
 
     [[nodiscard]] double head_dim() const { return static_cast<double>(hidden) / heads; }
     // Weights of one layer: QKV, output projection, MLP, two norms (biases ignored).
@@ -47,6 +52,8 @@ struct LayerSplit {
     // With flash_attention: the fused kernel whose measured curve prices the attention
     // core (GpuSpec::attention_seconds); without a curve, the core is priced as GEMMs.
     std::string attention_kernel = "flash2";
+    // The dtype gradients are accumulated and reduced in (StrategyConfig::grad_dtype).
+    DType grad_dtype = DType::fp32;
 };
 
 // Forward FLOPs of one layer for one microbatch on one GPU (each /t):
@@ -84,12 +91,24 @@ double model_flops_per_step(const TransformerSpec& m, double samples);
 //   attention core (softmax, its dropout mask and output): 5 a s^2 b           (/t)
 // For GPT (ffn = 4h, kv = a) this is sbh(34 + 5as/h) without parallelism,
 // sbh(10 + 24/t + 5as/(ht)) with TP and sbh/t (34 + 5as/h) with TP+SP, as in
-// the paper. Selective recompute (and fused attention) drops the attention
-// core; full recompute keeps only the layer input, 2sbh (/t with SP).
+// the paper. Without dropout (TransformerSpec::dropout false) the two masks, 2sbh
+// of the 10, are not kept. Selective recompute (and fused attention) drops the
+// attention core; full recompute keeps only the layer input, 2sbh (/t with SP).
+// selective_op is torchtitan's per-op policy (torchtitan/models/llama3/
+// parallelize_llama.py, _save_list with its mm counter): it keeps the layer input,
+// the fused attention's output and every second matrix product's output in forward
+// order (the first, third, ...), and recomputes everything else. Llama (SwiGLU) has
+// seven products, wq wk wv wo w1 w3 w2: it keeps wq's, wv's, w1's and w2's outputs,
+// (8 + 2kv/a) sbh + 2 sb ffn; GPT (GeLU, fused QKV) has four, qkv proj fc1 fc2: it keeps
+// qkv's and fc1's, (6 + 4kv/a) sbh + 2 sb ffn. Row-parallel outputs (wo, w2) are whole
+// on each TP rank, the others /t. Measured in eager PyTorch 2.11 on an H100
+// (calibration/data/h100_dtsim_torch_memory.json): 15.53 sbh for Llama 3 8B, 18.03 for
+// an MPT-style block, exactly these plus the fp32 log-sum-exp.
 double layer_activation_bytes(const TransformerSpec& m, const LayerSplit& s);
 // The layer's activations while its backward runs after a full recompute (what
 // `none` keeps, with or without the attention core as flash_attention says),
-// present for one layer at a time.
+// present for one layer at a time; after selective_op's recompute, what it
+// recomputed (`none`'s bytes less what it kept). 0 for the other policies.
 double layer_recompute_peak_bytes(const TransformerSpec& m, const LayerSplit& s);
 // The output layer's fp32 logits kept for the loss on the last stage: 4 s b V / t.
 double logits_activation_bytes(const TransformerSpec& m, const LayerSplit& s);
@@ -102,18 +121,24 @@ double layer_elementwise_bytes(const TransformerSpec& m, const LayerSplit& s);
 
 // Mixed-precision Adam model states per GPU for `params` parameters held by
 // the data-parallel group of `dp` GPUs at ZeRO `stage` (Rajbhandari et al.
-// 2020, ZeRO, section 5): bf16 weights 2, bf16 grads 2, fp32 master weights,
-// momentum and variance 12 bytes per parameter.
-//   stage 0: 16P   stage 1: 4P + 12P/N   stage 2: 2P + 14P/N   stage 3: 16P/N
+// 2020, ZeRO, section 5): bf16 weights 2, gradients G (grad_bytes: 4 in fp32,
+// 2 in bf16), fp32 master weights, momentum and variance 12 bytes per parameter.
+//   stage 0: (14 + G)P   stage 1: (2 + G)P + 12P/N   stage 2: 2P + (12 + G)P/N   stage 3: (14 + G)P/N
+// With G = 2 these are ZeRO's 16P, 4P + 12P/N, 2P + 14P/N, 16P/N; with G = 4 Megatron-LM's
+// bf16 figures (docs/source/api-guide/dist_optimizer.md: 18 bytes per parameter, 6 + 12/d
+// with the distributed optimizer). PyTorch FSDP2 keeps its sharded parameters in fp32 as the
+// optimizer's master copy (16P/N with fp32 gradients); stage 3 counts a bf16 shard as well
+// (DeepSpeed's ZeRO-3), 2P/N more.
 struct ModelStateBytes {
     double weights = 0, grads = 0, optimizer = 0;
     [[nodiscard]] double total() const { return weights + grads + optimizer; }
 };
-ModelStateBytes zero_model_states(double params, int stage, int dp);
+ModelStateBytes zero_model_states(double params, int stage, int dp, double grad_bytes = 2);
 
 // Bytes the Adam step reads and writes per parameter it updates: fp32 master,
 // momentum and variance read and written (24), the bf16 grad read (2) and the
-// bf16 weight written (2).
+// bf16 weight written (2); with fp32 gradients 2 more (adam_bytes_per_param).
 inline constexpr double kAdamBytesPerParam = 28;
+inline double adam_bytes_per_param(double grad_bytes) { return kAdamBytesPerParam - 2 + grad_bytes; }
 
 }  // namespace dtsim::hw

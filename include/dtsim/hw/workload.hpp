@@ -64,6 +64,7 @@ struct Workload {
     // The attention core was priced from a measured fused-attention curve (GpuSpec's
     // AttentionModel), not as GEMMs.
     bool measured_attention = false;
+    double grad_bytes = 4;  // bytes per gradient element (split.grad_dtype)
 };
 
 // Prices every operation on `gpu` for `model` split as `split`.

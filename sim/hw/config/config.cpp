@@ -39,6 +39,12 @@ int Config::microbatches() const {
     return training.global_batch / (training.micro_batch * strategy.dp);
 }
 
+LayerSplit layer_split(const Config& c) {
+    const StrategyConfig& s = c.strategy;
+    return LayerSplit{c.training.micro_batch, s.tp,       s.sequence_parallel, s.recompute, s.flash_attention,
+                      s.attention_kernel,     s.grad_dtype};
+}
+
 namespace {
 
 using Node = json_reader::Value;
@@ -259,7 +265,7 @@ void from_json(const Node& n, ModelConfig& m) {
         s.vocab = 0;
     } else {
         n.keys({"name", "kind", "layers", "hidden", "heads", "kv_heads", "ffn", "seq", "vocab", "dtype", "mlp",
-                "tied_embeddings"});
+                "tied_embeddings", "dropout"});
         s.name = n.has("name") ? n["name"].string() : "model";
         s.layers = n["layers"].integer(1);
         s.hidden = n["hidden"].integer(1);
@@ -270,6 +276,7 @@ void from_json(const Node& n, ModelConfig& m) {
         s.vocab = n["vocab"].integer(0);
         s.mlp = n.has("mlp") && n["mlp"].choice({"gelu", "swiglu"}) == "swiglu" ? Mlp::swiglu : Mlp::gelu;
         s.tied_embeddings = n.has("tied_embeddings") ? n["tied_embeddings"].boolean() : true;
+        if (n.has("dropout")) s.dropout = n["dropout"].boolean();
         if (s.hidden % s.heads != 0)
             n["hidden"].fail(fmt::format("hidden {} is not divisible by heads {}", s.hidden, s.heads));
         if (s.heads % s.kv_heads != 0)
@@ -287,7 +294,7 @@ void from_json(const Node& n, TrainingConfig& t) {
 void from_json(const Node& n, StrategyConfig& s) {
     n.keys({"name", "dp", "tp", "pp", "microbatches", "zero_stage", "bucket_MiB", "first_bucket_MiB", "overlap",
             "prefetch", "recompute", "sequence_parallel", "flash_attention", "attention_kernel", "algorithm", "puzzle",
-            "chunks", "microbatch_group", "schedule_file", "sharding"});
+            "chunks", "microbatch_group", "schedule_file", "sharding", "grad_dtype"});
     s.name = n["name"].choice(strategy_names());
     if (n.has("dp")) s.dp = n["dp"].integer(1);
     if (n.has("tp")) s.tp = n["tp"].integer(1);
@@ -302,12 +309,16 @@ void from_json(const Node& n, StrategyConfig& s) {
     if (n.has("overlap")) s.overlap = n["overlap"].boolean();
     if (n.has("prefetch")) s.prefetch = n["prefetch"].boolean();
     if (n.has("recompute")) {
-        const std::string r = n["recompute"].choice({"none", "selective", "full"});
-        s.recompute = r == "full" ? Recompute::full : r == "selective" ? Recompute::selective : Recompute::none;
+        const std::string r = n["recompute"].choice({"none", "selective", "selective_op", "full"});
+        s.recompute = r == "full"           ? Recompute::full
+                      : r == "selective"    ? Recompute::selective
+                      : r == "selective_op" ? Recompute::selective_op
+                                            : Recompute::none;
     }
     if (n.has("sequence_parallel")) s.sequence_parallel = n["sequence_parallel"].boolean();
     if (n.has("flash_attention")) s.flash_attention = n["flash_attention"].boolean();
     if (n.has("attention_kernel")) s.attention_kernel = n["attention_kernel"].choice({"flash2", "cudnn"});
+    if (n.has("grad_dtype")) s.grad_dtype = *parse_dtype(n["grad_dtype"].choice({"fp32", "bf16", "fp16"}));
     if (n.has("algorithm")) s.algorithm = read_algorithm(n["algorithm"]);
     if (n.has("puzzle")) s.puzzle = n["puzzle"].choice(puzzle_names());
     if (n.has("chunks")) s.chunks = n["chunks"].integer(1);
@@ -369,6 +380,9 @@ void validate(const Node& root, Config& c) {
         if (st.has(key) && !wanted)
             st[key].fail(fmt::format("strategy \"{}\" does not take \"{}\"", s.name, key));
     };
+    if (s.recompute == Recompute::selective_op && !s.flash_attention)
+        st["recompute"].fail("\"selective_op\" (torchtitan's per-op policy) keeps the fused attention's output: "
+                             "it needs \"flash_attention\": true");
     knob("chunks", info.chunks);
     knob("microbatch_group", info.microbatch_group);
     knob("schedule_file", info.schedule_file);

@@ -10,6 +10,7 @@ std::string_view recompute_name(Recompute r) {
     switch (r) {
         case Recompute::none: return "none";
         case Recompute::selective: return "selective";
+        case Recompute::selective_op: return "selective_op";
         case Recompute::full: return "full";
     }
     return "?";
@@ -59,12 +60,22 @@ double model_flops_per_step(const TransformerSpec& m, double samples) {
 double layer_activation_bytes(const TransformerSpec& m, const LayerSplit& s) {
     const double b = s.micro_batch, S = m.seq, h = m.hidden, t = s.tp, a = m.heads;
     const double sbh = S * b * h;
-    const double whole = s.sequence_parallel ? 10 * sbh / t : 10 * sbh;
+    const double kept_whole = m.dropout ? 10 : 8;  // norm, attention and MLP inputs; the dropout masks
+    const double whole = (s.sequence_parallel ? kept_whole / t : kept_whole) * sbh;
     const double split = ((4 + 4 * kv_ratio(m)) * sbh + (m.mlp == Mlp::gelu ? 4 : 8) * S * b * m.ffn) / t;
     const double core = s.flash_attention ? 0 : 5 * a * S * S * b / t;
     switch (s.recompute) {
         case Recompute::none: return whole + split + core;
         case Recompute::selective: return whole + split;
+        case Recompute::selective_op: {
+            const double input = s.sequence_parallel ? 2 * sbh / t : 2 * sbh;
+            const double attention_out = 2 * sbh / t;
+            const double kv = kv_ratio(m);
+            // Every second product's output in forward order, from the first (2 bytes an element).
+            const double products = m.mlp == Mlp::swiglu ? 2 * sbh / t + 2 * kv * sbh / t + 2 * S * b * m.ffn / t + 2 * sbh
+                                                         : 2 * (1 + 2 * kv) * sbh / t + 2 * S * b * m.ffn / t;
+            return input + attention_out + products + core;
+        }
         case Recompute::full: return s.sequence_parallel ? 2 * sbh / t : 2 * sbh;
     }
     return whole + split + core;
@@ -73,7 +84,13 @@ double layer_activation_bytes(const TransformerSpec& m, const LayerSplit& s) {
 double layer_recompute_peak_bytes(const TransformerSpec& m, const LayerSplit& s) {
     LayerSplit all = s;
     all.recompute = Recompute::none;
-    return layer_activation_bytes(m, all);
+    switch (s.recompute) {
+        case Recompute::full: return layer_activation_bytes(m, all);
+        case Recompute::selective_op: return layer_activation_bytes(m, all) - layer_activation_bytes(m, s);
+        case Recompute::none:
+        case Recompute::selective: break;
+    }
+    return 0;
 }
 
 double logits_activation_bytes(const TransformerSpec& m, const LayerSplit& s) {
@@ -87,10 +104,10 @@ double layer_elementwise_bytes(const TransformerSpec& m, const LayerSplit& s) {
     return 2 * tokens * (h_passes + f_passes);
 }
 
-ModelStateBytes zero_model_states(double params, int stage, int dp) {
+ModelStateBytes zero_model_states(double params, int stage, int dp, double grad_bytes) {
     if (dp < 1) throw std::invalid_argument(fmt::format("data-parallel size must be at least 1, got {}", dp));
     const double n = dp;
-    ModelStateBytes b{2 * params, 2 * params, 12 * params};
+    ModelStateBytes b{2 * params, grad_bytes * params, 12 * params};
     switch (stage) {
         case 0: break;
         case 1: b.optimizer /= n; break;

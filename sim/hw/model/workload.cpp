@@ -83,15 +83,33 @@ Workload make_workload(const TransformerSpec& m, const LayerSplit& s, const GpuS
         case Recompute::selective:
             L.attention_recompute = {core, core_flops, 0};
             break;
+        case Recompute::selective_op: {
+            // The products it did not keep (layer_activation_bytes) and all the memory-bound work.
+            // Llama: wk (the second), wo, w3 (half of the fused gate and up GEMM priced above);
+            // GPT: proj and fc2. The fused attention's output is kept: no core.
+            const double kv_flops = 2 * tokens * h * h * kv / a / t;
+            if (m.mlp == Mlp::swiglu) {
+                const double wk = gpu.gemm_seconds(tokens, h * kv / a / t, h, d);
+                const double w3 = gpu.gemm_seconds(tokens, ffn / t, h, d);
+                L.attention_recompute = {wk + proj + gpu.memory_seconds(attn_bytes), kv_flops + f.projection, attn_bytes};
+                L.mlp_recompute = {w3 + gpu.memory_seconds(mlp_bytes), f.mlp / 3, mlp_bytes};
+            } else {
+                L.attention_recompute = {proj + gpu.memory_seconds(attn_bytes), f.projection, attn_bytes};
+                L.mlp_recompute = {fc2 + gpu.memory_seconds(mlp_bytes), f.mlp / 2, mlp_bytes};
+            }
+            break;
+        }
         case Recompute::none: break;
     }
     L.tp_bytes = s.tp > 1 ? tokens * h * el : 0;
     L.activation_bytes = layer_activation_bytes(m, s);
-    L.recompute_peak_bytes = s.recompute == Recompute::full ? layer_recompute_peak_bytes(m, s) : 0;
+    L.recompute_peak_bytes = layer_recompute_peak_bytes(m, s);
     L.params = (m.params_per_layer() - 2 * h) / t + 2 * h;  // norms are replicated
-    // Gradients in bf16, in the order the backward produces them.
-    L.mlp_grad_tensors = {el * h * ffn / t, el * h * ffn * mlp_in / t, el * h};
-    L.attention_grad_tensors = {el * h * h / t, el * h * h * (1 + 2 * kv / a) / t, el * h};
+    // Gradients in their dtype (LayerSplit::grad_dtype), in the order the backward produces them.
+    const double g = bytes_per_element(s.grad_dtype);
+    w.grad_bytes = g;
+    L.mlp_grad_tensors = {g * h * ffn / t, g * h * ffn * mlp_in / t, g * h};
+    L.attention_grad_tensors = {g * h * h / t, g * h * h * (1 + 2 * kv / a) / t, g * h};
 
     EdgeWork& E = w.edge;
     if (m.vocab > 0) {

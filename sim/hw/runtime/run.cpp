@@ -87,9 +87,7 @@ RunResult simulate_transformer(const Config& c, const RunOptions& options) {
     RunReport& r = out.report;
     const StrategyInfo* strategy = find_hw_strategy(c.strategy.name);
     if (!strategy) throw std::invalid_argument(fmt::format("no hardware strategy \"{}\"", c.strategy.name));
-    const LayerSplit split{c.training.micro_batch, c.strategy.tp, c.strategy.sequence_parallel, c.strategy.recompute,
-                           c.strategy.flash_attention, c.strategy.attention_kernel};
-    const Workload work = make_workload(c.model.spec, split, c.cluster.gpu);
+    const Workload work = make_workload(c.model.spec, layer_split(c), c.cluster.gpu);
 
     World world(c.cluster, c.gpus());
     if (c.strategy.algorithm) world.set_algorithm(*c.strategy.algorithm);
@@ -250,9 +248,7 @@ RunSize estimate_run_size(const Config& c, const RunOptions& options) {
     // tensors poured into buckets as GradientSync does, counted over up to 4 layers and scaled.
     double buckets = 0;
     if (s.name != "fsdp" && s.dp > 1) {
-        const LayerSplit split{c.training.micro_batch, s.tp, s.sequence_parallel, s.recompute, s.flash_attention,
-                               s.attention_kernel};
-        const Workload work = make_workload(m, split, c.cluster.gpu);
+        const Workload work = make_workload(m, layer_split(c), c.cluster.gpu);
         GradBuckets b(s.first_bucket_bytes, s.bucket_bytes);
         const int replayed = static_cast<int>(std::min(4.0, layers));
         for (int l = 0; l < replayed; ++l)
@@ -264,6 +260,7 @@ RunSize estimate_run_size(const Config& c, const RunOptions& options) {
     double per_layer = 4 * block;  // attention and MLP, forward and backward
     if (s.recompute == Recompute::full) per_layer += 2 * block;
     if (s.recompute == Recompute::selective) per_layer += 1;
+    if (s.recompute == Recompute::selective_op) per_layer += 2;
     if (s.name == "zbh1" || s.name == "schedule") per_layer += 2;  // the weight-gradient halves
     if (s.name == "fsdp") per_layer += s.sharding == "hybrid" ? 4 : s.sharding == "grad_op" ? 2 : 3;
     const double chunks = s.name == "dualpipev" ? 2 : is_scheduled_pipeline(s.name) ? std::max(1, s.chunks) : 1;
@@ -282,7 +279,7 @@ RunSize estimate_run_size(const Config& c, const RunOptions& options) {
     int zero_ranks = s.dp;
     const int per_node = std::max(1, std::min(s.dp, c.cluster.gpus_per_node / s.tp));
     if (s.name == "fsdp" && s.sharding == "hybrid" && s.dp > per_node && s.dp % per_node == 0) zero_ranks = per_node;
-    size.model_state_bytes = zero_model_states(params, s.zero_stage, zero_ranks).total();
+    size.model_state_bytes = zero_model_states(params, s.zero_stage, zero_ranks, bytes_per_element(s.grad_dtype)).total();
     return size;
 }
 

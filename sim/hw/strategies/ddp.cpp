@@ -15,7 +15,7 @@ Task<> ddp(Device& gpu, const Job& job) {
     const LayerWork& w = job.work->layer;
     const EdgeWork& e = job.work->edge;
     // The embeddings' gradient, one tensor (g++ 12 cannot take a braced list inside co_await).
-    const std::vector<double> embedding_grad{bytes_per_element(job.work->model.dtype) * e.embedding_params};
+    const std::vector<double> embedding_grad{job.work->grad_bytes * e.embedding_params};
     load_model_states(gpu, job);
     GradientSync grads(gpu, job);
 

@@ -69,6 +69,8 @@ Task<> fsdp(Device& gpu, const Job& job) {
     const bool regather = job.strategy().sharding != "grad_op";
     const double layer_bytes = bytes_per_element(job.work->model.dtype) * job.work->layer.params;
     const double root_bytes = bytes_per_element(job.work->model.dtype) * (job.params() - L * job.work->layer.params);
+    // Gradients are reduce-scattered in their own dtype (fp32 by default: FSDP2's reduce_dtype).
+    const double grad_scale = job.work->grad_bytes / bytes_per_element(job.work->model.dtype);
     load_model_states(gpu, job);
     Scatters scatters;
 
@@ -96,18 +98,18 @@ Task<> fsdp(Device& gpu, const Job& job) {
             if (regather) co_await gpu.wait(current);
             co_await layer_backward(gpu, job, l, mb);
             gpu.release(layer_bytes);
-            co_await scatter(gpu, job, scatters, layer_bytes, l);
+            co_await scatter(gpu, job, scatters, grad_scale * layer_bytes, l);
             co_await scatters.release_done(gpu);
             if (regather && !prefetch && l > 0) next = co_await gather(gpu, job, layer_bytes, l - 1);
         }
         embedding_backward(gpu, job, mb);
-        if (root_bytes > 0) co_await scatter(gpu, job, scatters, root_bytes, kNoLayer);
+        if (root_bytes > 0) co_await scatter(gpu, job, scatters, grad_scale * root_bytes, kNoLayer);
     }
 
     // Update: each rank steps its own shard.
     co_await scatters.drain(gpu);
     if (root_bytes > 0) gpu.release(root_bytes);
-    optimizer_step(gpu, job.params() / job.zero_ranks());
+    optimizer_step(gpu, job, job.params() / job.zero_ranks());
 }
 
 }  // namespace dtsim::hw

@@ -35,7 +35,7 @@ Task<> forward_step(Device& gpu, const Job& job, int mb) {
 Task<> backward_step(Device& gpu, const Job& job, int mb, GradientSync* grads) {
     const LayerWork& w = job.work->layer;
     // The embeddings' gradient, one tensor (g++ 12 cannot take a braced list inside co_await).
-    const std::vector<double> embedding_grad{bytes_per_element(job.work->model.dtype) * job.work->edge.embedding_params};
+    const std::vector<double> embedding_grad{job.work->grad_bytes * job.work->edge.embedding_params};
     if (job.last_stage()) {
         logits_backward(gpu, job, mb);
         if (grads && job.work->edge.embedding_params > 0 && job.separate_output)

@@ -79,7 +79,7 @@ Task<> forward(Device& gpu, const Stage& st, int mb) {
 Task<> edge_gradients(const Stage& st, GradientSync* grads, bool output) {
     const Job& job = st.job;
     if (!grads || job.work->edge.embedding_params <= 0) co_return;
-    const std::vector<double> edge{bytes_per_element(job.work->model.dtype) * job.work->edge.embedding_params};
+    const std::vector<double> edge{job.work->grad_bytes * job.work->edge.embedding_params};
     if (output ? st.last() && job.separate_output : st.first()) co_await grads->ready(edge, kNoLayer);
 }
 

@@ -56,6 +56,12 @@ Task<> recompute(Device& gpu, const Job& job, int layer, int mb) {
     switch (job.strategy().recompute) {
         case Recompute::none: break;
         case Recompute::selective: run_work(gpu, ops::recompute, layer, w.attention_recompute, mb); break;
+        case Recompute::selective_op:
+            // Elementwise work and half the products, no tensor-parallel collective (their outputs are kept).
+            gpu.allocate(w.recompute_peak_bytes, ops::recompute, layer);
+            run_work(gpu, ops::recompute, layer, w.attention_recompute, mb);
+            run_work(gpu, ops::recompute, layer, w.mlp_recompute, mb);
+            break;
         case Recompute::full:
             gpu.allocate(w.recompute_peak_bytes, ops::recompute, layer);
             co_await attention_forward(gpu, job, layer, mb, ops::recompute);
@@ -121,12 +127,13 @@ void logits_backward(Device& gpu, const Job& job, int mb) {
 }
 
 void load_model_states(Device& gpu, const Job& job) {
-    const ModelStateBytes s = zero_model_states(job.params(), job.strategy().zero_stage, job.zero_ranks());
+    const ModelStateBytes s =
+        zero_model_states(job.params(), job.strategy().zero_stage, job.zero_ranks(), job.work->grad_bytes);
     gpu.allocate(s.total(), ops::model_states);
 }
 
-void optimizer_step(Device& gpu, double params) {
-    gpu.memory_bound(ops::optimizer, kNoLayer, params * kAdamBytesPerParam);
+void optimizer_step(Device& gpu, const Job& job, double params) {
+    gpu.memory_bound(ops::optimizer, kNoLayer, params * adam_bytes_per_param(job.work->grad_bytes));
 }
 
 // ---------------------------------------------------------------- gradients
@@ -198,9 +205,10 @@ Task<> GradientSync::flush() {
 Task<> finish_step(Device& gpu, const Job& job, GradientSync& grads) {
     co_await grads.finish();
     const double el = bytes_per_element(job.work->model.dtype);
-    if (job.embedding_group) co_await gpu.all_reduce(*job.embedding_group, el * job.work->edge.embedding_params);
+    if (job.embedding_group)
+        co_await gpu.all_reduce(*job.embedding_group, job.work->grad_bytes * job.work->edge.embedding_params);
     const bool sharded = job.strategy().zero_stage >= 1 && job.dp_group;
-    optimizer_step(gpu, sharded ? job.params() / job.dp : job.params());
+    optimizer_step(gpu, job, sharded ? job.params() / job.dp : job.params());
     if (sharded) co_await gpu.all_gather(*job.dp_group, el * job.params());
 }
 
