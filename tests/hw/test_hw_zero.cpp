@@ -185,3 +185,48 @@ TEST_CASE("with gradient accumulation ZeRO-2 reduces every microbatch, ZeRO-1 on
     const Measured grad_op = run(g);
     CHECK(grad_op.result.report.peak.bytes > full.result.report.peak.bytes + 2 * full.psi * (1 - 1.0 / n) * 0.5);
 }
+
+// Megatron-LM's --overlap-param-gather: the weights are gathered layer by layer during the
+// forward, each layer's forward starting after its own gather, the same bytes as after the step.
+TEST_CASE("overlap_param_gather moves ZeRO-1's weight all-gather into the forward, layer by layer") {
+    json doc = data_parallel("ddp", 2, 2);
+    doc["strategy"]["zero_stage"] = 1;
+    const Measured after = measure(doc);
+    doc["strategy"]["overlap_param_gather"] = true;
+    const Measured during = measure(doc);
+    auto gathers = [](const Measured& m) {
+        std::vector<Event> g;
+        for (const auto& e : m.result.trace.ranks[0].events)
+            if (e.op.name() == std::string_view("all_gather")) g.push_back(e);
+        return g;
+    };
+    const auto one = gathers(after), per_layer = gathers(during);
+    REQUIRE(one.size() == 1);
+    REQUIRE(per_layer.size() == 4);  // one a layer
+    double bytes = 0;
+    for (const auto& e : per_layer) bytes += e.bytes;
+    CHECK(bytes == doctest::Approx(one[0].bytes));
+    // Each layer's first forward starts once its gather has ended.
+    for (const auto& g : per_layer) {
+        for (const auto& e : during.result.trace.ranks[0].events)
+            if (e.op.name() == std::string_view("forward") && e.layer == g.layer) {
+                CHECK(e.start >= g.end() - 1e-12);
+                break;
+            }
+    }
+    // Nothing is gathered after the optimizer step, and the step is shorter.
+    CHECK(after.result.trace.ranks[0].events.back().op.name() == std::string_view("all_gather"));
+    CHECK(during.result.trace.ranks[0].events.back().op.name() != std::string_view("all_gather"));
+    CHECK(during.result.report.step_time < after.result.report.step_time);
+}
+
+TEST_CASE("overlap_param_gather is for the distributed optimizer (ZeRO-1/2), not FSDP nor ZeRO-0") {
+    json doc = data_parallel("ddp", 1, 1);
+    doc["strategy"]["overlap_param_gather"] = true;
+    CHECK_THROWS_WITH_AS(parse_config(doc, "t.json"), doctest::Contains("$.strategy.overlap_param_gather: overlaps the "
+                                                                        "distributed optimizer's weight all-gather"),
+                         ConfigError);
+    doc["strategy"]["name"] = "fsdp";
+    CHECK_THROWS_WITH_AS(parse_config(doc, "t.json"), doctest::Contains("FSDP, which gathers each layer itself"),
+                         ConfigError);
+}

@@ -54,6 +54,9 @@ struct StrategyConfig {
     double first_bucket_bytes = 1 * kMiB;  // PyTorch DDP first bucket (dist._DEFAULT_FIRST_BUCKET_BYTES)
     bool overlap = true;                   // overlap gradient reduction with backward
     bool prefetch = true;                  // FSDP: all-gather the next layer while computing this one
+    // ZeRO-1/2: all-gather the updated weights during the next forward, layer by layer
+    // (Megatron-LM's --overlap-param-gather; its default is off), not after the step (ParamGather).
+    bool overlap_param_gather = false;
     Recompute recompute = Recompute::none;
     bool sequence_parallel = false;
     bool flash_attention = false;          // fused attention: no s x s scores kept

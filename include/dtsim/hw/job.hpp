@@ -28,6 +28,8 @@ struct PipelinePlan {
     int layers_per_stage = 1;
 };
 
+class ParamGather;
+
 struct Job {
     const Config* config = nullptr;
     const Workload* work = nullptr;
@@ -49,6 +51,9 @@ struct Job {
     // gradients all-reduced across replica_group; null otherwise.
     Group* shard_group = nullptr;
     Group* replica_group = nullptr;
+    // The weights' all-gather overlapped with the forward (strategy.overlap_param_gather with
+    // ZeRO-1/2); null otherwise. Owned by the caller of the strategy, one per rank.
+    ParamGather* param_gather = nullptr;
 
     [[nodiscard]] const StrategyConfig& strategy() const { return config->strategy; }
     [[nodiscard]] bool first_stage() const { return stage == 0; }

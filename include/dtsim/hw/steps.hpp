@@ -47,6 +47,24 @@ void load_model_states(Device& gpu, const Job& job);
 // The Adam step over `params` parameters (memory-bound).
 void optimizer_step(Device& gpu, const Job& job, double params);
 
+// Megatron-LM's --overlap-param-gather with the distributed optimizer (ZeRO-1/2): the weights the
+// sharded optimizer updated are all-gathered during the next forward rather than after the step,
+// each layer's forward waiting for its own weights (megatron/core/distributed: the forward
+// pre-hook dispatches the next bucket's all-gather and waits for its own). In one simulated step
+// the gathers of the step's own first forward stand for the next step's: on the first wait every
+// layer the rank holds is gathered in layer order, one transfer a layer (the first carries the
+// embeddings' share) on the communication stream, and each layer's first forward waits for its
+// transfer. finish_step then gathers nothing.
+class ParamGather {
+public:
+    // Waits (the first time `layer` is forwarded) for its weights.
+    Task<> wait(Device& gpu, const Job& job, int layer);
+
+private:
+    std::vector<std::pair<int, Transfer>> pending_;  // layer, its gather, in layer order
+    bool started_ = false;
+};
+
 // PyTorch DDP's gradient buckets (torch/nn/parallel/distributed.py,
 // bucket_cap_mb = 25 and a first bucket of 1 MiB,
 // dist._DEFAULT_FIRST_BUCKET_BYTES): gradients fill buckets in the order the

@@ -294,7 +294,7 @@ void from_json(const Node& n, TrainingConfig& t) {
 void from_json(const Node& n, StrategyConfig& s) {
     n.keys({"name", "dp", "tp", "pp", "microbatches", "zero_stage", "bucket_MiB", "first_bucket_MiB", "overlap",
             "prefetch", "recompute", "sequence_parallel", "flash_attention", "attention_kernel", "algorithm", "puzzle",
-            "chunks", "microbatch_group", "schedule_file", "sharding", "grad_dtype"});
+            "chunks", "microbatch_group", "schedule_file", "sharding", "grad_dtype", "overlap_param_gather"});
     s.name = n["name"].choice(strategy_names());
     if (n.has("dp")) s.dp = n["dp"].integer(1);
     if (n.has("tp")) s.tp = n["tp"].integer(1);
@@ -308,6 +308,7 @@ void from_json(const Node& n, StrategyConfig& s) {
     if (n.has("first_bucket_MiB")) s.first_bucket_bytes = n["first_bucket_MiB"].real(ranges::bucket_MiB) * kMiB;
     if (n.has("overlap")) s.overlap = n["overlap"].boolean();
     if (n.has("prefetch")) s.prefetch = n["prefetch"].boolean();
+    if (n.has("overlap_param_gather")) s.overlap_param_gather = n["overlap_param_gather"].boolean();
     if (n.has("recompute")) {
         const std::string r = n["recompute"].choice({"none", "selective", "selective_op", "full"});
         s.recompute = r == "full"           ? Recompute::full
@@ -380,6 +381,11 @@ void validate(const Node& root, Config& c) {
         if (st.has(key) && !wanted)
             st[key].fail(fmt::format("strategy \"{}\" does not take \"{}\"", s.name, key));
     };
+    if (s.overlap_param_gather && (s.zero_stage < 1 || s.zero_stage > 2 || s.name == "fsdp"))
+        st["overlap_param_gather"].fail(fmt::format(
+            "overlaps the distributed optimizer's weight all-gather (ZeRO stage 1 or 2) with the forward; "
+            "this strategy runs {}", s.name == "fsdp" ? "FSDP, which gathers each layer itself (see \"prefetch\")"
+                                                     : fmt::format("ZeRO stage {}", s.zero_stage)));
     if (s.recompute == Recompute::selective_op && !s.flash_attention)
         st["recompute"].fail("\"selective_op\" (torchtitan's per-op policy) keeps the fused attention's output: "
                              "it needs \"flash_attention\": true");

@@ -95,7 +95,12 @@ RunResult simulate_transformer(const Config& c, const RunOptions& options) {
     world.set_stragglers(c.stragglers);
     std::optional<PipelinePlan> plan;
     if (is_scheduled_pipeline(c.strategy.name)) plan = make_plan(c);
-    const std::vector<Job> jobs = make_jobs(world, c, work, plan ? &*plan : nullptr);
+    std::vector<Job> jobs = make_jobs(world, c, work, plan ? &*plan : nullptr);
+    std::vector<ParamGather> gathers;
+    if (c.strategy.overlap_param_gather && c.strategy.dp > 1) {
+        gathers.resize(jobs.size());
+        for (std::size_t i = 0; i < jobs.size(); ++i) jobs[i].param_gather = &gathers[i];
+    }
     world.run([&](Device& d) { return strategy->run(d, jobs[static_cast<std::size_t>(d.rank())]); });
 
     r.step_time = world.step_time();

@@ -46,6 +46,7 @@ Task<> mlp_forward(Device& gpu, const Job& job, int layer, int mb, OpCode op) {
 }
 
 Task<> layer_forward(Device& gpu, const Job& job, int layer, int mb) {
+    if (job.param_gather) co_await job.param_gather->wait(gpu, job, layer);
     gpu.allocate(job.work->layer.activation_bytes, ops::forward, layer);
     co_await attention_forward(gpu, job, layer, mb);
     co_await mlp_forward(gpu, job, layer, mb);
@@ -136,6 +137,38 @@ void optimizer_step(Device& gpu, const Job& job, double params) {
     gpu.memory_bound(ops::optimizer, kNoLayer, params * adam_bytes_per_param(job.work->grad_bytes));
 }
 
+// ---------------------------------------------------------------- weights
+
+Task<> ParamGather::wait(Device& gpu, const Job& job, int layer) {
+    if (!started_) {
+        started_ = true;
+        const double el = bytes_per_element(job.work->model.dtype);
+        const double per_layer = el * job.work->layer.params;
+        std::vector<int> held;
+        if (job.plan) {
+            const PipelinePlan& p = *job.plan;
+            for (int s = 0; s < p.stages; ++s)
+                if (p.owner[static_cast<std::size_t>(s)] == job.stage)
+                    for (int l = s * p.layers_per_stage; l < (s + 1) * p.layers_per_stage; ++l) held.push_back(l);
+        } else {
+            for (int l = job.first_layer; l < job.first_layer + job.layers; ++l) held.push_back(l);
+        }
+        double edges = el * job.params() - per_layer * static_cast<double>(held.size());
+        for (int l : held) {
+            const Transfer t = co_await gpu.all_gather_start(*job.dp_group, per_layer + edges, l);
+            edges = 0;
+            pending_.emplace_back(l, t);
+        }
+    }
+    for (auto it = pending_.begin(); it != pending_.end(); ++it)
+        if (it->first == layer) {
+            const Transfer t = it->second;
+            pending_.erase(it);
+            co_await gpu.wait(t);
+            break;
+        }
+}
+
 // ---------------------------------------------------------------- gradients
 
 double GradBuckets::add(double bytes) {
@@ -209,7 +242,7 @@ Task<> finish_step(Device& gpu, const Job& job, GradientSync& grads) {
         co_await gpu.all_reduce(*job.embedding_group, job.work->grad_bytes * job.work->edge.embedding_params);
     const bool sharded = job.strategy().zero_stage >= 1 && job.dp_group;
     optimizer_step(gpu, job, sharded ? job.params() / job.dp : job.params());
-    if (sharded) co_await gpu.all_gather(*job.dp_group, el * job.params());
+    if (sharded && !job.param_gather) co_await gpu.all_gather(*job.dp_group, el * job.params());
 }
 
 Task<> GradientSync::finish() {
