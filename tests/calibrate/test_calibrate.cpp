@@ -404,11 +404,11 @@ TEST_CASE("every shipped data file loads; only the datasheets and the bandwidth 
     const auto data = cal::load_ground_truth(files);
     CHECK_FALSE(data.collectives.empty());
     // gemm.json's two sections; per dtsim-gemm file, its best shape and its table(s) by shape; per
-    // kernel file (H100, H200), a bf16 and an fp8 table.
+    // kernel file (H100, H200), a bf16 and an fp8 table; the published A100 tables (square, skinny).
     int best = 0, by_shape = 0;
     for (const auto& g : data.gemms) (g.best_shape ? best : by_shape) += 1;
     CHECK(best == 1 + 4);
-    CHECK(by_shape == 1 + 5 + 2 * 2);
+    CHECK(by_shape == 1 + 5 + 2 * 2 + 2);
     CHECK(data.megatron.size() == 1);
     // The kernel files of calibration/pytorch/dtsim_kernels.py: H100 and H200.
     REQUIRE(data.kernels.size() == 2);

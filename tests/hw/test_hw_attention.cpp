@@ -179,9 +179,7 @@ TEST_CASE("a run says where its prediction is weakest") {
         std::vector<Override> o;
         for (const auto& t : sets) o.push_back(parse_override(t));
         const Config c = load_config(std::string(DTSIM_CONFIGS) + "/runs/" + run, o);
-        const LayerSplit split{c.training.micro_batch, c.strategy.tp, c.strategy.sequence_parallel, c.strategy.recompute,
-                               c.strategy.flash_attention, c.strategy.attention_kernel};
-        return prediction_caveats(c, make_workload(c.model.spec, split, c.cluster.gpu));
+        return prediction_caveats(c, make_workload(c.model.spec, layer_split(c), c.cluster.gpu));
     };
     auto has = [](const std::vector<std::string>& v, const std::string& part) {
         return std::any_of(v.begin(), v.end(), [&](const std::string& s) { return s.find(part) != std::string::npos; });
@@ -192,8 +190,12 @@ TEST_CASE("a run says where its prediction is weakest") {
     CHECK(has(caveats("llama3-8b-16xh100-fsdp.json", {"cluster.gpu.attention={}"}), "fused attention priced as two GEMMs"));
     // 8 nodes against curves measured on 2.
     CHECK(has(caveats("llama3-70b-64xh100-1f1b.json", {}), "measured on at most 2 nodes, the cluster has 8"));
-    // The A100's fp16 ceiling is an end-to-end fit; its network has no measured curve.
+    // The A100's GEMMs are fitted to kernels; its network has no measured curve.
     const auto a100 = caveats("gpt3-175b-1024xa100-sc21.json", {});
-    CHECK(has(a100, "fitted end to end"));
+    CHECK_FALSE(has(a100, "fitted end to end"));
     CHECK(has(a100, "no measured curve"));
+    // A ceiling for the run's dtype fitted to training runs (dtsim calibrate --fit-megatron) is said.
+    const auto fitted = caveats("gpt3-175b-1024xa100-sc21.json", {"cluster.gpu.gemm.efficiency_by_dtype={\"fp16\": 0.68}",
+                                                                    "cluster.gpu.gemm.datasets=[\"megatron_a100_sc21:1.7B\"]"});
+    CHECK(has(fitted, "the fp16 GEMM ceiling of A100-SXM-80GB was fitted end to end"));
 }
