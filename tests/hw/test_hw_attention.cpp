@@ -199,3 +199,30 @@ TEST_CASE("a run says where its prediction is weakest") {
                                                                     "cluster.gpu.gemm.datasets=[\"megatron_a100_sc21:1.7B\"]"});
     CHECK(has(fitted, "the fp16 GEMM ceiling of A100-SXM-80GB was fitted end to end"));
 }
+
+// The loss is priced and sized op by op (LossBytes), nothing fitted to it: PyTorch's fp32
+// cross-entropy measured 17.8 ms forward and backward at 8,192 x 128,256 on an H100
+// (calibration/data/h100_dtsim_torch_kernels.json, cross_entropy: 8.76 ms forward); eager PyTorch
+// kept 4.06 bytes a logit and peaked at 10.06 and 12.06 (h100_dtsim_torch_output_layer.json).
+TEST_CASE("the loss: PyTorch's fp32 cross-entropy against its measured time and memory") {
+    Config c = load_config(std::string(DTSIM_CONFIGS) + "/runs/llama3-8b-16xh100-fsdp.json",
+                           {parse_override("training.micro_batch=1")});
+    const Workload w = make_workload(c.model.spec, layer_split(c), c.cluster.gpu);
+    REQUIRE(c.model.spec.seq == 8192);
+    REQUIRE(c.model.spec.vocab == 128256);
+    const double logits = 8192.0 * 128256;
+    CHECK(w.edge.loss_forward.seconds == doctest::Approx(8.756e-3).epsilon(0.10));
+    CHECK(w.edge.loss_forward.seconds + w.edge.loss_backward.seconds == doctest::Approx(17.807e-3).epsilon(0.05));
+    CHECK(w.edge.logits_activation_bytes == doctest::Approx(4 * logits));
+    CHECK(w.edge.logits_activation_bytes + w.edge.loss_forward_extra_bytes == doctest::Approx(10 * logits));
+    CHECK(w.edge.logits_activation_bytes + w.edge.loss_backward_extra_bytes == doctest::Approx(12 * logits));
+    // Megatron's in place: 6 bytes at both peaks; fsdp takes PyTorch's, the tensor-parallel strategies Megatron's.
+    c.strategy.cross_entropy = CrossEntropy::megatron;
+    const Workload m = make_workload(c.model.spec, layer_split(c), c.cluster.gpu);
+    CHECK(m.edge.logits_activation_bytes + m.edge.loss_forward_extra_bytes == doctest::Approx(6 * logits));
+    CHECK(m.edge.logits_activation_bytes + m.edge.loss_backward_extra_bytes == doctest::Approx(6 * logits));
+    c.strategy.cross_entropy.reset();
+    CHECK(layer_split(c).cross_entropy == CrossEntropy::pytorch);
+    c.strategy.name = "megatron";
+    CHECK(layer_split(c).cross_entropy == CrossEntropy::megatron);
+}

@@ -66,6 +66,9 @@ struct StrategyConfig {
     // (mixed_precision_reduce) and PyTorch AMP (fp32 parameters) do; "bf16"/"fp16" as
     // Megatron-LM with fp16 or FSDP with reduce_dtype = param_dtype.
     DType grad_dtype = DType::fp32;
+    // How the loss is computed (CrossEntropy): "pytorch" for ddp and fsdp, "megatron" for the
+    // tensor- and pipeline-parallel strategies, unless given.
+    std::optional<CrossEntropy> cross_entropy;
     std::optional<Algorithm> algorithm;    // overrides the cluster's collective algorithm
     std::string puzzle;                    // name == "puzzle": which puzzle strategy
     // Schedule-driven pipelines (names "interleaved", "zbh1", "bfs", "dualpipev", "schedule"):

@@ -16,6 +16,35 @@ enum class Mlp : std::uint8_t { gelu, swiglu };          // 2 matrices (GPT) or 
 enum class Recompute : std::uint8_t { none, selective, selective_op, full };
 std::string_view recompute_name(Recompute r);
 
+// How the loss is computed over the logits (StrategyConfig::cross_entropy).
+//   pytorch   F.cross_entropy(logits.float(), labels) as torchtitan (and PyTorch AMP) run it:
+//             an fp32 copy of the bf16 logits, log_softmax, nll_loss
+//   megatron  Megatron-LM's vocab_parallel_cross_entropy: the logits upcast once, the softmax
+//             computed in place, its gradient made in place from the saved softmax
+enum class CrossEntropy : std::uint8_t { pytorch, megatron };
+std::string_view cross_entropy_name(CrossEntropy c);
+
+// Per logit (one element of s b V / t): the bytes the loss moves forward and backward, what it
+// keeps from its forward to its backward, and what is alive at its peaks, counted op by op:
+//   pytorch   forward: upcast (read 2, write 4), log_softmax (read 4 for its reductions, read 4 and
+//             write 4 for its output) = 18; backward: nll_loss's gradient (write 4), log_softmax's
+//             backward (read 4 + 4, write 4), the cast back to bf16 (read 4, write 2) = 22.
+//             Keeps log_softmax's fp32 output (4); forward peak: bf16 logits, their fp32 copy and
+//             the output (10); backward peak: the output, nll's gradient and log_softmax's (12).
+//   megatron  forward: upcast (2 + 4), max (4), subtract, exp and divide in place (8 each), sum
+//             (4) = 38; backward: the gradient times the incoming one in place (8), cast (6) = 14.
+//             Keeps the fp32 softmax (4); both peaks the bf16 logits or gradient beside it (6).
+// Measured in eager PyTorch 2.11 on an H100 (calibration/data/h100_dtsim_torch_output_layer.json):
+// kept / forward peak / backward peak 4.06 / 10.06 / 12.06 bytes (pytorch), 4.06 / 6.06 / 6.06
+// (megatron), the .06 being the final norm's output; the time of pytorch's loss at 8,192 x 128,256
+// (calibration/data/h100_dtsim_torch_kernels.json cross_entropy) 17.8 ms forward and backward,
+// 40 bytes a logit at the memory-bound kernels' fitted bandwidth giving 18.2 ms.
+struct LossBytes {
+    double forward = 0, backward = 0;            // moved
+    double kept = 0, forward_peak = 0, backward_peak = 0;  // alive
+};
+LossBytes loss_bytes_per_logit(CrossEntropy c);
+
 struct TransformerSpec {
     std::string name;
     int layers = 1;
@@ -54,6 +83,7 @@ struct LayerSplit {
     std::string attention_kernel = "flash2";
     // The dtype gradients are accumulated and reduced in (StrategyConfig::grad_dtype).
     DType grad_dtype = DType::fp32;
+    CrossEntropy cross_entropy = CrossEntropy::pytorch;
 };
 
 // Forward FLOPs of one layer for one microbatch on one GPU (each /t):
@@ -110,7 +140,8 @@ double layer_activation_bytes(const TransformerSpec& m, const LayerSplit& s);
 // present for one layer at a time; after selective_op's recompute, what it
 // recomputed (`none`'s bytes less what it kept). 0 for the other policies.
 double layer_recompute_peak_bytes(const TransformerSpec& m, const LayerSplit& s);
-// The output layer's fp32 logits kept for the loss on the last stage: 4 s b V / t.
+// What the loss keeps on the last stage from its forward to its backward: 4 s b V / t
+// (fp32 log-probabilities or softmax, loss_bytes_per_logit).
 double logits_activation_bytes(const TransformerSpec& m, const LayerSplit& s);
 
 // Bytes read and written by one layer's memory-bound forward work (norms,

@@ -50,8 +50,10 @@ struct LayerWork {
 struct EdgeWork {
     Work embedding_forward, embedding_backward;  // first stage: lookup, scatter-add of its grads
     Work logits_forward, logits_backward;        // last stage: output GEMM
-    Work loss_forward;                           // last stage: softmax cross-entropy
-    double logits_activation_bytes = 0;          // fp32 logits kept for the loss
+    Work loss_forward, loss_backward;            // last stage: softmax cross-entropy
+    double logits_activation_bytes = 0;          // what the loss keeps for its backward
+    // Transient bytes above those kept while the loss runs forward and backward (LossBytes).
+    double loss_forward_extra_bytes = 0, loss_backward_extra_bytes = 0;
     double embedding_params = 0;                 // on one GPU, per copy (after TP)
     double p2p_bytes = 0;                        // activation (or its gradient) between stages
 };

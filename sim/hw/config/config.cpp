@@ -41,8 +41,10 @@ int Config::microbatches() const {
 
 LayerSplit layer_split(const Config& c) {
     const StrategyConfig& s = c.strategy;
-    return LayerSplit{c.training.micro_batch, s.tp,       s.sequence_parallel, s.recompute, s.flash_attention,
-                      s.attention_kernel,     s.grad_dtype};
+    const bool torch_strategy = s.name == "ddp" || s.name == "fsdp";
+    const CrossEntropy loss = s.cross_entropy.value_or(torch_strategy ? CrossEntropy::pytorch : CrossEntropy::megatron);
+    return LayerSplit{c.training.micro_batch, s.tp,         s.sequence_parallel, s.recompute, s.flash_attention,
+                      s.attention_kernel,     s.grad_dtype, loss};
 }
 
 namespace {
@@ -294,7 +296,7 @@ void from_json(const Node& n, TrainingConfig& t) {
 void from_json(const Node& n, StrategyConfig& s) {
     n.keys({"name", "dp", "tp", "pp", "microbatches", "zero_stage", "bucket_MiB", "first_bucket_MiB", "overlap",
             "prefetch", "recompute", "sequence_parallel", "flash_attention", "attention_kernel", "algorithm", "puzzle",
-            "chunks", "microbatch_group", "schedule_file", "sharding", "grad_dtype", "overlap_param_gather"});
+            "chunks", "microbatch_group", "schedule_file", "sharding", "grad_dtype", "overlap_param_gather", "cross_entropy"});
     s.name = n["name"].choice(strategy_names());
     if (n.has("dp")) s.dp = n["dp"].integer(1);
     if (n.has("tp")) s.tp = n["tp"].integer(1);
@@ -308,6 +310,9 @@ void from_json(const Node& n, StrategyConfig& s) {
     if (n.has("first_bucket_MiB")) s.first_bucket_bytes = n["first_bucket_MiB"].real(ranges::bucket_MiB) * kMiB;
     if (n.has("overlap")) s.overlap = n["overlap"].boolean();
     if (n.has("prefetch")) s.prefetch = n["prefetch"].boolean();
+    if (n.has("cross_entropy"))
+        s.cross_entropy = n["cross_entropy"].choice({"pytorch", "megatron"}) == "megatron" ? CrossEntropy::megatron
+                                                                                           : CrossEntropy::pytorch;
     if (n.has("overlap_param_gather")) s.overlap_param_gather = n["overlap_param_gather"].boolean();
     if (n.has("recompute")) {
         const std::string r = n["recompute"].choice({"none", "selective", "selective_op", "full"});

@@ -16,6 +16,15 @@ std::string_view recompute_name(Recompute r) {
     return "?";
 }
 
+std::string_view cross_entropy_name(CrossEntropy c) {
+    return c == CrossEntropy::megatron ? "megatron" : "pytorch";
+}
+
+LossBytes loss_bytes_per_logit(CrossEntropy c) {
+    if (c == CrossEntropy::megatron) return LossBytes{38, 14, 4, 6, 6};
+    return LossBytes{18, 22, 4, 10, 12};
+}
+
 namespace {
 double mlp_matrices(const TransformerSpec& m) { return m.mlp == Mlp::gelu ? 2 : 3; }
 double kv_ratio(const TransformerSpec& m) { return static_cast<double>(m.kv_heads) / m.heads; }
@@ -94,7 +103,7 @@ double layer_recompute_peak_bytes(const TransformerSpec& m, const LayerSplit& s)
 }
 
 double logits_activation_bytes(const TransformerSpec& m, const LayerSplit& s) {
-    return 4.0 * m.seq * s.micro_batch * m.vocab / s.tp;
+    return loss_bytes_per_logit(s.cross_entropy).kept * m.seq * s.micro_batch * m.vocab / s.tp;
 }
 
 double layer_elementwise_bytes(const TransformerSpec& m, const LayerSplit& s) {

@@ -118,9 +118,14 @@ Workload make_workload(const TransformerSpec& m, const LayerSplit& s, const GpuS
         E.embedding_backward = times(E.embedding_forward, 2);
         E.logits_forward = {gpu.gemm_seconds(tokens, v / t, h, d), logits_flops(m, s), 0};
         E.logits_backward = times(E.logits_forward, 2);
-        // Softmax cross-entropy over fp32 logits: read, exponentiate, write the gradient.
-        E.loss_forward = {gpu.memory_seconds(12 * tokens * v / t), 0, 12 * tokens * v / t};
+        // Softmax cross-entropy over fp32 logits, as LossBytes counts it.
+        const double logits = tokens * v / t;
+        const LossBytes lb = loss_bytes_per_logit(s.cross_entropy);
+        E.loss_forward = {gpu.memory_seconds(lb.forward * logits), 0, lb.forward * logits};
+        E.loss_backward = {gpu.memory_seconds(lb.backward * logits), 0, lb.backward * logits};
         E.logits_activation_bytes = logits_activation_bytes(m, s);
+        E.loss_forward_extra_bytes = (lb.forward_peak - lb.kept) * logits;
+        E.loss_backward_extra_bytes = (lb.backward_peak - lb.kept) * logits;
         E.embedding_params = v * h / t;
     }
     // Megatron's scatter/gather optimization: each TP rank sends 1/t of the activation.

@@ -269,11 +269,12 @@ RunSize estimate_run_size(const Config& c, const RunOptions& options) {
     if (s.name == "zbh1" || s.name == "schedule") per_layer += 2;  // the weight-gradient halves
     if (s.name == "fsdp") per_layer += s.sharding == "hybrid" ? 4 : s.sharding == "grad_op" ? 2 : 3;
     const double chunks = s.name == "dualpipev" ? 2 : is_scheduled_pipeline(s.name) ? std::max(1, s.chunks) : 1;
-    const double per_microbatch = 6 + (s.pp > 1 ? 4 * chunks : 0);  // edges; sends and receives
+    const double per_microbatch = 7 + (s.pp > 1 ? 4 * chunks : 0);  // edges; sends and receives
     // ZeRO-2 synchronises after every microbatch, the others after the last.
     const double syncs = s.zero_stage == 2 ? mb : 1;
     size.layer_events = per_layer + (layers > 0 && s.zero_stage == 2 ? buckets / layers : 0);
-    size.events = ranks * (layers * mb * per_layer + mb * per_microbatch + syncs * buckets + 16);
+    const double gathers = s.overlap_param_gather ? layers : 0;  // ParamGather: one a layer
+    size.events = ranks * (layers * mb * per_layer + mb * per_microbatch + syncs * buckets + gathers + 16);
     if (c.stragglers.any() && options.straggler_baseline) size.events *= 2;
 
     // Model states: the rank with the most parameters holds its layers and the embeddings (both copies

@@ -115,16 +115,20 @@ void embedding_backward(Device& gpu, const Job& job, int mb) {
 void logits_and_loss(Device& gpu, const Job& job, int mb) {
     const EdgeWork& e = job.work->edge;
     if (e.logits_forward.seconds <= 0) return;
-    gpu.allocate(e.logits_activation_bytes, ops::logits, kNoLayer);
+    // What the loss keeps, and while it runs the logits and its own temporaries (LossBytes).
+    gpu.allocate(e.logits_activation_bytes + e.loss_forward_extra_bytes, ops::logits, kNoLayer);
     run_work(gpu, ops::logits, kNoLayer, e.logits_forward, mb);
     run_work(gpu, ops::loss, kNoLayer, e.loss_forward, mb);
+    gpu.release(e.loss_forward_extra_bytes);
 }
 
 void logits_backward(Device& gpu, const Job& job, int mb) {
     const EdgeWork& e = job.work->edge;
     if (e.logits_forward.seconds <= 0) return;
+    gpu.allocate(e.loss_backward_extra_bytes, ops::loss, kNoLayer);
+    run_work(gpu, ops::loss, kNoLayer, e.loss_backward, mb);
+    gpu.release(e.logits_activation_bytes + e.loss_backward_extra_bytes);
     run_work(gpu, ops::logits, kNoLayer, e.logits_backward, mb);
-    gpu.release(e.logits_activation_bytes);
 }
 
 void load_model_states(Device& gpu, const Job& job) {
