@@ -10,7 +10,6 @@
 
 #include "dtsim/puzzle/model.hpp"
 
-#include <ranges>
 #include <vector>
 
 namespace dtsim::puzzle {
@@ -47,7 +46,9 @@ Task<> gpipe(Model& model) {
         else
             grad_activations[{layer_at(-1) + 1, mb}] = co_await model.receive();
 
-        for (int l : my_layers | std::views::reverse) {
+        // reversed(my_layers), as a loop: clang before 15 cannot compile libstdc++ 12's views::reverse
+        for (auto it = my_layers.rbegin(); it != my_layers.rend(); ++it) {
+            const int l = *it;
             tie(grad_weights[{l, mb}], grad_activations[{l, mb}]) =
                 model.backward(l, activations[{l, mb}], grad_activations[{l + 1, mb}], weights[l]);
             del(grad_activations[{l + 1, mb}], activations[{l, mb}]);
@@ -56,7 +57,9 @@ Task<> gpipe(Model& model) {
     }
 
     // Update
-    for (int l : my_layers | std::views::reverse) {
+    // reversed(my_layers), as a loop: clang before 15 cannot compile libstdc++ 12's views::reverse
+    for (auto it = my_layers.rbegin(); it != my_layers.rend(); ++it) {
+        const int l = *it;
         for (int mb = 0; mb < model.BATCHES; ++mb) {
             if (mb != 0)
                 grad_weights[l] = grad_weights[l] + grad_weights[{l, mb}];

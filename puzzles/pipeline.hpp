@@ -10,7 +10,6 @@
 
 #include "dtsim/puzzle/model.hpp"
 
-#include <ranges>
 #include <vector>
 
 namespace dtsim::puzzle {
@@ -45,7 +44,9 @@ Task<> pipeline(Model& model) {
         grad_activations[l + 1] = co_await model.receive();
     }
 
-    for (int l : my_layers | std::views::reverse) {
+    // reversed(my_layers), as a loop: clang before 15 cannot compile libstdc++ 12's views::reverse
+    for (auto it = my_layers.rbegin(); it != my_layers.rend(); ++it) {
+        const int l = *it;
         tie(grad_weights[l], grad_activations[l]) =
             model.backward(l, activations[l], grad_activations[l + 1], model.weights[l]);
         del(model.grad_activations[l + 1], model.activations[l]);

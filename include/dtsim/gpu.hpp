@@ -127,8 +127,14 @@ public:
                      B&& batches = IdSet{}) {
         if (!keep_events_) return record_summary(op, layer, stream, start, duration, memory, std::forward<B>(batches));
         if (events_.size() == events_.capacity()) grow_events();
-        // Constructed in place: the new (cold) cache line is only written, never read.
+        // Constructed in place: the new (cold) cache line is only written, never read. (Compilers
+        // without C++20's parenthesized initialization of aggregates, clang before 16, move a
+        // temporary in.)
+#if defined(__cpp_aggregate_paren_init)
         Event& e = events_.emplace_back(op, stream, layer, start, duration, memory, std::forward<B>(batches));
+#else
+        Event& e = events_.emplace_back(Event{op, stream, layer, start, duration, memory, std::forward<B>(batches)});
+#endif
         summary_.add(start, start + duration, memory);
         return e;
     }
