@@ -329,3 +329,48 @@ TEST_CASE("a run whose figures are not finite is an error naming the figure") {
     CHECK_THROWS_WITH_AS(simulate(c, {.keep_trace = false}),
                          doctest::Contains("the run's memory capacity is not finite"), std::runtime_error);
 }
+
+// --tp-comm-overlap: per block an all-gather pipelined with the first GEMM's t chunks and a
+// reduce-scatter with the last GEMM's splits; the same bytes, less exposed communication.
+TEST_CASE("tensor-parallel communication overlap: each block's gather and scatter beside its GEMMs") {
+    // GEMMs large enough for the overlap to pay (on small ones the chunks' overheads cost more).
+    json doc{{"cluster", realistic_cluster(1)},
+             {"model", {{"name", "big"}, {"layers", 2}, {"hidden", 8192}, {"heads", 64}, {"seq", 4096}, {"vocab", 0}}},
+             {"training", {{"global_batch", 1}, {"micro_batch", 1}}},
+             {"strategy", {{"name", "megatron"}, {"tp", 8}, {"dp", 1}, {"sequence_parallel", true}}}};
+    Trace plain_trace, overlap_trace;
+    const RunReport plain = run(doc, true, &plain_trace);
+    doc["strategy"]["tp_comm_overlap"] = true;
+    const RunReport overlapped = run(doc, true, &overlap_trace);
+    auto bytes = [](const Trace& t, const char* op) {
+        double b = 0;
+        for (const auto& e : t.ranks[0].events)
+            if (e.op.name() == std::string_view(op)) b += e.bytes;
+        return b;
+    };
+    CHECK(bytes(overlap_trace, "all_gather") == doctest::Approx(bytes(plain_trace, "all_gather")));
+    CHECK(bytes(overlap_trace, "reduce_scatter") == doctest::Approx(bytes(plain_trace, "reduce_scatter")));
+    CHECK(overlapped.split.comm < 0.5 * plain.split.comm);
+    CHECK(overlapped.step_time < plain.step_time);
+    // Layer 0's forward attention block on rank 0: a gather on the comm stream, the first GEMM's
+    // head, then the rest once the gather has ended; the next compute waits for the scatter.
+    std::vector<Event> block;
+    for (const auto& e : overlap_trace.ranks[0].events)
+        if (e.layer == 0 && block.size() < 6) block.push_back(e);
+    REQUIRE(block.size() == 6);
+    CHECK(block[0].op.name() == std::string_view("all_gather"));
+    CHECK(block[0].stream == Stream::comm);
+    CHECK(block[1].op.name() == std::string_view("forward"));
+    CHECK(block[1].start == doctest::Approx(block[0].start));  // the head runs while the gather moves
+    CHECK(block[2].op.name() == std::string_view("forward"));
+    CHECK(block[2].start == doctest::Approx(std::max(block[1].end(), block[0].end())));
+    CHECK(block[3].op.name() == std::string_view("reduce_scatter"));
+    CHECK(block[3].start == doctest::Approx(block[2].end()));
+    CHECK(block[4].op.name() == std::string_view("forward"));
+    CHECK(block[4].start == doctest::Approx(block[2].end()));  // the tail beside the scatter
+    CHECK(block[5].start >= block[3].end() - 1e-12);           // the MLP block after both
+    // It needs sequence parallelism.
+    doc["strategy"]["sequence_parallel"] = false;
+    CHECK_THROWS_WITH_AS(parse_config(doc, "t.json"), doctest::Contains("it needs \"tp\" > 1 and \"sequence_parallel\": true"),
+                         ConfigError);
+}

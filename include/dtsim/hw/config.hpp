@@ -59,6 +59,9 @@ struct StrategyConfig {
     bool overlap_param_gather = false;
     Recompute recompute = Recompute::none;
     bool sequence_parallel = false;
+    // Megatron-LM's --tp-comm-overlap (needs sequence_parallel): each block's all-gather and
+    // reduce-scatter pipelined with its first and last GEMMs (overlapped_block in steps.cpp).
+    bool tp_comm_overlap = false;
     bool flash_attention = false;          // fused attention: no s x s scores kept
     std::string attention_kernel = "flash2";  // which fused kernel: "flash2" or "cudnn" (AttentionModel)
     // The dtype gradients are accumulated in and reduced across data-parallel ranks: fp32 as

@@ -101,6 +101,9 @@ struct MemoryStats {
     std::optional<MemoryEvent> oom;   // the first allocation past capacity
 };
 
+// The asynchronous collective streams of a rank (Device::start).
+enum class CommStream : std::uint8_t { data, tensor };
+
 class Device {
 public:
     Device(World& world, Gpu& gpu);
@@ -137,7 +140,10 @@ public:
     // compute clock does not move. A member that never calls it leaves the
     // transfer unstarted: whoever waits for it is a deadlock, and a run that
     // ends with it is an error.
-    Task<Transfer> start(Collective c, Group& g, double bytes, int layer = kNoLayer);
+    // `stream`: the data-parallel and pipeline collectives share one (NCCL's stream); tensor
+    // parallelism's overlapped collectives have their own (Transformer Engine's userbuffers), so
+    // they do not queue behind a gradient reduction.
+    Task<Transfer> start(Collective c, Group& g, double bytes, int layer = kNoLayer, CommStream stream = CommStream::data);
     Task<Transfer> all_reduce_start(Group& g, double bytes, int layer = kNoLayer) {
         return start(Collective::all_reduce, g, bytes, layer);
     }
@@ -191,7 +197,8 @@ private:
     friend class World;
     // Joins this rank's next collective on `g`: the transfer of its round
     // (armed by the last member to join). Never suspends.
-    TransferRecord* join(Collective c, Group& g, double bytes, int layer, bool async);
+    TransferRecord* join(Collective c, Group& g, double bytes, int layer, bool async,
+                         CommStream stream = CommStream::data);
     // The compute stream blocks until `t` (ended) ends: split the wait into
     // idle and comm, and remember where the critical path jumps when it passes here.
     void block_on(const Transfer& t);
@@ -203,7 +210,8 @@ private:
     World* world_;
     Gpu* gpu_;
     // The last transfer on each stream (FIFO: the next starts after it ends).
-    TransferRef last_comm_;  // collective stream
+    TransferRef last_comm_;     // collective stream
+    TransferRef last_tp_comm_;  // the tensor-parallel overlap's stream
     TransferRef last_p2p_;   // send stream
     double slowdown_ = 1;
     std::uint64_t compute_ops_ = 0;

@@ -38,6 +38,12 @@ struct LayerWork {
     Work attention_backward_weight, mlp_backward_weight;
     Work attention_recompute, mlp_recompute;  // re-run before the backward: all of the forward
                                               // (full), the attention core (selective) or nothing
+    // The forward GEMMs a block starts and ends with (QKV and the projection; fc1 and fc2) as
+    // tensor-parallel communication overlap runs them, split by rows to pipeline them with its
+    // all-gather (t chunks, kOverlapGatherSplits) and reduce-scatter (kOverlapScatterSplits), the
+    // sum of the chunks' times, and what the splitting adds to a block over whole GEMMs.
+    double attention_first_gemm = 0, attention_last_gemm = 0, mlp_first_gemm = 0, mlp_last_gemm = 0;
+    double attention_chunking = 0, mlp_chunking = 0;
     double tp_bytes = 0;               // S of each tensor-parallel collective: b s h x element size
     double activation_bytes = 0;       // kept per microbatch until the backward (Korthikanti)
     double recompute_peak_bytes = 0;   // more while the backward of a fully recomputed layer runs
@@ -57,6 +63,11 @@ struct EdgeWork {
     double embedding_params = 0;                 // on one GPU, per copy (after TP)
     double p2p_bytes = 0;                        // activation (or its gradient) between stages
 };
+
+// Transformer Engine's default userbuffers overlap (transformer_engine/pytorch/module/base.py,
+// initialize_ub's default config): the all-gather before QKV and fc1 by "ring_exchange" in tp
+// steps, the reduce-scatter after the projection and fc2 by "pipeline" with num_splits 4.
+inline constexpr int kOverlapScatterSplits = 4;
 
 struct Workload {
     TransformerSpec model;

@@ -296,7 +296,7 @@ void from_json(const Node& n, TrainingConfig& t) {
 void from_json(const Node& n, StrategyConfig& s) {
     n.keys({"name", "dp", "tp", "pp", "microbatches", "zero_stage", "bucket_MiB", "first_bucket_MiB", "overlap",
             "prefetch", "recompute", "sequence_parallel", "flash_attention", "attention_kernel", "algorithm", "puzzle",
-            "chunks", "microbatch_group", "schedule_file", "sharding", "grad_dtype", "overlap_param_gather", "cross_entropy"});
+            "chunks", "microbatch_group", "schedule_file", "sharding", "grad_dtype", "overlap_param_gather", "cross_entropy", "tp_comm_overlap"});
     s.name = n["name"].choice(strategy_names());
     if (n.has("dp")) s.dp = n["dp"].integer(1);
     if (n.has("tp")) s.tp = n["tp"].integer(1);
@@ -322,6 +322,7 @@ void from_json(const Node& n, StrategyConfig& s) {
                                             : Recompute::none;
     }
     if (n.has("sequence_parallel")) s.sequence_parallel = n["sequence_parallel"].boolean();
+    if (n.has("tp_comm_overlap")) s.tp_comm_overlap = n["tp_comm_overlap"].boolean();
     if (n.has("flash_attention")) s.flash_attention = n["flash_attention"].boolean();
     if (n.has("attention_kernel")) s.attention_kernel = n["attention_kernel"].choice({"flash2", "cudnn"});
     if (n.has("grad_dtype")) s.grad_dtype = *parse_dtype(n["grad_dtype"].choice({"fp32", "bf16", "fp16"}));
@@ -386,6 +387,11 @@ void validate(const Node& root, Config& c) {
         if (st.has(key) && !wanted)
             st[key].fail(fmt::format("strategy \"{}\" does not take \"{}\"", s.name, key));
     };
+    if (s.tp_comm_overlap && !(s.sequence_parallel && s.tp > 1))
+        st["tp_comm_overlap"].fail(fmt::format("overlaps the sequence-parallel all-gathers and reduce-scatters with "
+                                               "the GEMMs (Megatron-LM's --tp-comm-overlap): it needs \"tp\" > 1 "
+                                               "and \"sequence_parallel\": true (tp is {}, sequence_parallel {})",
+                                               s.tp, s.sequence_parallel));
     if (s.overlap_param_gather && (s.zero_stage < 1 || s.zero_stage > 2 || s.name == "fsdp"))
         st["overlap_param_gather"].fail(fmt::format(
             "overlaps the distributed optimizer's weight all-gather (ZeRO stage 1 or 2) with the forward; "

@@ -1,5 +1,7 @@
 #include "dtsim/hw/workload.hpp"
 
+#include <algorithm>
+
 namespace dtsim::hw {
 
 namespace {
@@ -100,6 +102,15 @@ Workload make_workload(const TransformerSpec& m, const LayerSplit& s, const GpuS
             break;
         }
         case Recompute::none: break;
+    }
+    if (s.tp > 1) {
+        const double rows = tokens / t, k = kOverlapScatterSplits, split = tokens / k;
+        L.attention_first_gemm = t * gpu.gemm_seconds(rows, h * (1 + 2 * kv / a) / t, h, d);
+        L.attention_last_gemm = k * gpu.gemm_seconds(split, h, h / t, d);
+        L.mlp_first_gemm = t * gpu.gemm_seconds(rows, mlp_in * ffn / t, h, d);
+        L.mlp_last_gemm = k * gpu.gemm_seconds(split, h, ffn / t, d);
+        L.attention_chunking = std::max(0.0, L.attention_first_gemm + L.attention_last_gemm - qkv - proj);
+        L.mlp_chunking = std::max(0.0, L.mlp_first_gemm + L.mlp_last_gemm - fc1 - fc2);
     }
     L.tp_bytes = s.tp > 1 ? tokens * h * el : 0;
     L.activation_bytes = layer_activation_bytes(m, s);

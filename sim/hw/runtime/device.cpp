@@ -113,7 +113,7 @@ Task<bool> Device::done(Transfer t) {
     co_return t.ended() && t.end() <= now();
 }
 
-TransferRecord* Device::join(Collective c, Group& g, double bytes, int layer, bool async) {
+TransferRecord* Device::join(Collective c, Group& g, double bytes, int layer, bool async, CommStream stream) {
     const OpCode op = ops::of(c);
     const int pos = g.position(rank());
     if (pos < 0)
@@ -140,8 +140,9 @@ TransferRecord* Device::join(Collective c, Group& g, double bytes, int layer, bo
     TransferRecord* t = round.transfer;
     // On the collective stream it queues behind the stream's last transfer;
     // a blocking one runs on the compute stream.
-    round.arrivals.push_back(Arrival{rank(), now(), async ? last_comm_ : nullptr});
-    if (async) last_comm_ = t;
+    TransferRef& last = stream == CommStream::tensor ? last_tp_comm_ : last_comm_;
+    round.arrivals.push_back(Arrival{rank(), now(), async ? last : nullptr});
+    if (async) last = t;
     if (static_cast<int>(round.arrivals.size()) == g.size()) {
         // Rounds complete in call order (every member called the earlier ones
         // first), so this is the oldest open round.
@@ -154,8 +155,8 @@ TransferRecord* Device::join(Collective c, Group& g, double bytes, int layer, bo
     return t;
 }
 
-Task<Transfer> Device::start(Collective c, Group& g, double bytes, int layer) {
-    TransferRecord* t = join(c, g, bytes, layer, true);
+Task<Transfer> Device::start(Collective c, Group& g, double bytes, int layer, CommStream stream) {
+    TransferRecord* t = join(c, g, bytes, layer, true, stream);
     record_transfer(ops::of(c), layer, t, bytes);
     co_return Transfer(t);
 }

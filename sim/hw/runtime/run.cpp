@@ -261,7 +261,8 @@ RunSize estimate_run_size(const Config& c, const RunOptions& options) {
                 for (double t : *tensors) b.add(t);
         buckets = replayed > 0 ? b.closed() * layers / replayed + 1 : 1;
     }
-    const double block = s.tp > 1 ? (s.sequence_parallel ? 3 : 2) : 1;  // a block and its tp collectives
+    // A block and its tp collectives (overlapped: three compute parts and two collectives).
+    const double block = s.tp > 1 ? (s.sequence_parallel ? (s.tp_comm_overlap ? 5 : 3) : 2) : 1;
     double per_layer = 4 * block;  // attention and MLP, forward and backward
     if (s.recompute == Recompute::full) per_layer += 2 * block;
     if (s.recompute == Recompute::selective) per_layer += 1;

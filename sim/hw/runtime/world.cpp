@@ -186,9 +186,10 @@ CriticalPath World::critical_path() const {
     if (r < 0)
         for (const auto& d : devices_) {
             auto ends_step = [&](const TransferRecord* x) { return x && x->ended && x->end == step_time_; };
-            const TransferRecord* last = ends_step(d->last_comm_)  ? d->last_comm_.get()
-                                         : ends_step(d->last_p2p_) ? d->last_p2p_.get()
-                                                                   : nullptr;
+            const TransferRecord* last = ends_step(d->last_comm_)      ? d->last_comm_.get()
+                                         : ends_step(d->last_tp_comm_) ? d->last_tp_comm_.get()
+                                         : ends_step(d->last_p2p_)     ? d->last_p2p_.get()
+                                                                       : nullptr;
             if (last && last->gate >= 0) {
                 path.transfers += step_time_ - last->gate_time;
                 r = last->gate;
@@ -236,7 +237,7 @@ void World::run(const std::function<Task<>(Device&)>& body) {
     step_time_ = 0;
     for (const auto& d : devices_) {
         step_time_ = std::max(step_time_, d->now());
-        for (const TransferRecord* t : {d->last_comm_.get(), d->last_p2p_.get()})
+        for (const TransferRecord* t : {d->last_comm_.get(), d->last_tp_comm_.get(), d->last_p2p_.get()})
             if (t) step_time_ = std::max(step_time_, t->end);  // every transfer has ended
     }
     for (auto& d : devices_) d->split_.idle += step_time_ - d->now();  // the tail

@@ -2,6 +2,8 @@
 
 #include "dtsim/hw/transformer.hpp"
 
+#include <algorithm>
+
 namespace dtsim::hw {
 
 namespace {
@@ -24,10 +26,50 @@ Task<Transfer> tp_after(Device& gpu, const Job& job, int layer) {
     return gpu.all_reduce(*job.tp_group, job.work->layer.tp_bytes, layer);
 }
 
-// A block of work with its tensor-parallel collectives.
-Task<> block(Device& gpu, const Job& job, OpCode op, int layer, const Work& w, int mb) {
+// `seconds` of `w`, with its FLOPs and bytes in proportion.
+Work part(const Work& w, double seconds) {
+    const double f = w.seconds > 0 ? seconds / w.seconds : 0;
+    return Work{seconds, w.flops * f, w.bytes * f};
+}
+
+// Megatron-LM's --tp-comm-overlap (Transformer Engine's userbuffers, with sequence parallelism):
+// the all-gather before a block is split into t chunks in a ring, the block's first GEMM runs
+// on each chunk as it arrives (the rank's own first), and the reduce-scatter after it takes the
+// last GEMM's output split by split (kOverlapScatterSplits) as the GEMM produces it. Priced so:
+// the all-gather starts with the first GEMM's first t - 1 chunks, its last chunk waits for the
+// gather's end; the reduce-scatter starts after the last GEMM's first split and the compute
+// stream waits for its end after the other splits. A backward block pipelines its collectives
+// with GEMMs of the same sizes. The collectives run on their own stream (CommStream::tensor),
+// beside the gradient reductions. Not modelled: the SMs the reduce-scatter's kernels take.
+Task<> overlapped_block(Device& gpu, const Job& job, OpCode op, int layer, const Work& block, int mb, double first,
+                        double last, double chunking) {
+    const double t = job.tp;
+    const LayerWork& L = job.work->layer;
+    // The block as its chunked GEMMs price it (smaller GEMMs, each with its own overhead).
+    const Work w{block.seconds + chunking, block.flops, block.bytes};
+    const double k = kOverlapScatterSplits;
+    const double head = first * (t - 1) / t, tail = last * (k - 1) / k;
+    const double middle = std::max(0.0, w.seconds - head - tail);
+    const Transfer gather = co_await gpu.start(Collective::all_gather, *job.tp_group, L.tp_bytes, layer, CommStream::tensor);
+    run_work(gpu, op, layer, part(w, head), mb);
+    co_await gpu.wait(gather);
+    run_work(gpu, op, layer, part(w, middle), mb);
+    const Transfer scatter =
+        co_await gpu.start(Collective::reduce_scatter, *job.tp_group, L.tp_bytes, layer, CommStream::tensor);
+    run_work(gpu, op, layer, part(w, w.seconds - head - middle), mb);
+    co_await gpu.wait(scatter);
+}
+
+// A block of work with its tensor-parallel collectives; `first` and `last` are its first and
+// last GEMMs' chunked forward times, `chunking` what chunking adds (overlapped_block).
+Task<> block(Device& gpu, const Job& job, OpCode op, int layer, const Work& w, int mb, double first, double last,
+             double chunking) {
     if (!job.tp_group) {
         run_work(gpu, op, layer, w, mb);
+        co_return;
+    }
+    if (sp(job) && job.strategy().tp_comm_overlap) {
+        co_await overlapped_block(gpu, job, op, layer, w, mb, first, last, chunking);
         co_return;
     }
     if (sp(job)) co_await tp_before(gpu, job, layer);
@@ -35,14 +77,23 @@ Task<> block(Device& gpu, const Job& job, OpCode op, int layer, const Work& w, i
     co_await tp_after(gpu, job, layer);
 }
 
+Task<> attention_block(Device& gpu, const Job& job, OpCode op, int layer, const Work& w, int mb) {
+    const LayerWork& L = job.work->layer;
+    return block(gpu, job, op, layer, w, mb, L.attention_first_gemm, L.attention_last_gemm, L.attention_chunking);
+}
+Task<> mlp_block(Device& gpu, const Job& job, OpCode op, int layer, const Work& w, int mb) {
+    const LayerWork& L = job.work->layer;
+    return block(gpu, job, op, layer, w, mb, L.mlp_first_gemm, L.mlp_last_gemm, L.mlp_chunking);
+}
+
 }  // namespace
 
 Task<> attention_forward(Device& gpu, const Job& job, int layer, int mb, OpCode op) {
-    return block(gpu, job, op, layer, job.work->layer.attention_forward, mb);
+    return attention_block(gpu, job, op, layer, job.work->layer.attention_forward, mb);
 }
 
 Task<> mlp_forward(Device& gpu, const Job& job, int layer, int mb, OpCode op) {
-    return block(gpu, job, op, layer, job.work->layer.mlp_forward, mb);
+    return mlp_block(gpu, job, op, layer, job.work->layer.mlp_forward, mb);
 }
 
 Task<> layer_forward(Device& gpu, const Job& job, int layer, int mb) {
@@ -72,11 +123,11 @@ Task<> recompute(Device& gpu, const Job& job, int layer, int mb) {
 }
 
 Task<> mlp_backward(Device& gpu, const Job& job, int layer, int mb) {
-    return block(gpu, job, ops::backward, layer, job.work->layer.mlp_backward, mb);
+    return mlp_block(gpu, job, ops::backward, layer, job.work->layer.mlp_backward, mb);
 }
 
 Task<> attention_backward(Device& gpu, const Job& job, int layer, int mb) {
-    return block(gpu, job, ops::backward, layer, job.work->layer.attention_backward, mb);
+    return attention_block(gpu, job, ops::backward, layer, job.work->layer.attention_backward, mb);
 }
 
 Task<> layer_backward(Device& gpu, const Job& job, int layer, int mb) {
@@ -89,8 +140,8 @@ Task<> layer_backward(Device& gpu, const Job& job, int layer, int mb) {
 Task<> layer_backward_input(Device& gpu, const Job& job, int layer, int mb) {
     const LayerWork& w = job.work->layer;
     co_await recompute(gpu, job, layer, mb);
-    co_await block(gpu, job, ops::backward_input, layer, w.mlp_backward_input, mb);
-    co_await block(gpu, job, ops::backward_input, layer, w.attention_backward_input, mb);
+    co_await mlp_block(gpu, job, ops::backward_input, layer, w.mlp_backward_input, mb);
+    co_await attention_block(gpu, job, ops::backward_input, layer, w.attention_backward_input, mb);
 }
 
 void layer_backward_weight(Device& gpu, const Job& job, int layer, int mb) {
