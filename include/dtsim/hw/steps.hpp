@@ -43,7 +43,14 @@ void logits_backward(Device& gpu, const Job& job, int mb);      // frees them
 
 // Allocates this rank's weights, gradients and optimizer state for the
 // strategy's ZeRO stage over the data-parallel group (the shard group when hybrid).
+// PyTorch's DDP (ZeRO-0) and FSDP hold no gradients between steps (zero_grad(set_to_none=True),
+// PyTorch's default): their gradients are allocated as the first backward makes them
+// (allocate_grads); Megatron-LM's gradient buffer (main_grad) and ZeRO-1/2's are held throughout.
 void load_model_states(Device& gpu, const Job& job);
+bool grads_on_demand(const Job& job);
+// The gradients of `params` parameters (FSDP: their shard), made by `layer`'s backward; nothing
+// where load_model_states holds them already.
+void allocate_grads(Device& gpu, const Job& job, double params, int layer);
 // The Adam step over `params` parameters (memory-bound).
 void optimizer_step(Device& gpu, const Job& job, double params);
 

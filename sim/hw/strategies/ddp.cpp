@@ -36,9 +36,11 @@ Task<> ddp(Device& gpu, const Job& job) {
             if (sync) co_await grads.ready(w.mlp_grad_tensors, l);
             co_await attention_backward(gpu, job, l, mb);
             if (sync) co_await grads.ready(w.attention_grad_tensors, l);
+            if (mb == 0) allocate_grads(gpu, job, w.params, l);
             gpu.release(w.activation_bytes + w.recompute_peak_bytes);
         }
         embedding_backward(gpu, job, mb);
+        if (mb == 0) allocate_grads(gpu, job, job.params() - job.layers * w.params, kNoLayer);
         if (sync && e.embedding_params > 0) co_await grads.ready(embedding_grad, kNoLayer);
         if (sync && mb < M - 1) co_await grads.flush();
     }

@@ -99,11 +99,13 @@ Task<> fsdp(Device& gpu, const Job& job) {
             co_await layer_backward(gpu, job, l, mb);
             gpu.release(layer_bytes);
             co_await scatter(gpu, job, scatters, grad_scale * layer_bytes, l);
+            if (mb == 0) allocate_grads(gpu, job, job.work->layer.params, l);
             co_await scatters.release_done(gpu);
             if (regather && !prefetch && l > 0) next = co_await gather(gpu, job, layer_bytes, l - 1);
         }
         embedding_backward(gpu, job, mb);
         if (root_bytes > 0) co_await scatter(gpu, job, scatters, grad_scale * root_bytes, kNoLayer);
+        if (mb == 0) allocate_grads(gpu, job, job.params() - L * job.work->layer.params, kNoLayer);
     }
 
     // Update: each rank steps its own shard.

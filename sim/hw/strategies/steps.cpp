@@ -182,10 +182,21 @@ void logits_backward(Device& gpu, const Job& job, int mb) {
     run_work(gpu, ops::logits, kNoLayer, e.logits_backward, mb);
 }
 
+bool grads_on_demand(const Job& job) {
+    const StrategyConfig& s = job.strategy();
+    return s.name == "fsdp" || (s.name == "ddp" && s.zero_stage == 0);
+}
+
 void load_model_states(Device& gpu, const Job& job) {
     const ModelStateBytes s =
         zero_model_states(job.params(), job.strategy().zero_stage, job.zero_ranks(), job.work->grad_bytes);
-    gpu.allocate(s.total(), ops::model_states);
+    gpu.allocate(grads_on_demand(job) ? s.total() - s.grads : s.total(), ops::model_states);
+}
+
+void allocate_grads(Device& gpu, const Job& job, double params, int layer) {
+    if (!grads_on_demand(job)) return;
+    const double shards = job.strategy().name == "fsdp" ? job.zero_ranks() : 1;
+    gpu.allocate(job.work->grad_bytes * params / shards, ops::backward, layer);
 }
 
 void optimizer_step(Device& gpu, const Job& job, double params) {
