@@ -591,3 +591,30 @@ TEST_CASE("a GEMM table without a best-shape row fits the ceiling with the curve
     CHECK(large.cluster["cluster"]["gpu"]["gemm"]["bandwidth_fraction"].get<double>() == doctest::Approx(base_fraction));
     CHECK(large.cluster["cluster"]["gpu"]["gemm"]["max_efficiency"].get<double>() == doctest::Approx(0.7).epsilon(0.01));
 }
+
+TEST_CASE("the GEMM fit: one shape near the ridge does not set bandwidth_fraction; the fitted type's old override goes") {
+    auto base = cal::read_cluster_file(data_dir + "/test-cluster.json");
+    GpuSpec truth = cal::make_cluster(base, "test-cluster.json").gpu;
+    truth.gemm.max_efficiency = 0.7;
+    truth.gemm.overhead_s = 6e-6;
+    truth.gemm.bandwidth_fraction = 0.3;  // a fit that took the fraction would move it from the base's
+    cal::GroundTruth data;
+    cal::GemmSet s;
+    s.id = "synthetic:h100_bf16_by_shape";
+    s.source = "test";
+    // Square shapes, the smallest (intensity 170 FLOP/byte) near the base's ridge, none below half of it.
+    for (double n : {512.0, 1024.0, 2048.0, 8192.0})
+        s.rows.push_back({"H100 test", DType::bf16, n, n, n, 2 * n * n * n / truth.gemm_seconds(n, n, n, DType::bf16) / kTera});
+    data.gemms.push_back(s);
+    // A base config with an earlier ceiling for the fitted type (as --fit-megatron writes one).
+    base["cluster"]["gpu"]["gemm"]["efficiency_by_dtype"] = {{"bf16", 0.5}};
+    const double base_fraction = cal::make_cluster(base, "test-cluster.json").gpu.gemm.bandwidth_fraction;
+    const auto r = cal::calibrate(base, "test-cluster.json", data);
+    const auto& g = r.cluster["cluster"]["gpu"]["gemm"];
+    CHECK(g["bandwidth_fraction"].get<double>() == doctest::Approx(base_fraction));
+    // (the smallest shape's time, bound by the truth's lower bandwidth, pulls the ceiling a little)
+    CHECK(g["max_efficiency"].get<double>() == doctest::Approx(0.7).epsilon(0.05));
+    CHECK_FALSE(g.contains("efficiency_by_dtype"));
+    CHECK(cal::make_cluster(r.cluster, "c.json").gpu.gemm.efficiency(DType::bf16) ==
+          doctest::Approx(g["max_efficiency"].get<double>()));
+}

@@ -492,15 +492,19 @@ GemmFitResult fit_gemm(const GpuSpec& gpu, const std::vector<GemmPoint>& points)
         }
         return e;
     };
-    // bandwidth_fraction is fitted only where some shape is memory-bound: its arithmetic intensity
-    // (FLOPs per byte) below the ridge point of the starting parameters. A table of large shapes
-    // cannot tell it, and it prices every memory-bound kernel besides (GpuSpec::memory_seconds).
-    bool memory_bound = false;
+    // bandwidth_fraction is fitted only where at least two shapes are clearly memory-bound: their
+    // arithmetic intensity (FLOPs per byte) below half the ridge point of the starting parameters.
+    // A table of large shapes cannot tell it (one near the ridge would bend it to absorb the
+    // overhead of small GEMMs: 0.15 from Triton's A100 table, whose smallest shape, 512^3, sits at
+    // the ridge), and it prices every memory-bound kernel besides (GpuSpec::memory_seconds).
+    int below = 0;
     for (const auto& p : points) {
         const double intensity = 2 * p.m * p.n * p.k / ((p.m * p.k + p.k * p.n + p.m * p.n) * bytes_per_element(p.dtype));
-        memory_bound |= intensity < gpu.peak(p.dtype) * gpu.gemm.efficiency(p.dtype) /
-                                        (gpu.memory_bandwidth * gpu.gemm.bandwidth_fraction);
+        const double ridge =
+            gpu.peak(p.dtype) * gpu.gemm.efficiency(p.dtype) / (gpu.memory_bandwidth * gpu.gemm.bandwidth_fraction);
+        if (intensity < ridge / 2) ++below;
     }
+    const bool memory_bound = below >= 2;
     // A grid, then coordinate refinement: two parameters, a smooth error.
     double bo = gpu.gemm.overhead_s, bf = gpu.gemm.bandwidth_fraction, be = err(bo, bf);
     for (int i = 0; i <= 100; ++i)
@@ -719,6 +723,11 @@ std::vector<std::string> fit_gemm_model(json& gm, GpuSpec gpu, const std::string
             }
             gpu.gemm = best_model;
             gm["max_efficiency"] = std::round(best_e * 10000) / 10000;
+            // The main type's ceiling is max_efficiency now: an override of the base config's goes.
+            if (gm.contains("efficiency_by_dtype") && gm["efficiency_by_dtype"].is_object()) {
+                gm["efficiency_by_dtype"].erase(std::string(dtype_name(main)));
+                if (gm["efficiency_by_dtype"].empty()) gm.erase("efficiency_by_dtype");
+            }
             // Every GEMM parameter is fitted afresh: an earlier calibration's data sets no longer apply.
             gm.erase("datasets");
             ++out.fitted;
