@@ -44,6 +44,14 @@ Measured measure(const json& doc) {
     return m;
 }
 
+// DDP at a ZeRO stage with gradients in `grad`, one microbatch.
+Measured measure_ddp(int nodes, int stage, const char* grad) {
+    json doc = data_parallel("ddp", nodes, 1);
+    doc["strategy"]["zero_stage"] = stage;
+    doc["strategy"]["grad_dtype"] = grad;
+    return measure(doc);
+}
+
 // Rank 0's bytes moved by its collectives, as a ring moves them: bus factor x S.
 double moved(const Measured& m, int n) {
     double total = 0;
@@ -71,10 +79,7 @@ TEST_CASE("model states per GPU as the simulation allocates them: (14+G)Ψ, (2+G
             CAPTURE(N);
             for (int stage : {0, 1, 2}) {
                 CAPTURE(stage);
-                json doc = data_parallel("ddp", nodes, 1);
-                doc["strategy"]["zero_stage"] = stage;
-                doc["strategy"]["grad_dtype"] = grad;
-                const Measured m = measure(doc);
+                const Measured m = measure_ddp(nodes, stage, grad);
                 // The first event (layer 0's forward) sees the model states plus layer 0's activations.
                 const auto& first = m.result.trace.ranks[0].events.front();
                 REQUIRE(first.op.name() == "forward");
@@ -150,10 +155,7 @@ TEST_CASE("communication volume per step: 2Ψ for DDP, ZeRO-1 and ZeRO-2, 3Ψ fo
             auto unit = [&](const Measured& m) { return bus_factor(Collective::all_gather, n) * 2 * m.psi; };
             for (int stage : {0, 1, 2}) {
                 CAPTURE(stage);
-                json doc = data_parallel("ddp", nodes, 1);
-                doc["strategy"]["zero_stage"] = stage;
-                doc["strategy"]["grad_dtype"] = grad;
-                const Measured m = measure(doc);
+                const Measured m = measure_ddp(nodes, stage, grad);
                 // DDP all-reduces the gradients (2 x their bytes); ZeRO-1/2 reduce-scatter them and gather Ψ.
                 CHECK(moved(m, n) / unit(m) == doctest::Approx(stage == 0 ? 2 * g : g + 1));
             }
