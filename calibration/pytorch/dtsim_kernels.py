@@ -17,36 +17,17 @@ the square). Nothing here is fitted: the cost models are fitted to these rows by
 """
 
 import argparse
-import datetime
-import json
 import math
-import platform
-import shlex
-import statistics
-import subprocess
+import os
 import sys
 import traceback
 
 import torch
 import torch.nn.functional as F
 
-DT = torch.bfloat16
-
-
-def timed(fn, iters, warmup, repeats):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(iters):
-            fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / iters)  # microseconds per call
-    return statistics.median(times)
+# dtsim_torch_common.py sits beside this script: found also when the script is loaded from elsewhere.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from dtsim_torch_common import DT, software_meta, timed, write_json  # noqa: E402
 
 
 def host_timed(fn, iters):
@@ -68,7 +49,7 @@ class Bench:
         self.sections = {}
 
     def t(self, fn, iters=None):
-        return timed(fn, iters or self.a.iters, self.a.warmup, self.a.repeats)
+        return timed(fn, iters or self.a.iters, self.a.warmup, self.a.repeats, scale=1e3)  # microseconds per call
 
     # ---- GEMM by shape (torch.mm, bf16 and fp8) --------------------------------------------
     def gemm(self):
@@ -300,16 +281,8 @@ def main():
         sys.exit("dtsim_kernels: no CUDA device")
     bench = Bench(args)
     props = torch.cuda.get_device_properties(0)
-    try:
-        driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                capture_output=True, text=True, timeout=30).stdout.strip()
-    except Exception:
-        driver = None
     meta = {"tool": "dtsim_kernels.py", "gpu": props.name, "memory_GiB": round(props.total_memory / 2**30, 1),
-            "sms": props.multi_processor_count, "torch": torch.__version__, "cuda_runtime": torch.version.cuda,
-            "cudnn": torch.backends.cudnn.version(), "driver": driver,
-            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "host": platform.node(), "command": " ".join(shlex.quote(a) for a in sys.argv),
+            "sms": props.multi_processor_count, **software_meta(sys.argv),
             "timing": f"CUDA events around {args.iters} back-to-back calls (fewer for long kernels) after "
                       f"{args.warmup} warm-up calls; median of {args.repeats} groups; L2 not flushed"}
     for name in args.only.split(","):
@@ -319,8 +292,7 @@ def main():
             bench.sections.setdefault("errors", []).append(f"{name}: {traceback.format_exc()[-600:]}")
         torch.cuda.empty_cache()
         doc = {"meta": meta, **bench.sections}
-        with open(args.out + ".tmp", "w") as f:
-            json.dump(doc, f, indent=1)
+        write_json(args.out + ".tmp", doc)
         import os
         os.replace(args.out + ".tmp", args.out)
         print(f"dtsim_kernels: {name} done", flush=True)

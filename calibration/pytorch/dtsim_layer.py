@@ -12,12 +12,8 @@ cross-entropy. The rows are for validation only: nothing is fitted to them.
 """
 
 import argparse
-import datetime
 import json
-import platform
-import shlex
-import statistics
-import subprocess
+import os
 import sys
 
 import torch
@@ -25,25 +21,13 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-DT = torch.bfloat16
+# dtsim_torch_common.py sits beside this script: found also when the script is loaded from elsewhere.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from dtsim_torch_common import DT, GptBlock, software_meta, timed, write_json  # noqa: E402
 
 
-def timed(fn, iters, warmup=3, repeats=3):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(repeats):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(iters):
-            fn()
-        b.record()
-        b.synchronize()
-        out.append(a.elapsed_time(b) / iters)  # ms
-    return statistics.median(out)
-
-
+# The block these rows were timed with: SDPA's enable_gqa, w3 made before w2. dtsim_torch_common's LlamaBlock is
+# torchtitan's exact form (repeat_kv), which dtsim_memory.py and dtsim_step.py use.
 class LlamaBlock(nn.Module):
     def __init__(self, h, heads, kv, ffn):
         super().__init__()
@@ -74,25 +58,6 @@ class LlamaBlock(nn.Module):
         x = x + self.wo(o.transpose(1, 2).reshape(b, s, -1))
         y = self.n2(x)
         return x + self.w2(F.silu(self.w1(y)) * self.w3(y))
-
-
-class GptBlock(nn.Module):
-    def __init__(self, h, heads):
-        super().__init__()
-        self.heads, self.d = heads, h // heads
-        self.qkv = nn.Linear(h, 3 * h, bias=False)
-        self.proj = nn.Linear(h, h, bias=False)
-        self.up = nn.Linear(h, 4 * h, bias=False)
-        self.down = nn.Linear(4 * h, h, bias=False)
-        self.n1 = nn.LayerNorm(h)
-        self.n2 = nn.LayerNorm(h)
-
-    def forward(self, x, freqs=None):
-        b, s, h = x.shape
-        q, k, v = self.qkv(self.n1(x)).view(b, s, 3, self.heads, self.d).unbind(2)
-        o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
-        x = x + self.proj(o.transpose(1, 2).reshape(b, s, h))
-        return x + self.down(F.gelu(self.up(self.n2(x)), approximate="tanh"))
 
 
 def main():
@@ -157,16 +122,8 @@ def main():
         del w, x
         torch.cuda.empty_cache()
     props = torch.cuda.get_device_properties(0)
-    try:
-        driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                capture_output=True, text=True, timeout=30).stdout.strip()
-    except Exception:
-        driver = None
     doc = {
-        "meta": {"tool": "dtsim_layer.py", "gpu": props.name, "torch": torch.__version__, "cuda_runtime": torch.version.cuda,
-                 "cudnn": torch.backends.cudnn.version(), "driver": driver,
-                 "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                 "host": platform.node(), "command": " ".join(shlex.quote(a) for a in sys.argv),
+        "meta": {"tool": "dtsim_layer.py", "gpu": props.name, **software_meta(sys.argv),
                  "timing": "CUDA events around 5 (head: 3) back-to-back calls after 3 warm-up calls; median of 3"},
         "layers": {"description": "one transformer block in bf16, eager PyTorch: forward without autograd (nograd_ms), "
                                   "forward recording autograd (fwd_ms), forward then backward (fwd_bwd_ms); "
@@ -177,8 +134,7 @@ def main():
         "output_layer": {"description": "logits GEMM (bf16) then fp32 cross-entropy, forward and backward",
                          "columns": ["hidden", "vocab", "tokens", "fwd_bwd_ms"], "rows": head_rows},
     }
-    with open(args.out, "w") as f:
-        json.dump(doc, f, indent=1)
+    write_json(args.out, doc)
     print(json.dumps(doc["layers"]["rows"]), json.dumps(head_rows))
 
 

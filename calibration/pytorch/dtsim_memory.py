@@ -55,135 +55,23 @@ median forward and forward+backward times, then lists the saved tensors and trac
 """
 
 import argparse
-import datetime
-import json
-import platform
-import shlex
+import os
 import statistics
-import subprocess
 import sys
 import time
 import traceback
-from collections import defaultdict
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
+from torch.utils.checkpoint import checkpoint
 
-DT = torch.bfloat16
-DEV = "cuda"
-
-
-def repeat_kv(x, n_rep):
-    """torchtitan's repeat_kv: torch.repeat_interleave(x, dim=2, repeats=n_rep), as expand + reshape."""
-    bs, slen, n_kv, d = x.shape
-    if n_rep == 1:
-        return x
-    return x.unsqueeze(3).expand(bs, slen, n_kv, n_rep, d).reshape(bs, slen, n_kv * n_rep, d)
-
-
-class LlamaBlock(nn.Module):
-    """torchtitan's llama3 TransformerBlock (Attention, FeedForward, nn.RMSNorm) without its TP hooks.
-
-    gqa=True passes enable_gqa to SDPA instead of repeating K and V (not torchtitan's form; a variant).
-    """
-
-    def __init__(self, h, heads, kv, ffn, gqa=False):
-        super().__init__()
-        self.heads, self.kv, self.d, self.gqa = heads, kv, h // heads, gqa
-        self.wq = nn.Linear(h, heads * self.d, bias=False)
-        self.wk = nn.Linear(h, kv * self.d, bias=False)
-        self.wv = nn.Linear(h, kv * self.d, bias=False)
-        self.wo = nn.Linear(heads * self.d, h, bias=False)
-        self.w1 = nn.Linear(h, ffn, bias=False)
-        self.w2 = nn.Linear(ffn, h, bias=False)
-        self.w3 = nn.Linear(h, ffn, bias=False)
-        self.attention_norm = nn.RMSNorm(h, eps=1e-5)
-        self.ffn_norm = nn.RMSNorm(h, eps=1e-5)
-
-    def attention(self, x, freqs):
-        bs, s, _ = x.shape
-        xq, xk, xv = self.wq(x), self.wk(x), self.wv(x)
-        xq = xq.view(bs, s, -1, self.d)
-        xk = xk.view(bs, s, -1, self.d)
-        xv = xv.view(bs, s, -1, self.d)
-        q_ = torch.view_as_complex(xq.float().reshape(*xq.shape[:-1], -1, 2))
-        k_ = torch.view_as_complex(xk.float().reshape(*xk.shape[:-1], -1, 2))
-        xq = torch.view_as_real(q_ * freqs).flatten(3).type_as(xq)
-        xk = torch.view_as_real(k_ * freqs).flatten(3).type_as(xk)
-        if self.gqa:
-            keys, values = xk, xv
-        else:
-            keys, values = repeat_kv(xk, self.heads // self.kv), repeat_kv(xv, self.heads // self.kv)
-        o = F.scaled_dot_product_attention(xq.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2),
-                                           is_causal=True, enable_gqa=self.gqa and self.kv != self.heads)
-        o = o.transpose(1, 2).contiguous().view(bs, s, -1)
-        return self.wo(o)
-
-    def forward(self, x, freqs):
-        h = x + self.attention(self.attention_norm(x), freqs)
-        y = self.ffn_norm(h)
-        return h + self.w2(F.silu(self.w1(y)) * self.w3(y))
-
-
-class GptBlock(nn.Module):
-    """An MPT-style block: pre-LayerNorm, fused QKV, multi-head SDPA, tanh GeLU 4h, no linear biases."""
-
-    def __init__(self, h, heads):
-        super().__init__()
-        self.heads, self.d = heads, h // heads
-        self.qkv = nn.Linear(h, 3 * h, bias=False)
-        self.proj = nn.Linear(h, h, bias=False)
-        self.up = nn.Linear(h, 4 * h, bias=False)
-        self.down = nn.Linear(4 * h, h, bias=False)
-        self.n1 = nn.LayerNorm(h)
-        self.n2 = nn.LayerNorm(h)
-
-    def forward(self, x, freqs=None):
-        b, s, h = x.shape
-        q, k, v = self.qkv(self.n1(x)).view(b, s, 3, self.heads, self.d).unbind(2)
-        o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
-        x = x + self.proj(o.transpose(1, 2).reshape(b, s, h))
-        return x + self.down(F.gelu(self.up(self.n2(x)), approximate="tanh"))
-
-
-def _op(path):
-    obj = torch.ops
-    try:
-        for part in path.split("."):
-            obj = getattr(obj, part)
-        return obj
-    except (AttributeError, RuntimeError):
-        return None
-
-
-SAVE_OPS = {o for o in (_op("aten.mm.default"),
-                        _op("aten._scaled_dot_product_efficient_attention.default"),
-                        _op("aten._scaled_dot_product_flash_attention.default"),
-                        _op("aten._scaled_dot_product_cudnn_attention.default"),
-                        _op("_c10d_functional.reduce_scatter_tensor.default"),
-                        _op("aten.max.default")) if o is not None}
-MM = torch.ops.aten.mm.default
-
-
-def op_sac_context(decisions=None):
-    """torchtitan's op-SAC context: save SAVE_OPS' outputs but recompute every second mm."""
-    meta = defaultdict(int)
-
-    def policy(ctx, func, *args, **kwargs):
-        mode = "recompute" if ctx.is_recompute else "forward"
-        key = f"{mode}_mm_count"
-        if func == MM:
-            meta[key] += 1
-        save = func in SAVE_OPS and not (func == MM and meta[key] % 2 == 0)
-        if decisions is not None and not ctx.is_recompute:
-            decisions.append([func, save, None])
-        return CheckpointPolicy.MUST_SAVE if save else CheckpointPolicy.PREFER_RECOMPUTE
-
-    return create_selective_checkpoint_contexts(policy)
+# dtsim_torch_common.py sits beside this script: found also when the script is loaded from elsewhere.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from dtsim_torch_common import (DEV, DT, MM, GptBlock, LlamaBlock, elapsed_writer, freqs_for,  # noqa: E402
+                                op_sac_context, run_block, software_meta)
 
 
 class Stack(nn.Module):
@@ -194,15 +82,7 @@ class Stack(nn.Module):
 
     def forward(self, x, freqs):
         for blk in self.blocks:
-            if self.policy == "none":
-                x = blk(x, freqs)
-            elif self.policy == "full":
-                x = checkpoint(blk, x, freqs, use_reentrant=False, preserve_rng_state=False)
-            elif self.policy == "op":
-                x = checkpoint(blk, x, freqs, use_reentrant=False, preserve_rng_state=False,
-                               context_fn=op_sac_context)
-            else:
-                raise ValueError(self.policy)
+            x = run_block(blk, x, freqs, self.policy)
         return x
 
 
@@ -226,16 +106,25 @@ class OutputLog(TorchDispatchMode):
         return out
 
 
-def graph_saved(y, inp, params):
-    """Every tensor saved on y's autograd graph, as
-    [node, attribute, shape, dtype, bytes, storage_bytes, first_reference_to_its_storage, origin]."""
-    rows, seen_nodes, seen_storage = [], set(), set()
+def graph_nodes(y):
+    """The nodes of y's autograd graph, each once, depth first from y.grad_fn."""
+    seen = set()
     stack = [y.grad_fn]
     while stack:
         n = stack.pop()
-        if n is None or n in seen_nodes:
+        if n is None or n in seen:
             continue
-        seen_nodes.add(n)
+        seen.add(n)
+        yield n
+        for nf, _ in n.next_functions:
+            stack.append(nf)
+
+
+def graph_saved(y, inp, params):
+    """Every tensor saved on y's autograd graph, as
+    [node, attribute, shape, dtype, bytes, storage_bytes, first_reference_to_its_storage, origin]."""
+    rows, seen_storage = [], set()
+    for n in graph_nodes(y):
         for attr in sorted(a for a in dir(n) if a.startswith("_saved_")):
             try:
                 v = getattr(n, attr)
@@ -251,21 +140,12 @@ def graph_saved(y, inp, params):
                 origin = "input" if ptr == inp else "param" if ptr in params else "forward"
                 rows.append([type(n).__name__, attr, list(t.shape), str(t.dtype).replace("torch.", ""),
                              tensor_bytes(t), nb, first, origin])
-        for nf, _ in n.next_functions:
-            stack.append(nf)
     return rows
 
 
 def build(kind, h, heads, kv, ffn, nblocks=1, policy="none", gqa=False):
     mk = (lambda: LlamaBlock(h, heads, kv, ffn, gqa)) if kind == "llama" else (lambda: GptBlock(h, heads))
     return Stack([mk() for _ in range(nblocks)], policy).to(DEV, DT)
-
-
-def freqs_for(kind, seq, d):
-    if kind != "llama":
-        return None
-    f = torch.polar(torch.ones(seq, d // 2, device=DEV), torch.randn(seq, d // 2, device=DEV))
-    return f.view(1, seq, 1, d // 2)
 
 
 def measure(kind, h, heads, kv, ffn, seq, batch, policy, nblocks, gqa, reps=5):
@@ -434,13 +314,8 @@ class MemoryTrace(TorchDispatchMode):
 def custom_saved(y, inp, params):
     """Tensors a custom autograd.Function saved (ctx.save_for_backward), which graph_saved does not see, in its
     row format."""
-    rows, seen = [], set()
-    stack = [y.grad_fn]
-    while stack:
-        n = stack.pop()
-        if n is None or n in seen:
-            continue
-        seen.add(n)
+    rows = []
+    for n in graph_nodes(y):
         try:
             saved = n.saved_tensors if hasattr(n, "saved_tensors") else ()
         except Exception:
@@ -451,8 +326,6 @@ def custom_saved(y, inp, params):
                 origin = "input" if ptr == inp else "param" if ptr in params else "forward"
                 rows.append([type(n).__name__, "saved_tensors", list(t.shape), str(t.dtype).replace("torch.", ""),
                              tensor_bytes(t), t.untyped_storage().nbytes(), True, origin])
-        for nf, _ in n.next_functions:
-            stack.append(nf)
     return rows
 
 
@@ -594,12 +467,7 @@ def main_output(args):
         "errors": [],
     }
 
-    def write():
-        doc["meta"]["elapsed_s"] = round(time.time() - t0, 1)
-        with open(args.out, "w") as f:
-            json.dump(doc, f, indent=1)
-
-    t0 = time.time()
+    t0, write = elapsed_writer(doc, args.out)
     write()
     for name, h, vocab, seq, batch in shapes:
         for form in OUTPUT_FORMS:
@@ -634,15 +502,8 @@ def main_output(args):
 
 def gpu_meta():
     props = torch.cuda.get_device_properties(0)
-    try:
-        driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                capture_output=True, text=True, timeout=30).stdout.strip()
-    except Exception:
-        driver = None
     return {"tool": "dtsim_memory.py", "gpu": props.name, "gpu_memory_bytes": props.total_memory,
-            "torch": torch.__version__, "cuda_runtime": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
-            "driver": driver, "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "host": platform.node(), "command": " ".join(shlex.quote(a) for a in sys.argv),
+            **software_meta(sys.argv),
             "attention": "SDPA restricted to SDPBackend.FLASH_ATTENTION", "dtype": "bfloat16 parameters and activations",
             "timing": "CUDA events around one forward+backward; median of 5 after 2 warm-up steps"}
 
@@ -703,12 +564,7 @@ def main():
         "errors": [],
     }
 
-    def write():
-        doc["meta"]["elapsed_s"] = round(time.time() - t0, 1)
-        with open(args.out, "w") as f:
-            json.dump(doc, f, indent=1)
-
-    t0 = time.time()
+    t0, write = elapsed_writer(doc, args.out)
     write()
     for name, kind, h, heads, kv, ffn, seq, batch, nb, gqa, policies in cases:
         for policy in policies:

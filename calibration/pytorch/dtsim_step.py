@@ -2,7 +2,7 @@
 """A whole training step on one GPU as eager PyTorch runs it: a check of dtsim's step without communication.
 
 dtsim_layer.py times single blocks and dtsim_memory.py measures what one block keeps; this script runs a whole
-model's step: the token embedding, the transformer blocks (dtsim_memory.py's LlamaBlock, torchtitan's form, and
+model's step: the token embedding, the transformer blocks (dtsim_torch_common.py's LlamaBlock, torchtitan's form, and
 GptBlock, MPT's form), the final norm, the output projection, the fp32 cross-entropy (torchtitan's
 F.cross_entropy(logits.float(), labels)), the backward and AdamW. Two models:
 
@@ -20,7 +20,7 @@ the next all-gather). Model states are thus 2 (bf16) + 4 (master) + 4 (fp32 grad
 parameter, dtsim's count with grad_dtype fp32.
 
 Activation checkpointing per block: none; full (torch.utils.checkpoint, use_reentrant=False); op, torchtitan's
-per-op selective policy (dtsim_memory.py's op_sac_context). SDPA runs with the FlashAttention-2 backend.
+per-op selective policy (dtsim_torch_common.py's op_sac_context). SDPA runs with the FlashAttention-2 backend.
 
 For each case: 3 warm-up steps, then the peak statistics are reset and 5 steps are timed, each with CUDA events at
 its start, after the forward (the loss), after the backward and after the optimizer (AdamW step, the bf16 refresh
@@ -32,14 +32,9 @@ is summed by kind (GEMM, attention, optimizer, other).
 """
 
 import argparse
-import datetime
 import gc
-import json
 import os
-import platform
-import shlex
 import statistics
-import subprocess
 import sys
 import time
 import traceback
@@ -48,13 +43,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from torch.utils.checkpoint import checkpoint
 
+# dtsim_torch_common.py sits beside this script: found also when the script is loaded from elsewhere.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from dtsim_memory import GptBlock, LlamaBlock, freqs_for, op_sac_context  # noqa: E402
+from dtsim_torch_common import (DEV, DT, GptBlock, LlamaBlock, freqs_for, run_block, software_meta,  # noqa: E402
+                                write_json)
 
-DT = torch.bfloat16
-DEV = "cuda"
 GIB = 2.0 ** 30
 
 
@@ -75,15 +69,7 @@ class Model(nn.Module):
     def forward(self, tokens, labels, freqs):
         x = self.tok_embeddings(tokens)
         for blk in self.layers:
-            if self.policy == "none":
-                x = blk(x, freqs)
-            elif self.policy == "full":
-                x = checkpoint(blk, x, freqs, use_reentrant=False, preserve_rng_state=False)
-            elif self.policy == "op":
-                x = checkpoint(blk, x, freqs, use_reentrant=False, preserve_rng_state=False,
-                               context_fn=op_sac_context)
-            else:
-                raise ValueError(self.policy)
+            x = run_block(blk, x, freqs, self.policy)
         x = self.norm(x)
         w = self.output.weight if self.output is not None else self.tok_embeddings.weight
         logits = F.linear(x, w)
@@ -235,15 +221,7 @@ COLUMNS = ["name", "kind", "hidden", "heads", "kv_heads", "ffn", "layers", "voca
 
 def meta(argv):
     props = torch.cuda.get_device_properties(0)
-    try:
-        driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                capture_output=True, text=True, timeout=30).stdout.strip()
-    except Exception:
-        driver = None
-    return {"tool": "dtsim_step.py", "gpu": props.name, "torch": torch.__version__, "cuda_runtime": torch.version.cuda,
-            "cudnn": torch.backends.cudnn.version(), "driver": driver,
-            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "host": platform.node(), "command": " ".join(shlex.quote(a) for a in argv),
+    return {"tool": "dtsim_step.py", "gpu": props.name, **software_meta(argv),
             "timing": "CUDA events at the start of each step, after the forward, after the backward and after "
                       "optimizer.step(), the bf16 refresh and zero_grad; 3 warm-up steps, median of 5; peaks over "
                       "the 5 timed steps (reset after the warm-up)"}
@@ -280,8 +258,7 @@ def main():
                   f"[{time.time() - t0:.1f} s]", flush=True)
             doc["training_steps"]["rows"].append([row.get(c) for c in COLUMNS])
             doc["details"].append(row)
-            with open(args.out, "w") as f:
-                json.dump(doc, f, indent=1)
+            write_json(args.out, doc)
 
 
 if __name__ == "__main__":
