@@ -161,14 +161,56 @@ TEST_CASE("all-gather: ring in a node, PAT with one GPU per node for small messa
     CHECK(b.seconds == rel(b.latency + 4 * kGiB / 384e9));
 }
 
+TEST_CASE("NVLS-tree's pipeline fill: NCCL's chunk through every stage, on top of its tuner's time") {
+    const Cluster c = h100();
+    // What NCCL's tuner says for NVLS-tree on N nodes of 8 (bus 364 GB/s beyond 2 nodes).
+    auto tuner = [](int nodes, double bytes) {
+        const double n = 8.0 * nodes, hops = 2 * std::floor(std::log2(nodes));
+        return (25 + hops * 20.9) * us + bytes / (364e9 * n / (2 * (n - 1)));
+    };
+    // The stages one chunk crosses: 2 log2(N) network hops, each NIC carrying NCCL's 16 NVLS channels
+    // of its head, and the NVLS scatter and gather, a GPU's NVLink carrying 16 channels x 8 heads.
+    auto stages = [](int nodes) { return 2 * std::floor(std::log2(nodes)) * 16 / 48e9 + 2 * 16 * 8 / 370e9; };
+    // 4 nodes, 256 MiB: NCCL_NVLSTREE_MAX_CHUNKSIZE's default holds the chunk to 64 KiB from 4 nodes on.
+    const CollectiveCost four = collective_cost(c, Collective::all_reduce, 256 * kMiB, shape(4, 8));
+    CHECK(four.nccl_algorithm == NcclAlgorithm::nvls_tree);
+    CHECK(four.seconds == rel(tuner(4, 256 * kMiB) + 65536 * stages(4)));  // 1,670 us
+    // 4 MiB, forced: under 128 pipes x 64 KiB = 8 MiB NCCL halves the chunk to 32 KiB.
+    const CollectiveCost small = collective_cost(c, Collective::all_reduce, 4 * kMiB, shape(4, 8), Algorithm::nvls);
+    CHECK(small.seconds == rel(tuner(4, 4 * kMiB) + 32768 * stages(4)));
+    // 8 nodes, 128 MiB: 6 network hops, 176 us of fill over the tuner's 876 us.
+    const CollectiveCost eight = collective_cost(c, Collective::all_reduce, 128 * kMiB, shape(8, 8));
+    CHECK(eight.nccl_algorithm == NcclAlgorithm::nvls_tree);
+    CHECK(eight.seconds == rel(tuner(8, 128 * kMiB) + 65536 * stages(8)));
+    CHECK(eight.bus_bandwidth == rel(364e9));  // the fill counts as latency
+    // 2 nodes, 1 GiB (forced, against the bound's 475): 128 KiB chunks, 2 network hops, and twice the
+    // network: min(475, 2 x 384, 8 x 57.7) = 461.6 GB/s.
+    const CollectiveCost two = collective_cost(c, Collective::all_reduce, 1 * kGiB, shape(2, 8), Algorithm::nvls);
+    CHECK(two.seconds == rel((25 + 2 * 20.9) * us + 1 * kGiB / (461.6e9 * 16 / 30) + 131072 * stages(2)));
+    // The choice stays the tuner's, which does not see the fill: on 8 nodes at 32 MiB NCCL takes
+    // NVLS-tree (NVIDIA/nccl#1752 logs it so on 64 nodes), though its tree with LL128 would be faster.
+    const CollectiveCost mid = collective_cost(c, Collective::all_reduce, 32 * kMiB, shape(8, 8));
+    CHECK(mid.nccl_algorithm == NcclAlgorithm::nvls_tree);
+    CHECK(mid.seconds > collective_cost(c, Collective::all_reduce, 32 * kMiB, shape(8, 8), Algorithm::tree).seconds);
+    // Where the tuner leaves NVLS-tree for the ring (4 nodes, between 512 MiB and 1 GiB), the time
+    // does not fall: below the switch it is at most the ring's time at the switch.
+    double last = 0;
+    for (double S = 256 * kMiB; S <= 2 * kGiB; S *= 1.01) {
+        const double t = collective_cost(c, Collective::all_reduce, S, shape(4, 8)).seconds;
+        CHECK(t >= last);
+        last = t;
+    }
+}
+
 TEST_CASE("forced algorithms: tree only for all-reduce, NVLS-tree across nodes, ring where nothing else applies") {
     const Cluster c = h100();
     CHECK(collective_cost(c, Collective::all_gather, 1e6, shape(4, 8), Algorithm::tree).algorithm == Algorithm::ring);
     const CollectiveCost across = collective_cost(c, Collective::all_reduce, 1e9, shape(4, 8), Algorithm::nvls);
     CHECK(across.nccl_algorithm == NcclAlgorithm::nvls_tree);
     CHECK(across.algorithm == Algorithm::nvls);
-    // NVLS-tree latency: 25 (NVLink) + 2 x log2(4) x 20.9 (network) us.
-    CHECK(across.latency == rel((25 + 4 * 20.9) * us));
+    // NVLS-tree latency: 25 (NVLink) + 2 x log2(4) x 20.9 (network) us, and its pipeline's fill: 64 KiB
+    // chunks of 16 channels through 4 network hops (48 GB/s NICs) and 2 NVLink ones (8 heads, 370 GB/s).
+    CHECK(across.latency == rel((25 + 4 * 20.9) * us + 65536 * (4 * 16 / 48e9 + 2 * 16 * 8 / 370e9)));
     CHECK(collective_cost(a100(), Collective::all_reduce, 1e9, shape(1, 8), Algorithm::nvls).algorithm ==
           Algorithm::ring);
     // One GPU per node has no NVLink to reduce on.

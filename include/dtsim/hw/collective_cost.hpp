@@ -17,7 +17,10 @@
 // cluster config (NVLink bus bandwidth, k x NIC bandwidth for a group with k
 // members per node, the NVLS bus bandwidth), times NCCL's per-protocol and
 // per-algorithm factors and under its per-channel ceilings. The automatic
-// choice is NCCL's: the pair with the least time.
+// choice is NCCL's: the pair with the least time. An NVLS-tree so chosen then
+// also pays its pipeline's fill, which NCCL's tuner leaves out: its last chunk
+// crossing the NVLS scatter, the tree across nodes and the NVLS gather
+// (collective_cost.cpp, nvls_tree_fill).
 //
 // The result's bus bandwidth never exceeds bus_bandwidth_bound: what the
 // slowest level a group spans lets through (docs/network-model.md, "The

@@ -246,7 +246,69 @@ std::vector<Choice> candidates(const Cluster& c, const Comm& m, Collective coll,
 struct Line {
     double latency = 0;
     double bandwidth = 0;
+    // NVLS-tree only: what its pipeline's fill costs (nvls_tree_fill, below).
+    int pipes = 0;                // NCCL's NVLS channels x NVLS heads (concurrentOps in enqueue.cc)
+    double max_chunk = 0;         // bytes
+    double hop_net = 0;           // s per chunk byte for one network hop (a head's NIC carries every channel)
+    double hop_node = 0;          // s per chunk byte for the NVLS scatter or gather inside a node
+    int net_hops = 0;             // up and down the tree across nodes
 };
+
+// NVLS-tree's pipeline (src/device/all_reduce.h, RunWorkColl<..., NCCL_ALGO_NVLS_TREE, ...>): each of
+// NCCL's NVLS channels splits its part of the buffer over the NVLS heads (one per NIC) and runs it in
+// chunks through a pipeline: the NVLS scatter (reduce) inside the node, up the tree across nodes,
+// down it, the NVLS gather. NCCL's tuner prices the bandwidth and the per-hop latencies but not the
+// fill: the last chunk leaves its GPU once S / bandwidth has passed and must still cross every
+// stage, at the rate the stage gives one chunk of one channel.
+//   - channels: NVLS_NCHANNELS_SM90 16 on Hopper; on Blackwell across nodes
+//     ncclNvlsTreeSm100Tuning (src/transport/nvls.cc, v2.30.7): 32 on 2 nodes with 48 GB/s NICs or
+//     faster; beyond, 24 with NICs of 48 GB/s or more (32 at 96 GB/s with more than 8 GPUs a node);
+//     32 otherwise.
+//   - the largest chunk: NCCL_NVLS_CHUNKSIZE 128 KiB, held to NCCL_NVLSTREE_MAX_CHUNKSIZE's default,
+//     64 KiB from 4 nodes on (128 KiB below; src/transport/nvls.cc since v2.26); on Blackwell the
+//     SM100 tuning's, with each GPU's NIC behind a PCIe switch it shares with the GPU (DGX B200:
+//     PATH_PXB): 64 KiB with NICs under 96 GB/s, 256 KiB (and 256 KiB chunks) at 96 GB/s or more with
+//     8 GPUs a node or fewer.
+//   - heads: the NVLS graph's channels, one per NIC of a node (nccl-tests#319's 2-node DGX H100 log:
+//     "NVLS Head 0" to "NVLS Head 7").
+//   - hops: 2 log2(N) across nodes (the depth NCCL's latency counts), 2 inside a node.
+void nvls_tree_pipeline(const Cluster& c, const Comm& m, double heads, Line& l) {
+    int channels = 16;
+    double chunk = 128.0 * 1024, tree_max = m.nodes >= 4 ? 65536.0 : chunk;
+    if (m.gen == blackwell) {
+        const double nic = c.inter_node.bandwidth / kGBps;
+        channels = 32;
+        if (m.nodes == 2 && nic >= 48) {
+            tree_max = m.ppn <= 4 ? (chunk = 256.0 * 1024)
+                       : (m.ppn >= 16 || (m.ppn <= 8 && nic < 96)) ? 65536.0 : 128.0 * 1024;
+        } else if (nic >= 96) {
+            if (m.ppn <= 8) channels = 24, chunk = tree_max = 256.0 * 1024;
+            else channels = 32, tree_max = m.ppn < 32 ? 128.0 * 1024 : 65536.0;
+        } else if (nic >= 48) {
+            channels = 24, tree_max = 65536.0;
+        }
+    }
+    l.pipes = static_cast<int>(channels * heads);
+    l.max_chunk = std::min(chunk, tree_max);
+    // One head's NIC: the node's NICs over its heads.
+    l.hop_net = channels / (m.k * c.inter_node.bandwidth / heads);
+    // Inside the node a GPU scatters (gathers) a chunk for every head of every channel over its NVLink.
+    l.hop_node = channels * heads / c.intra_node.bandwidth;
+    l.net_hops = 2 * static_cast<int>(std::floor(std::log2(m.nodes)));
+}
+
+// The fill at `bytes` (s): NCCL's chunk for the size (enqueue.cc, calcCollChunking: halved where the
+// buffer gives each pipe fewer than 32, 16, 4, 1 chunks) across every stage.
+double nvls_tree_fill(const Line& l, double bytes) {
+    if (l.pipes <= 0) return 0;
+    double chunk = l.max_chunk;
+    const double ops = l.pipes;
+    if (bytes < 32 * ops * chunk && chunk > 262144) chunk = 262144;
+    if (bytes < 16 * ops * chunk && chunk > 131072) chunk = 131072;
+    if (bytes < 4 * ops * chunk && chunk > 65536) chunk = 65536;
+    if (bytes < 1 * ops * chunk && chunk > 32768) chunk = 32768;
+    return chunk * (l.net_hops * l.hop_net + 2 * l.hop_node);
+}
 
 Line line_of(const Cluster& c, const Comm& m, Collective coll, Choice ch) {
     const Algo a = ch.algo;
@@ -315,6 +377,7 @@ Line line_of(const Cluster& c, const Comm& m, Collective coll, Choice ch) {
         lat += std::floor(std::log2(m.nodes)) * (inter / 3.5) + m.n * 2.8;
     }
     l.latency = lat * kUs;
+    if (a == NVLS_TREE) nvls_tree_pipeline(c, m, nch, l);
     return l;
 }
 
@@ -359,14 +422,22 @@ struct Pick {
     Choice choice{RING, SIMPLE};
 };
 
+// NCCL's choice is its tuner's, on its model's times; the time is then what the choice costs, its
+// pipeline's fill included (NVLS-tree's; the tuner does not see it).
 Pick pick_at(const Comm& m, Collective coll, const std::vector<Choice>& cand, const std::vector<Line>& lines,
-             double nch, double bytes) {
+             double nch, double bytes, bool with_fill = true) {
     Pick best;
+    std::size_t chosen = cand.size();
     for (std::size_t i = 0; i < cand.size(); ++i) {
         if (!(lines[i].bandwidth > 0)) continue;
         double lat = 0;
         const double t = pair_seconds(m, coll, cand[i], lines[i], nch, bytes, &lat);
-        if (t < best.seconds) best = Pick{t, lat, cand[i]};
+        if (t < best.seconds) best = Pick{t, lat, cand[i]}, chosen = i;
+    }
+    if (with_fill && chosen < cand.size()) {
+        const double fill = nvls_tree_fill(lines[chosen], bytes);
+        best.seconds += fill;
+        best.latency += fill;
     }
     return best;
 }
@@ -399,6 +470,29 @@ Model model_of(const Cluster& c, Collective coll, const GroupShape& g, Algorithm
 Pick model_at(const Model& md, Collective coll, double bytes) {
     Pick best = pick_at(md.m, coll, md.cand, md.lines, md.nch, bytes);
     if (coll != Collective::all_reduce) return best;
+    // Where the tuner leaves NVLS-tree for another algorithm at a larger size, the time drops by the
+    // fill there. Between two powers of two every pair's time is a line in the size (the tree's
+    // correction changes only at powers of two), so NVLS-tree, the steepest but the ring's, gives way
+    // at most once in such an octave, to the ring, where the tuner's time is continuous and rising:
+    // its time just below that point is below all that follows in the octave. Each octave from the
+    // size's up to 2^44 bytes is looked at (halved to a byte where NVLS-tree gives way in it); the
+    // changes at the powers of two themselves are the edges below.
+    if (std::any_of(md.cand.begin(), md.cand.end(), [](const Choice& ch) { return ch.algo == NVLS_TREE; })) {
+        auto nvls_tree_at = [&](double s) {
+            return pick_at(md.m, coll, md.cand, md.lines, md.nch, s, false).choice.algo == NVLS_TREE;
+        };
+        for (int e = bytes > 1 ? static_cast<int>(std::floor(std::log2(bytes))) : 0; e < 44; ++e) {
+            double lo = std::ldexp(1.0, e), hi = std::nextafter(std::ldexp(1.0, e + 1), 0.0);
+            if (hi <= bytes || !nvls_tree_at(lo) || nvls_tree_at(hi)) continue;
+            for (int i = 0; i < 64 && hi - lo > 1; ++i) {
+                const double mid = 0.5 * (lo + hi);
+                (nvls_tree_at(mid) ? lo : hi) = mid;
+            }
+            if (hi <= bytes) continue;
+            const Pick p = pick_at(md.m, coll, md.cand, md.lines, md.nch, lo, false);
+            if (p.seconds < best.seconds) best.seconds = p.seconds;
+        }
+    }
     for (int i = 0; i <= kTreeCorrectionSizes; ++i) {  // the last edge: where the correction stops
         const double edge = std::ldexp(1.0, i + 6);
         if (edge <= bytes) continue;
