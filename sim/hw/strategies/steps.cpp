@@ -56,7 +56,7 @@ Task<> overlapped_block(Device& gpu, const Job& job, OpCode op, int layer, const
     run_work(gpu, op, layer, part(w, middle), mb);
     const Transfer scatter =
         co_await gpu.start(Collective::reduce_scatter, *job.tp_group, L.tp_bytes, layer, CommStream::tensor);
-    run_work(gpu, op, layer, part(w, w.seconds - head - middle), mb);
+    run_work(gpu, op, layer, part(w, std::max(0.0, w.seconds - head - middle)), mb);
     co_await gpu.wait(scatter);
 }
 
