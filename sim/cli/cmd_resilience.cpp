@@ -51,35 +51,10 @@ struct FailuresArgs {
     TraceOutputs out;
 };
 
-// The physical ranges of the real-valued options (number_in rejects anything else): a node MTBF
-// and failure times up to 1e7 hours (1,141 years), a relaunch up to a week.
-constexpr double kMaxHours = 1e7;
-constexpr double kMaxRestartMinutes = 7 * 24 * 60;
+using hw::kMaxRestartMinutes;
+constexpr double kMaxHours = hw::kMaxFailureHours;
 
-// The most loop iterations (a segment of steps or a failure, each; LongRunEstimate::work) the sweep may
-// simulate over all its intervals and trials: from a few seconds (segments) to about half a minute
-// (failures on a cluster of a hundred nodes) on one core. The default 10,000 steps x 100 trials is
-// about 4e6; the 200,000-step example of docs/stragglers-and-failures.md about 8e7.
-constexpr double kMaxSweepWork = 5e8;
-
-std::string duration(double s) {
-    if (s >= 3600) return fmt::format("{:.2f} h", s / 3600);
-    if (s >= 60) return fmt::format("{:.1f} min", s / 60);
-    return fmt::format("{:.2f} s", s);
-}
-
-// Checkpoint intervals to try: 1, then about 12 % apart, up to the whole run.
-std::vector<long long> intervals(long long steps) {
-    std::vector<long long> ks;
-    double k = 1;
-    while (k <= static_cast<double>(steps)) {
-        const long long ki = std::llround(k);
-        if (ks.empty() || ki != ks.back()) ks.push_back(ki);
-        k *= 1.12;
-    }
-    if (ks.back() != steps) ks.push_back(steps);
-    return ks;
-}
+std::string duration(double s) { return hw::duration_text(s); }
 
 // Progress of a long sweep, shown on standard output when it is a terminal and the sweep has taken
 // more than a second (never on a pipe or a file), and erased before the table prints.
@@ -110,82 +85,23 @@ private:
     Clock::time_point start_ = Clock::now(), shown_at_ = start_;
 };
 
-// An interval of the sweep: simulated (the mean over the trials), or not, with what the closed form expects.
-struct Row {
-    long long k = 0;
-    hw::LongRunEstimate expected;
-    std::optional<hw::LongRun> run;  // absent: not simulated (hw::kMaxExpectedFailuresPerRun)
-};
-
-// Why no interval can be simulated, and what would make the run feasible: the node MTBF from which the
-// best interval expects no more failures than the limit (bisection on the closed form), and the steps
-// that fit at this MTBF.
-[[noreturn]] void refuse_infeasible(const std::vector<Row>& rows, double step, const hw::CheckpointPlan& plan,
-                                    int nodes, hw::FaultOptions o, int trials) {
-    const auto best = std::min_element(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
-        return a.expected.failures < b.expected.failures;
-    });
-    auto fewest = [&](double node_mtbf) {
-        hw::FaultOptions x = o;
-        x.node_mtbf = node_mtbf;
-        double f = std::numeric_limits<double>::infinity();
-        for (const Row& r : rows) {
-            x.checkpoint_every = r.k;
-            f = std::min(f, hw::estimate_long_run(step, plan, nodes, x).failures);
-        }
-        return f;
-    };
-    std::string remedy;
-    auto add = [&](const std::string& r) { remedy += (remedy.empty() ? "" : ", or ") + r; };
-    const auto given = static_cast<double>(o.fail_at.size());
-    if (given > hw::kMaxExpectedFailuresPerRun)
-        add(fmt::format("at most {:g} failures in --fail-at-hours", hw::kMaxExpectedFailuresPerRun));
-    if (o.node_mtbf > 0) {
-        double lo = o.node_mtbf, hi = o.node_mtbf;
-        while (hi < kMaxHours * 3600 && !(fewest(hi) <= hw::kMaxExpectedFailuresPerRun)) hi *= 2;
-        if (fewest(hi) <= hw::kMaxExpectedFailuresPerRun) {
-            for (int i = 0; i < 60; ++i) {
-                const double mid = (lo + hi) / 2;
-                (fewest(mid) <= hw::kMaxExpectedFailuresPerRun ? hi : lo) = mid;
-            }
-            add(fmt::format("a node MTBF of at least {:.3g} h (--mtbf-hours)", hi / 3600));
-        }
-        // Random failures grow with the run's length at a given interval, and so do the segments the
-        // sweep simulates.
-        const double per_step = (best->expected.failures - given) / static_cast<double>(o.steps);
-        double segments = 0;
-        for (const Row& r : rows) segments += static_cast<double>(r.expected.segments);
-        const double steps =
-            std::floor(std::min((hw::kMaxExpectedFailuresPerRun - given) / per_step,
-                                kMaxSweepWork / (trials * segments / static_cast<double>(o.steps))));
-        if (per_step > 0 && std::isfinite(per_step) && steps >= 1)
-            add(fmt::format("at most about {:.0f} steps (--steps)", steps));
-    }
-    if (remedy.empty()) remedy = "a shorter restart (--restart-minutes) or faster storage";
-    o.checkpoint_every = best->k;
-    const std::string failing = o.node_mtbf > 0
-                                    ? fmt::format("the job fails every {} on average", duration(o.node_mtbf / nodes))
-                                    : fmt::format("{} failures are given", o.fail_at.size());
-    throw UsageError(fmt::format(
-        "failures: the run cannot finish: {}, a step takes {}, a checkpoint {} and a restart {}, so at best "
-        "(checkpointing every {} steps) a run expects {:.3g} failures (Daly 2006's closed form), more than the {:g} "
-        "this command simulates; it becomes feasible with {}",
-        failing, duration(step), duration(plan.write_time), duration(o.restart_overhead + plan.read_time), best->k,
-        best->expected.failures, hw::kMaxExpectedFailuresPerRun, remedy));
-}
-
-void check_timeline(const hw::FaultOptions& o, double step, const hw::CheckpointPlan& plan, int nodes) {
-    const double events = hw::timeline_events(hw::estimate_long_run(step, plan, nodes, o), plan.write_bytes.size());
-    if (events > hw::kMaxTimelineEvents)
-        throw UsageError(fmt::format("failures: the timeline at --checkpoint-every {} would hold about {:.3g} events "
-                                     "({} ranks), above the limit of {:g}; give a larger --checkpoint-every or "
-                                     "fewer --steps",
-                                     o.checkpoint_every, events, plan.write_bytes.size(), hw::kMaxTimelineEvents));
-}
-
 void failures(const FailuresArgs& a) {
-    if (a.mtbf_hours == 0 && a.fail_at_hours.empty())
-        throw UsageError("failures: give --mtbf-hours H (per node) and/or --fail-at-hours T1,T2,...");
+    hw::SweepRequest request;
+    request.steps = a.steps;
+    request.checkpoint_every = a.checkpoint_every;
+    request.mtbf_hours = a.mtbf_hours;
+    request.fail_at_hours = a.fail_at_hours;
+    request.restart_minutes = a.restart_minutes;
+    request.seed = a.seed;
+    request.trials = a.trials;
+    request.timeline = a.out.any();
+    // The sweep's checks are the library's (dtsim/hw/resilience.hpp); their refusals are usage errors.
+    auto usage = [](const hw::SweepError& e) { return UsageError(e.what()); };
+    try {
+        hw::check_sweep_request(request);
+    } catch (const hw::SweepError& e) {
+        throw usage(e);
+    }
 
     std::vector<hw::Override> overrides;
     for (const auto& s : hw::parse_settings(a.sets)) {
@@ -197,51 +113,27 @@ void failures(const FailuresArgs& a) {
     const hw::CheckpointPlan plan = hw::plan_checkpoint(c);
     a.out.check_ranks(static_cast<int>(plan.write_bytes.size()));  // the timeline has a row per rank that saves
     const int nodes = c.cluster.nodes;
+    // Before the step is simulated (plan_sweep checks it too).
     if (nodes > hw::kMaxNodes)
         throw UsageError(fmt::format("failures: the cluster has {} nodes; the long run draws failures for at most {}",
                                      nodes, hw::kMaxNodes));
 
-    hw::FaultOptions o;
-    o.steps = a.steps;
-    o.node_mtbf = a.mtbf_hours * 3600;
-    for (double h : a.fail_at_hours) o.fail_at.push_back(h * 3600);
-    o.restart_overhead = a.restart_minutes * 60;
-    o.seed = a.seed;
-    const int trials = o.node_mtbf > 0 ? a.trials : 1;
-
     const hw::RunReport r = hw::simulate(c, {.keep_trace = false}).report;
     const double step = r.step_time;
     if (!(step > 0)) throw std::runtime_error(fmt::format("{}: the simulated step takes no time", c.name));
-    const double restart = o.restart_overhead + plan.read_time;
 
-    // What each interval is expected to cost, before anything is simulated: intervals that expect
-    // more failures per run than the limit are not simulated; none left, or more work in all than
-    // the limit, and the run is refused.
-    std::vector<Row> rows;
-    double work = 0;
-    for (long long k : intervals(a.steps)) {
-        o.checkpoint_every = k;
-        Row row{k, hw::estimate_long_run(step, plan, nodes, o), std::nullopt};
-        if (row.expected.failures <= hw::kMaxExpectedFailuresPerRun) work += trials * row.expected.work();
-        rows.push_back(row);
+    // What each interval is expected to cost, before anything is simulated (plan_sweep).
+    hw::Sweep sweep;
+    try {
+        sweep = hw::plan_sweep(request, step, plan, nodes);
+    } catch (const hw::SweepError& e) {
+        throw usage(e);
     }
-    const auto simulated = [](const Row& row) { return row.expected.failures <= hw::kMaxExpectedFailuresPerRun; };
-    if (std::none_of(rows.begin(), rows.end(), simulated)) refuse_infeasible(rows, step, plan, nodes, o, trials);
-    if (work > kMaxSweepWork)
-        throw UsageError(fmt::format(
-            "failures: {} steps x {} trials over {} checkpoint intervals would simulate about {:.3g} segments and "
-            "failures, above the limit of {:g}; give fewer --steps or --trials (at most about {:.0f} trials)",
-            a.steps, trials, rows.size(), work, kMaxSweepWork,
-            std::max(1.0, std::floor(trials * kMaxSweepWork / work))));
-    if (a.out.any() && a.checkpoint_every > 0) {
-        o.checkpoint_every = a.checkpoint_every;
-        const hw::LongRunEstimate e = hw::estimate_long_run(step, plan, nodes, o);
-        if (!(e.failures <= hw::kMaxExpectedFailuresPerRun))
-            throw UsageError(fmt::format("failures: the timeline at --checkpoint-every {} expects {:.3g} failures, "
-                                         "more than the {:g} simulated; give a smaller --checkpoint-every",
-                                         a.checkpoint_every, e.failures, hw::kMaxExpectedFailuresPerRun));
-        check_timeline(o, step, plan, nodes);
-    }
+    hw::FaultOptions o = sweep.options;
+    const int trials = sweep.trials;
+    const double restart = o.restart_overhead + plan.read_time;
+    std::vector<hw::SweepRow>& rows = sweep.rows;
+    const auto simulated = [](const hw::SweepRow& row) { return row.simulated(); };
 
     fmt::print("{}: {} GPUs on {} node{}, {}, step {} (simulated one step)\n", c.name, c.gpus(), nodes,
                nodes == 1 ? "" : "s", c.strategy.name, duration(step));
@@ -275,7 +167,7 @@ void failures(const FailuresArgs& a) {
         fmt::print("{:>8} {:>11} {:>9} {:>9} {:>10} {:>10} {:>10} {:>9}\n", "every k", "interval", "goodput",
                    "steps/h", "lost", "ckpt", "restart", "failures");
     };
-    auto print_row = [&](const Row& row, const char* mark) {
+    auto print_row = [&](const hw::SweepRow& row, const char* mark) {
         if (!row.run) {
             fmt::print("{:>8} {:>11}   not simulated: {:.3g} failures expected per run, goodput {:.2g}%\n", row.k,
                        duration(static_cast<double>(row.k) * step), row.expected.failures,
@@ -288,26 +180,21 @@ void failures(const FailuresArgs& a) {
                    3600 * static_cast<double>(a.steps) / lr.wall, duration(lr.lost), duration(lr.checkpointing),
                    duration(lr.restarting), static_cast<double>(lr.failures) / trials, mark);
     };
-    Progress progress(work);
-    const Row* best = nullptr;
-    std::size_t done = 0;
+    Progress progress(sweep.work);
+    const hw::SweepRow* best = nullptr;
     try {
-        for (Row& row : rows) {
-            if (!simulated(row)) continue;
-            o.checkpoint_every = row.k;
-            row.run = hw::mean_long_run(step, plan, nodes, o, trials, [&] {
-                progress.add(row.expected.work());
-                check_interrupt();  // a trial at a time
-            });
-            ++done;
-            if (!best || row.run->goodput() > best->run->goodput()) best = &row;
-        }
+        best = &hw::run_sweep(sweep, [&](double work) {
+            progress.add(work);
+            check_interrupt();  // a trial at a time
+        });
     } catch (const Interrupted&) {
-        // The intervals whose trials all ran, each row as it would be in the table.
+        // The intervals whose trials all ran, each row as it would be in the table (the interrupted
+        // interval's run is not yet set).
         progress.clear();
+        const auto done = std::count_if(rows.begin(), rows.end(), [](const hw::SweepRow& row) { return row.run.has_value(); });
         if (done > 0) {
             print_header();
-            for (const Row& row : rows)
+            for (const hw::SweepRow& row : rows)
                 if (row.run) print_row(row, "");
         }
         fmt::print("(interrupted: {} of {} intervals simulated)\n", done,
@@ -324,7 +211,7 @@ void failures(const FailuresArgs& a) {
         const bool edge = i == 0 || i + 1 == rows.size() || i % 8 == 0;
         if (near || edge) print_row(rows[i], i == at ? "  <- best" : "");
     }
-    const auto skipped = std::count_if(rows.begin(), rows.end(), [&](const Row& row) { return !simulated(row); });
+    const auto skipped = std::count_if(rows.begin(), rows.end(), [&](const hw::SweepRow& row) { return !simulated(row); });
     if (skipped > 0)
         fmt::print("({} of {} intervals not simulated: each expects more than {:g} failures per run; their goodput is "
                    "the closed form's, Daly 2006)\n",
@@ -344,9 +231,11 @@ void failures(const FailuresArgs& a) {
     }
 
     if (a.out.any()) {
-        o.checkpoint_every = a.checkpoint_every > 0 ? a.checkpoint_every : b.checkpoint_every;
-        o.seed = a.seed;
-        check_timeline(o, step, plan, nodes);
+        try {
+            o = hw::timeline_options(sweep, a.checkpoint_every > 0 ? a.checkpoint_every : b.checkpoint_every);
+        } catch (const hw::SweepError& e) {
+            throw usage(e);
+        }
         Trace t;
         const hw::LongRun one = hw::simulate_long_run(step, plan, nodes, o, &t);
         t.meta = {{"config", c.name},

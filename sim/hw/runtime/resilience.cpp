@@ -390,11 +390,7 @@ LongRun mean_long_run(double step_time, const CheckpointPlan& plan, int nodes, F
 
 namespace {
 
-std::string duration(double s) {
-    if (s >= 3600) return fmt::format("{:.2f} h", s / 3600);
-    if (s >= 60) return fmt::format("{:.1f} min", s / 60);
-    return fmt::format("{:.2f} s", s);
-}
+std::string duration(double s) { return duration_text(s); }
 
 // Checkpoint intervals to try: 1, then about 12 % apart, up to the whole run.
 std::vector<long long> sweep_intervals(long long steps) {
@@ -580,6 +576,12 @@ const SweepRow& run_sweep(Sweep& s, const std::function<void(double)>& progress)
     }
     if (!best) throw std::logic_error("run_sweep: the sweep simulates no interval (plan_sweep refuses one)");
     return *best;
+}
+
+std::string duration_text(double s) {
+    if (s >= 3600) return fmt::format("{:.2f} h", s / 3600);
+    if (s >= 60) return fmt::format("{:.1f} min", s / 60);
+    return fmt::format("{:.2f} s", s);
 }
 
 FaultOptions timeline_options(const Sweep& s, long long k) {
