@@ -41,8 +41,9 @@ int Config::microbatches() const {
 
 LayerSplit layer_split(const Config& c) {
     const StrategyConfig& s = c.strategy;
-    const bool torch_strategy = s.name == "ddp" || s.name == "fsdp";
-    const CrossEntropy loss = s.cross_entropy.value_or(torch_strategy ? CrossEntropy::pytorch : CrossEntropy::megatron);
+    const StrategyInfo* info = find_hw_strategy(s.name);
+    const CrossEntropy loss =
+        s.cross_entropy.value_or(info && info->pytorch ? CrossEntropy::pytorch : CrossEntropy::megatron);
     return LayerSplit{c.training.micro_batch, s.tp,         s.sequence_parallel, s.recompute, s.flash_attention,
                       s.attention_kernel,     s.grad_dtype, loss};
 }

@@ -1,5 +1,7 @@
 #include "dtsim/hw/steps.hpp"
 
+#include "dtsim/hw/strategies.hpp"
+
 #include "dtsim/hw/transformer.hpp"
 
 #include <algorithm>
@@ -183,8 +185,10 @@ void logits_backward(Device& gpu, const Job& job, int mb) {
 }
 
 bool grads_on_demand(const Job& job) {
-    const StrategyConfig& s = job.strategy();
-    return s.name == "fsdp" || (s.name == "ddp" && s.zero_stage == 0);
+    // PyTorch's DDP at ZeRO-0 and FSDP (ZeRO-3); ZeRO-1/2 keep a gradient buffer, as DeepSpeed does.
+    const StrategyInfo* info = find_hw_strategy(job.strategy().name);
+    const int stage = job.strategy().zero_stage;
+    return info && info->pytorch && (stage == 0 || stage == 3);
 }
 
 void load_model_states(Device& gpu, const Job& job) {
