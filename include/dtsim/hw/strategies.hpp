@@ -52,6 +52,9 @@ struct StrategyInfo {
     bool sharding = false;          // takes "sharding"
     int min_zero_stage = 0, max_zero_stage = 1;  // the ZeRO stages it runs
     bool puzzle = false;            // runs a puzzle strategy (key "puzzle") on a model of kind "puzzle"
+    // PyTorch's own data parallelism (DDP, FSDP), not Megatron-LM's: its loss by default
+    // (CrossEntropy::pytorch) and no gradients held between steps (grads_on_demand).
+    bool pytorch = false;
 };
 
 // Every strategy a config may name, in the order error messages list them.

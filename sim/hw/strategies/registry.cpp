@@ -11,14 +11,16 @@ std::span<const StrategyInfo> hw_strategies() {
          .run = &ddp,
          .title = "data parallel, bucketed gradient all-reduce overlapping the backward",
          .tensor_parallel = false,
-         .max_zero_stage = 2},  // ZeRO-1 and -2 reduce-scatter the buckets (DeepSpeed's stages)
+         .max_zero_stage = 2,  // ZeRO-1 and -2 reduce-scatter the buckets (DeepSpeed's stages)
+         .pytorch = true},
         {.name = "fsdp",
          .run = &fsdp,
          .title = "ZeRO-3: per-layer all-gather (prefetched) and reduce-scatter",
          .tensor_parallel = false,
          .sharding = true,
          .min_zero_stage = 3,
-         .max_zero_stage = 3},
+         .max_zero_stage = 3,
+         .pytorch = true},
         {.name = "megatron", .run = &megatron, .title = "Megatron-LM tensor parallelism x data parallelism"},
         {.name = "gpipe", .run = &gpipe, .title = "GPipe pipeline x tensor x data parallelism", .pipeline = fixed},
         {.name = "1f1b",
