@@ -130,7 +130,7 @@ TEST_CASE("an unknown key is rejected with a did-you-mean, naming the file and t
           "--set strategy.zzzzzzzz=1: $.strategy.zzzzzzzz: unknown key \"zzzzzzzz\"; the keys here are: name, dp, tp, pp, "
           "microbatches, zero_stage, bucket_MiB, first_bucket_MiB, overlap, prefetch, recompute, sequence_parallel, "
           "flash_attention, attention_kernel, algorithm, puzzle, chunks, microbatch_group, schedule_file, sharding, "
-          "grad_dtype, overlap_param_gather, cross_entropy, tp_comm_overlap");
+          "grad_dtype, overlap_param_gather, cross_entropy, tp_comm_overlap, fp8");
 }
 
 TEST_CASE("strategy.puzzle is one of the puzzles' names; a misspelt one gets a did-you-mean at its JSON path") {
@@ -273,6 +273,19 @@ TEST_CASE("every shipped config loads") {
         ++n;
     }
     CHECK(n >= 6);
+}
+
+TEST_CASE("float8 linears need a GPU with fp8 GEMMs and a model that is not fp8 already") {
+    CHECK(error_of("run.json", {parse_override("strategy.fp8=te")}) ==
+          "--set strategy.fp8=te: $.strategy.fp8: float8 linears need fp8 GEMMs, but the GPU H100 has no fp8 peak in "
+          "$.cluster.gpu.peak_tflops (Hopper and later have them)");
+    const Override fp8_peak = parse_override("cluster.gpu.peak_tflops={\"bf16\": 989.4, \"fp8\": 1978.9}");
+    CHECK(error_of("run.json", {parse_override("strategy.fp8=torchao"), fp8_peak}) == "no error");
+    CHECK(error_of("run.json", {parse_override("strategy.fp8=te"), fp8_peak, parse_override("model.dtype=fp8")}) ==
+          "--set strategy.fp8=te: $.strategy.fp8: float8 linears (\"te\") run the linears in fp8 and the rest in the "
+          "model's dtype, which is fp8 already; give the model \"dtype\": \"bf16\"");
+    CHECK(error_of("run.json", {parse_override("strategy.fp8=e4m3")}).find(
+              "$.strategy.fp8: expected one of \"none\", \"te\", \"torchao\"") != std::string::npos);
 }
 
 TEST_CASE("selective_op needs fused attention; grad_dtype is a float dtype") {

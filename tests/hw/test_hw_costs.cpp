@@ -219,6 +219,59 @@ TEST_CASE("selective_op keeps the input, the attention output and every second p
     CHECK(layer_recompute_peak_bytes(gpt, split) + op(gpt, 4, 1) == doctest::Approx(layer_activation_bytes(gpt, none)));
 }
 
+// Transformer Engine saves the inputs of the four linears in fp8 (module/linear.py saves
+// inputmat_t, layernorm_linear.py and layernorm_mlp.py their fp8 ln_out and activation output).
+TEST_CASE("float8 linears with Transformer Engine keep the four linears' inputs in one byte, torchao in two") {
+    const TransformerSpec gpt{"gpt", 1, 2048, 16, 16, 4 * 2048, 2048, 0, DType::bf16, Mlp::gelu, true};
+    const double sbh = 2048.0 * 1 * 2048;
+    auto bytes = [&](Fp8 f, Recompute r, int tp = 1, bool sp = false) {
+        LayerSplit s{1, tp, sp, r, true};
+        s.fp8 = f;
+        return layer_activation_bytes(gpt, s);
+    };
+    // Korthikanti's 34 sbh with fused attention; QKV's and fc1's inputs 2 -> 1, the projection's
+    // 2 -> 1, fc2's 4h-wide input 8 -> 4: 34 - 1 - 1 - 1 - 4 = 27 sbh.
+    CHECK(bytes(Fp8::none, Recompute::none) == doctest::Approx(34 * sbh));
+    CHECK(bytes(Fp8::te, Recompute::none) == doctest::Approx(27 * sbh));
+    CHECK(bytes(Fp8::torchao, Recompute::none) == doctest::Approx(34 * sbh));
+    // With TP 4: 10 - 2 = 8 sbh whole, (8 - 1 + 16 - 4) sbh / 4 split.
+    CHECK(bytes(Fp8::te, Recompute::none, 4) == doctest::Approx(8 * sbh + 19 * sbh / 4));
+    CHECK(bytes(Fp8::te, Recompute::none, 4, true) == doctest::Approx(27 * sbh / 4));
+    // Full recompute keeps the bf16 layer input; the recomputed layer is fp8's 27 sbh.
+    LayerSplit full{1, 1, false, Recompute::full, true};
+    full.fp8 = Fp8::te;
+    CHECK(layer_activation_bytes(gpt, full) == doctest::Approx(2 * sbh));
+    CHECK(layer_recompute_peak_bytes(gpt, full) == doctest::Approx(27 * sbh));
+}
+
+TEST_CASE("float8 casts: Transformer Engine's cast-transposes, torchao's amax and cast per operand") {
+    // Llama-shaped: h 4096, 32 heads, 8 kv heads (QKV output 1.5 h), SwiGLU ffn 14336 (fc1 output 2 ffn).
+    const TransformerSpec m{"llama", 1, 4096, 32, 8, 14336, 8192, 0, DType::bf16, Mlp::swiglu, false};
+    const double tokens = 2 * 8192.0, h = 4096, f = 14336;
+    LayerSplit s{2, 1, false, Recompute::none, true};
+    CHECK(fp8_cast_bytes(m, s).forward == 0);
+    s.fp8 = Fp8::te;
+    Fp8CastBytes c = fp8_cast_bytes(m, s);
+    // Forward: the projection's input, 4 bytes an element. Backward: QKV's (1.5 h), the projection's
+    // and fc2's (h each) output gradients at 4 bytes, the transposes of QKV's, fc1's (h) and fc2's
+    // (ffn) saved inputs at 2.
+    CHECK(c.forward == doctest::Approx(4 * tokens * h));
+    CHECK(c.backward == doctest::Approx(tokens * (4 * 3.5 * h + 2 * (2 * h + f))));
+    CHECK(c.per_weight == 4);
+    CHECK(c.weight_casts == 1);
+    s.fp8 = Fp8::torchao;
+    c = fp8_cast_bytes(m, s);
+    // Inputs h, h, h, ffn; outputs 1.5 h, h, 2 ffn, h; 5 bytes an element each time.
+    CHECK(c.forward == doctest::Approx(5 * tokens * (3 * h + f)));
+    CHECK(c.backward == doctest::Approx(5 * tokens * ((3.5 * h + 2 * f) + (3 * h + f))));
+    CHECK(c.weight_casts == 2);
+    // Sequence parallelism casts the h-wide tensors before their all-gather: 1/t of them.
+    LayerSplit sp{2, 4, true, Recompute::none, true};
+    sp.fp8 = Fp8::te;
+    CHECK(fp8_cast_bytes(m, sp).backward ==
+          doctest::Approx(tokens * (4 * (1.5 * h / 4 + h / 4 + h / 4) + 2 * (h / 4 + h / 4 + f / 4))));
+}
+
 TEST_CASE("ZeRO model states per GPU: 16P, 4P + 12P/N, 2P + 14P/N, 16P/N") {
     const double P = 7.5e9;
     const int N = 64;

@@ -374,3 +374,63 @@ TEST_CASE("tensor-parallel communication overlap: each block's gather and scatte
     CHECK_THROWS_WITH_AS(parse_config(doc, "t.json"), doctest::Contains("it needs \"tp\" > 1 and \"sequence_parallel\": true"),
                          ConfigError);
 }
+
+TEST_CASE("float8 linears: the linears' GEMMs at the fp8 rate, the attention core at the model's") {
+    // Pure compute: no GEMM overhead, no bandwidth limit, memory-bound work free.
+    json cluster = ideal_cluster(1, 1);
+    cluster["gpu"]["peak_tflops"] = {{"bf16", 1000}, {"fp8", 2000}};
+    cluster["gpu"]["gemm"] = {{"overhead_us", 0}, {"bandwidth_fraction", 1}};
+    json doc{{"cluster", cluster},
+             {"model", small_model(2)},
+             {"training", {{"global_batch", 1}, {"micro_batch", 1}}},
+             {"strategy", {{"name", "megatron"}}}};
+    const RunReport bf16 = run(doc);
+    doc["strategy"]["fp8"] = "te";
+    const RunReport te = run(doc);
+    doc["strategy"]["fp8"] = "torchao";
+    const RunReport torchao = run(doc);
+    // Per layer and token: linears 24 h^2 FLOPs, the unfused attention core 4 s h (both products
+    // over the whole s x s matrix): with h 2048 and s 1024 the core is 1/12 of the linears, and
+    // halving the linears' time leaves (1/2 + 1/12) / (1 + 1/12) = 7/13 of the step.
+    CHECK(te.step_time / bf16.step_time == doctest::Approx(7.0 / 13).epsilon(1e-6));
+    CHECK(torchao.step_time / bf16.step_time == doctest::Approx(7.0 / 13).epsilon(1e-6));
+    // The model's FLOPs do not change.
+    CHECK(te.model_flops == doctest::Approx(bf16.model_flops));
+}
+
+TEST_CASE("float8 weight casts: once a step with Megatron-LM and Transformer Engine, every microbatch otherwise") {
+    json cluster = realistic_cluster(1);
+    cluster["gpu"]["peak_tflops"] = {{"bf16", 989.4}, {"fp8", 1978.9}};
+    json doc{{"cluster", cluster},
+             {"model", small_model(2)},
+             {"training", {{"global_batch", 32}, {"micro_batch", 1}}},
+             {"strategy", {{"name", "megatron"}, {"dp", 8}, {"fp8", "te"}}}};
+    const Config config = parse_config(doc, "t.json");
+    const Workload w = make_workload(config.model.spec, layer_split(config), config.cluster.gpu);
+    // GPT: QKV, projection and the two MLP matrices, 12 h^2; a cast with its transpose, 4 bytes each.
+    const double linear = 12.0 * 2048 * 2048;
+    CHECK(w.layer.linear_params == doctest::Approx(linear));
+    CHECK(w.layer.fp8_weight_cast.bytes == doctest::Approx(4 * linear));
+    auto casts = [](const json& d) {
+        Trace trace;
+        run(d, true, &trace);
+        const Config c = parse_config(d, "t.json");
+        const double cast = make_workload(c.model.spec, layer_split(c), c.cluster.gpu).layer.fp8_weight_cast.bytes;
+        int n = 0;
+        for (const auto& e : trace.ranks[0].events)
+            if (e.layer == 0 && e.bytes == cast) ++n;
+        return n;
+    };
+    CHECK(casts(doc) == 1);  // 4 microbatches, the first casts
+    // The fp8 weights and their transposes are kept: one byte each per linear parameter per layer.
+    const RunReport cached = run(doc);
+    doc["strategy"]["fp8"] = "none";
+    const RunReport plain = run(doc);
+    const double sbh = 1024.0 * 2048;
+    CHECK(cached.rank_peaks[0] - plain.rank_peaks[0] == doctest::Approx(2 * 2 * linear - 2 * 7 * sbh));
+    // PyTorch FSDP (Composer's amp_fp8) casts every microbatch; torchao forward and backward.
+    doc["strategy"] = {{"name", "fsdp"}, {"dp", 8}, {"fp8", "te"}};
+    CHECK(casts(doc) == 4);
+    doc["strategy"]["fp8"] = "torchao";
+    CHECK(casts(doc) == 8);
+}

@@ -72,6 +72,8 @@ struct StrategyConfig {
     // How the loss is computed (CrossEntropy): "pytorch" for ddp and fsdp, "megatron" for the
     // tensor- and pipeline-parallel strategies, unless given.
     std::optional<CrossEntropy> cross_entropy;
+    // Float8 linears (Fp8 in transformer.hpp): "none", "te" (Transformer Engine) or "torchao".
+    Fp8 fp8 = Fp8::none;
     std::optional<Algorithm> algorithm;    // overrides the cluster's collective algorithm
     std::string puzzle;                    // name == "puzzle": which puzzle strategy
     // Schedule-driven pipelines (names "interleaved", "zbh1", "bfs", "dualpipev", "schedule"):

@@ -24,6 +24,25 @@ std::string_view recompute_name(Recompute r);
 enum class CrossEntropy : std::uint8_t { pytorch, megatron };
 std::string_view cross_entropy_name(CrossEntropy c);
 
+// Float8 linears (StrategyConfig::fp8): the GEMMs of a layer's linear layers (QKV, projection,
+// MLP) run in fp8, forward and backward; everything else (attention core, norms, the output
+// layer, gradients, collectives) stays in the model's dtype.
+//   none     no fp8
+//   te       Transformer Engine's fp8 recipe on Hopper (transformer_engine/pytorch/module/linear.py,
+//            layernorm_linear.py, layernorm_mlp.py, TE 1.x as Megatron-LM, NeMo and llm-foundry's
+//            amp_fp8 ran it): a linear's input is cast to fp8 together with its transpose for the
+//            weight gradient (fp8_cast_transpose_fused) and saved in fp8, the norms before QKV and
+//            fc1 and the activation before fc2 write fp8 themselves; the gradient of each output is
+//            cast and transposed the same way in the backward; the weights are cast (with their
+//            transpose) into fp8 copies the module keeps, once a step when the framework says which
+//            microbatch is the first (is_first_microbatch: Megatron-LM), every microbatch otherwise.
+//   torchao  torchao's Float8Linear with dynamic tensorwise scaling (torchtitan's float8 option;
+//            torchao/float8/float8_linear.py): every operand of every fp8 GEMM scaled by its own
+//            amax (a read) and cast (a read and an fp8 write), the weights every microbatch; the
+//            inputs are saved in high precision and cast again in the backward.
+enum class Fp8 : std::uint8_t { none, te, torchao };
+std::string_view fp8_name(Fp8 f);
+
 // Per logit (one element of s b V / t): the bytes the loss moves forward and backward, what it
 // keeps from its forward to its backward, and what is alive at its peaks, counted op by op:
 //   pytorch   forward: upcast (read 2, write 4), log_softmax (read 4 for its reductions, read 4 and
@@ -84,6 +103,10 @@ struct LayerSplit {
     // The dtype gradients are accumulated and reduced in (StrategyConfig::grad_dtype).
     DType grad_dtype = DType::fp32;
     CrossEntropy cross_entropy = CrossEntropy::pytorch;
+    Fp8 fp8 = Fp8::none;
+    // te only: the fp8 weight copies are made once a step (the framework passes
+    // is_first_microbatch), not every microbatch.
+    bool fp8_weight_cache = false;
 };
 
 // Forward FLOPs of one layer for one microbatch on one GPU (each /t):
@@ -110,6 +133,27 @@ double logits_flops(const TransformerSpec& m, const LayerSplit& s);
 // (the numerator of MFU, PaLM appendix B; attention counted with causal masking).
 double model_flops_per_step(const TransformerSpec& m, double samples);
 
+// Float8 linears (LayerSplit::fp8): the extra memory-bound bytes their casts move for one
+// layer and one microbatch on one GPU, forward and backward, and per weight cast. Two bytes
+// read and one written for a cast, one more written for its transpose, two more read for an amax:
+//   te       forward: the projection's input cast with its transpose, 4 bytes an element (the
+//            inputs of QKV, fc1 and fc2 come fp8 from the norm or activation kernel before
+//            them); backward: the output gradients of QKV, the projection and fc2 cast with
+//            their transposes, 4 bytes an element (fc1's is fused into the activation's
+//            backward), and the transposes of the three fp8 inputs saved without one (QKV's,
+//            fc1's and fc2's, 2 bytes an element); weights: cast with transpose, 4 bytes a
+//            parameter.
+//   torchao  forward: each of the four inputs amax and cast, 5 bytes an element; backward:
+//            each output gradient amax and cast (5) and each input cast again (5); weights:
+//            amax and cast, 5 bytes a parameter, forward and again in the backward.
+// With sequence parallelism the h-wide tensors are cast before their all-gather, /t.
+struct Fp8CastBytes {
+    double forward = 0, backward = 0;
+    double per_weight = 0;  // bytes per parameter of each weight cast
+    int weight_casts = 0;   // weight casts per microbatch (torchao: forward and backward)
+};
+Fp8CastBytes fp8_cast_bytes(const TransformerSpec& m, const LayerSplit& s);
+
 // Bytes of activations one layer keeps for one microbatch until its backward
 // (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
 // Transformer Models", section 4 and Table 2), for a layer of the general
@@ -134,6 +178,10 @@ double model_flops_per_step(const TransformerSpec& m, double samples);
 // on each TP rank, the others /t. Measured in eager PyTorch 2.11 on an H100
 // (calibration/data/h100_dtsim_torch_memory.json): 15.53 sbh for Llama 3 8B, 18.03 for
 // an MPT-style block, exactly these plus the fp32 log-sum-exp.
+// Float8 linears with Transformer Engine (Fp8::te) keep the inputs of the four linears in
+// fp8: the QKV and fc1 inputs (2 sbh of the kept-whole part) and the projection's and fc2's
+// (sbh and sb ffn of the split part) take one byte an element, not two. torchao keeps them
+// in high precision.
 double layer_activation_bytes(const TransformerSpec& m, const LayerSplit& s);
 // The layer's activations while its backward runs after a full recompute (what
 // `none` keeps, with or without the attention core as flash_attention says),

@@ -48,6 +48,11 @@ struct LayerWork {
     double activation_bytes = 0;       // kept per microbatch until the backward (Korthikanti)
     double recompute_peak_bytes = 0;   // more while the backward of a fully recomputed layer runs
     double params = 0;                 // parameters of the layer on one GPU (after TP)
+    // Float8 linears (LayerSplit::fp8): the weights of the linears on one GPU, and one cast of
+    // them all to fp8 (fp8_cast_bytes; a layer's forward makes it every microbatch, or once a
+    // step with fp8_weight_cache, and torchao's backward once more). Zero without fp8.
+    double linear_params = 0;
+    Work fp8_weight_cast;
     // Gradient bytes of the layer's tensors in the order the backward produces
     // them: MLP (fc2, fc1[, fc3], norm), then attention (proj, qkv, norm).
     std::vector<double> mlp_grad_tensors, attention_grad_tensors;

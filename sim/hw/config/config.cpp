@@ -44,8 +44,12 @@ LayerSplit layer_split(const Config& c) {
     const StrategyInfo* info = find_hw_strategy(s.name);
     const CrossEntropy loss =
         s.cross_entropy.value_or(info && info->pytorch ? CrossEntropy::pytorch : CrossEntropy::megatron);
+    // Megatron-LM tells Transformer Engine which microbatch is the first of a step
+    // (is_first_microbatch), so its fp8 weight copies are made once a step; PyTorch's own data
+    // parallelism (Composer, llm-foundry) does not.
+    const bool weight_cache = s.fp8 == Fp8::te && !(info && info->pytorch);
     return LayerSplit{c.training.micro_batch, s.tp,         s.sequence_parallel, s.recompute, s.flash_attention,
-                      s.attention_kernel,     s.grad_dtype, loss};
+                      s.attention_kernel,     s.grad_dtype, loss,                 s.fp8,       weight_cache};
 }
 
 namespace {
@@ -297,7 +301,7 @@ void from_json(const Node& n, TrainingConfig& t) {
 void from_json(const Node& n, StrategyConfig& s) {
     n.keys({"name", "dp", "tp", "pp", "microbatches", "zero_stage", "bucket_MiB", "first_bucket_MiB", "overlap",
             "prefetch", "recompute", "sequence_parallel", "flash_attention", "attention_kernel", "algorithm", "puzzle",
-            "chunks", "microbatch_group", "schedule_file", "sharding", "grad_dtype", "overlap_param_gather", "cross_entropy", "tp_comm_overlap"});
+            "chunks", "microbatch_group", "schedule_file", "sharding", "grad_dtype", "overlap_param_gather", "cross_entropy", "tp_comm_overlap", "fp8"});
     s.name = n["name"].choice(strategy_names());
     if (n.has("dp")) s.dp = n["dp"].integer(1);
     if (n.has("tp")) s.tp = n["tp"].integer(1);
@@ -326,6 +330,10 @@ void from_json(const Node& n, StrategyConfig& s) {
     if (n.has("tp_comm_overlap")) s.tp_comm_overlap = n["tp_comm_overlap"].boolean();
     if (n.has("flash_attention")) s.flash_attention = n["flash_attention"].boolean();
     if (n.has("attention_kernel")) s.attention_kernel = n["attention_kernel"].choice({"flash2", "cudnn"});
+    if (n.has("fp8")) {
+        const std::string f = n["fp8"].choice({"none", "te", "torchao"});
+        s.fp8 = f == "te" ? Fp8::te : f == "torchao" ? Fp8::torchao : Fp8::none;
+    }
     if (n.has("grad_dtype")) s.grad_dtype = *parse_dtype(n["grad_dtype"].choice({"fp32", "bf16", "fp16"}));
     if (n.has("algorithm")) s.algorithm = read_algorithm(n["algorithm"]);
     if (n.has("puzzle")) s.puzzle = n["puzzle"].choice(puzzle_names());
@@ -358,6 +366,16 @@ void validate(const Node& root, Config& c) {
             .fail(fmt::format("the model computes in {} but the GPU {} has no peak for it in "
                               "$.cluster.gpu.peak_tflops; give \"{}\" there or choose another dtype",
                               dtype_name(m.dtype), c.cluster.gpu.name, dtype_name(m.dtype)));
+    }
+    if (s.fp8 != Fp8::none) {
+        if (m.dtype == DType::fp8)
+            st["fp8"].fail(fmt::format("float8 linears (\"{}\") run the linears in fp8 and the rest in the model's "
+                                       "dtype, which is fp8 already; give the model \"dtype\": \"bf16\"",
+                                       fp8_name(s.fp8)));
+        if (!(c.cluster.gpu.peak_flops[static_cast<std::size_t>(DType::fp8)] > 0))
+            st["fp8"].fail(fmt::format("float8 linears need fp8 GEMMs, but the GPU {} has no fp8 peak in "
+                                       "$.cluster.gpu.peak_tflops (Hopper and later have them)",
+                                       c.cluster.gpu.name));
     }
     const int gpus = c.cluster.gpus();
     auto where = [&](const char* key) { return st.has(key) ? st[key] : st; };

@@ -20,6 +20,15 @@ std::string_view cross_entropy_name(CrossEntropy c) {
     return c == CrossEntropy::megatron ? "megatron" : "pytorch";
 }
 
+std::string_view fp8_name(Fp8 f) {
+    switch (f) {
+        case Fp8::none: return "none";
+        case Fp8::te: return "te";
+        case Fp8::torchao: return "torchao";
+    }
+    return "?";
+}
+
 LossBytes loss_bytes_per_logit(CrossEntropy c) {
     if (c == CrossEntropy::megatron) return LossBytes{38, 14, 4, 6, 6};
     return LossBytes{18, 22, 4, 10, 12};
@@ -73,6 +82,12 @@ double layer_activation_bytes(const TransformerSpec& m, const LayerSplit& s) {
     const double whole = (s.sequence_parallel ? kept_whole / t : kept_whole) * sbh;
     const double split = ((4 + 4 * kv_ratio(m)) * sbh + (m.mlp == Mlp::gelu ? 4 : 8) * S * b * m.ffn) / t;
     const double core = s.flash_attention ? 0 : 5 * a * S * S * b / t;
+    if (s.fp8 == Fp8::te && (s.recompute == Recompute::none || s.recompute == Recompute::selective)) {
+        // The four linears' inputs in fp8: QKV's and fc1's (kept whole), the projection's and fc2's (split).
+        const double te_whole = (kept_whole - 2) * sbh / (s.sequence_parallel ? t : 1);
+        const double te_split = split - (sbh + S * b * m.ffn) / t;
+        return te_whole + te_split + (s.recompute == Recompute::none ? core : 0);
+    }
     switch (s.recompute) {
         case Recompute::none: return whole + split + core;
         case Recompute::selective: return whole + split;
@@ -111,6 +126,29 @@ double layer_elementwise_bytes(const TransformerSpec& m, const LayerSplit& s) {
     const double h_passes = 10.0 * m.hidden / (s.sequence_parallel ? s.tp : 1);
     const double f_passes = (m.mlp == Mlp::gelu ? 2.0 : 5.0) * m.ffn / s.tp;
     return 2 * tokens * (h_passes + f_passes);
+}
+
+Fp8CastBytes fp8_cast_bytes(const TransformerSpec& m, const LayerSplit& s) {
+    Fp8CastBytes c;
+    if (s.fp8 == Fp8::none) return c;
+    const double tokens = static_cast<double>(s.micro_batch) * m.seq, t = s.tp, h = m.hidden, ffn = m.ffn;
+    const double whole = h / (s.sequence_parallel ? t : 1);  // an h-wide tensor before its all-gather
+    const double qkv_out = h * (1 + 2 * kv_ratio(m)) / t, fc1_out = (m.mlp == Mlp::gelu ? 1 : 2) * ffn / t;
+    // Inputs of QKV, the projection, fc1 and fc2, and the outputs' gradients, elements per token.
+    const double inputs = whole + h / t + whole + ffn / t;
+    if (s.fp8 == Fp8::te) {
+        c.forward = 4 * tokens * h / t;
+        c.backward = tokens * (4 * (qkv_out + whole + whole) + 2 * (whole + whole + ffn / t));
+        c.per_weight = 4;
+        c.weight_casts = 1;
+    } else {
+        const double outputs = qkv_out + whole + fc1_out + whole;
+        c.forward = 5 * tokens * inputs;
+        c.backward = 5 * tokens * (outputs + inputs);
+        c.per_weight = 5;
+        c.weight_casts = 2;
+    }
+    return c;
 }
 
 ModelStateBytes zero_model_states(double params, int stage, int dp, double grad_bytes) {

@@ -21,8 +21,10 @@ Workload make_workload(const TransformerSpec& m, const LayerSplit& s, const GpuS
     const double mlp_in = m.mlp == Mlp::gelu ? 1 : 2;  // SwiGLU fuses gate and up projections
     const LayerFlops f = layer_flops(m, s);
 
-    // GEMMs of one layer on one GPU (Megatron: QKV and fc1 column-parallel, proj and fc2 row-parallel).
-    const double qkv = gpu.gemm_seconds(tokens, h * (1 + 2 * kv / a) / t, h, d);
+    // GEMMs of one layer on one GPU (Megatron: QKV and fc1 column-parallel, proj and fc2 row-parallel),
+    // in fp8 with float8 linears (their casts below).
+    const DType ld = s.fp8 == Fp8::none ? d : DType::fp8;
+    const double qkv = gpu.gemm_seconds(tokens, h * (1 + 2 * kv / a) / t, h, ld);
     // Attention core as one batched GEMM per product over b x a/t heads. A fused
     // causal kernel (FlashAttention) skips the upper triangle: half of both.
     // Unfused attention multiplies the whole s x s matrix and masks it in the
@@ -46,9 +48,9 @@ Workload make_workload(const TransformerSpec& m, const LayerSplit& s, const GpuS
             w.measured_attention = true;
         }
     }
-    const double proj = gpu.gemm_seconds(tokens, h, h / t, d);
-    const double fc1 = gpu.gemm_seconds(tokens, mlp_in * ffn / t, h, d);
-    const double fc2 = gpu.gemm_seconds(tokens, h, ffn / t, d);
+    const double proj = gpu.gemm_seconds(tokens, h, h / t, ld);
+    const double fc1 = gpu.gemm_seconds(tokens, mlp_in * ffn / t, h, ld);
+    const double fc2 = gpu.gemm_seconds(tokens, h, ffn / t, ld);
 
     const double elementwise = layer_elementwise_bytes(m, s);
     const double h_bytes = 2 * tokens * 10 * h / (s.sequence_parallel ? t : 1);
@@ -73,6 +75,24 @@ Workload make_workload(const TransformerSpec& m, const LayerSplit& s, const GpuS
     L.attention_backward.seconds -= gpu.memory_seconds(2 * scores) - gpu.memory_seconds(scores_backward);
     L.attention_backward.bytes -= 2 * scores - scores_backward;
     L.mlp_backward = times(L.mlp_forward, 2);
+    // Float8 linears' casts: memory-bound bytes split between the blocks by their linears' share
+    // (QKV and projection against fc1 and fc2, by weight), and the weight casts (fp8_cast_bytes).
+    if (s.fp8 != Fp8::none) {
+        const Fp8CastBytes c = fp8_cast_bytes(m, s);
+        const double attn_weights = h * h * (2 + 2 * kv / a) / t, mlp_weights = (mlp_in + 1) * h * ffn / t;
+        const double share = attn_weights / (attn_weights + mlp_weights);
+        const auto add = [&](Work& into, double bytes) {
+            into.seconds += gpu.memory_seconds(bytes);
+            into.bytes += bytes;
+        };
+        add(L.attention_forward, share * c.forward);
+        add(L.mlp_forward, (1 - share) * c.forward);
+        add(L.attention_backward, share * c.backward);
+        add(L.mlp_backward, (1 - share) * c.backward);
+        L.linear_params = attn_weights + mlp_weights;
+        const double cast = c.per_weight * L.linear_params;
+        L.fp8_weight_cast = {gpu.memory_seconds(cast), 0, cast};
+    }
     L.attention_backward_weight = {qkv + proj, f.qkv + f.projection, 0};
     L.mlp_backward_weight = {fc1 + fc2, f.mlp, 0};
     L.attention_backward_input = minus(L.attention_backward, L.attention_backward_weight);
@@ -91,8 +111,8 @@ Workload make_workload(const TransformerSpec& m, const LayerSplit& s, const GpuS
             // GPT: proj and fc2. The fused attention's output is kept: no core.
             const double kv_flops = 2 * tokens * h * h * kv / a / t;
             if (m.mlp == Mlp::swiglu) {
-                const double wk = gpu.gemm_seconds(tokens, h * kv / a / t, h, d);
-                const double w3 = gpu.gemm_seconds(tokens, ffn / t, h, d);
+                const double wk = gpu.gemm_seconds(tokens, h * kv / a / t, h, ld);
+                const double w3 = gpu.gemm_seconds(tokens, ffn / t, h, ld);
                 L.attention_recompute = {wk + proj + gpu.memory_seconds(attn_bytes), kv_flops + f.projection, attn_bytes};
                 L.mlp_recompute = {w3 + gpu.memory_seconds(mlp_bytes), f.mlp / 3, mlp_bytes};
             } else {
@@ -105,10 +125,10 @@ Workload make_workload(const TransformerSpec& m, const LayerSplit& s, const GpuS
     }
     if (s.tp > 1) {
         const double rows = tokens / t, k = kOverlapScatterSplits, split = tokens / k;
-        L.attention_first_gemm = t * gpu.gemm_seconds(rows, h * (1 + 2 * kv / a) / t, h, d);
-        L.attention_last_gemm = k * gpu.gemm_seconds(split, h, h / t, d);
-        L.mlp_first_gemm = t * gpu.gemm_seconds(rows, mlp_in * ffn / t, h, d);
-        L.mlp_last_gemm = k * gpu.gemm_seconds(split, h, ffn / t, d);
+        L.attention_first_gemm = t * gpu.gemm_seconds(rows, h * (1 + 2 * kv / a) / t, h, ld);
+        L.attention_last_gemm = k * gpu.gemm_seconds(split, h, h / t, ld);
+        L.mlp_first_gemm = t * gpu.gemm_seconds(rows, mlp_in * ffn / t, h, ld);
+        L.mlp_last_gemm = k * gpu.gemm_seconds(split, h, ffn / t, ld);
         L.attention_chunking = std::max(0.0, L.attention_first_gemm + L.attention_last_gemm - qkv - proj);
         L.mlp_chunking = std::max(0.0, L.mlp_first_gemm + L.mlp_last_gemm - fc1 - fc2);
     }

@@ -98,9 +98,21 @@ Task<> mlp_forward(Device& gpu, const Job& job, int layer, int mb, OpCode op) {
     return mlp_block(gpu, job, op, layer, job.work->layer.mlp_forward, mb);
 }
 
+// Float8 linears: the weights cast to fp8 before the forward (every microbatch, or the first of a
+// step with Transformer Engine's weight cache) and, with torchao, again before the backward.
+namespace {
+void fp8_weight_cast(Device& gpu, const Job& job, int layer, int mb, bool backward) {
+    const LayerSplit& s = job.work->split;
+    if (s.fp8 == Fp8::none) return;
+    if (backward ? s.fp8 != Fp8::torchao : s.fp8_weight_cache && mb != 0) return;
+    run_work(gpu, backward ? ops::backward : ops::forward, layer, job.work->layer.fp8_weight_cast, mb);
+}
+}  // namespace
+
 Task<> layer_forward(Device& gpu, const Job& job, int layer, int mb) {
     if (job.param_gather) co_await job.param_gather->wait(gpu, job, layer);
     gpu.allocate(job.work->layer.activation_bytes, ops::forward, layer);
+    fp8_weight_cast(gpu, job, layer, mb, false);
     co_await attention_forward(gpu, job, layer, mb);
     co_await mlp_forward(gpu, job, layer, mb);
 }
@@ -134,6 +146,7 @@ Task<> attention_backward(Device& gpu, const Job& job, int layer, int mb) {
 
 Task<> layer_backward(Device& gpu, const Job& job, int layer, int mb) {
     co_await recompute(gpu, job, layer, mb);
+    fp8_weight_cast(gpu, job, layer, mb, true);
     co_await mlp_backward(gpu, job, layer, mb);
     co_await attention_backward(gpu, job, layer, mb);
     gpu.release(job.work->layer.activation_bytes + job.work->layer.recompute_peak_bytes);
@@ -142,6 +155,7 @@ Task<> layer_backward(Device& gpu, const Job& job, int layer, int mb) {
 Task<> layer_backward_input(Device& gpu, const Job& job, int layer, int mb) {
     const LayerWork& w = job.work->layer;
     co_await recompute(gpu, job, layer, mb);
+    fp8_weight_cast(gpu, job, layer, mb, true);
     co_await mlp_block(gpu, job, ops::backward_input, layer, w.mlp_backward_input, mb);
     co_await attention_block(gpu, job, ops::backward_input, layer, w.attention_backward_input, mb);
 }
@@ -195,6 +209,9 @@ void load_model_states(Device& gpu, const Job& job) {
     const ModelStateBytes s =
         zero_model_states(job.params(), job.strategy().zero_stage, job.zero_ranks(), job.work->grad_bytes);
     gpu.allocate(grads_on_demand(job) ? s.total() - s.grads : s.total(), ops::model_states);
+    // Transformer Engine's cached fp8 weights and their transposes, one byte each, for the layers held.
+    if (job.work->split.fp8 == Fp8::te && job.work->split.fp8_weight_cache)
+        gpu.allocate(2 * job.work->layer.linear_params * job.layers, ops::model_states);
 }
 
 void allocate_grads(Device& gpu, const Job& job, double params, int layer) {
