@@ -130,7 +130,7 @@ TEST_CASE("an unknown key is rejected with a did-you-mean, naming the file and t
           "--set strategy.zzzzzzzz=1: $.strategy.zzzzzzzz: unknown key \"zzzzzzzz\"; the keys here are: name, dp, tp, pp, "
           "microbatches, zero_stage, bucket_MiB, first_bucket_MiB, overlap, prefetch, recompute, sequence_parallel, "
           "flash_attention, attention_kernel, algorithm, puzzle, chunks, microbatch_group, schedule_file, sharding, "
-          "grad_dtype, overlap_param_gather, cross_entropy, tp_comm_overlap, fp8");
+          "grad_dtype, overlap_param_gather, cross_entropy, tp_comm_overlap, fp8, recompute_every, recompute_num_layers");
 }
 
 TEST_CASE("strategy.puzzle is one of the puzzles' names; a misspelt one gets a did-you-mean at its JSON path") {
@@ -286,6 +286,25 @@ TEST_CASE("float8 linears need a GPU with fp8 GEMMs and a model that is not fp8 
           "model's dtype, which is fp8 already; give the model \"dtype\": \"bf16\"");
     CHECK(error_of("run.json", {parse_override("strategy.fp8=e4m3")}).find(
               "$.strategy.fp8: expected one of \"none\", \"te\", \"torchao\"") != std::string::npos);
+}
+
+TEST_CASE("recompute_every and recompute_num_layers choose the layers of a recompute policy") {
+    CHECK(error_of("run.json", {parse_override("strategy.recompute_every=2")}) ==
+          "--set strategy.recompute_every=2: $.strategy.recompute_every: chooses the layers \"recompute\" applies "
+          "to, but recompute is \"none\"");
+    const Override full = parse_override("strategy.recompute=full");
+    CHECK(error_of("run.json", {full, parse_override("strategy.recompute_every=2")}) == "no error");
+    CHECK(error_of("run.json", {full, parse_override("strategy.recompute_every=2"),
+                                parse_override("strategy.recompute_num_layers=1")}) ==
+          "--set strategy.recompute_num_layers=1: $.strategy.recompute_num_layers: give one of \"recompute_every\" "
+          "(every k-th layer, torchtitan) and \"recompute_num_layers\" (the first n of each stage, Megatron-LM), "
+          "not both");
+    // run.json: 1f1b over pp 2.
+    const std::string e = error_of("run.json", {full, parse_override("strategy.recompute_num_layers=99")});
+    CHECK(e.find("$.strategy.recompute_num_layers: the first 99 layers of each model chunk, but a chunk has") !=
+          std::string::npos);
+    CHECK(error_of("run.json", {full, parse_override("strategy.recompute_every=0")}).find(
+              "$.strategy.recompute_every: expected a positive integer, found 0") != std::string::npos);
 }
 
 TEST_CASE("selective_op needs fused attention; grad_dtype is a float dtype") {

@@ -434,3 +434,42 @@ TEST_CASE("float8 weight casts: once a step with Megatron-LM and Transformer Eng
     doc["strategy"]["fp8"] = "torchao";
     CHECK(casts(doc) == 8);
 }
+
+TEST_CASE("recompute of some layers: every k-th (torchtitan), the first n of each stage (Megatron-LM's block)") {
+    json doc{{"cluster", ideal_cluster(1, 2)},
+             {"model", small_model(8)},
+             {"training", {{"global_batch", 2}, {"micro_batch", 1}}},
+             {"strategy", {{"name", "megatron"}, {"dp", 2}}}};
+    const double none = run(doc).step_time;
+    doc["strategy"]["recompute"] = "full";
+    const double full = run(doc).step_time;
+    REQUIRE(full > none);
+    // Layers cost the same and add up: each recomputed layer adds 1/8 of full's extra time.
+    doc["strategy"]["recompute_every"] = 2;
+    CHECK(run(doc).step_time == doctest::Approx(none + (full - none) / 2).epsilon(1e-9));
+    doc["strategy"]["recompute_every"] = 4;
+    CHECK(run(doc).step_time == doctest::Approx(none + (full - none) / 4).epsilon(1e-9));
+    doc["strategy"].erase("recompute_every");
+    doc["strategy"]["recompute_num_layers"] = 3;
+    CHECK(run(doc).step_time == doctest::Approx(none + 3 * (full - none) / 8).epsilon(1e-9));
+    // Which layers: torchtitan's k-th, 2k-th, ... (1-based); Megatron's first n of each stage.
+    auto recomputed = [](const json& d, int rank) {
+        Trace trace;
+        run(d, true, &trace);
+        std::vector<int> layers;
+        for (const auto& e : trace.ranks[static_cast<std::size_t>(rank)].events)
+            if (e.op.name() == std::string_view("recompute") && e.batches.contains(0) &&
+                std::find(layers.begin(), layers.end(), e.layer) == layers.end())
+                layers.push_back(e.layer);
+        std::sort(layers.begin(), layers.end());
+        return layers;
+    };
+    doc["strategy"] = {{"name", "megatron"}, {"dp", 2}, {"recompute", "full"}, {"recompute_every", 3}};
+    CHECK(recomputed(doc, 0) == std::vector<int>{2, 5});
+    doc["strategy"] = {{"name", "1f1b"}, {"pp", 2}, {"recompute", "full"}, {"recompute_num_layers", 1}};
+    CHECK(recomputed(doc, 0) == std::vector<int>{0});
+    CHECK(recomputed(doc, 1) == std::vector<int>{4});
+    doc["strategy"] = {{"name", "interleaved"}, {"pp", 2}, {"chunks", 2}, {"recompute", "full"}, {"recompute_num_layers", 1}};
+    CHECK(recomputed(doc, 0) == std::vector<int>{0, 4});
+    CHECK(recomputed(doc, 1) == std::vector<int>{2, 6});
+}

@@ -58,6 +58,11 @@ struct StrategyConfig {
     // (Megatron-LM's --overlap-param-gather; its default is off), not after the step (ParamGather).
     bool overlap_param_gather = false;
     Recompute recompute = Recompute::none;
+    // The layers `recompute` applies to (LayerSplit): every k-th (torchtitan's selective_ac_option
+    // "k"), or the first n of each model chunk (Megatron-LM's --recompute-method block
+    // --recompute-num-layers n); the others recompute nothing. 1 and 0: every layer.
+    int recompute_every = 1;
+    int recompute_num_layers = 0;
     bool sequence_parallel = false;
     // Megatron-LM's --tp-comm-overlap (needs sequence_parallel): each block's all-gather and
     // reduce-scatter pipelined with its first and last GEMMs (overlapped_block in steps.cpp).
@@ -86,6 +91,10 @@ struct StrategyConfig {
     // inside a node, replicas across nodes).
     std::string sharding = "full";
 };
+
+// The recompute policy as reports print it: "none", "full", "full every 2nd layer",
+// "full, the first 2 layers of each chunk".
+std::string recompute_text(const StrategyConfig& s);
 
 struct Config;
 // How a config's layers are split and trained (LayerSplit), from its training and strategy.

@@ -28,6 +28,8 @@ Task<> mlp_backward(Device& gpu, const Job& job, int layer, int mb);
 Task<> attention_backward(Device& gpu, const Job& job, int layer, int mb);
 // Recompute, both halves backward, then frees the layer's activations for `mb`.
 Task<> layer_backward(Device& gpu, const Job& job, int layer, int mb);
+// Frees what `layer` kept for one microbatch (and what its recompute brought back).
+void release_activations(Device& gpu, const Job& job, int layer);
 // The zero-bubble split of the backward (Qi et al. 2023): recompute, then the
 // input gradients of both halves with their tensor-parallel collectives; the
 // activations stay until the weight gradients...

@@ -107,6 +107,27 @@ struct LayerSplit {
     // te only: the fp8 weight copies are made once a step (the framework passes
     // is_first_microbatch), not every microbatch.
     bool fp8_weight_cache = false;
+    // Which layers `recompute` applies to; the others keep everything (Recompute::none).
+    //   recompute_every k: every k-th layer, the k-th, 2k-th, ... (torchtitan's
+    //     selective_ac_option "k", full recompute of every k-th block: torchtitan/models/llama3/
+    //     parallelize_llama.py, _apply_ac_to_transformer_block); 1 = every layer.
+    //   recompute_num_layers n: the first n layers of each model chunk (a pipeline stage, or a
+    //     virtual stage when interleaved) of layers_per_chunk layers (Megatron-LM's
+    //     --recompute-method block --recompute-num-layers n); 0 = every layer.
+    int recompute_every = 1;
+    int recompute_num_layers = 0;
+    int layers_per_chunk = 0;
+    // `recompute` applies to `layer` (counted from 0 over the whole model).
+    [[nodiscard]] bool recomputes(int layer) const {
+        if (recompute == Recompute::none) return false;
+        if (recompute_every > 1) return (layer + 1) % recompute_every == 0;
+        if (recompute_num_layers > 0 && layers_per_chunk > 0) return layer % layers_per_chunk < recompute_num_layers;
+        return true;
+    }
+    // Some layers recompute and some do not.
+    [[nodiscard]] bool partial_recompute() const {
+        return recompute != Recompute::none && (recompute_every > 1 || recompute_num_layers > 0);
+    }
 };
 
 // Forward FLOPs of one layer for one microbatch on one GPU (each /t):

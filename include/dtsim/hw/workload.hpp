@@ -16,6 +16,7 @@ struct Work {
 };
 
 struct LayerWork {
+    Recompute recompute = Recompute::none;  // the policy this layer's work was priced for
     // The two halves of a layer (Megatron splits a layer into the attention
     // block and the MLP block, each followed by a tensor-parallel collective):
     // their GEMMs on the GPU's GEMM model plus their memory-bound work
@@ -83,6 +84,13 @@ struct Workload {
     // AttentionModel), not as GEMMs.
     bool measured_attention = false;
     double grad_bytes = 4;  // bytes per gradient element (split.grad_dtype)
+    // With a partial recompute (LayerSplit::partial_recompute), the layers that do not
+    // recompute: `layer` priced without it.
+    LayerWork plain;
+    // The work of `layer` (counted from 0 over the whole model).
+    [[nodiscard]] const LayerWork& at(int index) const {
+        return split.partial_recompute() && !split.recomputes(index) ? plain : layer;
+    }
 };
 
 // Prices every operation on `gpu` for `model` split as `split`.

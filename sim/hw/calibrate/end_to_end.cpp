@@ -361,7 +361,8 @@ EndToEndPrediction predict_end_to_end(const EndToEndSet& set, const EndToEndRow&
     p.layout += fmt::format(" dp{}", c.strategy.dp);
     if (c.strategy.name == "fsdp" && c.strategy.sharding != "full") p.layout += ", " + c.strategy.sharding;
     if (c.strategy.recompute != Recompute::none)
-        p.layout += fmt::format(", recompute {}", recompute_name(c.strategy.recompute));
+        p.layout += fmt::format(", recompute {}", recompute_text(c.strategy));
+    if (c.strategy.fp8 != Fp8::none) p.layout += fmt::format(", fp8 {}", fp8_name(c.strategy.fp8));
     p.memory_GiB = r.report.peak.bytes / kGiB;
     p.out_of_memory = r.report.oom.has_value();
     return p;

@@ -39,6 +39,20 @@ int Config::microbatches() const {
     return training.global_batch / (training.micro_batch * strategy.dp);
 }
 
+std::string recompute_text(const StrategyConfig& s) {
+    std::string text{recompute_name(s.recompute)};
+    if (s.recompute == Recompute::none) return text;
+    if (s.recompute_every > 1) {
+        const int k = s.recompute_every;
+        const char* suffix = k % 10 == 2 && k % 100 != 12 ? "nd" : k % 10 == 3 && k % 100 != 13 ? "rd" : "th";
+        return fmt::format("{} every {}{} layer", text, k, suffix);
+    }
+    if (s.recompute_num_layers > 0)
+        return fmt::format("{}, the first {} layer{} of each chunk", text, s.recompute_num_layers,
+                           s.recompute_num_layers == 1 ? "" : "s");
+    return text;
+}
+
 LayerSplit layer_split(const Config& c) {
     const StrategyConfig& s = c.strategy;
     const StrategyInfo* info = find_hw_strategy(s.name);
@@ -48,8 +62,13 @@ LayerSplit layer_split(const Config& c) {
     // (is_first_microbatch), so its fp8 weight copies are made once a step; PyTorch's own data
     // parallelism (Composer, llm-foundry) does not.
     const bool weight_cache = s.fp8 == Fp8::te && !(info && info->pytorch);
-    return LayerSplit{c.training.micro_batch, s.tp,         s.sequence_parallel, s.recompute, s.flash_attention,
-                      s.attention_kernel,     s.grad_dtype, loss,                 s.fp8,       weight_cache};
+    LayerSplit split{c.training.micro_batch, s.tp,         s.sequence_parallel, s.recompute, s.flash_attention,
+                     s.attention_kernel,     s.grad_dtype, loss,                 s.fp8,       weight_cache};
+    split.recompute_every = s.recompute_every;
+    split.recompute_num_layers = s.recompute_num_layers;
+    const int chunks = info && info->fixed_chunks > 0 ? info->fixed_chunks : info && info->chunks ? s.chunks : 1;
+    split.layers_per_chunk = c.model.spec.layers / std::max(1, s.pp * chunks);
+    return split;
 }
 
 namespace {
@@ -301,7 +320,7 @@ void from_json(const Node& n, TrainingConfig& t) {
 void from_json(const Node& n, StrategyConfig& s) {
     n.keys({"name", "dp", "tp", "pp", "microbatches", "zero_stage", "bucket_MiB", "first_bucket_MiB", "overlap",
             "prefetch", "recompute", "sequence_parallel", "flash_attention", "attention_kernel", "algorithm", "puzzle",
-            "chunks", "microbatch_group", "schedule_file", "sharding", "grad_dtype", "overlap_param_gather", "cross_entropy", "tp_comm_overlap", "fp8"});
+            "chunks", "microbatch_group", "schedule_file", "sharding", "grad_dtype", "overlap_param_gather", "cross_entropy", "tp_comm_overlap", "fp8", "recompute_every", "recompute_num_layers"});
     s.name = n["name"].choice(strategy_names());
     if (n.has("dp")) s.dp = n["dp"].integer(1);
     if (n.has("tp")) s.tp = n["tp"].integer(1);
@@ -326,6 +345,8 @@ void from_json(const Node& n, StrategyConfig& s) {
                       : r == "selective_op" ? Recompute::selective_op
                                             : Recompute::none;
     }
+    if (n.has("recompute_every")) s.recompute_every = n["recompute_every"].integer(1);
+    if (n.has("recompute_num_layers")) s.recompute_num_layers = n["recompute_num_layers"].integer(1);
     if (n.has("sequence_parallel")) s.sequence_parallel = n["sequence_parallel"].boolean();
     if (n.has("tp_comm_overlap")) s.tp_comm_overlap = n["tp_comm_overlap"].boolean();
     if (n.has("flash_attention")) s.flash_attention = n["flash_attention"].boolean();
@@ -416,6 +437,20 @@ void validate(const Node& root, Config& c) {
             "overlaps the distributed optimizer's weight all-gather (ZeRO stage 1 or 2) with the forward; "
             "this strategy runs {}", s.name == "fsdp" ? "FSDP, which gathers each layer itself (see \"prefetch\")"
                                                      : fmt::format("ZeRO stage {}", s.zero_stage)));
+    for (const char* key : {"recompute_every", "recompute_num_layers"})
+        if (st.has(key) && s.recompute == Recompute::none)
+            st[key].fail(fmt::format("chooses the layers \"recompute\" applies to, but recompute is \"none\""));
+    if (st.has("recompute_every") && st.has("recompute_num_layers"))
+        st["recompute_num_layers"].fail("give one of \"recompute_every\" (every k-th layer, torchtitan) and "
+                                        "\"recompute_num_layers\" (the first n of each stage, Megatron-LM), not both");
+    if (s.recompute_num_layers > 0) {
+        // (Layers that do not split evenly into chunks are reported below.)
+        const int per_chunk = layer_split(c).layers_per_chunk;
+        if (s.recompute_num_layers > per_chunk && per_chunk > 0 && m.layers % per_chunk == 0)
+            st["recompute_num_layers"].fail(fmt::format(
+                "the first {} layers of each model chunk, but a chunk has {} ({} layers over pp x chunks)",
+                s.recompute_num_layers, per_chunk, m.layers));
+    }
     if (s.recompute == Recompute::selective_op && !s.flash_attention)
         st["recompute"].fail("\"selective_op\" (torchtitan's per-op policy) keeps the fused attention's output: "
                              "it needs \"flash_attention\": true");

@@ -61,6 +61,7 @@ Workload make_workload(const TransformerSpec& m, const LayerSplit& s, const GpuS
     const double attn_bytes = h_bytes / 2 + scores, mlp_bytes = elementwise - h_bytes / 2;
 
     LayerWork& L = w.layer;
+    L.recompute = s.recompute;
     L.attention_forward = {qkv + core + proj + gpu.memory_seconds(attn_bytes), f.qkv + core_flops + f.projection,
                            attn_bytes};
     L.mlp_forward = {fc1 + fc2 + gpu.memory_seconds(mlp_bytes), f.mlp, mlp_bytes};
@@ -161,6 +162,11 @@ Workload make_workload(const TransformerSpec& m, const LayerSplit& s, const GpuS
     }
     // Megatron's scatter/gather optimization: each TP rank sends 1/t of the activation.
     E.p2p_bytes = tokens * h * el / t;
+    if (s.partial_recompute()) {
+        LayerSplit none = s;
+        none.recompute = Recompute::none;
+        w.plain = make_workload(m, none, gpu).layer;
+    }
     return w;
 }
 

@@ -37,7 +37,7 @@ Task<> ddp(Device& gpu, const Job& job) {
             co_await attention_backward(gpu, job, l, mb);
             if (sync) co_await grads.ready(w.attention_grad_tensors, l);
             if (mb == 0) allocate_grads(gpu, job, w.params, l);
-            gpu.release(w.activation_bytes + w.recompute_peak_bytes);
+            release_activations(gpu, job, l);
         }
         embedding_backward(gpu, job, mb);
         if (mb == 0) allocate_grads(gpu, job, job.params() - job.layers * w.params, kNoLayer);

@@ -49,7 +49,7 @@ Task<> backward_step(Device& gpu, const Job& job, int mb, GradientSync* grads) {
         if (grads) co_await grads->ready(w.mlp_grad_tensors, l);
         co_await attention_backward(gpu, job, l, mb);
         if (grads) co_await grads->ready(w.attention_grad_tensors, l);
-        gpu.release(w.activation_bytes + w.recompute_peak_bytes);
+        release_activations(gpu, job, l);
     }
     if (job.first_stage()) {
         embedding_backward(gpu, job, mb);

@@ -102,7 +102,7 @@ Task<> backward(Device& gpu, const Stage& st, int mb, bool weights, GradientSync
             if (grads) co_await grads->ready(w.mlp_grad_tensors, l);
             co_await attention_backward(gpu, job, l, mb);
             if (grads) co_await grads->ready(w.attention_grad_tensors, l);
-            gpu.release(w.activation_bytes + w.recompute_peak_bytes);
+            release_activations(gpu, job, l);
         } else {
             co_await layer_backward_input(gpu, job, l, mb);
         }

@@ -111,15 +111,15 @@ void fp8_weight_cast(Device& gpu, const Job& job, int layer, int mb, bool backwa
 
 Task<> layer_forward(Device& gpu, const Job& job, int layer, int mb) {
     if (job.param_gather) co_await job.param_gather->wait(gpu, job, layer);
-    gpu.allocate(job.work->layer.activation_bytes, ops::forward, layer);
+    gpu.allocate(job.work->at(layer).activation_bytes, ops::forward, layer);
     fp8_weight_cast(gpu, job, layer, mb, false);
     co_await attention_forward(gpu, job, layer, mb);
     co_await mlp_forward(gpu, job, layer, mb);
 }
 
 Task<> recompute(Device& gpu, const Job& job, int layer, int mb) {
-    const LayerWork& w = job.work->layer;
-    switch (job.strategy().recompute) {
+    const LayerWork& w = job.work->at(layer);
+    switch (w.recompute) {
         case Recompute::none: break;
         case Recompute::selective: run_work(gpu, ops::recompute, layer, w.attention_recompute, mb); break;
         case Recompute::selective_op:
@@ -149,7 +149,12 @@ Task<> layer_backward(Device& gpu, const Job& job, int layer, int mb) {
     fp8_weight_cast(gpu, job, layer, mb, true);
     co_await mlp_backward(gpu, job, layer, mb);
     co_await attention_backward(gpu, job, layer, mb);
-    gpu.release(job.work->layer.activation_bytes + job.work->layer.recompute_peak_bytes);
+    release_activations(gpu, job, layer);
+}
+
+void release_activations(Device& gpu, const Job& job, int layer) {
+    const LayerWork& w = job.work->at(layer);
+    gpu.release(w.activation_bytes + w.recompute_peak_bytes);
 }
 
 Task<> layer_backward_input(Device& gpu, const Job& job, int layer, int mb) {
@@ -164,7 +169,7 @@ void layer_backward_weight(Device& gpu, const Job& job, int layer, int mb) {
     const LayerWork& w = job.work->layer;
     run_work(gpu, ops::backward_weight, layer, w.mlp_backward_weight, mb);
     run_work(gpu, ops::backward_weight, layer, w.attention_backward_weight, mb);
-    gpu.release(w.activation_bytes + w.recompute_peak_bytes);
+    release_activations(gpu, job, layer);
 }
 
 Task<> embedding_forward(Device& gpu, const Job& job, int mb) {
