@@ -66,6 +66,8 @@ struct StrategyConfig {
     bool sequence_parallel = false;
     // Megatron-LM's --tp-comm-overlap (needs sequence_parallel): each block's all-gather and
     // reduce-scatter pipelined with its first and last GEMMs (overlapped_block in steps.cpp).
+    // With "fsdp" it stands for torchtitan's AsyncTP (enable_async_tensor_parallel), which
+    // decomposes the same all-gather + GEMM and GEMM + reduce-scatter pairs (symmetric memory).
     bool tp_comm_overlap = false;
     bool flash_attention = false;          // fused attention: no s x s scores kept
     std::string attention_kernel = "flash2";  // which fused kernel: "flash2" or "cudnn" (AttentionModel)
@@ -74,8 +76,8 @@ struct StrategyConfig {
     // (mixed_precision_reduce) and PyTorch AMP (fp32 parameters) do; "bf16"/"fp16" as
     // Megatron-LM with fp16 or FSDP with reduce_dtype = param_dtype.
     DType grad_dtype = DType::fp32;
-    // How the loss is computed (CrossEntropy): "pytorch" for ddp and fsdp, "megatron" for the
-    // tensor- and pipeline-parallel strategies, unless given.
+    // How the loss is computed (CrossEntropy): "pytorch" for ddp and fsdp (with tp > 1 too:
+    // layer_split), "megatron" for the tensor- and pipeline-parallel strategies, unless given.
     std::optional<CrossEntropy> cross_entropy;
     // Float8 linears (Fp8 in transformer.hpp): "none", "te" (Transformer Engine) or "torchao".
     Fp8 fp8 = Fp8::none;

@@ -1,6 +1,7 @@
 // The strategies of the hardware world, free coroutines over a GPU and its job:
 //   ddp       data parallelism with PyTorch's bucketed gradient all-reduce overlapping the backward
-//   fsdp      ZeRO-3: per-layer parameter all-gather (prefetching the next layer) and gradient reduce-scatter
+//   fsdp      ZeRO-3: per-layer parameter all-gather (prefetching the next layer) and gradient reduce-scatter,
+//             x tensor parallelism inside a node (torchtitan's 2D)
 //   megatron  Megatron-LM tensor parallelism (x data parallelism), gradient accumulation over microbatches
 //   gpipe     pipeline: all forwards, then all backwards (x tensor x data parallelism)
 //   1f1b      pipeline: PipeDream-Flush / Megatron's one-forward-one-backward schedule
@@ -43,7 +44,7 @@ struct StrategyInfo {
     std::string_view name;
     HwStrategy run = nullptr;  // null for "puzzle", which runs on the puzzle model instead
     std::string_view title;
-    bool tensor_parallel = true;  // takes tp > 1 (ddp and fsdp are pure data parallelism)
+    bool tensor_parallel = true;  // takes tp > 1 (ddp is pure data parallelism)
     PipelineKind pipeline = PipelineKind::none;
     bool chunks = false;            // takes "chunks", model chunks per pipeline rank
     int fixed_chunks = 0;           // model chunks per pipeline rank set by the schedule (dualpipev: 2)

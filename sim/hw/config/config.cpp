@@ -56,6 +56,14 @@ std::string recompute_text(const StrategyConfig& s) {
 LayerSplit layer_split(const Config& c) {
     const StrategyConfig& s = c.strategy;
     const StrategyInfo* info = find_hw_strategy(s.name);
+    // PyTorch's strategies keep PyTorch's loss with tp > 1 as well. torchtitan turns loss_parallel
+    // on whenever TP is (apply_tp(..., loss_parallel=not parallelism.disable_loss_parallel) in
+    // torchtitan/models/llama3/infra/parallelize.py): the output layer keeps its logits sharded
+    // over the vocabulary (ColwiseParallel, output_layouts=Shard(-1)) and the loss runs on the
+    // local shard, but upcast to an fp32 copy first with its fp32 log-probabilities kept for the
+    // backward (torchtitan/components/loss.py, cross_entropy_loss: pred.to_local().float() into
+    // _LossParallelCrossEntropy). That is the pytorch per-logit pattern of LossBytes on V / tp
+    // logits (both patterns are priced per GPU on V / tp), not Megatron-LM's in-place softmax.
     const CrossEntropy loss =
         s.cross_entropy.value_or(info && info->pytorch ? CrossEntropy::pytorch : CrossEntropy::megatron);
     // Megatron-LM tells Transformer Engine which microbatch is the first of a step
@@ -490,6 +498,18 @@ void validate(const Node& root, Config& c) {
             where("tp").fail(fmt::format("{} kv heads cannot be split over (or replicated across) tp = {}",
                                          m.kv_heads, s.tp));
     }
+    // HYBRID_SHARD with TP (torchtitan's HSDP x TP): the shard group is the node's data-parallel
+    // ranks, the GPUs of a node over tp (make_jobs); it takes whole tensor-parallel groups per node
+    // and at least two of them, or nothing would be sharded.
+    if (s.sharding == "hybrid" && s.tp > 1 && c.cluster.gpus_per_node % s.tp != 0)
+        st["sharding"].fail(fmt::format("hybrid sharding shards over the data-parallel ranks of one node, but tp = {} "
+                                        "does not divide the node's {} GPUs; choose a tp that does, or \"full\"",
+                                        s.tp, c.cluster.gpus_per_node));
+    if (s.sharding == "hybrid" && s.tp > 1 && s.dp > 1 && c.cluster.gpus_per_node == s.tp)
+        st["sharding"].fail(fmt::format("hybrid sharding shards over the data-parallel ranks of one node, but tp = {} "
+                                        "fills the node's {} GPUs: each shard group would be a single rank and nothing "
+                                        "sharded; use \"full\" to shard over the nodes, or a smaller tp",
+                                        s.tp, c.cluster.gpus_per_node));
     const TrainingConfig& t = c.training;
     const Node tr = root["training"];
     const long long per_microbatch = static_cast<long long>(t.micro_batch) * s.dp;

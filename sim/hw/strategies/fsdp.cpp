@@ -14,6 +14,26 @@
 //   hybrid   HYBRID_SHARD: FULL_SHARD inside a node (the shard group), and
 //            each rank's reduced gradient shard all-reduced across the nodes
 //            holding the same shard (the replica group).
+//
+// With tp > 1 this is torchtitan's 2D parallelism (parallelize_llama: apply_tp,
+// then fully_shard over the data-parallel mesh): ranks in Megatron-LM's order
+// (make_jobs), so a tensor-parallel group sits inside a node and the FSDP group
+// is the same tp_rank of every data-parallel replica, across nodes. A layer's
+// parameters in the workload are already this rank's 1/tp (LayerWork::params),
+// so each all-gather and reduce-scatter moves the layer's bytes / tp, and the
+// model states are sharded over tp x dp (load_model_states). The layer's own
+// tensor-parallel collectives come from layer_forward / layer_backward: blocking
+// the compute stream (sequence_parallel or not), or with tp_comm_overlap (which
+// stands for torchtitan's AsyncTP) pipelined with the GEMMs on their own stream.
+//
+// Streams: FSDP2 issues its all-gathers and reduce-scatters from two CUDA
+// streams of its own (FSDPCommContext.lazy_init in
+// torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py: all_gather_stream,
+// reduce_scatter_stream), off the compute stream, but both over the one
+// data-parallel process group, whose NCCL communicator runs them one after
+// another; here they queue on the rank's data-parallel communication stream,
+// never behind the compute, and never behind the tensor-parallel collectives
+// (a communicator of their own).
 #include "dtsim/hw/steps.hpp"
 #include "dtsim/hw/strategies.hpp"
 
