@@ -270,7 +270,9 @@ RunSize estimate_run_size(const Config& c, const RunOptions& options) {
     if (s.name == "zbh1" || s.name == "schedule") per_layer += 2;  // the weight-gradient halves
     if (s.name == "fsdp") per_layer += s.sharding == "hybrid" ? 4 : s.sharding == "grad_op" ? 2 : 3;
     const double chunks = s.name == "dualpipev" ? 2 : is_scheduled_pipeline(s.name) ? std::max(1, s.chunks) : 1;
-    const double per_microbatch = 7 + (s.pp > 1 ? 4 * chunks : 0);  // edges; sends and receives
+    // Edges (the embedding and its TP all-reduce, logits, loss, their backwards; FSDP's root
+    // reduce-scatter, one more beside that all-reduce with tp > 1); sends and receives.
+    const double per_microbatch = 7 + (s.name == "fsdp" && s.tp > 1 ? 1 : 0) + (s.pp > 1 ? 4 * chunks : 0);
     // ZeRO-2 synchronises after every microbatch, the others after the last.
     const double syncs = s.zero_stage == 2 ? mb : 1;
     size.layer_events = per_layer + (layers > 0 && s.zero_stage == 2 ? buckets / layers : 0);
