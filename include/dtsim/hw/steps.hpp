@@ -64,14 +64,30 @@ void optimizer_step(Device& gpu, const Job& job, double params);
 // layer the rank holds is gathered in layer order, one transfer a layer (the first carries the
 // embeddings' share) on the communication stream, and each layer's first forward waits for its
 // transfer. finish_step then gathers nothing.
+//
+// The same gathers run FSDP (ZeRO-3) inside pipeline stages as torchtitan runs it by default
+// (torchtitan/models/llama3/infra/parallelize.py, apply_fsdp: reshard_after_forward = not
+// pp_enabled, "to avoid per-microbatch all-gathers"): each layer is gathered once a step, before
+// the first microbatch's forward, and stays gathered through every microbatch; its unsharded
+// gradients accumulate over the microbatches and are reduce-scattered with the last one's
+// backward (GradientSync). With zero_stage 3 the gathered bf16 weights (2 bytes a parameter) are
+// allocated when their gather starts and each layer's unsharded gradients (G bytes a parameter)
+// when its first backward runs (recompute calls `backward`); finish_step frees both.
 class ParamGather {
 public:
     // Waits (the first time `layer` is forwarded) for its weights.
     Task<> wait(Device& gpu, const Job& job, int layer);
+    // ZeRO-3: the unsharded gradients of `layer` (and, the first time, the edges'), when its
+    // first backward starts; nothing otherwise.
+    void backward(Device& gpu, const Job& job, int layer);
+    // ZeRO-3: frees the gathered weights and the unsharded gradients (after the reduction).
+    void release(Device& gpu);
 
 private:
     std::vector<std::pair<int, Transfer>> pending_;  // layer, its gather, in layer order
     bool started_ = false;
+    std::vector<int> grads_made_;  // layers whose unsharded gradients are allocated
+    double held_ = 0;              // ZeRO-3: bytes allocated here, freed by release
 };
 
 // PyTorch DDP's gradient buckets (torch/nn/parallel/distributed.py,

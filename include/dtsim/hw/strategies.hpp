@@ -52,6 +52,8 @@ struct StrategyInfo {
     bool schedule_file = false;     // needs "schedule_file"
     bool sharding = false;          // takes "sharding"
     int min_zero_stage = 0, max_zero_stage = 1;  // the ZeRO stages it runs
+    // Also runs ZeRO stage 3, FSDP inside its pipeline stages (torchtitan's 3D: ParamGather).
+    bool zero3 = false;
     bool puzzle = false;            // runs a puzzle strategy (key "puzzle") on a model of kind "puzzle"
     // PyTorch's own data parallelism (DDP, FSDP), not Megatron-LM's: its loss by default
     // (CrossEntropy::pytorch) and no gradients held between steps (grads_on_demand).

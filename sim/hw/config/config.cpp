@@ -534,7 +534,11 @@ void validate(const Node& root, Config& c) {
         if (st.has("zero_stage") && s.zero_stage != info.min_zero_stage)
             st["zero_stage"].fail(fmt::format("strategy \"{}\" is ZeRO stage {}, found {}", s.name, info.min_zero_stage,
                                               s.zero_stage));
-    } else if (s.zero_stage > info.max_zero_stage) {
+    } else if (s.zero_stage > info.max_zero_stage && !(s.zero_stage == 3 && info.zero3)) {
+        if (info.zero3)
+            st["zero_stage"].fail(fmt::format("strategy \"{}\" supports ZeRO stages 0, 1 (distributed optimizer) and "
+                                              "3 (FSDP inside the pipeline stages), found {}",
+                                              s.name, s.zero_stage));
         if (info.max_zero_stage == 2)
             st["zero_stage"].fail(fmt::format("strategy \"{}\" runs ZeRO stages 0, 1 and 2, found {}; use \"fsdp\" "
                                               "for stage 3",

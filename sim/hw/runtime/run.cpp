@@ -97,7 +97,9 @@ RunResult simulate_transformer(const Config& c, const RunOptions& options) {
     if (is_scheduled_pipeline(c.strategy.name)) plan = make_plan(c);
     std::vector<Job> jobs = make_jobs(world, c, work, plan ? &*plan : nullptr);
     std::vector<ParamGather> gathers;
-    if (c.strategy.overlap_param_gather && c.strategy.dp > 1) {
+    // ZeRO-1/2 with overlap_param_gather, and ZeRO-3 inside pipeline stages, gather the weights layer by layer.
+    const bool pipeline_zero3 = c.strategy.zero_stage == 3 && strategy->zero3;
+    if ((c.strategy.overlap_param_gather || pipeline_zero3) && c.strategy.dp > 1) {
         gathers.resize(jobs.size());
         for (std::size_t i = 0; i < jobs.size(); ++i) jobs[i].param_gather = &gathers[i];
     }
@@ -276,7 +278,9 @@ RunSize estimate_run_size(const Config& c, const RunOptions& options) {
     // ZeRO-2 synchronises after every microbatch, the others after the last.
     const double syncs = s.zero_stage == 2 ? mb : 1;
     size.layer_events = per_layer + (layers > 0 && s.zero_stage == 2 ? buckets / layers : 0);
-    const double gathers = s.overlap_param_gather ? layers : 0;  // ParamGather: one a layer
+    const StrategyInfo* info = find_hw_strategy(s.name);
+    const bool pipeline_zero3 = s.zero_stage == 3 && info && info->zero3;
+    const double gathers = s.overlap_param_gather || pipeline_zero3 ? layers : 0;  // ParamGather: one a layer
     size.events = ranks * (layers * mb * per_layer + mb * per_microbatch + syncs * buckets + gathers + 16);
     if (c.stragglers.any() && options.straggler_baseline) size.events *= 2;
 

@@ -119,6 +119,7 @@ Task<> layer_forward(Device& gpu, const Job& job, int layer, int mb) {
 
 Task<> recompute(Device& gpu, const Job& job, int layer, int mb) {
     const LayerWork& w = job.work->at(layer);
+    if (job.param_gather) job.param_gather->backward(gpu, job, layer);
     switch (w.recompute) {
         case Recompute::none: break;
         case Recompute::selective: run_work(gpu, ops::recompute, layer, w.attention_recompute, mb); break;
@@ -204,10 +205,11 @@ void logits_backward(Device& gpu, const Job& job, int mb) {
 }
 
 bool grads_on_demand(const Job& job) {
-    // PyTorch's DDP at ZeRO-0 and FSDP (ZeRO-3); ZeRO-1/2 keep a gradient buffer, as DeepSpeed does.
+    // PyTorch's DDP at ZeRO-0 and FSDP (ZeRO-3), FSDP2 inside pipeline stages too (ParamGather
+    // allocates the unsharded gradients); ZeRO-1/2 keep a gradient buffer, as DeepSpeed does.
     const StrategyInfo* info = find_hw_strategy(job.strategy().name);
     const int stage = job.strategy().zero_stage;
-    return info && info->pytorch && (stage == 0 || stage == 3);
+    return info && ((info->pytorch && (stage == 0 || stage == 3)) || (info->zero3 && stage == 3));
 }
 
 void load_model_states(Device& gpu, const Job& job) {
@@ -246,7 +248,12 @@ Task<> ParamGather::wait(Device& gpu, const Job& job, int layer) {
             for (int l = job.first_layer; l < job.first_layer + job.layers; ++l) held.push_back(l);
         }
         double edges = el * job.params() - per_layer * static_cast<double>(held.size());
+        const bool sharded_weights = job.strategy().zero_stage == 3;
         for (int l : held) {
+            if (sharded_weights) {
+                gpu.allocate(per_layer + edges, ops::all_gather, l);
+                held_ += per_layer + edges;
+            }
             const Transfer t = co_await gpu.all_gather_start(*job.dp_group, per_layer + edges, l);
             edges = 0;
             pending_.emplace_back(l, t);
@@ -259,6 +266,21 @@ Task<> ParamGather::wait(Device& gpu, const Job& job, int layer) {
             co_await gpu.wait(t);
             break;
         }
+}
+
+void ParamGather::backward(Device& gpu, const Job& job, int layer) {
+    if (job.strategy().zero_stage != 3) return;
+    if (std::find(grads_made_.begin(), grads_made_.end(), layer) != grads_made_.end()) return;
+    const double edges = grads_made_.empty() ? job.params() - job.layers * job.work->layer.params : 0;
+    grads_made_.push_back(layer);
+    const double bytes = job.work->grad_bytes * (job.work->layer.params + edges);
+    gpu.allocate(bytes, ops::backward, layer);
+    held_ += bytes;
+}
+
+void ParamGather::release(Device& gpu) {
+    gpu.release(held_);
+    held_ = 0;
 }
 
 // ---------------------------------------------------------------- gradients
@@ -335,6 +357,7 @@ Task<> finish_step(Device& gpu, const Job& job, GradientSync& grads) {
     const bool sharded = job.strategy().zero_stage >= 1 && job.dp_group;
     optimizer_step(gpu, job, sharded ? job.params() / job.dp : job.params());
     if (sharded && !job.param_gather) co_await gpu.all_gather(*job.dp_group, el * job.params());
+    if (job.param_gather) job.param_gather->release(gpu);  // ZeRO-3's gathered weights and gradients
 }
 
 Task<> GradientSync::finish() {
