@@ -270,3 +270,113 @@ TEST_CASE("2D FSDP configs: what cannot run is refused with the key and the reas
     ddp["strategy"]["name"] = "ddp";
     CHECK(error(ddp).find("strategy \"ddp\" is pure data parallelism") != std::string::npos);
 }
+
+// ---------------------------------------------------------------- 3D: FSDP inside pipeline stages
+
+namespace {
+
+// 1F1B over pp x tp x dp on nodes of tp GPUs, ZeRO stage `stage`, 4 microbatches.
+json pipeline_doc(const char* name, int tp, int pp, int dp, int stage) {
+    json d = doc(tp, dp * pp, tp, 4);
+    d["cluster"] = realistic_cluster(dp * pp);
+    d["cluster"]["gpus_per_node"] = tp;
+    d["strategy"] = {{"name", name}, {"dp", dp}, {"tp", tp}, {"pp", pp}, {"zero_stage", stage}};
+    d["training"]["global_batch"] = dp * 4;
+    return d;
+}
+
+}  // namespace
+
+TEST_CASE("3D: ZeRO-3 inside 1F1B stages gathers each layer once a step and reduce-scatters its gradients once") {
+    for (int tp : {1, 2}) {
+        const int pp = 2, dp = 2;
+        CAPTURE(tp);
+        const RunResult r = simulate_doc(pipeline_doc("1f1b", tp, pp, dp, 3));
+        const double share = layer_params_per_rank(tp);
+        const double psi_rank = (kLayers / pp) * share;  // stage 0's layers, no vocabulary
+        int gathers = 0;
+        double scattered = 0;
+        for (const auto& e : r.trace.ranks[0].events) {
+            const std::string op(e.op.name());
+            if (op == "all_gather" && e.stream == Stream::comm) {
+                ++gathers;
+                CHECK(e.bytes == doctest::Approx(2 * share));
+            }
+            if (op == "reduce_scatter" && e.stream == Stream::comm) scattered += e.bytes;
+        }
+        // torchtitan with PP does not reshard after the forward: one gather a layer for all 4 microbatches.
+        CHECK(gathers == kLayers / pp);
+        CHECK(scattered == doctest::Approx(4 * psi_rank));  // fp32 gradients, once
+        // Model states sharded over dp, without gradients between steps (FSDP2's): 14 bytes a parameter / dp,
+        // plus, while the step runs, the gathered bf16 weights (2) and the accumulated unsharded fp32
+        // gradients (4), freed after the step.
+        const auto& first = r.trace.ranks[0].events.front();
+        REQUIRE(first.op.name() == std::string_view("all_gather"));
+        CHECK(first.memory - 2 * share == doctest::Approx(14 * psi_rank / dp));  // layer 0's weights gathering
+        bool stepped = false;
+        for (const auto& e : r.trace.ranks[0].events)
+            if (e.op.name() == std::string_view("optimizer")) {
+                stepped = true;
+                CHECK(e.memory == doctest::Approx(14 * psi_rank / dp + (2 + 4) * psi_rank));
+            }
+        CHECK(stepped);
+    }
+}
+
+TEST_CASE("3D: ZeRO-3 in a pipeline moves what ZeRO-1 with overlap_param_gather moves, and holds less between steps") {
+    const RunResult three = simulate_doc(pipeline_doc("1f1b", 2, 2, 2, 3));
+    json d = pipeline_doc("1f1b", 2, 2, 2, 1);
+    d["strategy"]["overlap_param_gather"] = true;
+    const RunResult one = simulate_doc(d);
+    auto bytes = [](const RunResult& r, const char* op) {
+        double b = 0;
+        for (const auto& e : r.trace.ranks[0].events)
+            if (e.op.name() == op && e.stream == Stream::comm) b += e.bytes;
+        return b;
+    };
+    CHECK(bytes(three, "all_gather") == doctest::Approx(bytes(one, "all_gather")));
+    CHECK(bytes(three, "reduce_scatter") == doctest::Approx(bytes(one, "reduce_scatter")));
+    // Before the step: 14/dp bytes a parameter against ZeRO-1's 6 + 12/dp.
+    CHECK(three.trace.ranks[0].events.front().memory < one.trace.ranks[0].events.front().memory);
+}
+
+TEST_CASE("3D: ZeRO-3 runs in every pipeline schedule for tp and dp of 2, no faster than its compute") {
+    for (const char* name : {"gpipe", "1f1b", "interleaved", "zbh1"}) {
+        CAPTURE(name);
+        json d = pipeline_doc(name, 2, 2, 2, 3);
+        d["model"]["vocab"] = 32000;
+        d["strategy"]["sequence_parallel"] = true;
+        const RunResult r = simulate_doc(d);
+        double most = 0;
+        for (const auto& rank : r.trace.ranks) most = std::max(most, compute_seconds(rank));
+        CHECK(most > 0);
+        CHECK(r.report.step_time > most);
+        // Nothing is gathered after the optimizer step: the next step's forward gathers its layers.
+        for (const auto& rank : r.trace.ranks) {
+            REQUIRE_FALSE(rank.events.empty());
+            CHECK(rank.events.back().op.name() == std::string_view("optimizer"));
+        }
+    }
+}
+
+TEST_CASE("3D configs: pipelines take ZeRO stages 0, 1 and 3, not 2; megatron not 3") {
+    auto error = [](const json& d) {
+        try {
+            parse_config(d, "t.json");
+        } catch (const ConfigError& e) {
+            return std::string(e.what());
+        }
+        return std::string("no error");
+    };
+    CHECK(error(pipeline_doc("1f1b", 2, 2, 2, 3)) == "no error");
+    CHECK(error(pipeline_doc("1f1b", 2, 2, 2, 2)) ==
+          "t.json: $.strategy.zero_stage: strategy \"1f1b\" supports ZeRO stages 0, 1 (distributed optimizer) and 3 "
+          "(FSDP inside the pipeline stages), found 2");
+    json m = doc(2, 4, 8);
+    m["strategy"] = {{"name", "megatron"}, {"tp", 2}, {"dp", 4}, {"zero_stage", 3}};
+    CHECK(error(m) == "t.json: $.strategy.zero_stage: strategy \"megatron\" supports ZeRO stages 0 and 1 (distributed "
+                      "optimizer), found 3");
+    json overlap = pipeline_doc("1f1b", 2, 2, 2, 3);
+    overlap["strategy"]["overlap_param_gather"] = true;
+    CHECK(error(overlap).find("$.strategy.overlap_param_gather") != std::string::npos);
+}

@@ -241,6 +241,8 @@ TEST_CASE("the events estimated before a run bound what it records, within 1.5 x
         {{"name", "megatron"}, {"dp", 4}, {"tp", 4}, {"sequence_parallel", true}},
         {{"name", "gpipe"}, {"dp", 2}, {"tp", 2}, {"pp", 4}},
         {{"name", "1f1b"}, {"dp", 2}, {"tp", 2}, {"pp", 4}, {"sequence_parallel", true}},
+        {{"name", "1f1b"}, {"dp", 2}, {"tp", 2}, {"pp", 4}, {"zero_stage", 3}},
+        {{"name", "interleaved"}, {"dp", 4}, {"pp", 4}, {"chunks", 2}, {"zero_stage", 3}},
         {{"name", "interleaved"}, {"dp", 4}, {"pp", 4}, {"chunks", 2}},
         {{"name", "zbh1"}, {"dp", 4}, {"pp", 4}},
         {{"name", "bfs"}, {"dp", 4}, {"pp", 4}, {"chunks", 2}},
