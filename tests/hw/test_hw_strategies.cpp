@@ -247,6 +247,9 @@ TEST_CASE("the events estimated before a run bound what it records, within 1.5 x
         {{"name", "zbh1"}, {"dp", 4}, {"pp", 4}},
         {{"name", "bfs"}, {"dp", 4}, {"pp", 4}, {"chunks", 2}},
         {{"name", "dualpipev"}, {"dp", 4}, {"pp", 4}},
+        {{"name", "megatron"}, {"dp", 2}, {"tp", 2}, {"cp", 4}, {"flash_attention", true}},
+        {{"name", "1f1b"}, {"dp", 2}, {"cp", 2}, {"pp", 4}, {"flash_attention", true}},
+        {{"name", "fsdp"}, {"dp", 8}, {"cp", 2}, {"flash_attention", true}},
     };
     for (const auto& strategy : strategies)
         for (const char* recompute : {"none", "selective", "full"}) {

@@ -47,7 +47,10 @@ struct ModelConfig {
 
 struct StrategyConfig {
     std::string name;  // one of hw_strategies() (dtsim/hw/strategies.hpp)
-    int dp = 1, tp = 1, pp = 1;  // dp not given: the GPU count / (tp x pp)
+    int dp = 1, tp = 1, pp = 1;  // dp not given: the GPU count / (tp x cp x pp)
+    // Context parallelism (Megatron-Core's and Transformer Engine's, torchtitan's): each sequence
+    // split over cp ranks, attention as a ring passing the keys and values around (LayerSplit::cp).
+    int cp = 1;
     int microbatches = 0;  // per pipeline and step; 0 = global_batch / (micro_batch x dp)
     int zero_stage = 0;
     double bucket_bytes = 25 * kMiB;       // PyTorch DDP bucket_cap_mb default
@@ -119,7 +122,7 @@ struct Config {
     Stragglers stragglers;
     nlohmann::json json;  // the merged document, as run
 
-    [[nodiscard]] int gpus() const { return strategy.dp * strategy.tp * strategy.pp; }
+    [[nodiscard]] int gpus() const { return strategy.dp * strategy.tp * strategy.pp * strategy.cp; }
     // Microbatches each pipeline runs per step.
     [[nodiscard]] int microbatches() const;
 };

@@ -2,9 +2,9 @@
 // the priced workload, this rank's place in the dp x tp x pp grid and the
 // groups it communicates over.
 //
-// Ranks follow Megatron-LM's order (tensor-parallel innermost, then data,
-// then pipeline: rank = (stage * dp + dp_rank) * tp + tp_rank), so a
-// tensor-parallel group of up to gpus_per_node ranks sits inside one node.
+// Ranks follow Megatron-LM's order (tensor-parallel innermost, then context,
+// data, pipeline: rank = ((stage * dp + dp_rank) * cp + cp_rank) * tp + tp_rank),
+// so a tensor-parallel group of up to gpus_per_node ranks sits inside one node.
 #pragma once
 
 #include "dtsim/hw/config.hpp"
@@ -33,11 +33,15 @@ class ParamGather;
 struct Job {
     const Config* config = nullptr;
     const Workload* work = nullptr;
-    int dp = 1, tp = 1, pp = 1;
+    int dp = 1, tp = 1, pp = 1, cp = 1;
     int microbatches = 1;
-    int dp_rank = 0, tp_rank = 0, stage = 0;
-    Group* dp_group = nullptr;         // same stage and tp_rank, every dp_rank (null when dp = 1)
-    Group* tp_group = nullptr;         // same stage and dp_rank (null when tp = 1)
+    int dp_rank = 0, tp_rank = 0, stage = 0, cp_rank = 0;
+    // Same stage and tp_rank, every dp_rank and cp_rank: the ranks that reduce gradients and shard
+    // model states together (null when dp x cp = 1).
+    Group* dp_group = nullptr;
+    Group* tp_group = nullptr;         // same stage, dp_rank and cp_rank (null when tp = 1)
+    Group* cp_group = nullptr;         // same stage, dp_rank and tp_rank (null when cp = 1)
+    int cp_prev = -1, cp_next = -1;    // the neighbours in the context-parallel ring
     Group* embedding_group = nullptr;  // first and last stage of this pipeline (tied embeddings, pp > 1)
     int prev = -1, next = -1;          // neighbouring stages of this pipeline, -1 at the ends
     int first_layer = 0, layers = 0;   // this stage's layers (all of this rank's chunks for a plan)

@@ -45,6 +45,7 @@ struct StrategyInfo {
     HwStrategy run = nullptr;  // null for "puzzle", which runs on the puzzle model instead
     std::string_view title;
     bool tensor_parallel = true;  // takes tp > 1 (ddp is pure data parallelism)
+    bool context_parallel = true;  // takes cp > 1 (all but ddp and puzzle)
     PipelineKind pipeline = PipelineKind::none;
     bool chunks = false;            // takes "chunks", model chunks per pipeline rank
     int fixed_chunks = 0;           // model chunks per pipeline rank set by the schedule (dualpipev: 2)

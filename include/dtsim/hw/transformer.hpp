@@ -117,6 +117,11 @@ struct LayerSplit {
     int recompute_every = 1;
     int recompute_num_layers = 0;
     int layers_per_chunk = 0;
+    // Context parallelism: each GPU holds seq / cp tokens of every sequence (two chunks of
+    // seq / 2cp, one from each end, so the causal mask leaves each the same work: Megatron-Core's
+    // and Transformer Engine's load balancing). The functions of this header take the model's
+    // seq as given: make_workload passes a copy whose seq is the GPU's share.
+    int cp = 1;
     // `recompute` applies to `layer` (counted from 0 over the whole model).
     [[nodiscard]] bool recomputes(int layer) const {
         if (recompute == Recompute::none) return false;

@@ -45,6 +45,14 @@ struct LayerWork {
     // sum of the chunks' times, and what the splitting adds to a block over whole GEMMs.
     double attention_first_gemm = 0, attention_last_gemm = 0, mlp_first_gemm = 0, mlp_last_gemm = 0;
     double attention_chunking = 0, mlp_chunking = 0;
+    // Context parallelism (LayerSplit::cp): the attention core as cp ring steps. Each step runs
+    // the fused kernel on the GPU's seq/cp queries against one rank's seq/cp keys and values
+    // (the balanced causal split gives every step the work of a causal call on seq/cp tokens),
+    // while the keys and values move on to the next rank of the ring: cp_kv_bytes forward, and
+    // twice that backward (the keys and values with their gradients). The blocks' Work above
+    // includes the cp steps; these are one step's share.
+    Work cp_core_forward, cp_core_backward;
+    double cp_kv_bytes = 0;
     double tp_bytes = 0;               // S of each tensor-parallel collective: b s h x element size
     double activation_bytes = 0;       // kept per microbatch until the backward (Korthikanti)
     double recompute_peak_bytes = 0;   // more while the backward of a fully recomputed layer runs
@@ -93,7 +101,8 @@ struct Workload {
     }
 };
 
-// Prices every operation on `gpu` for `model` split as `split`.
+// Prices every operation on `gpu` for `model` split as `split` (with context parallelism,
+// the GPU's seq / cp tokens of each sequence; Workload::model stays the whole model).
 Workload make_workload(const TransformerSpec& model, const LayerSplit& split, const GpuSpec& gpu);
 
 }  // namespace dtsim::hw

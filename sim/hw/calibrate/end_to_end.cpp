@@ -287,10 +287,11 @@ Config parse_end_to_end_row(const EndToEndSet& set, const EndToEndRow& row, cons
     }
     if (c.gpus() != row.gpus)
         throw ConfigError(set.file, row_path(set, row) + ".gpus",
-                          fmt::format("the row runs on {} GPUs but its strategy uses tp x pp x dp = {} x {} x {} = {} "
+                          fmt::format("the row runs on {} GPUs but its strategy uses tp x pp x {}dp = {} x {} x {}{} = {} "
                                       "(the cluster has {} GPUs per node)",
-                                      row.gpus, c.strategy.tp, c.strategy.pp, c.strategy.dp, c.gpus(),
-                                      c.cluster.gpus_per_node));
+                                      row.gpus, c.strategy.cp > 1 ? "cp x " : "", c.strategy.tp, c.strategy.pp,
+                                      c.strategy.cp > 1 ? fmt::format("{} x ", c.strategy.cp) : "", c.strategy.dp,
+                                      c.gpus(), c.cluster.gpus_per_node));
     return c;
 }
 
@@ -357,6 +358,7 @@ EndToEndPrediction predict_end_to_end(const EndToEndSet& set, const EndToEndRow&
     p.layout = c.strategy.name;
     if (c.strategy.tp > 1) p.layout += fmt::format(" tp{}", c.strategy.tp);
     if (c.strategy.pp > 1) p.layout += fmt::format(" pp{}", c.strategy.pp);
+    if (c.strategy.cp > 1) p.layout += fmt::format(" cp{}", c.strategy.cp);
     if (c.strategy.chunks > 1) p.layout += fmt::format(" v{}", c.strategy.chunks);
     p.layout += fmt::format(" dp{}", c.strategy.dp);
     if (c.strategy.name == "fsdp" && c.strategy.sharding != "full") p.layout += ", " + c.strategy.sharding;

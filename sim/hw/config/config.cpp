@@ -72,6 +72,7 @@ LayerSplit layer_split(const Config& c) {
     const bool weight_cache = s.fp8 == Fp8::te && !(info && info->pytorch);
     LayerSplit split{c.training.micro_batch, s.tp,         s.sequence_parallel, s.recompute, s.flash_attention,
                      s.attention_kernel,     s.grad_dtype, loss,                 s.fp8,       weight_cache};
+    split.cp = s.cp;
     split.recompute_every = s.recompute_every;
     split.recompute_num_layers = s.recompute_num_layers;
     const int chunks = info && info->fixed_chunks > 0 ? info->fixed_chunks : info && info->chunks ? s.chunks : 1;
@@ -326,13 +327,14 @@ void from_json(const Node& n, TrainingConfig& t) {
 }
 
 void from_json(const Node& n, StrategyConfig& s) {
-    n.keys({"name", "dp", "tp", "pp", "microbatches", "zero_stage", "bucket_MiB", "first_bucket_MiB", "overlap",
+    n.keys({"name", "dp", "tp", "pp", "cp", "microbatches", "zero_stage", "bucket_MiB", "first_bucket_MiB", "overlap",
             "prefetch", "recompute", "sequence_parallel", "flash_attention", "attention_kernel", "algorithm", "puzzle",
             "chunks", "microbatch_group", "schedule_file", "sharding", "grad_dtype", "overlap_param_gather", "cross_entropy", "tp_comm_overlap", "fp8", "recompute_every", "recompute_num_layers"});
     s.name = n["name"].choice(strategy_names());
     if (n.has("dp")) s.dp = n["dp"].integer(1);
     if (n.has("tp")) s.tp = n["tp"].integer(1);
     if (n.has("pp")) s.pp = n["pp"].integer(1);
+    if (n.has("cp")) s.cp = n["cp"].integer(1);
     if (n.has("microbatches")) s.microbatches = n["microbatches"].integer(1);
     if (n.has("zero_stage")) {
         s.zero_stage = n["zero_stage"].integer(0);
@@ -410,7 +412,7 @@ void validate(const Node& root, Config& c) {
     auto where = [&](const char* key) { return st.has(key) ? st[key] : st; };
     // Point at whichever size was overridden on the command line, if one was.
     const char* culprit = "dp";
-    for (const char* k : {"tp", "pp", "dp"})
+    for (const char* k : {"tp", "pp", "cp", "dp"})
         if (st.has(k) && st[k].file().rfind("--set", 0) == 0) {
             culprit = k;
             break;
@@ -419,16 +421,19 @@ void validate(const Node& root, Config& c) {
                                             gpus, c.cluster.nodes, c.cluster.nodes == 1 ? "" : "s",
                                             c.cluster.gpus_per_node);
     // 64-bit products: each size is an int, and tp x pp x dp may overflow one.
-    const long long model_parallel = static_cast<long long>(s.tp) * s.pp;
+    const long long model_parallel = static_cast<long long>(s.tp) * s.pp * s.cp;
     if (model_parallel > gpus || model_parallel * s.dp != gpus) {
+        // The sizes as the config gives them: cp only where it is used.
+        const std::string names = s.cp > 1 ? "tp x cp x pp" : "tp x pp";
+        const std::string sizes = s.cp > 1 ? fmt::format("{} x {} x {}", s.tp, s.cp, s.pp) : fmt::format("{} x {}", s.tp, s.pp);
         if (!st.has("dp"))
-            where(culprit).fail(fmt::format("tp x pp = {} x {} = {} does not divide the GPU count: {}; data "
+            where(culprit).fail(fmt::format("{} = {} = {} does not divide the GPU count: {}; data "
                                             "parallelism takes the GPUs left over when dp is not given",
-                                            s.tp, s.pp, model_parallel, machine));
+                                            names, sizes, model_parallel, machine));
         const std::string product = model_parallel <= INT_MAX ? std::to_string(model_parallel * s.dp)
                                                               : fmt::format("{} x {}", model_parallel, s.dp);
-        where(culprit).fail(fmt::format("tp x pp x dp = {} x {} x {} = {}, but {}; the product must equal the GPU count",
-                                        s.tp, s.pp, s.dp, product, machine));
+        where(culprit).fail(fmt::format("{} x dp = {} x {} = {}, but {}; the product must equal the GPU count", names,
+                                        sizes, s.dp, product, machine));
     }
     const StrategyInfo& info = strategy_info(s.name);
     const auto knob = [&](const char* key, bool wanted) {
@@ -458,6 +463,21 @@ void validate(const Node& root, Config& c) {
             st["recompute_num_layers"].fail(fmt::format(
                 "the first {} layers of each model chunk, but a chunk has {} ({} layers over pp x chunks)",
                 s.recompute_num_layers, per_chunk, m.layers));
+    }
+    if (s.cp > 1) {
+        if (!info.context_parallel)
+            st["cp"].fail(fmt::format("strategy \"{}\" does not split sequences (cp must be 1, found {}); "
+                                      "\"megatron\", \"fsdp\" and the pipelines do", s.name, s.cp));
+        if (!s.flash_attention)
+            st["cp"].fail("context parallelism runs the attention as a fused kernel on each ring step "
+                          "(Transformer Engine's and torchtitan's do): it needs \"flash_attention\": true");
+        if (m.seq % (2 * s.cp) != 0)
+            st["cp"].fail(fmt::format("splits each sequence into 2 x cp = {} chunks (two a rank, for a balanced "
+                                      "causal mask), but seq {} is not a multiple of {}",
+                                      2 * s.cp, m.seq, 2 * s.cp));
+        if (s.sharding == "hybrid")
+            st["cp"].fail("hybrid sharding shards inside a node over the data-parallel ranks; it does not "
+                          "combine with context parallelism here");
     }
     if (s.recompute == Recompute::selective_op && !s.flash_attention)
         st["recompute"].fail("\"selective_op\" (torchtitan's per-op policy) keeps the fused attention's output: "
@@ -632,7 +652,7 @@ void from_json(const Node& n, Config& c) {
         if (!n["strategy"].has("zero_stage")) c.strategy.zero_stage = info.min_zero_stage;
     // Without dp, data parallelism takes the GPUs the other dimensions leave.
     if (!n["strategy"].has("dp")) {
-        const long long model_parallel = static_cast<long long>(c.strategy.tp) * c.strategy.pp;
+        const long long model_parallel = static_cast<long long>(c.strategy.tp) * c.strategy.pp * c.strategy.cp;
         c.strategy.dp = c.cluster.gpus() % model_parallel == 0 ? static_cast<int>(c.cluster.gpus() / model_parallel) : 0;
     }
     c.name = n.has("name") ? n["name"].string()

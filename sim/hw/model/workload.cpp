@@ -9,10 +9,14 @@ Work times(const Work& w, double k) { return Work{w.seconds * k, w.flops * k, w.
 Work minus(const Work& a, const Work& b) { return Work{a.seconds - b.seconds, a.flops - b.flops, a.bytes - b.bytes}; }
 }  // namespace
 
-Workload make_workload(const TransformerSpec& m, const LayerSplit& s, const GpuSpec& gpu) {
+Workload make_workload(const TransformerSpec& model, const LayerSplit& s, const GpuSpec& gpu) {
     Workload w;
-    w.model = m;
+    w.model = model;
     w.split = s;
+    // This GPU's share of each sequence; the attention core is priced as cp ring steps below.
+    TransformerSpec m = model;
+    m.seq = model.seq / std::max(1, s.cp);
+    const double steps = std::max(1, s.cp);
     const DType d = m.dtype;
     const double el = bytes_per_element(d);
     const double b = s.micro_batch, S = m.seq, h = m.hidden, t = s.tp, a = m.heads;
@@ -48,6 +52,12 @@ Workload make_workload(const TransformerSpec& m, const LayerSplit& s, const GpuS
             w.measured_attention = true;
         }
     }
+    // Context parallelism: one step's core is a causal call on this GPU's seq / cp tokens; the
+    // ring runs cp of them (LayerWork::cp_core_forward).
+    const Work core_step{core, core_flops, 0}, core_step_backward{core_backward, 2 * core_flops, 0};
+    core *= steps;
+    core_backward *= steps;
+    const double core_total_flops = core_flops * steps;
     const double proj = gpu.gemm_seconds(tokens, h, h / t, ld);
     const double fc1 = gpu.gemm_seconds(tokens, mlp_in * ffn / t, h, ld);
     const double fc2 = gpu.gemm_seconds(tokens, h, ffn / t, ld);
@@ -62,7 +72,7 @@ Workload make_workload(const TransformerSpec& m, const LayerSplit& s, const GpuS
 
     LayerWork& L = w.layer;
     L.recompute = s.recompute;
-    L.attention_forward = {qkv + core + proj + gpu.memory_seconds(attn_bytes), f.qkv + core_flops + f.projection,
+    L.attention_forward = {qkv + core + proj + gpu.memory_seconds(attn_bytes), f.qkv + core_total_flops + f.projection,
                            attn_bytes};
     L.mlp_forward = {fc1 + fc2 + gpu.memory_seconds(mlp_bytes), f.mlp, mlp_bytes};
     L.attention_backward = times(L.attention_forward, 2);
@@ -104,7 +114,7 @@ Workload make_workload(const TransformerSpec& m, const LayerSplit& s, const GpuS
             L.mlp_recompute = L.mlp_forward;
             break;
         case Recompute::selective:
-            L.attention_recompute = {core, core_flops, 0};
+            L.attention_recompute = {core, core_total_flops, 0};
             break;
         case Recompute::selective_op: {
             // The products it did not keep (layer_activation_bytes) and all the memory-bound work.
@@ -132,6 +142,13 @@ Workload make_workload(const TransformerSpec& m, const LayerSplit& s, const GpuS
         L.mlp_last_gemm = k * gpu.gemm_seconds(split, h, ffn / t, ld);
         L.attention_chunking = std::max(0.0, L.attention_first_gemm + L.attention_last_gemm - qkv - proj);
         L.mlp_chunking = std::max(0.0, L.mlp_first_gemm + L.mlp_last_gemm - fc1 - fc2);
+    }
+    if (s.cp > 1) {
+        L.cp_core_forward = core_step;
+        L.cp_core_backward = core_step_backward;
+        // This GPU's keys and values: kv heads / t of them (one when the kv heads are fewer than t).
+        const double kv_here = std::max(1.0, kv / t);
+        L.cp_kv_bytes = 2 * tokens * kv_here * hd * el;
     }
     L.tp_bytes = s.tp > 1 ? tokens * h * el : 0;
     L.activation_bytes = layer_activation_bytes(m, s);
@@ -165,7 +182,7 @@ Workload make_workload(const TransformerSpec& m, const LayerSplit& s, const GpuS
     if (s.partial_recompute()) {
         LayerSplit none = s;
         none.recompute = Recompute::none;
-        w.plain = make_workload(m, none, gpu).layer;
+        w.plain = make_workload(model, none, gpu).layer;
     }
     return w;
 }

@@ -21,13 +21,14 @@ int Job::zero_ranks() const {
 }
 
 int Job::rank_of_stage(int s) const {
-    return (plan->owner[static_cast<std::size_t>(s)] * dp + dp_rank) * tp + tp_rank;
+    return ((plan->owner[static_cast<std::size_t>(s)] * dp + dp_rank) * cp + cp_rank) * tp + tp_rank;
 }
 
 std::vector<Job> make_jobs(World& world, const Config& config, const Workload& work, const PipelinePlan* plan) {
-    const int dp = config.strategy.dp, tp = config.strategy.tp, pp = config.strategy.pp;
-    auto rank_of = [&](int stage, int d, int t) { return (stage * dp + d) * tp + t; };
-    std::vector<Job> jobs(static_cast<std::size_t>(dp * tp * pp));
+    const int dp = config.strategy.dp, tp = config.strategy.tp, pp = config.strategy.pp, cp = config.strategy.cp;
+    // Megatron-LM's order with context parallelism: tp innermost, then cp, dp, pp.
+    auto rank_of = [&](int stage, int d, int c, int t) { return ((stage * dp + d) * cp + c) * tp + t; };
+    std::vector<Job> jobs(static_cast<std::size_t>(dp * cp * tp * pp));
     const int per_stage = work.model.layers / pp;
     // Which pipeline ranks hold the model's edges.
     const int embedding_rank = plan ? plan->owner.front() : 0;
@@ -35,19 +36,24 @@ std::vector<Job> make_jobs(World& world, const Config& config, const Workload& w
     const bool separate_output = !work.model.tied_embeddings || embedding_rank != logits_rank;
     for (int s = 0; s < pp; ++s)
         for (int d = 0; d < dp; ++d)
+            for (int c = 0; c < cp; ++c)
             for (int t = 0; t < tp; ++t) {
-                Job& j = jobs[static_cast<std::size_t>(rank_of(s, d, t))];
+                Job& j = jobs[static_cast<std::size_t>(rank_of(s, d, c, t))];
                 j.config = &config;
                 j.work = &work;
                 j.dp = dp;
+                j.cp = cp;
                 j.tp = tp;
                 j.pp = pp;
                 j.microbatches = config.microbatches();
                 j.dp_rank = d;
                 j.tp_rank = t;
+                j.cp_rank = c;
+                j.cp_next = rank_of(s, d, (c + 1) % cp, t);
+                j.cp_prev = rank_of(s, d, (c + cp - 1) % cp, t);
                 j.stage = s;
-                j.prev = s > 0 ? rank_of(s - 1, d, t) : -1;
-                j.next = s + 1 < pp ? rank_of(s + 1, d, t) : -1;
+                j.prev = s > 0 ? rank_of(s - 1, d, c, t) : -1;
+                j.next = s + 1 < pp ? rank_of(s + 1, d, c, t) : -1;
                 j.first_layer = s * per_stage;
                 j.layers = per_stage;
                 j.embedding_here = s == embedding_rank;
@@ -55,22 +61,38 @@ std::vector<Job> make_jobs(World& world, const Config& config, const Workload& w
                 j.separate_output = separate_output;
                 j.plan = plan;
             }
+    // Group names say cp only where there is context parallelism.
+    const auto cp_name = [&](int c) { return cp > 1 ? fmt::format(", cp {}", c) : std::string(); };
     if (tp > 1)
         for (int s = 0; s < pp; ++s)
-            for (int d = 0; d < dp; ++d) {
-                std::vector<int> members;
-                for (int t = 0; t < tp; ++t) members.push_back(rank_of(s, d, t));
-                Group& g = world.group(members, fmt::format("tp[stage {}, dp {}]", s, d));
-                for (int r : members) jobs[static_cast<std::size_t>(r)].tp_group = &g;
-            }
-    if (dp > 1)
+            for (int d = 0; d < dp; ++d)
+                for (int c = 0; c < cp; ++c) {
+                    std::vector<int> members;
+                    for (int t = 0; t < tp; ++t) members.push_back(rank_of(s, d, c, t));
+                    Group& g = world.group(members, fmt::format("tp[stage {}, dp {}{}]", s, d, cp_name(c)));
+                    for (int r : members) jobs[static_cast<std::size_t>(r)].tp_group = &g;
+                }
+    // Gradients and sharded states span the context-parallel ranks too (Megatron-LM's data-parallel
+    // group with context parallelism; torchtitan's FSDP over dp x cp): every one of them holds the
+    // whole weights and computes gradients from its part of each sequence.
+    if (dp * cp > 1)
         for (int s = 0; s < pp; ++s)
             for (int t = 0; t < tp; ++t) {
                 std::vector<int> members;
-                for (int d = 0; d < dp; ++d) members.push_back(rank_of(s, d, t));
-                Group& g = world.group(members, fmt::format("dp[stage {}, tp {}]", s, t));
+                for (int d = 0; d < dp; ++d)
+                    for (int c = 0; c < cp; ++c) members.push_back(rank_of(s, d, c, t));
+                Group& g = world.group(members, fmt::format("{}[stage {}, tp {}]", cp > 1 ? "dp x cp" : "dp", s, t));
                 for (int r : members) jobs[static_cast<std::size_t>(r)].dp_group = &g;
             }
+    if (cp > 1)
+        for (int s = 0; s < pp; ++s)
+            for (int d = 0; d < dp; ++d)
+                for (int t = 0; t < tp; ++t) {
+                    std::vector<int> members;
+                    for (int c = 0; c < cp; ++c) members.push_back(rank_of(s, d, c, t));
+                    Group& g = world.group(members, fmt::format("cp[stage {}, dp {}, tp {}]", s, d, t));
+                    for (int r : members) jobs[static_cast<std::size_t>(r)].cp_group = &g;
+                }
     // HYBRID_SHARD: the data-parallel ranks of one node shard the model states;
     // the same shard position across nodes forms a replica group.
     const bool hybrid = config.strategy.name == "fsdp" && config.strategy.sharding == "hybrid";
@@ -80,22 +102,23 @@ std::vector<Job> make_jobs(World& world, const Config& config, const Workload& w
             for (int t = 0; t < tp; ++t) {
                 for (int node = 0; node < dp / per_node; ++node) {
                     std::vector<int> members;
-                    for (int i = 0; i < per_node; ++i) members.push_back(rank_of(s, node * per_node + i, t));
+                    for (int i = 0; i < per_node; ++i) members.push_back(rank_of(s, node * per_node + i, 0, t));
                     Group& g = world.group(members, fmt::format("shard[stage {}, tp {}, node {}]", s, t, node));
                     for (int r : members) jobs[static_cast<std::size_t>(r)].shard_group = &g;
                 }
                 for (int i = 0; i < per_node; ++i) {
                     std::vector<int> members;
-                    for (int node = 0; node < dp / per_node; ++node) members.push_back(rank_of(s, node * per_node + i, t));
+                    for (int node = 0; node < dp / per_node; ++node) members.push_back(rank_of(s, node * per_node + i, 0, t));
                     Group& g = world.group(members, fmt::format("replica[stage {}, tp {}, shard {}]", s, t, i));
                     for (int r : members) jobs[static_cast<std::size_t>(r)].replica_group = &g;
                 }
             }
     if (pp > 1 && work.model.tied_embeddings && work.model.vocab > 0 && embedding_rank != logits_rank)
         for (int d = 0; d < dp; ++d)
+            for (int c = 0; c < cp; ++c)
             for (int t = 0; t < tp; ++t) {
-                const int first = rank_of(embedding_rank, d, t), last = rank_of(logits_rank, d, t);
-                Group& g = world.group({first, last}, fmt::format("embedding[dp {}, tp {}]", d, t));
+                const int first = rank_of(embedding_rank, d, c, t), last = rank_of(logits_rank, d, c, t);
+                Group& g = world.group({first, last}, fmt::format("embedding[dp {}{}, tp {}]", d, cp_name(c), t));
                 jobs[static_cast<std::size_t>(first)].embedding_group = &g;
                 jobs[static_cast<std::size_t>(last)].embedding_group = &g;
             }

@@ -61,7 +61,8 @@ CheckpointPlan plan_checkpoint(const Config& c) {
         throw ConfigError(c.file, "$.cluster.storage",
                           "missing: checkpoints need the cluster's storage bandwidth (\"storage\": {\"write_GBps\": "
                           "..., \"read_GBps\": ..., \"per_node_GBps\": ...})");
-    const int dp = c.strategy.dp, tp = c.strategy.tp, pp = c.strategy.pp;
+    // Context-parallel ranks hold the whole weights as data-parallel replicas do: dp x cp replicas.
+    const int dp = c.strategy.dp * c.strategy.cp, tp = c.strategy.tp, pp = c.strategy.pp;
     const int gpus = c.gpus();
     const int stage = c.strategy.zero_stage;
     // Parameters one rank's tp x pp shard holds (embeddings spread evenly: a checkpoint-size estimate).
@@ -75,7 +76,7 @@ CheckpointPlan plan_checkpoint(const Config& c) {
     p.write_bytes.assign(static_cast<std::size_t>(gpus), 0.0);
     p.read_bytes.assign(static_cast<std::size_t>(gpus), 0.0);
     for (int r = 0; r < gpus; ++r) {
-        const int d = (r / tp) % dp;  // make_jobs: rank = (stage x dp + d) x tp + t
+        const int d = (r / tp) % dp;  // make_jobs: rank = ((stage x dp + d) x cp + c) x tp + t
         double w = 0;
         if (stage == 3)
             w = held.weights + held.optimizer;  // its own shard of everything

@@ -99,7 +99,7 @@ RunResult simulate_transformer(const Config& c, const RunOptions& options) {
     std::vector<ParamGather> gathers;
     // ZeRO-1/2 with overlap_param_gather, and ZeRO-3 inside pipeline stages, gather the weights layer by layer.
     const bool pipeline_zero3 = c.strategy.zero_stage == 3 && strategy->zero3;
-    if ((c.strategy.overlap_param_gather || pipeline_zero3) && c.strategy.dp > 1) {
+    if ((c.strategy.overlap_param_gather || pipeline_zero3) && c.strategy.dp * c.strategy.cp > 1) {
         gathers.resize(jobs.size());
         for (std::size_t i = 0; i < jobs.size(); ++i) jobs[i].param_gather = &gathers[i];
     }
@@ -243,7 +243,7 @@ RunSize estimate_run_size(const Config& c, const RunOptions& options) {
     RunSize size;
     const StrategyConfig& s = c.strategy;
     const TransformerSpec& m = c.model.spec;
-    const double ranks = static_cast<double>(s.dp) * s.tp * s.pp;
+    const double ranks = static_cast<double>(s.dp) * s.tp * s.pp * s.cp;
     if (s.name == "puzzle") {
         const double batches = puzzle_per_batch(s.puzzle) ? c.training.global_batch : 1;
         size.events = ranks * (static_cast<double>(m.layers) * batches * 8 + 16);
@@ -254,7 +254,7 @@ RunSize estimate_run_size(const Config& c, const RunOptions& options) {
     // Gradient buckets of one synchronisation (DDP's, ZeRO's; FSDP has its own): the layers' gradient
     // tensors poured into buckets as GradientSync does, counted over up to 4 layers and scaled.
     double buckets = 0;
-    if (s.name != "fsdp" && s.dp > 1) {
+    if (s.name != "fsdp" && static_cast<long long>(s.dp) * s.cp > 1) {
         const Workload work = make_workload(m, layer_split(c), c.cluster.gpu);
         GradBuckets b(s.first_bucket_bytes, s.bucket_bytes);
         const int replayed = static_cast<int>(std::min(4.0, layers));
@@ -270,6 +270,9 @@ RunSize estimate_run_size(const Config& c, const RunOptions& options) {
     if (s.recompute == Recompute::selective) per_layer += 1;
     if (s.recompute == Recompute::selective_op) per_layer += 2;
     if (s.name == "zbh1" || s.name == "schedule") per_layer += 2;  // the weight-gradient halves
+    // Context parallelism: the core's cp steps and a send and receive between them, forward,
+    // backward and in a full recompute.
+    if (s.cp > 1) per_layer += (s.recompute == Recompute::full ? 3 : 2) * (3.0 * s.cp - 2);
     if (s.name == "fsdp") per_layer += s.sharding == "hybrid" ? 4 : s.sharding == "grad_op" ? 2 : 3;
     const double chunks = s.name == "dualpipev" ? 2 : is_scheduled_pipeline(s.name) ? std::max(1, s.chunks) : 1;
     // Edges (the embedding and its TP all-reduce, logits, loss, their backwards; FSDP's root
@@ -289,7 +292,7 @@ RunSize estimate_run_size(const Config& c, const RunOptions& options) {
     const double copy = m.tied_embeddings ? m.embedding_params() : m.embedding_params() / 2;
     const double edges = (s.pp == 1 && !m.tied_embeddings ? 2 : 1) * copy;
     const double params = (layers * m.params_per_layer() + edges) / s.tp;
-    int zero_ranks = s.dp;
+    int zero_ranks = s.dp * s.cp;
     const int per_node = std::max(1, std::min(s.dp, c.cluster.gpus_per_node / s.tp));
     if (s.name == "fsdp" && s.sharding == "hybrid" && s.dp > per_node && s.dp % per_node == 0) zero_ranks = per_node;
     size.model_state_bytes = zero_model_states(params, s.zero_stage, zero_ranks, bytes_per_element(s.grad_dtype)).total();
@@ -301,7 +304,7 @@ void check_run_size(const Config& c, const RunOptions& options) {
     const double limit = options.keep_trace ? kMaxKeptEvents : kMaxRunEvents;
     if (size.events <= limit) return;
     const StrategyConfig& s = c.strategy;
-    const double ranks = static_cast<double>(s.dp) * s.tp * s.pp;
+    const double ranks = static_cast<double>(s.dp) * s.tp * s.pp * s.cp;
     std::string how;
     if (s.name == "puzzle")
         how = fmt::format("{:g} GPUs x {} layers{} x about 8 operations", ranks, c.model.spec.layers,

@@ -11,6 +11,7 @@ std::span<const StrategyInfo> hw_strategies() {
          .run = &ddp,
          .title = "data parallel, bucketed gradient all-reduce overlapping the backward",
          .tensor_parallel = false,
+         .context_parallel = false,
          .max_zero_stage = 2,  // ZeRO-1 and -2 reduce-scatter the buckets (DeepSpeed's stages)
          .pytorch = true},
         {.name = "fsdp",
@@ -64,6 +65,7 @@ std::span<const StrategyInfo> hw_strategies() {
         {.name = "puzzle",
          .title = "one of the eight puzzle strategies on the puzzle model's hardware costs",
          .tensor_parallel = false,
+         .context_parallel = false,
          .puzzle = true},
     }};
     return all;

@@ -43,8 +43,37 @@ Work part(const Work& w, double seconds) {
 // stream waits for its end after the other splits. A backward block pipelines its collectives
 // with GEMMs of the same sizes. The collectives run on their own stream (CommStream::tensor),
 // beside the gradient reductions. Not modelled: the SMs the reduce-scatter's kernels take.
-Task<> overlapped_block(Device& gpu, const Job& job, OpCode op, int layer, const Work& block, int mb, double first,
-                        double last, double chunking) {
+// Context parallelism's attention core as a ring (Megatron-Core and Transformer Engine's "p2p"
+// context parallelism, torchtitan's ring attention): cp steps, each the fused kernel on this
+// rank's queries against one rank's keys and values; at each step but the last the keys and
+// values it holds go on to the next rank while it computes, and the next step waits for those
+// of the previous rank. Backward passes the keys and values with their gradients (twice the
+// bytes). One tag for the whole ring: messages of one sender arrive in order.
+inline constexpr int kContextRing = -2;
+
+struct Ring {
+    Work step;           // one step of the core
+    double bytes = 0;    // passed on at each step
+};
+
+Task<> ring_core(Device& gpu, const Job& job, OpCode op, int layer, const Ring& ring, int mb) {
+    for (int i = 0; i < job.cp; ++i) {
+        const bool pass = i + 1 < job.cp;
+        if (pass) gpu.send(job.cp_next, ring.bytes, kContextRing, layer, IdSet::single(mb));
+        run_work(gpu, op, layer, ring.step, mb);
+        if (pass) co_await gpu.recv(job.cp_prev, kContextRing, layer, IdSet::single(mb));
+    }
+}
+
+// The block's work but its ring's steps.
+Work without_ring(const Work& w, const Ring* ring, int steps) {
+    if (!ring) return w;
+    return Work{w.seconds - steps * ring->step.seconds, w.flops - steps * ring->step.flops, w.bytes - steps * ring->step.bytes};
+}
+
+Task<> overlapped_block(Device& gpu, const Job& job, OpCode op, int layer, const Work& whole, int mb, double first,
+                        double last, double chunking, const Ring* ring) {
+    const Work block = without_ring(whole, ring, job.cp);
     const double t = job.tp;
     const LayerWork& L = job.work->layer;
     // The block as its chunked GEMMs price it (smaller GEMMs, each with its own overhead).
@@ -56,6 +85,7 @@ Task<> overlapped_block(Device& gpu, const Job& job, OpCode op, int layer, const
     run_work(gpu, op, layer, part(w, head), mb);
     co_await gpu.wait(gather);
     run_work(gpu, op, layer, part(w, middle), mb);
+    if (ring) co_await ring_core(gpu, job, op, layer, *ring, mb);
     const Transfer scatter =
         co_await gpu.start(Collective::reduce_scatter, *job.tp_group, L.tp_bytes, layer, CommStream::tensor);
     run_work(gpu, op, layer, part(w, std::max(0.0, w.seconds - head - middle)), mb);
@@ -64,24 +94,29 @@ Task<> overlapped_block(Device& gpu, const Job& job, OpCode op, int layer, const
 
 // A block of work with its tensor-parallel collectives; `first` and `last` are its first and
 // last GEMMs' chunked forward times, `chunking` what chunking adds (overlapped_block).
+// `ring`: the attention core's context-parallel ring, run after the rest of the block's work.
 Task<> block(Device& gpu, const Job& job, OpCode op, int layer, const Work& w, int mb, double first, double last,
-             double chunking) {
-    if (!job.tp_group) {
-        run_work(gpu, op, layer, w, mb);
+             double chunking, const Ring* ring = nullptr) {
+    if (sp(job) && job.tp_group && job.strategy().tp_comm_overlap) {
+        co_await overlapped_block(gpu, job, op, layer, w, mb, first, last, chunking, ring);
         co_return;
     }
-    if (sp(job) && job.strategy().tp_comm_overlap) {
-        co_await overlapped_block(gpu, job, op, layer, w, mb, first, last, chunking);
-        co_return;
-    }
-    if (sp(job)) co_await tp_before(gpu, job, layer);
-    run_work(gpu, op, layer, w, mb);
-    co_await tp_after(gpu, job, layer);
+    if (sp(job) && job.tp_group) co_await tp_before(gpu, job, layer);
+    run_work(gpu, op, layer, without_ring(w, ring, job.cp), mb);
+    if (ring) co_await ring_core(gpu, job, op, layer, *ring, mb);
+    if (job.tp_group) co_await tp_after(gpu, job, layer);
 }
 
 Task<> attention_block(Device& gpu, const Job& job, OpCode op, int layer, const Work& w, int mb) {
     const LayerWork& L = job.work->layer;
-    return block(gpu, job, op, layer, w, mb, L.attention_first_gemm, L.attention_last_gemm, L.attention_chunking);
+    if (job.cp_group) {
+        const bool backward = op == ops::backward || op == ops::backward_input;
+        const Ring ring{backward ? L.cp_core_backward : L.cp_core_forward, (backward ? 2 : 1) * L.cp_kv_bytes};
+        co_await block(gpu, job, op, layer, w, mb, L.attention_first_gemm, L.attention_last_gemm, L.attention_chunking,
+                       &ring);
+        co_return;
+    }
+    co_await block(gpu, job, op, layer, w, mb, L.attention_first_gemm, L.attention_last_gemm, L.attention_chunking);
 }
 Task<> mlp_block(Device& gpu, const Job& job, OpCode op, int layer, const Work& w, int mb) {
     const LayerWork& L = job.work->layer;
@@ -355,7 +390,7 @@ Task<> finish_step(Device& gpu, const Job& job, GradientSync& grads) {
     if (job.embedding_group)
         co_await gpu.all_reduce(*job.embedding_group, job.work->grad_bytes * job.work->edge.embedding_params);
     const bool sharded = job.strategy().zero_stage >= 1 && job.dp_group;
-    optimizer_step(gpu, job, sharded ? job.params() / job.dp : job.params());
+    optimizer_step(gpu, job, sharded ? job.params() / job.dp_group->size() : job.params());
     if (sharded && !job.param_gather) co_await gpu.all_gather(*job.dp_group, el * job.params());
     if (job.param_gather) job.param_gather->release(gpu);  // ZeRO-3's gathered weights and gradients
 }

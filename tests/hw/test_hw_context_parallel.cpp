@@ -1,0 +1,150 @@
+// Context parallelism (strategy.cp): each sequence split over cp ranks, the attention core as a
+// ring of cp steps passing keys and values, gradients reduced over dp x cp.
+#include "dtsim/hw/run.hpp"
+#include "dtsim/hw/workload.hpp"
+#include "fixtures.hpp"
+
+#include <doctest/doctest.h>
+
+#include <string>
+#include <string_view>
+
+using namespace dtsim;
+using namespace dtsim::hw;
+using namespace dtsim::hw::test;
+
+namespace {
+
+RunReport run(const json& doc, Trace* trace = nullptr) {
+    auto r = simulate(parse_config(doc, "cp.json"), {.keep_trace = trace != nullptr});
+    if (trace) *trace = std::move(r.trace);
+    return r.report;
+}
+
+std::string config_error(const json& doc) {
+    try {
+        parse_config(doc, "cp.json");
+    } catch (const ConfigError& e) {
+        return e.what();
+    }
+    return "no error";
+}
+
+// Pure compute on `gpus` GPUs: no GEMM overhead, no bandwidth limit, free memory-bound work and links.
+json compute_only(int gpus) {
+    json c = ideal_cluster(1, gpus);
+    c["gpu"]["gemm"] = {{"overhead_us", 0}, {"bandwidth_fraction", 1}};
+    return c;
+}
+
+}  // namespace
+
+TEST_CASE("context parallelism: a GPU's share of each sequence, the attention core a causal call per ring step") {
+    const TransformerSpec m{"m", 1, 2048, 16, 4, 8192, 4096, 0, DType::bf16, Mlp::swiglu, false};
+    GpuSpec gpu;
+    gpu.peak_flops[static_cast<std::size_t>(DType::bf16)] = 1e15;
+    gpu.memory_bandwidth = 3e12;
+    LayerSplit one{1, 1, false, Recompute::none, true};
+    LayerSplit four = one;
+    four.cp = 4;
+    const Workload whole = make_workload(m, one, gpu);
+    const Workload part = make_workload(m, four, gpu);
+    // Every linear and the MLP on seq / 4 tokens; the core's FLOPs a quarter of the whole causal core.
+    CHECK(part.layer.mlp_forward.flops == doctest::Approx(whole.layer.mlp_forward.flops / 4));
+    CHECK(part.layer.attention_forward.flops == doctest::Approx(whole.layer.attention_forward.flops / 4));
+    // One step is a causal call on 1,024 tokens: 1/16 of the whole core's FLOPs, four of them a quarter.
+    const double core = 2.0 * 4096 * 4096 * 2048;  // 2 products x 2 s^2 h, halved by the mask
+    CHECK(part.layer.cp_core_forward.flops == doctest::Approx(core / 16));
+    CHECK(part.layer.cp_core_backward.flops == doctest::Approx(2 * core / 16));
+    // Keys and values passed on: 2 x 1,024 tokens x 4 kv heads x 128 x 2 bytes.
+    CHECK(part.layer.cp_kv_bytes == doctest::Approx(2.0 * 1024 * 4 * 128 * 2));
+    // What a layer keeps: its seq / 4 tokens' worth.
+    TransformerSpec quarter = m;
+    quarter.seq = 1024;
+    CHECK(part.layer.activation_bytes == doctest::Approx(layer_activation_bytes(quarter, one)));
+    CHECK(whole.layer.cp_kv_bytes == 0);
+}
+
+TEST_CASE("context parallelism on pure compute: cp GPUs compute 1/cp of one GPU's step each") {
+    json doc{{"cluster", compute_only(1)},
+             {"model", small_model(2)},
+             {"training", {{"global_batch", 2}, {"micro_batch", 1}}},
+             {"strategy", {{"name", "megatron"}, {"flash_attention", true}}}};
+    const double alone = run(doc).step_time;
+    for (int cp : {2, 4}) {
+        CAPTURE(cp);
+        doc["cluster"] = compute_only(cp);
+        doc["strategy"]["cp"] = cp;
+        const RunReport r = run(doc);
+        CHECK(r.split.compute == doctest::Approx(alone / cp).epsilon(1e-6));
+        // The ring and the gradients' reduction pay their latencies, even on free links.
+        CHECK(r.step_time >= r.split.compute);
+    }
+}
+
+TEST_CASE("context parallelism: the ring passes keys and values forward and backward, gradients reduced over dp x cp") {
+    json doc{{"cluster", realistic_cluster(1)},
+             {"model", small_model(2)},
+             {"training", {{"global_batch", 4}, {"micro_batch", 1}}},
+             {"strategy", {{"name", "megatron"}, {"cp", 4}, {"dp", 2}, {"flash_attention", true}}}};
+    Trace trace;
+    const RunReport r = run(doc, &trace);
+    CHECK(r.gpus == 8);
+    const double kv = 2.0 * (1024 / 4) * 16 * 128 * 2;  // K and V of 256 tokens, 16 heads of 128, bf16
+    int forward = 0, backward = 0, reductions = 0;
+    for (const auto& e : trace.ranks[0].events) {
+        if (e.op.name() == std::string_view("send") && e.layer == 0 && e.batches.contains(0)) {
+            if (e.bytes == doctest::Approx(kv)) ++forward;
+            if (e.bytes == doctest::Approx(2 * kv)) ++backward;
+        }
+        if (e.op.name() == std::string_view("all_reduce") || e.op.name() == std::string_view("reduce_scatter"))
+            ++reductions;
+    }
+    CHECK(forward == 3);   // cp - 1 passes
+    CHECK(backward == 3);
+    CHECK(reductions > 0);
+    // dp 1 x cp 2: the gradients are still reduced, over the two context-parallel ranks.
+    doc["cluster"] = realistic_cluster(1);
+    doc["strategy"] = {{"name", "megatron"}, {"cp", 2}, {"dp", 1}, {"tp", 4}, {"flash_attention", true}};
+    Trace t2;
+    run(doc, &t2);
+    bool reduced = false;
+    for (const auto& e : t2.ranks[0].events) reduced = reduced || e.op.name() == std::string_view("all_reduce");
+    CHECK(reduced);
+}
+
+TEST_CASE("context parallelism runs under every pipeline schedule and FSDP") {
+    for (const char* name : {"1f1b", "gpipe", "interleaved", "zbh1", "fsdp"}) {
+        CAPTURE(name);
+        json doc{{"cluster", realistic_cluster(1)},
+                 {"model", small_model(4, 32000)},
+                 {"training", {{"global_batch", 8}, {"micro_batch", 1}}},
+                 {"strategy", {{"name", name}, {"cp", 2}, {"flash_attention", true}}}};
+        if (std::string_view(name) != "fsdp") doc["strategy"]["pp"] = 2;
+        const RunReport r = run(doc);
+        CHECK(r.step_time > 0);
+        CHECK(r.gpus == 8);
+    }
+}
+
+TEST_CASE("context parallelism: config errors name the key and why") {
+    json doc{{"cluster", realistic_cluster(1)},
+             {"model", small_model(2)},
+             {"training", {{"global_batch", 4}, {"micro_batch", 1}}},
+             {"strategy", {{"name", "megatron"}, {"cp", 2}}}};
+    CHECK(config_error(doc) == "cp.json: $.strategy.cp: context parallelism runs the attention as a fused kernel on each "
+                               "ring step (Transformer Engine's and torchtitan's do): it needs \"flash_attention\": true");
+    doc["strategy"]["flash_attention"] = true;
+    CHECK(config_error(doc) == "no error");
+    doc["model"]["seq"] = 1026;
+    CHECK(config_error(doc) == "cp.json: $.strategy.cp: splits each sequence into 2 x cp = 4 chunks (two a rank, for a "
+                               "balanced causal mask), but seq 1026 is not a multiple of 4");
+    doc["model"]["seq"] = 1024;
+    doc["strategy"]["name"] = "ddp";
+    CHECK(config_error(doc) == "cp.json: $.strategy.cp: strategy \"ddp\" does not split sequences (cp must be 1, found "
+                               "2); \"megatron\", \"fsdp\" and the pipelines do");
+    doc["strategy"] = {{"name", "megatron"}, {"cp", 3}, {"flash_attention", true}};
+    CHECK(config_error(doc) == "cp.json: $.strategy: tp x cp x pp = 1 x 3 x 1 = 3 does not divide the GPU count: the "
+                               "cluster h100 has 8 GPUs (1 node x 8 GPUs per node); data parallelism takes the GPUs "
+                               "left over when dp is not given");
+}
