@@ -21,6 +21,16 @@ using namespace dtsim::hw::test;
 
 namespace {
 
+// The error a config gives, or "no error".
+std::string error(const json& d) {
+    try {
+        parse_config(d, "t.json");
+    } catch (const ConfigError& e) {
+        return e.what();
+    }
+    return "no error";
+}
+
 constexpr int kHidden = 1024, kFfn = 4096, kLayers = 4, kSeq = 512;
 
 // A GPT-style model without a vocabulary: every parameter is in a layer.
@@ -230,14 +240,6 @@ TEST_CASE("2D FSDP with hybrid sharding shards over the node's data-parallel ran
 }
 
 TEST_CASE("2D FSDP configs: what cannot run is refused with the key and the reason") {
-    auto error = [](const json& d) {
-        try {
-            parse_config(d, "t.json");
-        } catch (const ConfigError& e) {
-            return std::string(e.what());
-        }
-        return std::string("no error");
-    };
     // Accepted, ZeRO-3, PyTorch's loss by default (torchtitan's loss_parallel keeps an fp32 copy).
     const Config ok = parse_config(doc(4, 4, 8), "t.json");
     CHECK(ok.strategy.zero_stage == 3);
@@ -360,14 +362,6 @@ TEST_CASE("3D: ZeRO-3 runs in every pipeline schedule for tp and dp of 2, no fas
 }
 
 TEST_CASE("3D configs: pipelines take ZeRO stages 0, 1 and 3, not 2; megatron not 3") {
-    auto error = [](const json& d) {
-        try {
-            parse_config(d, "t.json");
-        } catch (const ConfigError& e) {
-            return std::string(e.what());
-        }
-        return std::string("no error");
-    };
     CHECK(error(pipeline_doc("1f1b", 2, 2, 2, 3)) == "no error");
     CHECK(error(pipeline_doc("1f1b", 2, 2, 2, 2)) ==
           "t.json: $.strategy.zero_stage: strategy \"1f1b\" supports ZeRO stages 0, 1 (distributed optimizer) and 3 "
