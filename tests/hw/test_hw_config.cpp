@@ -175,15 +175,65 @@ TEST_CASE("inconsistent sizes are explained") {
     CHECK(error_of("run.json", {parse_override("training.global_batch=30")}) ==
           "--set training.global_batch=30: $.training.global_batch: global batch 30 is not a multiple of micro_batch x "
           "dp = 2 x 4 = 8");
-    CHECK(error_of("run.json", {parse_override("strategy.microbatches=3")}) ==
+    CHECK(error_of("run.json", {parse_override("strategy.microbatches=3"), parse_override("training.global_batch=32")}) ==
           "--set strategy.microbatches=3: $.strategy.microbatches: 3 microbatches disagree with the training section: "
-          "global_batch / (micro_batch x dp) = 32 / (2 x 4) = 4");
+          "global_batch / (micro_batch x dp) = 32 / (2 x 4) = 4 (the global batch given by --set "
+          "training.global_batch=32; without it the global batch follows the microbatches)");
     CHECK(error_of("run.json", {parse_override("strategy.tp=16"), parse_override("strategy.dp=1"),
                                 parse_override("strategy.pp=1"), parse_override("model.heads=8")}) ==
           "--set strategy.tp=16: $.strategy.tp: 8 attention heads cannot be split over tp = 16");
     CHECK(error_of("run.json", {parse_override("strategy.name=ddp")}) ==
           kData + "/run.json: $.strategy.tp: strategy \"ddp\" is pure data parallelism: tp and pp must be 1 (found tp "
                   "2, pp 2); use \"megatron\" or a pipeline (\"1f1b\", \"interleaved\", ...) to combine them");
+}
+
+TEST_CASE("microbatches given on the command line without the global batch: the global batch follows") {
+    // run.json: global_batch 32, micro_batch 2, dp 4 (4 microbatches).
+    for (const int m : {1, 3, 8, 16}) {
+        CAPTURE(m);
+        const Config c = load_config(kData + "/run.json", {parse_override(fmt::format("strategy.microbatches={}", m))});
+        CHECK(c.training.global_batch == m * 2 * 4);
+        CHECK(c.microbatches() == m);
+        CHECK(c.json["training"]["global_batch"] == m * 2 * 4);  // the document as run says so too
+    }
+    // With the micro batch and dp given too, from all of them.
+    const Config c = load_config(kData + "/run.json", {parse_override("strategy.microbatches=5"),
+                                                       parse_override("training.micro_batch=3"),
+                                                       parse_override("strategy.dp=2"), parse_override("strategy.tp=4")});
+    CHECK(c.training.global_batch == 5 * 3 * 2);
+    // The same through a --set of the whole section, and in a document in memory.
+    CHECK(load_config(kData + "/run.json", {parse_override(R"(strategy={"name": "1f1b", "dp": 4, "tp": 2, "pp": 2, "microbatches": 6})")})
+              .training.global_batch == 6 * 2 * 4);
+    // Given on the command line too, the global batch wins, and must agree.
+    CHECK(load_config(kData + "/run.json", {parse_override("strategy.microbatches=8"),
+                                            parse_override("training.global_batch=64")})
+              .microbatches() == 8);
+    CHECK(error_of("run.json", {parse_override("training.global_batch=64"), parse_override("strategy.microbatches=2")}) ==
+          "--set strategy.microbatches=2: $.strategy.microbatches: 2 microbatches disagree with the training section: "
+          "global_batch / (micro_batch x dp) = 64 / (2 x 4) = 8 (the global batch given by --set "
+          "training.global_batch=64; without it the global batch follows the microbatches)");
+    // A global batch past an int is an error at the microbatches.
+    CHECK(error_of("run.json", {parse_override("strategy.microbatches=2000000000")}) ==
+          "--set strategy.microbatches=2000000000: $.strategy.microbatches: the global batch would follow the "
+          "microbatches: microbatches x micro_batch x dp = 2000000000 x 2 x 4 sequences, more than dtsim counts (at "
+          "most 2147483647)");
+}
+
+TEST_CASE("microbatches a file gives are checked against its global batch, as before") {
+    // run.json merged, with "microbatches": 4 in the document itself (global_batch 32, micro_batch 2, dp 4).
+    nlohmann::json d = load_config(kData + "/run.json").json;
+    d["strategy"]["microbatches"] = 4;
+    CHECK(parse_config(d, "mem.json").training.global_batch == 32);
+    // A --set of the micro batch does not make the global batch follow the file's microbatches.
+    try {
+        (void)parse_config(d, "mem.json", {parse_override("training.micro_batch=1")});
+        FAIL("no error");
+    } catch (const ConfigError& e) {
+        CHECK(std::string(e.what()) == "mem.json: $.strategy.microbatches: 4 microbatches disagree with the training "
+                                       "section: global_batch / (micro_batch x dp) = 32 / (1 x 4) = 8");
+    }
+    // A --set of the microbatches does.
+    CHECK(parse_config(d, "mem.json", {parse_override("strategy.microbatches=2")}).training.global_batch == 16);
 }
 
 TEST_CASE("missing keys, missing files, include cycles and malformed JSON are errors with a place") {

@@ -51,7 +51,10 @@ struct StrategyConfig {
     // Context parallelism (Megatron-Core's and Transformer Engine's, torchtitan's): each sequence
     // split over cp ranks, attention as a ring passing the keys and values around (LayerSplit::cp).
     int cp = 1;
-    int microbatches = 0;  // per pipeline and step; 0 = global_batch / (micro_batch x dp)
+    // Per pipeline and step; 0 = global_batch / (micro_batch x dp). Given, it must equal that, but
+    // for one case: given by a --set without training.global_batch, the global batch follows it
+    // (microbatches x micro_batch x dp), so that a sweep of the microbatches alone runs.
+    int microbatches = 0;
     int zero_stage = 0;
     double bucket_bytes = 25 * kMiB;       // PyTorch DDP bucket_cap_mb default
     double first_bucket_bytes = 1 * kMiB;  // PyTorch DDP first bucket (dist._DEFAULT_FIRST_BUCKET_BYTES)

@@ -26,6 +26,11 @@ struct RunReport {
     std::string name;
     std::string strategy;
     int gpus = 0;
+    // The batch as run: sequences per step (training.global_batch, which follows a --set of
+    // strategy.microbatches: config.hpp), per microbatch on one GPU, and microbatches per pipeline.
+    int global_batch = 0;
+    int micro_batch = 0;
+    int microbatches = 0;
     double step_time = 0;        // s
     double model_flops = 0;      // one step, all GPUs, without recompute
     double hardware_flops = 0;   // one step, all GPUs, as executed (recompute included)

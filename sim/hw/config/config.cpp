@@ -387,6 +387,9 @@ void from_json(const Node& n, StrategyConfig& s) {
 }
 
 // Sizes that must agree across sections, explained.
+// Whether a value came from a --set (itself or a section above it), not from a file.
+bool from_command_line(const Node& n) { return n.file().rfind("--set", 0) == 0; }
+
 void validate(const Node& root, Config& c) {
     const Node st = root["strategy"];
     const StrategyConfig& s = c.strategy;
@@ -413,7 +416,7 @@ void validate(const Node& root, Config& c) {
     // Point at whichever size was overridden on the command line, if one was.
     const char* culprit = "dp";
     for (const char* k : {"tp", "pp", "cp", "dp"})
-        if (st.has(k) && st[k].file().rfind("--set", 0) == 0) {
+        if (st.has(k) && from_command_line(st[k])) {
             culprit = k;
             break;
         }
@@ -530,9 +533,20 @@ void validate(const Node& root, Config& c) {
                                         "fills the node's {} GPUs: each shard group would be a single rank and nothing "
                                         "sharded; use \"full\" to shard over the nodes, or a smaller tp",
                                         s.tp, c.cluster.gpus_per_node));
-    const TrainingConfig& t = c.training;
+    TrainingConfig& t = c.training;
     const Node tr = root["training"];
     const long long per_microbatch = static_cast<long long>(t.micro_batch) * s.dp;
+    // The microbatches given on the command line and the global batch not: the global batch follows
+    // them (a sweep of strategy.microbatches alone), whatever the file says it is.
+    const bool batch_pinned = from_command_line(tr["global_batch"]);
+    if (s.microbatches > 0 && from_command_line(st["microbatches"]) && !batch_pinned) {
+        if (per_microbatch > INT_MAX / s.microbatches)
+            st["microbatches"].fail(fmt::format("the global batch would follow the microbatches: microbatches x "
+                                                "micro_batch x dp = {} x {} x {} sequences, more than dtsim counts "
+                                                "(at most {})",
+                                                s.microbatches, t.micro_batch, s.dp, INT_MAX));
+        t.global_batch = static_cast<int>(s.microbatches * per_microbatch);
+    }
     if (t.global_batch % per_microbatch != 0)
         tr["global_batch"].fail(fmt::format(
             "global batch {} is not a multiple of micro_batch x dp = {} x {} = {}", t.global_batch, t.micro_batch,
@@ -540,8 +554,13 @@ void validate(const Node& root, Config& c) {
     const int derived = static_cast<int>(t.global_batch / per_microbatch);
     if (s.microbatches > 0 && s.microbatches != derived)
         st["microbatches"].fail(fmt::format("{} microbatches disagree with the training section: global_batch / "
-                                            "(micro_batch x dp) = {} / ({} x {}) = {}",
-                                            s.microbatches, t.global_batch, t.micro_batch, s.dp, derived));
+                                            "(micro_batch x dp) = {} / ({} x {}) = {}{}",
+                                            s.microbatches, t.global_batch, t.micro_batch, s.dp, derived,
+                                            batch_pinned && from_command_line(st["microbatches"])
+                                                ? fmt::format(" (the global batch given by {}; without it the "
+                                                              "global batch follows the microbatches)",
+                                                              tr["global_batch"].file())
+                                                : ""));
     if (!info.tensor_parallel && info.pipeline == PipelineKind::none && (s.tp != 1 || s.pp != 1))
         where("tp").fail(fmt::format("strategy \"{}\" is pure data parallelism: tp and pp must be 1 (found tp {}, pp "
                                      "{}); use \"megatron\" or a pipeline (\"1f1b\", \"interleaved\", ...) to combine them",
@@ -667,6 +686,9 @@ Config finish(json_reader::Document& doc, const std::string& file, const std::ve
     c.file = file;
     from_json(doc.root(), c);
     c.json = doc.json();
+    // The global batch as run, where it follows the microbatches (validate).
+    if (c.json["training"]["global_batch"] != c.training.global_batch)
+        c.json["training"]["global_batch"] = c.training.global_batch;
     return c;
 }
 

@@ -346,6 +346,9 @@ RunResult simulate(const Config& c, const RunOptions& options) {
     r.name = c.name;
     r.strategy = c.strategy.name == "puzzle" ? "puzzle " + c.strategy.puzzle : c.strategy.name;
     r.gpus = c.gpus();
+    r.global_batch = c.training.global_batch;
+    r.micro_batch = c.training.micro_batch;
+    r.microbatches = c.microbatches();
     r.peak_flops = c.cluster.gpu.peak(c.model.spec.dtype);
     r.capacity = c.cluster.gpu.memory_bytes;
     rates(r, c);
@@ -420,6 +423,9 @@ nlohmann::json to_json(const RunReport& r) {
     nlohmann::json j{{"name", r.name},
                      {"strategy", r.strategy},
                      {"gpus", r.gpus},
+                     {"global_batch", r.global_batch},
+                     {"micro_batch", r.micro_batch},
+                     {"microbatches", r.microbatches},
                      {"step_time_s", r.step_time},
                      {"mfu", r.mfu},
                      {"hfu", r.hfu},
