@@ -1,5 +1,6 @@
 // Output files: written to a temporary file beside the final name and renamed onto it when
 // complete (see dtsim/detail/output_file.hpp).
+#include "dtsim/detail/errno_text.hpp"
 #include "dtsim/detail/output_file.hpp"
 
 #include "dtsim/interrupt.hpp"
@@ -25,7 +26,7 @@ namespace dtsim::detail {
 namespace {
 
 [[noreturn]] void fail(const std::string& path, const char* what, int err) {
-    throw std::runtime_error(err != 0 ? fmt::format("{}: {}: {}", path, what, std::strerror(err))
+    throw std::runtime_error(err != 0 ? fmt::format("{}: {}: {}", path, what, errno_text(err))
                                       : fmt::format("{}: {}", path, what));
 }
 

@@ -1,5 +1,6 @@
 #include "json/reader.hpp"
 
+#include "dtsim/detail/errno_text.hpp"
 #include "dtsim/interrupt.hpp"
 
 #include <fmt/format.h>
@@ -365,7 +366,7 @@ std::ifstream open_input(const std::string& path, const std::string& name, const
     if (!in) {
         const int err = errno;
         raise_error(dialect, name, "$",
-                    err != 0 ? fmt::format("cannot open the file: {}", std::strerror(err)) : "cannot open the file");
+                    err != 0 ? fmt::format("cannot open the file: {}", detail::errno_text(err)) : "cannot open the file");
     }
     if (!ec && fs::is_regular_file(st)) {
         const std::uintmax_t size = fs::file_size(path, ec);

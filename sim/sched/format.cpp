@@ -1,5 +1,6 @@
 #include "dtsim/sched/format.hpp"
 
+#include "dtsim/detail/errno_text.hpp"
 #include "dtsim/detail/output_file.hpp"
 
 #include <fmt/format.h>
@@ -284,7 +285,7 @@ std::ifstream open_in(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
     if (!in) {
         const int err = errno;
-        throw ScheduleFormatError(err != 0 ? fmt::format("{}: cannot open: {}", path, std::strerror(err))
+        throw ScheduleFormatError(err != 0 ? fmt::format("{}: cannot open: {}", path, detail::errno_text(err))
                                            : fmt::format("{}: cannot open", path));
     }
     return in;
