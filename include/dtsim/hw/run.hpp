@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstddef>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -127,5 +129,45 @@ nlohmann::json to_json(const RunReport& r);
 
 // "rank 3 x1.50, ranks 8-15 x1.10, jitter lognormal cv 0.050 seed 42" ("" without stragglers).
 std::string describe(const Stragglers& s);
+
+// ------------------------------------------------------- sweeps of `dtsim run --set path=v1,v2`
+//
+// A simulation keeps its state to itself: its config, world, io_context and trace, and its
+// coroutine frames (from a pool per thread: detail/frame_pool.hpp). What the process shares is
+// safe on several threads: the operation names (OpCode, interned under a lock), the page blocks
+// kept for reuse (detail/pages.hpp, under a lock), the registries and tables made once
+// (function-local statics, read only once made), the system's error texts (detail/errno_text.hpp)
+// and the interrupt request (an atomic). So simulations on several threads at once each give what
+// they give alone (tests/hw/test_hw_sweep.cpp).
+
+// One combination of a sweep, evaluated: its report, or why it could not run.
+struct SweepOutcome {
+    std::optional<RunReport> report;
+    std::string error;  // what stopped it: a bad combination, a run too large, a failed run
+};
+
+// Loads the config at `path` with `overrides` and simulates it without keeping its events. Any
+// std::exception becomes the outcome's error; Interrupted (not one) passes through.
+SweepOutcome run_combination(const std::string& path, const std::vector<Override>& overrides);
+
+// The most runs a sweep makes at once.
+inline constexpr int kMaxSweepJobs = 1024;
+
+// The runs a sweep makes at once when none are asked for: one per hardware thread, at least 1
+// (at most kMaxSweepJobs).
+int default_sweep_jobs();
+
+// Evaluates items 0..count-1 with `evaluate`, up to `jobs` at once on threads of their own, and
+// hands each outcome to `done` on the calling thread in index order: item i as soon as items 0 to
+// i have finished, so that a long sweep streams and its output reads as one made one item after
+// another. `jobs` <= 1 (or one item) evaluates them one after another on the calling thread and
+// starts no thread. An interrupt request (interrupt.hpp) found before an item starts counts as
+// Interrupted thrown by it. An item whose evaluation throws stops the sweep: no item starts after
+// it, `done` has had every item before it and gets none after it (items after it that finished
+// are dropped), and the exception is rethrown once every thread has stopped; an exception from
+// `done` likewise. Output made this way is, cut where it stops, the output of the items one
+// after another.
+void run_in_order(std::size_t count, int jobs, const std::function<SweepOutcome(std::size_t)>& evaluate,
+                  const std::function<void(std::size_t, SweepOutcome&)>& done);
 
 }  // namespace dtsim::hw
