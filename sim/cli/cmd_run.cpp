@@ -38,6 +38,7 @@ struct RunArgs {
     std::vector<std::string> sets;
     TraceOutputs out;
     bool json = false;
+    int jobs = 0;  // a sweep's runs at once; 0: hw::default_sweep_jobs()
 };
 
 struct CompareArgs {
@@ -45,6 +46,7 @@ struct CompareArgs {
     std::vector<std::string> sets;
     ChartOutputs chart;
     bool json = false;
+    int jobs = 0;  // configs run at once; 0: hw::default_sweep_jobs()
 };
 
 std::string percent(double part, double whole) { return whole > 0 ? fmt::format("{:.1f} %", 100 * part / whole) : "-"; }
@@ -164,44 +166,60 @@ void run(const RunArgs& a) {
     }
 
     // A sweep: one row per combination; a combination that cannot run says why and the sweep goes on.
+    // The combinations run `jobs` at once, and each row is printed as soon as it and every row before
+    // it are done: the rows, the JSON and the exit status are those of the runs one after another.
     std::vector<std::string> keys;
     for (const auto& s : settings) keys.push_back(s.path);
+    // With the microbatches swept and the global batch not given, the global batch follows the
+    // microbatches (config.hpp): a column says which each row used.
+    const auto names = [&](const char* path) {
+        return std::any_of(settings.begin(), settings.end(), [&](const hw::Setting& s) {
+            return s.path == path || s.path == std::string("$.") + path;
+        });
+    };
+    const bool batch_column = names("strategy.microbatches") && !names("training.global_batch");
+    if (batch_column) keys.push_back("global_batch");
+    const std::size_t width = cell_width(keys);
     nlohmann::json rows = nlohmann::json::array();
     if (!a.json) {
         fmt::print("{}: sweep of {} runs\n", a.config, combos.size());
         table_header(keys);
     }
     bool any_error = false, any_oom = false;
-    for (const auto& overrides : combos) {
+    const auto print_row = [&](std::size_t i, hw::SweepOutcome& o) {
         std::vector<std::string> cells;
         nlohmann::json set = nlohmann::json::object();
-        for (const auto& o : overrides) {
-            cells.push_back(o.value);
-            set[o.path] = o.value;
+        for (const auto& ov : combos[i]) {
+            cells.push_back(ov.value);
+            set[ov.path] = ov.value;
         }
-        try {
-            check_interrupt();
-            const hw::Config c = hw::load_config(a.config, overrides);
-            const auto result = hw::simulate(c, {.keep_trace = false});
-            any_oom |= result.report.oom.has_value();
-            any_error |= failed(result.report);
+        if (batch_column) cells.push_back(o.report ? std::to_string(o.report->global_batch) : "-");
+        if (o.report) {
+            any_oom |= o.report->oom.has_value();
+            any_error |= failed(*o.report);
             if (a.json)
-                rows.push_back({{"set", set}, {"report", hw::to_json(result.report)}});
+                rows.push_back({{"set", set}, {"report", hw::to_json(*o.report)}});
             else
-                table_row(cells, result.report, cell_width(keys));
-        } catch (const Interrupted&) {
-            // What the sweep has: the rows are printed already, the JSON of those done is printed now.
-            if (a.json) fmt::print("{}\n", rows.dump(2));
-            throw;
-        } catch (const std::exception& e) {
+                table_row(cells, *o.report, width);
+        } else {
             any_error = true;
             if (a.json) {
-                rows.push_back({{"set", set}, {"error", e.what()}});
+                rows.push_back({{"set", set}, {"error", o.error}});
             } else {
-                for (const auto& v : cells) fmt::print("{:<{}} ", v, cell_width(keys));
-                fmt::print("error: {}\n", e.what());
+                for (const auto& v : cells) fmt::print("{:<{}} ", v, width);
+                fmt::print("error: {}\n", o.error);
             }
         }
+    };
+    try {
+        hw::run_in_order(
+            combos.size(), a.jobs > 0 ? a.jobs : hw::default_sweep_jobs(),
+            [&](std::size_t i) { return hw::run_combination(a.config, combos[i]); }, print_row);
+    } catch (const Interrupted&) {
+        // What the sweep has: the rows done before the first unfinished one are printed already; as
+        // JSON, they are printed now.
+        if (a.json) fmt::print("{}\n", rows.dump(2));
+        throw;
     }
     if (a.json) fmt::print("{}\n", rows.dump(2));
     exit_status() = any_error ? 1 : any_oom ? 3 : 0;
@@ -238,12 +256,15 @@ void compare(const CompareArgs& a) {
         }
     };
     try {
-        for (const auto& c : configs) {
-            auto r = hw::simulate(c, {.keep_trace = false}).report;
-            any_error |= failed(r);
-            any_oom |= r.oom.has_value();
-            reports.push_back(std::move(r));
-        }
+        // `jobs` at once, the reports kept in the configs' order; a run that fails stops the comparison.
+        hw::run_in_order(
+            configs.size(), a.jobs > 0 ? a.jobs : hw::default_sweep_jobs(),
+            [&](std::size_t i) { return hw::SweepOutcome{hw::simulate(configs[i], {.keep_trace = false}).report, {}}; },
+            [&](std::size_t, hw::SweepOutcome& o) {
+                any_error |= failed(*o.report);
+                any_oom |= o.report->oom.has_value();
+                reports.push_back(std::move(*o.report));
+            });
     } catch (const Interrupted&) {
         if (!reports.empty()) print_reports();  // the configs that ran (no chart)
         throw;
@@ -276,6 +297,10 @@ void register_run_commands(CLI::App& app) {
         ->allow_extra_args(false);
     ra->out.add_options(run_cmd);
     run_cmd->add_flag("--json", ra->json, "Print the report as JSON");
+    run_cmd->add_option("-j,--jobs", ra->jobs,
+                        "A sweep's runs at once, on as many threads (default: one per hardware thread; 1: one "
+                        "after another); the output is the same")
+        ->transform(whole_number(1, hw::kMaxSweepJobs));
     run_cmd->callback([ra] { run(*ra); });
 
     auto ca = std::make_shared<CompareArgs>();
@@ -285,6 +310,10 @@ void register_run_commands(CLI::App& app) {
         ->allow_extra_args(false);
     ca->chart.add_options(cmp, "the comparison as a chart");
     cmp->add_flag("--json", ca->json, "Print the reports as JSON");
+    cmp->add_option("-j,--jobs", ca->jobs,
+                    "Configs run at once, on as many threads (default: one per hardware thread; 1: one after "
+                    "another); the output is the same")
+        ->transform(whole_number(1, hw::kMaxSweepJobs));
     cmp->callback([ca] { compare(*ca); });
 }
 
