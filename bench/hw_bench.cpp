@@ -2,7 +2,9 @@
 // (printed figures, never a timed test). With no arguments it runs the
 // 1,024-GPU GPT-3 175B step (TP 8, PP 16, DP 8, 1F1B, 64 microbatches) and a
 // puzzle strategy on H100s, from the shipped configs (found as dtsim finds them:
-// dtsim/hw/data_dir.hpp); otherwise the configs given.
+// dtsim/hw/data_dir.hpp); otherwise the configs given. With --set, each config's
+// sweep instead (as `dtsim run CONFIG --set ...` runs it), one run after another
+// and then --jobs at once, against each other in the same process.
 #include "dtsim/hw/data_dir.hpp"
 #include "dtsim/hw/run.hpp"
 
@@ -10,13 +12,55 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <exception>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
+
+// The sweep of `path` with `jobs` runs at once: its wall time, and its outcomes as text (the
+// reports less their host time) to check that the two ways give the same.
+double time_sweep(const std::string& path, const std::vector<std::vector<dtsim::hw::Override>>& combos, int jobs,
+                  std::vector<std::string>& outcomes) {
+    outcomes.clear();
+    const auto t0 = std::chrono::steady_clock::now();
+    dtsim::hw::run_in_order(
+        combos.size(), jobs, [&](std::size_t i) { return dtsim::hw::run_combination(path, combos[i]); },
+        [&](std::size_t, dtsim::hw::SweepOutcome& o) {
+            if (!o.report) {
+                outcomes.push_back("error: " + o.error);
+                return;
+            }
+            auto j = dtsim::hw::to_json(*o.report);
+            j.erase("wall_s");
+            outcomes.push_back(j.dump());
+        });
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Each config's sweep one run after another and `jobs` at once, best of `repeat` each.
+void bench_sweeps(const std::vector<std::string>& configs, const std::vector<std::string>& sets, int jobs,
+                  int repeat) {
+    const auto combos = dtsim::hw::combinations(dtsim::hw::parse_settings(sets));
+    fmt::print("{:<52} {:>6} {:>10} {:>10} {:>6} {:>9} {}\n", "sweep", "runs", "-j 1 s", "-j N s", "N",
+               "speed-up", "same output");
+    for (const auto& path : configs) {
+        double one = 1e300, many = 1e300;
+        std::vector<std::string> a, b;
+        for (int i = 0; i < repeat; ++i) {
+            one = std::min(one, time_sweep(path, combos, 1, a));
+            many = std::min(many, time_sweep(path, combos, jobs, b));
+        }
+        fmt::print("{:<52} {:>6} {:>10.3f} {:>10.3f} {:>6} {:>8.2f}x {}\n", path.substr(path.rfind('/') + 1),
+                   combos.size(), one, many, jobs, one / many, a == b ? "yes" : "NO");
+    }
+    fmt::print("hardware threads {}; a sweep's runs share the machine with whatever else runs on it\n",
+               std::thread::hardware_concurrency());
+}
 
 // GPT-3 175B on 1,024 A100s and a puzzle strategy on H100s, from the shipped configs.
 std::vector<std::string> default_configs() {
@@ -35,23 +79,35 @@ std::vector<std::string> default_configs() {
 }  // namespace
 
 int main(int argc, char** argv) {
-    std::vector<std::string> configs;
+    std::vector<std::string> configs, sets;
     int repeat = 3;
+    int jobs = dtsim::hw::default_sweep_jobs();
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         if (a == "-h" || a == "--help") {
             fmt::print("usage: dtsim-hw-bench [--repeat N] [CONFIG.json ...]\n"
+                       "       dtsim-hw-bench [--repeat N] [--jobs J] CONFIG.json ... --set PATH=V1,V2 [--set ...]\n"
                        "Simulates each config N times (default 3) and prints the best wall time, events per second,\n"
-                       "MFU and step time; without configs, GPT-3 175B on 1,024 A100s and a puzzle strategy on H100s.\n");
+                       "MFU and step time; without configs, GPT-3 175B on 1,024 A100s and a puzzle strategy on H100s.\n"
+                       "With --set, each config's sweep (as dtsim run runs it) one run after another and J at once\n"
+                       "(default: one per hardware thread), best of N each, and whether both gave the same rows.\n");
             return 0;
         }
         if (a == "--repeat" && i + 1 < argc)
             repeat = std::max(1, std::atoi(argv[++i]));
+        else if ((a == "--jobs" || a == "-j") && i + 1 < argc)
+            jobs = std::clamp(std::atoi(argv[++i]), 1, dtsim::hw::kMaxSweepJobs);
+        else if (a == "--set" && i + 1 < argc)
+            sets.push_back(argv[++i]);
         else
             configs.push_back(a);
     }
     try {
         if (configs.empty()) configs = default_configs();
+        if (!sets.empty()) {
+            bench_sweeps(configs, sets, jobs, repeat);
+            return 0;
+        }
         fmt::print("{:<52} {:>6} {:>10} {:>10} {:>12} {:>8} {:>10}\n", "config", "gpus", "events", "wall s",
                    "events/s", "MFU", "step");
         for (const auto& path : configs) {
