@@ -161,7 +161,7 @@ int default_sweep_jobs();
 // hands each outcome to `done` on the calling thread in index order: item i as soon as items 0 to
 // i have finished, so that a long sweep streams and its output reads as one made one item after
 // another. `jobs` <= 1 (or one item) evaluates them one after another on the calling thread and
-// starts no thread. An interrupt request (interrupt.hpp) found before an item starts counts as
+// starts no thread (as when the system gives no thread at all). An interrupt request (interrupt.hpp) found before an item starts counts as
 // Interrupted thrown by it. An item whose evaluation throws stops the sweep: no item starts after
 // it, `done` has had every item before it and gets none after it (items after it that finished
 // are dropped), and the exception is rethrown once every thread has stopped; an exception from

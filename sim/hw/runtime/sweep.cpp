@@ -84,9 +84,12 @@ void run_in_order(std::size_t count, int jobs, const std::function<SweepOutcome(
         try {
             threads.emplace_back(work);
         } catch (const std::system_error&) {
-            if (threads.empty()) throw;  // no thread at all; with some, they share the items
-            break;
+            break;  // the threads started share the items
         }
+    }
+    if (threads.empty()) {  // none could start: one item after another, here
+        run_in_order(count, 1, evaluate, done);
+        return;
     }
     for (std::size_t i = 0; i < count; ++i) {
         std::unique_lock lock(mutex);
