@@ -94,6 +94,17 @@ struct StrategyConfig {
     int microbatch_group = 0;   // "interleaved": Megatron's microbatch_group_size_per_vp_stage; 0 = pp
     std::string schedule_file;  // "schedule": a schedule in PyTorch action notation (.txt) or CSV,
                                 // resolved against the file that names it
+    // Uneven pipeline stages (any pipeline strategy; stage_layers_of says how they resolve):
+    //   stage_layers: the layers of each model chunk (pipeline stage, or virtual stage with
+    //     chunks) in model order: pp x chunks entries (2 pp for "dualpipev", the file's stages for
+    //     "schedule"), each >= 1, summing to the model's layers;
+    //   first_stage_layers / last_stage_layers: Megatron-LM's --decoder-first-pipeline-num-layers
+    //     and --decoder-last-pipeline-num-layers: the layers of the first / last pipeline rank,
+    //     split evenly over its chunks; the other ranks share the rest evenly. 0 = not given.
+    // None given: every chunk holds layers / (pp x chunks).
+    std::vector<int> stage_layers;
+    int first_stage_layers = 0;
+    int last_stage_layers = 0;
     // "fsdp": "full" (FULL_SHARD, ZeRO-3), "grad_op" (SHARD_GRAD_OP: weights stay
     // gathered from forward to backward), "hybrid" (HYBRID_SHARD: full shard
     // inside a node, replicas across nodes).
@@ -107,6 +118,18 @@ std::string recompute_text(const StrategyConfig& s);
 struct Config;
 // How a config's layers are split and trained (LayerSplit), from its training and strategy.
 LayerSplit layer_split(const Config& c);
+
+// The model chunks a pipeline's layers are split into: pp x chunks (2 pp for "dualpipev"), or
+// the length of strategy.stage_layers when given (a "schedule" file's stage count is known
+// only once the file is read); 1 without a pipeline.
+int model_chunks(const Config& c);
+// The layers of each of `stages` model chunks, in model order: strategy.stage_layers, Megatron-LM's
+// first/last shorthand (chunk c x pp + r on pipeline rank r, as interleaved and looped schedules
+// place them), or layers / stages each. Only a validated config's split is meaningful; one that
+// cannot be split (which load_config reports) gets layers / stages (rounded down) each.
+std::vector<int> stage_layers_of(const Config& c, int stages);
+// Whether the config asks for uneven stages (stage_layers or either shorthand).
+bool uneven_stages(const StrategyConfig& s);
 
 struct Config {
     std::string name;

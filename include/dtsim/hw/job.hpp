@@ -19,13 +19,17 @@ namespace dtsim::hw {
 
 // A pipeline schedule from dtsim::sched run in this world (strategies
 // "interleaved", "zbh1", "bfs", "dualpipev", "schedule"): its stages, which
-// pipeline rank owns each, and the layers of each stage (layers / stages,
-// consecutive). Shared by every rank of the job.
+// pipeline rank owns each, and the layers of each stage (consecutive, in model
+// order: layers / stages each, or as strategy.stage_layers and Megatron-LM's
+// first/last shorthand split them). Shared by every rank of the job.
 struct PipelinePlan {
     sched::Schedule schedule;      // compute-only (a lowered one has its SEND/RECV stripped)
     std::vector<int> owner;        // pipeline rank of each stage
     int stages = 1;
-    int layers_per_stage = 1;
+    std::vector<int> first_layer;  // of each stage
+    std::vector<int> layers;       // of each stage
+    // Sets first_layer and layers from the layers of each stage.
+    void split(const std::vector<int>& stage_layers);
 };
 
 class ParamGather;
@@ -44,7 +48,9 @@ struct Job {
     int cp_prev = -1, cp_next = -1;    // the neighbours in the context-parallel ring
     Group* embedding_group = nullptr;  // first and last stage of this pipeline (tied embeddings, pp > 1)
     int prev = -1, next = -1;          // neighbouring stages of this pipeline, -1 at the ends
-    int first_layer = 0, layers = 0;   // this stage's layers (all of this rank's chunks for a plan)
+    // This stage's layers; for a plan, all of this rank's chunks: `layers` in all, the first of
+    // its first chunk at first_layer (its chunks need not be adjacent: PipelinePlan has each).
+    int first_layer = 0, layers = 0;
     // This rank holds the input embedding / the output layer (with a plan, the
     // owner of the first / last stage; a rank can hold both, as DualPipeV's rank 0).
     bool embedding_here = false, logits_here = false;

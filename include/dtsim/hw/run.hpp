@@ -83,9 +83,10 @@ struct RunOptions {
 // gradients, optimizer) on the GPU that holds the most parameters.
 //
 // Events, for the hardware strategies: ranks x (L x m x e + m x (6 + 4 x chunks
-// when pp > 1) + s x buckets + 16), L the layers of one rank (layers / pp), m
-// the microbatches. e, per layer and microbatch: the attention and MLP blocks
-// of the forward and the backward, each one compute event plus its
+// when pp > 1) + s x buckets + 16), L the layers of one rank (layers / pp; the
+// average with uneven stages, whose total is the same), m the microbatches.
+// e, per layer and microbatch: the attention and MLP blocks of the forward and
+// the backward, each one compute event plus its
 // tensor-parallel collectives (none with tp = 1, an all-reduce, or an
 // all-gather and a reduce-scatter with sequence parallelism); two more blocks
 // with full recompute, one event with selective; the two weight-gradient

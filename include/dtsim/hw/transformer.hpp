@@ -5,8 +5,10 @@
 
 #include "dtsim/hw/gpu.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace dtsim::hw {
 
@@ -112,11 +114,14 @@ struct LayerSplit {
     //     selective_ac_option "k", full recompute of every k-th block: torchtitan/models/llama3/
     //     parallelize_llama.py, _apply_ac_to_transformer_block); 1 = every layer.
     //   recompute_num_layers n: the first n layers of each model chunk (a pipeline stage, or a
-    //     virtual stage when interleaved) of layers_per_chunk layers (Megatron-LM's
-    //     --recompute-method block --recompute-num-layers n); 0 = every layer.
+    //     virtual stage when interleaved), the chunks starting at chunk_starts (Megatron-LM's
+    //     --recompute-method block --recompute-num-layers n: TransformerBlock's
+    //     _checkpointed_forward checkpoints its layers l < n); 0 = every layer.
     int recompute_every = 1;
     int recompute_num_layers = 0;
-    int layers_per_chunk = 0;
+    // The first layer of each model chunk, ascending from 0 (uneven chunks as the config's
+    // stage_layers split them); empty: one chunk.
+    std::vector<int> chunk_starts{};
     // Context parallelism: each GPU holds seq / cp tokens of every sequence (two chunks of
     // seq / 2cp, one from each end, so the causal mask leaves each the same work: Megatron-Core's
     // and Transformer Engine's load balancing). The functions of this header take the model's
@@ -126,7 +131,11 @@ struct LayerSplit {
     [[nodiscard]] bool recomputes(int layer) const {
         if (recompute == Recompute::none) return false;
         if (recompute_every > 1) return (layer + 1) % recompute_every == 0;
-        if (recompute_num_layers > 0 && layers_per_chunk > 0) return layer % layers_per_chunk < recompute_num_layers;
+        if (recompute_num_layers > 0) {
+            const auto next = std::upper_bound(chunk_starts.begin(), chunk_starts.end(), layer);
+            const int start = next == chunk_starts.begin() ? 0 : *(next - 1);
+            return layer - start < recompute_num_layers;
+        }
         return true;
     }
     // Some layers recompute and some do not.

@@ -75,9 +75,52 @@ LayerSplit layer_split(const Config& c) {
     split.cp = s.cp;
     split.recompute_every = s.recompute_every;
     split.recompute_num_layers = s.recompute_num_layers;
-    const int chunks = info && info->fixed_chunks > 0 ? info->fixed_chunks : info && info->chunks ? s.chunks : 1;
-    split.layers_per_chunk = c.model.spec.layers / std::max(1, s.pp * chunks);
+    const std::vector<int> chunks = stage_layers_of(c, model_chunks(c));
+    int start = 0;
+    for (int n : chunks) {
+        split.chunk_starts.push_back(start);
+        start += n;
+    }
     return split;
+}
+
+int model_chunks(const Config& c) {
+    const StrategyConfig& s = c.strategy;
+    const StrategyInfo* info = find_hw_strategy(s.name);
+    if (!info || info->pipeline == PipelineKind::none) return 1;
+    if (!s.stage_layers.empty()) return static_cast<int>(s.stage_layers.size());
+    const int per_rank = info->fixed_chunks > 0 ? info->fixed_chunks : info->chunks ? s.chunks : 1;
+    return static_cast<int>(std::clamp(static_cast<long long>(s.pp) * per_rank, 1LL, static_cast<long long>(INT_MAX)));
+}
+
+bool uneven_stages(const StrategyConfig& s) {
+    return !s.stage_layers.empty() || s.first_stage_layers > 0 || s.last_stage_layers > 0;
+}
+
+std::vector<int> stage_layers_of(const Config& c, int stages) {
+    const StrategyConfig& s = c.strategy;
+    const int layers = c.model.spec.layers;
+    stages = std::max(1, stages);
+    const std::vector<int> even(static_cast<std::size_t>(stages), layers / stages);
+    if (!s.stage_layers.empty()) return static_cast<int>(s.stage_layers.size()) == stages ? s.stage_layers : even;
+    if (s.first_stage_layers <= 0 && s.last_stage_layers <= 0) return even;
+    // Megatron-LM's uneven pipeline (megatron/core/transformer/transformer_block.py,
+    // get_num_layers_to_build; transformer_layer.py, get_transformer_layer_offset): the first
+    // (last) pipeline rank holds the given layers, the middle ranks the rest in equal shares,
+    // and with virtual pipelining each rank's layers split evenly over its chunks, chunk c of
+    // rank r being model chunk c x pp + r.
+    const int pp = s.pp;
+    if (pp < 2 || stages % pp != 0) return even;
+    const int v = stages / pp;
+    const bool first = s.first_stage_layers > 0, last = s.last_stage_layers > 0;
+    const int middle = pp - (first ? 1 : 0) - (last ? 1 : 0);
+    const int rest = layers - s.first_stage_layers - s.last_stage_layers;
+    std::vector<int> rank(static_cast<std::size_t>(pp), middle > 0 ? rest / middle : 0);
+    if (first) rank.front() = s.first_stage_layers;
+    if (last) rank.back() = s.last_stage_layers;
+    std::vector<int> out(static_cast<std::size_t>(stages));
+    for (int k = 0; k < stages; ++k) out[static_cast<std::size_t>(k)] = rank[static_cast<std::size_t>(k % pp)] / v;
+    return out;
 }
 
 namespace {
@@ -329,7 +372,8 @@ void from_json(const Node& n, TrainingConfig& t) {
 void from_json(const Node& n, StrategyConfig& s) {
     n.keys({"name", "dp", "tp", "pp", "cp", "microbatches", "zero_stage", "bucket_MiB", "first_bucket_MiB", "overlap",
             "prefetch", "recompute", "sequence_parallel", "flash_attention", "attention_kernel", "algorithm", "puzzle",
-            "chunks", "microbatch_group", "schedule_file", "sharding", "grad_dtype", "overlap_param_gather", "cross_entropy", "tp_comm_overlap", "fp8", "recompute_every", "recompute_num_layers"});
+            "chunks", "microbatch_group", "schedule_file", "sharding", "grad_dtype", "overlap_param_gather", "cross_entropy", "tp_comm_overlap", "fp8", "recompute_every", "recompute_num_layers",
+            "stage_layers", "first_stage_layers", "last_stage_layers"});
     s.name = n["name"].choice(strategy_names());
     if (n.has("dp")) s.dp = n["dp"].integer(1);
     if (n.has("tp")) s.tp = n["tp"].integer(1);
@@ -370,6 +414,14 @@ void from_json(const Node& n, StrategyConfig& s) {
     if (n.has("puzzle")) s.puzzle = n["puzzle"].choice(puzzle_names());
     if (n.has("chunks")) s.chunks = n["chunks"].integer(1);
     if (n.has("microbatch_group")) s.microbatch_group = n["microbatch_group"].integer(1);
+    if (n.has("stage_layers")) {
+        const Node list = n["stage_layers"];
+        if (!list.is_array() || list.size() == 0)
+            list.expected("a list of the layers of each pipeline stage in model order (integers >= 1)");
+        for (std::size_t i = 0; i < list.size(); ++i) s.stage_layers.push_back(list.at(i).integer(1));
+    }
+    if (n.has("first_stage_layers")) s.first_stage_layers = n["first_stage_layers"].integer(1);
+    if (n.has("last_stage_layers")) s.last_stage_layers = n["last_stage_layers"].integer(1);
     if (n.has("sharding")) s.sharding = n["sharding"].choice({"full", "grad_op", "hybrid"});
     if (n.has("schedule_file")) {
         const Node f = n["schedule_file"];
@@ -384,6 +436,85 @@ void from_json(const Node& n, StrategyConfig& s) {
                                json_reader::shorten(display(path), 256)));
         s.schedule_file = display(path);
     }
+}
+
+// strategy.stage_layers, or Megatron-LM's first_stage_layers / last_stage_layers, against the
+// model and the pipeline (transformer_config.py's checks of num_layers_in_first_pipeline_stage
+// and num_layers_in_last_pipeline_stage, with the remainder named).
+void check_uneven_stages(const Node& st, const Config& c, const StrategyInfo& info) {
+    const StrategyConfig& s = c.strategy;
+    const int layers = c.model.spec.layers;
+    for (const char* key : {"stage_layers", "first_stage_layers", "last_stage_layers"})
+        if (st.has(key) && info.pipeline == PipelineKind::none)
+            st[key].fail(fmt::format("splits a pipeline's layers over its stages, but strategy \"{}\" has no "
+                                     "pipeline; use \"1f1b\", \"interleaved\" or another pipeline",
+                                     s.name));
+    const int per_rank = info.fixed_chunks > 0 ? info.fixed_chunks : info.chunks ? s.chunks : 1;
+    const long long stages = static_cast<long long>(s.pp) * per_rank;
+    const std::string chunks_text =
+        per_rank > 1 ? fmt::format("pp x chunks = {} x {}", s.pp, per_rank) : fmt::format("pp = {}", s.pp);
+    if (!s.stage_layers.empty()) {
+        const Node list = st["stage_layers"];
+        for (const char* key : {"first_stage_layers", "last_stage_layers"})
+            if (st.has(key))
+                st[key].fail("give either \"stage_layers\" (the layers of every stage) or Megatron-LM's "
+                             "\"first_stage_layers\" / \"last_stage_layers\", not both");
+        const int given = static_cast<int>(s.stage_layers.size());
+        // A schedule file's stage count is checked once the file is read (make_plan).
+        if (!info.schedule_file && given != stages)
+            list.fail(fmt::format("expected {} entries, one per pipeline stage in model order ({}), found {}",
+                                  stages, chunks_text, given));
+        long long sum = 0;
+        for (int n : s.stage_layers) sum += n;
+        if (sum != layers)
+            list.fail(fmt::format("the stages hold {} layers in all, but the model has {}", sum, layers));
+        return;
+    }
+    const bool first = s.first_stage_layers > 0, last = s.last_stage_layers > 0;
+    const Node at = last ? st["last_stage_layers"] : st["first_stage_layers"];
+    if (info.fixed_chunks > 0 || info.schedule_file)
+        at.fail(fmt::format("Megatron-LM's uneven split gives the first and last pipeline rank their layers, each "
+                            "rank's chunks r, pp + r, ...; strategy \"{}\" places its stages otherwise: give "
+                            "\"stage_layers\" (the layers of every stage in model order)",
+                            s.name));
+    if (s.pp < 2) at.fail(fmt::format("needs a pipeline of at least two stages, found pp = {}", s.pp));
+    const auto per_chunk = [&](const char* key, int n, const char* which) {
+        if (n % per_rank != 0)
+            st[key].fail(fmt::format("{} layers on the {} pipeline rank cannot be split evenly over its {} chunks "
+                                     "({} % {} = {})",
+                                     n, which, per_rank, n, per_rank, n % per_rank));
+    };
+    if (first) per_chunk("first_stage_layers", s.first_stage_layers, "first");
+    if (last) per_chunk("last_stage_layers", s.last_stage_layers, "last");
+    const int middle = s.pp - (first ? 1 : 0) - (last ? 1 : 0);
+    const long long rest = static_cast<long long>(layers) - s.first_stage_layers - s.last_stage_layers;
+    const std::string left = first && last ? fmt::format("{} - {} - {} = {}", layers, s.first_stage_layers,
+                                                         s.last_stage_layers, rest)
+                                           : fmt::format("{} - {} = {}", layers, first ? s.first_stage_layers
+                                                                                       : s.last_stage_layers,
+                                                         rest);
+    if (rest < 0)
+        at.fail(fmt::format("takes more layers than the model's {}: {} left for the other stages", layers, left));
+    if (middle == 0) {
+        if (rest != 0)
+            at.fail(fmt::format("with pp = 2 the first and last stage hold every layer, but they hold {} + {} of "
+                                "the model's {} ({} left over)",
+                                s.first_stage_layers, s.last_stage_layers, layers, rest));
+        return;
+    }
+    const std::string others = fmt::format("{} other pipeline stage{}", middle, middle == 1 ? "" : "s");
+    const long long needed = static_cast<long long>(middle) * per_rank;
+    if (rest < needed)
+        at.fail(fmt::format("leaves {} layers for the {}, which need at least {} (one a chunk)", left, others,
+                            needed));
+    if (rest % middle != 0)
+        at.fail(fmt::format("leaves {} layers for the {}, which cannot share them evenly ({} % {} = {})", left,
+                            others, rest, middle, rest % middle));
+    if ((rest / middle) % per_rank != 0)
+        at.fail(fmt::format("leaves {} layers for the {}: {} each, which cannot be split evenly over {} chunks "
+                            "({} % {} = {})",
+                            left, others, rest / middle, per_rank, rest / middle, per_rank,
+                            (rest / middle) % per_rank));
 }
 
 // Sizes that must agree across sections, explained.
@@ -459,13 +590,22 @@ void validate(const Node& root, Config& c) {
     if (st.has("recompute_every") && st.has("recompute_num_layers"))
         st["recompute_num_layers"].fail("give one of \"recompute_every\" (every k-th layer, torchtitan) and "
                                         "\"recompute_num_layers\" (the first n of each stage, Megatron-LM), not both");
+    const bool uneven = uneven_stages(s);
+    if (uneven) check_uneven_stages(st, c, info);
     if (s.recompute_num_layers > 0) {
         // (Layers that do not split evenly into chunks are reported below.)
-        const int per_chunk = layer_split(c).layers_per_chunk;
-        if (s.recompute_num_layers > per_chunk && per_chunk > 0 && m.layers % per_chunk == 0)
-            st["recompute_num_layers"].fail(fmt::format(
-                "the first {} layers of each model chunk, but a chunk has {} ({} layers over pp x chunks)",
-                s.recompute_num_layers, per_chunk, m.layers));
+        const int chunks = model_chunks(c);
+        if (uneven || m.layers % chunks == 0) {
+            const std::vector<int> split = stage_layers_of(c, chunks);
+            const int largest = *std::max_element(split.begin(), split.end());
+            if (s.recompute_num_layers > largest)
+                st["recompute_num_layers"].fail(
+                    uneven ? fmt::format("the first {} layers of each model chunk, but the largest chunk has {}",
+                                         s.recompute_num_layers, largest)
+                           : fmt::format("the first {} layers of each model chunk, but a chunk has {} ({} layers "
+                                         "over pp x chunks)",
+                                         s.recompute_num_layers, largest, m.layers));
+        }
     }
     if (s.cp > 1) {
         if (!info.context_parallel)
@@ -491,7 +631,7 @@ void validate(const Node& root, Config& c) {
     knob("sharding", info.sharding);
     if (info.schedule_file && !st.has("schedule_file"))
         st.fail("missing key \"schedule_file\" (the schedule to run, PyTorch action notation or CSV)");
-    if (info.chunks || info.fixed_chunks > 0) {
+    if (!uneven && (info.chunks || info.fixed_chunks > 0)) {
         const int v = info.fixed_chunks > 0 ? info.fixed_chunks : s.chunks;
         if (m.layers % (s.pp * v) != 0)
             where(info.fixed_chunks > 0 ? "pp" : "chunks")
@@ -499,7 +639,7 @@ void validate(const Node& root, Config& c) {
                                   "({} % {} = {})",
                                   m.layers, s.pp, v, s.pp * v, m.layers, s.pp * v, m.layers % (s.pp * v)));
     }
-    if (m.layers % s.pp != 0)
+    if (!uneven && m.layers % s.pp != 0)
         where("pp").fail(fmt::format("{} layers cannot be split evenly into {} pipeline stages ({} % {} = {})",
                                      m.layers, s.pp, m.layers, s.pp, m.layers % s.pp));
     const bool puzzle_model = c.model.kind == "puzzle";

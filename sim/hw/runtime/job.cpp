@@ -20,6 +20,16 @@ int Job::zero_ranks() const {
     return g ? g->size() : 1;
 }
 
+void PipelinePlan::split(const std::vector<int>& stage_layers) {
+    first_layer.clear();
+    layers = stage_layers;
+    int next = 0;
+    for (int n : stage_layers) {
+        first_layer.push_back(next);
+        next += n;
+    }
+}
+
 int Job::rank_of_stage(int s) const {
     return ((plan->owner[static_cast<std::size_t>(s)] * dp + dp_rank) * cp + cp_rank) * tp + tp_rank;
 }
@@ -29,7 +39,22 @@ std::vector<Job> make_jobs(World& world, const Config& config, const Workload& w
     // Megatron-LM's order with context parallelism: tp innermost, then cp, dp, pp.
     auto rank_of = [&](int stage, int d, int c, int t) { return ((stage * dp + d) * cp + c) * tp + t; };
     std::vector<Job> jobs(static_cast<std::size_t>(dp * cp * tp * pp));
-    const int per_stage = work.model.layers / pp;
+    // The layers of each pipeline rank: its stage, or its stages of the plan.
+    std::vector<int> first_of(static_cast<std::size_t>(pp), 0), count_of(static_cast<std::size_t>(pp), 0);
+    if (plan) {
+        for (int s = plan->stages - 1; s >= 0; --s) {
+            const auto k = static_cast<std::size_t>(s);
+            const auto r = static_cast<std::size_t>(plan->owner[k]);
+            first_of[r] = plan->first_layer[k];
+            count_of[r] += plan->layers[k];
+        }
+    } else {
+        const std::vector<int> split = stage_layers_of(config, pp);
+        for (int s = 1; s < pp; ++s)
+            first_of[static_cast<std::size_t>(s)] =
+                first_of[static_cast<std::size_t>(s - 1)] + split[static_cast<std::size_t>(s - 1)];
+        count_of = split;
+    }
     // Which pipeline ranks hold the model's edges.
     const int embedding_rank = plan ? plan->owner.front() : 0;
     const int logits_rank = plan ? plan->owner.back() : pp - 1;
@@ -54,8 +79,8 @@ std::vector<Job> make_jobs(World& world, const Config& config, const Workload& w
                 j.stage = s;
                 j.prev = s > 0 ? rank_of(s - 1, d, c, t) : -1;
                 j.next = s + 1 < pp ? rank_of(s + 1, d, c, t) : -1;
-                j.first_layer = s * per_stage;
-                j.layers = per_stage;
+                j.first_layer = first_of[static_cast<std::size_t>(s)];
+                j.layers = count_of[static_cast<std::size_t>(s)];
                 j.embedding_here = s == embedding_rank;
                 j.logits_here = s == logits_rank;
                 j.separate_output = separate_output;

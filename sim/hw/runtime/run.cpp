@@ -68,12 +68,19 @@ PipelinePlan make_plan(const Config& c) {
                                       "(micro_batch x dp) = {} / ({} x {}))",
                                       sc.num_microbatches(), m, c.training.global_batch, c.training.micro_batch, s.dp));
     plan.stages = sc.num_stages();
-    if (c.model.spec.layers % plan.stages != 0)
+    if (!s.stage_layers.empty()) {
+        // (load_config checked their sum, and their count where the strategy fixes it.)
+        if (static_cast<int>(s.stage_layers.size()) != plan.stages)
+            throw ConfigError(c.file, "$.strategy.stage_layers",
+                              fmt::format("expected {} entries, one per stage of the schedule in model order, found {}",
+                                          plan.stages, s.stage_layers.size()));
+    } else if (!uneven_stages(s) && c.model.spec.layers % plan.stages != 0) {
         throw ConfigError(c.file, where,
                           fmt::format("{} layers cannot be split evenly into the schedule's {} stages ({} % {} = {})",
                                       c.model.spec.layers, plan.stages, c.model.spec.layers, plan.stages,
                                       c.model.spec.layers % plan.stages));
-    plan.layers_per_stage = c.model.spec.layers / plan.stages;
+    }
+    plan.split(stage_layers_of(c, plan.stages));
     plan.owner = sched::stage_owners(sc);
     // A schedule that cannot progress is diagnosed in steps first, where the
     // executor names who waits for which tensor (the hardware world would only
@@ -237,6 +244,21 @@ void check_finite(const RunReport& r) {
     }
 }
 
+// The layers of the pipeline rank holding the most: stage k on rank k mod pp, or V-shaped
+// for "dualpipev" (a schedule file's placement is known only once it is read: taken as looped).
+double most_layers(const Config& c) {
+    const StrategyConfig& s = c.strategy;
+    if (!uneven_stages(s) || s.pp < 1) return static_cast<double>(c.model.spec.layers) / std::max(1, s.pp);
+    const std::vector<int> split = stage_layers_of(c, model_chunks(c));
+    std::vector<double> on_rank(static_cast<std::size_t>(s.pp), 0);
+    for (std::size_t k = 0; k < split.size(); ++k) {
+        const int stage = static_cast<int>(k);
+        const int r = s.name == "dualpipev" && stage >= s.pp ? 2 * s.pp - 1 - stage : stage % s.pp;
+        on_rank[static_cast<std::size_t>(std::clamp(r, 0, s.pp - 1))] += split[k];
+    }
+    return *std::max_element(on_rank.begin(), on_rank.end());
+}
+
 }  // namespace
 
 RunSize estimate_run_size(const Config& c, const RunOptions& options) {
@@ -249,7 +271,9 @@ RunSize estimate_run_size(const Config& c, const RunOptions& options) {
         size.events = ranks * (static_cast<double>(m.layers) * batches * 8 + 16);
         return size;
     }
-    const double layers = static_cast<double>(m.layers) / s.pp;  // on one rank
+    // On one rank, on average: every rank's events scale with its layers, so uneven stages
+    // (strategy.stage_layers) record as many in all as even ones.
+    const double layers = static_cast<double>(m.layers) / s.pp;
     const double mb = c.microbatches();
     // Gradient buckets of one synchronisation (DDP's, ZeRO's; FSDP has its own): the layers' gradient
     // tensors poured into buckets as GradientSync does, counted over up to 4 layers and scaled.
@@ -291,7 +315,7 @@ RunSize estimate_run_size(const Config& c, const RunOptions& options) {
     // when untied and pp = 1), split by tp; ZeRO shards them over its group (make_jobs, load_model_states).
     const double copy = m.tied_embeddings ? m.embedding_params() : m.embedding_params() / 2;
     const double edges = (s.pp == 1 && !m.tied_embeddings ? 2 : 1) * copy;
-    const double params = (layers * m.params_per_layer() + edges) / s.tp;
+    const double params = (most_layers(c) * m.params_per_layer() + edges) / s.tp;
     int zero_ranks = s.dp * s.cp;
     const int per_node = std::max(1, std::min(s.dp, c.cluster.gpus_per_node / s.tp));
     if (s.name == "fsdp" && s.sharding == "hybrid" && s.dp > per_node && s.dp % per_node == 0) zero_ranks = per_node;

@@ -1,8 +1,8 @@
 // A pipeline schedule from dtsim::sched (interleaved 1F1B, ZB-H1, looped BFS,
 // DualPipeV, or any schedule file in PyTorch's action notation) run in the
 // hardware world: every rank of a pipeline executes its pipeline rank's
-// actions in order, on its layers (stage k holds layers
-// [k L/S, (k+1) L/S)), with the tensor-parallel collectives of each layer,
+// actions in order, on its layers (stage k holds the consecutive layers
+// PipelinePlan gives it: [k L/S, (k+1) L/S) when split evenly), with the tensor-parallel collectives of each layer,
 // recompute, the model's edges on the ranks holding the first and last
 // stage, and activations and their gradients sent between the ranks that own
 // neighbouring stages (a boundary inside one rank costs nothing).
@@ -48,8 +48,8 @@ struct Stage {
     const Job& job;
     int stage;
     [[nodiscard]] const PipelinePlan& plan() const { return *job.plan; }
-    [[nodiscard]] int first_layer() const { return stage * plan().layers_per_stage; }
-    [[nodiscard]] int last_layer() const { return first_layer() + plan().layers_per_stage - 1; }
+    [[nodiscard]] int first_layer() const { return plan().first_layer[static_cast<std::size_t>(stage)]; }
+    [[nodiscard]] int last_layer() const { return first_layer() + plan().layers[static_cast<std::size_t>(stage)] - 1; }
     [[nodiscard]] bool first() const { return stage == 0; }
     [[nodiscard]] bool last() const { return stage == plan().stages - 1; }
     // The rank holding the neighbouring stage, or -1 when it is this rank (or none).

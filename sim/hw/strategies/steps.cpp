@@ -277,8 +277,8 @@ Task<> ParamGather::wait(Device& gpu, const Job& job, int layer) {
         if (job.plan) {
             const PipelinePlan& p = *job.plan;
             for (int s = 0; s < p.stages; ++s)
-                if (p.owner[static_cast<std::size_t>(s)] == job.stage)
-                    for (int l = s * p.layers_per_stage; l < (s + 1) * p.layers_per_stage; ++l) held.push_back(l);
+                if (const auto k = static_cast<std::size_t>(s); p.owner[k] == job.stage)
+                    for (int l = p.first_layer[k]; l < p.first_layer[k] + p.layers[k]; ++l) held.push_back(l);
         } else {
             for (int l = job.first_layer; l < job.first_layer + job.layers; ++l) held.push_back(l);
         }
