@@ -127,7 +127,7 @@ TEST_CASE("an unknown key is rejected with a did-you-mean, naming the file and t
     CHECK(error_of("run.json", {parse_override("strategy.tpp=2")}) ==
           "--set strategy.tpp=2: $.strategy.tpp: unknown key \"tpp\"; did you mean \"tp\"?");
     CHECK(error_of("run.json", {parse_override("strategy.zzzzzzzz=1")}) ==
-          "--set strategy.zzzzzzzz=1: $.strategy.zzzzzzzz: unknown key \"zzzzzzzz\"; the keys here are: name, dp, tp, pp, cp, "
+          "--set strategy.zzzzzzzz=1: $.strategy.zzzzzzzz: unknown key \"zzzzzzzz\"; the keys here are: name, dp, tp, pp, cp, cp_comm, "
           "microbatches, zero_stage, bucket_MiB, first_bucket_MiB, overlap, prefetch, recompute, sequence_parallel, "
           "flash_attention, attention_kernel, algorithm, puzzle, chunks, microbatch_group, schedule_file, sharding, "
           "grad_dtype, overlap_param_gather, cross_entropy, tp_comm_overlap, fp8, recompute_every, recompute_num_layers, "

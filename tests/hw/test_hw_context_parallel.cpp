@@ -148,3 +148,25 @@ TEST_CASE("context parallelism: config errors name the key and why") {
                                "cluster h100 has 8 GPUs (1 node x 8 GPUs per node); data parallelism takes the GPUs "
                                "left over when dp is not given");
 }
+
+TEST_CASE("context parallelism by all-gather: keys and values gathered before the core, their gradients reduce-scattered") {
+    json doc{{"cluster", realistic_cluster(1)},
+             {"model", small_model(2)},
+             {"training", {{"global_batch", 2}, {"micro_batch", 1}}},
+             {"strategy", {{"name", "megatron"}, {"cp", 4}, {"dp", 2}, {"flash_attention", true}, {"cp_comm", "allgather"}}}};
+    Trace trace;
+    run(doc, &trace);
+    const double kv = 2.0 * (1024 / 4) * 16 * 128 * 2;  // this rank's K and V
+    int gathers = 0, scatters = 0, sends = 0;
+    for (const auto& e : trace.ranks[0].events) {
+        if (e.layer != 0) continue;
+        if (e.op.name() == std::string_view("all_gather") && e.bytes == doctest::Approx(4 * kv)) ++gathers;
+        if (e.op.name() == std::string_view("reduce_scatter") && e.bytes == doctest::Approx(4 * kv)) ++scatters;
+        if (e.op.name() == std::string_view("send")) ++sends;
+    }
+    CHECK(gathers == 2);  // before the forward's core and again before the backward's
+    CHECK(scatters == 1);
+    CHECK(sends == 0);
+    doc["strategy"]["cp_comm"] = "p2p";
+    CHECK(config_error(doc).find("$.strategy.cp_comm: expected \"ring\" or \"allgather\", found \"p2p\"") != std::string::npos);
+}

@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <stdexcept>
@@ -45,12 +46,18 @@ struct ModelConfig {
     TransformerSpec spec;
 };
 
+enum class ContextComm : std::uint8_t { ring, allgather };
+
 struct StrategyConfig {
     std::string name;  // one of hw_strategies() (dtsim/hw/strategies.hpp)
     int dp = 1, tp = 1, pp = 1;  // dp not given: the GPU count / (tp x cp x pp)
     // Context parallelism (Megatron-Core's and Transformer Engine's, torchtitan's): each sequence
     // split over cp ranks, attention as a ring passing the keys and values around (LayerSplit::cp).
     int cp = 1;
+    // How the context-parallel ranks share keys and values: a ring of point-to-point passes
+    // beside the attention (Megatron-Core, Transformer Engine, torchtitan's ring), or an
+    // all-gather before it (Llama 3's, PyTorch's "allgather" rotate method).
+    ContextComm cp_comm = ContextComm::ring;
     // Per pipeline and step; 0 = global_batch / (micro_batch x dp). Given, it must equal that, but
     // for one case: given by a --set without training.global_batch, the global batch follows it
     // (microbatches x micro_batch x dp), so that a sweep of the microbatches alone runs.

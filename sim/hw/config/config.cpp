@@ -370,7 +370,7 @@ void from_json(const Node& n, TrainingConfig& t) {
 }
 
 void from_json(const Node& n, StrategyConfig& s) {
-    n.keys({"name", "dp", "tp", "pp", "cp", "microbatches", "zero_stage", "bucket_MiB", "first_bucket_MiB", "overlap",
+    n.keys({"name", "dp", "tp", "pp", "cp", "cp_comm", "microbatches", "zero_stage", "bucket_MiB", "first_bucket_MiB", "overlap",
             "prefetch", "recompute", "sequence_parallel", "flash_attention", "attention_kernel", "algorithm", "puzzle",
             "chunks", "microbatch_group", "schedule_file", "sharding", "grad_dtype", "overlap_param_gather", "cross_entropy", "tp_comm_overlap", "fp8", "recompute_every", "recompute_num_layers",
             "stage_layers", "first_stage_layers", "last_stage_layers"});
@@ -379,6 +379,8 @@ void from_json(const Node& n, StrategyConfig& s) {
     if (n.has("tp")) s.tp = n["tp"].integer(1);
     if (n.has("pp")) s.pp = n["pp"].integer(1);
     if (n.has("cp")) s.cp = n["cp"].integer(1);
+    if (n.has("cp_comm"))
+        s.cp_comm = n["cp_comm"].choice({"ring", "allgather"}) == "allgather" ? ContextComm::allgather : ContextComm::ring;
     if (n.has("microbatches")) s.microbatches = n["microbatches"].integer(1);
     if (n.has("zero_stage")) {
         s.zero_stage = n["zero_stage"].integer(0);

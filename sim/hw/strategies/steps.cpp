@@ -34,29 +34,34 @@ Work part(const Work& w, double seconds) {
     return Work{seconds, w.flops * f, w.bytes * f};
 }
 
-// Megatron-LM's --tp-comm-overlap (Transformer Engine's userbuffers, with sequence parallelism):
-// the all-gather before a block is split into t chunks in a ring, the block's first GEMM runs
-// on each chunk as it arrives (the rank's own first), and the reduce-scatter after it takes the
-// last GEMM's output split by split (kOverlapScatterSplits) as the GEMM produces it. Priced so:
-// the all-gather starts with the first GEMM's first t - 1 chunks, its last chunk waits for the
-// gather's end; the reduce-scatter starts after the last GEMM's first split and the compute
-// stream waits for its end after the other splits. A backward block pipelines its collectives
-// with GEMMs of the same sizes. The collectives run on their own stream (CommStream::tensor),
-// beside the gradient reductions. Not modelled: the SMs the reduce-scatter's kernels take.
-// Context parallelism's attention core as a ring (Megatron-Core and Transformer Engine's "p2p"
-// context parallelism, torchtitan's ring attention): cp steps, each the fused kernel on this
-// rank's queries against one rank's keys and values; at each step but the last the keys and
-// values it holds go on to the next rank while it computes, and the next step waits for those
-// of the previous rank. Backward passes the keys and values with their gradients (twice the
-// bytes). One tag for the whole ring: messages of one sender arrive in order.
+// Context parallelism's attention core (StrategyConfig::cp_comm).
+//   ring       Megatron-Core and Transformer Engine's "p2p" context parallelism, torchtitan's ring
+//              attention: cp steps, each the fused kernel on this rank's queries against one
+//              rank's keys and values; at each step but the last the keys and values it holds go
+//              on to the next rank while it computes, and the next step waits for those of the
+//              previous rank. Backward passes the keys and values with their gradients (twice the
+//              bytes). One tag for the whole ring: messages of one sender arrive in order.
+//   allgather  Llama 3's (Dubey et al. 2024, section 3.3.2) and PyTorch's "allgather" rotate
+//              method: the keys and values all-gathered over the context-parallel group before
+//              the core, on the compute stream (not hidden), and gathered again before its
+//              backward, whose key and value gradients are reduce-scattered after it. The core's
+//              work is priced as the ring's cp steps.
 inline constexpr int kContextRing = -2;
 
 struct Ring {
     Work step;           // one step of the core
-    double bytes = 0;    // passed on at each step
+    double bytes = 0;    // this rank's keys and values (forward), with their gradients (backward)
+    bool backward = false;
 };
 
 Task<> ring_core(Device& gpu, const Job& job, OpCode op, int layer, const Ring& ring, int mb) {
+    if (job.strategy().cp_comm == ContextComm::allgather) {
+        const double kv = job.work->layer.cp_kv_bytes * job.cp;  // the gathered keys and values
+        co_await gpu.all_gather(*job.cp_group, kv, layer);
+        for (int i = 0; i < job.cp; ++i) run_work(gpu, op, layer, ring.step, mb);
+        if (ring.backward) co_await gpu.reduce_scatter(*job.cp_group, kv, layer);
+        co_return;
+    }
     for (int i = 0; i < job.cp; ++i) {
         const bool pass = i + 1 < job.cp;
         if (pass) gpu.send(job.cp_next, ring.bytes, kContextRing, layer, IdSet::single(mb));
@@ -71,6 +76,15 @@ Work without_ring(const Work& w, const Ring* ring, int steps) {
     return Work{w.seconds - steps * ring->step.seconds, w.flops - steps * ring->step.flops, w.bytes - steps * ring->step.bytes};
 }
 
+// Megatron-LM's --tp-comm-overlap (Transformer Engine's userbuffers, with sequence parallelism):
+// the all-gather before a block is split into t chunks in a ring, the block's first GEMM runs
+// on each chunk as it arrives (the rank's own first), and the reduce-scatter after it takes the
+// last GEMM's output split by split (kOverlapScatterSplits) as the GEMM produces it. Priced so:
+// the all-gather starts with the first GEMM's first t - 1 chunks, its last chunk waits for the
+// gather's end; the reduce-scatter starts after the last GEMM's first split and the compute
+// stream waits for its end after the other splits. A backward block pipelines its collectives
+// with GEMMs of the same sizes. The collectives run on their own stream (CommStream::tensor),
+// beside the gradient reductions. Not modelled: the SMs the reduce-scatter's kernels take.
 Task<> overlapped_block(Device& gpu, const Job& job, OpCode op, int layer, const Work& whole, int mb, double first,
                         double last, double chunking, const Ring* ring) {
     const Work block = without_ring(whole, ring, job.cp);
@@ -111,7 +125,7 @@ Task<> attention_block(Device& gpu, const Job& job, OpCode op, int layer, const 
     const LayerWork& L = job.work->layer;
     if (job.cp_group) {
         const bool backward = op == ops::backward || op == ops::backward_input;
-        const Ring ring{backward ? L.cp_core_backward : L.cp_core_forward, (backward ? 2 : 1) * L.cp_kv_bytes};
+        const Ring ring{backward ? L.cp_core_backward : L.cp_core_forward, (backward ? 2 : 1) * L.cp_kv_bytes, backward};
         co_await block(gpu, job, op, layer, w, mb, L.attention_first_gemm, L.attention_last_gemm, L.attention_chunking,
                        &ring);
         co_return;
