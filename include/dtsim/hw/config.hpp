@@ -186,6 +186,9 @@ Override parse_override(const std::string& text);
 
 // Loads, merges, overrides, validates. Throws ConfigError.
 Config load_config(const std::string& path, const std::vector<Override>& overrides = {});
+// The merged document of the config at `path` (its includes merged), not yet checked: what
+// load_config checks, for tools that complete a partial config (dtsim plan). Throws ConfigError.
+nlohmann::json read_config_document(const std::string& path);
 // The same from a document already in memory; `file` names it in errors.
 Config parse_config(const nlohmann::json& document, const std::string& file,
                     const std::vector<Override>& overrides = {});

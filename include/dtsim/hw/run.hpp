@@ -104,6 +104,8 @@ struct RunSize {
     double events = 0;
     double layer_events = 0;       // per rank, layer and microbatch (hardware strategies)
     double model_state_bytes = 0;  // per GPU, the rank holding the most parameters (0 for the puzzle strategy)
+    double model_state_grad_bytes = 0;  // the gradients' part of it (allocated during the backward where
+                                        // the strategy makes its gradients on demand: grads_on_demand)
 };
 RunSize estimate_run_size(const Config& config, const RunOptions& options = {});
 

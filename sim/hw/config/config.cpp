@@ -891,6 +891,10 @@ Config load_config(const std::string& path, const std::vector<Override>& overrid
     return finish(doc, display(path), overrides);
 }
 
+nlohmann::json read_config_document(const std::string& path) {
+    return json_reader::Document::load(path, config_dialect(), /*includes=*/true).json();
+}
+
 Config parse_config(const nlohmann::json& document, const std::string& file, const std::vector<Override>& overrides) {
     json_reader::Document doc(document, file, config_dialect());
     if (const auto include = doc.root().find("include")) include->fail("includes need a file: use load_config");

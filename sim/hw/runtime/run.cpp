@@ -319,7 +319,9 @@ RunSize estimate_run_size(const Config& c, const RunOptions& options) {
     int zero_ranks = s.dp * s.cp;
     const int per_node = std::max(1, std::min(s.dp, c.cluster.gpus_per_node / s.tp));
     if (s.name == "fsdp" && s.sharding == "hybrid" && s.dp > per_node && s.dp % per_node == 0) zero_ranks = per_node;
-    size.model_state_bytes = zero_model_states(params, s.zero_stage, zero_ranks, bytes_per_element(s.grad_dtype)).total();
+    const ModelStateBytes states = zero_model_states(params, s.zero_stage, zero_ranks, bytes_per_element(s.grad_dtype));
+    size.model_state_bytes = states.total();
+    size.model_state_grad_bytes = states.grads;
     return size;
 }
 
