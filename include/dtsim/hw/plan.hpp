@@ -1,0 +1,151 @@
+// `dtsim plan`: which layout to run. Enumerates the layouts of a model on a cluster (strategy,
+// tp, pp, chunks, cp, ZeRO stage, micro-batch size, recompute, sequence parallelism, TP
+// communication overlap), rejects those that cannot run or cannot fit, orders the rest by a
+// lower bound on their step time and simulates them best first, stopping when no layout left
+// can beat the best found (docs/planning.md).
+//
+// Exact parts (each a lower bound that a simulation of the same config cannot go below):
+//   memory_lower_bound   the model states the rank holding the most parameters allocates before
+//                        its first step (estimate_run_size's, less the gradients of a strategy
+//                        that makes them during the backward), plus one microbatch's activations
+//                        of one layer, which its first forward allocates on top of them;
+//   step_time_lower_bound  the compute of the busiest rank (its layers x microbatches x the
+//                        priced forward, backward and recompute of a layer, as the simulation runs
+//                        them one after another on its compute stream), plus for 1F1B, GPipe and
+//                        interleaved pipelines the forwards that must pass pp - 1 model chunks
+//                        before the last rank starts and the backwards of pp - 1 chunks after it
+//                        ends. Nothing else (no communication, no edges): 0 with stragglers.
+// Later work (symmetry, sharding over Slurm) takes candidates by their index and overrides.
+#pragma once
+
+#include "dtsim/errors.hpp"
+#include "dtsim/hw/config.hpp"
+#include "dtsim/hw/run.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <cstddef>
+#include <functional>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace dtsim::hw {
+
+// A bad plan request: an unknown knob, a value a knob cannot take, no GPU count that fits the
+// cluster. An input error (exit status 2).
+class PlanError : public std::runtime_error, public InputError {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+// The values searched per knob; an empty list takes the knob's default (docs/planning.md):
+//   strategies        megatron, 1f1b, interleaved, fsdp
+//   tp                the divisors of the GPUs per node (tp > 1 only for strategies that take it)
+//   pp                the divisors of the layers >= 2 for pipelines, 1 for the others
+//   chunks            interleaved and bfs: the divisors >= 2 of layers / pp; 1 for the others
+//   cp                1
+//   zero_stage        every stage the strategy runs (strategies.hpp)
+//   micro_batch       the divisors of global_batch / dp
+//   recompute         none, selective, full
+//   sequence_parallel false, and true where tp > 1
+//   tp_comm_overlap   false, and true where sequence_parallel
+struct PlanSpace {
+    std::vector<std::string> strategies;
+    std::vector<int> tp, pp, chunks, cp, zero_stage, micro_batch;
+    std::vector<std::string> recompute;
+    std::vector<int> sequence_parallel, tp_comm_overlap;  // 0 / 1
+};
+
+// The knobs --space takes, in the order enumeration varies them (slowest first).
+const std::vector<std::string>& plan_knobs();
+// Sets a knob of `space` from "key=v1,v2" (key one of plan_knobs(), or its config path as
+// "strategy.tp"). Throws PlanError naming the key or value and what was expected.
+void set_space(PlanSpace& space, const std::string& text);
+
+struct PlanRequest {
+    std::string config_path;    // a config (includes merged); its strategy's layout keys are ignored
+    nlohmann::json document;    // or the merged document itself, where config_path is empty
+    std::string file = "plan";  // names the document in errors
+    std::vector<Override> overrides;  // --set, applied under every candidate's layout
+    int gpus = 0;                     // 0: the cluster's nodes x GPUs per node
+    PlanSpace space;
+    int top = 5;                // rows wanted: the search is exact for the best `top`
+    double time_budget = 0;     // seconds of search; 0: none
+    int jobs = 1;               // simulations at once (run_in_order)
+};
+
+// One layout that passed every check: its overrides (on the prepared base document) and bounds.
+struct Candidate {
+    std::size_t index = 0;  // in enumeration order
+    std::vector<Override> overrides;
+    std::string label;      // "1f1b tp=2 pp=2 dp=2 zero_stage=1 micro_batch=1 recompute=full sp"
+    double memory_bound = 0;     // bytes per GPU
+    double time_bound = 0;       // s
+    double capacity = 0;         // bytes per GPU
+};
+
+// Why layouts were rejected before simulation: counts by category (stable texts, sorted).
+namespace reject {
+inline constexpr const char* tp_node = "tp does not divide the GPUs of a node";
+inline constexpr const char* tp_heads = "tp does not split the attention heads, kv heads or ffn";
+inline constexpr const char* pp_layers = "pp does not divide the layers";
+inline constexpr const char* gpus = "tp x cp x pp does not divide the GPU count";
+inline constexpr const char* chunks = "pp x chunks does not divide the layers";
+inline constexpr const char* batch = "micro_batch x dp does not divide the global batch";
+inline constexpr const char* schedule = "the pipeline schedule does not take these sizes (interleaved: pp <= microbatches)";
+inline constexpr const char* states = "does not fit: model states alone exceed memory";
+inline constexpr const char* activations = "does not fit: model states and one layer's activations exceed memory";
+inline constexpr const char* too_large = "too large to simulate (event estimate above the limit)";
+// Any other check of the config: "config check: $.strategy.microbatches".
+inline constexpr const char* config_prefix = "config check: ";
+}  // namespace reject
+
+struct Enumeration {
+    nlohmann::json base;          // the document every candidate's overrides apply to
+    std::size_t enumerated = 0;   // layouts generated from the space
+    std::vector<Candidate> candidates;
+    std::map<std::string, std::size_t> rejected;  // category -> count
+    std::string example_error;    // the first config-check message, for "nothing fits"
+    [[nodiscard]] std::size_t rejected_total() const;
+};
+
+// Every layout of the space, in a deterministic order; throws PlanError or ConfigError for a bad
+// request or base config.
+Enumeration enumerate_layouts(const PlanRequest& request);
+
+// The config of a candidate (the base document with its overrides), checked.
+Config candidate_config(const Enumeration& e, const PlanRequest& request, const Candidate& c);
+
+// The bounds, for any checked config (see the top of this file).
+double memory_lower_bound(const Config& c);
+double step_time_lower_bound(const Config& c);
+
+struct PlanRow {
+    std::size_t candidate = 0;  // index into Enumeration::candidates
+    std::optional<RunReport> report;
+    std::string error;          // a simulation that failed
+    [[nodiscard]] bool fits() const { return report && !report->oom && error.empty(); }
+};
+
+struct PlanResult {
+    Enumeration enumeration;
+    std::vector<PlanRow> simulated;  // in the order simulated (best bound first)
+    std::vector<std::size_t> best;   // indices into `simulated`: fitting rows, fastest first (all of them)
+    std::size_t pruned = 0;          // not simulated: their bound could not beat the best `top`
+    std::size_t left = 0;            // not simulated: the time budget ran out first
+    bool budget_hit = false;
+    std::size_t out_of_memory = 0, failed = 0;  // simulated rows that did not fit / failed
+    double wall_seconds = 0;
+};
+
+// Enumerates and searches. `progress` (optional) gets the rows simulated so far and the candidates.
+PlanResult plan(const PlanRequest& request,
+                const std::function<void(std::size_t, std::size_t)>& progress = {});
+
+// The result as JSON (docs/planning.md); without host times where `timings` is false.
+nlohmann::json to_json(const PlanResult& r, std::size_t top, bool timings = true);
+
+}  // namespace dtsim::hw

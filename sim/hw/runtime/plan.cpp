@@ -1,0 +1,498 @@
+// dtsim plan: enumerating layouts, bounding them, and the best-first search (plan.hpp).
+#include "dtsim/hw/plan.hpp"
+
+#include "dtsim/hw/strategies.hpp"
+#include "dtsim/hw/workload.hpp"
+#include "dtsim/interrupt.hpp"
+#include "dtsim/sched/generators.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <limits>
+#include <numeric>
+
+namespace dtsim::hw {
+namespace {
+
+const std::vector<std::string> kDefaultStrategies = {"megatron", "1f1b", "interleaved", "fsdp"};
+const std::vector<std::string> kRecompute = {"none", "selective", "full"};
+
+// The strategy keys a layout sets: the base config's own are dropped, so that every candidate
+// states its whole layout (and a base written for another layout does not leak into it).
+const std::vector<std::string> kLayoutKeys = {
+    "name", "dp", "tp", "pp", "cp", "zero_stage", "microbatches", "chunks", "microbatch_group", "sharding",
+    "sequence_parallel", "tp_comm_overlap", "recompute", "recompute_every", "recompute_num_layers", "stage_layers",
+    "first_stage_layers", "last_stage_layers", "schedule_file", "puzzle", "overlap_param_gather"};
+
+std::vector<int> divisors(long long n) {
+    std::vector<int> out;
+    for (long long d = 1; d <= n && d <= std::numeric_limits<int>::max(); ++d)
+        if (n % d == 0) out.push_back(static_cast<int>(d));
+    return out;
+}
+
+int to_int(const std::string& key, const std::string& v, int lo) {
+    std::size_t used = 0;
+    long long x = 0;
+    try {
+        x = std::stoll(v, &used);
+    } catch (const std::exception&) {
+        used = 0;
+    }
+    if (used != v.size() || v.empty() || x < lo || x > 1'000'000)
+        throw PlanError(fmt::format("--space {}: '{}' is not a whole number from {} to 1000000", key, v, lo));
+    return static_cast<int>(x);
+}
+
+int to_bool(const std::string& key, const std::string& v) {
+    if (v == "true" || v == "1") return 1;
+    if (v == "false" || v == "0") return 0;
+    throw PlanError(fmt::format("--space {}: '{}' is not true or false", key, v));
+}
+
+std::string strip(const std::string& key) {
+    for (const char* prefix : {"$.strategy.", "strategy.", "$.training.", "training."})
+        if (key.starts_with(prefix)) return key.substr(std::string(prefix).size());
+    return key;
+}
+
+bool pipeline(const StrategyInfo& info) { return info.pipeline != PipelineKind::none; }
+
+template <class T>
+const std::vector<T>& or_default(const std::vector<T>& given, const std::vector<T>& fallback) {
+    return given.empty() ? fallback : given;
+}
+
+}  // namespace
+
+const std::vector<std::string>& plan_knobs() {
+    static const std::vector<std::string> knobs = {"strategy", "tp", "pp", "chunks", "cp", "zero_stage",
+                                                   "micro_batch", "recompute", "sequence_parallel",
+                                                   "tp_comm_overlap"};
+    return knobs;
+}
+
+void set_space(PlanSpace& space, const std::string& text) {
+    const auto eq = text.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == text.size())
+        throw PlanError(fmt::format("--space {}: expected knob=v1,v2 (for example tp=1,2,4)", text));
+    const std::string key = strip(text.substr(0, eq));
+    std::vector<std::string> values;
+    std::string rest = text.substr(eq + 1);
+    for (std::size_t start = 0;;) {
+        const auto comma = rest.find(',', start);
+        values.push_back(rest.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+        if (comma == std::string::npos) break;
+        start = comma + 1;
+    }
+    std::string names;
+    for (const auto& k : plan_knobs()) names += (names.empty() ? "" : ", ") + k;
+    const auto ints = [&](std::vector<int>& out, int lo) {
+        out.clear();
+        for (const auto& v : values) out.push_back(to_int(key, v, lo));
+    };
+    const auto bools = [&](std::vector<int>& out) {
+        out.clear();
+        for (const auto& v : values) out.push_back(to_bool(key, v));
+    };
+    if (key == "strategy" || key == "name") {
+        space.strategies.clear();
+        for (const auto& v : values) {
+            const StrategyInfo* info = find_hw_strategy(v);
+            if (!info || info->puzzle || info->schedule_file)
+                throw PlanError(fmt::format("--space strategy: '{}' is not a strategy plan searches (expected "
+                                            "ddp, fsdp, megatron, gpipe, 1f1b, interleaved, zbh1, bfs or dualpipev)",
+                                            v));
+            space.strategies.push_back(v);
+        }
+    } else if (key == "tp") ints(space.tp, 1);
+    else if (key == "pp") ints(space.pp, 1);
+    else if (key == "chunks") ints(space.chunks, 1);
+    else if (key == "cp") ints(space.cp, 1);
+    else if (key == "zero_stage") {
+        ints(space.zero_stage, 0);
+        for (int z : space.zero_stage)
+            if (z > 3) throw PlanError(fmt::format("--space zero_stage: {} is not a ZeRO stage (expected 0 to 3)", z));
+    } else if (key == "micro_batch") ints(space.micro_batch, 1);
+    else if (key == "recompute") {
+        for (const auto& v : values)
+            if (v != "none" && v != "selective" && v != "full" && v != "selective_op")
+                throw PlanError(fmt::format("--space recompute: '{}' is not a recompute policy (expected none, "
+                                            "selective, selective_op or full)",
+                                            v));
+        space.recompute = values;
+    } else if (key == "sequence_parallel") bools(space.sequence_parallel);
+    else if (key == "tp_comm_overlap") bools(space.tp_comm_overlap);
+    else
+        throw PlanError(fmt::format("--space {}: unknown knob (the knobs are: {})", text.substr(0, eq), names));
+}
+
+std::size_t Enumeration::rejected_total() const {
+    std::size_t n = 0;
+    for (const auto& [_, count] : rejected) n += count;
+    return n;
+}
+
+double memory_lower_bound(const Config& c) {
+    // The rank holding the most parameters allocates its model states before it starts
+    // (load_model_states), less the gradients where the strategy makes them during the backward
+    // (grads_on_demand: PyTorch's DDP and FSDP, and ZeRO-3 inside pipeline stages), and keeps
+    // them all step; its first forward allocates one microbatch's activations of a layer on top.
+    const RunSize size = estimate_run_size(c, {.keep_trace = false, .straggler_baseline = false});
+    const StrategyInfo* info = find_hw_strategy(c.strategy.name);
+    const int stage = c.strategy.zero_stage;
+    const bool on_demand = info && ((info->pytorch && (stage == 0 || stage == 3)) || (info->zero3 && stage == 3));
+    double bytes = size.model_state_bytes - (on_demand ? size.model_state_grad_bytes : 0);
+    const Workload w = make_workload(c.model.spec, layer_split(c), c.cluster.gpu);
+    bytes += std::min(w.layer.activation_bytes, w.split.partial_recompute() ? w.plain.activation_bytes
+                                                                              : w.layer.activation_bytes);
+    return bytes;
+}
+
+double step_time_lower_bound(const Config& c) {
+    if (c.stragglers.any()) return 0;  // jitter may make a kernel faster than priced
+    const StrategyConfig& s = c.strategy;
+    const Workload w = make_workload(c.model.spec, layer_split(c), c.cluster.gpu);
+    const auto layer_time = [](const LayerWork& l) {
+        return l.attention_forward.seconds + l.mlp_forward.seconds + l.attention_backward.seconds +
+               l.mlp_backward.seconds + l.attention_recompute.seconds + l.mlp_recompute.seconds;
+    };
+    // The cheaper of the two layer kinds where only some layers recompute.
+    const LayerWork& l = w.split.partial_recompute() && layer_time(w.plain) < layer_time(w.layer) ? w.plain : w.layer;
+    const double per_layer = layer_time(l);
+    const double layers = static_cast<double>(c.model.spec.layers) / s.pp;  // even stages: plan searches no others
+    double bound = c.microbatches() * layers * per_layer;
+    if (s.pp > 1 && (s.name == "1f1b" || s.name == "gpipe" || s.name == "interleaved") && !uneven_stages(s)) {
+        // Microbatch 0 passes pp - 1 model chunks forward before the last rank's first forward;
+        // the last rank's last backward (of some chunk k >= pp - 1) is followed by that
+        // microbatch's backward through chunks k - 1 .. 0, pp - 1 of them at least.
+        const double chunk_layers = layers / (s.name == "interleaved" ? s.chunks : 1);
+        const double forward = l.attention_forward.seconds + l.mlp_forward.seconds;
+        const double backward = l.attention_backward.seconds + l.mlp_backward.seconds;
+        bound += (s.pp - 1) * chunk_layers * (forward + backward);
+    }
+    return bound;
+}
+
+Enumeration enumerate_layouts(const PlanRequest& request) {
+    Enumeration e;
+    nlohmann::json doc = request.config_path.empty() ? request.document : read_config_document(request.config_path);
+    const std::string file = request.config_path.empty() ? request.file : request.config_path;
+    if (!doc.is_object()) throw PlanError(fmt::format("{}: expected a config object", file));
+    doc.erase("include");
+    for (const auto& o : request.overrides)
+        for (const auto& k : kLayoutKeys)
+            if (strip(o.path) == k && o.path.find("training") == std::string::npos)
+                throw PlanError(fmt::format("--set {}: plan searches the layout; give it with --space "
+                                            "(for example --space {}=...)",
+                                            o.path, k == "name" ? "strategy" : k));
+    for (const auto& o : request.overrides)
+        if (strip(o.path) == "micro_batch")
+            throw PlanError(fmt::format("--set {}: plan searches the micro-batch size; give it with --space "
+                                        "micro_batch=...",
+                                        o.path));
+    // The cluster: --gpus as whole nodes, or one node of fewer GPUs.
+    auto& cluster = doc["cluster"];
+    if (!cluster.is_object()) throw PlanError(fmt::format("{}: the config has no cluster", file));
+    const int per_node = cluster.value("gpus_per_node", 8);
+    if (request.gpus > 0) {
+        if (request.gpus % per_node == 0) {
+            cluster["nodes"] = request.gpus / per_node;
+        } else if (request.gpus < per_node && per_node % request.gpus == 0) {
+            cluster["nodes"] = 1;
+            cluster["gpus_per_node"] = request.gpus;
+        } else {
+            throw PlanError(fmt::format("--gpus {}: expected whole nodes of the cluster's {} GPUs, or a divisor of {} "
+                                        "(one node)",
+                                        request.gpus, per_node, per_node));
+        }
+    }
+    if (doc.contains("strategy") && doc["strategy"].is_object())
+        for (const auto& k : kLayoutKeys) doc["strategy"].erase(k);
+    else
+        doc["strategy"] = nlohmann::json::object();
+    if (doc.contains("training") && doc["training"].is_object()) doc["training"].erase("micro_batch");
+    e.base = doc;
+
+    // The model and cluster as checked: the base under a layout every config takes (ddp over every
+    // GPU, one sequence a GPU).
+    const Config probe = [&] {
+        const int nodes = doc["cluster"].value("nodes", 1);
+        const int gpn = doc["cluster"].value("gpus_per_node", 8);
+        std::vector<Override> o = request.overrides;
+        o.push_back({"strategy.name", "\"ddp\""});
+        o.push_back({"training.global_batch", std::to_string(static_cast<long long>(nodes) * gpn)});
+        return parse_config(doc, file, o);
+    }();
+    const int gpus = probe.cluster.gpus();
+    const int node = probe.cluster.gpus_per_node;
+    const TransformerSpec& m = probe.model.spec;
+    // The global batch as the base gives it (with --set), not the probe's.
+    int global_batch = 0;
+    {
+        nlohmann::json d = doc;
+        for (const auto& o : request.overrides)
+            if (strip(o.path) == "global_batch") global_batch = to_int(o.path, o.value, 1);
+        if (global_batch == 0) global_batch = d["training"].value("global_batch", 1);
+    }
+
+    const PlanSpace& sp = request.space;
+    static const std::vector<int> one = {1};
+    static const std::vector<int> no = {0};
+    static const std::vector<int> both = {0, 1};
+    std::size_t index = 0;
+    for (const auto& name : or_default(sp.strategies, kDefaultStrategies)) {
+        const StrategyInfo& info = *find_hw_strategy(name);
+        std::vector<int> tps = sp.tp.empty() ? divisors(node) : sp.tp;
+        if (!info.tensor_parallel) tps = one;
+        std::vector<int> pps;
+        if (!pipeline(info)) pps = one;
+        else if (!sp.pp.empty()) {
+            for (int p : sp.pp)
+                if (p >= 2) pps.push_back(p);
+        } else {
+            for (int p : divisors(m.layers))
+                if (p >= 2 && p <= gpus) pps.push_back(p);
+        }
+        std::vector<int> zeros;
+        if (!sp.zero_stage.empty()) {
+            for (int z : sp.zero_stage)
+                if ((z >= info.min_zero_stage && z <= info.max_zero_stage) || (z == 3 && info.zero3)) zeros.push_back(z);
+        } else {
+            for (int z = info.min_zero_stage; z <= info.max_zero_stage; ++z) zeros.push_back(z);
+            if (info.zero3 && info.max_zero_stage < 3) zeros.push_back(3);
+        }
+        const std::vector<int> cps = info.context_parallel ? or_default(sp.cp, one) : one;
+        for (int tp : tps)
+            for (int pp : pps) {
+                std::vector<int> chunk_values = one;
+                if (info.chunks) {
+                    if (!sp.chunks.empty()) chunk_values = sp.chunks;
+                    else {
+                        chunk_values.clear();
+                        for (int v : divisors(std::max(1, m.layers / pp)))
+                            if (v >= 2) chunk_values.push_back(v);
+                    }
+                }
+                for (int v : chunk_values)
+                    for (int cp : cps)
+                        for (int zero : zeros) {
+                            const long long mp = static_cast<long long>(tp) * pp * cp;
+                            const int dp = mp > 0 && gpus % mp == 0 ? static_cast<int>(gpus / mp) : 0;
+                            const int replica = dp > 0 && global_batch % dp == 0 ? global_batch / dp : 0;
+                            std::vector<int> mbs = sp.micro_batch.empty() ? divisors(std::max(1, replica)) : sp.micro_batch;
+                            for (int mb : mbs)
+                                for (const auto& rc : or_default(sp.recompute, kRecompute)) {
+                                    const std::vector<int>& sps = tp > 1 ? or_default(sp.sequence_parallel, both) : no;
+                                    for (int seq : sps) {
+                                        if (seq && tp == 1) continue;
+                                        const std::vector<int>& ovs = seq ? or_default(sp.tp_comm_overlap, both) : no;
+                                        for (int ov : ovs) {
+                                            if (ov && !seq) continue;
+                                            ++e.enumerated;
+                                            const auto rejected = [&](const std::string& why) { ++e.rejected[why]; };
+                                            if (node % tp != 0) { rejected(reject::tp_node); continue; }
+                                            if (tp > 1 && (m.heads % tp != 0 || m.ffn % tp != 0 ||
+                                                           (m.kv_heads % tp != 0 && tp % m.kv_heads != 0))) {
+                                                rejected(reject::tp_heads);
+                                                continue;
+                                            }
+                                            if (m.layers % pp != 0) { rejected(reject::pp_layers); continue; }
+                                            if (dp == 0) { rejected(reject::gpus); continue; }
+                                            if (m.layers % (pp * v) != 0) { rejected(reject::chunks); continue; }
+                                            if (global_batch % (static_cast<long long>(mb) * dp) != 0) {
+                                                rejected(reject::batch);
+                                                continue;
+                                            }
+                                            Candidate c;
+                                            c.index = index;
+                                            auto& o = c.overrides;
+                                            o.push_back({"strategy.name", fmt::format("\"{}\"", name)});
+                                            o.push_back({"strategy.tp", std::to_string(tp)});
+                                            o.push_back({"strategy.pp", std::to_string(pp)});
+                                            o.push_back({"strategy.dp", std::to_string(dp)});
+                                            if (cp > 1) o.push_back({"strategy.cp", std::to_string(cp)});
+                                            if (info.chunks) o.push_back({"strategy.chunks", std::to_string(v)});
+                                            o.push_back({"strategy.zero_stage", std::to_string(zero)});
+                                            o.push_back({"training.micro_batch", std::to_string(mb)});
+                                            o.push_back({"strategy.recompute", fmt::format("\"{}\"", rc)});
+                                            if (seq) o.push_back({"strategy.sequence_parallel", "true"});
+                                            if (ov) o.push_back({"strategy.tp_comm_overlap", "true"});
+                                            c.label = fmt::format("{} tp={} pp={} dp={}{}{} zero_stage={} micro_batch={} "
+                                                                  "recompute={}{}{}",
+                                                                  name, tp, pp, dp, cp > 1 ? fmt::format(" cp={}", cp) : "",
+                                                                  info.chunks ? fmt::format(" chunks={}", v) : "", zero,
+                                                                  mb, rc, seq ? " sp" : "", ov ? " overlap" : "");
+                                            Config config;
+                                            try {
+                                                std::vector<Override> all = request.overrides;
+                                                all.insert(all.end(), o.begin(), o.end());
+                                                config = parse_config(doc, file, all);
+                                            } catch (const ConfigError& err) {
+                                                rejected(reject::config_prefix + (err.path.empty() ? err.file : err.path));
+                                                if (e.example_error.empty())
+                                                    e.example_error = fmt::format("{}: {}", c.label, err.what());
+                                                continue;
+                                            }
+                                            if (info.pipeline == PipelineKind::scheduled) {
+                                                // The generated schedule's own rules (interleaved: g in [p, m]).
+                                                try {
+                                                    (void)sched::generate(name, {.p = pp,
+                                                                                 .m = config.microbatches(),
+                                                                                 .v = info.chunks ? v : 1});
+                                                } catch (const std::invalid_argument&) {
+                                                    rejected(reject::schedule);
+                                                    continue;
+                                                }
+                                            }
+                                            if (estimate_run_size(config, {.keep_trace = false, .straggler_baseline = false})
+                                                    .events > kMaxRunEvents) {
+                                                rejected(reject::too_large);
+                                                continue;
+                                            }
+                                            c.capacity = config.cluster.gpu.memory_bytes;
+                                            const RunSize size = estimate_run_size(config, {.keep_trace = false});
+                                            const StrategyInfo* si = find_hw_strategy(name);
+                                            const bool on_demand =
+                                                si && ((si->pytorch && (zero == 0 || zero == 3)) || (si->zero3 && zero == 3));
+                                            const double states =
+                                                size.model_state_bytes - (on_demand ? size.model_state_grad_bytes : 0);
+                                            if (states > c.capacity) { rejected(reject::states); continue; }
+                                            c.memory_bound = memory_lower_bound(config);
+                                            if (c.memory_bound > c.capacity) { rejected(reject::activations); continue; }
+                                            c.time_bound = step_time_lower_bound(config);
+                                            ++index;
+                                            e.candidates.push_back(std::move(c));
+                                        }
+                                    }
+                                }
+                        }
+            }
+    }
+    return e;
+}
+
+Config candidate_config(const Enumeration& e, const PlanRequest& request, const Candidate& c) {
+    std::vector<Override> all = request.overrides;
+    all.insert(all.end(), c.overrides.begin(), c.overrides.end());
+    return parse_config(e.base, request.config_path.empty() ? request.file : request.config_path, all);
+}
+
+PlanResult plan(const PlanRequest& request, const std::function<void(std::size_t, std::size_t)>& progress) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+    PlanResult r;
+    r.enumeration = enumerate_layouts(request);
+    const auto& cands = r.enumeration.candidates;
+    std::vector<std::size_t> order(cands.size());
+    std::iota(order.begin(), order.end(), std::size_t{0});
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::size_t a, std::size_t b) { return cands[a].time_bound < cands[b].time_bound; });
+    const std::size_t top = static_cast<std::size_t>(std::max(1, request.top));
+    // The step times of the fitting rows, fastest first; the search stops at a candidate whose bound
+    // is no better than the top-th of them: it and every one after it (bounds ascending) cannot
+    // enter the top. `threshold` lets the threads skip such candidates early: it only falls as rows
+    // are delivered (in order), so a candidate skipped on a thread is one the delivery stops at.
+    std::vector<double> fitting;
+    std::atomic<double> threshold{std::numeric_limits<double>::infinity()};
+    bool stopped = false;
+    std::size_t pos = 0;
+    const int jobs = std::max(1, request.jobs);
+    const std::size_t wave = static_cast<std::size_t>(jobs) * 4;
+    while (pos < order.size() && !stopped) {
+        if (request.time_budget > 0 && elapsed() >= request.time_budget) {
+            r.budget_hit = true;
+            break;
+        }
+        const std::size_t n = std::min(wave, order.size() - pos);
+        run_in_order(
+            n, jobs,
+            [&](std::size_t k) -> SweepOutcome {
+                const Candidate& c = cands[order[pos + k]];
+                if (c.time_bound >= threshold.load()) return {};
+                try {
+                    const Config config = candidate_config(r.enumeration, request, c);
+                    return {simulate(config, {.keep_trace = false, .straggler_baseline = false}).report, {}};
+                } catch (const Interrupted&) {
+                    throw;
+                } catch (const std::exception& err) {
+                    return {std::nullopt, err.what()};
+                }
+            },
+            [&](std::size_t k, SweepOutcome& o) {
+                if (stopped) return;
+                const Candidate& c = cands[order[pos + k]];
+                if (fitting.size() >= top && c.time_bound >= fitting[top - 1]) {
+                    stopped = true;
+                    return;
+                }
+                PlanRow row{order[pos + k], std::move(o.report), o.error};
+                if (row.fits()) {
+                    fitting.insert(std::upper_bound(fitting.begin(), fitting.end(), row.report->step_time),
+                                   row.report->step_time);
+                    if (fitting.size() >= top) threshold.store(fitting[top - 1]);
+                } else if (!row.error.empty()) {
+                    ++r.failed;
+                } else {
+                    ++r.out_of_memory;
+                }
+                r.simulated.push_back(std::move(row));
+                if (progress) progress(r.simulated.size(), cands.size());
+            });
+        pos += n;
+    }
+    const std::size_t rest = cands.size() - r.simulated.size();
+    if (r.budget_hit) r.left = rest;
+    else r.pruned = rest;
+    for (std::size_t i = 0; i < r.simulated.size(); ++i)
+        if (r.simulated[i].fits()) r.best.push_back(i);
+    std::stable_sort(r.best.begin(), r.best.end(), [&](std::size_t a, std::size_t b) {
+        const double x = r.simulated[a].report->step_time, y = r.simulated[b].report->step_time;
+        return x != y ? x < y : r.simulated[a].candidate < r.simulated[b].candidate;
+    });
+    r.wall_seconds = elapsed();
+    return r;
+}
+
+nlohmann::json to_json(const PlanResult& r, std::size_t top, bool timings) {
+    const auto& e = r.enumeration;
+    nlohmann::json rejected = nlohmann::json::object();
+    for (const auto& [why, n] : e.rejected) rejected[why] = n;
+    nlohmann::json rows = nlohmann::json::array();
+    for (std::size_t i = 0; i < r.best.size() && i < top; ++i) {
+        const PlanRow& row = r.simulated[r.best[i]];
+        const Candidate& c = e.candidates[row.candidate];
+        nlohmann::json set = nlohmann::json::object();
+        for (const auto& o : c.overrides) set[o.path] = nlohmann::json::parse(o.value);
+        nlohmann::json report = to_json(*row.report);
+        if (!timings) report.erase("wall_s");
+        rows.push_back({{"rank", i + 1},
+                        {"layout", c.label},
+                        {"set", set},
+                        {"step_time_bound_s", c.time_bound},
+                        {"memory_bound_bytes", c.memory_bound},
+                        {"report", report}});
+    }
+    nlohmann::json j = {{"counts",
+                         {{"enumerated", e.enumerated},
+                          {"rejected", e.rejected_total()},
+                          {"rejected_by_reason", rejected},
+                          {"candidates", e.candidates.size()},
+                          {"simulated", r.simulated.size()},
+                          {"out_of_memory_in_simulation", r.out_of_memory},
+                          {"failed_in_simulation", r.failed},
+                          {"pruned_by_bound", r.pruned},
+                          {"left_by_time_budget", r.left}}},
+                        {"time_budget_reached", r.budget_hit},
+                        {"top", rows}};
+    if (timings) {
+        j["wall_s"] = r.wall_seconds;
+        j["configs_per_s"] = r.wall_seconds > 0 ? static_cast<double>(r.simulated.size()) / r.wall_seconds : 0.0;
+    }
+    return j;
+}
+
+}  // namespace dtsim::hw

@@ -1,0 +1,214 @@
+// dtsim plan (plan.hpp): the layouts enumerated on a space small enough to list by hand, the
+// reasons layouts are rejected, the memory and step-time bounds against full simulations of
+// every candidate (a bound above what the simulation finds would prune a layout that fits or is
+// fastest), the best-first search against simulating everything, the same result on 1 and 3
+// threads, and bad requests.
+#include "dtsim/hw/plan.hpp"
+
+#include "dtsim/hw/config.hpp"
+#include "dtsim/hw/run.hpp"
+#include "fixtures.hpp"
+
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <set>
+#include <string>
+#include <vector>
+
+using namespace dtsim::hw;
+using dtsim::hw::test::json;
+
+namespace {
+
+// 8 H100-like GPUs on one node, a 4-layer model (16 heads, ffn 4 x 2048), 8 sequences a step.
+json base_document(double hbm_GiB = 80) {
+    json cluster = test::realistic_cluster(1);
+    cluster["gpu"]["hbm_GiB"] = hbm_GiB;
+    return {{"name", "plan test"},
+            {"cluster", cluster},
+            {"model", test::small_model(4, 32000)},
+            {"training", {{"global_batch", 8}}},
+            {"strategy", {{"name", "ddp"}, {"flash_attention", true}}}};
+}
+
+PlanRequest request_for(const json& doc, const std::vector<std::string>& space) {
+    PlanRequest r;
+    r.document = doc;
+    r.file = "plan test";
+    for (const auto& s : space) set_space(r.space, s);
+    return r;
+}
+
+std::vector<std::string> labels(const Enumeration& e) {
+    std::vector<std::string> out;
+    for (const auto& c : e.candidates) out.push_back(c.label);
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("enumeration: every megatron and 1f1b layout of 8 GPUs and 4 layers, listed by hand") {
+    const auto e = enumerate_layouts(request_for(
+        base_document(), {"strategy=megatron,1f1b", "recompute=none", "sequence_parallel=false", "zero_stage=0,1"}));
+    // megatron: tp 1, 2, 4, 8 (dp 8, 4, 2, 1: 1, 2, 4 and 8 sequences a replica), micro_batch a
+    // divisor of those, ZeRO 0 and 1: (1 + 2 + 3 + 4) x 2 = 20.
+    // 1f1b: pp 2 and 4 (the divisors >= 2 of 4 layers) with tp 1, 2, 4, 8: tp 4 x pp 4, tp 8 x pp 2
+    // and tp 8 x pp 4 pass the 8 GPUs (3 rejected); the others: tp1 pp2 dp4 (mb 1, 2), tp1 pp4 dp2
+    // (1, 2, 4), tp2 pp2 dp2 (1, 2, 4), tp2 pp4 dp1 (1, 2, 4, 8), tp4 pp2 dp1 (1, 2, 4, 8): 16,
+    // each with ZeRO 0 and 1: 32 + 6 rejected.
+    CHECK(e.enumerated == 20 + 38);
+    CHECK(e.rejected_total() == 6);
+    CHECK(e.rejected.at(reject::gpus) == 6);
+    REQUIRE(e.candidates.size() == 52);
+    std::vector<std::string> expected;
+    for (int tp : {1, 2, 4, 8})
+        for (int zero : {0, 1})
+            for (int mb = 1; mb <= tp; mb *= 2)
+                expected.push_back(fmt::format("megatron tp={} pp=1 dp={} zero_stage={} micro_batch={} recompute=none",
+                                               tp, 8 / tp, zero, mb));
+    const std::vector<std::pair<int, int>> pipes = {{1, 2}, {1, 4}, {2, 2}, {2, 4}, {4, 2}};
+    for (const auto& [tp, pp] : pipes)
+        for (int zero : {0, 1}) {
+            const int dp = 8 / (tp * pp);
+            for (int mb = 1; mb <= 8 / dp; mb *= 2)
+                expected.push_back(fmt::format("1f1b tp={} pp={} dp={} zero_stage={} micro_batch={} recompute=none",
+                                               tp, pp, dp, zero, mb));
+        }
+    CHECK(labels(e) == expected);
+    // The candidates' indices are their places in this order.
+    for (std::size_t i = 0; i < e.candidates.size(); ++i) CHECK(e.candidates[i].index == i);
+}
+
+TEST_CASE("enumeration: the default space and its rejection reasons") {
+    json doc = base_document();
+    doc["model"]["heads"] = 12;  // tp 8 does not split 12 heads
+    doc["model"]["hidden"] = 1536;
+    const auto e = enumerate_layouts(request_for(doc, {"strategy=megatron", "recompute=none", "zero_stage=0"}));
+    // tp 1, 2, 4, 8; sequence parallelism and its overlap where tp > 1: tp 1: 1 micro_batch;
+    // tp 2: 2 x 3 (sp off; sp on, overlap off and on); tp 4: 3 x 3; tp 8: 4 x 3, all rejected.
+    CHECK(e.enumerated == 1 + 6 + 9 + 12);
+    CHECK(e.rejected.at(reject::tp_heads) == 12);
+    CHECK(e.candidates.size() == 16);
+    // A tp the node cannot hold, a pp the layers cannot take, micro-batches the batch cannot.
+    const auto odd = enumerate_layouts(
+        request_for(base_document(), {"strategy=1f1b", "tp=3,1", "pp=3,2", "micro_batch=3,1", "recompute=none", "sequence_parallel=false",
+                                      "zero_stage=0"}));
+    CHECK(odd.rejected.at(reject::tp_node) == 4);
+    CHECK(odd.rejected.at(reject::pp_layers) == 2);
+    CHECK(odd.rejected.at(reject::batch) == 1);
+    REQUIRE(odd.candidates.size() == 1);
+    CHECK(odd.candidates[0].label == "1f1b tp=1 pp=2 dp=4 zero_stage=0 micro_batch=1 recompute=none");
+}
+
+TEST_CASE("the memory bound never rejects a layout that fits, and the step-time bound is below every simulation") {
+    // Every layout of a 2-node-sized space on a GPU with room for all, simulated: each bound is at
+    // most what the simulation finds, so a layout the memory bound rejects (bound > capacity) runs
+    // out of memory in simulation too, and best-first stops only past layouts that cannot win.
+    json doc = base_document();
+    doc["training"]["global_batch"] = 16;
+    const auto e = enumerate_layouts(request_for(
+        doc, {"strategy=megatron,1f1b,interleaved,fsdp", "micro_batch=1,2", "recompute=none,selective,full",
+              "tp_comm_overlap=false", "zero_stage=0,1,3"}));
+    REQUIRE(e.candidates.size() > 60);
+    PlanRequest req = request_for(doc, {});
+    std::set<std::string> strategies;
+    for (const auto& c : e.candidates) {
+        const Config config = candidate_config(e, req, c);
+        const RunReport r = simulate(config, {.keep_trace = false}).report;
+        INFO(c.label);
+        CHECK(c.memory_bound <= r.peak.bytes);
+        CHECK(c.time_bound > 0);
+        CHECK(c.time_bound <= r.step_time);
+        strategies.insert(config.strategy.name);
+    }
+    CHECK(strategies.size() == 4);
+
+    // A GPU small enough that the bound rejects some layouts: each of them runs out of memory.
+    json tight = doc;
+    tight["cluster"]["gpu"]["hbm_GiB"] = 1.5;
+    const auto small = enumerate_layouts(request_for(
+        tight, {"strategy=megatron,1f1b,fsdp", "micro_batch=1,2", "recompute=none,full", "tp_comm_overlap=false"}));
+    const auto roomy = enumerate_layouts(request_for(
+        doc, {"strategy=megatron,1f1b,fsdp", "micro_batch=1,2", "recompute=none,full", "tp_comm_overlap=false"}));
+    std::set<std::string> kept;
+    for (const auto& c : small.candidates) kept.insert(c.label);
+    std::size_t dropped = 0;
+    for (const auto& c : roomy.candidates) {
+        if (kept.count(c.label)) continue;
+        ++dropped;
+        const RunReport r = simulate(candidate_config(small, request_for(tight, {}), c), {.keep_trace = false}).report;
+        INFO(c.label);
+        CHECK(r.oom.has_value());
+    }
+    CHECK(dropped > 0);
+    CHECK(dropped == small.rejected.at(reject::states) + (small.rejected.count(reject::activations)
+                                                               ? small.rejected.at(reject::activations)
+                                                               : 0));
+}
+
+TEST_CASE("best first finds what simulating every candidate finds, on 1 and 3 threads alike") {
+    json doc = base_document(3);
+    doc["training"]["global_batch"] = 16;
+    const std::vector<std::string> space = {"strategy=megatron,1f1b,interleaved,fsdp", "micro_batch=1,2,4",
+                                            "recompute=none,full", "zero_stage=0,1,3"};
+    PlanRequest req = request_for(doc, space);
+    const auto e = enumerate_layouts(req);
+    REQUIRE(e.candidates.size() >= 20);
+    // Every candidate simulated: the fitting ones, fastest first (ties in enumeration order).
+    std::vector<std::pair<double, std::size_t>> all;
+    for (const auto& c : e.candidates) {
+        const RunReport r = simulate(candidate_config(e, req, c), {.keep_trace = false}).report;
+        if (!r.oom) all.push_back({r.step_time, c.index});
+    }
+    REQUIRE(all.size() >= 3);
+    std::sort(all.begin(), all.end());
+    for (int top : {1, 3}) {
+        req.top = top;
+        req.jobs = 1;
+        const PlanResult one = plan(req);
+        req.jobs = 3;
+        const PlanResult three = plan(req);
+        CHECK(to_json(one, top, false).dump() == to_json(three, top, false).dump());
+        REQUIRE(one.best.size() >= static_cast<std::size_t>(top));
+        for (int i = 0; i < top; ++i) {
+            const PlanRow& row = one.simulated[one.best[i]];
+            CHECK(row.report->step_time == all[i].first);
+            CHECK(row.candidate == all[i].second);
+        }
+        CHECK(one.simulated.size() + one.pruned == e.candidates.size());
+        CHECK(!one.budget_hit);
+        if (top == 1) CHECK(one.pruned > 0);  // the bound saves simulations
+    }
+}
+
+TEST_CASE("bad plan requests are named") {
+    PlanSpace s;
+    CHECK_THROWS_WITH_AS(set_space(s, "tpp=1,2"), doctest::Contains("--space tpp: unknown knob (the knobs are: strategy, tp"),
+                         PlanError);
+    CHECK_THROWS_WITH_AS(set_space(s, "tp=two"), doctest::Contains("--space tp: 'two' is not a whole number"), PlanError);
+    CHECK_THROWS_WITH_AS(set_space(s, "tp=0"), doctest::Contains("'0' is not a whole number from 1"), PlanError);
+    CHECK_THROWS_WITH_AS(set_space(s, "strategy=puzzle"), doctest::Contains("not a strategy plan searches"), PlanError);
+    CHECK_THROWS_WITH_AS(set_space(s, "recompute=some"), doctest::Contains("not a recompute policy"), PlanError);
+    CHECK_THROWS_WITH_AS(set_space(s, "sequence_parallel=yes"), doctest::Contains("not true or false"), PlanError);
+    CHECK_THROWS_WITH_AS(set_space(s, "tp"), doctest::Contains("expected knob=v1,v2"), PlanError);
+    CHECK_NOTHROW(set_space(s, "strategy.tp=1,2"));
+    CHECK(s.tp == std::vector<int>{1, 2});
+
+    PlanRequest r = request_for(base_document(), {});
+    r.overrides = {{"strategy.tp", "2"}};
+    CHECK_THROWS_WITH_AS(enumerate_layouts(r), doctest::Contains("give it with --space"), PlanError);
+    r.overrides.clear();
+    r.gpus = 12;
+    CHECK_THROWS_WITH_AS(enumerate_layouts(r), doctest::Contains("--gpus 12: expected whole nodes"), PlanError);
+    r.gpus = 4;  // half a node
+    CHECK(enumerate_layouts(r).candidates.size() > 0);
+
+    // Nothing fits: every layout rejected by the memory bound, none simulated.
+    PlanRequest none = request_for(base_document(0.01), {"strategy=megatron"});
+    const PlanResult nothing = plan(none);
+    CHECK(nothing.best.empty());
+    CHECK(nothing.simulated.empty());
+    CHECK(nothing.enumeration.rejected.at(reject::states) > 0);
+}
