@@ -58,6 +58,7 @@ std::unique_ptr<CLI::App> build_app() {
     register_render_command(*app);
     register_schedule_command(*app);
     register_run_commands(*app);
+    register_plan_command(*app);
     register_calibrate_commands(*app);
     register_failures_command(*app);
     return app;

@@ -208,5 +208,6 @@ void register_schedule_command(CLI::App& app); // `schedule` (pipeline schedules
 void register_run_commands(CLI::App& app);     // `run`, `compare` (the hardware world)
 void register_calibrate_commands(CLI::App& app); // `calibrate`, `validate` (ground truth)
 void register_failures_command(CLI::App& app); // `failures` (faults and checkpoints, hardware world)
+void register_plan_command(CLI::App& app);     // `plan` (the fastest layout that fits)
 
 }  // namespace dtsim::cli
