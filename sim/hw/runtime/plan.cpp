@@ -27,11 +27,16 @@ const std::vector<std::string> kLayoutKeys = {
     "sequence_parallel", "tp_comm_overlap", "recompute", "recompute_every", "recompute_num_layers", "stage_layers",
     "first_stage_layers", "last_stage_layers", "schedule_file", "puzzle", "overlap_param_gather"};
 
+// Ascending; by trial up to sqrt(n), so a batch of 2^31 takes 46,341 trials, not 2^31.
 std::vector<int> divisors(long long n) {
-    std::vector<int> out;
-    for (long long d = 1; d <= n && d <= std::numeric_limits<int>::max(); ++d)
-        if (n % d == 0) out.push_back(static_cast<int>(d));
-    return out;
+    std::vector<int> low, high;
+    for (long long d = 1; d * d <= n; ++d)
+        if (n % d == 0) {
+            low.push_back(static_cast<int>(d));
+            if (d * d != n) high.push_back(static_cast<int>(n / d));
+        }
+    low.insert(low.end(), high.rbegin(), high.rend());
+    return low;
 }
 
 int to_int(const std::string& key, const std::string& v, int lo) {
@@ -57,6 +62,15 @@ std::string strip(const std::string& key) {
     for (const char* prefix : {"$.strategy.", "strategy.", "$.training.", "training."})
         if (key.starts_with(prefix)) return key.substr(std::string(prefix).size());
     return key;
+}
+
+// An integer of the document where it is one (the config reader reports it where it is not).
+int int_or(const nlohmann::json& object, const char* key, int fallback) {
+    if (!object.is_object() || !object.contains(key)) return fallback;
+    const auto& v = object[key];
+    return v.is_number_integer() && v.get<long long>() >= 1 && v.get<long long>() <= 1'000'000'000
+               ? static_cast<int>(v.get<long long>())
+               : fallback;
 }
 
 bool pipeline(const StrategyInfo& info) { return info.pipeline != PipelineKind::none; }
@@ -197,7 +211,7 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
     // The cluster: --gpus as whole nodes, or one node of fewer GPUs.
     auto& cluster = doc["cluster"];
     if (!cluster.is_object()) throw PlanError(fmt::format("{}: the config has no cluster", file));
-    const int per_node = cluster.value("gpus_per_node", 8);
+    const int per_node = int_or(cluster, "gpus_per_node", 8);
     if (request.gpus > 0) {
         if (request.gpus % per_node == 0) {
             cluster["nodes"] = request.gpus / per_node;
@@ -220,8 +234,8 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
     // The model and cluster as checked: the base under a layout every config takes (ddp over every
     // GPU, one sequence a GPU).
     const Config probe = [&] {
-        const int nodes = doc["cluster"].value("nodes", 1);
-        const int gpn = doc["cluster"].value("gpus_per_node", 8);
+        const int nodes = int_or(doc["cluster"], "nodes", 1);
+        const int gpn = int_or(doc["cluster"], "gpus_per_node", 8);
         std::vector<Override> o = request.overrides;
         o.push_back({"strategy.name", "\"ddp\""});
         o.push_back({"training.global_batch", std::to_string(static_cast<long long>(nodes) * gpn)});
@@ -230,14 +244,16 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
     const int gpus = probe.cluster.gpus();
     const int node = probe.cluster.gpus_per_node;
     const TransformerSpec& m = probe.model.spec;
-    // The global batch as the base gives it (with --set), not the probe's.
-    int global_batch = 0;
-    {
+    // The global batch as the base gives it (with --set), not the probe's: checked as every
+    // candidate will check it (with a layout of one GPU a replica, which any whole batch takes).
+    const int global_batch = [&] {
+        std::vector<Override> o = request.overrides;
+        o.push_back({"strategy.name", "\"ddp\""});
         nlohmann::json d = doc;
-        for (const auto& o : request.overrides)
-            if (strip(o.path) == "global_batch") global_batch = to_int(o.path, o.value, 1);
-        if (global_batch == 0) global_batch = d["training"].value("global_batch", 1);
-    }
+        d["cluster"]["nodes"] = 1;
+        d["cluster"]["gpus_per_node"] = 1;
+        return parse_config(d, file, o).training.global_batch;
+    }();
 
     const PlanSpace& sp = request.space;
     static const std::vector<int> one = {1};
