@@ -10,7 +10,7 @@
 #include "dtsim/hw/workload.hpp"
 #include "dtsim/sched/format.hpp"
 #include "dtsim/sched/generators.hpp"
-#include "fixtures.hpp"
+#include "pipeline_fixtures.hpp"
 
 #include <doctest/doctest.h>
 
@@ -25,23 +25,6 @@ using namespace dtsim::hw::test;
 
 namespace {
 
-json pipeline(const std::string& name, int p, int m, int layers) {
-    return {{"cluster", ideal_cluster(1, p)},
-            {"model", small_model(layers)},
-            {"training", {{"global_batch", m}, {"micro_batch", 1}}},
-            {"strategy", {{"name", name}, {"pp", p}}}};
-}
-
-RunResult run(const json& doc, bool keep = false) { return simulate(parse_config(doc, "test.json"), {.keep_trace = keep}); }
-
-std::string config_error(const json& doc) {
-    try {
-        run(doc);
-    } catch (const ConfigError& e) {
-        return e.what();
-    }
-    return "no error";
-}
 
 }  // namespace
 

@@ -250,6 +250,16 @@ TEST_CASE("the events estimated before a run bound what it records, within 1.5 x
         {{"name", "megatron"}, {"dp", 2}, {"tp", 2}, {"cp", 4}, {"flash_attention", true}},
         {{"name", "1f1b"}, {"dp", 2}, {"cp", 2}, {"pp", 4}, {"flash_attention", true}},
         {{"name", "fsdp"}, {"dp", 8}, {"cp", 2}, {"flash_attention", true}},
+        // Uneven pipeline stages.
+        {{"name", "1f1b"}, {"dp", 2}, {"tp", 2}, {"pp", 4}, {"stage_layers", {1, 7, 7, 1}}},
+        {{"name", "gpipe"}, {"dp", 2}, {"tp", 2}, {"pp", 4}, {"first_stage_layers", 2}, {"last_stage_layers", 2}},
+        {{"name", "1f1b"}, {"dp", 4}, {"pp", 4}, {"zero_stage", 3}, {"stage_layers", {2, 6, 6, 2}}},
+        {{"name", "interleaved"}, {"dp", 4}, {"pp", 4}, {"chunks", 2}, {"stage_layers", {1, 2, 2, 2, 2, 2, 2, 3}}},
+        {{"name", "interleaved"}, {"dp", 4}, {"pp", 4}, {"chunks", 2}, {"zero_stage", 3},
+         {"first_stage_layers", 2}, {"last_stage_layers", 2}},
+        {{"name", "zbh1"}, {"dp", 4}, {"pp", 4}, {"stage_layers", {3, 5, 5, 3}}},
+        {{"name", "bfs"}, {"dp", 4}, {"pp", 4}, {"chunks", 2}, {"stage_layers", {3, 1, 1, 3, 3, 1, 1, 3}}},
+        {{"name", "dualpipev"}, {"dp", 4}, {"pp", 4}, {"stage_layers", {1, 2, 2, 2, 2, 2, 2, 3}}},
     };
     for (const auto& strategy : strategies)
         for (const char* recompute : {"none", "selective", "full"}) {
@@ -272,31 +282,6 @@ TEST_CASE("the events estimated before a run bound what it records, within 1.5 x
                                     "test.json"),
                        std::numeric_limits<double>::infinity());
     }
-}
-
-TEST_CASE("the events estimated before a run bound what it records with uneven pipeline stages too") {
-    const json strategies[] = {
-        {{"name", "1f1b"}, {"dp", 2}, {"tp", 2}, {"pp", 4}, {"stage_layers", {1, 7, 7, 1}}},
-        {{"name", "gpipe"}, {"dp", 2}, {"tp", 2}, {"pp", 4}, {"first_stage_layers", 2}, {"last_stage_layers", 2}},
-        {{"name", "1f1b"}, {"dp", 4}, {"pp", 4}, {"zero_stage", 3}, {"stage_layers", {2, 6, 6, 2}}},
-        {{"name", "interleaved"}, {"dp", 4}, {"pp", 4}, {"chunks", 2}, {"stage_layers", {1, 2, 2, 2, 2, 2, 2, 3}}},
-        {{"name", "interleaved"}, {"dp", 4}, {"pp", 4}, {"chunks", 2}, {"zero_stage", 3},
-         {"first_stage_layers", 2}, {"last_stage_layers", 2}},
-        {{"name", "zbh1"}, {"dp", 4}, {"pp", 4}, {"stage_layers", {3, 5, 5, 3}}},
-        {{"name", "bfs"}, {"dp", 4}, {"pp", 4}, {"chunks", 2}, {"stage_layers", {3, 1, 1, 3, 3, 1, 1, 3}}},
-        {{"name", "dualpipev"}, {"dp", 4}, {"pp", 4}, {"stage_layers", {1, 2, 2, 2, 2, 2, 2, 3}}},
-    };
-    for (const auto& strategy : strategies)
-        for (const char* recompute : {"none", "full"}) {
-            json s = strategy;
-            s["recompute"] = recompute;
-            CAPTURE(s.dump());
-            check_estimate(parse_config({{"cluster", realistic_cluster(2)},
-                                         {"model", small_model(16, 32000)},
-                                         {"training", {{"global_batch", 64}, {"micro_batch", 1}}},
-                                         {"strategy", s}},
-                                        "test.json"));
-        }
 }
 
 TEST_CASE("the shipped run configs are well inside the event limit, and the estimate bounds their events") {
