@@ -82,8 +82,8 @@ struct RunOptions {
 // (estimate_run_size): the events it records, and the model states (weights,
 // gradients, optimizer) on the GPU that holds the most parameters.
 //
-// Events, for the hardware strategies: ranks x (L x m x e + m x (6 + 4 x chunks
-// when pp > 1) + s x buckets + 16), L the layers of one rank (layers / pp; the
+// Events, for the hardware strategies: ranks x (L x m x e + m x (7, 8 for fsdp with tp > 1,
+// + 4 x chunks when pp > 1) + s x buckets + 16), L the layers of one rank (layers / pp; the
 // average with uneven stages, whose total is the same), m the microbatches.
 // e, per layer and microbatch: the attention and MLP blocks of the forward and
 // the backward, each one compute event plus its

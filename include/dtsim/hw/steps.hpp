@@ -86,7 +86,7 @@ public:
 private:
     std::vector<std::pair<int, Transfer>> pending_;  // layer, its gather, in layer order
     bool started_ = false;
-    std::vector<int> grads_made_;  // layers whose unsharded gradients are allocated
+    std::vector<char> grads_made_;  // by layer: its unsharded gradients are allocated
     double held_ = 0;              // ZeRO-3: bytes allocated here, freed by release
 };
 

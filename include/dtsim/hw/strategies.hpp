@@ -59,6 +59,13 @@ struct StrategyInfo {
     // PyTorch's own data parallelism (DDP, FSDP), not Megatron-LM's: its loss by default
     // (CrossEntropy::pytorch) and no gradients held between steps (grads_on_demand).
     bool pytorch = false;
+
+    // Whether, at ZeRO `zero_stage`, the gradients are made during the backward rather than held
+    // between steps: PyTorch's DDP (ZeRO-0) and FSDP (ZeRO-3), and FSDP inside pipeline stages
+    // (zero3 at stage 3); ZeRO-1/2 and Megatron-LM keep a gradient buffer.
+    [[nodiscard]] bool grads_in_backward(int zero_stage) const {
+        return (pytorch && (zero_stage == 0 || zero_stage == 3)) || (zero3 && zero_stage == 3);
+    }
 };
 
 // Every strategy a config may name, in the order error messages list them.

@@ -62,6 +62,7 @@ struct LayerWork {
     // step with fp8_weight_cache, and torchao's backward once more). Zero without fp8.
     double linear_params = 0;
     Work fp8_weight_cast;
+    int fp8_weight_casts = 0;  // casts of the weights per microbatch at most (Fp8CastBytes::weight_casts)
     // Gradient bytes of the layer's tensors in the order the backward produces
     // them: MLP (fc2, fc1[, fc3], norm), then attention (proj, qkv, norm).
     std::vector<double> mlp_grad_tensors, attention_grad_tensors;

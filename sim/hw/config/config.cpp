@@ -84,12 +84,20 @@ LayerSplit layer_split(const Config& c) {
     return split;
 }
 
+namespace {
+// Model chunks (virtual stages) on each pipeline rank: the schedule's own count, the config's
+// "chunks" where the strategy takes them, 1 otherwise.
+int chunks_per_rank(const StrategyInfo& info, const StrategyConfig& s) {
+    return info.fixed_chunks > 0 ? info.fixed_chunks : info.chunks ? s.chunks : 1;
+}
+}  // namespace
+
 int model_chunks(const Config& c) {
     const StrategyConfig& s = c.strategy;
     const StrategyInfo* info = find_hw_strategy(s.name);
     if (!info || info->pipeline == PipelineKind::none) return 1;
     if (!s.stage_layers.empty()) return static_cast<int>(s.stage_layers.size());
-    const int per_rank = info->fixed_chunks > 0 ? info->fixed_chunks : info->chunks ? s.chunks : 1;
+    const int per_rank = chunks_per_rank(*info, s);
     return static_cast<int>(std::clamp(static_cast<long long>(s.pp) * per_rank, 1LL, static_cast<long long>(INT_MAX)));
 }
 
@@ -451,7 +459,7 @@ void check_uneven_stages(const Node& st, const Config& c, const StrategyInfo& in
             st[key].fail(fmt::format("splits a pipeline's layers over its stages, but strategy \"{}\" has no "
                                      "pipeline; use \"1f1b\", \"interleaved\" or another pipeline",
                                      s.name));
-    const int per_rank = info.fixed_chunks > 0 ? info.fixed_chunks : info.chunks ? s.chunks : 1;
+    const int per_rank = chunks_per_rank(info, s);
     const long long stages = static_cast<long long>(s.pp) * per_rank;
     const std::string chunks_text =
         per_rank > 1 ? fmt::format("pp x chunks = {} x {}", s.pp, per_rank) : fmt::format("pp = {}", s.pp);
@@ -634,7 +642,7 @@ void validate(const Node& root, Config& c) {
     if (info.schedule_file && !st.has("schedule_file"))
         st.fail("missing key \"schedule_file\" (the schedule to run, PyTorch action notation or CSV)");
     if (!uneven && (info.chunks || info.fixed_chunks > 0)) {
-        const int v = info.fixed_chunks > 0 ? info.fixed_chunks : s.chunks;
+        const int v = chunks_per_rank(info, s);
         if (m.layers % (s.pp * v) != 0)
             where(info.fixed_chunks > 0 ? "pp" : "chunks")
                 .fail(fmt::format("{} layers cannot be split evenly into pp x chunks = {} x {} = {} pipeline stages "

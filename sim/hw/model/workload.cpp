@@ -103,6 +103,7 @@ Workload make_workload(const TransformerSpec& model, const LayerSplit& s, const 
         L.linear_params = attn_weights + mlp_weights;
         const double cast = c.per_weight * L.linear_params;
         L.fp8_weight_cast = {gpu.memory_seconds(cast), 0, cast};
+        L.fp8_weight_casts = c.weight_casts;
     }
     L.attention_backward_weight = {qkv + proj, f.qkv + f.projection, 0};
     L.mlp_backward_weight = {fc1 + fc2, f.mlp, 0};

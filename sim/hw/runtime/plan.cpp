@@ -150,26 +150,27 @@ std::size_t Enumeration::rejected_total() const {
     return n;
 }
 
-double memory_lower_bound(const Config& c) {
-    // The rank holding the most parameters allocates its model states before it starts
-    // (load_model_states), less the gradients where the strategy makes them during the backward
-    // (grads_on_demand: PyTorch's DDP and FSDP, and ZeRO-3 inside pipeline stages), and keeps
-    // them all step; its first forward allocates one microbatch's activations of a layer on top.
-    const RunSize size = estimate_run_size(c, {.keep_trace = false, .straggler_baseline = false});
+namespace {
+
+// The model states of the rank holding the most parameters, as it allocates them before it
+// starts (load_model_states), less the gradients where the strategy makes them during the
+// backward (StrategyInfo::grads_in_backward); it keeps them all step.
+double model_states_bound(const Config& c, const RunSize& size) {
     const StrategyInfo* info = find_hw_strategy(c.strategy.name);
-    const int stage = c.strategy.zero_stage;
-    const bool on_demand = info && ((info->pytorch && (stage == 0 || stage == 3)) || (info->zero3 && stage == 3));
-    double bytes = size.model_state_bytes - (on_demand ? size.model_state_grad_bytes : 0);
-    const Workload w = make_workload(c.model.spec, layer_split(c), c.cluster.gpu);
-    bytes += std::min(w.layer.activation_bytes, w.split.partial_recompute() ? w.plain.activation_bytes
-                                                                              : w.layer.activation_bytes);
-    return bytes;
+    const bool on_demand = info && info->grads_in_backward(c.strategy.zero_stage);
+    return size.model_state_bytes - (on_demand ? size.model_state_grad_bytes : 0);
 }
 
-double step_time_lower_bound(const Config& c) {
+// Its first forward allocates one microbatch's activations of a layer on top (the layer that keeps
+// the least where only some layers recompute).
+double activations_bound(const Workload& w) {
+    return std::min(w.layer.activation_bytes,
+                    w.split.partial_recompute() ? w.plain.activation_bytes : w.layer.activation_bytes);
+}
+
+double step_time_bound(const Config& c, const Workload& w) {
     if (c.stragglers.any()) return 0;  // jitter may make a kernel faster than priced
     const StrategyConfig& s = c.strategy;
-    const Workload w = make_workload(c.model.spec, layer_split(c), c.cluster.gpu);
     const auto layer_time = [](const LayerWork& l) {
         return l.attention_forward.seconds + l.mlp_forward.seconds + l.attention_backward.seconds +
                l.mlp_backward.seconds + l.attention_recompute.seconds + l.mlp_recompute.seconds;
@@ -189,6 +190,19 @@ double step_time_lower_bound(const Config& c) {
         bound += (s.pp - 1) * chunk_layers * (forward + backward);
     }
     return bound;
+}
+
+constexpr RunOptions kEstimate{.keep_trace = false, .straggler_baseline = false};
+
+}  // namespace
+
+double memory_lower_bound(const Config& c) {
+    return model_states_bound(c, estimate_run_size(c, kEstimate)) +
+           activations_bound(make_workload(c.model.spec, layer_split(c), c.cluster.gpu));
+}
+
+double step_time_lower_bound(const Config& c) {
+    return step_time_bound(c, make_workload(c.model.spec, layer_split(c), c.cluster.gpu));
 }
 
 Enumeration enumerate_layouts(const PlanRequest& request) {
@@ -364,22 +378,19 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
                                                     continue;
                                                 }
                                             }
-                                            if (estimate_run_size(config, {.keep_trace = false, .straggler_baseline = false})
-                                                    .events > kMaxRunEvents) {
+                                            const RunSize size = estimate_run_size(config, kEstimate);
+                                            if (size.events > kMaxRunEvents) {
                                                 rejected(reject::too_large);
                                                 continue;
                                             }
                                             c.capacity = config.cluster.gpu.memory_bytes;
-                                            const RunSize size = estimate_run_size(config, {.keep_trace = false});
-                                            const StrategyInfo* si = find_hw_strategy(name);
-                                            const bool on_demand =
-                                                si && ((si->pytorch && (zero == 0 || zero == 3)) || (si->zero3 && zero == 3));
-                                            const double states =
-                                                size.model_state_bytes - (on_demand ? size.model_state_grad_bytes : 0);
+                                            const double states = model_states_bound(config, size);
                                             if (states > c.capacity) { rejected(reject::states); continue; }
-                                            c.memory_bound = memory_lower_bound(config);
+                                            const Workload work =
+                                                make_workload(config.model.spec, layer_split(config), config.cluster.gpu);
+                                            c.memory_bound = states + activations_bound(work);
                                             if (c.memory_bound > c.capacity) { rejected(reject::activations); continue; }
-                                            c.time_bound = step_time_lower_bound(config);
+                                            c.time_bound = step_time_bound(config, work);
                                             ++index;
                                             e.candidates.push_back(std::move(c));
                                         }

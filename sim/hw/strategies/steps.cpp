@@ -123,14 +123,11 @@ Task<> block(Device& gpu, const Job& job, OpCode op, int layer, const Work& w, i
 
 Task<> attention_block(Device& gpu, const Job& job, OpCode op, int layer, const Work& w, int mb) {
     const LayerWork& L = job.work->layer;
-    if (job.cp_group) {
-        const bool backward = op == ops::backward || op == ops::backward_input;
-        const Ring ring{backward ? L.cp_core_backward : L.cp_core_forward, (backward ? 2 : 1) * L.cp_kv_bytes, backward};
-        co_await block(gpu, job, op, layer, w, mb, L.attention_first_gemm, L.attention_last_gemm, L.attention_chunking,
-                       &ring);
-        co_return;
-    }
-    co_await block(gpu, job, op, layer, w, mb, L.attention_first_gemm, L.attention_last_gemm, L.attention_chunking);
+    const bool backward = op == ops::backward || op == ops::backward_input;
+    const Ring ring{backward ? L.cp_core_backward : L.cp_core_forward, (backward ? 2 : 1) * L.cp_kv_bytes, backward};
+    // (Awaited here: block reads `ring` after this frame would otherwise have ended.)
+    co_await block(gpu, job, op, layer, w, mb, L.attention_first_gemm, L.attention_last_gemm, L.attention_chunking,
+                   job.cp_group ? &ring : nullptr);
 }
 Task<> mlp_block(Device& gpu, const Job& job, OpCode op, int layer, const Work& w, int mb) {
     const LayerWork& L = job.work->layer;
@@ -153,7 +150,7 @@ namespace {
 void fp8_weight_cast(Device& gpu, const Job& job, int layer, int mb, bool backward) {
     const LayerSplit& s = job.work->split;
     if (s.fp8 == Fp8::none) return;
-    if (backward ? s.fp8 != Fp8::torchao : s.fp8_weight_cache && mb != 0) return;
+    if (backward ? job.work->layer.fp8_weight_casts < 2 : s.fp8_weight_cache && mb != 0) return;
     run_work(gpu, backward ? ops::backward : ops::forward, layer, job.work->layer.fp8_weight_cast, mb);
 }
 }  // namespace
@@ -254,11 +251,9 @@ void logits_backward(Device& gpu, const Job& job, int mb) {
 }
 
 bool grads_on_demand(const Job& job) {
-    // PyTorch's DDP at ZeRO-0 and FSDP (ZeRO-3), FSDP2 inside pipeline stages too (ParamGather
-    // allocates the unsharded gradients); ZeRO-1/2 keep a gradient buffer, as DeepSpeed does.
+    // (FSDP2 inside pipeline stages: ParamGather allocates the unsharded gradients.)
     const StrategyInfo* info = find_hw_strategy(job.strategy().name);
-    const int stage = job.strategy().zero_stage;
-    return info && ((info->pytorch && (stage == 0 || stage == 3)) || (info->zero3 && stage == 3));
+    return info && info->grads_in_backward(job.strategy().zero_stage);
 }
 
 void load_model_states(Device& gpu, const Job& job) {
@@ -319,9 +314,12 @@ Task<> ParamGather::wait(Device& gpu, const Job& job, int layer) {
 
 void ParamGather::backward(Device& gpu, const Job& job, int layer) {
     if (job.strategy().zero_stage != 3) return;
-    if (std::find(grads_made_.begin(), grads_made_.end(), layer) != grads_made_.end()) return;
-    const double edges = grads_made_.empty() ? job.params() - job.layers * job.work->layer.params : 0;
-    grads_made_.push_back(layer);
+    const bool first = grads_made_.empty();
+    if (first) grads_made_.assign(static_cast<std::size_t>(job.work->model.layers), 0);
+    auto& made = grads_made_[static_cast<std::size_t>(layer)];
+    if (made) return;
+    made = 1;
+    const double edges = first ? job.params() - job.layers * job.work->layer.params : 0;
     const double bytes = job.work->grad_bytes * (job.work->layer.params + edges);
     gpu.allocate(bytes, ops::backward, layer);
     held_ += bytes;
