@@ -358,6 +358,25 @@ TEST_CASE("recompute_every and recompute_num_layers choose the layers of a recom
               "$.strategy.recompute_every: expected a positive integer, found 0") != std::string::npos);
 }
 
+TEST_CASE("the recompute policy as reports print it, with English ordinals") {
+    StrategyConfig s;
+    CHECK(recompute_text(s) == "none");
+    s.recompute = Recompute::full;
+    CHECK(recompute_text(s) == "full");
+    const std::pair<int, const char*> ordinals[] = {{2, "2nd"},   {3, "3rd"},   {4, "4th"},   {11, "11th"},
+                                                    {12, "12th"}, {13, "13th"}, {21, "21st"}, {22, "22nd"},
+                                                    {23, "23rd"}, {101, "101st"}, {111, "111th"}};
+    for (const auto& [k, text] : ordinals) {
+        s.recompute_every = k;
+        CHECK(recompute_text(s) == fmt::format("full every {} layer", text));
+    }
+    s.recompute_every = 1;
+    s.recompute_num_layers = 1;
+    CHECK(recompute_text(s) == "full, the first 1 layer of each chunk");
+    s.recompute_num_layers = 3;
+    CHECK(recompute_text(s) == "full, the first 3 layers of each chunk");
+}
+
 TEST_CASE("selective_op needs fused attention; grad_dtype is a float dtype") {
     CHECK(error_of("run.json", {parse_override("strategy.recompute=selective_op")}) ==
           "--set strategy.recompute=selective_op: $.strategy.recompute: \"selective_op\" (torchtitan's per-op policy) "

@@ -44,7 +44,8 @@ std::string recompute_text(const StrategyConfig& s) {
     if (s.recompute == Recompute::none) return text;
     if (s.recompute_every > 1) {
         const int k = s.recompute_every;
-        const char* suffix = k % 10 == 2 && k % 100 != 12 ? "nd" : k % 10 == 3 && k % 100 != 13 ? "rd" : "th";
+        const bool teen = k % 100 >= 11 && k % 100 <= 13;
+        const char* suffix = teen ? "th" : k % 10 == 1 ? "st" : k % 10 == 2 ? "nd" : k % 10 == 3 ? "rd" : "th";
         return fmt::format("{} every {}{} layer", text, k, suffix);
     }
     if (s.recompute_num_layers > 0)
