@@ -3,7 +3,10 @@
 // simulates the rest best first by a lower bound on their step time, and prints the fastest
 // that fit with the counts of what was rejected, pruned and simulated.
 //
-// Exit status (main.cpp): 0 when some layout fits; 3 when every simulated layout ran out of
+// A search splits over processes (--shard I/N --out FILE, then --merge FILE...) and over a Slurm
+// cluster (--slurm DIR --shards N writes the job array and the merge job that do both).
+//
+// Exit status (main.cpp): 0 when some layout fits (a shard: when it wrote its file); 3 when every simulated layout ran out of
 // memory or none passed the checks and the memory bound (no layout fits); 1 when a simulation
 // failed and none fits; 2 for bad arguments or a bad config (nothing ran); 130/143 when
 // interrupted.
@@ -16,10 +19,16 @@
 
 #include <fmt/format.h>
 
+#include "dtsim/detail/output_file.hpp"
+
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
+#include <system_error>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 namespace dtsim::cli {
@@ -38,7 +47,124 @@ struct PlanArgs {
     int jobs = 0;
     double time_budget = 0;
     bool no_timings = false;
+    std::string shard, out;         // --shard I/N --out FILE
+    std::vector<std::string> merge; // --merge FILE...
+    std::string slurm;              // --slurm DIR
+    int shards = 0;                 // --shards N
+    std::vector<std::string> slurm_args;
 };
+
+// "I/N" with 0 <= I < N.
+std::pair<int, int> parse_shard(const std::string& text) {
+    const auto slash = text.find('/');
+    int i = -1, n = 0;
+    const auto whole = [](const std::string& t, int& v) {
+        const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+        return !t.empty() && ec == std::errc() && end == t.data() + t.size();
+    };
+    if (slash == std::string::npos || !whole(text.substr(0, slash), i) || !whole(text.substr(slash + 1), n) || n < 1 ||
+        n > 1000000 || i < 0 || i >= n)
+        throw UsageError(fmt::format("--shard {}: expected I/N, whole numbers with 0 <= I < N <= 1000000", shown(text)));
+    return {i, n};
+}
+
+// A word for /bin/sh: in single quotes, a quote as '\''.
+std::string quoted(const std::string& word) {
+    std::string out = "'";
+    for (const char c : word) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return out + "'";
+}
+
+std::string absolute(const std::string& path) { return std::filesystem::absolute(path).lexically_normal().string(); }
+
+// The options every shard and the merge repeat, as words: what defines the search.
+std::vector<std::string> search_words(const PlanArgs& a) {
+    std::vector<std::string> w = {absolute(a.config)};
+    if (a.gpus > 0) w.insert(w.end(), {"--gpus", std::to_string(a.gpus)});
+    for (const auto& s : a.sets) w.insert(w.end(), {"--set", s});
+    for (const auto& s : a.space) w.insert(w.end(), {"--space", s});
+    w.insert(w.end(), {"--top", std::to_string(a.top)});
+    if (a.time_budget > 0) w.insert(w.end(), {"--time-budget", fmt::format("{}", a.time_budget)});
+    return w;
+}
+
+std::string join(const std::vector<std::string>& words) {
+    std::string out;
+    for (const auto& w : words) out += (out.empty() ? "" : " ") + quoted(w);
+    return out;
+}
+
+// --slurm DIR: DIR/shards.sbatch (a job array, one task per shard), DIR/merge.sbatch (the merge,
+// after every task ended well) and DIR/submit.sh, which submits both (docs/planning.md).
+void write_slurm(const PlanArgs& a) {
+    const std::string dir = absolute(a.slurm);
+    if (dir.find_first_of(" \t\n\r%'\"\\$`") != std::string::npos)
+        throw UsageError(fmt::format("--slurm {}: the folder's path must not hold spaces, quotes, '%', '$' or '`' "
+                                     "(the #SBATCH lines take it as it is)",
+                                     shown(a.slurm)));
+    for (const auto& s : a.slurm_args)
+        if (s.find_first_of("\n\r") != std::string::npos)
+            throw UsageError(fmt::format("--slurm-arg {}: one line, please", shown(s)));
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) throw std::runtime_error(fmt::format("--slurm {}: cannot create the folder: {}", a.slurm, ec.message()));
+    std::error_code self_ec;
+    const std::string self = std::filesystem::read_symlink("/proc/self/exe", self_ec).string();
+    if (self_ec) throw std::runtime_error(fmt::format("--slurm: cannot find dtsim's own path: {}", self_ec.message()));
+    const int cpus = a.jobs > 0 ? a.jobs : 1;
+    const int n = a.shards;
+    std::string extra;
+    for (const auto& s : a.slurm_args) extra += fmt::format("#SBATCH {}\n", s);
+    const std::string search = join(search_words(a));
+    std::string shards = fmt::format(
+        "#!/bin/sh\n"
+        "#SBATCH --job-name=dtsim-plan\n"
+        "#SBATCH --array=0-{last}\n"
+        "#SBATCH --cpus-per-task={cpus}\n"
+        "#SBATCH --output={dir}/shard-%a.log\n"
+        "{extra}"
+        "# dtsim plan, one shard of {n} per task of the array: writes {dir}/shard-I.json\n"
+        "set -eu\n"
+        "i=\"$SLURM_ARRAY_TASK_ID\"\n"
+        "exec {self} plan {search} -j {cpus} --shard \"$i/{n}\" --out {dirq}/shard-\"$i\".json\n",
+        fmt::arg("last", n - 1), fmt::arg("cpus", cpus), fmt::arg("dir", dir), fmt::arg("extra", extra),
+        fmt::arg("n", n), fmt::arg("self", quoted(self)), fmt::arg("search", search), fmt::arg("dirq", quoted(dir)));
+    std::vector<std::string> files;
+    for (int i = 0; i < n; ++i) files.push_back(fmt::format("{}/shard-{}.json", dir, i));
+    std::vector<std::string> outputs;
+    if (a.json) outputs.push_back("--json");
+    if (!a.csv.empty()) outputs.insert(outputs.end(), {"--csv", absolute(a.csv)});
+    if (a.no_timings) outputs.push_back("--no-timings");
+    const std::string merge = fmt::format(
+        "#!/bin/sh\n"
+        "#SBATCH --job-name=dtsim-plan-merge\n"
+        "#SBATCH --output={dir}/plan.out\n"
+        "#SBATCH --error={dir}/merge.log\n"
+        "{extra}"
+        "# dtsim plan: the shards' files merged into the answer one process gives, in {dir}/plan.out\n"
+        "exec {self} plan {search} {outputs}{space}--merge {files}\n",
+        fmt::arg("dir", dir), fmt::arg("extra", extra), fmt::arg("self", quoted(self)), fmt::arg("search", search),
+        fmt::arg("outputs", join(outputs)), fmt::arg("space", outputs.empty() ? "" : " "), fmt::arg("files", join(files)));
+    const std::string submit = fmt::format(
+        "#!/bin/sh\n"
+        "# Submits the shards of a dtsim plan search as a job array and the merge after them.\n"
+        "# Arguments go to the merge's sbatch: `--wait` returns when it has ended, with its status.\n"
+        "set -eu\n"
+        "rm -f {dirq}/plan.out {dirq}/shard-*.json\n"
+        "array=$(sbatch --parsable {dirq}/shards.sbatch)\n"
+        "array=${{array%%;*}}\n"
+        "echo \"dtsim plan: {n} shards in job array $array; the merge runs after them and writes {dir}/plan.out\"\n"
+        "sbatch --parsable --dependency=afterok:\"$array\" --kill-on-invalid-dep=yes \"$@\" {dirq}/merge.sbatch\n",
+        fmt::arg("dirq", quoted(dir)), fmt::arg("n", n), fmt::arg("dir", dir));
+    detail::write_output_file(dir + "/shards.sbatch", shards);
+    detail::write_output_file(dir + "/merge.sbatch", merge);
+    detail::write_output_file(dir + "/submit.sh", submit);
+    std::filesystem::permissions(dir + "/submit.sh", std::filesystem::perms::owner_exec | std::filesystem::perms::group_exec,
+                                 std::filesystem::perm_options::add, ec);
+    fmt::print("wrote {0}/shards.sbatch ({1} shards, {2} CPU{3} each), {0}/merge.sbatch and {0}/submit.sh\n"
+               "submit with: sh {0}/submit.sh   (the answer: {0}/plan.out)\n",
+               dir, n, cpus, cpus == 1 ? "" : "s");
+}
 
 std::string percent(double part, double whole) { return whole > 0 ? fmt::format("{:.1f}%", 100 * part / whole) : "-"; }
 
@@ -50,9 +176,9 @@ void write_csv(const hw::PlanResult& r, const std::string& path) {
     for (std::size_t i = 0; i < r.best.size(); ++i) {
         const auto& row = r.simulated[r.best[i]];
         const auto& c = r.enumeration.candidates[row.candidate];
-        const auto& p = *row.report;
+        const auto& p = *row.figures;
         out << fmt::format("{},{},{},{},{},{},{},{},{},{},{},{}\n", i + 1, c.label, p.step_time, p.mfu,
-                           p.tokens_per_second, p.peak.bytes, p.capacity, p.split.compute, p.split.comm, p.split.idle,
+                           p.tokens_per_second, p.peak_bytes, p.capacity, p.split.compute, p.split.comm, p.split.idle,
                            c.time_bound, c.memory_bound);
     }
     if (!out.flush()) throw std::runtime_error(fmt::format("--csv {}: writing failed", path));
@@ -73,10 +199,10 @@ void print_plan(const hw::PlanResult& r, std::size_t top, bool timings) {
                    "peak mem / capacity", "compute", "comm", "idle", "layout");
         for (std::size_t i = 0; i < r.best.size() && i < top; ++i) {
             const auto& row = r.simulated[r.best[i]];
-            const auto& p = *row.report;
+            const auto& p = *row.figures;
             fmt::print("{:>3} {:>11} {:>5.1f}% {:>11.0f} {:>21} {:>8} {:>8} {:>8}  {}\n", i + 1,
                        fmt::format("{}", Seconds{p.step_time}), 100 * p.mfu, p.tokens_per_second,
-                       fmt::format("{} / {}", Bytes{p.peak.bytes}, Bytes{p.capacity}),
+                       fmt::format("{} / {}", Bytes{p.peak_bytes}, Bytes{p.capacity}),
                        percent(p.split.compute, p.step_time), percent(p.split.comm, p.step_time),
                        percent(p.split.idle, p.step_time), e.candidates[row.candidate].label);
         }
@@ -84,7 +210,9 @@ void print_plan(const hw::PlanResult& r, std::size_t top, bool timings) {
             fmt::print("exact: no layout left unsimulated can beat the {} above (its step-time bound is no better)\n",
                        std::min(top, r.best.size()));
     }
-    if (timings)
+    if (timings && r.merged > 0)
+        fmt::print("merged {} shards, which searched for {:.2f} s in all\n", r.merged, r.wall_seconds);
+    else if (timings)
         fmt::print("searched in {:.2f} s: {:.1f} configs/s simulated\n", r.wall_seconds,
                    r.wall_seconds > 0 ? static_cast<double>(r.simulated.size()) / r.wall_seconds : 0.0);
 }
@@ -106,9 +234,41 @@ void plan(const PlanArgs& a) {
     } catch (const hw::PlanError& e) {
         throw UsageError(e.what());
     }
+    const int modes = !a.shard.empty() + !a.merge.empty() + !a.slurm.empty();
+    if (modes > 1) throw UsageError("--shard, --merge and --slurm: give one of them");
+    if (!a.shard.empty()) {
+        std::tie(request.shard, request.shards) = parse_shard(a.shard);
+        if (a.out.empty()) throw UsageError("--shard: give the file to write with --out FILE");
+        if (a.json || !a.csv.empty()) throw UsageError("--shard writes its share to --out; --json and --csv are the merge's");
+    } else if (!a.out.empty()) {
+        throw UsageError("--out: only with --shard I/N");
+    }
+    if (!a.slurm.empty() && a.shards < 1) throw UsageError("--slurm: give the number of shards with --shards N");
+    if (a.slurm.empty() && a.shards > 0) throw UsageError("--shards: only with --slurm DIR");
     if (validate_only()) return;
+    if (!a.slurm.empty()) {
+        write_slurm(a);
+        return;
+    }
     request.jobs = a.jobs > 0 ? a.jobs : hw::default_sweep_jobs();
-    const hw::PlanResult r = hw::plan(request);
+    if (!a.shard.empty()) {
+        const hw::PlanResult r = hw::plan(request);
+        detail::write_output_file(a.out, hw::shard_to_json(r, request).dump() + "\n");
+        fmt::print("shard {} of {}: {} of {} candidates; {} simulated ({} out of memory, {} failed), {} pruned by the "
+                   "step-time bound{}; wrote {}\n",
+                   request.shard, request.shards, r.simulated.size() + r.pruned + r.left,
+                   r.enumeration.candidates.size(), r.simulated.size(), r.out_of_memory, r.failed, r.pruned,
+                   r.budget_hit ? fmt::format(", {} left unsimulated: time budget reached", r.left) : "", a.out);
+        return;
+    }
+    hw::PlanResult r;
+    if (!a.merge.empty()) {
+        std::vector<nlohmann::json> shards;
+        for (const auto& f : a.merge) shards.push_back(hw::read_shard_file(f));
+        r = hw::merge_shards(request, shards, a.merge);
+    } else {
+        r = hw::plan(request);
+    }
     const std::size_t top = static_cast<std::size_t>(a.top);
     if (a.json)
         fmt::print("{}\n", hw::to_json(r, top, !a.no_timings).dump(2));
@@ -146,6 +306,22 @@ void register_plan_command(CLI::App& app) {
                     "Simulations at once, on as many threads (default: one per hardware thread); the output is "
                     "the same")
         ->transform(whole_number(1, hw::kMaxSweepJobs));
+    cmd->add_option("--shard", pa->shard,
+                    "Search only share I of N (0 <= I < N) and write it to --out; --merge combines the shares")
+        ->allow_extra_args(false);
+    cmd->add_option("--out", pa->out, "With --shard: the shard file to write")->transform(output_file());
+    cmd->add_option("--merge", pa->merge,
+                    "Combine the shard files of one search (the same config and options) into its answer")
+        ->expected(1, 1000000);
+    cmd->add_option("--slurm", pa->slurm,
+                    "Write a Slurm job array (one task per shard) and a merge job into this folder, and the "
+                    "script that submits them")
+        ->allow_extra_args(false);
+    cmd->add_option("--shards", pa->shards, "With --slurm: the number of shards (array tasks)")
+        ->transform(whole_number(1, 1000000));
+    cmd->add_option("--slurm-arg", pa->slurm_args,
+                    "With --slurm: a line for both jobs' #SBATCH header, e.g. --slurm-arg=--partition=cpu (repeatable)")
+        ->allow_extra_args(false);
     cmd->callback([pa] { plan(*pa); });
 }
 

@@ -2,7 +2,7 @@
 // reasons layouts are rejected, the memory and step-time bounds against full simulations of
 // every candidate (a bound above what the simulation finds would prune a layout that fits or is
 // fastest), the best-first search against simulating everything, the same result on 1 and 3
-// threads, and bad requests.
+// threads, a search split into shards and merged against one process's, and bad requests.
 #include "dtsim/hw/plan.hpp"
 
 #include "dtsim/hw/config.hpp"
@@ -174,13 +174,92 @@ TEST_CASE("best first finds what simulating every candidate finds, on 1 and 3 th
         REQUIRE(one.best.size() >= static_cast<std::size_t>(top));
         for (int i = 0; i < top; ++i) {
             const PlanRow& row = one.simulated[one.best[i]];
-            CHECK(row.report->step_time == all[i].first);
+            CHECK(row.figures->step_time == all[i].first);
             CHECK(row.candidate == all[i].second);
         }
         CHECK(one.simulated.size() + one.pruned == e.candidates.size());
         CHECK(!one.budget_hit);
         if (top == 1) CHECK(one.pruned > 0);  // the bound saves simulations
     }
+}
+
+TEST_CASE("a search split into shards and merged is one process's search, row for row and count for count") {
+    json doc = base_document(3);
+    doc["training"]["global_batch"] = 16;
+    PlanRequest req = request_for(doc, {"strategy=megatron,1f1b,interleaved,fsdp", "micro_batch=1,2,4",
+                                        "recompute=none,full", "zero_stage=0,1,3"});
+    req.jobs = 2;
+    for (int top : {1, 4}) {
+        req.top = top;
+        req.shard = 0;
+        req.shards = 1;
+        const PlanResult one = plan(req);
+        REQUIRE(one.pruned > 0);  // the bound prunes, so the shards' own stops are exercised
+        for (int n : {1, 2, 3, 8}) {
+            std::vector<json> files;
+            std::vector<std::string> names;
+            std::size_t simulated = 0, share = 0;
+            for (int i = n - 1; i >= 0; --i) {  // in any order
+                PlanRequest part = req;
+                part.shard = i;
+                part.shards = n;
+                const PlanResult r = plan(part);
+                simulated += r.simulated.size();
+                share += r.simulated.size() + r.pruned + r.left;
+                // through text, as the files go
+                files.push_back(json::parse(shard_to_json(r, part).dump()));
+                names.push_back(fmt::format("shard-{}.json", i));
+            }
+            INFO("top ", top, ", ", n, " shards");
+            CHECK(share == one.enumeration.candidates.size());  // each candidate in one share
+            CHECK(simulated >= one.simulated.size());            // each shard stops no earlier
+            const PlanResult merged = merge_shards(req, files, names);
+            CHECK(merged.merged == n);
+            CHECK(to_json(merged, static_cast<std::size_t>(top), false).dump() ==
+                  to_json(one, static_cast<std::size_t>(top), false).dump());
+            CHECK(merged.simulated.size() == one.simulated.size());
+            CHECK(merged.pruned == one.pruned);
+        }
+    }
+
+    // Shards that are not one search's are refused, naming the file and what is wrong.
+    req.top = 4;
+    std::vector<json> files;
+    std::vector<std::string> names = {"a.json", "b.json"};
+    for (int i = 0; i < 2; ++i) {
+        PlanRequest part = req;
+        part.shard = i;
+        part.shards = 2;
+        files.push_back(shard_to_json(plan(part), part));
+    }
+    PlanRequest other = req;
+    other.top = 3;
+    CHECK_THROWS_WITH_AS(merge_shards(other, files, names), doctest::Contains("a.json: $.fingerprint:"), PlanError);
+    CHECK_THROWS_WITH_AS(merge_shards(req, {files[0], files[0]}, names), doctest::Contains("b.json: shard 0 of 2 again"),
+                         PlanError);
+    CHECK_THROWS_WITH_AS(merge_shards(req, {files[0]}, {"a.json"}), doctest::Contains("2 shards, but 1 shard files"),
+                         PlanError);
+    json cut = files[1];
+    cut["rows"] = json::array();
+    CHECK_THROWS_WITH_AS(merge_shards(req, {files[0], cut}, names), doctest::Contains("was not simulated, yet the search "
+                                                                                      "needs it"),
+                         PlanError);
+    json bad = files[1];
+    bad["rows"][0]["report"]["step_time_s"] = "fast";
+    CHECK_THROWS_WITH_AS(merge_shards(req, {files[0], bad}, names),
+                         doctest::Contains("b.json: $.rows[0].report.step_time_s: expected a number"), PlanError);
+    PlanRequest wrong = req;
+    wrong.shard = 2;
+    wrong.shards = 2;
+    CHECK_THROWS_AS(plan(wrong), PlanError);
+
+    // A shard that stopped at its time budget: the merge ranks what was simulated and says so.
+    json budget = files[1];
+    budget["time_budget_reached"] = true;
+    const PlanResult partial = merge_shards(req, {files[0], budget}, names);
+    CHECK(partial.budget_hit);
+    CHECK(partial.simulated.size() == files[0]["rows"].size() + files[1]["rows"].size());
+    CHECK(partial.left == partial.enumeration.candidates.size() - partial.simulated.size());
 }
 
 TEST_CASE("bad plan requests are named") {

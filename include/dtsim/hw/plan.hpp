@@ -15,7 +15,12 @@
 //                        interleaved pipelines the forwards that must pass pp - 1 model chunks
 //                        before the last rank starts and the backwards of pp - 1 chunks after it
 //                        ends. Nothing else (no communication, no edges): 0 with stragglers.
-// Later work (symmetry, sharding over Slurm) takes candidates by their index and overrides.
+//
+// A search can be split over processes or machines (docs/planning.md): shard I of N takes the
+// candidates at positions I, I + N, I + 2N, ... of the best-first order and searches them alone,
+// keeping every row it simulates; the merge replays one process's search over the shards' rows,
+// which hold every row that search simulates (a shard's N-th best is never better than the whole
+// space's, so it stops no earlier). The merged answer is the one process's, byte for byte.
 #pragma once
 
 #include "dtsim/errors.hpp"
@@ -75,6 +80,7 @@ struct PlanRequest {
     int top = 5;                // rows wanted: the search is exact for the best `top`
     double time_budget = 0;     // seconds of search; 0: none
     int jobs = 1;               // simulations at once (run_in_order)
+    int shard = 0, shards = 1;  // search only the share `shard` of `shards` (see the top)
 };
 
 // One layout that passed every check: its overrides (on the prepared base document) and bounds.
@@ -123,11 +129,23 @@ Config candidate_config(const Enumeration& e, const PlanRequest& request, const 
 double memory_lower_bound(const Config& c);
 double step_time_lower_bound(const Config& c);
 
+// What plan prints of a simulated layout, read from its report (`dtsim run --json`'s form), so
+// that a row read back from a shard file is the row that was simulated.
+struct PlanFigures {
+    double step_time = 0, mfu = 0, tokens_per_second = 0;  // s, fraction, tokens/s
+    double peak_bytes = 0, capacity = 0;                   // per GPU
+    TimeSplit split;                                       // mean per GPU
+    bool oom = false;
+};
+// Throws PlanError naming `where` when a field is missing or not a number.
+PlanFigures plan_figures(const nlohmann::json& report, const std::string& where);
+
 struct PlanRow {
     std::size_t candidate = 0;  // index into Enumeration::candidates
-    std::optional<RunReport> report;
+    std::optional<PlanFigures> figures;
+    nlohmann::json report;      // to_json(RunReport) of the simulation; null when it failed
     std::string error;          // a simulation that failed
-    [[nodiscard]] bool fits() const { return report && !report->oom && error.empty(); }
+    [[nodiscard]] bool fits() const { return figures && !figures->oom && error.empty(); }
 };
 
 struct PlanResult {
@@ -138,7 +156,9 @@ struct PlanResult {
     std::size_t left = 0;            // not simulated: the time budget ran out first
     bool budget_hit = false;
     std::size_t out_of_memory = 0, failed = 0;  // simulated rows that did not fit / failed
-    double wall_seconds = 0;
+    double wall_seconds = 0;         // host time of the search (merged: the sum of the shards')
+    int shard = 0, shards = 1;       // a share of the search (PlanRequest), or the whole
+    int merged = 0;                  // merge_shards: the shard files it merged
 };
 
 // Enumerates and searches. `progress` (optional) gets the rows simulated so far and the candidates.
@@ -147,5 +167,26 @@ PlanResult plan(const PlanRequest& request,
 
 // The result as JSON (docs/planning.md); without host times where `timings` is false.
 nlohmann::json to_json(const PlanResult& r, std::size_t top, bool timings = true);
+
+// A digest of everything a search's rows depend on: the prepared base document, the overrides,
+// the GPU count, the space, `top` and the candidates (labels and bounds). Shards of one search
+// carry the same one.
+std::string plan_fingerprint(const Enumeration& e, const PlanRequest& request);
+
+// A shard's result as the file `dtsim plan --shard I/N --out FILE` writes (docs/planning.md): its
+// share, the fingerprint, the counts, and every row it simulated with its full report.
+nlohmann::json shard_to_json(const PlanResult& r, const PlanRequest& request);
+
+// The result one process gives for `request`, from the files of its shards 0 .. N-1 (each once,
+// as `names` name them, in any order): it enumerates again, checks each shard's fingerprint and
+// share, and replays the best-first search over their rows. Where a shard stopped at its time
+// budget the replay cannot be exact: the result then ranks every row the shards simulated and
+// says the budget was reached. Throws PlanError naming the file and field for a file that is not
+// a shard of this search, a missing or repeated shard, or a row missing where the replay needs it.
+// Reads a shard file (a JSON object); throws PlanError naming the file and what is wrong.
+nlohmann::json read_shard_file(const std::string& path);
+
+PlanResult merge_shards(const PlanRequest& request, const std::vector<nlohmann::json>& shards,
+                        const std::vector<std::string>& names);
 
 }  // namespace dtsim::hw

@@ -5,12 +5,14 @@
 #include "dtsim/hw/workload.hpp"
 #include "dtsim/interrupt.hpp"
 #include "dtsim/sched/generators.hpp"
+#include "json/reader.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <limits>
 #include <numeric>
 
@@ -408,22 +410,104 @@ Config candidate_config(const Enumeration& e, const PlanRequest& request, const 
     return parse_config(e.base, request.config_path.empty() ? request.file : request.config_path, all);
 }
 
-PlanResult plan(const PlanRequest& request, const std::function<void(std::size_t, std::size_t)>& progress) {
-    const auto t0 = std::chrono::steady_clock::now();
-    const auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
-    PlanResult r;
-    r.enumeration = enumerate_layouts(request);
-    const auto& cands = r.enumeration.candidates;
+namespace {
+
+// The candidates in best-first order: by step-time bound, ties in enumeration order.
+std::vector<std::size_t> best_first(const std::vector<Candidate>& cands) {
     std::vector<std::size_t> order(cands.size());
     std::iota(order.begin(), order.end(), std::size_t{0});
     std::stable_sort(order.begin(), order.end(),
                      [&](std::size_t a, std::size_t b) { return cands[a].time_bound < cands[b].time_bound; });
-    const std::size_t top = static_cast<std::size_t>(std::max(1, request.top));
-    // The step times of the fitting rows, fastest first; the search stops at a candidate whose bound
-    // is no better than the top-th of them: it and every one after it (bounds ascending) cannot
-    // enter the top. `threshold` lets the threads skip such candidates early: it only falls as rows
-    // are delivered (in order), so a candidate skipped on a thread is one the delivery stops at.
+    return order;
+}
+
+PlanRow make_row(std::size_t candidate, std::optional<RunReport> report, std::string error) {
+    PlanRow row{candidate, std::nullopt, nullptr, std::move(error)};
+    if (report) {
+        row.report = to_json(*report);
+        row.figures = plan_figures(row.report, "report");
+    }
+    return row;
+}
+
+// The fitting rows ranked: step time, ties in enumeration order.
+void rank_rows(PlanResult& r) {
+    r.best.clear();
+    for (std::size_t i = 0; i < r.simulated.size(); ++i)
+        if (r.simulated[i].fits()) r.best.push_back(i);
+    std::stable_sort(r.best.begin(), r.best.end(), [&](std::size_t a, std::size_t b) {
+        const double x = r.simulated[a].figures->step_time, y = r.simulated[b].figures->step_time;
+        return x != y ? x < y : r.simulated[a].candidate < r.simulated[b].candidate;
+    });
+}
+
+// The step times of the fitting rows delivered so far, fastest first, and the rule that stops a
+// best-first search: a candidate whose bound is no better than the top-th of them cannot enter
+// the top, nor can any after it (bounds ascending).
+struct TopSoFar {
+    std::size_t top;
     std::vector<double> fitting;
+    [[nodiscard]] bool stops_at(const Candidate& c) const {
+        return fitting.size() >= top && c.time_bound >= fitting[top - 1];
+    }
+    void add(double step_time) {
+        fitting.insert(std::upper_bound(fitting.begin(), fitting.end(), step_time), step_time);
+    }
+};
+
+void count_row(PlanResult& r, const PlanRow& row) {
+    if (row.fits()) return;
+    if (!row.error.empty()) ++r.failed;
+    else ++r.out_of_memory;
+}
+
+}  // namespace
+
+PlanFigures plan_figures(const nlohmann::json& report, const std::string& where) {
+    const auto number = [&](std::initializer_list<const char*> path) {
+        const nlohmann::json* j = &report;
+        std::string at = where;
+        for (const char* key : path) {
+            at += fmt::format(".{}", key);
+            if (!j->is_object() || !j->contains(key)) throw PlanError(fmt::format("{}: missing", at));
+            j = &(*j)[key];
+        }
+        if (!j->is_number()) throw PlanError(fmt::format("{}: expected a number, got {}", at, j->dump()));
+        return j->get<double>();
+    };
+    PlanFigures f;
+    f.step_time = number({"step_time_s"});
+    f.mfu = number({"mfu"});
+    f.tokens_per_second = number({"tokens_per_s"});
+    f.peak_bytes = number({"memory", "peak", "bytes"});
+    f.capacity = number({"memory", "capacity_bytes"});
+    f.split = {number({"time_split_s", "compute"}), number({"time_split_s", "exposed_comm"}),
+               number({"time_split_s", "idle"})};
+    const auto oom = report.find("memory");
+    f.oom = oom->contains("oom") && !(*oom)["oom"].is_null();
+    return f;
+}
+
+PlanResult plan(const PlanRequest& request, const std::function<void(std::size_t, std::size_t)>& progress) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+    if (request.shards < 1 || request.shard < 0 || request.shard >= request.shards)
+        throw PlanError(fmt::format("--shard {}/{}: expected I/N with 0 <= I < N", request.shard, request.shards));
+    PlanResult r;
+    r.shard = request.shard;
+    r.shards = request.shards;
+    r.enumeration = enumerate_layouts(request);
+    const auto& cands = r.enumeration.candidates;
+    std::vector<std::size_t> order;
+    {
+        const std::vector<std::size_t> all = best_first(cands);
+        for (std::size_t p = static_cast<std::size_t>(request.shard); p < all.size();
+             p += static_cast<std::size_t>(request.shards))
+            order.push_back(all[p]);
+    }
+    // `threshold` lets the threads skip candidates early: it only falls as rows are delivered (in
+    // order), so a candidate skipped on a thread is one the delivery stops at.
+    TopSoFar so_far{static_cast<std::size_t>(std::max(1, request.top)), {}};
     std::atomic<double> threshold{std::numeric_limits<double>::infinity()};
     bool stopped = false;
     std::size_t pos = 0;
@@ -452,35 +536,174 @@ PlanResult plan(const PlanRequest& request, const std::function<void(std::size_t
             [&](std::size_t k, SweepOutcome& o) {
                 if (stopped) return;
                 const Candidate& c = cands[order[pos + k]];
-                if (fitting.size() >= top && c.time_bound >= fitting[top - 1]) {
+                if (so_far.stops_at(c)) {
                     stopped = true;
                     return;
                 }
-                PlanRow row{order[pos + k], std::move(o.report), o.error};
+                PlanRow row = make_row(order[pos + k], std::move(o.report), o.error);
                 if (row.fits()) {
-                    fitting.insert(std::upper_bound(fitting.begin(), fitting.end(), row.report->step_time),
-                                   row.report->step_time);
-                    if (fitting.size() >= top) threshold.store(fitting[top - 1]);
-                } else if (!row.error.empty()) {
-                    ++r.failed;
-                } else {
-                    ++r.out_of_memory;
+                    so_far.add(row.figures->step_time);
+                    if (so_far.fitting.size() >= so_far.top) threshold.store(so_far.fitting[so_far.top - 1]);
                 }
+                count_row(r, row);
                 r.simulated.push_back(std::move(row));
-                if (progress) progress(r.simulated.size(), cands.size());
+                if (progress) progress(r.simulated.size(), order.size());
             });
         pos += n;
     }
-    const std::size_t rest = cands.size() - r.simulated.size();
+    const std::size_t rest = order.size() - r.simulated.size();
     if (r.budget_hit) r.left = rest;
     else r.pruned = rest;
-    for (std::size_t i = 0; i < r.simulated.size(); ++i)
-        if (r.simulated[i].fits()) r.best.push_back(i);
-    std::stable_sort(r.best.begin(), r.best.end(), [&](std::size_t a, std::size_t b) {
-        const double x = r.simulated[a].report->step_time, y = r.simulated[b].report->step_time;
-        return x != y ? x < y : r.simulated[a].candidate < r.simulated[b].candidate;
-    });
+    rank_rows(r);
     r.wall_seconds = elapsed();
+    return r;
+}
+
+std::string plan_fingerprint(const Enumeration& e, const PlanRequest& request) {
+    // FNV-1a, 64 bits, over a canonical text of the request and its candidates.
+    std::uint64_t h = 14695981039346656037ULL;
+    const auto add = [&](const std::string& text) {
+        for (const unsigned char ch : text) {
+            h ^= ch;
+            h *= 1099511628211ULL;
+        }
+        h ^= 0xff;  // a separator no text holds
+        h *= 1099511628211ULL;
+    };
+    add(e.base.dump());
+    for (const auto& o : request.overrides) add(o.path + "=" + o.value);
+    add(fmt::format("gpus {} top {} enumerated {}", request.gpus, std::max(1, request.top), e.enumerated));
+    for (const auto& c : e.candidates) add(fmt::format("{} {:.17g} {:.17g}", c.label, c.time_bound, c.memory_bound));
+    return fmt::format("{:016x}", h);
+}
+
+nlohmann::json shard_to_json(const PlanResult& r, const PlanRequest& request) {
+    nlohmann::json rows = nlohmann::json::array();
+    for (const PlanRow& row : r.simulated) {
+        nlohmann::json j = {{"candidate", row.candidate}};
+        if (row.error.empty()) j["report"] = row.report;
+        else j["error"] = row.error;
+        rows.push_back(std::move(j));
+    }
+    return {{"dtsim_plan_shard", 1},
+            {"shard", r.shard},
+            {"shards", r.shards},
+            {"fingerprint", plan_fingerprint(r.enumeration, request)},
+            {"candidates", r.enumeration.candidates.size()},
+            {"time_budget_reached", r.budget_hit},
+            {"wall_s", r.wall_seconds},
+            {"rows", std::move(rows)}};
+}
+
+nlohmann::json read_shard_file(const std::string& path) {
+    static const json_reader::Dialect dialect{
+        .raise = [](const std::string& file, const std::string& at, const std::string& message) {
+            throw PlanError(fmt::format("{}: {}: {}", file, at, message));
+        }};
+    return json_reader::Document::load(path, dialect).json();
+}
+
+PlanResult merge_shards(const PlanRequest& request, const std::vector<nlohmann::json>& shards,
+                        const std::vector<std::string>& names) {
+    if (shards.empty() || shards.size() != names.size()) throw PlanError("--merge: expected the shard files");
+    PlanResult r;
+    r.enumeration = enumerate_layouts(request);
+    const auto& cands = r.enumeration.candidates;
+    const std::string fingerprint = plan_fingerprint(r.enumeration, request);
+    const auto field = [](const nlohmann::json& j, const char* key, const std::string& where) -> const nlohmann::json& {
+        if (!j.is_object() || !j.contains(key)) throw PlanError(fmt::format("{}.{}: missing", where, key));
+        return j[key];
+    };
+    const auto whole = [&](const nlohmann::json& j, const char* key, const std::string& where) {
+        const nlohmann::json& v = field(j, key, where);
+        if (!v.is_number_integer() || v.get<std::int64_t>() < 0)
+            throw PlanError(fmt::format("{}.{}: expected a whole number >= 0, got {}", where, key, v.dump()));
+        return static_cast<std::uint64_t>(v.get<std::int64_t>());
+    };
+    std::size_t count = 0;
+    std::vector<std::string> seen;
+    // Every row the shards simulated, by candidate.
+    std::vector<std::optional<PlanRow>> rows(cands.size());
+    for (std::size_t f = 0; f < shards.size(); ++f) {
+        const nlohmann::json& s = shards[f];
+        const std::string& name = names[f];
+        const std::string root = name + ": $";
+        if (!s.is_object() || !s.contains("dtsim_plan_shard"))
+            throw PlanError(fmt::format("{}: not a shard file of dtsim plan (no $.dtsim_plan_shard)", name));
+        if (whole(s, "dtsim_plan_shard", root) != 1)
+            throw PlanError(fmt::format("{}: $.dtsim_plan_shard: version {} is not 1", name, s["dtsim_plan_shard"].dump()));
+        const std::size_t n = whole(s, "shards", root), i = whole(s, "shard", root);
+        if (f == 0) {
+            count = n;
+            seen.assign(n, {});
+        }
+        if (n != count || n != shards.size())
+            throw PlanError(fmt::format("{}: $.shards: {} shards, but {} shard files given{}", name, n, shards.size(),
+                                        n != count ? fmt::format(" and {} says {}", names[0], count) : ""));
+        if (i >= n) throw PlanError(fmt::format("{}: $.shard: {} is not below $.shards {}", name, i, n));
+        if (!seen[i].empty()) throw PlanError(fmt::format("{}: shard {} of {} again (also {})", name, i, n, seen[i]));
+        seen[i] = name;
+        const nlohmann::json& fp = field(s, "fingerprint", root);
+        if (!fp.is_string() || fp.get<std::string>() != fingerprint)
+            throw PlanError(fmt::format("{}: $.fingerprint: {} is another search's (this one's is \"{}\": the same config, "
+                                        "--gpus, --set, --space and --top give the same)",
+                                        name, fp.dump(), fingerprint));
+        const nlohmann::json& budget = field(s, "time_budget_reached", root);
+        if (!budget.is_boolean()) throw PlanError(fmt::format("{}: $.time_budget_reached: expected true or false", name));
+        r.budget_hit = r.budget_hit || budget.get<bool>();
+        const nlohmann::json& wall = field(s, "wall_s", root);
+        if (!wall.is_number() || !(wall.get<double>() >= 0))
+            throw PlanError(fmt::format("{}: $.wall_s: expected seconds >= 0", name));
+        r.wall_seconds += wall.get<double>();
+        const nlohmann::json& list = field(s, "rows", name + ": $");
+        if (!list.is_array()) throw PlanError(fmt::format("{}: $.rows: expected an array", name));
+        for (std::size_t k = 0; k < list.size(); ++k) {
+            const std::string where = fmt::format("{}: $.rows[{}]", name, k);
+            const std::size_t c = whole(list[k], "candidate", where);
+            if (c >= cands.size())
+                throw PlanError(fmt::format("{}.candidate: {} is not a candidate (there are {})", where, c, cands.size()));
+            if (rows[c]) throw PlanError(fmt::format("{}.candidate: candidate {} twice", where, c));
+            PlanRow row{c, std::nullopt, nullptr, {}};
+            if (list[k].contains("error")) {
+                const nlohmann::json& e = list[k]["error"];
+                if (!e.is_string() || e.get<std::string>().empty())
+                    throw PlanError(fmt::format("{}.error: expected the simulation's message", where));
+                row.error = e.get<std::string>();
+            } else {
+                row.report = field(list[k], "report", where);
+                row.figures = plan_figures(row.report, where + ".report");
+            }
+            rows[c] = std::move(row);
+        }
+    }
+    // Replay one process's search: best first, stopping where it stops. Every row it needs is in
+    // a shard unless a shard stopped at its time budget; then every row stored is ranked.
+    const std::vector<std::size_t> order = best_first(cands);
+    TopSoFar so_far{static_cast<std::size_t>(std::max(1, request.top)), {}};
+    if (r.budget_hit) {
+        for (const std::size_t c : order)
+            if (rows[c]) {
+                count_row(r, *rows[c]);
+                r.simulated.push_back(std::move(*rows[c]));
+            }
+        r.left = cands.size() - r.simulated.size();
+    } else {
+        for (std::size_t p = 0; p < order.size(); ++p) {
+            const Candidate& c = cands[order[p]];
+            if (so_far.stops_at(c)) break;
+            if (!rows[order[p]])
+                throw PlanError(fmt::format("{}: candidate {} ({}) was not simulated, yet the search needs it: the shard "
+                                            "files do not come from one search",
+                                            seen[p % count], order[p], c.label));
+            PlanRow& row = *rows[order[p]];
+            if (row.fits()) so_far.add(row.figures->step_time);
+            count_row(r, row);
+            r.simulated.push_back(std::move(row));
+        }
+        r.pruned = cands.size() - r.simulated.size();
+    }
+    rank_rows(r);
+    r.merged = static_cast<int>(count);
     return r;
 }
 
@@ -494,7 +717,7 @@ nlohmann::json to_json(const PlanResult& r, std::size_t top, bool timings) {
         const Candidate& c = e.candidates[row.candidate];
         nlohmann::json set = nlohmann::json::object();
         for (const auto& o : c.overrides) set[o.path] = nlohmann::json::parse(o.value);
-        nlohmann::json report = to_json(*row.report);
+        nlohmann::json report = row.report;
         if (!timings) report.erase("wall_s");
         rows.push_back({{"rank", i + 1},
                         {"layout", c.label},
