@@ -11,9 +11,11 @@
 // failed and none fits; 2 for bad arguments or a bad config (nothing ran); 130/143 when
 // interrupted.
 #include "commands.hpp"
+#include "progress.hpp"
 
 #include "dtsim/hw/config.hpp"
 #include "dtsim/hw/plan.hpp"
+#include "dtsim/hw/resilience.hpp"
 #include "dtsim/hw/run.hpp"
 #include "dtsim/hw/units.hpp"
 
@@ -251,8 +253,20 @@ void plan(const PlanArgs& a) {
         return;
     }
     request.jobs = a.jobs > 0 ? a.jobs : hw::default_sweep_jobs();
+    // On a terminal: the rows simulated, how many more the search may simulate (the candidates
+    // whose bound still beats the top), the best so far, and the time that would take at most.
+    Progress bar;
+    const auto show = [&bar](const hw::PlanProgress& p) {
+        if (!bar.due()) return;
+        const double per_row = bar.seconds() / static_cast<double>(std::max<std::size_t>(1, p.simulated));
+        bar.show(fmt::format("simulated {} of at most {} ({} candidates){}; at most {} left", p.simulated,
+                             p.may_simulate, p.candidates,
+                             p.best ? fmt::format(", best {}", Seconds{*p.best}) : std::string(),
+                             hw::duration_text(per_row * static_cast<double>(p.may_simulate - p.simulated))));
+    };
     if (!a.shard.empty()) {
-        const hw::PlanResult r = hw::plan(request);
+        const hw::PlanResult r = hw::plan(request, show);
+        bar.clear();
         detail::write_output_file(a.out, hw::shard_to_json(r, request).dump() + "\n");
         fmt::print("shard {} of {}: {} of {} candidates; {} simulated ({} out of memory, {} failed), {} pruned by the "
                    "step-time bound{}; wrote {}\n",
@@ -267,7 +281,8 @@ void plan(const PlanArgs& a) {
         for (const auto& f : a.merge) shards.push_back(hw::read_shard_file(f));
         r = hw::merge_shards(request, shards, a.merge);
     } else {
-        r = hw::plan(request);
+        r = hw::plan(request, show);
+        bar.clear();
     }
     const std::size_t top = static_cast<std::size_t>(a.top);
     if (a.json)

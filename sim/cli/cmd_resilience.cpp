@@ -12,6 +12,7 @@
 //
 // Exit status (main.cpp): 0; 1 for a failed run; 2 for bad arguments or a bad config.
 #include "commands.hpp"
+#include "progress.hpp"
 
 #include "dtsim/hw/config.hpp"
 #include "dtsim/hw/resilience.hpp"
@@ -22,10 +23,7 @@
 
 #include <fmt/format.h>
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -55,35 +53,6 @@ using hw::kMaxRestartMinutes;
 constexpr double kMaxHours = hw::kMaxFailureHours;
 
 std::string duration(double s) { return hw::duration_text(s); }
-
-// Progress of a long sweep, shown on standard output when it is a terminal and the sweep has taken
-// more than a second (never on a pipe or a file), and erased before the table prints.
-class Progress {
-public:
-    explicit Progress(double total) : total_(total), terminal_(isatty(fileno(stdout)) != 0) {}
-    void add(double work) {
-        done_ += work;
-        if (!terminal_) return;
-        const auto now = Clock::now();
-        if (now - start_ < std::chrono::seconds(1) || now - shown_at_ < std::chrono::milliseconds(200)) return;
-        shown_at_ = now;
-        shown_ = true;
-        fmt::print("\rsimulating the long runs: {:3.0f} %", std::min(100.0, 100 * done_ / total_));
-        std::fflush(stdout);
-    }
-    void clear() {
-        if (!shown_) return;
-        fmt::print("\r\033[K");
-        std::fflush(stdout);
-        shown_ = false;
-    }
-
-private:
-    using Clock = std::chrono::steady_clock;
-    double total_, done_ = 0;
-    bool terminal_, shown_ = false;
-    Clock::time_point start_ = Clock::now(), shown_at_ = start_;
-};
 
 void failures(const FailuresArgs& a) {
     hw::SweepRequest request;
@@ -180,11 +149,14 @@ void failures(const FailuresArgs& a) {
                    3600 * static_cast<double>(a.steps) / lr.wall, duration(lr.lost), duration(lr.checkpointing),
                    duration(lr.restarting), static_cast<double>(lr.failures) / trials, mark);
     };
-    Progress progress(sweep.work);
+    Progress progress;
+    double work_done = 0;
     const hw::SweepRow* best = nullptr;
     try {
         best = &hw::run_sweep(sweep, [&](double work) {
-            progress.add(work);
+            work_done += work;
+            if (progress.due())
+                progress.show(fmt::format("simulating the long runs: {:3.0f} %", std::min(100.0, 100 * work_done / sweep.work)));
             check_interrupt();  // a trial at a time
         });
     } catch (const Interrupted&) {

@@ -161,9 +161,17 @@ struct PlanResult {
     int merged = 0;                  // merge_shards: the shard files it merged
 };
 
-// Enumerates and searches. `progress` (optional) gets the rows simulated so far and the candidates.
-PlanResult plan(const PlanRequest& request,
-                const std::function<void(std::size_t, std::size_t)>& progress = {});
+// How far a search is, after each row it simulates.
+struct PlanProgress {
+    std::size_t simulated = 0;     // rows so far
+    std::size_t may_simulate = 0;  // the candidates whose bound beats the top-th best so far (all of
+                                   // them until there are `top`): the search simulates no more
+    std::size_t candidates = 0;    // of the search (of the share, for a shard)
+    std::optional<double> best;    // the fastest fitting step time so far, s
+};
+
+// Enumerates and searches. `progress` (optional) is called after each row.
+PlanResult plan(const PlanRequest& request, const std::function<void(const PlanProgress&)>& progress = {});
 
 // The result as JSON (docs/planning.md); without host times where `timings` is false.
 nlohmann::json to_json(const PlanResult& r, std::size_t top, bool timings = true);

@@ -488,7 +488,7 @@ PlanFigures plan_figures(const nlohmann::json& report, const std::string& where)
     return f;
 }
 
-PlanResult plan(const PlanRequest& request, const std::function<void(std::size_t, std::size_t)>& progress) {
+PlanResult plan(const PlanRequest& request, const std::function<void(const PlanProgress&)>& progress) {
     const auto t0 = std::chrono::steady_clock::now();
     const auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
     if (request.shards < 1 || request.shard < 0 || request.shard >= request.shards)
@@ -547,7 +547,19 @@ PlanResult plan(const PlanRequest& request, const std::function<void(std::size_t
                 }
                 count_row(r, row);
                 r.simulated.push_back(std::move(row));
-                if (progress) progress(r.simulated.size(), order.size());
+                if (progress) {
+                    PlanProgress p{r.simulated.size(), order.size(), order.size(), std::nullopt};
+                    if (!so_far.fitting.empty()) p.best = so_far.fitting.front();
+                    if (so_far.fitting.size() >= so_far.top) {
+                        const double beat = so_far.fitting[so_far.top - 1];
+                        p.may_simulate = static_cast<std::size_t>(
+                            std::partition_point(order.begin(), order.end(),
+                                                 [&](std::size_t i) { return cands[i].time_bound < beat; }) -
+                            order.begin());
+                    }
+                    p.may_simulate = std::max(p.may_simulate, p.simulated);
+                    progress(p);
+                }
             });
         pos += n;
     }
