@@ -102,6 +102,33 @@ TEST_CASE("enumeration: the default space and its rejection reasons") {
     CHECK(odd.candidates[0].label == "1f1b tp=1 pp=2 dp=4 zero_stage=0 micro_batch=1 recompute=none");
 }
 
+TEST_CASE("the memory bound counts the activations the first rank holds when its first backward starts") {
+    // 4 layers; global batch 8 on dp 1 and micro_batch 1: 8 microbatches. Against the same layout
+    // with one microbatch (global batch 1): the model states are the same, and the activations
+    // differ by the forwards that run before the first backward, less one.
+    json doc = base_document();
+    const auto bound = [&](const std::string& name, int pp, int global_batch, int chunks = 0) {
+        json d = doc;
+        d["training"] = {{"global_batch", global_batch}, {"micro_batch", 1}};
+        d["strategy"] = {{"name", name}, {"flash_attention", true}, {"tp", 8 / pp}, {"pp", pp}, {"dp", 1}};
+        if (chunks > 0) d["strategy"]["chunks"] = chunks;
+        return memory_lower_bound(parse_config(d, "plan test"));
+    };
+    json d = doc;
+    d["strategy"] = {{"name", "1f1b"}, {"flash_attention", true}, {"tp", 4}, {"pp", 2}, {"dp", 1}};
+    const Config c = parse_config(d, "plan test");
+    const Workload w = make_workload(c.model.spec, layer_split(c), c.cluster.gpu);
+    const double stage = 2 * w.layer.activation_bytes;  // 4 layers over 2 stages
+    // 1F1B, pp 2: the warm-up forward and the first steady one, min(pp, m) = 2 of 8.
+    CHECK(bound("1f1b", 2, 8) - bound("1f1b", 2, 1) == doctest::Approx(stage * (2 - 1)).epsilon(1e-6));
+    // GPipe: all 8 forwards.
+    CHECK(bound("gpipe", 2, 8) - bound("gpipe", 2, 1) == doctest::Approx(stage * (8 - 1)).epsilon(1e-6));
+    // Interleaved, 2 chunks of 1 layer: rank 0 runs (pp - 1) x 2 + (chunks - 1) x pp + 1 = 5
+    // forwards before its first backward (Megatron-LM's warm-up plus the first steady forward).
+    CHECK(bound("interleaved", 2, 8, 2) - bound("interleaved", 2, 2, 2) ==
+          doctest::Approx(w.layer.activation_bytes * (5 - 4)).epsilon(1e-6));
+}
+
 TEST_CASE("the memory bound never rejects a layout that fits, and the step-time bound is below every simulation") {
     // Every layout of a 2-node-sized space on a GPU with room for all, simulated: each bound is at
     // most what the simulation finds, so a layout the memory bound rejects (bound > capacity) runs
@@ -109,8 +136,8 @@ TEST_CASE("the memory bound never rejects a layout that fits, and the step-time 
     json doc = base_document();
     doc["training"]["global_batch"] = 16;
     const auto e = enumerate_layouts(request_for(
-        doc, {"strategy=megatron,1f1b,interleaved,fsdp", "micro_batch=1,2", "recompute=none,selective,full",
-              "tp_comm_overlap=false", "zero_stage=0,1,3"}));
+        doc, {"strategy=megatron,1f1b,interleaved,fsdp,gpipe,zbh1,bfs,dualpipev", "micro_batch=1,2",
+              "recompute=none,selective,full", "tp_comm_overlap=false", "zero_stage=0,1,3"}));
     REQUIRE(e.candidates.size() > 60);
     PlanRequest req = request_for(doc, {});
     std::set<std::string> strategies;
@@ -123,7 +150,7 @@ TEST_CASE("the memory bound never rejects a layout that fits, and the step-time 
         CHECK(c.time_bound <= r.step_time);
         strategies.insert(config.strategy.name);
     }
-    CHECK(strategies.size() == 4);
+    CHECK(strategies.size() == 8);
 
     // A GPU small enough that the bound rejects some layouts: each of them runs out of memory.
     json tight = doc;

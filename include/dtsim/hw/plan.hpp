@@ -7,14 +7,21 @@
 // Exact parts (each a lower bound that a simulation of the same config cannot go below):
 //   memory_lower_bound   the model states the rank holding the most parameters allocates before
 //                        its first step (estimate_run_size's, less the gradients of a strategy
-//                        that makes them during the backward), plus one microbatch's activations
-//                        of one layer, which its first forward allocates on top of them;
-//   step_time_lower_bound  the compute of the busiest rank (its layers x microbatches x the
-//                        priced forward, backward and recompute of a layer, as the simulation runs
-//                        them one after another on its compute stream), plus for 1F1B, GPipe and
-//                        interleaved pipelines the forwards that must pass pp - 1 model chunks
-//                        before the last rank starts and the backwards of pp - 1 chunks after it
-//                        ends. Nothing else (no communication, no edges): 0 with stragglers.
+//                        that makes them during the backward), plus the activations the first
+//                        rank of the pipeline (every rank, with one stage) holds when its first
+//                        backward starts: one microbatch through all layers and the logits with
+//                        one stage, min(pp, m) forwards of its layers for 1F1B, m for GPipe, the
+//                        leading forwards of rank 0's generated schedule; every layer counted at
+//                        the least a layer keeps;
+//   step_time_lower_bound  the compute of the rank holding the output layer (its layers x
+//                        microbatches x the priced forward, backward and recompute of a layer, and
+//                        the logits and loss forward and backward of every microbatch, as the
+//                        simulation runs them one after another on its compute stream; with one
+//                        stage, the embedding's too), plus for 1F1B, GPipe and interleaved
+//                        pipelines the embedding and the forwards of pp - 1 model chunks that must
+//                        pass before the last rank starts, and the backwards of pp - 1 chunks and the
+//                        embedding after it ends. Nothing else (no communication, no optimizer
+//                        step): 0 with stragglers.
 //
 // A search can be split over processes or machines (docs/planning.md): shard I of N takes the
 // candidates at positions I, I + N, I + 2N, ... of the best-first order and searches them alone,
@@ -103,7 +110,8 @@ inline constexpr const char* chunks = "pp x chunks does not divide the layers";
 inline constexpr const char* batch = "micro_batch x dp does not divide the global batch";
 inline constexpr const char* schedule = "the pipeline schedule does not take these sizes (interleaved: pp <= microbatches)";
 inline constexpr const char* states = "does not fit: model states alone exceed memory";
-inline constexpr const char* activations = "does not fit: model states and one layer's activations exceed memory";
+inline constexpr const char* activations =
+    "does not fit: model states and the activations held at the first backward exceed memory";
 inline constexpr const char* too_large = "too large to simulate (event estimate above the limit)";
 // Any other check of the config: "config check: $.strategy.microbatches".
 inline constexpr const char* config_prefix = "config check: ";

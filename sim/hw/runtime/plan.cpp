@@ -163,11 +163,39 @@ double model_states_bound(const Config& c, const RunSize& size) {
     return size.model_state_bytes - (on_demand ? size.model_state_grad_bytes : 0);
 }
 
-// Its first forward allocates one microbatch's activations of a layer on top (the layer that keeps
-// the least where only some layers recompute).
-double activations_bound(const Workload& w) {
-    return std::min(w.layer.activation_bytes,
-                    w.split.partial_recompute() ? w.plain.activation_bytes : w.layer.activation_bytes);
+// The activations the first rank of the pipeline (with one stage: every rank) holds when its first
+// backward starts: each forward before it keeps its layers' activations until that microbatch's
+// backward (release_activations), so they are all allocated at once, on top of the model states.
+//   one stage           one microbatch through every layer, and the logits and the loss's
+//                       temporaries (logits_and_loss) on top;
+//   1F1B                min(pp, m) forwards of its layers (the pp - 1 of the warm-up and the first of
+//                       the steady state: one_f_one_b);
+//   GPipe               all m forwards;
+//   generated schedules the forwards of rank 0 before its first other action, each of one stage's
+//                       layers (even stages).
+// Each layer counted at the least a layer keeps (partial recompute: the two kinds differ).
+double activations_bound(const Config& c, const Workload& w, const sched::Schedule* schedule) {
+    const StrategyConfig& s = c.strategy;
+    const double kept = std::min(w.layer.activation_bytes,
+                                 w.split.partial_recompute() ? w.plain.activation_bytes : w.layer.activation_bytes);
+    const double layers = c.model.spec.layers;
+    if (s.pp == 1) {
+        double a = layers * kept;
+        if (w.edge.logits_forward.seconds > 0) a += w.edge.logits_activation_bytes + w.edge.loss_forward_extra_bytes;
+        return a;
+    }
+    const double m = c.microbatches();
+    if (s.name == "1f1b") return std::min<double>(s.pp, m) * layers / s.pp * kept;
+    if (s.name == "gpipe") return m * layers / s.pp * kept;
+    if (schedule && !schedule->ranks.empty() && schedule->num_stages() > 0) {
+        double forwards = 0;
+        for (const auto& a : schedule->ranks.front()) {
+            if (a.type != sched::ActionType::forward) break;
+            ++forwards;
+        }
+        return std::max(1.0, forwards) * layers / schedule->num_stages() * kept;
+    }
+    return kept;  // one layer of one microbatch, at least
 }
 
 double step_time_bound(const Config& c, const Workload& w) {
@@ -181,7 +209,12 @@ double step_time_bound(const Config& c, const Workload& w) {
     const LayerWork& l = w.split.partial_recompute() && layer_time(w.plain) < layer_time(w.layer) ? w.plain : w.layer;
     const double per_layer = layer_time(l);
     const double layers = static_cast<double>(c.model.spec.layers) / s.pp;  // even stages: plan searches no others
-    double bound = c.microbatches() * layers * per_layer;
+    // The rank that holds the output layer runs its share of layers and, for every microbatch, the
+    // logits and the loss forward and backward; with one stage it also holds the embedding.
+    const EdgeWork& e = w.edge;
+    double edges = e.logits_forward.seconds + e.loss_forward.seconds + e.loss_backward.seconds + e.logits_backward.seconds;
+    if (s.pp == 1) edges += e.embedding_forward.seconds + e.embedding_backward.seconds;
+    double bound = c.microbatches() * (layers * per_layer + edges);
     if (s.pp > 1 && (s.name == "1f1b" || s.name == "gpipe" || s.name == "interleaved") && !uneven_stages(s)) {
         // Microbatch 0 passes pp - 1 model chunks forward before the last rank's first forward;
         // the last rank's last backward (of some chunk k >= pp - 1) is followed by that
@@ -190,17 +223,34 @@ double step_time_bound(const Config& c, const Workload& w) {
         const double forward = l.attention_forward.seconds + l.mlp_forward.seconds;
         const double backward = l.attention_backward.seconds + l.mlp_backward.seconds;
         bound += (s.pp - 1) * chunk_layers * (forward + backward);
+        // The first rank looks microbatch 0 up before its first forward, and the gradient of the
+        // last microbatch reaches the embedding after its backward through chunk 0.
+        bound += e.embedding_forward.seconds + e.embedding_backward.seconds;
     }
     return bound;
 }
 
 constexpr RunOptions kEstimate{.keep_trace = false, .straggler_baseline = false};
 
+// The two parts summed, less one part in 10^9: the simulation adds the same bytes one allocation
+// at a time, and a peak that equals the bound must not fall below it by rounding.
+double memory_bound(double states, double activations) { return (states + activations) * (1 - 1e-9); }
+
+// The schedule a generated-pipeline strategy runs (as make_plan generates it), or none.
+std::optional<sched::Schedule> generated_schedule(const Config& c) {
+    const StrategyConfig& s = c.strategy;
+    const StrategyInfo* info = find_hw_strategy(s.name);
+    if (!info || info->pipeline != PipelineKind::scheduled || s.name == "schedule") return std::nullopt;
+    return sched::generate(s.name, {s.pp, c.microbatches(), s.name == "dualpipev" ? 2 : s.chunks, s.microbatch_group});
+}
+
 }  // namespace
 
 double memory_lower_bound(const Config& c) {
-    return model_states_bound(c, estimate_run_size(c, kEstimate)) +
-           activations_bound(make_workload(c.model.spec, layer_split(c), c.cluster.gpu));
+    const auto schedule = generated_schedule(c);
+    return memory_bound(model_states_bound(c, estimate_run_size(c, kEstimate)),
+                        activations_bound(c, make_workload(c.model.spec, layer_split(c), c.cluster.gpu),
+                                          schedule ? &*schedule : nullptr));
 }
 
 double step_time_lower_bound(const Config& c) {
@@ -369,16 +419,13 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
                                                     e.example_error = fmt::format("{}: {}", c.label, err.what());
                                                 continue;
                                             }
-                                            if (info.pipeline == PipelineKind::scheduled) {
+                                            std::optional<sched::Schedule> schedule;
+                                            try {
                                                 // The generated schedule's own rules (interleaved: g in [p, m]).
-                                                try {
-                                                    (void)sched::generate(name, {.p = pp,
-                                                                                 .m = config.microbatches(),
-                                                                                 .v = info.chunks ? v : 1});
-                                                } catch (const std::invalid_argument&) {
-                                                    rejected(reject::schedule);
-                                                    continue;
-                                                }
+                                                schedule = generated_schedule(config);
+                                            } catch (const std::invalid_argument&) {
+                                                rejected(reject::schedule);
+                                                continue;
                                             }
                                             const RunSize size = estimate_run_size(config, kEstimate);
                                             if (size.events > kMaxRunEvents) {
@@ -390,7 +437,7 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
                                             if (states > c.capacity) { rejected(reject::states); continue; }
                                             const Workload work =
                                                 make_workload(config.model.spec, layer_split(config), config.cluster.gpu);
-                                            c.memory_bound = states + activations_bound(work);
+                                            c.memory_bound = memory_bound(states, activations_bound(config, work, schedule ? &*schedule : nullptr));
                                             if (c.memory_bound > c.capacity) { rejected(reject::activations); continue; }
                                             c.time_bound = step_time_bound(config, work);
                                             ++index;
