@@ -6,6 +6,7 @@
 
 #include "dtsim/trace.hpp"
 
+#include <cstddef>
 #include <iosfwd>
 #include <string>
 #include <vector>
@@ -69,5 +70,26 @@ struct CompareRow {
 
 // Throws std::invalid_argument for an unknown extension, std::runtime_error when writing fails.
 void write_compare_chart(const std::vector<CompareRow>& rows, const std::string& path, const std::string& title);
+
+// The chart of `dtsim plan --svg`: each layout simulated as a point of step time against peak
+// memory per GPU (grey when it fits, a red cross when it does not), the GPU's capacity as a dashed
+// line, and the Pareto front (the layouts that fit and that no other that fits beats in both
+// step time and memory) as a blue staircase, its layouts numbered and listed fastest first (the
+// first 15). SVG, PNG or PDF by the path's extension; deterministic output.
+struct ParetoPoint {
+    std::string label;
+    double step_time = 0;    // s
+    double peak_memory = 0;  // bytes per GPU
+    bool oom = false;
+};
+
+// The front: indices of `points`, by peak memory ascending (step time descending); of points with
+// the same figures, the first given.
+std::vector<std::size_t> pareto_front(const std::vector<ParetoPoint>& points);
+
+// Throws std::invalid_argument for an unknown extension or a figure that is not finite,
+// std::runtime_error when writing fails.
+void write_pareto_chart(const std::vector<ParetoPoint>& points, double capacity, const std::string& path,
+                        const std::string& title);
 
 }  // namespace dtsim::render

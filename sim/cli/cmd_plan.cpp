@@ -13,15 +13,16 @@
 #include "commands.hpp"
 #include "progress.hpp"
 
+#include "dtsim/detail/output_file.hpp"
 #include "dtsim/hw/config.hpp"
 #include "dtsim/hw/plan.hpp"
 #include "dtsim/hw/resilience.hpp"
 #include "dtsim/hw/run.hpp"
 #include "dtsim/hw/units.hpp"
 
-#include <fmt/format.h>
+#include "dtsim/render.hpp"
 
-#include "dtsim/detail/output_file.hpp"
+#include <fmt/format.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -54,6 +55,7 @@ struct PlanArgs {
     std::string slurm;              // --slurm DIR
     int shards = 0;                 // --shards N
     std::vector<std::string> slurm_args;
+    ChartOutputs chart;  // --svg, --png, --pdf: the Pareto chart
 };
 
 // "I/N" with 0 <= I < N.
@@ -136,6 +138,8 @@ void write_slurm(const PlanArgs& a) {
     std::vector<std::string> outputs;
     if (a.json) outputs.push_back("--json");
     if (!a.csv.empty()) outputs.insert(outputs.end(), {"--csv", absolute(a.csv)});
+    for (const auto& [option, path] : {std::pair{"--svg", &a.chart.svg}, {"--png", &a.chart.png}, {"--pdf", &a.chart.pdf}})
+        if (!path->empty()) outputs.insert(outputs.end(), {option, absolute(*path)});
     if (a.no_timings) outputs.push_back("--no-timings");
     const std::string merge = fmt::format(
         "#!/bin/sh\n"
@@ -241,7 +245,8 @@ void plan(const PlanArgs& a) {
     if (!a.shard.empty()) {
         std::tie(request.shard, request.shards) = parse_shard(a.shard);
         if (a.out.empty()) throw UsageError("--shard: give the file to write with --out FILE");
-        if (a.json || !a.csv.empty()) throw UsageError("--shard writes its share to --out; --json and --csv are the merge's");
+        if (a.json || !a.csv.empty() || !a.chart.paths().empty())
+            throw UsageError("--shard writes its share to --out; --json, --csv and the chart are the merge's");
     } else if (!a.out.empty()) {
         throw UsageError("--out: only with --shard I/N");
     }
@@ -285,11 +290,28 @@ void plan(const PlanArgs& a) {
         bar.clear();
     }
     const std::size_t top = static_cast<std::size_t>(a.top);
+    const auto charts = a.chart.paths();
+    if (!charts.empty()) {
+        std::vector<render::ParetoPoint> points;
+        double capacity = 0;
+        for (const auto& row : r.simulated) {
+            if (!row.figures) continue;  // a simulation that failed
+            const auto& f = *row.figures;
+            points.push_back({r.enumeration.candidates[row.candidate].label, f.step_time, f.peak_bytes, !row.fits()});
+            capacity = std::max(capacity, f.capacity);
+        }
+        const nlohmann::json& name = r.enumeration.base.contains("name") ? r.enumeration.base["name"] : nullptr;
+        const std::string title = fmt::format("dtsim plan: {}: step time against peak memory per GPU",
+                                              name.is_string() ? name.get<std::string>() : a.config);
+        for (const auto& path : charts) render::write_pareto_chart(points, capacity, path, title);
+    }
     if (a.json)
         fmt::print("{}\n", hw::to_json(r, top, !a.no_timings).dump(2));
     else
         print_plan(r, top, !a.no_timings);
     if (!a.csv.empty()) write_csv(r, a.csv);
+    if (!a.json)
+        for (const auto& path : charts) fmt::print("chart {}\n", path);
     exit_status() = !r.best.empty() ? 0 : r.failed > 0 ? 1 : 3;
 }
 
@@ -316,6 +338,7 @@ void register_plan_command(CLI::App& app) {
     cmd->add_flag("--json", pa->json, "Print the result as JSON");
     cmd->add_option("--csv", pa->csv, "Write every fitting layout simulated, fastest first, as CSV")
         ->transform(output_file());
+    pa->chart.add_options(cmd, "the Pareto chart (step time against peak memory of the layouts simulated)");
     cmd->add_flag("--no-timings", pa->no_timings, "Leave out the host times (for output compared byte for byte)");
     cmd->add_option("-j,--jobs", pa->jobs,
                     "Simulations at once, on as many threads (default: one per hardware thread); the output is "
