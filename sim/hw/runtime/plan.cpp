@@ -639,7 +639,11 @@ std::string plan_fingerprint(const Enumeration& e, const PlanRequest& request) {
 nlohmann::json shard_to_json(const PlanResult& r, const PlanRequest& request) {
     nlohmann::json rows = nlohmann::json::array();
     for (const PlanRow& row : r.simulated) {
-        nlohmann::json j = {{"candidate", row.candidate}};
+        const Candidate& c = r.enumeration.candidates[row.candidate];
+        nlohmann::json j = {{"candidate", row.candidate},
+                            {"layout", c.label},
+                            {"step_time_bound_s", c.time_bound},
+                            {"memory_bound_bytes", c.memory_bound}};
         if (row.error.empty()) j["report"] = row.report;
         else j["error"] = row.error;
         rows.push_back(std::move(j));
