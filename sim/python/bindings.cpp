@@ -65,11 +65,6 @@ Key to_key(const py::handle& h) {
     return Key(h.cast<int>());
 }
 
-py::object from_key(const Key& k) {
-    if (k.b == Key::kNone) return py::int_(k.a);
-    return py::make_tuple(k.a, k.b);
-}
-
 // ------------------------------------------------------------------ a Dist
 
 // The simulation of one Dist and the models made on it, by rank. Models are
@@ -108,89 +103,52 @@ public:
     std::shared_ptr<World> world;
 };
 
-// A model as Python holds it: the world it lives in, kept alive, and the model.
+// What a Python store did to the engine's store of its kind, not yet applied.
+template <class V>
+void apply(Store<V>& store, const Key& key, PyObject* value) {
+    if (value == Py_None)
+        store.erase(key);
+    else
+        store.set(key, V(py::handle(value).cast<const V&>()));
+}
+
+// A model as Python holds it: the world it lives in, kept alive, the model,
+// and what its stores did since the model's last operation. The stores
+// (dtsim.puzzles.Store, dicts) append (store, key, value or None to delete) to
+// `pending`, which every operation first applies to the engine's stores in
+// order: an operation records the rank's memory as it is then, as a C++
+// strategy's does, and a store write costs no call into the engine.
 struct PyModel {
     std::shared_ptr<World> world;
     Model* model;
+    py::list pending;
+
+    Model& flushed() {
+        PyObject* list = pending.ptr();
+        const Py_ssize_t n = PyList_GET_SIZE(list);
+        if (n == 0) return *model;
+        try {
+            for (Py_ssize_t i = 0; i < n; ++i) {
+                PyObject* entry = PyList_GET_ITEM(list, i);
+                const long which = PyLong_AsLong(PyTuple_GET_ITEM(entry, 0));
+                const Key key = to_key(PyTuple_GET_ITEM(entry, 1));
+                PyObject* value = PyTuple_GET_ITEM(entry, 2);
+                switch (which) {
+                    case 0: apply(model->weights, key, value); break;
+                    case 1: apply(model->opt_states, key, value); break;
+                    case 2: apply(model->activations, key, value); break;
+                    case 3: apply(model->grad_activations, key, value); break;
+                    default: apply(model->grad_weights, key, value); break;
+                }
+            }
+        } catch (...) {
+            PyList_SetSlice(list, 0, n, nullptr);
+            throw;
+        }
+        PyList_SetSlice(list, 0, n, nullptr);
+        return *model;
+    }
 };
-
-// ------------------------------------------------------------------ stores
-
-template <class V>
-class PyStore {
-public:
-    PyStore(std::shared_ptr<World> w, Store<V>* s) : world_(std::move(w)), store_(s) {}
-
-    [[nodiscard]] V get(const py::handle& k) const {
-        const Key key = to_key(k);
-        if (!store_->contains(key)) throw py::key_error(missing(key));
-        return store_->get(key);
-    }
-    [[nodiscard]] py::object get_or(const py::handle& k, const py::object& fallback) const {
-        const Key key = to_key(k);
-        if (!store_->contains(key)) return fallback;
-        return py::cast(store_->get(key));
-    }
-    void set(const py::handle& k, V v) { store_->set(to_key(k), std::move(v)); }
-    void erase(const py::handle& k) {
-        const Key key = to_key(k);
-        if (!store_->contains(key)) throw py::key_error(missing(key));
-        store_->erase(key);
-    }
-    [[nodiscard]] bool contains(const py::handle& k) const {
-        if (!py::isinstance<py::int_>(k) && !py::isinstance<py::tuple>(k)) return false;
-        return store_->contains(to_key(k));
-    }
-    [[nodiscard]] std::size_t size() const { return store_->size(); }
-    [[nodiscard]] py::list keys() const {
-        py::list out;
-        store_->for_each([&](const Key& k, const V&) { out.append(from_key(k)); });
-        return out;
-    }
-    [[nodiscard]] py::list values() const {
-        py::list out;
-        store_->for_each([&](const Key&, const V& v) { out.append(py::cast(v)); });
-        return out;
-    }
-    [[nodiscard]] py::list items() const {
-        py::list out;
-        store_->for_each([&](const Key& k, const V& v) { out.append(py::make_tuple(from_key(k), py::cast(v))); });
-        return out;
-    }
-    [[nodiscard]] std::string repr() const {
-        std::string out = fmt::format("{}{{", Store<V>::name());
-        bool first = true;
-        store_->for_each([&](const Key& k, const V& v) {
-            out += fmt::format("{}{}: {}", first ? "" : ", ", k.str(), v.str());
-            first = false;
-        });
-        return out + "}";
-    }
-
-private:
-    // The KeyError's text: the store and the key, as the engine's own missing-key error names them.
-    [[nodiscard]] static std::string missing(const Key& key) {
-        return fmt::format("{}[{}] is not stored", Store<V>::name(), key.str());
-    }
-    std::shared_ptr<World> world_;  // keeps the model alive
-    Store<V>* store_;
-};
-
-template <class V>
-void bind_store(py::module_& m, const char* name) {
-    py::class_<PyStore<V>>(m, name)
-        .def("__getitem__", &PyStore<V>::get)
-        .def("__setitem__", &PyStore<V>::set)
-        .def("__delitem__", &PyStore<V>::erase)
-        .def("__contains__", &PyStore<V>::contains)
-        .def("__len__", &PyStore<V>::size)
-        .def("__iter__", [](const PyStore<V>& s) { return s.keys().attr("__iter__")(); })
-        .def("keys", &PyStore<V>::keys)
-        .def("values", &PyStore<V>::values)
-        .def("items", &PyStore<V>::items)
-        .def("get", &PyStore<V>::get_or, py::arg("key"), py::arg("default") = py::none())
-        .def("__repr__", &PyStore<V>::repr);
-}
 
 // ------------------------------------------------------------------ requests
 
@@ -205,6 +163,7 @@ struct Request {
     int layer = kNoLayer;  // collectives
     int dst = -1;          // pass_to
     py::object value;      // what is reduced, gathered or passed
+    PyModel* owner = nullptr;  // the Python model it was made from
     Model* model = nullptr;
     py::object result;
     bool yielded = false;
@@ -275,6 +234,7 @@ Task<> drive_steps(World& world, Model& model, py::object coro, py::object* resu
         if (req.model != &model)
             throw PuzzleError(model.rank, request_name(req.op), req.layer,
                               fmt::format("awaited an operation of rank {}'s model", req.model->rank));
+        req.owner->flushed();  // what the stores did before the await
         switch (req.op) {
             case RequestOp::allreduce: {
                 const auto v = req.value.cast<WeightGrad>();
@@ -463,6 +423,7 @@ Request make_request(PyModel& m, RequestOp op, py::object value, int layer, int 
     r.layer = layer;
     r.dst = dst;
     r.value = std::move(value);
+    r.owner = &m;
     r.model = m.model;
     return r;
 }
@@ -559,11 +520,6 @@ PYBIND11_MODULE(_core, m) {
         .def("__add__", [](const WeightGrad& a, const WeightGrad& b) { return a + b; })
         .def("__repr__", &WeightGrad::str);
 
-    bind_store<Weight>(m, "WeightStore");
-    bind_store<OptState>(m, "OptStateStore");
-    bind_store<Activation>(m, "ActivationStore");
-    bind_store<ActivationGrad>(m, "ActivationGradStore");
-    bind_store<WeightGrad>(m, "WeightGradStore");
 
     py::class_<Request>(m, "Request")
         .def("__await__", [](py::object self) { return self; })
@@ -605,42 +561,33 @@ PYBIND11_MODULE(_core, m) {
     py::class_<PyModel>(m, "Model", py::dynamic_attr())
         .def(py::init([](int layers, int batches, int rank, PyDist& dist) {
                  Model& model = make_model(dist, layers, batches, rank);
-                 return PyModel{dist.world, &model};
+                 return PyModel{dist.world, &model, py::list()};
              }),
              py::arg("layers"), py::arg("batches"), py::arg("rank"), py::arg("dist"))
         .def_property_readonly("_rank", [](const PyModel& p) { return p.model->rank; })
         .def_property_readonly("_RANKS", [](const PyModel& p) { return p.model->RANKS; })
         .def_property_readonly("_LAYERS", [](const PyModel& p) { return p.model->LAYERS; })
         .def_property_readonly("_BATCHES", [](const PyModel& p) { return p.model->BATCHES; })
-        .def_property_readonly("_weights", [](const PyModel& p) { return PyStore<Weight>(p.world, &p.model->weights); })
-        .def_property_readonly("_opt_states",
-                               [](const PyModel& p) { return PyStore<OptState>(p.world, &p.model->opt_states); })
-        .def_property_readonly("_activations",
-                               [](const PyModel& p) { return PyStore<Activation>(p.world, &p.model->activations); })
-        .def_property_readonly("_grad_activations", [](const PyModel& p) {
-            return PyStore<ActivationGrad>(p.world, &p.model->grad_activations);
-        })
-        .def_property_readonly("_grad_weights",
-                               [](const PyModel& p) { return PyStore<WeightGrad>(p.world, &p.model->grad_weights); })
-        .def("memory", [](const PyModel& p) { return p.model->memory(); })
+        .def_property_readonly("_pending", [](const PyModel& p) { return p.pending; })
+        .def("memory", [](PyModel& p) { return p.flushed().memory(); })
         .def_property_readonly("time", [](const PyModel& p) { return p.model->time(); })
         .def(
             "load_weights",
-            [](PyModel& p, int layer, int shard, int total) { return pair(p.model->load_weights(layer, shard, total)); },
+            [](PyModel& p, int layer, int shard, int total) { return pair(p.flushed().load_weights(layer, shard, total)); },
             py::arg("layer"), py::arg("shard") = 0, py::arg("total") = 1)
-        .def("get_activation", [](PyModel& p, const py::object& batches) { return p.model->get_activation(to_ids(batches)); })
-        .def("forward", [](PyModel& p, int layer, const Activation& a, const Weight& w) { return p.model->forward(layer, a, w); })
+        .def("get_activation", [](PyModel& p, const py::object& batches) { return p.flushed().get_activation(to_ids(batches)); })
+        .def("forward", [](PyModel& p, int layer, const Activation& a, const Weight& w) { return p.flushed().forward(layer, a, w); })
         .def("backward",
              [](PyModel& p, int layer, const Activation& a, const ActivationGrad& g, const Weight& w) {
-                 return pair(p.model->backward(layer, a, g, w));
+                 return pair(p.flushed().backward(layer, a, g, w));
              })
-        .def("loss", [](PyModel& p, const Activation& a) { return p.model->loss(a); })
+        .def("loss", [](PyModel& p, const Activation& a) { return p.flushed().loss(a); })
         .def("update",
              [](PyModel& p, int layer, const WeightGrad& g, const Weight& w, const OptState& o) {
-                 return pair(p.model->update(layer, g, w, o));
+                 return pair(p.flushed().update(layer, g, w, o));
              })
-        .def("fake_grad", [](PyModel& p, int layer, const py::object& batches) { return p.model->fake_grad(layer, to_ids(batches)); })
-        .def("set_final_weight", [](PyModel& p, int layer, const Weight& w) { p.model->set_final_weight(layer, w); })
+        .def("fake_grad", [](PyModel& p, int layer, const py::object& batches) { return p.flushed().fake_grad(layer, to_ids(batches)); })
+        .def("set_final_weight", [](PyModel& p, int layer, const Weight& w) { p.flushed().set_final_weight(layer, w); })
         .def_property_readonly("final_weights",
                                [](const PyModel& p) {
                                    py::dict out;

@@ -27,12 +27,14 @@ def test_stores_support_get_set_del_len_in_and_iteration():
     assert model.memory() < memory and len(activations) == 1
     with pytest.raises(KeyError):
         activations[3]
-    with pytest.raises(KeyError, match=r"activations\[\(1, 0\)\] is not stored"):
+    with pytest.raises(KeyError):
         del activations[1, 0]
+    with pytest.raises(TypeError, match=r"activations\[4\]: expected a Activation, not Weight"):
+        activations[4] = model.load_weights(0)[0]
     assert activations.pop(0).batches == frozenset({0, 1}) and len(activations) == 0 and model.memory() < memory
     activations.update({2: model.get_activation([1])})
     activations.clear()
-    assert len(model._activations) == 0 and model.memory() == 0
+    assert model.memory() == 0
     weights[0], opt_states[0] = model.load_weights(0)
     assert [k for k, _ in weights.items()] == [0] and weights[0].step == 0
 

@@ -50,24 +50,33 @@ class PuzzleCheckError(AssertionError):
 class Store(dict):
     """One of a model's five stores: a dict whose contents are the GPU's memory.
 
-    Reads are a dict's own (a missing key raises KeyError, as in the reference);
-    storing and deleting also go to the engine's store, which keeps the rank's
-    memory exactly as a C++ strategy's store does.
+    Reads are a dict's own (a missing key raises KeyError, as in the
+    reference). Storing and deleting are also noted for the engine's store of
+    the same name, which the model's next operation brings up to date before
+    it runs: the memory an operation records is the rank's memory then,
+    exactly as a C++ strategy's store keeps it.
     """
 
-    __slots__ = ("_engine",)
+    __slots__ = ("_pending", "_which", "_type", "_name")
 
-    def __init__(self, engine):
+    def __init__(self, pending: list, which: int, value_type: type, name: str):
         super().__init__()
-        self._engine = engine
+        self._pending = pending
+        self._which = which
+        self._type = value_type
+        self._name = name
 
     def __setitem__(self, key, value):
-        self._engine[key] = value
+        if type(value) is not self._type:
+            raise TypeError(f"{self._name}[{key!r}]: expected a {self._type.__name__}, not {type(value).__name__}")
+        if type(key) is not int and not _is_pair(key):
+            raise TypeError(f"{self._name}[{key!r}]: a key is an int or a pair of ints")
+        self._pending.append((self._which, key, value))
         dict.__setitem__(self, key, value)
 
     def __delitem__(self, key):
-        del self._engine[key]
         dict.__delitem__(self, key)
+        self._pending.append((self._which, key, None))
 
     def pop(self, key, *default):
         if key not in self and default:
@@ -101,6 +110,10 @@ class Store(dict):
         return dict(self)
 
 
+def _is_pair(key) -> bool:
+    return type(key) is tuple and len(key) == 2 and type(key[0]) is int and type(key[1]) is int
+
+
 class Model(_core.Model):
     """One rank's GPU in the puzzle world, on ``dist`` (a ``Dist``; a one-rank Dist when left out).
 
@@ -116,11 +129,12 @@ class Model(_core.Model):
         self.dist = dist
         # Plain attributes (a strategy reads them in every loop), set from the engine's model.
         self.rank, self.RANKS, self.LAYERS, self.BATCHES = self._rank, self._RANKS, self._LAYERS, self._BATCHES
-        self.weights = Store(self._weights)
-        self.opt_states = Store(self._opt_states)
-        self.activations = Store(self._activations)
-        self.grad_activations = Store(self._grad_activations)
-        self.grad_weights = Store(self._grad_weights)
+        pending = self._pending
+        self.weights = Store(pending, 0, Weight, "weights")
+        self.opt_states = Store(pending, 1, OptState, "opt_states")
+        self.activations = Store(pending, 2, Activation, "activations")
+        self.grad_activations = Store(pending, 3, ActivationGrad, "grad_activations")
+        self.grad_weights = Store(pending, 4, WeightGrad, "grad_weights")
 
     def storage(self):
         return self.weights, self.opt_states, self.activations, self.grad_activations, self.grad_weights
