@@ -1,0 +1,144 @@
+"""The hardware world from Python: ``dtsim.run`` and ``dtsim.compare`` (docs/python.md).
+
+Each runs the ``dtsim`` command this package was built or installed with
+(``dtsim run CONFIG --json``, ``dtsim compare A B ... --json``) and returns its
+report as Python objects: the same dicts as ``--json`` prints. In Jupyter a
+single run shows as its timeline and a comparison as its chart.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
+
+Config = Union[str, "os.PathLike[str]", Dict[str, Any]]
+
+__all__ = ["run", "compare", "Report", "Reports", "DtsimError", "executable"]
+
+
+class DtsimError(RuntimeError):
+    """The dtsim command failed: ``status`` is its exit status (2: a bad config or argument), the message its own."""
+
+    def __init__(self, message: str, status: int):
+        super().__init__(message)
+        self.status = status
+
+
+def executable() -> str:
+    """The dtsim command: $DTSIM_EXECUTABLE, else the one this package was built or installed with, else PATH's."""
+    path = os.environ.get("DTSIM_EXECUTABLE")
+    if path:
+        return path
+    try:
+        from ._paths import DTSIM_EXECUTABLE
+        if os.path.exists(DTSIM_EXECUTABLE):
+            return DTSIM_EXECUTABLE
+    except ImportError:
+        pass
+    found = shutil.which("dtsim")
+    if not found:
+        raise DtsimError("the dtsim command was not found (set DTSIM_EXECUTABLE to its path)", 2)
+    return found
+
+
+class Report(dict):
+    """One run's report (``dtsim run --json``); ``svg`` is its timeline where drawn (shown inline by Jupyter)."""
+
+    svg: Optional[str] = None
+
+    def _repr_svg_(self) -> Optional[str]:
+        return self.svg
+
+
+class Reports(list):
+    """Several runs' reports (a sweep's rows, or ``dtsim compare --json``); ``svg`` is the comparison chart where drawn."""
+
+    svg: Optional[str] = None
+
+    def _repr_svg_(self) -> Optional[str]:
+        return self.svg
+
+
+def _config_path(config: Config, tmp: str, index: int) -> str:
+    if isinstance(config, dict):
+        # A dict is written out; its includes, where relative, are taken from the current directory.
+        doc = dict(config)
+        inc = doc.get("include")
+        if isinstance(inc, str):
+            doc["include"] = os.path.abspath(inc)
+        elif isinstance(inc, list):
+            doc["include"] = [os.path.abspath(i) if isinstance(i, str) else i for i in inc]
+        path = os.path.join(tmp, f"config{index}.json")
+        with open(path, "w") as f:
+            json.dump(doc, f)
+        return path
+    return os.fspath(config)
+
+
+def _settings(set: Union[str, Iterable[str], None]) -> List[str]:
+    if set is None:
+        return []
+    items = [set] if isinstance(set, str) else list(set)
+    args: List[str] = []
+    for s in items:
+        args += ["--set", s]
+    return args
+
+
+def _call(args: Sequence[str]) -> Any:
+    proc = subprocess.run([executable(), *args], capture_output=True, text=True)
+    # 0: ran; 1: a run failed its check or broke a rule; 3: out of memory. The report says which.
+    if proc.returncode in (0, 1, 3) and proc.stdout.strip():
+        try:
+            return json.loads(proc.stdout)
+        except json.JSONDecodeError:
+            pass
+    message = proc.stderr.strip() or proc.stdout.strip() or f"dtsim exited with status {proc.returncode}"
+    raise DtsimError(message, proc.returncode)
+
+
+def run(config: Config, set: Union[str, Iterable[str], None] = None, timeline: bool = True,
+        jobs: Optional[int] = None) -> Union[Report, Reports]:
+    """``dtsim run CONFIG --json`` with ``--set`` overrides ("path=value"; "path=v1,v2" sweeps).
+
+    ``config`` is a path or a dict (a config document). One run gives a Report
+    (with its timeline as ``svg`` when ``timeline``); a sweep gives Reports, one
+    dict per combination: ``{"set": {...}, "report": {...}}`` (or ``"error"``).
+    """
+    with tempfile.TemporaryDirectory(prefix="dtsim-") as tmp:
+        args = ["run", _config_path(config, tmp, 0), "--json", *_settings(set)]
+        if jobs is not None:
+            args += ["--jobs", str(jobs)]
+        sweep = any("," in s for s in ([set] if isinstance(set, str) else list(set or [])))
+        svg_path = os.path.join(tmp, "timeline.svg")
+        if timeline and not sweep:
+            args += ["--svg", svg_path]
+        out = _call(args)
+        if isinstance(out, list):
+            return Reports(out)
+        report = Report(out)
+        if os.path.exists(svg_path):
+            with open(svg_path) as f:
+                report.svg = f.read()
+        return report
+
+
+def compare(configs: Sequence[Config], set: Union[str, Iterable[str], None] = None, chart: bool = True,
+            jobs: Optional[int] = None) -> Reports:
+    """``dtsim compare A B ... --json``: one report per config, in order, with the comparison chart as ``svg``."""
+    with tempfile.TemporaryDirectory(prefix="dtsim-") as tmp:
+        args = ["compare", *[_config_path(c, tmp, i) for i, c in enumerate(configs)], "--json", *_settings(set)]
+        if jobs is not None:
+            args += ["--jobs", str(jobs)]
+        svg_path = os.path.join(tmp, "compare.svg")
+        if chart:
+            args += ["--svg", svg_path]
+        reports = Reports(_call(args))
+        if os.path.exists(svg_path):
+            with open(svg_path) as f:
+                reports.svg = f.read()
+        return reports

@@ -1,0 +1,60 @@
+"""dtsim.run and dtsim.compare: the reports `dtsim run --json` and `dtsim compare --json`
+print, as dicts, with the timeline and the chart for Jupyter."""
+
+import json
+import pathlib
+import subprocess
+
+import pytest
+
+import dtsim
+from dtsim.runs import executable
+
+CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "configs" / "runs"
+DDP = CONFIGS / "llama3-8b-16xh100-ddp.json"
+FSDP = CONFIGS / "llama3-8b-16xh100-fsdp.json"
+
+
+def cli_json(*args):
+    out = subprocess.run([executable(), *args, "--json"], capture_output=True, text=True).stdout  # 3: out of memory, still a report
+    return json.loads(out)
+
+
+def without_wall_time(report):
+    return {k: v for k, v in report.items() if k != "wall_s"}
+
+
+def test_run_gives_the_report_run_json_prints_and_its_timeline():
+    report = dtsim.run(DDP)
+    assert without_wall_time(report) == without_wall_time(cli_json("run", str(DDP)))
+    assert report["gpus"] == 16 and report["step_time_s"] > 0
+    assert "<svg" in report._repr_svg_()
+
+
+def test_run_takes_set_overrides_and_sweeps():
+    one = dtsim.run(DDP, set="training.micro_batch=2", timeline=False)
+    assert one["micro_batch"] == 2 and one.svg is None
+    rows = dtsim.run(DDP, set=["training.micro_batch=1,2"])
+    assert [row["set"] for row in rows] == [{"training.micro_batch": "1"}, {"training.micro_batch": "2"}]
+    assert without_wall_time(rows[1]["report"]) == without_wall_time(one)
+
+
+def test_run_takes_a_config_as_a_dict_with_includes_from_the_current_directory(monkeypatch):
+    monkeypatch.chdir(CONFIGS)
+    doc = json.loads(DDP.read_text())
+    assert without_wall_time(dtsim.run(doc, timeline=False)) == without_wall_time(cli_json("run", str(DDP)))
+
+
+def test_compare_gives_one_report_per_config_and_the_chart():
+    reports = dtsim.compare([DDP, FSDP])
+    cli = cli_json("compare", str(DDP), str(FSDP))
+    assert [without_wall_time(r) for r in reports] == [without_wall_time(r) for r in cli]
+    assert "<svg" in reports._repr_svg_()
+
+
+def test_a_bad_config_raises_with_the_commands_message_and_status():
+    with pytest.raises(dtsim.DtsimError, match="no-such-config.json") as e:
+        dtsim.run("no-such-config.json")
+    assert e.value.status == 2
+    with pytest.raises(dtsim.DtsimError, match="nosuch"):
+        dtsim.run(DDP, set="training.nosuch=1")
