@@ -153,9 +153,9 @@ struct PyModel {
 // ------------------------------------------------------------------ requests
 
 // What awaiting a collective or a pass yields to the driver: the operation and
-// its arguments; the driver sets `result` and resumes the coroutine, whose
-// await then returns it. A Request is its own iterator (`__await__` returns it):
-// the first `__next__` yields it, the second ends the await with the result.
+// its arguments. Its `__await__` (dtsim.puzzles: `return (yield self)`) yields
+// it; the driver awaits the operation and sends the result back into the
+// coroutine, where it is the value of the `await`.
 enum class RequestOp { allreduce, allgather, scatterreduce, pass_to, receive };
 
 struct Request {
@@ -165,8 +165,6 @@ struct Request {
     py::object value;      // what is reduced, gathered or passed
     PyModel* owner = nullptr;  // the Python model it was made from
     Model* model = nullptr;
-    py::object result;
-    bool yielded = false;
 };
 
 const char* request_name(RequestOp op) {
@@ -178,13 +176,6 @@ const char* request_name(RequestOp op) {
         case RequestOp::receive: return "receive";
     }
     return "?";
-}
-
-[[noreturn]] void stop_iteration(const py::object& value) {
-    // StopIteration(value) as an instance, so that a tuple result stays one value.
-    const py::object exc = py::reinterpret_borrow<py::object>(PyExc_StopIteration)(value);
-    PyErr_SetObject(PyExc_StopIteration, exc.ptr());
-    throw py::error_already_set();
 }
 
 // ------------------------------------------------------------------ the driver
@@ -210,9 +201,10 @@ Task<> nothing() { co_return; }
 // Steps `coro` (rank `model.rank`'s coroutine) until it returns, awaiting on
 // the model each operation it yields; its return value goes to `*result`.
 Task<> drive_steps(World& world, Model& model, py::object coro, py::object* result) {
+    py::object send = py::none();  // the result of the operation awaited last
     for (;;) {
         PyObject* out = nullptr;
-        const PySendResult sent = PyIter_Send(coro.ptr(), Py_None, &out);
+        const PySendResult sent = PyIter_Send(coro.ptr(), send.ptr(), &out);
         if (sent == PYGEN_RETURN) {
             *result = py::reinterpret_steal<py::object>(out);
             co_return;
@@ -238,24 +230,24 @@ Task<> drive_steps(World& world, Model& model, py::object coro, py::object* resu
         switch (req.op) {
             case RequestOp::allreduce: {
                 const auto v = req.value.cast<WeightGrad>();
-                req.result = py::cast(co_await model.allreduce(v, req.layer));
+                send = py::cast(co_await model.allreduce(v, req.layer));
                 break;
             }
             case RequestOp::scatterreduce: {
                 const auto v = req.value.cast<WeightGrad>();
-                req.result = py::cast(co_await model.scatterreduce(v, req.layer));
+                send = py::cast(co_await model.scatterreduce(v, req.layer));
                 break;
             }
             case RequestOp::allgather: {
                 if (py::isinstance<Weight>(req.value)) {
                     const auto v = req.value.cast<Weight>();
-                    req.result = py::cast(co_await model.allgather(v, req.layer));
+                    send = py::cast(co_await model.allgather(v, req.layer));
                 } else if (py::isinstance<OptState>(req.value)) {
                     const auto v = req.value.cast<OptState>();
-                    req.result = py::cast(co_await model.allgather(v, req.layer));
+                    send = py::cast(co_await model.allgather(v, req.layer));
                 } else {
                     const auto v = req.value.cast<WeightGrad>();
-                    req.result = py::cast(co_await model.allgather(v, req.layer));
+                    send = py::cast(co_await model.allgather(v, req.layer));
                 }
                 break;
             }
@@ -274,12 +266,12 @@ Task<> drive_steps(World& world, Model& model, py::object coro, py::object* resu
                 } else {
                     co_await model.pass_to(req.dst, py::object(v));
                 }
-                req.result = py::none();
+                send = py::none();
                 break;
             }
             case RequestOp::receive: {
                 const puzzle::Received r = co_await model.receive();
-                req.result = received_value(r);
+                send = received_value(r);
                 break;
             }
         }
@@ -522,17 +514,6 @@ PYBIND11_MODULE(_core, m) {
 
 
     py::class_<Request>(m, "Request")
-        .def("__await__", [](py::object self) { return self; })
-        .def("__iter__", [](py::object self) { return self; })
-        .def("__next__",
-             [](py::object self) -> py::object {
-                 auto& r = self.cast<Request&>();
-                 if (!r.yielded) {
-                     r.yielded = true;
-                     return self;
-                 }
-                 stop_iteration(std::exchange(r.result, py::none()));
-             })
         .def("__repr__", [](const Request& r) {
             return fmt::format("<dtsim request {} (rank {})>", request_name(r.op), r.model->rank);
         });

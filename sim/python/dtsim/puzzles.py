@@ -43,6 +43,15 @@ __all__ = [
 ]
 
 
+def _request_await(request):
+    # Awaiting a collective, a pass or a receive yields the request to the rank's
+    # driver in the engine, which sends back the operation's result.
+    return (yield request)
+
+
+_core.Request.__await__ = _request_await
+
+
 class PuzzleCheckError(AssertionError):
     """Model.check failed: the final weights are missing, stale or incomplete (the engine's message)."""
 
@@ -69,7 +78,7 @@ class Store(dict):
     def __setitem__(self, key, value):
         if type(value) is not self._type:
             raise TypeError(f"{self._name}[{key!r}]: expected a {self._type.__name__}, not {type(value).__name__}")
-        if type(key) is not int and not _is_pair(key):
+        if type(key) is not int and not (type(key) is tuple and _is_pair(key)):
             raise TypeError(f"{self._name}[{key!r}]: a key is an int or a pair of ints")
         self._pending.append((self._which, key, value))
         dict.__setitem__(self, key, value)
@@ -110,8 +119,8 @@ class Store(dict):
         return dict(self)
 
 
-def _is_pair(key) -> bool:
-    return type(key) is tuple and len(key) == 2 and type(key[0]) is int and type(key[1]) is int
+def _is_pair(key: tuple) -> bool:
+    return len(key) == 2 and type(key[0]) is int and type(key[1]) is int
 
 
 class Model(_core.Model):
