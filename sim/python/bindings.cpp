@@ -163,7 +163,8 @@ struct Request {
     int layer = kNoLayer;  // collectives
     int dst = -1;          // pass_to
     py::object value;      // what is reduced, gathered or passed
-    PyModel* owner = nullptr;  // the Python model it was made from
+    py::object owner_ref;      // the Python model it was made from, kept alive while it waits
+    PyModel* owner = nullptr;  // the same, as the model
     Model* model = nullptr;
 };
 
@@ -409,8 +410,10 @@ py::list trace_records(const Trace& t) {
     return out;
 }
 
-Request make_request(PyModel& m, RequestOp op, py::object value, int layer, int dst) {
+Request make_request(const py::object& self, RequestOp op, py::object value, int layer, int dst) {
+    auto& m = self.cast<PyModel&>();
     Request r;
+    r.owner_ref = self;
     r.op = op;
     r.layer = layer;
     r.dst = dst;
@@ -576,11 +579,11 @@ PYBIND11_MODULE(_core, m) {
                                        if (const Weight* w = p.model->final_weight(l)) out[py::int_(l)] = *w;
                                    return out;
                                })
-        .def("allreduce", [](PyModel& p, py::object v, int layer) { return make_request(p, RequestOp::allreduce, std::move(v), layer, -1); })
-        .def("allgather", [](PyModel& p, py::object v, int layer) { return make_request(p, RequestOp::allgather, std::move(v), layer, -1); })
-        .def("scatterreduce", [](PyModel& p, py::object v, int layer) { return make_request(p, RequestOp::scatterreduce, std::move(v), layer, -1); })
-        .def("pass_to", [](PyModel& p, int dst, py::object v) { return make_request(p, RequestOp::pass_to, std::move(v), kNoLayer, dst); })
-        .def("receive", [](PyModel& p) { return make_request(p, RequestOp::receive, py::none(), kNoLayer, -1); })
+        .def("allreduce", [](const py::object& p, py::object v, int layer) { return make_request(p, RequestOp::allreduce, std::move(v), layer, -1); })
+        .def("allgather", [](const py::object& p, py::object v, int layer) { return make_request(p, RequestOp::allgather, std::move(v), layer, -1); })
+        .def("scatterreduce", [](const py::object& p, py::object v, int layer) { return make_request(p, RequestOp::scatterreduce, std::move(v), layer, -1); })
+        .def("pass_to", [](const py::object& p, int dst, py::object v) { return make_request(p, RequestOp::pass_to, std::move(v), kNoLayer, dst); })
+        .def("receive", [](const py::object& p) { return make_request(p, RequestOp::receive, py::none(), kNoLayer, -1); })
         ;
 
     // The reference's Model.check over the given models: the first failure, or None.

@@ -197,3 +197,14 @@ def test_run_of_a_strategy_that_is_not_a_seed_puzzle_needs_sizes():
     result = run(mine, layers=1, batches=1, ranks=2)
     assert not result.correct and "no rank set a final weight" in result.check_error
     assert result.targets is None
+
+
+def test_awaiting_another_ranks_operation_is_an_error():
+    dist = Dist(2)
+    models = [Model(layers=1, batches=1, rank=i, dist=dist) for i in range(2)]
+
+    async def borrow(model: Model):
+        await models[1 - model.rank].receive()
+
+    with pytest.raises(PuzzleError, match="awaited an operation of rank 1's model"):
+        gather(*[borrow(m) for m in models])
