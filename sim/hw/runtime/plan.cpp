@@ -174,7 +174,7 @@ double model_states_bound(const Config& c, const RunSize& size) {
 //   generated schedules the forwards of rank 0 before its first other action, each of one stage's
 //                       layers (even stages).
 // Each layer counted at the least a layer keeps (partial recompute: the two kinds differ).
-double activations_bound(const Config& c, const Workload& w, const sched::Schedule* schedule) {
+double held_activations(const Config& c, const Workload& w, const sched::Schedule* schedule) {
     const StrategyConfig& s = c.strategy;
     const double kept = std::min(w.layer.activation_bytes,
                                  w.split.partial_recompute() ? w.plain.activation_bytes : w.layer.activation_bytes);
@@ -196,6 +196,22 @@ double activations_bound(const Config& c, const Workload& w, const sched::Schedu
         return std::max(1.0, forwards) * layers / schedule->num_stages() * kept;
     }
     return kept;  // one layer of one microbatch, at least
+}
+
+// What a rank allocates beyond its model states, at least: the activations above; with ZeRO-3
+// inside pipeline stages, also the weights of every layer it holds, gathered at its first forward
+// and kept to the end of the step (ParamGather: no reshard after forward), and beside them at the
+// end of the step the unsharded gradients of those layers, made during the backward (where the
+// states are sharded over dp x cp > 1: make_jobs). The first rank holds its layers and the embedding.
+double activations_bound(const Config& c, const Workload& w, const sched::Schedule* schedule) {
+    const StrategyConfig& s = c.strategy;
+    const double acts = held_activations(c, w, schedule);
+    const StrategyInfo* info = find_hw_strategy(s.name);
+    if (s.pp > 1 && s.zero_stage == 3 && info && info->zero3 && static_cast<long long>(s.dp) * s.cp > 1) {
+        const double params = static_cast<double>(c.model.spec.layers) / s.pp * w.layer.params + w.edge.embedding_params;
+        return bytes_per_element(c.model.spec.dtype) * params + std::max(acts, w.grad_bytes * params);
+    }
+    return acts;
 }
 
 double step_time_bound(const Config& c, const Workload& w) {
