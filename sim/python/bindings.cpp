@@ -559,19 +559,26 @@ PYBIND11_MODULE(_core, m) {
             "load_weights",
             [](PyModel& p, int layer, int shard, int total) { return pair(p.flushed().load_weights(layer, shard, total)); },
             py::arg("layer"), py::arg("shard") = 0, py::arg("total") = 1)
-        .def("get_activation", [](PyModel& p, const py::object& batches) { return p.flushed().get_activation(to_ids(batches)); })
-        .def("forward", [](PyModel& p, int layer, const Activation& a, const Weight& w) { return p.flushed().forward(layer, a, w); })
+        .def("get_activation", [](PyModel& p, const py::object& batches) { return p.flushed().get_activation(to_ids(batches)); },
+             py::arg("batches"))
+        .def("forward", [](PyModel& p, int layer, const Activation& a, const Weight& w) { return p.flushed().forward(layer, a, w); },
+             py::arg("layer"), py::arg("inp"), py::arg("weight"))
         .def("backward",
              [](PyModel& p, int layer, const Activation& a, const ActivationGrad& g, const Weight& w) {
                  return pair(p.flushed().backward(layer, a, g, w));
-             })
-        .def("loss", [](PyModel& p, const Activation& a) { return p.flushed().loss(a); })
+             },
+             py::arg("layer"), py::arg("inp"), py::arg("grad"), py::arg("weight"))
+        .def("loss", [](PyModel& p, const Activation& a) { return p.flushed().loss(a); }, py::arg("inp"))
         .def("update",
-             [](PyModel& p, int layer, const WeightGrad& g, const Weight& w, const OptState& o) {
+             // (The reference takes a shard and does not use it.)
+             [](PyModel& p, int layer, const WeightGrad& g, const Weight& w, const OptState& o, int) {
                  return pair(p.flushed().update(layer, g, w, o));
-             })
-        .def("fake_grad", [](PyModel& p, int layer, const py::object& batches) { return p.flushed().fake_grad(layer, to_ids(batches)); })
-        .def("set_final_weight", [](PyModel& p, int layer, const Weight& w) { p.flushed().set_final_weight(layer, w); })
+             },
+             py::arg("layer"), py::arg("weight_grad"), py::arg("weight"), py::arg("opt_state"), py::arg("shard") = 0)
+        .def("fake_grad", [](PyModel& p, int layer, const py::object& batches) { return p.flushed().fake_grad(layer, to_ids(batches)); },
+             py::arg("layer"), py::arg("batches"))
+        .def("set_final_weight", [](PyModel& p, int layer, const Weight& w) { p.flushed().set_final_weight(layer, w); },
+             py::arg("layer"), py::arg("weight"))
         .def_property_readonly("final_weights",
                                [](const PyModel& p) {
                                    py::dict out;
@@ -579,10 +586,14 @@ PYBIND11_MODULE(_core, m) {
                                        if (const Weight* w = p.model->final_weight(l)) out[py::int_(l)] = *w;
                                    return out;
                                })
-        .def("allreduce", [](const py::object& p, py::object v, int layer) { return make_request(p, RequestOp::allreduce, std::move(v), layer, -1); })
-        .def("allgather", [](const py::object& p, py::object v, int layer) { return make_request(p, RequestOp::allgather, std::move(v), layer, -1); })
-        .def("scatterreduce", [](const py::object& p, py::object v, int layer) { return make_request(p, RequestOp::scatterreduce, std::move(v), layer, -1); })
-        .def("pass_to", [](const py::object& p, int dst, py::object v) { return make_request(p, RequestOp::pass_to, std::move(v), kNoLayer, dst); })
+        .def("allreduce", [](const py::object& p, py::object v, int layer) { return make_request(p, RequestOp::allreduce, std::move(v), layer, -1); },
+             py::arg("v"), py::arg("layer"))
+        .def("allgather", [](const py::object& p, py::object v, int layer) { return make_request(p, RequestOp::allgather, std::move(v), layer, -1); },
+             py::arg("v"), py::arg("layer"))
+        .def("scatterreduce", [](const py::object& p, py::object v, int layer) { return make_request(p, RequestOp::scatterreduce, std::move(v), layer, -1); },
+             py::arg("v"), py::arg("layer"))
+        .def("pass_to", [](const py::object& p, int dst, py::object v) { return make_request(p, RequestOp::pass_to, std::move(v), kNoLayer, dst); },
+             py::arg("rank"), py::arg("v"))
         .def("receive", [](const py::object& p) { return make_request(p, RequestOp::receive, py::none(), kNoLayer, -1); })
         ;
 

@@ -208,3 +208,19 @@ def test_awaiting_another_ranks_operation_is_an_error():
 
     with pytest.raises(PuzzleError, match="awaited an operation of rank 1's model"):
         gather(*[borrow(m) for m in models])
+
+
+def test_model_takes_the_reference_s_argument_names_and_order():
+    # Model(rank, dist, layers, batches) positionally, as the reference library orders them.
+    dist = Dist(1)
+    model = Model(0, dist, 3, 2)
+    assert (model.rank, model.LAYERS, model.BATCHES, model.RANKS) == (0, 3, 2, 1)
+    w, o = model.load_weights(layer=0, shard=0, total=1)
+    a = model.get_activation(batches=[0, 1])
+    out = model.forward(layer=0, inp=a, weight=w)
+    assert out.layer == 1
+    g = model.fake_grad(layer=0, batches=[0, 1])
+    w2, o2 = model.update(layer=0, weight_grad=g, weight=w, opt_state=o, shard=0)
+    assert (w2.step, o2.step) == (1, 1)
+    model.set_final_weight(layer=0, weight=w2)
+    assert model.final_weights[0].step == 1

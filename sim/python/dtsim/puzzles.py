@@ -131,7 +131,8 @@ class Model(_core.Model):
     that order); the sizes are ``LAYERS``, ``BATCHES`` and ``RANKS``.
     """
 
-    def __init__(self, layers: int = 2, batches: int = 1, rank: int = 0, dist: Optional[Dist] = None):
+    # The reference's order of arguments (rank, dist, layers, batches), so positional calls mean the same.
+    def __init__(self, rank: int = 0, dist: Optional[Dist] = None, layers: int = 2, batches: int = 1):
         if dist is None:
             dist = Dist(1)
         super().__init__(layers, batches, rank, dist)
