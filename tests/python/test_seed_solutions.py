@@ -1,4 +1,4 @@
-"""The seed's eight solutions (seed_solutions.py, pasted verbatim) on dtsim's engine:
+"""The seed's eight solutions (pasted verbatim in tests/oracle/seed_solutions.py) on dtsim's engine:
 each completes, passes the final check, gives the same trace file byte for byte
 as the C++ port (dtsim puzzle NAME --trace), and the same events as the
 reference library's golden log (tests/data/golden)."""
