@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -289,6 +290,39 @@ TEST_CASE("a search split into shards and merged is one process's search, row fo
     CHECK(partial.left == partial.enumeration.candidates.size() - partial.simulated.size());
 }
 
+TEST_CASE("fp8 is searched only when asked for, each layout with each recipe") {
+    json doc = base_document();
+    // fp8 needs the GPU's fp8 peak (H100 SXM, dense: NVIDIA's H100 datasheet).
+    doc["cluster"]["gpu"]["peak_tflops"]["fp8"] = 1978.9;
+    const std::vector<std::string> space = {"strategy=megatron", "recompute=none", "sequence_parallel=false",
+                                            "zero_stage=1"};
+    const auto plain = enumerate_layouts(request_for(doc, space));
+    auto with = space;
+    with.push_back("fp8=none,te");
+    const auto both = enumerate_layouts(request_for(doc, with));
+    REQUIRE(!plain.candidates.empty());
+    CHECK(both.enumerated == 2 * plain.enumerated);
+    // Each layout without fp8 as before; with Transformer Engine's where it passes the checks
+    // (fp8 GEMMs priced faster: a lower step-time bound for the same layout).
+    std::map<std::string, double> bound;
+    for (const auto& c : both.candidates) bound[c.label] = c.time_bound;
+    std::size_t with_te = 0;
+    for (const auto& c : plain.candidates) {
+        INFO(c.label);
+        REQUIRE(bound.count(c.label + " fp8=none") == 1);
+        CHECK(bound[c.label + " fp8=none"] == c.time_bound);
+        if (bound.count(c.label + " fp8=te")) {
+            ++with_te;
+            CHECK(bound[c.label + " fp8=te"] < c.time_bound);
+        }
+    }
+    CHECK(with_te > 0);
+    CHECK(both.candidates.size() == plain.candidates.size() + with_te);
+    PlanRequest twice = request_for(doc, with);
+    twice.overrides = {{"strategy.fp8", "\"te\""}};
+    CHECK_THROWS_WITH_AS(enumerate_layouts(twice), doctest::Contains("fp8 is searched here"), PlanError);
+}
+
 TEST_CASE("bad plan requests are named") {
     PlanSpace s;
     CHECK_THROWS_WITH_AS(set_space(s, "tpp=1,2"), doctest::Contains("--space tpp: unknown knob (the knobs are: strategy, tp"),
@@ -299,6 +333,7 @@ TEST_CASE("bad plan requests are named") {
     CHECK_THROWS_WITH_AS(set_space(s, "recompute=some"), doctest::Contains("not a recompute policy"), PlanError);
     CHECK_THROWS_WITH_AS(set_space(s, "sequence_parallel=yes"), doctest::Contains("not true or false"), PlanError);
     CHECK_THROWS_WITH_AS(set_space(s, "tp"), doctest::Contains("expected knob=v1,v2"), PlanError);
+    CHECK_THROWS_WITH_AS(set_space(s, "fp8=fp4"), doctest::Contains("--space fp8: 'fp4' is not an fp8 recipe"), PlanError);
     CHECK_NOTHROW(set_space(s, "strategy.tp=1,2"));
     CHECK(s.tp == std::vector<int>{1, 2});
 

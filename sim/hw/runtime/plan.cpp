@@ -87,7 +87,7 @@ const std::vector<T>& or_default(const std::vector<T>& given, const std::vector<
 const std::vector<std::string>& plan_knobs() {
     static const std::vector<std::string> knobs = {"strategy", "tp", "pp", "chunks", "cp", "zero_stage",
                                                    "micro_batch", "recompute", "sequence_parallel",
-                                                   "tp_comm_overlap"};
+                                                   "tp_comm_overlap", "fp8"};
     return knobs;
 }
 
@@ -142,7 +142,12 @@ void set_space(PlanSpace& space, const std::string& text) {
         space.recompute = values;
     } else if (key == "sequence_parallel") bools(space.sequence_parallel);
     else if (key == "tp_comm_overlap") bools(space.tp_comm_overlap);
-    else
+    else if (key == "fp8") {
+        for (const auto& v : values)
+            if (v != "none" && v != "te" && v != "torchao")
+                throw PlanError(fmt::format("--space fp8: '{}' is not an fp8 recipe (expected none, te or torchao)", v));
+        space.fp8 = values;
+    } else
         throw PlanError(fmt::format("--space {}: unknown knob (the knobs are: {})", text.substr(0, eq), names));
 }
 
@@ -286,6 +291,9 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
                                             "(for example --space {}=...)",
                                             o.path, k == "name" ? "strategy" : k));
     for (const auto& o : request.overrides)
+        if (strip(o.path) == "fp8" && !request.space.fp8.empty())
+            throw PlanError(fmt::format("--set {}: fp8 is searched here (--space fp8=...); give it one way", o.path));
+    for (const auto& o : request.overrides)
         if (strip(o.path) == "micro_batch")
             throw PlanError(fmt::format("--set {}: plan searches the micro-batch size; give it with --space "
                                         "micro_batch=...",
@@ -364,6 +372,8 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
             if (info.zero3 && info.max_zero_stage < 3) zeros.push_back(3);
         }
         const std::vector<int> cps = info.context_parallel ? or_default(sp.cp, one) : one;
+        // fp8: the config's own unless searched ("" keeps it).
+        const std::vector<std::string> fp8s = sp.fp8.empty() ? std::vector<std::string>{""} : sp.fp8;
         for (int tp : tps)
             for (int pp : pps) {
                 std::vector<int> chunk_values = one;
@@ -388,7 +398,8 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
                                     for (int seq : sps) {
                                         if (seq && tp == 1) continue;
                                         const std::vector<int>& ovs = seq ? or_default(sp.tp_comm_overlap, both) : no;
-                                        for (int ov : ovs) {
+                                        for (int ov : ovs)
+                                        for (const std::string& f8 : fp8s) {
                                             if (ov && !seq) continue;
                                             ++e.enumerated;
                                             const auto rejected = [&](const std::string& why) { ++e.rejected[why]; };
@@ -419,11 +430,13 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
                                             o.push_back({"strategy.recompute", fmt::format("\"{}\"", rc)});
                                             if (seq) o.push_back({"strategy.sequence_parallel", "true"});
                                             if (ov) o.push_back({"strategy.tp_comm_overlap", "true"});
+                                            if (!f8.empty()) o.push_back({"strategy.fp8", fmt::format("\"{}\"", f8)});
                                             c.label = fmt::format("{} tp={} pp={} dp={}{}{} zero_stage={} micro_batch={} "
-                                                                  "recompute={}{}{}",
+                                                                  "recompute={}{}{}{}",
                                                                   name, tp, pp, dp, cp > 1 ? fmt::format(" cp={}", cp) : "",
                                                                   info.chunks ? fmt::format(" chunks={}", v) : "", zero,
-                                                                  mb, rc, seq ? " sp" : "", ov ? " overlap" : "");
+                                                                  mb, rc, seq ? " sp" : "", ov ? " overlap" : "",
+                                                                  f8.empty() ? "" : fmt::format(" fp8={}", f8));
                                             Config config;
                                             try {
                                                 std::vector<Override> all = request.overrides;
