@@ -8,9 +8,14 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <utility>
 
 namespace dtsim::render::detail {
 namespace {
@@ -49,21 +54,49 @@ std::string join(const std::vector<std::string>& parts, std::string_view sep) {
     return out;
 }
 
-std::string rank_list_label(const Trace& trace, const std::vector<std::size_t>& members) {
+// A rank's coordinates on the grid's dimensions above size 1, e.g. "pp1 dp0 tp3"; empty
+// when the grid is unknown or a single dimension (where the GPU number says it all).
+std::string coords_label(const RankGrid& g, int rank) {
+    if (!g.known || rank < 0 || rank >= g.size()) return {};
+    const auto c = g.coords(rank);
+    int dims = 0;
+    std::string out;
+    for (const auto& [name, n, v] : {std::tuple{"pp", g.pp, c.pp}, std::tuple{"dp", g.dp, c.dp},
+                                     std::tuple{"cp", g.cp, c.cp}, std::tuple{"tp", g.tp, c.tp}})
+        if (n > 1) {
+            out += fmt::format("{}{}{}", out.empty() ? "" : " ", name, v);
+            ++dims;
+        }
+    return dims > 1 ? out : std::string();
+}
+
+std::string rank_list_label(const Trace& trace, const std::vector<std::size_t>& members, const RankGrid& grid) {
     IdSet ids;
     for (auto i : members) ids.insert(trace.ranks[i].rank);
-    if (ids.intervals().size() == 1 && ids.size() == 1) return fmt::format("GPU {}", ids.min());
+    if (ids.intervals().size() == 1 && ids.size() == 1) {
+        const std::string coords = coords_label(grid, ids.min());
+        return coords.empty() ? fmt::format("GPU {}", ids.min()) : fmt::format("{}  GPU {}", coords, ids.min());
+    }
     if (ids.intervals().size() == 1) return fmt::format("GPU {}-{}", ids.min(), ids.max());
     return "GPUs " + batch_label(ids);
 }
 
-std::string auto_title(const Trace& trace) {
+// The grid's sizes above 1, e.g. "dp 2, tp 8, pp 4" (empty for a single rank per dimension).
+std::string grid_sizes(const RankGrid& g) {
+    std::vector<std::string> parts;
+    for (const auto& [name, n] : {std::pair{"dp", g.dp}, std::pair{"tp", g.tp}, std::pair{"cp", g.cp}, std::pair{"pp", g.pp}})
+        if (n > 1) parts.push_back(fmt::format("{} {}", name, n));
+    return join(parts, ", ");
+}
+
+std::string auto_title(const Trace& trace, const RankGrid& grid) {
     const auto& meta = trace.meta;
     std::string name = "dtsim trace";
     std::vector<std::string> details;
-    std::vector<std::string> used;
+    // Said elsewhere: the name (once, whichever key holds it), the note (the subtitle), the error (last).
+    std::vector<std::string> used{"config", "name", "note", "error", "strategy", "grid"};
     if (meta.is_object()) {
-        for (const auto& [key, label] : {std::pair{"puzzle", "Puzzle"}, std::pair{"config", "Config"},
+        for (const auto& [key, label] : {std::pair{"puzzle", "Puzzle"}, std::pair{"config", ""},
                                          std::pair{"name", ""}, std::pair{"model", "Model"}}) {
             auto it = meta.find(key);
             if (it == meta.end() || !it->is_string()) continue;
@@ -72,25 +105,41 @@ std::string auto_title(const Trace& trace) {
             used.emplace_back(key);
             break;
         }
+        // A hardware run: its strategy and grid.
+        if (auto it = meta.find("strategy"); it != meta.end() && it->is_object() && !meta.contains("puzzle")) {
+            std::string strategy;
+            if (auto n = it->find("name"); n != it->end() && n->is_string()) strategy = n->get<std::string>();
+            const std::string sizes = grid.known ? grid_sizes(grid) : std::string();
+            if (!strategy.empty() || !sizes.empty())
+                details.push_back(strategy.empty() ? sizes : sizes.empty() ? strategy : strategy + " (" + sizes + ")");
+        }
         for (const auto& [key, noun] :
-             {std::pair{"layers", "layers"}, std::pair{"batches", "batches"},
+             {std::pair{"stages", "stages"}, std::pair{"layers", "layers"}, std::pair{"batches", "batches"},
               std::pair{"microbatches", "microbatches"}, std::pair{"ranks", "GPUs"}}) {
             auto it = meta.find(key);
             if (it == meta.end() || !it->is_number_integer()) continue;
             details.push_back(fmt::format("{} {}", it->get<long long>(), noun));
             used.emplace_back(key);
         }
-        used.emplace_back("error");  // said last, as what ended the run
         std::size_t extra = 0;
         for (const auto& [key, value] : meta.items()) {
             if (extra == 4) break;
             if (std::find(used.begin(), used.end(), key) != used.end()) continue;
+            std::string text;
             if (value.is_string())
-                details.push_back(fmt::format("{} {}", key, value.get_ref<const std::string&>()));
+                text = value.get_ref<const std::string&>();
             else if (value.is_number() || value.is_boolean())
-                details.push_back(fmt::format("{} {}", key, value.dump()));
+                text = value.dump();
             else
                 continue;
+            // A schedule's generator, or the stem of its file, is already in its name.
+            if (key == "generator" && name.find(text) != std::string::npos) continue;
+            if (key == "file") {
+                const auto slash = text.find_last_of('/');
+                const std::string base = slash == std::string::npos ? text : text.substr(slash + 1);
+                if (name.find(base.substr(0, base.find('.'))) != std::string::npos) continue;
+            }
+            details.push_back(fmt::format("{} {}", key, text));
             ++extra;
         }
     }
@@ -110,18 +159,29 @@ std::string auto_title(const Trace& trace) {
     return title;
 }
 
+// The config's note, the subtitle; empty when there is none.
+std::string note_of(const Trace& trace) {
+    if (!trace.meta.is_object()) return {};
+    auto it = trace.meta.find("note");
+    return it != trace.meta.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
 std::string figures_line(const Trace& trace, const Layout& l) {
     const auto& s = trace.summary;
     std::vector<std::string> parts;
     if (trace.event_count() == 0) {
         parts.emplace_back("no events");
     } else {
-        if (!l.seconds) parts.push_back(fmt::format("timesteps {}", format_time(s.timesteps, false)));
+        if (!l.seconds && !l.pipeline)  // the puzzles' measure; a pipeline is measured by its makespan
+            parts.push_back(fmt::format("timesteps {}", format_time(s.timesteps, false)));
         parts.push_back(
             fmt::format("makespan {}{}", format_time(s.makespan, l.seconds), l.seconds ? "" : " steps"));
-        parts.push_back(fmt::format("max memory {} on GPU {} at {}{}", format_memory(s.max_memory, l.bytes),
-                                    s.max_memory_rank, l.seconds ? "" : "step ",
-                                    format_time(s.max_memory_time, l.seconds)));
+        if (s.max_memory > 0)  // a trace without memory (dtsim failures) says nothing of it
+            parts.push_back(fmt::format("max memory {} on GPU {} at {}{}", format_memory(s.max_memory, l.bytes),
+                                        s.max_memory_rank, l.seconds ? "" : "step ",
+                                        format_time(s.max_memory_time, l.seconds)));
+        if (l.pipeline)
+            parts.push_back(fmt::format("bubble {:.1f} % (idle share of the rows' time)", 100 * l.bubble_fraction));
     }
     if (trace.memory_capacity)
         parts.push_back(fmt::format("capacity {}", format_memory(*trace.memory_capacity, l.bytes)));
@@ -179,6 +239,48 @@ std::string class_label(BoxClass c, const Census& census) {
 
 }  // namespace
 
+std::vector<std::pair<int, std::string>> blocked_ranks(const Trace& trace) {
+    std::vector<std::pair<int, std::string>> out;
+    if (!trace.meta.is_object()) return out;
+    auto it = trace.meta.find("error");
+    if (it == trace.meta.end() || !it->is_string()) return out;
+    const auto& error = it->get_ref<const std::string&>();
+    if (!error.starts_with("deadlock")) return out;
+    std::size_t pos = 0;
+    while (pos < error.size()) {
+        auto end = error.find('\n', pos);
+        if (end == std::string::npos) end = error.size();
+        std::string_view line(error.data() + pos, end - pos);
+        pos = end + 1;
+        while (!line.empty() && line.front() == ' ') line.remove_prefix(1);
+        if (!line.starts_with("rank ")) continue;
+        line.remove_prefix(5);
+        int rank = 0;
+        auto [num_end, ec] = std::from_chars(line.data(), line.data() + line.size(), rank);
+        if (ec != std::errc() || rank < 0) continue;
+        line.remove_prefix(static_cast<std::size_t>(num_end - line.data()));
+        std::string what;
+        if (line.starts_with(" is blocked at ")) {  // a schedule's report
+            const auto action = line.substr(15, line.find(' ', 15) - 15);
+            const auto waits = line.find("it waits for ");
+            if (waits == std::string_view::npos) continue;
+            auto reason = line.substr(waits + 13);
+            reason = reason.substr(0, reason.find(", which"));
+            what = fmt::format("blocked at {}: waits for {}", action, reason);
+        } else if (line.starts_with(" waits in ")) {  // the engine's
+            auto reason = line.substr(10);
+            what = fmt::format("blocked: waits in {}", reason.substr(0, reason.find("; last event")));
+        } else {
+            continue;
+        }
+        if (std::none_of(out.begin(), out.end(), [rank](const auto& b) { return b.first == rank; }))
+            out.emplace_back(rank, std::move(what));
+    }
+    return out;
+}
+
+std::string idle_label(const Row& row) { return fmt::format("idle {:.1f} %", 100 * row.idle_fraction); }
+
 int Layout::columns() const { return static_cast<int>(std::ceil(plot_x1 - plot_x0)); }
 
 std::string batch_label(const IdSet& batches) {
@@ -189,7 +291,7 @@ std::string batch_label(const IdSet& batches) {
 namespace {
 
 // The selected ranks, from rank ids to indices into trace.ranks (every rank without a selection).
-std::vector<std::size_t> select_ranks(const Trace& trace, const Options& opt) {
+std::vector<std::size_t> select_ranks(const Trace& trace, const Options& opt, const RankGrid& grid) {
     std::vector<std::size_t> selected;
     if (opt.ranks.empty()) {
         for (std::size_t i = 0; i < trace.ranks.size(); ++i) selected.push_back(i);
@@ -202,12 +304,21 @@ std::vector<std::size_t> select_ranks(const Trace& trace, const Options& opt) {
         max_id = std::max(max_id, trace.ranks[i].rank);
     }
     std::sort(by_id.begin(), by_id.end());
-    for (int id : parse_rank_selection(opt.ranks, max_id + 1)) {
+    for (int id : parse_rank_selection(opt.ranks, grid, max_id + 1)) {
         const auto it = std::lower_bound(by_id.begin(), by_id.end(), std::pair{id, std::size_t{0}});
         if (it == by_id.end() || it->first != id) throw std::invalid_argument(fmt::format("rank {} is not in the trace", id));
         selected.push_back(it->second);
     }
     return selected;
+}
+
+// A trace of a pipeline: its grid has stages and its ranks record passes of microbatches.
+bool pipelined(const Trace& trace, const RankGrid& grid) {
+    if (!grid.known || grid.pp < 2) return false;
+    for (const auto& r : trace.ranks)
+        for (const auto& e : r.events)
+            if (!e.batches.empty() && pass_kind(e.op) != PassKind::other) return true;
+    return false;
 }
 
 // A number the picture is placed by must be finite: the time and pixel arithmetic of a trace holding
@@ -284,16 +395,85 @@ void set_scales(Layout& l, const Trace& trace, const Census& c) {
     if (!(l.memory_scale > 0)) l.memory_scale = 0;
 }
 
-// One row per selected rank, or per group of consecutive ones in the overview; returns the group size.
+// The overview's groups on a known grid: the ranks that share their pipeline, data and context
+// coordinates (a tensor-parallel group), else their pipeline and data ones, else their stage; the
+// smallest such groups that make at most max_rows rows. Empty when none does (or the grid is unknown).
+std::vector<std::vector<std::size_t>> grid_groups(const Trace& trace, const std::vector<std::size_t>& selected,
+                                                  const RankGrid& g, std::size_t max_rows) {
+    if (!g.known || g.size() != static_cast<int>(trace.ranks.size())) return {};
+    const int inner[] = {g.tp, g.tp * g.cp, g.tp * g.cp * g.dp};  // ranks per group at each level
+    int previous = 1;
+    for (int per : inner) {
+        if (per == previous) continue;  // a dimension of size 1 groups nothing more
+        previous = per;
+        std::vector<std::vector<std::size_t>> groups;
+        int key = -1;
+        for (auto i : selected) {
+            const int k = trace.ranks[i].rank / per;
+            if (groups.empty() || k != key) groups.emplace_back();
+            key = k;
+            groups.back().push_back(i);
+        }
+        if (groups.size() <= max_rows) return groups;
+    }
+    return {};
+}
+
+// A group's label: the coordinates its ranks share (dimensions above size 1) and their GPUs.
+std::string group_label(const Trace& trace, const std::vector<std::size_t>& members, const RankGrid& g) {
+    std::string label = rank_list_label(trace, members, g);
+    if (!g.known || members.size() < 2) return label;
+    const auto a = g.coords(trace.ranks[members.front()].rank), b = g.coords(trace.ranks[members.back()].rank);
+    std::string fixed;
+    for (const auto& [name, n, va, vb] : {std::tuple{"pp", g.pp, a.pp, b.pp}, std::tuple{"dp", g.dp, a.dp, b.dp},
+                                          std::tuple{"cp", g.cp, a.cp, b.cp}})
+        if (n > 1 && va == vb) fixed += fmt::format("{}{} ", name, va);
+    return fixed.empty() ? label : fixed + " " + label;
+}
+
+// One row per selected rank (in the pipeline view: per pipeline rank), or per group of ranks in the
+// overview; returns the largest group's size.
 std::size_t make_rows(Layout& l, const Trace& trace, const std::vector<std::size_t>& selected, int max_rows) {
-    l.overview = selected.size() > static_cast<std::size_t>(max_rows);
-    const std::size_t group =
-        l.overview ? (selected.size() + static_cast<std::size_t>(max_rows) - 1) / static_cast<std::size_t>(max_rows) : 1;
-    for (std::size_t k = 0; k < selected.size(); k += group) {
+    l.overview = !l.pipeline && selected.size() > static_cast<std::size_t>(max_rows);
+    std::vector<std::vector<std::size_t>> groups;
+    if (l.overview) groups = grid_groups(trace, selected, l.grid, static_cast<std::size_t>(max_rows));
+    if (groups.empty()) {
+        const std::size_t group =
+            l.overview ? (selected.size() + static_cast<std::size_t>(max_rows) - 1) / static_cast<std::size_t>(max_rows) : 1;
+        for (std::size_t k = 0; k < selected.size(); k += group)
+            groups.emplace_back(selected.begin() + static_cast<std::ptrdiff_t>(k),
+                                selected.begin() + static_cast<std::ptrdiff_t>(std::min(k + group, selected.size())));
+    }
+    // A schedule's trace numbers its layers by stage: each stage of a rank is a chunk.
+    const bool layer_is_stage = trace.meta.is_object() && trace.meta.contains("stages");
+    const std::vector<std::int32_t> starts = stage_starts(trace);
+    std::size_t largest = 1;
+    double idle = 0;
+    const auto blocked = blocked_ranks(trace);
+    for (auto& members : groups) {
         Row row;
-        row.members.assign(selected.begin() + static_cast<std::ptrdiff_t>(k),
-                           selected.begin() + static_cast<std::ptrdiff_t>(std::min(k + group, selected.size())));
-        row.label = rank_list_label(trace, row.members);
+        row.members = std::move(members);
+        largest = std::max(largest, row.members.size());
+        if (l.pipeline) {
+            const auto& r = trace.ranks[row.members.front()];
+            const auto c = l.grid.coords(r.rank);
+            row.label = !l.grid.known                   ? fmt::format("GPU {}", r.rank)
+                        : l.grid.size() > l.grid.pp ? fmt::format("pp {}  GPU {}", c.pp, r.rank)
+                                                    : fmt::format("pp {}", c.pp);
+            row.passes = rank_passes(r, trace.summary.makespan, layer_is_stage, starts);
+            row.idle_fraction = trace.summary.makespan > 0 ? row.passes.idle_time / trace.summary.makespan : 0;
+            idle += row.idle_fraction;
+        } else {
+            row.label = l.overview ? group_label(trace, row.members, l.grid) : rank_list_label(trace, row.members, l.grid);
+        }
+        if (row.members.size() == 1) {
+            const auto& r = trace.ranks[row.members.front()];
+            for (const auto& [rank, what] : blocked)
+                if (rank == r.rank) {
+                    row.blocked = what;
+                    for (const auto& e : r.events) row.blocked_at = std::max(row.blocked_at, e.end());
+                }
+        }
         for (auto i : row.members) {
             const auto& r = trace.ranks[i];
             for (const auto& e : r.events) row.max_memory = std::max(row.max_memory, e.memory);
@@ -302,7 +482,8 @@ std::size_t make_rows(Layout& l, const Trace& trace, const std::vector<std::size
         }
         l.rows.push_back(std::move(row));
     }
-    return group;
+    if (l.pipeline && !l.rows.empty()) l.bubble_fraction = idle / static_cast<double>(l.rows.size());
+    return largest;
 }
 
 // Lane heights and fonts: larger for a few rows.
@@ -325,6 +506,7 @@ double place_horizontally(Layout& l, const RowSizes& z, const Census& c, const O
         label_w = std::max(label_w, m.width(row.label, l.label_font, Weight::bold));
         if (l.memory_scale > 0)
             side_w = std::max(side_w, m.width("max " + format_memory(row.max_memory, l.bytes), l.side_font));
+        if (l.pipeline) side_w = std::max(side_w, m.width(idle_label(row), l.side_font, Weight::bold));
     }
     l.plot_x0 = std::round(l.margin + label_w + 12);
     const double right = std::round(l.margin + std::max(side_w + 10, 24.0));
@@ -349,9 +531,22 @@ double place_horizontally(Layout& l, const RowSizes& z, const Census& c, const O
 
 // What the picture shows, in a sentence or three under the title and figures.
 std::string explanation(const Layout& l, const Trace& trace, const std::vector<std::size_t>& selected,
-                        std::size_t group) {
+                        std::size_t group, bool explicit_ranks, const Census& c) {
     std::string explain;
-    if (l.overview)
+    if (c.has_class[static_cast<std::size_t>(BoxClass::train)] && !l.overview)
+        explain = "Each row is one GPU over the whole run: its training steps, checkpoint writes, failures and "
+                  "restarts along time (a checkpoint write, a restart and a failure are drawn at least 2 pixels "
+                  "wide however short, so that each shows).";
+    else if (l.pipeline)
+        explain = fmt::format(
+            "Pipeline view: each row is one pipeline rank{}; each box is one pass of a microbatch (its number "
+            "inside) through the rank's layers. Shaded: the compute stream idle, the pipeline bubble; its share "
+            "of the step is at the right.{}",
+            l.grid.known && l.grid.size() > l.grid.pp
+                ? fmt::format(" (the GPU shown; the other {} GPUs of its stage run alike)", l.grid.size() / l.grid.pp - 1)
+                : "",
+            l.memory_scale > 0 ? " The grey bars under a row show its memory in use." : "");
+    else if (l.overview)
         explain = fmt::format(
             "Overview of {} GPUs, up to {} per row. In each row and moment the colour is the most common "
             "operation and "
@@ -360,15 +555,15 @@ std::string explanation(const Layout& l, const Trace& trace, const std::vector<s
             "them.",
             selected.size(), group);
     else
-        explain =
-            "Each row is one GPU: its operations as boxes along time (numbers inside are batch ids); the "
-            "grey "
-            "bars under it show its memory in use.";
+        explain = fmt::format("Each row is one GPU: its operations as boxes along time (numbers inside are the "
+                              "{} they work on){}.",
+                              l.seconds ? "microbatches" : "batches",
+                              l.memory_scale > 0 ? "; the grey bars under it show its memory in use" : "");
     if (l.memory_scale > 0)
         explain += fmt::format(
             " A full-height memory bar is {}{}.", format_memory(l.memory_scale, l.bytes),
             trace.memory_capacity && l.memory_scale == *trace.memory_capacity ? " (the capacity)" : "");
-    if (selected.size() < trace.ranks.size()) {
+    if (selected.size() < trace.ranks.size() && !(l.pipeline && selected.size() == l.rows.size() && !explicit_ranks)) {
         IdSet ids;
         for (auto i : selected) ids.insert(trace.ranks[i].rank);
         explain +=
@@ -388,8 +583,17 @@ double add_header(Layout& l, const Trace& trace, const Options& opt, const std::
         y += size * 1.35;
         l.header.push_back({std::move(text), size, bold, faint, y});
     };
-    for (auto& line : wrap(m, opt.title.empty() ? auto_title(trace) : opt.title, 16, text_w, Weight::bold))
+    for (auto& line : wrap(m, opt.title.empty() ? auto_title(trace, l.grid) : opt.title, 16, text_w, Weight::bold))
         add_line(std::move(line), 16, true, false);
+    // The config's note: at most two lines, the rest cut.
+    if (opt.title.empty()) {
+        auto note = wrap(m, note_of(trace), 11, text_w - m.width(" (...)", 11));
+        if (note.size() > 2) {
+            note.resize(2);
+            note.back() += " (...)";
+        }
+        for (auto& line : note) add_line(std::move(line), 11, false, false);
+    }
     for (auto& line : wrap(m, figures_line(trace, l), 12, text_w))
         add_line(std::move(line), 12, false, false);
     for (auto& line : wrap(m, explain, 11, text_w)) add_line(std::move(line), 11, false, true);
@@ -415,20 +619,56 @@ double add_legend(Layout& l, const Trace& trace, const Census& c, const TextMeas
         x += w;
         l.legend.push_back(std::move(e));
     };
-    for (std::size_t k = 0; k < kBoxClasses; ++k)
+    if (l.pipeline) {
+        std::array<bool, kPassKinds> kinds{};
+        int chunks = 1;
+        bool idle = false;
+        for (const auto& row : l.rows) {
+            for (const auto& p : row.passes.passes) {
+                kinds[static_cast<std::size_t>(p.kind)] = true;
+                if (!p.recompute.empty()) kinds[static_cast<std::size_t>(PassKind::recompute)] = true;
+            }
+            chunks = std::max(chunks, row.passes.chunks);
+            idle = idle || !row.passes.idle.empty();
+        }
+        static constexpr std::pair<PassKind, const char*> kNames[] = {
+            {PassKind::forward, "F: forward"},
+            {PassKind::backward, "B: backward"},
+            {PassKind::input_grad, "I: backward for the inputs"},
+            {PassKind::weight_grad, "W: backward for the weights"},
+            {PassKind::recompute, "recompute (strip: inside a backward)"},
+            {PassKind::other, "other compute-stream work (optimizer, collectives)"}};
+        for (const auto& [kind, label] : kNames)
+            if (kinds[static_cast<std::size_t>(kind)]) {
+                LegendEntry e{LegendEntry::Kind::pass, BoxClass::other, label};
+                e.pass = kind;
+                place(std::move(e), l.legend_swatch * 1.6);
+            }
+        for (int k = 1; k < std::min(chunks, 4); ++k) {
+            LegendEntry e{LegendEntry::Kind::pass, BoxClass::other,
+                          fmt::format("lighter: model chunk {} of {}", k + 1, chunks)};
+            e.chunk = k;
+            place(std::move(e), l.legend_swatch * 1.6);
+        }
+        if (idle) place({LegendEntry::Kind::bubble, BoxClass::other, "idle (the bubble)"}, l.legend_swatch * 1.6);
+    }
+    for (std::size_t k = 0; k < kBoxClasses && !l.pipeline; ++k)
         if (c.has_class[k]) {
             const auto cls = static_cast<BoxClass>(k);
             place({LegendEntry::Kind::box, cls, class_label(cls, c)}, l.legend_swatch * 1.6);
         }
-    if (c.has_marker)
+    if (c.has_marker && !l.pipeline)
         place({LegendEntry::Kind::marker, BoxClass::loss,
                c.markers_all_loss ? "loss (zero length)" : "zero-length op"},
               l.legend_swatch * 0.6);
     auto has = [&](BoxClass cls) { return c.has_class[static_cast<std::size_t>(cls)]; };
-    if (l.layers > 1 && (has(BoxClass::forward) || has(BoxClass::backward) || has(BoxClass::collective)))
+    if (!l.pipeline && l.layers > 1 && (has(BoxClass::forward) || has(BoxClass::backward) || has(BoxClass::collective)))
         place({LegendEntry::Kind::ramp, BoxClass::forward, fmt::format("layers 0 to {}", l.layers - 1)}, 96);
     if (c.has_comm)
         place({LegendEntry::Kind::comm_lane, BoxClass::collective, "comm stream (thin lane)"}, 19);
+    if (std::any_of(l.rows.begin(), l.rows.end(), [](const Row& r) { return !r.blocked.empty(); }))
+        place({LegendEntry::Kind::blocked, BoxClass::other, "blocked here (deadlock): what the GPU waits for"},
+              l.legend_swatch * 0.8);
     if (l.memory_scale > 0)
         place({LegendEntry::Kind::memory, BoxClass::other, "memory in use"}, l.legend_swatch);
     if (l.memory_scale > 0 && trace.summary.max_memory > 0)
@@ -476,14 +716,24 @@ Layout make_layout(const Trace& trace, const Options& opt) {
     Layout l;
     l.seconds = trace.time_unit == "s";
     l.bytes = trace.memory_unit == "byte";
-    const std::vector<std::size_t> selected = select_ranks(trace, opt);
+    l.grid = grid_of(trace);
+    l.pipeline = opt.view == View::pipeline || (opt.view == View::automatic && pipelined(trace, l.grid));
+    std::vector<std::size_t> selected = select_ranks(trace, opt, l.grid);
+    // The pipeline view without a selection: the first GPU of each stage (dp, cp and tp 0).
+    if (l.pipeline && opt.ranks.empty() && l.grid.known && l.grid.size() == static_cast<int>(trace.ranks.size())) {
+        selected.clear();
+        for (int p = 0; p < l.grid.pp; ++p) selected.push_back(static_cast<std::size_t>(l.grid.rank({0, 0, 0, p})));
+    }
     const Census c = take_census(trace, selected);
     set_scales(l, trace, c);
     const std::size_t group = make_rows(l, trace, selected, opt.max_rows);
+    // A deadlock's rows say what they wait for after their last event: room for it at the right.
+    if (std::any_of(l.rows.begin(), l.rows.end(), [](const Row& r) { return !r.blocked.empty(); }))
+        l.t1 += 0.5 * (l.t1 - l.t0);
     const RowSizes sizes = size_rows(l);
     const TextMeasure m;
     const double plot_w = place_horizontally(l, sizes, c, opt, m);
-    double y = add_header(l, trace, opt, explanation(l, trace, selected, group), m);
+    double y = add_header(l, trace, opt, explanation(l, trace, selected, group, !opt.ranks.empty(), c), m);
     y = add_legend(l, trace, c, m, y);
     place_vertically(l, sizes, plot_w, y);
     return l;

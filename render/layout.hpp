@@ -6,10 +6,12 @@
 
 #include "dtsim/render.hpp"
 #include "palette.hpp"
+#include "pipeline.hpp"
 #include "units.hpp"
 
 #include <cstddef>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace dtsim::render::detail {
@@ -30,16 +32,22 @@ struct Row {
     Lane memory;                       // memory in use over time
     double max_memory = 0;             // over the members' events
     bool has_peak = false;             // holds the rank and time of Summary::max_memory
+    RankPasses passes;                 // pipeline view: the rank's passes and idle time
+    double idle_fraction = 0;          // pipeline view: idle time / makespan
+    std::string blocked;               // a deadlocked run: what the row's rank waits for (empty: not blocked)
+    double blocked_at = 0;             // ...from the end of its last event
 };
 
 struct LegendEntry {
-    enum class Kind { box, marker, comm_lane, ramp, memory, peak, capacity };
+    enum class Kind { box, marker, comm_lane, ramp, memory, peak, capacity, pass, bubble, blocked };
     Kind kind = Kind::box;
     BoxClass cls = BoxClass::forward;  // for Kind::box
     std::string label;
     double x = 0;         // left of the swatch
     double y = 0;         // text baseline
     double swatch_w = 0;  // width of the swatch; the label starts 5 px after it
+    PassKind pass = PassKind::forward;  // for Kind::pass
+    int chunk = 0;                      // for Kind::pass
 };
 
 struct TextLine {
@@ -67,6 +75,9 @@ struct Layout {
     int layers = 1;           // span of the layer colour ramp
     double memory_scale = 0;  // memory drawn at full lane height (0: no memory to draw)
     bool overview = false;    // rows stand for groups of ranks
+    bool pipeline = false;    // the pipeline view: rows are pipeline ranks, boxes their passes
+    RankGrid grid;            // how the trace's ranks are laid out
+    double bubble_fraction = 0;  // pipeline view: idle time over the rows' time
     bool has_comm = false;    // some selected rank has comm-stream events
 
     std::vector<TextLine> header;  // title, figures, explanation
@@ -88,6 +99,15 @@ struct Layout {
 
 // Throws std::invalid_argument for bad options (see render.hpp).
 Layout make_layout(const Trace& trace, const Options& options);
+
+// What each blocked rank of a deadlocked run waits for, read from the trace's meta "error"
+// (the deadlock report, one line per rank: a schedule's "rank 3 is blocked at 3B0 (...): it
+// waits for X, which ..." or the engine's "rank 3 waits in X; last event ..."), by rank; the
+// first line naming a rank wins.
+std::vector<std::pair<int, std::string>> blocked_ranks(const Trace& trace);
+
+// "idle 12.3 %": a pipeline row's idle share, written at its right.
+std::string idle_label(const Row& row);
 
 // "{0-3,7}" without the braces: the text written inside a box.
 std::string batch_label(const IdSet& batches);

@@ -63,6 +63,19 @@ Rgba text_on(Rgba c) {
     return luminance < 0.5 ? Rgba{1, 1, 1, 1} : colours::text;
 }
 
+Rgba pass_colour(PassKind kind, int chunk) {
+    Rgba c = colours::pass_other;
+    switch (kind) {
+        case PassKind::forward: c = colours::pass_forward; break;
+        case PassKind::backward: c = colours::pass_backward; break;
+        case PassKind::input_grad: c = colours::pass_input; break;
+        case PassKind::weight_grad: c = colours::pass_weight; break;
+        case PassKind::recompute: c = colours::pass_recompute; break;
+        case PassKind::other: return c;
+    }
+    return chunk > 0 ? lighter(c, std::min(0.75, 0.42 * chunk)) : c;
+}
+
 Rgba style_colour(StyleKey key, int layers) {
     const std::int32_t layer = key_layer(key);
     switch (key_class(key)) {

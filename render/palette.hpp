@@ -2,6 +2,7 @@
 #pragma once
 
 #include "dtsim/trace.hpp"
+#include "pipeline.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -44,7 +45,20 @@ Rgba over_white(Rgba c);
 // Black or white, whichever reads better on `c` (seen over white).
 Rgba text_on(Rgba c);
 
+// A pass of the pipeline view: its kind's colour, lighter for the rank's second model
+// chunk (and again for a third...), as the interleaved-1F1B figure shades its chunks.
+Rgba pass_colour(PassKind kind, int chunk);
+
 namespace colours {
+// The pipeline view's passes (colour-blind-safe hues of the Tableau 10 palette).
+inline constexpr Rgba pass_forward{0.31, 0.47, 0.65};     // F: blue
+inline constexpr Rgba pass_backward{0.35, 0.63, 0.31};    // B: green
+inline constexpr Rgba pass_input{0.46, 0.72, 0.70};       // I: teal
+inline constexpr Rgba pass_weight{0.69, 0.48, 0.63};      // W: purple
+inline constexpr Rgba pass_recompute{0.95, 0.56, 0.17};   // recompute: orange
+inline constexpr Rgba pass_other{0.73, 0.69, 0.67};       // other work on the compute stream: warm grey
+inline constexpr Rgba bubble{0.93, 0.89, 0.89};           // idle time of the compute stream
+inline constexpr Rgba bubble_hatch{0.80, 0.62, 0.62};
 inline constexpr Rgba update{1.0, 0.82, 0.16};
 inline constexpr Rgba loss{0.47, 0.31, 0.67};
 inline constexpr Rgba p2p{0.55, 0.55, 0.55};

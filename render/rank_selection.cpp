@@ -35,9 +35,47 @@ long long parse_id(std::string_view s) {
     return v;
 }
 
+// An inclusive range "A" or "A-B" of non-negative numbers; false when it is neither.
+bool parse_range(std::string_view token, long long& lo, long long& hi) {
+    if (auto dash = token.find('-'); dash != std::string_view::npos) {
+        lo = parse_id(token.substr(0, dash));
+        hi = parse_id(token.substr(dash + 1));
+    } else {
+        lo = hi = parse_id(token);
+    }
+    return lo >= 0 && hi >= 0;
+}
+
+constexpr std::string_view kDims[] = {"tp", "cp", "dp", "pp"};
+
+int dim_size(const RankGrid& g, std::size_t d) {
+    const int sizes[] = {g.tp, g.cp, g.dp, g.pp};
+    return sizes[d];
+}
+
+int coord(const RankGrid::Coords& c, std::size_t d) {
+    const int v[] = {c.tp, c.cp, c.dp, c.pp};
+    return v[d];
+}
+
 }  // namespace
 
+RankGrid::Coords RankGrid::coords(int r) const {
+    Coords c;
+    c.tp = r % tp;
+    r /= tp;
+    c.cp = r % cp;
+    r /= cp;
+    c.dp = r % dp;
+    c.pp = r / dp;
+    return c;
+}
+
 std::vector<int> parse_rank_selection(const std::string& spec, int nranks) {
+    return parse_rank_selection(spec, RankGrid{}, nranks);
+}
+
+std::vector<int> parse_rank_selection(const std::string& spec, const RankGrid& grid, int nranks) {
     if (nranks < 1) throw std::invalid_argument("cannot select ranks: the trace has no ranks");
     std::vector<int> out;
     if (trim(spec).empty()) {
@@ -45,26 +83,54 @@ std::vector<int> parse_rank_selection(const std::string& spec, int nranks) {
         for (int r = 0; r < nranks; ++r) out[static_cast<std::size_t>(r)] = r;
         return out;
     }
+    // Per coordinate (tp, cp, dp, pp): the ranges named for it, none when it is not named.
+    std::vector<std::pair<long long, long long>> wanted[4];
     std::string_view rest = spec;
     while (true) {
         const auto comma = rest.find(',');
         const std::string_view token = trim(rest.substr(0, comma));
         if (token.empty()) bad(spec, token, "is empty (stray comma?)", nranks);
         long long lo = 0, hi = 0;
-        if (auto dash = token.find('-'); dash != std::string_view::npos) {
-            lo = parse_id(token.substr(0, dash));
-            hi = parse_id(token.substr(dash + 1));
-            if (lo < 0 || hi < 0) bad(spec, token, "is not a rank or a range A-B", nranks);
+        if (auto eq = token.find('='); eq != std::string_view::npos) {
+            const std::string_view name = trim(token.substr(0, eq));
+            const auto* it = std::find(std::begin(kDims), std::end(kDims), name);
+            if (it == std::end(kDims))
+                bad(spec, token, "names no coordinate: expected tp, cp, dp or pp before the '='", nranks);
+            if (!grid.known || grid.size() != nranks)
+                bad(spec, token,
+                    "selects by coordinate, but the trace does not record how its ranks are laid out (meta "
+                    "\"grid\"): select ranks by id",
+                    nranks);
+            const auto d = static_cast<std::size_t>(it - std::begin(kDims));
+            if (!parse_range(token.substr(eq + 1), lo, hi)) bad(spec, token, "is not NAME=A or NAME=A-B", nranks);
             if (hi < lo) bad(spec, token, "is a range whose end comes before its start", nranks);
+            const int size = dim_size(grid, d);
+            if (hi >= size)
+                throw std::invalid_argument(fmt::format(
+                    "invalid rank selection \"{}\": \"{}\" is out of range; {} runs over {}", spec, token, name,
+                    size == 1 ? std::string("0 only") : fmt::format("0-{}", size - 1)));
+            wanted[d].emplace_back(lo, hi);
         } else {
-            lo = hi = parse_id(token);
-            if (lo < 0) bad(spec, token, "is not a rank or a range A-B", nranks);
+            if (!parse_range(token, lo, hi)) bad(spec, token, "is not a rank or a range A-B", nranks);
+            if (hi < lo) bad(spec, token, "is a range whose end comes before its start", nranks);
+            if (hi >= nranks) bad(spec, token, "is out of range", nranks);
+            for (long long r = lo; r <= hi; ++r) out.push_back(static_cast<int>(r));
         }
-        if (hi >= nranks) bad(spec, token, "is out of range", nranks);
-        for (long long r = lo; r <= hi; ++r) out.push_back(static_cast<int>(r));
         if (comma == std::string_view::npos) break;
         rest.remove_prefix(comma + 1);
     }
+    if (std::any_of(std::begin(wanted), std::end(wanted), [](const auto& w) { return !w.empty(); }))
+        for (int r = 0; r < nranks; ++r) {
+            const RankGrid::Coords c = grid.coords(r);
+            bool all = true;
+            for (std::size_t d = 0; d < 4 && all; ++d) {
+                if (wanted[d].empty()) continue;
+                const int v = coord(c, d);
+                all = std::any_of(wanted[d].begin(), wanted[d].end(),
+                                  [v](const auto& range) { return range.first <= v && v <= range.second; });
+            }
+            if (all) out.push_back(r);
+        }
     std::sort(out.begin(), out.end());
     out.erase(std::unique(out.begin(), out.end()), out.end());
     return out;

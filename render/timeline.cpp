@@ -11,12 +11,16 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 namespace dtsim::render::detail {
 namespace {
 
 // Boxes narrower than this go into per-pixel-column summaries instead.
 constexpr double kMinBoxPx = 0.5;
+// A long run's rare, short events (a checkpoint write, a restart, a failure) are drawn at least
+// this wide, so that a 4 s checkpoint shows on a 20-hour axis.
+constexpr double kMinRareEventPx = 2;
 // Boxes at least this wide get a border.
 constexpr double kOutlineFromPx = 3;
 constexpr double kMarkerPx = 2;
@@ -65,6 +69,35 @@ void hline(cairo_t* cr, double x0, double x1, double y, double width, Rgba c) {
 
 double text_baseline(const Lane& lane, double size) { return lane.y + lane.h / 2 + size * 0.36; }
 
+// Idle time of the compute stream: a pale fill with diagonal hatching on a grid fixed to the page.
+void draw_bubble(cairo_t* cr, double x, double y, double w, double h) {
+    fill_rect(cr, x, y, w, h, colours::bubble);
+    if (w < 3) return;
+    constexpr double kPitch = 6;
+    cairo_save(cr);
+    cairo_rectangle(cr, x, y, w, h);
+    cairo_clip(cr);
+    for (double hx = std::floor((x - h) / kPitch) * kPitch; hx < x + w; hx += kPitch) {
+        cairo_move_to(cr, hx, y + h);
+        cairo_line_to(cr, hx + h, y);
+    }
+    cairo_set_line_width(cr, 0.8);
+    set_colour(cr, colours::bubble_hatch);
+    cairo_stroke(cr);
+    cairo_restore(cr);
+}
+
+// Where a deadlocked rank stopped: a red bar across its lane with a notch on top.
+void draw_blocked_mark(cairo_t* cr, double x, double y, double h) {
+    fill_rect(cr, x - 1, y, 2, h, colours::peak);
+    cairo_move_to(cr, x - 4, y - 4);
+    cairo_line_to(cr, x + 4, y - 4);
+    cairo_line_to(cr, x, y + 1);
+    cairo_close_path(cr);
+    set_colour(cr, colours::peak);
+    cairo_fill(cr);
+}
+
 // A short name for boxes too narrow for the operation's full name.
 std::string short_name(std::string_view op) {
     static constexpr std::pair<std::string_view, std::string_view> kShort[] = {
@@ -107,6 +140,9 @@ void label_box(cairo_t* cr, const Layout& l, const Lane& lane, const Event& e, d
         if (text_width(cr, label, l.box_font) + 4 > w) return;
     } else {
         label = std::string(e.op.name());
+        const BoxClass cls = box_class(e);
+        const bool long_run = cls >= BoxClass::train && cls <= BoxClass::idle;  // the legend names these
+        if (long_run && text_width(cr, label, l.box_font) + 6 > w) return;
         if (text_width(cr, label, l.box_font) + 6 > w) {
             label = short_name(e.op.name());
             if (text_width(cr, label, l.box_font) + 4 > w) return;
@@ -156,6 +192,20 @@ void draw_legend(cairo_t* cr, const Layout& l) {
                 fill_rect(cr, e.x, top + s * 0.6, e.swatch_w, s * 0.4,
                           over_white(style_colour(style_key(BoxClass::collective, 0), l.layers)));
                 break;
+            case LegendEntry::Kind::pass:
+                cairo_rectangle(cr, e.x, top, e.swatch_w, s);
+                set_colour(cr, pass_colour(e.pass, e.chunk));
+                cairo_fill_preserve(cr);
+                cairo_set_line_width(cr, 0.5);
+                set_colour(cr, colours::outline);
+                cairo_stroke(cr);
+                if (e.pass == PassKind::recompute) {
+                    // Drawn as it appears: a strip along the bottom of a backward pass.
+                    fill_rect(cr, e.x, top, e.swatch_w, s * 0.6, pass_colour(PassKind::backward, 0));
+                }
+                break;
+            case LegendEntry::Kind::bubble: draw_bubble(cr, e.x, top, e.swatch_w, s); break;
+            case LegendEntry::Kind::blocked: draw_blocked_mark(cr, e.x + e.swatch_w / 2, top, s); break;
             case LegendEntry::Kind::memory: fill_rect(cr, e.x, top, e.swatch_w, s, colours::memory); break;
             case LegendEntry::Kind::peak: fill_rect(cr, e.x, top, e.swatch_w, s, colours::peak); break;
             case LegendEntry::Kind::capacity: {
@@ -200,8 +250,9 @@ void draw_busy(cairo_t* cr, const Layout& l, const Lane& lane, const BusyColumns
     }
 }
 
-// One rank's events, box by box; what is too narrow is summarised per column.
-void draw_rank_events(cairo_t* cr, const Layout& l, const Row& row, const RankTrace& rank) {
+// One rank's events, box by box (only its comm stream's with `comm_only`); what is too narrow is
+// summarised per column.
+void draw_rank_events(cairo_t* cr, const Layout& l, const Row& row, const RankTrace& rank, bool comm_only = false) {
     const int ncols = l.columns();
     BusyColumns busy_compute(ncols), busy_comm(ncols);
     std::vector<bool> marked_compute(static_cast<std::size_t>(ncols) + 1), marked_comm(marked_compute.size());
@@ -210,8 +261,12 @@ void draw_rank_events(cairo_t* cr, const Layout& l, const Row& row, const RankTr
         double x;
     };
     std::vector<Marker> markers;
+    // Checkpoint writes, restarts and failures, drawn after the rest: the training steps that follow
+    // them at once would cover their widened boxes.
+    std::vector<std::pair<const Event*, double>> rare;
     for (const auto& e : rank.events) {
         const bool comm = l.has_comm && e.stream == Stream::comm;
+        if (comm_only && !comm) continue;
         const Lane& lane = comm ? row.comm : row.compute;
         const double x = l.x_of(e.start);
         if (e.duration == 0) {
@@ -223,6 +278,11 @@ void draw_rank_events(cairo_t* cr, const Layout& l, const Row& row, const RankTr
             continue;
         }
         const double w = e.duration * l.px_per_time;
+        if (const BoxClass cls = box_class(e);
+            w < kMinRareEventPx && (cls == BoxClass::checkpoint || cls == BoxClass::restart || cls == BoxClass::failure)) {
+            rare.emplace_back(&e, x);
+            continue;
+        }
         if (w < kMinBoxPx)
             (comm ? busy_comm : busy_compute).add(x - l.plot_x0, x - l.plot_x0 + w, style_key(e), 1.0);
         else {
@@ -232,6 +292,10 @@ void draw_rank_events(cairo_t* cr, const Layout& l, const Row& row, const RankTr
     }
     draw_busy(cr, l, row.compute, busy_compute);
     if (row.comm.present()) draw_busy(cr, l, row.comm, busy_comm);
+    for (const auto& [e, x] : rare) {
+        const Lane& lane = l.has_comm && e->stream == Stream::comm ? row.comm : row.compute;
+        fill_rect(cr, x, lane.y, kMinRareEventPx, lane.h, style_colour(style_key(*e), l.layers));
+    }
     for (const auto& mk : markers)
         fill_rect(cr, mk.x - kMarkerPx / 2, mk.lane->y - kMarkerPoke, kMarkerPx, mk.lane->h + kMarkerPoke,
                   colours::marker);
@@ -253,6 +317,74 @@ void draw_group_events(cairo_t* cr, const Layout& l, const Row& row, const Trace
     }
     draw_busy(cr, l, row.compute, busy_compute);
     if (row.comm.present()) draw_busy(cr, l, row.comm, busy_comm);
+}
+
+// A blocked rank: the mark at the end of its last event and what it waits for, beside it.
+void draw_blocked(cairo_t* cr, const Layout& l, const Row& row) {
+    const Lane& lane = row.compute;
+    const double x = l.x_of(row.blocked_at);
+    draw_blocked_mark(cr, x, lane.y, lane.h);
+    std::string text = row.blocked;
+    const double size = l.box_font;
+    // Cut to the room left of the plot's right end, between characters.
+    const double room = l.plot_x1 - x - 8;
+    if (text_width(cr, text, size, Weight::bold) > room) {
+        while (!text.empty() && text_width(cr, text + "...", size, Weight::bold) > room) {
+            while (!text.empty() && (static_cast<unsigned char>(text.back()) & 0xC0) == 0x80) text.pop_back();
+            if (!text.empty()) text.pop_back();  // the character's first byte
+        }
+        text += "...";
+    }
+    draw_text(cr, text, x + 6, text_baseline(lane, size), size, colours::peak, Align::left, Weight::bold);
+}
+
+// Intervals drawn at least this far apart stay apart; closer ones are drawn as one.
+template <class Draw>
+void draw_merged(const Layout& l, const std::vector<Interval>& intervals, Draw&& draw) {
+    double x0 = 0, x1 = -1;
+    for (const auto& iv : intervals) {
+        const double a = l.x_of(iv.start), b = l.x_of(iv.end);
+        if (x1 >= x0 && a - x1 < kMinBoxPx) {
+            x1 = std::max(x1, b);
+            continue;
+        }
+        if (x1 >= x0) draw(x0, std::max(x1 - x0, kMinBoxPx));
+        x0 = a;
+        x1 = b;
+    }
+    if (x1 >= x0) draw(x0, std::max(x1 - x0, kMinBoxPx));
+}
+
+// A pipeline row: the idle time shaded, then each pass a box with its microbatch inside,
+// recomputation as a strip along the bottom of its backward pass.
+void draw_passes(cairo_t* cr, const Layout& l, const Row& row) {
+    const Lane& lane = row.compute;
+    draw_merged(l, row.passes.idle, [&](double x, double w) { draw_bubble(cr, x, lane.y, w, lane.h); });
+    for (const auto& p : row.passes.passes) {
+        const double x = l.x_of(p.start);
+        const double w = std::max((p.end - p.start) * l.px_per_time, kMinBoxPx);
+        const Rgba fill = pass_colour(p.kind, p.chunk);
+        cairo_rectangle(cr, x, lane.y, w, lane.h);
+        set_colour(cr, fill);
+        if (w >= kOutlineFromPx) {
+            cairo_fill_preserve(cr);
+            cairo_set_line_width(cr, 0.5);
+            set_colour(cr, colours::outline);
+            cairo_stroke(cr);
+        } else {
+            cairo_fill(cr);
+        }
+        const double strip = std::round(lane.h * 0.3);
+        draw_merged(l, p.recompute, [&](double rx, double rw) {
+            fill_rect(cr, rx, lane.bottom() - strip, rw, strip, pass_colour(PassKind::recompute, p.chunk));
+        });
+        if (p.batches.empty() || lane.h < l.box_font + 2) continue;
+        const std::string label = batch_label(p.batches);
+        if (text_width(cr, label, l.box_font) + 3 > w) continue;
+        const double baseline = p.recompute.empty() ? text_baseline(lane, l.box_font)
+                                                    : lane.y + (lane.h - strip) / 2 + l.box_font * 0.36;
+        draw_text(cr, label, x + w / 2, baseline, l.box_font, text_on(fill), Align::centre);
+    }
 }
 
 double bar_height(const Layout& l, const Row& row, double value) {
@@ -318,10 +450,17 @@ void draw_row(cairo_t* cr, const Layout& l, const Row& row, const Trace& trace) 
     if (row.comm.present() && row.comm.h >= 9)
         draw_text(cr, "comm", l.plot_x0 - 10, text_baseline(row.comm, 8), 8, colours::faint_text,
                   Align::right);
-    if (l.overview)
+    if (l.pipeline) {
+        draw_passes(cr, l, row);
+        if (row.comm.present()) draw_rank_events(cr, l, row, trace.ranks[row.members.front()], /*comm_only=*/true);
+        draw_text(cr, idle_label(row), l.plot_x1 + 10, text_baseline(row.compute, l.side_font), l.side_font,
+                  colours::text, Align::left, Weight::bold);
+    } else if (l.overview) {
         draw_group_events(cr, l, row, trace);
-    else
+    } else {
         draw_rank_events(cr, l, row, trace.ranks[row.members.front()]);
+    }
+    if (!row.blocked.empty()) draw_blocked(cr, l, row);
     if (row.memory.present()) {
         if (row.memory.h >= 14)
             draw_text(cr, "memory", l.plot_x0 - 10, text_baseline(row.memory, 9), 9, colours::faint_text,

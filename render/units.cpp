@@ -42,8 +42,12 @@ struct Unit {
     double scale;
 };
 
-// The time unit in which `magnitude` seconds reads as a number >= 1.
+// From this span on, times read in hours (a long run's failures and checkpoints, `dtsim failures`).
+constexpr double kHoursFrom = 3 * 3600.0;
+
+// The time unit in which `magnitude` seconds reads as a number >= 1 (hours from 3 h).
 Unit seconds_unit(double magnitude) {
+    if (magnitude >= kHoursFrom) return {"h", 1 / 3600.0};
     if (magnitude >= 1) return {"s", 1};
     if (magnitude >= 1e-3) return {"ms", 1e3};
     if (magnitude >= 1e-6) return {"\u00b5s", 1e6};
@@ -60,6 +64,9 @@ Ticks time_ticks(double t0, double t1, int target, bool seconds) {
     double span = t1 > t0 ? t1 - t0 : 1;
     double raw = std::isfinite(span) ? span / n : t1 / n - t0 / n;
     if (!std::isfinite(raw)) raw = std::numeric_limits<double>::max();
+    // Hours: the steps are 1, 2 or 5 times a power of ten hours.
+    const bool hours = seconds && std::isfinite(span) && std::max(std::fabs(t0), std::fabs(t1)) >= kHoursFrom;
+    if (hours) raw /= 3600;
     raw = std::max(raw, 1e-300);
     const double mag = std::pow(10.0, std::floor(std::log10(raw)));
     t.step = 10 * mag;
@@ -68,8 +75,12 @@ Ticks time_ticks(double t0, double t1, int target, bool seconds) {
             t.step = m * mag;
             break;
         }
+    if (hours) t.step *= 3600;
     if (!std::isfinite(t.step)) t.step = std::numeric_limits<double>::max();
-    if (seconds) {  // the unit in which the far end reads as a number >= 1
+    if (hours) {
+        t.unit = "h";
+        t.unit_scale = 1 / 3600.0;
+    } else if (seconds) {  // the unit in which the far end reads as a number >= 1
         const Unit u = seconds_unit(std::max({std::fabs(t0), std::fabs(t1), t.step}));
         t.unit = u.name;
         t.unit_scale = u.scale;

@@ -1,6 +1,6 @@
 // How times and memory sizes read on the picture: axis ticks, units picked by
-// magnitude (steps in the puzzle world; ns/us/ms/s and B/KiB/MiB/GiB in the
-// hardware world).
+// magnitude (steps in the puzzle world; ns/us/ms/s, and hours from 3 h, and
+// B/KiB/MiB/GiB in the hardware world).
 #pragma once
 
 #include <string>
@@ -12,7 +12,7 @@ namespace dtsim::render::detail {
 struct Ticks {
     double step = 1;             // in trace units
     std::vector<double> values;  // in trace units
-    std::string unit;            // "steps", "s", "ms", "us" (as "µs"), "ns"
+    std::string unit;            // "steps", "h", "s", "ms", "us" (as "µs"), "ns"
     double unit_scale = 1;       // trace value * unit_scale = displayed value
     int decimals = 0;            // digits after the point in the labels
 };

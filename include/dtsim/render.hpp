@@ -13,18 +13,28 @@
 
 namespace dtsim::render {
 
+// What the rows of the timeline are.
+enum class View {
+    automatic,  // the pipeline view for a pipelined trace (RankGrid::pp > 1, microbatches recorded), else ranks
+    pipeline,   // one row per pipeline rank: its passes (F, B, I, W, recompute) per microbatch, idle time shaded
+    ranks,      // one row per GPU: every operation a box
+};
+
 struct Options {
-    // Which ranks get a row: "0-7,1023" (ids and inclusive ranges, comma separated);
-    // empty selects every rank.
+    // Which ranks get a row: "0-7,1023" (ids and inclusive ranges) or coordinates of the
+    // trace's grid such as "pp=0-3,dp=0" (see parse_rank_selection); empty selects every
+    // rank (in the pipeline view: one rank per pipeline rank).
     std::string ranks;
+    View view = View::automatic;
     // Image width in pixels (SVG and PDF use the same number of points); 0 picks one
     // from the number of events per rank.
     int width = 0;
     // First line of the title; empty builds it from the trace's meta (puzzle or config name).
     std::string title;
-    // More selected ranks than this are drawn as an overview: consecutive ranks are
-    // grouped into at most max_rows rows, each showing per time bucket the most
-    // frequent kind of operation and the fraction of the group that is busy.
+    // More selected ranks than this are drawn as an overview: ranks are grouped into at
+    // most max_rows rows, each showing per time bucket the most frequent kind of
+    // operation and the fraction of the group that is busy. Where the trace records its
+    // grid, a row is a whole group (a tensor-parallel group, a pipeline stage's ranks...).
     int max_rows = 48;
 };
 
@@ -52,11 +62,34 @@ inline constexpr double kChromeMicrosPerSecond = 1e6;
 void write_chrome_trace(const Trace& trace, std::ostream& out);
 void write_chrome_trace_file(const Trace& trace, const std::string& path);
 
-// The ranks named by a selection such as "0-7,1023" (comma-separated ids and
-// inclusive ranges A-B, spaces allowed), sorted and without duplicates; an empty
-// spec selects 0..nranks-1. Throws std::invalid_argument naming the bad token and
-// the valid range.
+// How the ranks of a run are laid out: Megatron-LM's order, tensor-parallel fastest,
+// then context, data and pipeline parallel (rank = ((pp * dp + dp_rank) * cp + cp_rank)
+// * tp + tp_rank). Read from the trace's meta "grid" (docs/trace-format.md).
+struct RankGrid {
+    int tp = 1, cp = 1, dp = 1, pp = 1;
+    bool known = false;  // the trace records its grid
+    struct Coords {
+        int tp = 0, cp = 0, dp = 0, pp = 0;
+    };
+    [[nodiscard]] int size() const { return tp * cp * dp * pp; }
+    [[nodiscard]] Coords coords(int rank) const;
+    [[nodiscard]] int rank(const Coords& c) const { return ((c.pp * dp + c.dp) * cp + c.cp) * tp + c.tp; }
+};
+
+// The grid of a trace: its meta "grid" ({"tp", "cp", "dp", "pp"}, each optional, default 1);
+// for traces written before that field, a hardware config's "strategy" (dp, tp, pp, cp) or a
+// pipeline schedule's "stages" (pp = ranks). Unknown (known = false, one rank per dp) when
+// none is there or the sizes do not multiply to the number of ranks.
+RankGrid grid_of(const Trace& trace);
+
+// The ranks named by a selection, sorted and without duplicates: comma-separated ids and
+// inclusive ranges A-B ("0-7,1023", spaces allowed), and coordinates of the grid, NAME=A or
+// NAME=A-B with NAME one of tp, cp, dp, pp ("pp=0-3,dp=0"). A rank is selected when it is
+// named by an id or range, or when it matches every coordinate named (a coordinate named
+// twice matches either range). An empty spec selects 0..nranks-1. Throws
+// std::invalid_argument naming the bad token and the valid range; coordinates need a known grid.
 std::vector<int> parse_rank_selection(const std::string& spec, int nranks);
+std::vector<int> parse_rank_selection(const std::string& spec, const RankGrid& grid, int nranks);
 
 // The chart of `dtsim compare`: one row per run, the mean step time per GPU as
 // a bar split into compute, exposed communication and idle time, and beside it

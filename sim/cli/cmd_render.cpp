@@ -1,5 +1,5 @@
 // `dtsim render TRACE.json [--svg F.svg] [--png F.png] [--pdf F.pdf] [--chrome-trace F.json]
-//  [--show-ranks SEL] [--width PX] [--title T] [--max-rows N]`: draws a saved trace and/or
+//  [--show-ranks SEL] [--view auto|pipeline|ranks] [--width PX] [--title T] [--max-rows N]`: draws a saved trace and/or
 // exports it for Perfetto, with the output options every command shares.
 #include "commands.hpp"
 
@@ -28,7 +28,7 @@ void run_render(const RenderArgs& args) {
     if (validate_only()) return;
     const Trace trace = read_trace_file(args.trace);
     try {
-        args.out.check_ranks(static_cast<int>(trace.ranks.size()));
+        args.out.check_ranks(static_cast<int>(trace.ranks.size()), render::grid_of(trace));
         args.out.write(trace);
     } catch (const std::invalid_argument& e) {  // the rank selection against the trace's ranks
         throw UsageError(fmt::format("render: {}", e.what()));

@@ -153,7 +153,13 @@ void run(const RunArgs& a) {
 
     if (!sweep) {
         const hw::Config c = hw::load_config(a.config, combos.front());
-        a.out.check_ranks(c.gpus());
+        render::RankGrid grid;
+        grid.tp = c.strategy.tp;
+        grid.cp = c.strategy.cp;
+        grid.dp = c.strategy.dp;
+        grid.pp = c.strategy.pp;
+        grid.known = c.strategy.name != "puzzle";  // a puzzle strategy lays its ranks out its own way
+        a.out.check_ranks(c.gpus(), grid);
         const auto result = hw::simulate(c, {.keep_trace = want_trace});
         if (a.json)
             fmt::print("{}\n", hw::to_json(result.report).dump(2));

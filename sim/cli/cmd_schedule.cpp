@@ -192,7 +192,10 @@ void run_schedule_command(const ScheduleArgs& a) {
         lowered.source = s.source;  // locations are lost: lowering reorders
         s = std::move(lowered);
     }
-    a.out.check_ranks(s.num_ranks());
+    render::RankGrid grid;
+    grid.pp = s.num_ranks();
+    grid.known = true;
+    a.out.check_ranks(s.num_ranks(), grid);
     if (!a.write.empty()) {
         sched::validate(s);
         sched::write_schedule_file(s, a.write);

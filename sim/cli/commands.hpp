@@ -134,11 +134,11 @@ inline CLI::Validator image_file(std::optional<render::Format> format = std::nul
             ""};
 }
 
-// A rank selection for pictures (--show-ranks) against the run's rank count, before the run.
-inline void check_rank_selection(const std::string& spec, int nranks) {
+// A rank selection for pictures (--show-ranks) against the run's ranks and their grid, before the run.
+inline void check_rank_selection(const std::string& spec, int nranks, const render::RankGrid& grid = {}) {
     if (spec.empty()) return;
     try {
-        (void)render::parse_rank_selection(spec, nranks);
+        (void)render::parse_rank_selection(spec, grid, nranks);
     } catch (const std::invalid_argument& e) {
         throw UsageError(fmt::format("--show-ranks: {}", e.what()));
     }
@@ -170,12 +170,13 @@ struct TraceOutputs {
 
     // The options above, each checked as it is parsed (render reads a trace: no --trace).
     void add_options(CLI::App* cmd, bool with_trace = true);
-    // render's: --width, --title, --max-rows.
+    // render's: --width, --title, --max-rows (--view is in add_options).
     void add_picture_options(CLI::App* cmd);
     [[nodiscard]] bool any() const;       // something to write: the run keeps its events
     [[nodiscard]] bool pictures() const;  // --svg, --png or --pdf
-    // --show-ranks goes with a picture and names ranks of the run: a UsageError otherwise.
-    void check_ranks(int nranks) const;
+    // --show-ranks goes with a picture and names ranks of the run (by id, or by coordinates of
+    // `grid` where it is known): a UsageError otherwise.
+    void check_ranks(int nranks, const render::RankGrid& grid = {}) const;
     void write(const Trace& t) const;
     // After a failed run: writes what it did up to the failure and says so (or why it could not)
     // in an indented line; the run's own error follows.

@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 
 #include <limits>
+#include <map>
+#include <string>
 
 namespace dtsim::cli {
 
@@ -18,7 +20,16 @@ void TraceOutputs::add_options(CLI::App* cmd, bool with_trace) {
     cmd->add_option("--chrome-trace", chrome, "Write a Chrome/Perfetto trace (ui.perfetto.dev)")
         ->check(output_file());
     cmd->add_option("--show-ranks", picture.ranks,
-                    "Ranks to draw, e.g. 0-7,15 (default: all; more than --max-rows are grouped)");
+                    "Ranks to draw: ids and ranges (0-7,15) or coordinates (pp=0-3,dp=0) (default: all; more than "
+                    "--max-rows are grouped; the pipeline view draws one GPU per stage)");
+    cmd->add_option("--view", picture.view,
+                    "The picture's rows: pipeline (one row per pipeline stage, a box per microbatch pass, the bubble "
+                    "shaded), ranks (one row per GPU, a box per operation) or auto (pipeline for pipelined runs)")
+        ->transform(CLI::CheckedTransformer(
+            std::map<std::string, render::View>{
+                {"auto", render::View::automatic}, {"pipeline", render::View::pipeline}, {"ranks", render::View::ranks}},
+            CLI::ignore_case))
+        ->default_str("auto");
 }
 
 void TraceOutputs::add_picture_options(CLI::App* cmd) {
@@ -35,10 +46,10 @@ bool TraceOutputs::any() const { return !trace.empty() || pictures() || !chrome.
 
 bool TraceOutputs::pictures() const { return !(svg.empty() && png.empty() && pdf.empty()); }
 
-void TraceOutputs::check_ranks(int nranks) const {
+void TraceOutputs::check_ranks(int nranks, const render::RankGrid& grid) const {
     if (!picture.ranks.empty() && !pictures())
         throw UsageError("--show-ranks selects the ranks of a picture: give --svg, --png or --pdf with it");
-    check_rank_selection(picture.ranks, nranks);
+    check_rank_selection(picture.ranks, nranks, grid);
 }
 
 void TraceOutputs::write(const Trace& t) const {

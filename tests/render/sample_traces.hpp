@@ -78,4 +78,63 @@ inline Trace hardware_trace() {
     return t;
 }
 
+// GPipe on 2 pipeline ranks, 2 microbatches, as `dtsim schedule` writes it (layer = stage,
+// costs T_F = 1, T_B = 2): every forward, then the backwards. Each rank is busy 6 of the 9
+// steps, so the bubble is 1/3 on both.
+inline Trace gpipe_trace() {
+    Trace t;
+    t.meta = {{"name", "pipeline schedule gpipe"}, {"ranks", 2}, {"stages", 2}, {"microbatches", 2},
+              {"generator", "gpipe"}};
+    const auto mb = [](int m) { return IdSet::single(m); };
+    RankTrace r0, r1;
+    r0.rank = 0;
+    r1.rank = 1;
+    r0.events = {make_event(ops::forward, 0, 0, 1, 0, mb(0)), make_event(ops::forward, 0, 1, 1, 1, mb(1)),
+                 make_event(ops::backward, 0, 5, 2, 2, mb(1)), make_event(ops::backward, 0, 7, 2, 1, mb(0))};
+    r1.events = {make_event(ops::forward, 1, 1, 1, 0, mb(0)), make_event(ops::forward, 1, 2, 1, 1, mb(1)),
+                 make_event(ops::backward, 1, 3, 2, 2, mb(1)), make_event(ops::backward, 1, 5, 2, 1, mb(0))};
+    t.ranks = {std::move(r0), std::move(r1)};
+    summarize(t);
+    t.summary.correct = true;
+    return t;
+}
+
+// A hardware-world pipeline: grid tp 2 x pp 2 (ranks 0-1 stage 0, ranks 2-3 stage 1), two
+// layers per stage, one microbatch; tensor-parallel collectives (no microbatch) between the
+// layers of a pass; selective recompute before each layer's input backward, the weight
+// backward (ZB W) after, the optimizer last. Seconds and bytes.
+inline Trace hardware_pipeline_trace() {
+    Trace t;
+    t.time_unit = "s";
+    t.memory_unit = "byte";
+    t.meta = {{"config", "pp-test"}, {"name", "pp-test"}, {"note", "a short note"},
+              {"strategy", {{"name", "zbh1"}, {"tp", 2}, {"pp", 2}}}, {"grid", {{"tp", 2}, {"cp", 1}, {"dp", 1}, {"pp", 2}}}};
+    const auto mb = IdSet::single(0);
+    const auto ag = OpCode::of("all_gather"), rc = OpCode::of("recompute"), bi = OpCode::of("backward_input"),
+               bw = OpCode::of("backward_weight"), opt = OpCode::of("optimizer");
+    for (int r = 0; r < 4; ++r) {
+        RankTrace rt;
+        rt.rank = r;
+        const int stage = r / 2;
+        const std::int32_t l0 = 2 * stage;
+        const double f0 = stage == 0 ? 0 : 4;  // stage 1 starts when stage 0's forward is done
+        rt.events = {
+            make_event(ops::forward, l0, f0, 1, 0, mb),
+            make_event(ag, l0 + 1, f0 + 1, 1, 0),
+            make_event(ops::forward, l0 + 1, f0 + 2, 1, 0, mb),
+        };
+        const double b0 = stage == 1 ? 7 : 14;
+        rt.events.push_back(make_event(rc, l0 + 1, b0, 1, 0, mb));
+        rt.events.push_back(make_event(bi, l0 + 1, b0 + 1, 1, 0, mb));
+        rt.events.push_back(make_event(rc, l0, b0 + 2, 1, 0, mb));
+        rt.events.push_back(make_event(bi, l0, b0 + 3, 1, 0, mb));
+        rt.events.push_back(make_event(bw, l0 + 1, b0 + 4, 1, 0, mb));
+        rt.events.push_back(make_event(bw, l0, b0 + 5, 1, 0, mb));
+        rt.events.push_back(make_event(opt, kNoLayer, 20, 1, 0));
+        t.ranks.push_back(std::move(rt));
+    }
+    summarize(t);
+    return t;
+}
+
 }  // namespace dtsim::render::testing

@@ -31,6 +31,8 @@ TEST_CASE("times read as steps in the puzzle world and s/ms/us/ns in seconds") {
     CHECK(format_time(12.5e-6, true) == "12.5 \u00b5s");
     CHECK(format_time(2.25, true) == "2.25 s");
     CHECK(format_time(3e-9, true) == "3 ns");
+    CHECK(format_time(10799, true) == "10799 s");
+    CHECK(format_time(46425, true) == "12.9 h");
 }
 
 TEST_CASE("time ticks are 1, 2 or 5 times a power of ten, in a unit that suits them") {
@@ -50,6 +52,12 @@ TEST_CASE("time ticks are 1, 2 or 5 times a power of ten, in a unit that suits t
     const Ticks us = time_ticks(0, 3e-4, 6, true);
     CHECK(us.unit == "\u00b5s");
     CHECK(tick_label(us.values[1], us) == "50");
+    // A long run (dtsim failures) in hours: 79,819 s (22.2 h) over about 10 ticks is a tick every 5 hours.
+    const Ticks h = time_ticks(0, 79819, 10, true);
+    CHECK(h.unit == "h");
+    CHECK(h.step == doctest::Approx(5 * 3600));
+    CHECK(tick_label(h.values.back(), h) == "20");
+    CHECK(time_ticks(0, 79819, 20, true).step == doctest::Approx(2 * 3600));
 }
 
 TEST_CASE("busy columns keep the busy fraction and the dominant style per pixel") {

@@ -139,6 +139,10 @@ RunResult simulate_transformer(const Config& c, const RunOptions& options) {
     if (options.keep_trace) {
         nlohmann::json meta = c.json;
         meta["config"] = c.name;
+        // How the ranks are laid out (Megatron-LM's order, job.hpp), for the pictures' rows.
+        meta["grid"] = {{"tp", c.strategy.tp}, {"cp", c.strategy.cp}, {"dp", c.strategy.dp}, {"pp", c.strategy.pp}};
+        // A schedule's stages (several per rank: its model chunks), by their layers.
+        if (plan) meta["grid"]["stage_layers"] = plan->layers;
         out.trace = world.take_trace(std::move(meta));
     }
     return out;

@@ -1,0 +1,53 @@
+// The pipeline view's boxes: a rank's compute stream read as passes, one box per
+// forward, backward, input-gradient (I), weight-gradient (W) or recompute pass of a
+// microbatch through one of the rank's model chunks, as the figures of the Megatron-LM
+// interleaved-1F1B and zero-bubble papers draw them; and the rank's idle time.
+#pragma once
+
+#include "dtsim/trace.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace dtsim::render::detail {
+
+enum class PassKind : std::uint8_t { forward, backward, input_grad, weight_grad, recompute, other };
+inline constexpr std::size_t kPassKinds = 6;
+
+struct Interval {
+    double start = 0, end = 0;
+};
+
+struct Pass {
+    PassKind kind = PassKind::other;
+    double start = 0, end = 0;
+    IdSet batches;   // the microbatch (empty for other work)
+    int chunk = -1;  // which of the rank's model chunks, in layer order (-1: none)
+    std::vector<Interval> recompute;  // recomputation inside a backward pass (selective recompute)
+};
+
+struct RankPasses {
+    std::vector<Pass> passes;   // in time order
+    std::vector<Interval> idle;  // gaps of the compute stream in [0, makespan]
+    double idle_time = 0;
+    int chunks = 1;
+};
+
+// The passes of one rank: consecutive compute-stream events of one microbatch, one
+// direction and one chunk make a pass; events without a microbatch between two events of
+// the same pass (tensor-parallel collectives) belong to it, the others are `other` work.
+// `layer_is_stage`: the trace's layers are pipeline stages (dtsim schedule), so each
+// distinct layer is a chunk; otherwise a chunk is a run of consecutive layers, cut also
+// where a stage starts (`stage_starts`: the first layer of each stage, sorted; may be empty).
+RankPasses rank_passes(const RankTrace& rank, double makespan, bool layer_is_stage,
+                       const std::vector<std::int32_t>& stage_starts = {});
+
+// The first layer of each pipeline stage from the trace's meta grid.stage_layers (the layers
+// of each stage, in order); empty when the trace does not say.
+std::vector<std::int32_t> stage_starts(const Trace& trace);
+
+// The kind of pass an operation belongs to; `other` for work outside the passes.
+PassKind pass_kind(OpCode op);
+
+}  // namespace dtsim::render::detail

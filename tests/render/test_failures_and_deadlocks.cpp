@@ -1,0 +1,124 @@
+// The pictures of runs that go wrong: a long run's failures, checkpoints and restarts on an
+// axis in hours, and a deadlock's blocked ranks marked with what they wait for.
+#include "dtsim/render.hpp"
+#include "layout.hpp"
+#include "palette.hpp"
+#include "sample_traces.hpp"
+#include "svg_reader.hpp"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <sstream>
+
+namespace dtsim::render {
+namespace {
+
+using detail::Layout;
+using testing::SvgPath;
+
+std::string render_svg(const Trace& t, const Options& o = {}) {
+    std::ostringstream out;
+    write_image(t, out, Format::svg, o);
+    return out.str();
+}
+
+bool near(double a, double b, double tol = 0.01) { return std::fabs(a - b) <= tol; }
+
+std::vector<SvgPath> rects_of(const std::vector<SvgPath>& paths, const detail::Lane& lane, detail::Rgba c) {
+    std::vector<SvgPath> out;
+    for (const auto& p : paths)
+        if (p.filled && p.is_rect && testing::same_colour(p.fill, c.r, c.g, c.b) && p.y0 >= lane.y - 0.01 &&
+            p.y1 <= lane.bottom() + 0.01)
+            out.push_back(p);
+    return out;
+}
+
+// `dtsim failures`: 20 hours of training steps, a 4.5 s checkpoint write every hour, no memory.
+Trace long_run() {
+    Trace t;
+    t.time_unit = "s";
+    t.memory_unit = "byte";
+    t.meta = {{"config", "long run"}};
+    RankTrace r;
+    double now = 0;
+    for (int h = 0; h < 20; ++h) {
+        r.events.push_back(testing::make_event(OpCode::of("train"), kNoLayer, now, 3600, 0));
+        now += 3600;
+        r.events.push_back(testing::make_event(OpCode::of("checkpoint"), kNoLayer, now, 4.5, 0));
+        now += 4.5;
+    }
+    t.ranks.push_back(std::move(r));
+    summarize(t);
+    return t;
+}
+
+}  // namespace
+
+TEST_CASE("a long run reads in hours, says nothing of memory it does not have, and shows each checkpoint") {
+    const Trace t = long_run();
+    const Layout l = detail::make_layout(t, {});
+    CHECK(l.ticks.unit == "h");
+    CHECK(l.axis_title == "time (h)");
+    for (const auto& line : l.header) {
+        CAPTURE(line.text);
+        CHECK(line.text.find("memory") == std::string::npos);
+    }
+    // 4.5 s is a few hundredths of a pixel here: each write is drawn 2 px wide.
+    REQUIRE(4.5 * l.px_per_time < 0.1);
+    const auto paths = testing::read_paths(render_svg(t));
+    const auto writes = rects_of(paths, l.rows[0].compute, detail::colours::checkpoint);
+    REQUIRE(writes.size() == 20);
+    CHECK(near(writes[0].width(), 2));
+    CHECK(near(writes[0].x0, l.x_of(3600)));
+}
+
+TEST_CASE("a deadlock's blocked ranks are read from its report, a schedule's lines before the engine's") {
+    Trace t = testing::gpipe_trace();
+    t.meta["error"] =
+        "deadlock: s.txt cannot progress: 2 of 2 ranks are blocked\n"
+        "  rank 0 is blocked at 0B0 (its action 2 of 4, at s.txt:7:13): it waits for the gradient of stage 0 "
+        "microbatch 0 (the input gradient of stage 1), which rank 1 produces in 1B0, not reached\n"
+        "  wait cycle: rank 0 -> rank 1 -> rank 0\n"
+        "  the engine's report:\n"
+        "    deadlock: 2 of 2 ranks are blocked and none can proceed\n"
+        "      rank 0 waits in receive, but no rank passes to it; last event forward layer 0 batches {0} at 0\n"
+        "      rank 1 waits in receive, but no rank passes to it; last event forward layer 1 batches {0} at 1";
+    const auto blocked = detail::blocked_ranks(t);
+    REQUIRE(blocked.size() == 2);
+    CHECK(blocked[0].first == 0);
+    CHECK(blocked[0].second ==
+          "blocked at 0B0: waits for the gradient of stage 0 microbatch 0 (the input gradient of stage 1)");
+    CHECK(blocked[1].first == 1);
+    CHECK(blocked[1].second == "blocked: waits in receive, but no rank passes to it");
+    t.meta["error"] = "rank 0 is blocked at 0B0: it waits for x";  // not a deadlock's report
+    CHECK(detail::blocked_ranks(t).empty());
+}
+
+TEST_CASE("each blocked rank's row is marked where its last event ends, with what it waits for") {
+    Trace t = testing::gpipe_trace();
+    t.ranks[0].events.resize(2);  // rank 0 stops after its forwards, at 2
+    t.ranks[1].events.resize(1);  // rank 1 after its first, at 2
+    summarize(t);
+    t.summary.correct = false;
+    t.meta["error"] =
+        "deadlock: 2 of 2 ranks are blocked and none can proceed\n"
+        "  rank 0 waits in receive, but no rank passes to it; last event forward layer 0 batches {1} at 1\n"
+        "  rank 1 waits in receive, but no rank passes to it; last event forward layer 1 batches {0} at 1";
+    const Layout l = detail::make_layout(t, {});
+    REQUIRE(l.rows.size() == 2);
+    CHECK(l.rows[0].blocked == "blocked: waits in receive, but no rank passes to it");
+    CHECK(l.rows[0].blocked_at == 2);
+    CHECK(l.t1 > t.summary.makespan);  // room for the text
+    CHECK(std::any_of(l.legend.begin(), l.legend.end(),
+                      [](const auto& e) { return e.kind == detail::LegendEntry::Kind::blocked; }));
+    const auto paths = testing::read_paths(render_svg(t));
+    for (const auto& row : l.rows) {
+        const auto marks = rects_of(paths, row.compute, detail::colours::peak);
+        REQUIRE(marks.size() == 1);
+        CHECK(near(marks[0].x0 + 1, l.x_of(row.blocked_at)));
+        CHECK(near(marks[0].height(), row.compute.h));
+    }
+}
+
+}  // namespace dtsim::render
