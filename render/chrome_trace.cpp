@@ -8,10 +8,13 @@
 #include <algorithm>
 #include <cmath>
 #include <iterator>
+#include <map>
 #include <numeric>
 #include <ostream>
 #include <stdexcept>
 #include <string_view>
+#include <tuple>
+#include <vector>
 
 namespace dtsim::render {
 namespace {
@@ -25,6 +28,79 @@ std::string_view kind_name(OpKind k) {
         case OpKind::other: break;
     }
     return "other";
+}
+
+// The event's name on its track: the pass letters of the pipeline figures for the passes (F, B, I, W),
+// the operation's name for the rest, then its microbatches and layer, e.g. "F mb3 L12", "all_reduce L7",
+// "send mb0 L19". A puzzle's batches read "b", a schedule's layers (its stages) "S".
+std::string event_name(const Event& e, bool puzzle, bool layer_is_stage) {
+    const std::string_view op = e.op.name();
+    std::string name = op == "forward"           ? "F"
+                       : op == "backward"        ? "B"
+                       : op == "backward_input"  ? "I"
+                       : op == "backward_weight" ? "W"
+                                                 : std::string(op);
+    if (!e.batches.empty()) {
+        const std::string ids = e.batches.str();  // "{0-3,7}"
+        name += fmt::format(" {}{}", puzzle ? "b" : "mb", ids.size() >= 2 ? ids.substr(1, ids.size() - 2) : ids);
+    }
+    if (e.layer != kNoLayer) name += fmt::format(" {}{}", layer_is_stage ? "S" : "L", e.layer);
+    return name;
+}
+
+// Which receive each send hands its tensor to, for the flow arrows: the receive on another rank with
+// the same start, duration, microbatches and bytes (a transfer is one rendezvous in every world),
+// on the grid the nearest pipeline rank with the same tp, cp and dp coordinates. Per rank, per event:
+// the (rank index, event index) of the matching receive, or none.
+struct Flow {
+    std::size_t send_rank, send_event, recv_rank, recv_event;
+};
+
+std::vector<Flow> match_passes(const Trace& trace, const RankGrid& grid) {
+    const OpCode send = OpCode::of("send"), recv = OpCode::of("recv");
+    struct Key {
+        double start, duration, bytes;
+        std::string batches;
+        auto operator<=>(const Key&) const = default;
+    };
+    std::map<Key, std::vector<std::pair<std::size_t, std::size_t>>> receives;
+    for (std::size_t r = 0; r < trace.ranks.size(); ++r)
+        for (std::size_t i = 0; i < trace.ranks[r].events.size(); ++i) {
+            const Event& e = trace.ranks[r].events[i];
+            if (e.op == recv) receives[{e.start, e.duration, e.bytes, e.batches.str()}].emplace_back(r, i);
+        }
+    std::vector<Flow> flows;
+    if (receives.empty()) return flows;
+    const bool on_grid = grid.known && grid.size() == static_cast<int>(trace.ranks.size());
+    for (std::size_t r = 0; r < trace.ranks.size(); ++r)
+        for (std::size_t i = 0; i < trace.ranks[r].events.size(); ++i) {
+            const Event& e = trace.ranks[r].events[i];
+            if (e.op != send) continue;
+            auto it = receives.find({e.start, e.duration, e.bytes, e.batches.str()});
+            if (it == receives.end()) continue;
+            auto& candidates = it->second;
+            const int from = trace.ranks[r].rank;
+            auto best = candidates.end();
+            int best_distance = 0;
+            for (auto c = candidates.begin(); c != candidates.end(); ++c) {
+                const int to = trace.ranks[c->first].rank;
+                if (to == from) continue;
+                int distance = 1;
+                if (on_grid) {
+                    const auto a = grid.coords(from), b = grid.coords(to);
+                    if (a.tp != b.tp || a.cp != b.cp || a.dp != b.dp) continue;
+                    distance = std::abs(a.pp - b.pp);
+                }
+                if (best == candidates.end() || distance < best_distance) {
+                    best = c;
+                    best_distance = distance;
+                }
+            }
+            if (best == candidates.end()) continue;
+            flows.push_back({r, i, best->first, best->second});
+            candidates.erase(best);
+        }
+    return flows;
 }
 
 // Shortest form that reads back to the same double (check_numbers() has made sure it is finite).
@@ -103,9 +179,31 @@ void write_checked(const Trace& trace, std::ostream& os) {
     out += "},\n\"traceEvents\": [";
     bool first = true;
     std::vector<std::size_t> order;
-    for (const auto& r : trace.ranks) {
+    const RankGrid grid = grid_of(trace);
+    const bool puzzle = trace.meta.is_object() && trace.meta.contains("puzzle");
+    const bool layer_is_stage = trace.meta.is_object() && trace.meta.contains("stages");
+    // The flow arrows of point-to-point passes, by send and by receive: (rank index, event index) -> id.
+    std::map<std::pair<std::size_t, std::size_t>, std::size_t> flow_out, flow_in;
+    {
+        const auto flows = match_passes(trace, grid);
+        for (std::size_t k = 0; k < flows.size(); ++k) {
+            flow_out[{flows[k].send_rank, flows[k].send_event}] = k + 1;
+            flow_in[{flows[k].recv_rank, flows[k].recv_event}] = k + 1;
+        }
+    }
+    for (std::size_t ri = 0; ri < trace.ranks.size(); ++ri) {
+        const auto& r = trace.ranks[ri];
         const int pid = r.rank;
-        put_metadata(out, first, pid, 0, "process_name", "name", fmt::format("\"GPU {}\"", r.rank));
+        std::string process = fmt::format("GPU {}", r.rank);
+        if (grid.known && grid.size() == static_cast<int>(trace.ranks.size()) && grid.size() > 1) {
+            const auto c = grid.coords(r.rank);
+            std::string coords;
+            for (const auto& [dim, n, v] : {std::tuple{"pp", grid.pp, c.pp}, std::tuple{"dp", grid.dp, c.dp},
+                                            std::tuple{"cp", grid.cp, c.cp}, std::tuple{"tp", grid.tp, c.tp}})
+                if (n > 1) coords += fmt::format("{}{}{}", coords.empty() ? "" : " ", dim, v);
+            process += " (" + coords + ")";
+        }
+        put_metadata(out, first, pid, 0, "process_name", "name", nlohmann::json(process).dump());
         put_metadata(out, first, pid, 0, "process_sort_index", "sort_index", fmt::format("{}", r.rank));
         put_metadata(out, first, pid, 0, "thread_name", "name", "\"compute\"");
         put_metadata(out, first, pid, 0, "thread_sort_index", "sort_index", "0");
@@ -114,12 +212,12 @@ void write_checked(const Trace& trace, std::ostream& os) {
             put_metadata(out, first, pid, 1, "thread_name", "name", "\"comm\"");
             put_metadata(out, first, pid, 1, "thread_sort_index", "sort_index", "1");
         }
-        for (const auto& e : r.events) {
+        for (std::size_t ei = 0; ei < r.events.size(); ++ei) {
+            const Event& e = r.events[ei];
+            const int tid = e.stream == Stream::comm ? 1 : 0;
             separate(out, first);
-            fmt::format_to(std::back_inserter(out),
-                           "{{\"ph\": \"X\", \"pid\": {}, \"tid\": {}, \"name\": ", pid,
-                           e.stream == Stream::comm ? 1 : 0);
-            put_string(out, e.op.name());
+            fmt::format_to(std::back_inserter(out), "{{\"ph\": \"X\", \"pid\": {}, \"tid\": {}, \"name\": ", pid, tid);
+            put_string(out, event_name(e, puzzle, layer_is_stage));
             fmt::format_to(std::back_inserter(out), ", \"cat\": \"{}\", \"ts\": ", kind_name(op_kind(e.op)));
             put_number(out, e.start * us);
             out += ", \"dur\": ";
@@ -147,6 +245,19 @@ void write_checked(const Trace& trace, std::ostream& os) {
                 put_number(out, e.flops);
             }
             out += "}}";
+            // A pass's arrow: from its send ("s") to its receive ("f", bound to the enclosing slice).
+            for (const auto* flows : {&flow_out, &flow_in}) {
+                auto it = flows->find({ri, ei});
+                if (it == flows->end()) continue;
+                separate(out, first);
+                fmt::format_to(std::back_inserter(out),
+                               "{{\"ph\": \"{}\", \"pid\": {}, \"tid\": {}, \"name\": \"pass\", \"cat\": \"p2p\", "
+                               "\"id\": {}, {}\"ts\": ",
+                               flows == &flow_out ? "s" : "f", pid, tid, it->second,
+                               flows == &flow_out ? "" : "\"bp\": \"e\", ");
+                put_number(out, e.start * us);
+                out += "}";
+            }
         }
         // Memory as a counter track: a sample wherever the value changes, in time order.
         order.resize(r.events.size());

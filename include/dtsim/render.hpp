@@ -52,11 +52,13 @@ void write_image(const Trace& trace, std::ostream& out, Format format, const Opt
 void write_image(const Trace& trace, const std::string& path, const Options& options = {});
 
 // Chrome Trace Event Format JSON, readable by Perfetto and chrome://tracing: a
-// process per rank (pid = rank, named "GPU r"), a thread per stream (tid 0
-// compute, tid 1 comm), an "X" event per operation with cat = its kind and args
-// {layer, batches, memory, bytes, flops} where present, and a "memory" counter per
-// rank. Timestamps are microseconds: a puzzle step is drawn as 1000 us (1 ms), a
-// hardware second as 1e6 us. The output is deterministic.
+// process per rank (pid = rank, named "GPU r", with its grid coordinates where the
+// trace has a grid), a thread per stream (tid 0 compute, tid 1 comm), an "X" event per
+// operation named like "F mb3 L12" (pass letter or operation, microbatches, layer) with
+// cat = its kind and args {layer, batches, memory, bytes, flops} where present, a flow
+// arrow from each send to its receive, and a "memory" counter per rank. Timestamps are
+// microseconds: a puzzle step is drawn as 1000 us (1 ms), a hardware second as 1e6 us.
+// The output is deterministic.
 inline constexpr double kChromeMicrosPerStep = 1000.0;
 inline constexpr double kChromeMicrosPerSecond = 1e6;
 void write_chrome_trace(const Trace& trace, std::ostream& out);

@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -43,7 +44,6 @@ TEST_CASE("the Chrome trace has one X event per trace event, with ts and dur in 
             const json& x = xs[k++];
             CHECK(x.at("pid") == r.rank);
             CHECK(x.at("tid") == 0);
-            CHECK(x.at("name") == std::string(e.op.name()));
             CHECK(x.at("ts").get<double>() == doctest::Approx(e.start * 1000));
             CHECK(x.at("dur").get<double>() == doctest::Approx(e.duration * 1000));
             CHECK(x.at("args").at("memory").get<double>() == e.memory);
@@ -56,6 +56,13 @@ TEST_CASE("the Chrome trace has one X event per trace event, with ts and dur in 
             else
                 CHECK(x.at("args").at("batches") == json(e.batches.to_vector()));
         }
+    // Named as the pipeline figures name passes, with the batch and layer: "F b0 L0".
+    CHECK(xs[0].at("name") == "F b0 L0");
+    CHECK(xs[2].at("name") == "loss L2");
+    CHECK(xs[3].at("name") == "B b0 L1");
+    CHECK(xs[5].at("name") == "allreduce L0");
+    CHECK(xs[6].at("name") == "update");
+    CHECK(xs[9].at("name") == "F b1 L0");
     CHECK(xs[0].at("cat") == "compute");
     CHECK(xs[5].at("cat") == "collective");
     CHECK(xs[6].at("cat") == "update");
@@ -80,12 +87,50 @@ TEST_CASE("the Chrome trace names a process per rank and a thread per stream") {
     CHECK(xs[0].at("ts") == 0);
     CHECK(xs[0].at("dur").get<double>() == doctest::Approx(2000));
     CHECK(xs[0].at("args").at("flops").get<double>() == 3e12);
-    CHECK(xs[3].at("name") == "all_reduce");
+    CHECK(xs[3].at("name") == "all_reduce L1");
+    CHECK(xs[2].at("name") == "B mb0,1 L1");
     CHECK(xs[3].at("tid") == 1);
     CHECK(xs[3].at("cat") == "collective");
     CHECK(xs[3].at("ts").get<double>() == doctest::Approx(8000));
     CHECK(xs[3].at("args").at("bytes").get<double>() == 512.0 * (1 << 20));
     CHECK(!xs[2].at("args").contains("bytes"));
+}
+
+TEST_CASE("point-to-point passes get flow arrows from each send to its receive, peers found on the grid") {
+    // Grid tp 2 x pp 2: ranks 0 and 1 (stage 0) send microbatch 0 at the same moment to ranks 2 and 3.
+    Trace t;
+    t.time_unit = "s";
+    t.memory_unit = "byte";
+    t.meta = {{"config", "p2p"}, {"grid", {{"tp", 2}, {"pp", 2}}}};
+    const auto send = OpCode::of("send"), recv = OpCode::of("recv");
+    for (int r = 0; r < 4; ++r) {
+        RankTrace rt;
+        rt.rank = r;
+        auto e = testing::make_event(r < 2 ? send : recv, r < 2 ? 1 : 2, 1e-3, 1e-4, 0, IdSet::single(0), Stream::comm);
+        e.bytes = 1 << 20;
+        rt.events = {testing::make_event(ops::forward, r < 2 ? 1 : 2, 0, 1e-3, 0, IdSet::single(0)), e};
+        t.ranks.push_back(std::move(rt));
+    }
+    summarize(t);
+    const json j = export_json(t);
+    const auto starts = with_phase(j, "s"), ends = with_phase(j, "f");
+    REQUIRE(starts.size() == 2);
+    REQUIRE(ends.size() == 2);
+    for (const auto& s : starts) {
+        const int from = s.at("pid");
+        CAPTURE(from);
+        const auto end = std::find_if(ends.begin(), ends.end(), [&](const json& f) { return f.at("id") == s.at("id"); });
+        REQUIRE(end != ends.end());
+        CHECK(end->at("pid") == from + 2);  // the same tp coordinate on the next stage
+        CHECK(end->at("bp") == "e");
+        CHECK(s.at("tid") == 1);
+        CHECK(s.at("ts").get<double>() == doctest::Approx(1000));
+    }
+    std::map<int, std::string> names;
+    for (const auto& m : with_phase(j, "M"))
+        if (m.at("name") == "process_name") names[m.at("pid")] = m.at("args").at("name");
+    CHECK(names.at(3) == "GPU 3 (pp1 tp1)");
+    CHECK(with_phase(j, "X")[1].at("name") == "send mb0 L1");
 }
 
 TEST_CASE("memory is a counter per rank, sampled where it changes") {
