@@ -7,8 +7,9 @@
 #include <fmt/format.h>
 
 #include <limits>
-#include <map>
 #include <string>
+#include <string_view>
+#include <utility>
 
 namespace dtsim::cli {
 
@@ -25,10 +26,17 @@ void TraceOutputs::add_options(CLI::App* cmd, bool with_trace) {
     cmd->add_option("--view", picture.view,
                     "The picture's rows: pipeline (one row per pipeline stage, a box per microbatch pass, the bubble "
                     "shaded), ranks (one row per GPU, a box per operation) or auto (pipeline for pipelined runs)")
-        ->transform(CLI::CheckedTransformer(
-            std::map<std::string, render::View>{
-                {"auto", render::View::automatic}, {"pipeline", render::View::pipeline}, {"ranks", render::View::ranks}},
-            CLI::ignore_case))
+        ->transform(CLI::Validator([](std::string& value) -> std::string {
+            // The enum's number for CLI11 to read; a clear message for anything else.
+            static constexpr std::pair<std::string_view, render::View> kViews[] = {
+                {"auto", render::View::automatic}, {"pipeline", render::View::pipeline}, {"ranks", render::View::ranks}};
+            for (const auto& [name, view] : kViews)
+                if (value == name) {
+                    value = std::to_string(static_cast<int>(view));
+                    return {};
+                }
+            return "expected auto, pipeline or ranks, found '" + value + "'";
+        }, "auto|pipeline|ranks"))
         ->default_str("auto");
 }
 
