@@ -724,6 +724,11 @@ Layout make_layout(const Trace& trace, const Options& opt) {
         selected.clear();
         for (int p = 0; p < l.grid.pp; ++p) selected.push_back(static_cast<std::size_t>(l.grid.rank({0, 0, 0, p})));
     }
+    // More rows than max_rows: the overview of the ranks view, unless the pipeline view was asked for.
+    if (l.pipeline && opt.view == View::automatic && selected.size() > static_cast<std::size_t>(opt.max_rows)) {
+        l.pipeline = false;
+        selected = select_ranks(trace, opt, l.grid);
+    }
     const Census c = take_census(trace, selected);
     set_scales(l, trace, c);
     const std::size_t group = make_rows(l, trace, selected, opt.max_rows);

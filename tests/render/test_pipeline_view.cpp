@@ -172,6 +172,26 @@ TEST_CASE("a hardware trace's stage_layers cut a rank's consecutive layers into 
     CHECK(p[1].chunk == 1);
 }
 
+TEST_CASE("a selection of more pipeline rows than max_rows falls back to the overview unless the view is asked for") {
+    Options o;
+    o.ranks = "pp=0-1";  // all four GPUs
+    o.max_rows = 3;
+    Layout l = detail::make_layout(testing::hardware_pipeline_trace(), o);
+    CHECK_FALSE(l.pipeline);
+    CHECK(l.overview);
+    o.view = View::pipeline;
+    l = detail::make_layout(testing::hardware_pipeline_trace(), o);
+    CHECK(l.pipeline);
+    CHECK(l.rows.size() == 4);
+    o.max_rows = 48;
+    o.view = View::automatic;
+    o.ranks = "tp=1";
+    l = detail::make_layout(testing::hardware_pipeline_trace(), o);
+    REQUIRE(l.pipeline);
+    REQUIRE(l.rows.size() == 2);
+    CHECK(l.rows[1].label == "pp 1  GPU 3");
+}
+
 TEST_CASE("view ranks draws every GPU; a trace without a grid is never a pipeline by default") {
     Options o;
     o.view = View::ranks;
