@@ -460,7 +460,7 @@ std::size_t make_rows(Layout& l, const Trace& trace, const std::vector<std::size
             row.label = !l.grid.known                   ? fmt::format("GPU {}", r.rank)
                         : l.grid.size() > l.grid.pp ? fmt::format("pp {}  GPU {}", c.pp, r.rank)
                                                     : fmt::format("pp {}", c.pp);
-            row.passes = rank_passes(r, trace.summary.makespan, layer_is_stage, starts);
+            row.passes = rank_passes(r, trace.summary.makespan, layer_is_stage, starts, overlapped_forwards(trace, r.rank));
             row.idle_fraction = trace.summary.makespan > 0 ? row.passes.idle_time / trace.summary.makespan : 0;
             idle += row.idle_fraction;
         } else {
@@ -637,6 +637,7 @@ double add_legend(Layout& l, const Trace& trace, const Census& c, const TextMeas
             {PassKind::input_grad, "I: backward for the inputs"},
             {PassKind::weight_grad, "W: backward for the weights"},
             {PassKind::recompute, "recompute (strip: inside a backward)"},
+            {PassKind::overlap, "F&B: a forward and a backward overlapped (outlined)"},
             {PassKind::other, "other compute-stream work (optimizer, collectives)"}};
         for (const auto& [kind, label] : kNames)
             if (kinds[static_cast<std::size_t>(kind)]) {

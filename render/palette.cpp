@@ -71,6 +71,7 @@ Rgba pass_colour(PassKind kind, int chunk) {
         case PassKind::input_grad: c = colours::pass_input; break;
         case PassKind::weight_grad: c = colours::pass_weight; break;
         case PassKind::recompute: c = colours::pass_recompute; break;
+        case PassKind::overlap: c = colours::pass_overlap; break;
         case PassKind::other: return c;
     }
     return chunk > 0 ? lighter(c, std::min(0.75, 0.42 * chunk)) : c;

@@ -57,6 +57,7 @@ inline constexpr Rgba pass_input{0.46, 0.72, 0.70};       // I: teal
 inline constexpr Rgba pass_weight{0.69, 0.48, 0.63};      // W: purple
 inline constexpr Rgba pass_recompute{0.95, 0.56, 0.17};   // recompute: orange
 inline constexpr Rgba pass_other{0.73, 0.69, 0.67};       // other work on the compute stream: warm grey
+inline constexpr Rgba pass_overlap{0.88, 0.34, 0.35};     // the outline of an overlapped F&B pair: red
 inline constexpr Rgba bubble{0.93, 0.89, 0.89};           // idle time of the compute stream
 inline constexpr Rgba bubble_hatch{0.80, 0.62, 0.62};
 inline constexpr Rgba update{1.0, 0.82, 0.16};

@@ -78,8 +78,21 @@ std::vector<std::int32_t> stage_starts(const Trace& trace) {
     return out;
 }
 
+std::vector<std::size_t> overlapped_forwards(const Trace& trace, int rank) {
+    std::vector<std::size_t> out;
+    if (!trace.meta.is_object()) return out;
+    const auto pairs = trace.meta.find("overlapped");
+    if (pairs == trace.meta.end() || !pairs->is_array()) return out;
+    for (const auto& p : *pairs)
+        if (p.is_array() && p.size() == 2 && p[0].is_number_integer() && p[1].is_number_integer() &&
+            p[0].get<long long>() == rank && p[1].get<long long>() >= 0)
+            out.push_back(static_cast<std::size_t>(p[1].get<long long>()));
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
 RankPasses rank_passes(const RankTrace& rank, double makespan, bool layer_is_stage,
-                       const std::vector<std::int32_t>& stage_starts) {
+                       const std::vector<std::int32_t>& stage_starts, const std::vector<std::size_t>& overlapped) {
     RankPasses out;
     const Chunks chunks = find_chunks(rank, layer_is_stage, stage_starts);
     out.chunks = std::max<int>(1, static_cast<int>(chunks.first.size()));
@@ -117,7 +130,9 @@ RankPasses rank_passes(const RankTrace& rank, double makespan, bool layer_is_sta
         return start;
     };
     std::vector<Interval> busy;
-    for (const Event& e : rank.events) {
+    bool overlap_wants_backward = false;  // the open pass is an F&B pair whose B is next
+    for (std::size_t index = 0; index < rank.events.size(); ++index) {
+        const Event& e = rank.events[index];
         if (e.stream != Stream::compute || e.duration <= 0) continue;
         add_interval(busy, e.start, e.end());
         const PassKind k = pass_kind(e.op);
@@ -126,6 +141,28 @@ RankPasses rank_passes(const RankTrace& rank, double makespan, bool layer_is_sta
             continue;
         }
         const int chunk = chunks.of(e.layer);
+        if (overlap_wants_backward && k != PassKind::forward) {  // the pair's B
+            overlap_wants_backward = false;
+            pending.clear();
+            cur.split = e.start;
+            cur.end = e.end();
+            cur.backward_batches = e.batches;
+            cur.backward_chunk = chunk;
+            continue;
+        }
+        overlap_wants_backward = false;
+        if (k == PassKind::forward && std::binary_search(overlapped.begin(), overlapped.end(), index)) {
+            place_pending(e.start);
+            cur = Pass{};
+            cur.kind = PassKind::overlap;
+            cur.start = e.start;
+            cur.end = cur.split = e.end();
+            cur.batches = e.batches;
+            cur.chunk = chunk;
+            open = true;
+            overlap_wants_backward = true;
+            continue;
+        }
         // The same pass goes on: the same kind, microbatch and chunk, with no gap since its last event
         // (the work between, a tensor-parallel collective, is part of it).
         bool contiguous = open && touches(e.start, pending.empty() ? cur.end : pending.back()->end());

@@ -12,8 +12,8 @@
 
 namespace dtsim::render::detail {
 
-enum class PassKind : std::uint8_t { forward, backward, input_grad, weight_grad, recompute, other };
-inline constexpr std::size_t kPassKinds = 6;
+enum class PassKind : std::uint8_t { forward, backward, input_grad, weight_grad, recompute, overlap, other };
+inline constexpr std::size_t kPassKinds = 7;
 
 struct Interval {
     double start = 0, end = 0;
@@ -25,6 +25,11 @@ struct Pass {
     IdSet batches;   // the microbatch (empty for other work)
     int chunk = -1;  // which of the rank's model chunks, in layer order (-1: none)
     std::vector<Interval> recompute;  // recomputation inside a backward pass (selective recompute)
+    // An overlapped F&B pair (kind overlap): its F from start to `split` (microbatch `batches`, chunk
+    // `chunk`), its B from `split` to end.
+    double split = 0;
+    IdSet backward_batches;
+    int backward_chunk = -1;
 };
 
 struct RankPasses {
@@ -40,8 +45,15 @@ struct RankPasses {
 // `layer_is_stage`: the trace's layers are pipeline stages (dtsim schedule), so each
 // distinct layer is a chunk; otherwise a chunk is a run of consecutive layers, cut also
 // where a stage starts (`stage_starts`: the first layer of each stage, sorted; may be empty).
+// `overlapped`: the indices (sorted) of the rank's events that are the F of an overlapped F&B pair,
+// whose B is the rank's next pass event.
 RankPasses rank_passes(const RankTrace& rank, double makespan, bool layer_is_stage,
-                       const std::vector<std::int32_t>& stage_starts = {});
+                       const std::vector<std::int32_t>& stage_starts = {},
+                       const std::vector<std::size_t>& overlapped = {});
+
+// The overlapped F&B pairs of the trace's meta "overlapped" ([rank, event] of each pair's F, written
+// by dtsim schedule): the F's event indices of the rank, sorted.
+std::vector<std::size_t> overlapped_forwards(const Trace& trace, int rank);
 
 // The first layer of each pipeline stage from the trace's meta grid.stage_layers (the layers
 // of each stage, in order); empty when the trace does not say.

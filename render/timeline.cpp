@@ -193,6 +193,15 @@ void draw_legend(cairo_t* cr, const Layout& l) {
                           over_white(style_colour(style_key(BoxClass::collective, 0), l.layers)));
                 break;
             case LegendEntry::Kind::pass:
+                if (e.pass == PassKind::overlap) {
+                    fill_rect(cr, e.x, top, e.swatch_w / 2, s, pass_colour(PassKind::forward, 0));
+                    fill_rect(cr, e.x + e.swatch_w / 2, top, e.swatch_w / 2, s, pass_colour(PassKind::backward, 0));
+                    cairo_rectangle(cr, e.x + 0.75, top + 0.75, e.swatch_w - 1.5, s - 1.5);
+                    cairo_set_line_width(cr, 1.5);
+                    set_colour(cr, colours::pass_overlap);
+                    cairo_stroke(cr);
+                    break;
+                }
                 cairo_rectangle(cr, e.x, top, e.swatch_w, s);
                 set_colour(cr, pass_colour(e.pass, e.chunk));
                 cairo_fill_preserve(cr);
@@ -355,6 +364,26 @@ void draw_merged(const Layout& l, const std::vector<Interval>& intervals, Draw&&
     if (x1 >= x0) draw(x0, std::max(x1 - x0, kMinBoxPx));
 }
 
+// An overlapped F&B pair: its F and its B side by side, each with its microbatch, outlined together.
+void draw_overlap(cairo_t* cr, const Layout& l, const Lane& lane, const Pass& p) {
+    const double x0 = l.x_of(p.start), xs = l.x_of(p.split), x1 = std::max(l.x_of(p.end), x0 + kMinBoxPx);
+    const std::pair<double, double> parts[] = {{x0, xs}, {xs, x1}};
+    for (int half = 0; half < 2; ++half) {
+        const auto [a, b] = parts[half];
+        const Rgba fill = half == 0 ? pass_colour(PassKind::forward, p.chunk) : pass_colour(PassKind::backward, p.backward_chunk);
+        fill_rect(cr, a, lane.y, b - a, lane.h, fill);
+        const IdSet& mb = half == 0 ? p.batches : p.backward_batches;
+        if (mb.empty() || lane.h < l.box_font + 2) continue;
+        const std::string label = batch_label(mb);
+        if (text_width(cr, label, l.box_font) + 3 <= b - a)
+            draw_text(cr, label, (a + b) / 2, text_baseline(lane, l.box_font), l.box_font, text_on(fill), Align::centre);
+    }
+    cairo_rectangle(cr, x0 + 0.75, lane.y + 0.75, x1 - x0 - 1.5, lane.h - 1.5);
+    cairo_set_line_width(cr, 1.5);
+    set_colour(cr, colours::pass_overlap);
+    cairo_stroke(cr);
+}
+
 // A pipeline row: the idle time shaded, then each pass a box with its microbatch inside,
 // recomputation as a strip along the bottom of its backward pass.
 void draw_passes(cairo_t* cr, const Layout& l, const Row& row) {
@@ -363,6 +392,10 @@ void draw_passes(cairo_t* cr, const Layout& l, const Row& row) {
     for (const auto& p : row.passes.passes) {
         const double x = l.x_of(p.start);
         const double w = std::max((p.end - p.start) * l.px_per_time, kMinBoxPx);
+        if (p.kind == PassKind::overlap) {
+            draw_overlap(cr, l, lane, p);
+            continue;
+        }
         const Rgba fill = pass_colour(p.kind, p.chunk);
         cairo_rectangle(cr, x, lane.y, w, lane.h);
         set_colour(cr, fill);

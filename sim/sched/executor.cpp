@@ -84,6 +84,7 @@ public:
             if (meta.is_object())
                 for (auto& [k, v] : meta.items()) t.meta[k] = v;
             t.ranks = sim.take_logs();
+            mark_overlaps(t);
             summarize(t);
         };
         try {
@@ -105,6 +106,27 @@ public:
     }
 
 private:
+    // The trace's meta "overlapped": [rank, event] of the F of each overlapped F&B pair (its B is the
+    // rank's next compute event), for the pictures. Each compute action is one event on the compute
+    // stream, in the order of the rank's actions: the two are read side by side.
+    void mark_overlaps(Trace& t) const {
+        nlohmann::json pairs = nlohmann::json::array();
+        for (std::size_t r = 0; r < t.ranks.size() && r < s_.ranks.size(); ++r) {
+            const auto& events = t.ranks[r].events;
+            std::size_t e = 0;
+            for (const Action& a : s_.ranks[r]) {
+                if (a.type != ActionType::forward && a.type != ActionType::full_backward &&
+                    a.type != ActionType::backward_input && a.type != ActionType::backward_weight)
+                    continue;
+                while (e < events.size() && events[e].stream != Stream::compute) ++e;
+                if (e >= events.size()) break;
+                if (a.overlap_next) pairs.push_back({t.ranks[r].rank, e});
+                ++e;
+            }
+        }
+        if (!pairs.empty()) t.meta["overlapped"] = std::move(pairs);
+    }
+
     [[nodiscard]] int owner(int stage) const { return owner_[static_cast<std::size_t>(stage)]; }
     RankState& state(int r) { return state_[static_cast<std::size_t>(r)]; }
 

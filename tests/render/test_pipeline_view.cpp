@@ -156,6 +156,31 @@ TEST_CASE("a rank's second model chunk is drawn lighter and the legend says so")
     CHECK(boxes_of(paths, l.rows[0].compute, detail::pass_colour(PassKind::forward, 1)).size() == 1);
 }
 
+TEST_CASE("an overlapped F&B pair named in the meta is one box: its F and its B side by side, outlined") {
+    Trace t = testing::gpipe_trace();
+    // Rank 1's F1 (event 1) at 2-3 and B1 (event 2) at 3-5 run as a pair.
+    t.meta["overlapped"] = {{1, 1}};
+    const Layout l = detail::make_layout(t, {});
+    const auto& p = l.rows[1].passes.passes;
+    REQUIRE(p.size() == 3);  // F0, the pair, B0
+    CHECK(p[1].kind == PassKind::overlap);
+    CHECK(p[1].start == 2);
+    CHECK(p[1].split == 3);
+    CHECK(p[1].end == 5);
+    CHECK(p[1].batches == IdSet::single(1));
+    CHECK(p[1].backward_batches == IdSet::single(1));
+    CHECK(l.rows[0].passes.passes.size() == 4);  // rank 0 has none
+    CHECK(has_label(l, "F&B: a forward and a backward overlapped (outlined)"));
+    const auto paths = testing::read_paths(render_svg(t));
+    int outlines = 0;
+    for (const auto& path : paths)
+        if (path.stroked && testing::same_colour(path.stroke, detail::colours::pass_overlap.r,
+                                                 detail::colours::pass_overlap.g, detail::colours::pass_overlap.b) &&
+            path.y0 >= l.rows[1].compute.y && path.y1 <= l.rows[1].compute.bottom())
+            ++outlines;
+    CHECK(outlines == 1);
+}
+
 TEST_CASE("a hardware trace's stage_layers cut a rank's consecutive layers into its chunks") {
     Trace t = testing::hardware_pipeline_trace();
     // Four stages of one layer: rank 0 holds stages 0 and 1 (layers 0 and 1) as DualPipeV's last

@@ -328,6 +328,26 @@ TEST_CASE("predict() agrees with the executor wherever its conditions hold") {
     CHECK(predict("dualpipev", GenerateParams{2, 4, 1, 0}, Costs{})->exact_expected);
 }
 
+TEST_CASE("the trace's meta names each overlapped F&B pair by its F's event; its B is the next compute event") {
+    const Schedule s = dualpipev(4, 8);
+    std::size_t pairs = 0;
+    for (const auto& list : s.ranks)
+        for (const auto& a : list) pairs += a.overlap_next ? 1 : 0;
+    REQUIRE(pairs > 0);
+    const Trace t = run_schedule(s).trace;
+    REQUIRE(t.meta.contains("overlapped"));
+    CHECK(t.meta["overlapped"].size() == pairs);
+    for (const auto& p : t.meta["overlapped"]) {
+        const auto& ev = t.ranks[p[0].get<std::size_t>()].events;
+        const auto i = p[1].get<std::size_t>();
+        REQUIRE(i + 1 < ev.size());
+        CHECK(ev[i].op == ops::forward);
+        CHECK(ev[i + 1].op == ops::backward);
+        CHECK(ev[i + 1].start == ev[i].end());
+    }
+    CHECK_FALSE(run_schedule(zb_h1(2, 2)).trace.meta.contains("overlapped"));
+}
+
 TEST_CASE("every action is a trace event: op, stage as layer, microbatch, memory before it") {
     const RunResult res = run_schedule(zb_h1(2, 2));
     const Trace& t = res.trace;
