@@ -386,12 +386,27 @@ void draw_overlap(cairo_t* cr, const Layout& l, const Lane& lane, const Pass& p)
 
 // A pipeline row: the idle time shaded, then each pass a box with its microbatch inside,
 // recomputation as a strip along the bottom of its backward pass.
+// Passes under half a pixel wide are tallied per pixel column (as the ranks view does with its
+// boxes) under a key of their kind and chunk: a column's height is its busy share, its colour the
+// kind that covers most of it.
+StyleKey pass_key(const Pass& p) {
+    return (static_cast<StyleKey>(p.kind) << 8) | static_cast<StyleKey>(std::clamp(p.chunk + 1, 0, 255));
+}
+Rgba pass_key_colour(StyleKey key) {
+    return pass_colour(static_cast<PassKind>(key >> 8), static_cast<int>(key & 0xFF) - 1);
+}
+
 void draw_passes(cairo_t* cr, const Layout& l, const Row& row) {
     const Lane& lane = row.compute;
     draw_merged(l, row.passes.idle, [&](double x, double w) { draw_bubble(cr, x, lane.y, w, lane.h); });
+    BusyColumns narrow(l.columns());
     for (const auto& p : row.passes.passes) {
         const double x = l.x_of(p.start);
-        const double w = std::max((p.end - p.start) * l.px_per_time, kMinBoxPx);
+        if ((p.end - p.start) * l.px_per_time < kMinBoxPx) {
+            narrow.add(x - l.plot_x0, l.x_of(p.end) - l.plot_x0, pass_key(p), 1.0);
+            continue;
+        }
+        const double w = (p.end - p.start) * l.px_per_time;
         if (p.kind == PassKind::overlap) {
             draw_overlap(cr, l, lane, p);
             continue;
@@ -417,6 +432,10 @@ void draw_passes(cairo_t* cr, const Layout& l, const Row& row) {
         const double baseline = p.recompute.empty() ? text_baseline(lane, l.box_font)
                                                     : lane.y + (lane.h - strip) / 2 + l.box_font * 0.36;
         draw_text(cr, label, x + w / 2, baseline, l.box_font, text_on(fill), Align::centre);
+    }
+    for (const auto& run : narrow.runs(kBusyLevels)) {
+        const double h = lane.h * run.level;
+        fill_rect(cr, l.plot_x0 + run.first, lane.bottom() - h, run.end - run.first, h, pass_key_colour(run.key));
     }
 }
 

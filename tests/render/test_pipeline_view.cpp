@@ -313,6 +313,29 @@ TEST_CASE("an overview on a known grid puts one tensor-parallel group, or one st
     CHECK(l.rows[1].label == "pp3 dp1  GPU 56-63");
 }
 
+TEST_CASE("passes under half a pixel are summarised per pixel column, not drawn one by one") {
+    // 20,000 microbatches through one stage: 40,000 passes on a plot of about 1,800 pixels.
+    Trace t;
+    t.meta = {{"name", "pipeline schedule long"}, {"ranks", 2}, {"stages", 2}, {"microbatches", 20000}};
+    for (int r = 0; r < 2; ++r) {
+        RankTrace rt;
+        rt.rank = r;
+        for (int m = 0; m < 20000; ++m) {
+            rt.events.push_back(testing::make_event(ops::forward, r, r + 3.0 * m, 1, 0, IdSet::single(m)));
+            rt.events.push_back(testing::make_event(ops::backward, r, r + 3.0 * m + 1, 2, 0, IdSet::single(m)));
+        }
+        t.ranks.push_back(std::move(rt));
+    }
+    summarize(t);
+    const Layout l = detail::make_layout(t, {});
+    REQUIRE(l.pipeline);
+    REQUIRE(l.rows[0].passes.passes.size() == 40000);
+    const auto paths = testing::read_paths(render_svg(t));
+    CHECK(paths.size() < 4 * static_cast<std::size_t>(l.columns()) + 200);
+    // The busy columns carry the kinds' colours: backward covers two thirds, so it leads.
+    CHECK_FALSE(boxes_of(paths, l.rows[0].compute, detail::colours::pass_backward).empty());
+}
+
 TEST_CASE("two renders of a pipeline view give byte-identical SVG") {
     const Trace t = testing::hardware_pipeline_trace();
     CHECK(render_svg(t) == render_svg(t));
