@@ -50,7 +50,8 @@ Rgba text_on(Rgba c);
 Rgba pass_colour(PassKind kind, int chunk);
 
 namespace colours {
-// The pipeline view's passes (colour-blind-safe hues of the Tableau 10 palette).
+// The pipeline view's passes: hues of Tableau 10 (the 2016 palette by M. Stone, #4E79A7 blue, #59A14F
+// green, #76B7B2 teal, #B07AA1 purple, #F28E2B orange, #BAB0AC grey, #E15759 red), picked to tell apart.
 inline constexpr Rgba pass_forward{0.31, 0.47, 0.65};     // F: blue
 inline constexpr Rgba pass_backward{0.35, 0.63, 0.31};    // B: green
 inline constexpr Rgba pass_input{0.46, 0.72, 0.70};       // I: teal
