@@ -219,8 +219,14 @@ std::string class_label(BoxClass c, const Census& census) {
         return list.size() <= 40 ? fmt::format("{} ({})", what, list) : std::string(what);
     };
     switch (c) {
-        case BoxClass::forward: return "forward (colour = layer)";
-        case BoxClass::backward: return "backward (lighter)";
+        // A hardware run's recompute, embedding and logits are drawn as forward work, its input and
+        // weight backwards (I, W) as backward work: the legend names them.
+        case BoxClass::forward:
+            return names.size() <= 1 ? "forward (colour = layer)"
+                                     : fmt::format("forward work, colour = layer ({})", join(names, ", "));
+        case BoxClass::backward:
+            return names.size() <= 1 ? "backward (lighter)"
+                                     : fmt::format("backward work, lighter ({})", join(names, ", "));
         case BoxClass::loss: return "loss";
         case BoxClass::update:
             return names.size() == 1 && names[0] == "update" ? "update" : with_names("update");

@@ -228,6 +228,15 @@ TEST_CASE("view ranks draws every GPU; a trace without a grid is never a pipelin
     CHECK_FALSE(detail::make_layout(testing::hardware_trace(), {}).pipeline);
 }
 
+TEST_CASE("the ranks view's legend names the operations drawn as forward and as backward work") {
+    Options o;
+    o.view = View::ranks;
+    const Layout l = detail::make_layout(testing::hardware_pipeline_trace(), o);
+    CHECK(has_label(l, "forward work, colour = layer (forward, recompute)"));
+    CHECK(has_label(l, "backward work, lighter (backward_input, backward_weight)"));
+    CHECK(has_label(detail::make_layout(testing::ddp_trace(), {}), "forward (colour = layer)"));
+}
+
 TEST_CASE("the title names the config once and the note goes on a subtitle line, cut after two lines") {
     Trace t = testing::hardware_pipeline_trace();
     Layout l = detail::make_layout(t, {});
