@@ -121,7 +121,9 @@ std::string auto_title(const Trace& trace, const RankGrid& grid) {
             details.push_back(fmt::format("{} {}", it->get<long long>(), noun));
             used.emplace_back(key);
         }
-        std::size_t extra = 0;
+        // A few more of the meta's plain fields; a hardware config's own (its source, its file's
+        // includes) stay out: its strategy, grid and note say what ran.
+        std::size_t extra = meta.contains("config") ? 4 : 0;
         for (const auto& [key, value] : meta.items()) {
             if (extra == 4) break;
             if (std::find(used.begin(), used.end(), key) != used.end()) continue;

@@ -242,6 +242,8 @@ TEST_CASE("the title names the config once and the note goes on a subtitle line,
     Layout l = detail::make_layout(t, {});
     REQUIRE(l.header.size() >= 2);
     CHECK(l.header[0].text == "pp-test \u2014 zbh1 (tp 2, pp 2), 4 GPUs");
+    t.meta["source"] = "a paper";  // a config's own field: not in the title
+    CHECK(detail::make_layout(t, {}).header[0].text == l.header[0].text);
     CHECK(l.header[1].text == "a short note");
     std::string long_note;
     for (int i = 0; i < 200; ++i) long_note += "word ";
