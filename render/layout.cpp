@@ -711,6 +711,72 @@ void place_vertically(Layout& l, const RowSizes& z, double plot_w, double y) {
     l.height = static_cast<int>(std::ceil(l.axis_title_y + l.margin));
 }
 
+// The zoom around the first failure (Layout::zoom), under the plot; grows the picture's height.
+void add_zoom(Layout& l, const Trace& trace, const RowSizes& z, double plot_w) {
+    if (l.overview || l.pipeline) return;
+    const Row* failed = nullptr;
+    double t_fail = 0;
+    for (const auto& row : l.rows)
+        for (const auto& e : trace.ranks[row.members.front()].events)
+            if (box_class(e) == BoxClass::failure) {
+                if (!failed || e.start < t_fail) {
+                    failed = &row;
+                    t_fail = e.start;
+                }
+                break;
+            }
+    if (!failed) return;
+    // From the last checkpoint write that started before the failure to the end of the first write
+    // (or restart) after it.
+    const auto& events = trace.ranks[failed->members.front()].events;
+    double a = t_fail, b = t_fail;
+    for (const auto& e : events)
+        if (box_class(e) == BoxClass::checkpoint && e.start < t_fail) a = e.start;
+    for (const auto& e : events)
+        if (e.start > t_fail && (box_class(e) == BoxClass::restart || box_class(e) == BoxClass::checkpoint)) {
+            b = std::max(b, e.end());
+            if (box_class(e) == BoxClass::checkpoint) break;
+        }
+    if (!(b > a)) b = a + 0.05 * (l.t1 - l.t0);
+    const double pad = 0.04 * (b - a);
+    a = std::max(l.t0, a - pad);
+    b = std::min(l.t1, b + pad);
+    // Nothing to gain where the window already fills half the plot.
+    if (!(b > a) || (b - a) * l.px_per_time > 0.5 * plot_w) return;
+    Layout zl;
+    zl.width = l.width;
+    zl.margin = l.margin;
+    zl.seconds = l.seconds;
+    zl.bytes = l.bytes;
+    zl.layers = l.layers;
+    zl.has_comm = l.has_comm;
+    zl.grid = l.grid;
+    zl.label_font = l.label_font;
+    zl.box_font = l.box_font;
+    zl.side_font = l.side_font;
+    zl.t0 = a;
+    zl.t1 = b;
+    zl.plot_x0 = l.plot_x0;
+    zl.plot_x1 = l.plot_x1;
+    zl.px_per_time = plot_w / (b - a);
+    zl.rows.push_back(*failed);
+    for (const auto& row : l.rows)
+        if (std::none_of(trace.ranks[row.members.front()].events.begin(),
+                         trace.ranks[row.members.front()].events.end(),
+                         [](const Event& e) { return box_class(e) == BoxClass::failure; })) {
+            zl.rows.push_back(row);
+            break;
+        }
+    double y = l.height - l.margin + 16 + 12 * 1.35;
+    zl.header.push_back({fmt::format("The first failure, from {} to {} (the dashed frame above): {}{}", format_time(a, l.seconds),
+                                     format_time(b, l.seconds), failed->label,
+                                     zl.rows.size() > 1 ? fmt::format(", and {}, which did not fail", zl.rows[1].label) : ""),
+                         12, true, false, y});
+    place_vertically(zl, z, plot_w, y);
+    l.height = zl.height;
+    l.zoom.push_back(std::move(zl));
+}
+
 }  // namespace
 
 Layout make_layout(const Trace& trace, const Options& opt) {
@@ -750,6 +816,7 @@ Layout make_layout(const Trace& trace, const Options& opt) {
     double y = add_header(l, trace, opt, explanation(l, trace, selected, group, !opt.ranks.empty(), c), m);
     y = add_legend(l, trace, c, m, y);
     place_vertically(l, sizes, plot_w, y);
+    add_zoom(l, trace, sizes, plot_w);
     return l;
 }
 

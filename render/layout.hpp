@@ -95,6 +95,12 @@ struct Layout {
     double box_font = 10;    // batch ids inside boxes
     double side_font = 10;   // per-row maximum memory at the right
     std::vector<Row> rows;
+
+    // A long run with failures (dtsim failures): the first failure again under the plot, from the
+    // last checkpoint write before it to the first after its restart, on a time axis of its own;
+    // its rows are the failed GPU's and one GPU's that did not fail, its header one title line.
+    // At most one; its t0 and t1 are the window marked on the plot above.
+    std::vector<Layout> zoom;
 };
 
 // Throws std::invalid_argument for bad options (see render.hpp).

@@ -526,6 +526,31 @@ void draw_row(cairo_t* cr, const Layout& l, const Row& row, const Trace& trace) 
 
 }  // namespace
 
+// The zoom under the plot (Layout::zoom): its window framed on the plot, its title, its rows clipped
+// to its own axis.
+void draw_zoom(cairo_t* cr, const Trace& trace, const Layout& l, const Layout& z) {
+    const double x0 = std::round(l.x_of(z.t0)) + 0.5, x1 = std::round(l.x_of(z.t1)) + 0.5;
+    const double dash[] = {4, 3};
+    cairo_set_dash(cr, dash, 2, 0);
+    cairo_rectangle(cr, x0 - 2, l.plot_top + 2, x1 - x0 + 4, l.plot_bottom - l.plot_top - 4);
+    cairo_set_line_width(cr, 1.5);
+    set_colour(cr, colours::text);
+    cairo_stroke(cr);
+    cairo_set_dash(cr, nullptr, 0, 0);
+    draw_header(cr, z);
+    for (const auto& row : z.rows) draw_row_background(cr, z, row);
+    draw_axes(cr, z);
+    for (const auto& row : z.rows) {
+        draw_text(cr, row.label, z.plot_x0 - 10, text_baseline(row.compute, z.label_font), z.label_font, colours::text,
+                  Align::right, Weight::bold);
+        cairo_save(cr);
+        cairo_rectangle(cr, z.plot_x0, z.plot_top, z.plot_x1 - z.plot_x0, z.plot_bottom - z.plot_top);
+        cairo_clip(cr);
+        draw_rank_events(cr, z, row, trace.ranks[row.members.front()]);
+        cairo_restore(cr);
+    }
+}
+
 void draw_timeline(cairo_t* cr, const Trace& trace, const Layout& layout) {
     set_colour(cr, kWhite);
     cairo_paint(cr);
@@ -534,6 +559,7 @@ void draw_timeline(cairo_t* cr, const Trace& trace, const Layout& layout) {
     for (const auto& row : layout.rows) draw_row_background(cr, layout, row);
     draw_axes(cr, layout);
     for (const auto& row : layout.rows) draw_row(cr, layout, row, trace);
+    for (const auto& zoom : layout.zoom) draw_zoom(cr, trace, layout, zoom);
     check(cr, "drawing the timeline");
 }
 

@@ -53,7 +53,68 @@ Trace long_run() {
     return t;
 }
 
+// Two GPUs, 10 hours, a checkpoint write every hour; GPU 0 fails at 5.5 h: the half hour since the
+// last write is lost, 20 minutes until it is replaced (GPU 1 idle), 10 minutes of restart.
+Trace failed_run() {
+    Trace t;
+    t.time_unit = "s";
+    t.memory_unit = "byte";
+    t.meta = {{"config", "failed run"}};
+    const double h = 3600;
+    for (int r = 0; r < 2; ++r) {
+        RankTrace rt;
+        rt.rank = r;
+        auto add = [&](const char* op, double start, double end) {
+            rt.events.push_back(testing::make_event(OpCode::of(op), kNoLayer, start, end - start, 0));
+        };
+        double now = 0;
+        for (int k = 0; k < 5; ++k) {
+            add("train", now, now + h);
+            add("checkpoint", now + h, now + h + 4.5);
+            now += h + 4.5;
+        }
+        add("lost", now, 5.5 * h);
+        add(r == 0 ? "failure" : "idle", 5.5 * h, 5.5 * h + 1200);
+        add("restart", 5.5 * h + 1200, 5.5 * h + 1800);
+        now = 5.5 * h + 1800;
+        for (int k = 0; k < 4; ++k) {
+            add("train", now, now + h);
+            add("checkpoint", now + h, now + h + 4.5);
+            now += h + 4.5;
+        }
+        t.ranks.push_back(std::move(rt));
+    }
+    summarize(t);
+    return t;
+}
+
 }  // namespace
+
+TEST_CASE("the first failure is drawn again under the plot, from the write before it to the write after") {
+    const Trace t = failed_run();
+    const Layout l = detail::make_layout(t, {});
+    REQUIRE(l.zoom.size() == 1);
+    const Layout& z = l.zoom[0];
+    const double h = 3600;
+    CHECK(z.t0 < 5 * h + 4 * 4.5);         // before the last write before the failure...
+    CHECK(z.t0 > 5 * h - 0.5 * h);         // ...but not much
+    CHECK(z.t1 > 7 * h + 4.5);            // after the first write after the restart (7 h to 7 h 4.5 s)...
+    CHECK(z.t1 < 7.5 * h);                // ...but not much
+    REQUIRE(z.rows.size() == 2);
+    CHECK(z.rows[0].label == "GPU 0");
+    CHECK(z.rows[1].label == "GPU 1");
+    CHECK(z.rows[0].compute.y > l.plot_bottom);
+    CHECK(l.height >= z.plot_bottom);
+    // The failure's 20 minutes at the zoom's scale, and its window framed on the plot above.
+    const auto paths = testing::read_paths(render_svg(t));
+    const auto failures = rects_of(paths, z.rows[0].compute, detail::colours::failure);
+    REQUIRE(failures.size() == 1);
+    CHECK(near(failures[0].width(), 1200 * z.px_per_time, 0.05));
+    CHECK(std::any_of(paths.begin(), paths.end(), [&](const SvgPath& p) {
+        return p.stroked && p.dashed && near(p.x0, std::round(l.x_of(z.t0)) + 0.5 - 2, 1.5);
+    }));
+    CHECK(detail::make_layout(long_run(), {}).zoom.empty());
+}
 
 TEST_CASE("a long run reads in hours, says nothing of memory it does not have, and shows each checkpoint") {
     const Trace t = long_run();
