@@ -1,10 +1,7 @@
 #include "cairo_util.hpp"
-#include "dtsim/detail/output_file.hpp"
+#include "chart_output.hpp"
 #include "dtsim/render.hpp"
-#include "svg_ids.hpp"
 
-#include <cairo-pdf.h>
-#include <cairo-svg.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -32,15 +29,6 @@ void text(cairo_t* cr, double x, double y, const std::string& s, double size, de
     fill(cr, kInk);
     cairo_move_to(cr, x, y);
     cairo_show_text(cr, s.c_str());
-}
-
-// A round axis step: 1, 2 or 5 times a power of ten, about `target` ticks over `max`.
-double tick_step(double max, int target) {
-    const double raw = max / target;
-    const double p = std::pow(10.0, std::floor(std::log10(raw)));
-    for (double m : {1.0, 2.0, 5.0, 10.0})
-        if (raw <= m * p) return m * p;
-    return 10 * p;
 }
 
 struct Geometry {
@@ -72,7 +60,7 @@ void draw(cairo_t* cr, const std::vector<CompareRow>& rows, const std::string& t
     const double bottom = g.top + kRow * static_cast<double>(rows.size());
     // Axes: grid lines and tick labels under each panel.
     // At most 12 ticks (tick_step aims at 5 or 4 over the range), whatever the rounding.
-    const double ts = tick_step(max_time, 5);
+    const double ts = detail::tick_step(max_time, 5);
     double t = 0;
     for (int i = 0; i <= 12 && t <= max_time * 1.0001; ++i, t += ts) {
         const double x = g.time_x + kTimeWidth * t / max_time;
@@ -81,7 +69,7 @@ void draw(cairo_t* cr, const std::vector<CompareRow>& rows, const std::string& t
         cairo_fill(cr);
         text(cr, x - 8, bottom + 16, fmt::format("{:g} s", t), kFont - 1);
     }
-    const double gib = 1024.0 * 1024.0 * 1024.0, ms = tick_step(max_memory / gib, 4);
+    const double gib = 1024.0 * 1024.0 * 1024.0, ms = detail::tick_step(max_memory / gib, 4);
     double m = 0;
     for (int i = 0; i <= 12 && m <= max_memory / gib * 1.0001; ++i, m += ms) {
         const double x = g.memory_x + kMemoryWidth * m * gib / max_memory;
@@ -131,29 +119,10 @@ void draw(cairo_t* cr, const std::vector<CompareRow>& rows, const std::string& t
     }
 }
 
-cairo_status_t append(void* closure, const unsigned char* data, unsigned int length) {
-    static_cast<std::string*>(closure)->append(reinterpret_cast<const char*>(data), length);
-    return CAIRO_STATUS_SUCCESS;
-}
-
-void render(cairo_surface_t* surface, const std::vector<CompareRow>& rows, const std::string& title, const Geometry& g) {
-    detail::check(surface, "drawing the comparison");
-    {
-        const detail::Context cr(cairo_create(surface));
-        draw(cr.get(), rows, title, g);
-        detail::check(cr.get(), "drawing the comparison");
-    }
-    if (cairo_surface_get_type(surface) == CAIRO_SURFACE_TYPE_IMAGE)
-        cairo_surface_flush(surface);
-    else
-        cairo_surface_finish(surface);
-    detail::check(surface, "drawing the comparison");
-}
-
 }  // namespace
 
 void write_compare_chart(const std::vector<CompareRow>& rows, const std::string& path, const std::string& title) {
-    const Format format = format_from_path(path);
+    (void)format_from_path(path);  // an unknown extension is the first error
     // Every figure drawn is finite (and so are the sums and scales made of them).
     for (const auto& r : rows)
         for (const auto& [v, what] : {std::pair{r.compute + r.comm + r.idle, "step time"},
@@ -171,30 +140,8 @@ void write_compare_chart(const std::vector<CompareRow>& rows, const std::string&
     g.top = kMargin + kTitle + 18 + 34;
     g.width = std::ceil(std::max(g.memory_x + kMemoryWidth + 120, kMargin + measure.width(title, kTitle) + kMargin));
     g.height = std::ceil(g.top + kRow * static_cast<double>(rows.size()) + 24 + kMargin);
-    std::string data;
-    switch (format) {
-        case Format::svg: {
-            const detail::Surface s(cairo_svg_surface_create_for_stream(append, &data, g.width, g.height));
-            cairo_svg_surface_set_document_unit(s.get(), CAIRO_SVG_UNIT_PX);
-            render(s.get(), rows, title, g);
-            data = detail::normalise_surface_ids(data);
-            break;
-        }
-        case Format::pdf: {
-            const detail::Surface s(cairo_pdf_surface_create_for_stream(append, &data, g.width, g.height));
-            render(s.get(), rows, title, g);
-            break;
-        }
-        case Format::png: {
-            const detail::Surface s(cairo_image_surface_create(CAIRO_FORMAT_RGB24, static_cast<int>(g.width),
-                                                               static_cast<int>(g.height)));
-            render(s.get(), rows, title, g);
-            if (cairo_surface_write_to_png_stream(s.get(), append, &data) != CAIRO_STATUS_SUCCESS)
-                throw std::runtime_error(fmt::format("{}: writing PNG failed", path));
-            break;
-        }
-    }
-    dtsim::detail::write_output_file(path, data);
+    detail::write_chart(path, g.width, g.height, "drawing the comparison",
+                        [&](cairo_t* cr) { draw(cr, rows, title, g); });
 }
 
 }  // namespace dtsim::render
