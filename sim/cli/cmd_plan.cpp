@@ -212,6 +212,11 @@ void print_plan(const hw::PlanResult& r, std::size_t top, bool timings) {
                        percent(p.split.compute, p.step_time), percent(p.split.comm, p.step_time),
                        percent(p.split.idle, p.step_time), e.candidates[row.candidate].label);
         }
+        // Where the prediction of the fastest rests on estimates rather than measurements.
+        const nlohmann::json& caveats = r.simulated[r.best.front()].report["caveats"];
+        for (std::size_t i = 0; caveats.is_array() && i < caveats.size(); ++i)
+            if (caveats[i].is_string())
+                fmt::print("{}{}\n", i == 0 ? "weakest (#1): " : "              ", caveats[i].get<std::string>());
         if (r.pruned > 0 && !r.budget_hit)
             fmt::print("exact: no layout left unsimulated can beat the {} above (its step-time bound is no better)\n",
                        std::min(top, r.best.size()));
