@@ -154,6 +154,25 @@ TEST_CASE("an llm-foundry row has the published model's parameters, but for bias
     CHECK(6658859008.0 - 32 * 11 * 4096.0 - 2 * 4096.0 - 2048 * 4096.0 == 6649020416.0);
 }
 
+// llm-foundry's MPT runs take flash-attn's fused cross-entropy (its default loss_fn): the bf16
+// logits kept (2 bytes each) and their bf16 gradient (2 more in the backward), where PyTorch's fp32
+// loss peaks at 12 bytes a logit. 760M at micro batch 24 and seq 2048 ran on 8 H100s of 80 GB
+// (2.5e9 logits a microbatch); with PyTorch's loss dtsim would say it does not fit.
+TEST_CASE("llm-foundry's rows take the fused loss, with which a run that ran on 80 GB fits") {
+    const auto data = cal::load_ground_truth({repo + "/calibration/data/end_to_end_h100.json"});
+    const auto& set = set_named(data, "llm_foundry_mpt_h100_bf16");
+    Config c = cal::parse_end_to_end_row(set, row_named(set, "760m s2048 8gpu mb24"), shipped_cluster("dgx-h100"));
+    REQUIRE(c.strategy.cross_entropy == CrossEntropy::fused);
+    const RunResult fused = simulate(c);
+    CHECK_FALSE(fused.report.oom.has_value());
+    const double logits = 24.0 * 2048 * 50368;
+    c.strategy.cross_entropy = CrossEntropy::pytorch;
+    const RunResult pytorch = simulate(c);
+    CHECK(pytorch.report.oom.has_value());
+    // The two peaks differ by the loss's tensors at its backward peak alone: 12 against 4 bytes a logit.
+    CHECK(pytorch.report.peak.bytes - fused.report.peak.bytes == doctest::Approx(8 * logits).epsilon(1e-6));
+}
+
 TEST_CASE("a row is predicted in the unit it was measured in") {
     const std::string file = write_temp("dtsim_e2e_predict.json", one_set(R"(
         {"id": "tokens", "gpus": 8, "training": {"global_batch": 16, "micro_batch": 2}, "measured": {"tokens_per_s_per_gpu": 1000, "peak_memory_GiB": 20}},
@@ -221,6 +240,9 @@ TEST_CASE("a row is predicted in the unit it was measured in") {
     const auto j = cal::to_json(sets);
     CHECK(j[0]["mean_abs_error"].get<double>() == doctest::Approx(sets[0].mean));
     CHECK(j[0]["skipped"].size() == 1);
+    // Every row fits on the test cluster: no wrong out-of-memory verdict to count.
+    CHECK(sets[0].out_of_memory == 0);
+    CHECK(j[0]["out_of_memory"] == 0);
 }
 
 TEST_CASE("an end-to-end set runs on the shipped cluster it names, with its overrides") {

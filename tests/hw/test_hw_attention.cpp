@@ -221,6 +221,15 @@ TEST_CASE("the loss: PyTorch's fp32 cross-entropy against its measured time and 
     const Workload m = make_workload(c.model.spec, layer_split(c), c.cluster.gpu);
     CHECK(m.edge.logits_activation_bytes + m.edge.loss_forward_extra_bytes == doctest::Approx(6 * logits));
     CHECK(m.edge.logits_activation_bytes + m.edge.loss_backward_extra_bytes == doctest::Approx(6 * logits));
+    // flash-attn's fused loss keeps the bf16 logits (2) and allocates their bf16 gradient in the
+    // backward (4 at its peak); it reads them once forward (2), reads and writes backward (4).
+    c.strategy.cross_entropy = CrossEntropy::fused;
+    const Workload f = make_workload(c.model.spec, layer_split(c), c.cluster.gpu);
+    CHECK(f.edge.logits_activation_bytes == doctest::Approx(2 * logits));
+    CHECK(f.edge.loss_forward_extra_bytes == 0);
+    CHECK(f.edge.logits_activation_bytes + f.edge.loss_backward_extra_bytes == doctest::Approx(4 * logits));
+    CHECK(f.edge.loss_forward.bytes == doctest::Approx(2 * logits));
+    CHECK(f.edge.loss_backward.bytes == doctest::Approx(4 * logits));
     c.strategy.cross_entropy.reset();
     CHECK(layer_split(c).cross_entropy == CrossEntropy::pytorch);
     c.strategy.name = "megatron";

@@ -130,8 +130,8 @@ TEST_CASE("an unknown key is rejected with a did-you-mean, naming the file and t
           "--set strategy.zzzzzzzz=1: $.strategy.zzzzzzzz: unknown key \"zzzzzzzz\"; the keys here are: name, dp, tp, pp, cp, cp_comm, "
           "microbatches, zero_stage, bucket_MiB, first_bucket_MiB, overlap, prefetch, recompute, sequence_parallel, "
           "flash_attention, attention_kernel, algorithm, puzzle, chunks, microbatch_group, schedule_file, sharding, "
-          "grad_dtype, overlap_param_gather, cross_entropy, tp_comm_overlap, fp8, recompute_every, recompute_num_layers, "
-          "stage_layers, first_stage_layers, last_stage_layers");
+          "grad_dtype, optimizer_dtype, overlap_param_gather, cross_entropy, tp_comm_overlap, fp8, recompute_every, "
+          "recompute_num_layers, stage_layers, first_stage_layers, last_stage_layers");
 }
 
 TEST_CASE("strategy.puzzle is one of the puzzles' names; a misspelt one gets a did-you-mean at its JSON path") {
@@ -377,7 +377,7 @@ TEST_CASE("the recompute policy as reports print it, with English ordinals") {
     CHECK(recompute_text(s) == "full, the first 3 layers of each chunk");
 }
 
-TEST_CASE("selective_op needs fused attention; grad_dtype is a float dtype") {
+TEST_CASE("selective_op needs fused attention; grad_dtype and optimizer_dtype are float dtypes") {
     CHECK(error_of("run.json", {parse_override("strategy.recompute=selective_op")}) ==
           "--set strategy.recompute=selective_op: $.strategy.recompute: \"selective_op\" (torchtitan's per-op policy) "
           "keeps the fused attention's output: it needs \"flash_attention\": true");
@@ -385,4 +385,7 @@ TEST_CASE("selective_op needs fused attention; grad_dtype is a float dtype") {
                                 parse_override("strategy.flash_attention=true")}) == "no error");
     CHECK(error_of("run.json", {parse_override("strategy.grad_dtype=fp8")}).find(
               "$.strategy.grad_dtype: expected one of \"fp32\", \"bf16\", \"fp16\"") != std::string::npos);
+    CHECK(error_of("run.json", {parse_override("strategy.optimizer_dtype=fp8")}).find(
+              "$.strategy.optimizer_dtype: expected one of \"fp32\", \"bf16\", \"fp16\"") != std::string::npos);
+    CHECK(error_of("run.json", {parse_override("strategy.optimizer_dtype=bf16")}) == "no error");
 }

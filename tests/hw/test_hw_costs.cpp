@@ -272,14 +272,50 @@ TEST_CASE("float8 casts: Transformer Engine's cast-transposes, torchao's amax an
           doctest::Approx(tokens * (4 * (1.5 * h / 4 + h / 4 + h / 4) + 2 * (h / 4 + h / 4 + f / 4))));
 }
 
-TEST_CASE("ZeRO model states per GPU: 16P, 4P + 12P/N, 2P + 14P/N, 16P/N") {
+TEST_CASE("ZeRO model states per GPU: 16P, 4P + 12P/N, 2P + 14P/N, and FSDP's 14P/N (its shard is the master)") {
     const double P = 7.5e9;
     const int N = 64;
     CHECK(zero_model_states(P, 0, N).total() == doctest::Approx(16 * P));
     CHECK(zero_model_states(P, 1, N).total() == doctest::Approx(4 * P + 12 * P / N));
     CHECK(zero_model_states(P, 2, N).total() == doctest::Approx(2 * P + 14 * P / N));
-    CHECK(zero_model_states(P, 3, N).total() == doctest::Approx(16 * P / N));
+    // FSDP: the fp32 shard (4) is the parameter, beside the moments (8) and the gradient shard (2).
+    const ModelStateBytes fsdp = zero_model_states(P, 3, N);
+    CHECK(fsdp.weights == doctest::Approx(4 * P / N));
+    CHECK(fsdp.optimizer == doctest::Approx(8 * P / N));
+    CHECK(fsdp.total() == doctest::Approx(14 * P / N));
     CHECK_THROWS_WITH_AS(zero_model_states(P, 4, N), "ZeRO stage must be 0, 1, 2 or 3, got 4", std::invalid_argument);
+}
+
+TEST_CASE("Adam keeps its moments in the optimizer's dtype and a master copy only where the weights are in another") {
+    // fp32 state over bf16 weights: 2 x 4 + 4 (ZeRO's K = 12).
+    const AdamStateBytes mixed = adam_state_bytes(DType::bf16, DType::fp32);
+    CHECK(mixed.moments == 8);
+    CHECK(mixed.master == 4);
+    // NeMo's optim.dtype bf16 over bf16 weights (Nemotron-4 340B): 2 x 2, no master (store_params False).
+    const AdamStateBytes bf16 = adam_state_bytes(DType::bf16, DType::bf16);
+    CHECK(bf16.moments == 4);
+    CHECK(bf16.master == 0);
+    // fp32 weights and state: no master either.
+    CHECK(adam_state_bytes(DType::fp32, DType::fp32).total() == 8);
+
+    // Nemotron-4 340B's layout on 128 GPUs (tp 8, pp 8, dp 2), bf16 gradients, distributed optimizer:
+    // weights 2 and gradients 2 per parameter, the moments' 4 over the 2 data-parallel ranks.
+    const double P = 5.18e9;
+    const ModelStateBytes nemo = zero_model_states(P, 1, 2, 2, bf16);
+    CHECK(nemo.weights == doctest::Approx(2 * P));
+    CHECK(nemo.grads == doctest::Approx(2 * P));
+    CHECK(nemo.optimizer == doctest::Approx(4 * P / 2));
+    CHECK(nemo.total() == doctest::Approx(6 * P));
+    // ... where fp32 state would hold 4P + 12P/2 = 10P.
+    CHECK(zero_model_states(P, 1, 2, 2).total() == doctest::Approx(10 * P));
+    // FSDP without a master: the bf16 shard is the parameter.
+    CHECK(zero_model_states(P, 3, 8, 2, bf16).total() == doctest::Approx((2 + 2 + 4) * P / 8));
+
+    // The step's traffic: fp32 state read and written (24), an fp32 gradient read (4), bf16 weights
+    // written (2); bf16 state (8), a bf16 gradient (2), the weights read and written in place (4).
+    CHECK(adam_bytes_per_param(4) == 30);
+    CHECK(adam_bytes_per_param(2) == 28);
+    CHECK(adam_bytes_per_param(2, bf16) == 14);
 }
 
 TEST_CASE("times and sizes print through one formatter each") {

@@ -189,13 +189,13 @@ TEST_CASE("a recv nobody sends to is a deadlock naming the rank") {
 TEST_CASE("memory: the peak names its rank, time and op; the first allocation past capacity is the OOM verdict") {
     World world(test::small_cluster(1), 2);
     world.run([&](Device& gpu) -> Task<> {
-        gpu.allocate(4 * kGiB, ops::model_states);
+        gpu.allocate(4 * kGiB, MemoryKind::optimizer, ops::model_states);
         gpu.compute(ops::forward, 0, 0.5);
         if (gpu.rank() == 1) {
-            gpu.allocate(7 * kGiB, ops::forward, 3);  // 11 GiB > 10 GiB
-            gpu.release(7 * kGiB);
+            gpu.allocate(7 * kGiB, MemoryKind::activations, ops::forward, 3);  // 11 GiB > 10 GiB
+            gpu.release(7 * kGiB, MemoryKind::activations);
         }
-        gpu.allocate(1 * kGiB, ops::backward, 2);
+        gpu.allocate(1 * kGiB, MemoryKind::gradients, ops::backward, 2);
         co_return;
     });
     const MemoryStats& ok = world.device(0).memory_stats();
@@ -211,11 +211,44 @@ TEST_CASE("memory: the peak names its rank, time and op; the first allocation pa
     CHECK(bad.oom->bytes == doctest::Approx(11 * kGiB));
 }
 
+TEST_CASE("memory: the peak is broken down by what each allocation holds, and releases leave the rest") {
+    World world(test::small_cluster(1), 1);
+    world.run([&](Device& gpu) -> Task<> {
+        MemoryParts states{};
+        states[static_cast<std::size_t>(MemoryKind::weights)] = 2 * kGiB;
+        states[static_cast<std::size_t>(MemoryKind::optimizer)] = 3 * kGiB;
+        gpu.allocate(states, ops::model_states);
+        gpu.allocate(4 * kGiB, MemoryKind::activations, ops::forward, 0);
+        gpu.allocate(1 * kGiB, MemoryKind::buffers, ops::all_reduce, 0);
+        gpu.release(1 * kGiB, MemoryKind::buffers);
+        gpu.release(3 * kGiB, MemoryKind::activations);
+        gpu.allocate(0.5 * kGiB, MemoryKind::gradients, ops::backward, 0);
+        co_return;
+    });
+    const MemoryStats& m = world.device(0).memory_stats();
+    // The peak, 10 GiB, was reached by the bucket: 2 + 3 + 4 + 1.
+    CHECK(m.peak.bytes == doctest::Approx(10 * kGiB));
+    CHECK(m.peak.op == ops::all_reduce);
+    const MemoryParts& at = m.peak.by_kind;
+    CHECK(at[static_cast<std::size_t>(MemoryKind::weights)] == doctest::Approx(2 * kGiB));
+    CHECK(at[static_cast<std::size_t>(MemoryKind::optimizer)] == doctest::Approx(3 * kGiB));
+    CHECK(at[static_cast<std::size_t>(MemoryKind::activations)] == doctest::Approx(4 * kGiB));
+    CHECK(at[static_cast<std::size_t>(MemoryKind::buffers)] == doctest::Approx(1 * kGiB));
+    CHECK(at[static_cast<std::size_t>(MemoryKind::gradients)] == 0);
+    // Now: 2 + 3 + 1 + 0.5, the parts summing to the total.
+    CHECK(m.current == doctest::Approx(6.5 * kGiB));
+    double sum = 0;
+    for (double b : m.current_by_kind) sum += b;
+    CHECK(sum == doctest::Approx(m.current));
+    CHECK(m.current_by_kind[static_cast<std::size_t>(MemoryKind::activations)] == doctest::Approx(1 * kGiB));
+    CHECK(kind_name(MemoryKind::optimizer) == "optimizer");
+}
+
 TEST_CASE("every operation is a trace event with its stream, bytes, FLOPs and memory") {
     World world(test::small_cluster(1), 2);
     Group& all = world.everyone();
     world.run([&](Device& gpu) -> Task<> {
-        gpu.allocate(1000, ops::model_states);
+        gpu.allocate(1000, MemoryKind::weights, ops::model_states);
         gpu.gemm(ops::forward, 0, 1024, 1024, 1024, DType::bf16, 1, IdSet::single(0));
         auto h = co_await gpu.all_reduce_start(all, 4096, 0);
         co_await gpu.wait(h);

@@ -104,7 +104,7 @@ TEST_CASE("2D FSDP moves a layer's TP share: all-gathers of 2 bytes and reduce-s
     }
 }
 
-TEST_CASE("2D FSDP holds 14 (fp32 gradients: 18) bytes a parameter over tp x dp, as zero_model_states") {
+TEST_CASE("2D FSDP holds 12 (fp32 gradients: 16) bytes a parameter over tp x dp, as zero_model_states") {
     for (int tp : {2, 4})
         for (const char* grad : {"fp32", "bf16"}) {
             const int dp = 16 / tp;
@@ -119,15 +119,15 @@ TEST_CASE("2D FSDP holds 14 (fp32 gradients: 18) bytes a parameter over tp x dp,
             // The first event is layer 0's all-gather, its unsharded bf16 weights (this rank's TP share) allocated.
             const auto& first = r.trace.ranks[0].events.front();
             REQUIRE(first.op.name() == std::string_view("all_gather"));
-            CHECK(first.memory - 2 * layer_params_per_rank(tp) == doctest::Approx(14 * psi_rank / dp));
+            CHECK(first.memory - 2 * layer_params_per_rank(tp) == doctest::Approx(12 * psi_rank / dp));
             bool stepped = false;
             for (const auto& e : r.trace.ranks[0].events)
                 if (e.op.name() == std::string_view("optimizer")) {
                     stepped = true;
-                    CHECK(e.memory == doctest::Approx((14 + G) * psi_rank / dp));
-                    // ... which is (14 + G) Psi / (tp x dp) but for the replicated norms (under 0.1 %).
-                    CHECK(e.memory == doctest::Approx((14 + G) * psi / (tp * dp)).epsilon(1e-3));
-                    CHECK(e.memory > (14 + G) * psi / (tp * dp));
+                    CHECK(e.memory == doctest::Approx((12 + G) * psi_rank / dp));
+                    // ... which is (12 + G) Psi / (tp x dp) but for the replicated norms (under 0.1 %).
+                    CHECK(e.memory == doctest::Approx((12 + G) * psi / (tp * dp)).epsilon(1e-3));
+                    CHECK(e.memory > (12 + G) * psi / (tp * dp));
                 }
             CHECK(stepped);
         }
@@ -231,7 +231,7 @@ TEST_CASE("2D FSDP with hybrid sharding shards over the node's data-parallel ran
     const double psi_rank = kLayers * layer_params_per_rank(2);
     const auto& first = r.trace.ranks[0].events.front();
     REQUIRE(first.op.name() == std::string_view("all_gather"));
-    CHECK(first.memory - 2 * layer_params_per_rank(2) == doctest::Approx(14 * psi_rank / 4));
+    CHECK(first.memory - 2 * layer_params_per_rank(2) == doctest::Approx(12 * psi_rank / 4));
     // Each fp32 gradient shard (1/4 of the layer's TP share) all-reduced across the 2 nodes, beside the TP ones.
     double across = 0;
     for (const auto& e : r.trace.ranks[0].events)
@@ -309,17 +309,17 @@ TEST_CASE("3D: ZeRO-3 inside 1F1B stages gathers each layer once a step and redu
         // torchtitan with PP does not reshard after the forward: one gather a layer for all 4 microbatches.
         CHECK(gathers == kLayers / pp);
         CHECK(scattered == doctest::Approx(4 * psi_rank));  // fp32 gradients, once
-        // Model states sharded over dp, without gradients between steps (FSDP2's): 14 bytes a parameter / dp,
+        // Model states sharded over dp, without gradients between steps (FSDP2's): 12 bytes a parameter / dp,
         // plus, while the step runs, the gathered bf16 weights (2) and the accumulated unsharded fp32
         // gradients (4), freed after the step.
         const auto& first = r.trace.ranks[0].events.front();
         REQUIRE(first.op.name() == std::string_view("all_gather"));
-        CHECK(first.memory - 2 * share == doctest::Approx(14 * psi_rank / dp));  // layer 0's weights gathering
+        CHECK(first.memory - 2 * share == doctest::Approx(12 * psi_rank / dp));  // layer 0's weights gathering
         bool stepped = false;
         for (const auto& e : r.trace.ranks[0].events)
             if (e.op.name() == std::string_view("optimizer")) {
                 stepped = true;
-                CHECK(e.memory == doctest::Approx(14 * psi_rank / dp + (2 + 4) * psi_rank));
+                CHECK(e.memory == doctest::Approx(12 * psi_rank / dp + (2 + 4) * psi_rank));
             }
         CHECK(stepped);
     }

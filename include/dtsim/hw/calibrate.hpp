@@ -238,6 +238,8 @@ struct ValidationSet {
     int held_counted = 0;
     double mean = 0, held_mean = 0;      // mean |error| over the same points
     std::vector<std::string> skipped;    // end to end: rows not run ("R: not expressible yet: why")
+    // End to end: rows dtsim says do not fit (each of them ran on its GPUs: a wrong verdict).
+    int out_of_memory = 0;
 };
 
 struct ValidateOptions {

@@ -89,6 +89,11 @@ struct StrategyConfig {
     // (mixed_precision_reduce) and PyTorch AMP (fp32 parameters) do; "bf16"/"fp16" as
     // Megatron-LM with fp16 or FSDP with reduce_dtype = param_dtype.
     DType grad_dtype = DType::fp32;
+    // The dtype of Adam's moments and master weights: "fp32" (the default: Megatron-LM, PyTorch's
+    // mixed precision, NeMo's optim.dtype default) or "bf16" (NeMo's distributed_fused_adam with
+    // optim.dtype bf16, as its Nemotron-4 340B config has it). Where it is the model's dtype
+    // there is no master copy (AdamStateBytes in transformer.hpp).
+    DType optimizer_dtype = DType::fp32;
     // How the loss is computed (CrossEntropy): "pytorch" for ddp and fsdp (with tp > 1 too:
     // layer_split), "megatron" for the tensor- and pipeline-parallel strategies, unless given.
     std::optional<CrossEntropy> cross_entropy;

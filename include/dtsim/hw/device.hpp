@@ -19,9 +19,11 @@
 #include "dtsim/hw/group.hpp"
 #include "dtsim/hw/network.hpp"
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -88,15 +90,30 @@ struct TimeSplit {
     double idle = 0;     // blocked waiting for other ranks (bubbles, stragglers, the tail)
 };
 
+// What an allocation holds, for the breakdown of a peak (MemoryEvent::by_kind).
+enum class MemoryKind : std::uint8_t {
+    weights,      // the rank's weights, sharded or gathered, and cached fp8 copies
+    gradients,    // gradients held, accumulated or awaiting their reduce-scatter
+    optimizer,    // Adam's moments and master weights
+    activations,  // what the forward keeps for the backward, recompute and the loss's tensors
+    buffers,      // communication buffers (DDP's gradient buckets)
+};
+inline constexpr std::size_t kMemoryKinds = 5;
+// "weights", "gradients", "optimizer", "activations", "buffers".
+std::string_view kind_name(MemoryKind k);
+using MemoryParts = std::array<double, kMemoryKinds>;  // bytes by MemoryKind
+
 struct MemoryEvent {
     double bytes = 0;
     double time = 0;
     OpCode op;
     int layer = kNoLayer;
+    MemoryParts by_kind{};  // `bytes` by what it holds
 };
 
 struct MemoryStats {
     double current = 0;
+    MemoryParts current_by_kind{};
     MemoryEvent peak;                 // the largest `current` and the allocation that reached it
     std::optional<MemoryEvent> oom;   // the first allocation past capacity
 };
@@ -127,9 +144,11 @@ public:
     // Memory-bound work moving `bytes` through HBM.
     void memory_bound(OpCode op, int layer, double bytes, IdSet microbatches = {});
 
-    // ---- memory, in bytes. `op` and `layer` name the allocation in the peak and OOM verdicts.
-    void allocate(double bytes, OpCode op, int layer = kNoLayer);
-    void release(double bytes);
+    // ---- memory, in bytes. `op` and `layer` name the allocation in the peak and OOM verdicts;
+    // `kind` says what it holds. One allocation may hold several kinds (the model states).
+    void allocate(double bytes, MemoryKind kind, OpCode op, int layer = kNoLayer);
+    void allocate(const MemoryParts& parts, OpCode op, int layer = kNoLayer);
+    void release(double bytes, MemoryKind kind);
     [[nodiscard]] double memory() const { return memory_.current; }
     [[nodiscard]] const MemoryStats& memory_stats() const { return memory_; }
 

@@ -22,6 +22,8 @@ struct MemoryVerdict {
     double time = 0;
     std::string op;  // "forward (layer 3)"
     double bytes = 0;
+    // `bytes` by what it holds (MemoryKind), from the rank's allocations; none for the puzzle world.
+    std::optional<MemoryParts> by_kind;
 };
 
 struct RunReport {

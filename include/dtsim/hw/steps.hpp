@@ -87,7 +87,8 @@ private:
     std::vector<std::pair<int, Transfer>> pending_;  // layer, its gather, in layer order
     bool started_ = false;
     std::vector<char> grads_made_;  // by layer: its unsharded gradients are allocated
-    double held_ = 0;              // ZeRO-3: bytes allocated here, freed by release
+    double held_weights_ = 0;      // ZeRO-3: gathered weights allocated here, freed by release
+    double held_grads_ = 0;        // ZeRO-3: unsharded gradients allocated here, freed by release
 };
 
 // PyTorch DDP's gradient buckets (torch/nn/parallel/distributed.py,

@@ -23,7 +23,8 @@ std::string_view recompute_name(Recompute r);
 //             an fp32 copy of the bf16 logits, log_softmax, nll_loss
 //   megatron  Megatron-LM's vocab_parallel_cross_entropy: the logits upcast once, the softmax
 //             computed in place, its gradient made in place from the saved softmax
-enum class CrossEntropy : std::uint8_t { pytorch, megatron };
+//   fused     flash-attn's fused cross-entropy kernel on the bf16 logits (llm-foundry's default)
+enum class CrossEntropy : std::uint8_t { pytorch, megatron, fused };
 std::string_view cross_entropy_name(CrossEntropy c);
 
 // Float8 linears (StrategyConfig::fp8): the GEMMs of a layer's linear layers (QKV, projection,
@@ -55,6 +56,13 @@ std::string_view fp8_name(Fp8 f);
 //   megatron  forward: upcast (2 + 4), max (4), subtract, exp and divide in place (8 each), sum
 //             (4) = 38; backward: the gradient times the incoming one in place (8), cast (6) = 14.
 //             Keeps the fp32 softmax (4); both peaks the bf16 logits or gradient beside it (6).
+//   fused     flash-attn's Triton cross-entropy (flash_attn/ops/triton/cross_entropy.py,
+//             CrossEntropyLoss, Dao-AILab/flash-attention v2.5.6; llm-foundry's default loss_fn
+//             "fused_crossentropy", llmfoundry/models/mpt/modeling_mpt.py at mosaicml/llm-foundry
+//             commit 49521837): forward reads the bf16 logits once (2), saves them with one fp32
+//             log-sum-exp per row (ctx.save_for_backward(logits, lse, labels)); backward reads them
+//             and writes their gradient into a new bf16 tensor (torch.empty_like(logits):
+//             inplace_backward is off) = 4. Keeps the logits (2); forward peak 2, backward peak 4.
 // Measured in eager PyTorch 2.11 on an H100 (calibration/data/h100_dtsim_torch_output_layer.json):
 // kept / forward peak / backward peak 4.06 / 10.06 / 12.06 bytes (pytorch), 4.06 / 6.06 / 6.06
 // (megatron), the .06 being the final norm's output; the time of pytorch's loss at 8,192 x 128,256
@@ -109,6 +117,8 @@ struct LayerSplit {
     // te only: the fp8 weight copies are made once a step (the framework passes
     // is_first_microbatch), not every microbatch.
     bool fp8_weight_cache = false;
+    // The dtype of Adam's moments and master weights (StrategyConfig::optimizer_dtype).
+    DType optimizer_dtype = DType::fp32;
     // Which layers `recompute` applies to; the others keep everything (Recompute::none).
     //   recompute_every k: every k-th layer, the k-th, 2k-th, ... (torchtitan's
     //     selective_ac_option "k", full recompute of every k-th block: torchtitan/models/llama3/
@@ -233,26 +243,45 @@ double logits_activation_bytes(const TransformerSpec& m, const LayerSplit& s);
 // for GeLU (read, write) or 5 for SwiGLU (/t).
 double layer_elementwise_bytes(const TransformerSpec& m, const LayerSplit& s);
 
-// Mixed-precision Adam model states per GPU for `params` parameters held by
-// the data-parallel group of `dp` GPUs at ZeRO `stage` (Rajbhandari et al.
-// 2020, ZeRO, section 5): bf16 weights 2, gradients G (grad_bytes: 4 in fp32,
-// 2 in bf16), fp32 master weights, momentum and variance 12 bytes per parameter.
-//   stage 0: (14 + G)P   stage 1: (2 + G)P + 12P/N   stage 2: 2P + (12 + G)P/N   stage 3: (14 + G)P/N
-// With G = 2 these are ZeRO's 16P, 4P + 12P/N, 2P + 14P/N, 16P/N; with G = 4 Megatron-LM's
-// bf16 figures (docs/source/api-guide/dist_optimizer.md: 18 bytes per parameter, 6 + 12/d
-// with the distributed optimizer). PyTorch FSDP2 keeps its sharded parameters in fp32 as the
-// optimizer's master copy (16P/N with fp32 gradients); stage 3 counts a bf16 shard as well
-// (DeepSpeed's ZeRO-3), 2P/N more.
+// Adam's state per parameter, in bytes: its two moments (exp_avg, exp_avg_sq) and a master copy
+// of the weights, each in the optimizer's dtype; no master where the weights already are in it.
+// The rule is NeMo's for Apex's DistributedFusedAdam (megatron_base_model.py, setup_optimization,
+// NVIDIA/NeMo r2.0.0rc1 commit db624485: store_params False when optim.dtype equals the model's
+// dtype), and what PyTorch's Adam keeps on parameters of its own dtype; the state tensors are
+// apex/contrib/optimizers/distributed_fused_adam.py's StateBucket (exp_avg_shard, exp_avg_sq_shard,
+// params_shard, all in `dtype`; NVIDIA/apex commit f3f04924). fp32 moments and master: 8 + 4, the
+// 12 of ZeRO; NeMo's Nemotron-4 340B (optim.dtype bf16 with bf16 weights): 4 + 0.
+struct AdamStateBytes {
+    double moments = 8;
+    double master = 4;
+    [[nodiscard]] double total() const { return moments + master; }
+};
+AdamStateBytes adam_state_bytes(DType weights, DType optimizer);
+
+// Model states per GPU for `params` parameters held by the data-parallel group of `dp` GPUs at
+// ZeRO `stage` (Rajbhandari et al. 2020, ZeRO, section 5): W bytes of weights (weight_bytes: 2 in
+// bf16), G of gradients (grad_bytes: 4 in fp32, 2 in bf16) and Adam's state A (AdamStateBytes: 12
+// with fp32 moments and master) per parameter:
+//   stage 0: (W + G + A)P   stage 1: (W + G)P + AP/N   stage 2: WP + (G + A)P/N
+//   stage 3: (G + A)P/N with a master copy, (W + G + A)P/N without
+// With W = 2, A = 12 and G = 2 the first three are ZeRO's 16P, 4P + 12P/N, 2P + 14P/N; with G = 4
+// Megatron-LM's bf16 figures (docs/source/api-guide/dist_optimizer.md: 18 bytes per parameter,
+// 6 + 12/d with the distributed optimizer). Stage 3 is PyTorch FSDP's: the sharded parameter is
+// the only copy of the weights it keeps (torch/distributed/_composable/fsdp/_fsdp_param.py,
+// ShardedState.SHARDED, "the only contributor to parameter memory", pytorch/pytorch commit
+// 007472c8; FSDP1's FlatParameter shard likewise), kept in the dtype the model was built in,
+// which is the master's under mixed precision; the bf16 weights exist only gathered. So 16P/N with
+// fp32 gradients, not DeepSpeed's ZeRO-3 figure with its extra bf16 shard.
 struct ModelStateBytes {
     double weights = 0, grads = 0, optimizer = 0;
     [[nodiscard]] double total() const { return weights + grads + optimizer; }
 };
-ModelStateBytes zero_model_states(double params, int stage, int dp, double grad_bytes = 2);
+ModelStateBytes zero_model_states(double params, int stage, int dp, double grad_bytes = 2, AdamStateBytes adam = {},
+                                  double weight_bytes = 2);
 
-// Bytes the Adam step reads and writes per parameter it updates: fp32 master,
-// momentum and variance read and written (24), the bf16 grad read (2) and the
-// bf16 weight written (2); with fp32 gradients 2 more (adam_bytes_per_param).
-inline constexpr double kAdamBytesPerParam = 28;
-inline double adam_bytes_per_param(double grad_bytes) { return kAdamBytesPerParam - 2 + grad_bytes; }
+// Bytes the Adam step reads and writes per parameter it updates: its state read and written
+// (2A), the gradient read (G) and the weights written (W), or read and written where there is no
+// master copy (the step updates them in place). fp32 state, bf16 weights: 24 + G + 2.
+double adam_bytes_per_param(double grad_bytes, AdamStateBytes adam = {}, double weight_bytes = 2);
 
 }  // namespace dtsim::hw

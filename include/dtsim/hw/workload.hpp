@@ -93,6 +93,8 @@ struct Workload {
     // AttentionModel), not as GEMMs.
     bool measured_attention = false;
     double grad_bytes = 4;  // bytes per gradient element (split.grad_dtype)
+    double weight_bytes = 2;  // bytes per weight (model.dtype)
+    AdamStateBytes adam;      // Adam's state per parameter (split.optimizer_dtype, model.dtype)
     // With a partial recompute (LayerSplit::partial_recompute), the layers that do not
     // recompute: `layer` priced without it.
     LayerWork plain;

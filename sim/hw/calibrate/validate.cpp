@@ -457,6 +457,7 @@ std::vector<ValidationSet> end_to_end_sets(const EndToEndSet& s, Clusters& clust
         any_in_sample |= in;
         const std::string label = fmt::format("{} [{}]{}", r.id, p.layout, p.out_of_memory ? " (dtsim: out of memory)" : "");
         v.points.push_back({label, static_cast<double>(r.gpus), p.measured, p.predicted, p.unit, true, in});
+        if (p.out_of_memory) ++v.out_of_memory;
         if (r.measured.peak_memory_GiB)
             mem.points.push_back({label, static_cast<double>(r.gpus), *r.measured.peak_memory_GiB, p.memory_GiB, "GiB", true, in});
     }
@@ -499,8 +500,12 @@ std::vector<ValidationSet> validate(const GroundTruth& data, const ValidateOptio
     }
     for (auto& s : out) summarize(s);
     // End to end: the mean |error| with the fit, where `dtsim validate --summary` shows it.
-    for (auto& s : out)
+    // A published run ran: dtsim's out-of-memory verdict on one is a wrong answer to "does it fit?".
+    for (auto& s : out) {
         if (s.kind == "end_to_end" && s.counted > 0) s.fit += fmt::format("; mean |error| {:.1f} %", 100 * s.mean);
+        if (s.out_of_memory > 0)
+            s.fit += fmt::format("; {} of {} runs predicted out of memory", s.out_of_memory, s.points.size());
+    }
     return out;
 }
 
@@ -516,6 +521,7 @@ json to_json(const std::vector<ValidationSet>& sets) {
                        {"max_abs_error", s.max}, {"held_out_counted", s.held_counted},
                        {"held_out_median_abs_error", s.held_median}, {"held_out_max_abs_error", s.held_max},
                        {"mean_abs_error", s.mean}, {"held_out_mean_abs_error", s.held_mean}, {"skipped", s.skipped},
+                       {"out_of_memory", s.out_of_memory},
                        {"points", pts}});
     }
     return arr;

@@ -74,6 +74,7 @@ LayerSplit layer_split(const Config& c) {
     LayerSplit split{c.training.micro_batch, s.tp,         s.sequence_parallel, s.recompute, s.flash_attention,
                      s.attention_kernel,     s.grad_dtype, loss,                 s.fp8,       weight_cache};
     split.cp = s.cp;
+    split.optimizer_dtype = s.optimizer_dtype;
     split.recompute_every = s.recompute_every;
     split.recompute_num_layers = s.recompute_num_layers;
     const std::vector<int> chunks = stage_layers_of(c, model_chunks(c));
@@ -381,7 +382,7 @@ void from_json(const Node& n, TrainingConfig& t) {
 void from_json(const Node& n, StrategyConfig& s) {
     n.keys({"name", "dp", "tp", "pp", "cp", "cp_comm", "microbatches", "zero_stage", "bucket_MiB", "first_bucket_MiB", "overlap",
             "prefetch", "recompute", "sequence_parallel", "flash_attention", "attention_kernel", "algorithm", "puzzle",
-            "chunks", "microbatch_group", "schedule_file", "sharding", "grad_dtype", "overlap_param_gather", "cross_entropy", "tp_comm_overlap", "fp8", "recompute_every", "recompute_num_layers",
+            "chunks", "microbatch_group", "schedule_file", "sharding", "grad_dtype", "optimizer_dtype", "overlap_param_gather", "cross_entropy", "tp_comm_overlap", "fp8", "recompute_every", "recompute_num_layers",
             "stage_layers", "first_stage_layers", "last_stage_layers"});
     s.name = n["name"].choice(strategy_names());
     if (n.has("dp")) s.dp = n["dp"].integer(1);
@@ -399,9 +400,12 @@ void from_json(const Node& n, StrategyConfig& s) {
     if (n.has("first_bucket_MiB")) s.first_bucket_bytes = n["first_bucket_MiB"].real(ranges::bucket_MiB) * kMiB;
     if (n.has("overlap")) s.overlap = n["overlap"].boolean();
     if (n.has("prefetch")) s.prefetch = n["prefetch"].boolean();
-    if (n.has("cross_entropy"))
-        s.cross_entropy = n["cross_entropy"].choice({"pytorch", "megatron"}) == "megatron" ? CrossEntropy::megatron
-                                                                                           : CrossEntropy::pytorch;
+    if (n.has("cross_entropy")) {
+        const std::string ce = n["cross_entropy"].choice({"pytorch", "megatron", "fused"});
+        s.cross_entropy = ce == "megatron" ? CrossEntropy::megatron
+                          : ce == "fused"  ? CrossEntropy::fused
+                                           : CrossEntropy::pytorch;
+    }
     if (n.has("overlap_param_gather")) s.overlap_param_gather = n["overlap_param_gather"].boolean();
     if (n.has("recompute")) {
         const std::string r = n["recompute"].choice({"none", "selective", "selective_op", "full"});
@@ -421,6 +425,8 @@ void from_json(const Node& n, StrategyConfig& s) {
         s.fp8 = f == "te" ? Fp8::te : f == "torchao" ? Fp8::torchao : Fp8::none;
     }
     if (n.has("grad_dtype")) s.grad_dtype = *parse_dtype(n["grad_dtype"].choice({"fp32", "bf16", "fp16"}));
+    if (n.has("optimizer_dtype"))
+        s.optimizer_dtype = *parse_dtype(n["optimizer_dtype"].choice({"fp32", "bf16", "fp16"}));
     if (n.has("algorithm")) s.algorithm = read_algorithm(n["algorithm"]);
     if (n.has("puzzle")) s.puzzle = n["puzzle"].choice(puzzle_names());
     if (n.has("chunks")) s.chunks = n["chunks"].integer(1);

@@ -17,7 +17,7 @@ std::string_view recompute_name(Recompute r) {
 }
 
 std::string_view cross_entropy_name(CrossEntropy c) {
-    return c == CrossEntropy::megatron ? "megatron" : "pytorch";
+    return c == CrossEntropy::megatron ? "megatron" : c == CrossEntropy::fused ? "fused" : "pytorch";
 }
 
 std::string_view fp8_name(Fp8 f) {
@@ -31,6 +31,7 @@ std::string_view fp8_name(Fp8 f) {
 
 LossBytes loss_bytes_per_logit(CrossEntropy c) {
     if (c == CrossEntropy::megatron) return LossBytes{38, 14, 4, 6, 6};
+    if (c == CrossEntropy::fused) return LossBytes{2, 4, 2, 2, 4};
     return LossBytes{18, 22, 4, 10, 12};
 }
 
@@ -151,10 +152,16 @@ Fp8CastBytes fp8_cast_bytes(const TransformerSpec& m, const LayerSplit& s) {
     return c;
 }
 
-ModelStateBytes zero_model_states(double params, int stage, int dp, double grad_bytes) {
+AdamStateBytes adam_state_bytes(DType weights, DType optimizer) {
+    const double el = bytes_per_element(optimizer);
+    return {2 * el, optimizer == weights ? 0 : el};
+}
+
+ModelStateBytes zero_model_states(double params, int stage, int dp, double grad_bytes, AdamStateBytes adam,
+                                  double weight_bytes) {
     if (dp < 1) throw std::invalid_argument(fmt::format("data-parallel size must be at least 1, got {}", dp));
     const double n = dp;
-    ModelStateBytes b{2 * params, grad_bytes * params, 12 * params};
+    ModelStateBytes b{weight_bytes * params, grad_bytes * params, adam.total() * params};
     switch (stage) {
         case 0: break;
         case 1: b.optimizer /= n; break;
@@ -163,13 +170,23 @@ ModelStateBytes zero_model_states(double params, int stage, int dp, double grad_
             b.grads /= n;
             break;
         case 3:
-            b.optimizer /= n;
+            // The shard is the parameter: the master copy where there is one.
+            if (adam.master > 0) {
+                b.weights = adam.master * params / n;
+                b.optimizer = adam.moments * params / n;
+            } else {
+                b.weights /= n;
+                b.optimizer /= n;
+            }
             b.grads /= n;
-            b.weights /= n;
             break;
         default: throw std::invalid_argument(fmt::format("ZeRO stage must be 0, 1, 2 or 3, got {}", stage));
     }
     return b;
+}
+
+double adam_bytes_per_param(double grad_bytes, AdamStateBytes adam, double weight_bytes) {
+    return 2 * adam.total() + grad_bytes + (adam.master > 0 ? weight_bytes : 2 * weight_bytes);
 }
 
 }  // namespace dtsim::hw

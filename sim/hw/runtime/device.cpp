@@ -60,16 +60,43 @@ void Device::memory_bound(OpCode op, int layer, double bytes, IdSet mb) {
     compute(op, layer, spec().memory_seconds(bytes), 0, std::move(mb), bytes);
 }
 
-void Device::allocate(double bytes, OpCode op, int layer) {
-    memory_.current += bytes;
-    if (memory_.current > memory_.peak.bytes) memory_.peak = MemoryEvent{memory_.current, now(), op, layer};
-    if (!memory_.oom && memory_.current > spec().memory_bytes)
-        memory_.oom = MemoryEvent{memory_.current, now(), op, layer};
+std::string_view kind_name(MemoryKind k) {
+    switch (k) {
+        case MemoryKind::weights: return "weights";
+        case MemoryKind::gradients: return "gradients";
+        case MemoryKind::optimizer: return "optimizer";
+        case MemoryKind::activations: return "activations";
+        case MemoryKind::buffers: return "buffers";
+    }
+    return "?";
 }
 
-void Device::release(double bytes) {
+void Device::allocate(double bytes, MemoryKind kind, OpCode op, int layer) {
+    MemoryParts parts{};
+    parts[static_cast<std::size_t>(kind)] = bytes;
+    allocate(parts, op, layer);
+}
+
+void Device::allocate(const MemoryParts& parts, OpCode op, int layer) {
+    for (std::size_t k = 0; k < kMemoryKinds; ++k) {
+        memory_.current += parts[k];
+        memory_.current_by_kind[k] += parts[k];
+    }
+    if (memory_.current > memory_.peak.bytes)
+        memory_.peak = MemoryEvent{memory_.current, now(), op, layer, memory_.current_by_kind};
+    if (!memory_.oom && memory_.current > spec().memory_bytes)
+        memory_.oom = MemoryEvent{memory_.current, now(), op, layer, memory_.current_by_kind};
+}
+
+void Device::release(double bytes, MemoryKind kind) {
+    const auto clamp = [bytes](double& v) {
+        if (v < 0 && v > -1e-6 * bytes) v = 0;  // rounding
+    };
     memory_.current -= bytes;
-    if (memory_.current < 0 && memory_.current > -1e-6 * bytes) memory_.current = 0;  // rounding
+    clamp(memory_.current);
+    double& part = memory_.current_by_kind[static_cast<std::size_t>(kind)];
+    part -= bytes;
+    clamp(part);
 }
 
 void Device::record_transfer(OpCode op, int layer, const TransferRecord* t, double bytes, IdSet batches) {

@@ -67,9 +67,11 @@ CheckpointPlan plan_checkpoint(const Config& c) {
     const int stage = c.strategy.zero_stage;
     // Parameters one rank's tp x pp shard holds (embeddings spread evenly: a checkpoint-size estimate).
     const double shard_params = c.model.spec.total_params() / (static_cast<double>(tp) * pp);
-    const ModelStateBytes held = zero_model_states(shard_params, stage, dp);
-    const double full_weights = 2 * shard_params;      // bf16 weights of the shard
-    const double full_optimizer = 12 * shard_params;   // fp32 master, momentum, variance
+    const AdamStateBytes adam = adam_state_bytes(c.model.spec.dtype, c.strategy.optimizer_dtype);
+    const double weight_bytes = bytes_per_element(c.model.spec.dtype);
+    const ModelStateBytes held = zero_model_states(shard_params, stage, dp, 2, adam, weight_bytes);
+    const double full_weights = weight_bytes * shard_params;   // the shard's weights
+    const double full_optimizer = adam.total() * shard_params; // its master, momentum and variance
 
     CheckpointPlan p;
     p.gpus_per_node = c.cluster.gpus_per_node;

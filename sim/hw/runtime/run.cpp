@@ -125,9 +125,9 @@ RunResult simulate_transformer(const Config& c, const RunOptions& options) {
         const MemoryStats& m = d.memory_stats();
         r.rank_peaks.push_back(m.peak.bytes);
         if (i == 0 || m.peak.bytes > r.peak.bytes)
-            r.peak = MemoryVerdict{i, m.peak.time, describe_op(m.peak.op, m.peak.layer), m.peak.bytes};
+            r.peak = MemoryVerdict{i, m.peak.time, describe_op(m.peak.op, m.peak.layer), m.peak.bytes, m.peak.by_kind};
         if (m.oom && (!r.oom || m.oom->time < r.oom->time))
-            r.oom = MemoryVerdict{i, m.oom->time, describe_op(m.oom->op, m.oom->layer), m.oom->bytes};
+            r.oom = MemoryVerdict{i, m.oom->time, describe_op(m.oom->op, m.oom->layer), m.oom->bytes, m.oom->by_kind};
     }
     r.caveats = prediction_caveats(c, work);
     const CriticalPath path = world.critical_path();
@@ -190,7 +190,8 @@ RunResult simulate_puzzle(const Config& c, const RunOptions& options) {
         r.split.comm += s.comm / static_cast<double>(t.ranks.size());
         r.split.idle += s.idle / static_cast<double>(t.ranks.size());
     }
-    r.peak = MemoryVerdict{t.summary.max_memory_rank, t.summary.max_memory_time, "", t.summary.max_memory};
+    // The puzzle world's trace has no kinds: no breakdown.
+    r.peak = MemoryVerdict{t.summary.max_memory_rank, t.summary.max_memory_time, "", t.summary.max_memory, std::nullopt};
     for (const auto& e : t.ranks[static_cast<std::size_t>(t.summary.max_memory_rank)].events)
         if (e.start == t.summary.max_memory_time && e.memory == t.summary.max_memory) {
             r.peak.op = describe_op(e.op, e.layer);
@@ -323,7 +324,8 @@ RunSize estimate_run_size(const Config& c, const RunOptions& options) {
     int zero_ranks = s.dp * s.cp;
     const int per_node = std::max(1, std::min(s.dp, c.cluster.gpus_per_node / s.tp));
     if (s.name == "fsdp" && s.sharding == "hybrid" && s.dp > per_node && s.dp % per_node == 0) zero_ranks = per_node;
-    const ModelStateBytes states = zero_model_states(params, s.zero_stage, zero_ranks, bytes_per_element(s.grad_dtype));
+    const ModelStateBytes states = zero_model_states(params, s.zero_stage, zero_ranks, bytes_per_element(s.grad_dtype),
+                                                     adam_state_bytes(m.dtype, s.optimizer_dtype), bytes_per_element(m.dtype));
     size.model_state_bytes = states.total();
     size.model_state_grad_bytes = states.grads;
     return size;
@@ -448,7 +450,13 @@ std::vector<std::string> prediction_caveats(const Config& c, const Workload& wor
 
 nlohmann::json to_json(const RunReport& r) {
     auto verdict = [](const MemoryVerdict& v) {
-        return nlohmann::json{{"rank", v.rank}, {"time_s", v.time}, {"op", v.op}, {"bytes", v.bytes}};
+        nlohmann::json j{{"rank", v.rank}, {"time_s", v.time}, {"op", v.op}, {"bytes", v.bytes}, {"by_kind", nullptr}};
+        if (v.by_kind) {
+            j["by_kind"] = nlohmann::json::object();
+            for (std::size_t k = 0; k < kMemoryKinds; ++k)
+                j["by_kind"][std::string(kind_name(static_cast<MemoryKind>(k)))] = (*v.by_kind)[k];
+        }
+        return j;
     };
     nlohmann::json j{{"name", r.name},
                      {"strategy", r.strategy},

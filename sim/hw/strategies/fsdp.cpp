@@ -46,7 +46,7 @@ namespace {
 
 // Allocates the unsharded weights of a unit and starts gathering them.
 Task<Transfer> gather(Device& gpu, const Job& job, double bytes, int layer) {
-    gpu.allocate(bytes, ops::all_gather, layer);
+    gpu.allocate(bytes, MemoryKind::weights, ops::all_gather, layer);
     if (!job.zero_group()) co_return Transfer::at(gpu.now());
     co_return co_await gpu.all_gather_start(*job.zero_group(), bytes, layer);
 }
@@ -59,21 +59,21 @@ struct Scatters {
         while (!pending.empty()) {
             const bool ended = co_await gpu.done(pending.front().first);
             if (!ended) break;
-            gpu.release(pending.front().second);
+            gpu.release(pending.front().second, MemoryKind::gradients);
             pending.pop_front();
         }
     }
     Task<> drain(Device& gpu) {
         for (const auto& [t, bytes] : pending) {
             co_await gpu.wait(t);
-            gpu.release(bytes);
+            gpu.release(bytes, MemoryKind::gradients);
         }
         pending.clear();
     }
 };
 
 Task<> scatter(Device& gpu, const Job& job, Scatters& s, double bytes, int layer) {
-    gpu.allocate(bytes, ops::reduce_scatter, layer);
+    gpu.allocate(bytes, MemoryKind::gradients, ops::reduce_scatter, layer);
     Transfer t = Transfer::at(gpu.now());
     if (job.zero_group()) t = co_await gpu.reduce_scatter_start(*job.zero_group(), bytes, layer);
     // Hybrid: this rank's reduced shard, all-reduced with the other replicas (after it on the comm stream).
@@ -104,7 +104,7 @@ Task<> fsdp(Device& gpu, const Job& job) {
             if (prefetch && l + 1 < L) next = co_await gather(gpu, job, layer_bytes, l + 1);
             co_await gpu.wait(current);
             co_await layer_forward(gpu, job, l, mb);
-            if (regather) gpu.release(layer_bytes);  // reshard after forward
+            if (regather) gpu.release(layer_bytes, MemoryKind::weights);  // reshard after forward
             if (!prefetch && l + 1 < L) next = co_await gather(gpu, job, layer_bytes, l + 1);
         }
         logits_and_loss(gpu, job, mb);
@@ -117,7 +117,7 @@ Task<> fsdp(Device& gpu, const Job& job) {
             if (regather && prefetch && l > 0) next = co_await gather(gpu, job, layer_bytes, l - 1);
             if (regather) co_await gpu.wait(current);
             co_await layer_backward(gpu, job, l, mb);
-            gpu.release(layer_bytes);
+            gpu.release(layer_bytes, MemoryKind::weights);
             co_await scatter(gpu, job, scatters, grad_scale * layer_bytes, l);
             if (mb == 0) allocate_grads(gpu, job, job.work->layer.params, l);
             co_await scatters.release_done(gpu);
@@ -130,7 +130,7 @@ Task<> fsdp(Device& gpu, const Job& job) {
 
     // Update: each rank steps its own shard.
     co_await scatters.drain(gpu);
-    if (root_bytes > 0) gpu.release(root_bytes);
+    if (root_bytes > 0) gpu.release(root_bytes, MemoryKind::weights);
     optimizer_step(gpu, job, job.params() / job.zero_ranks());
 }
 

@@ -157,7 +157,7 @@ void fp8_weight_cast(Device& gpu, const Job& job, int layer, int mb, bool backwa
 
 Task<> layer_forward(Device& gpu, const Job& job, int layer, int mb) {
     if (job.param_gather) co_await job.param_gather->wait(gpu, job, layer);
-    gpu.allocate(job.work->at(layer).activation_bytes, ops::forward, layer);
+    gpu.allocate(job.work->at(layer).activation_bytes, MemoryKind::activations, ops::forward, layer);
     fp8_weight_cast(gpu, job, layer, mb, false);
     co_await attention_forward(gpu, job, layer, mb);
     co_await mlp_forward(gpu, job, layer, mb);
@@ -171,12 +171,12 @@ Task<> recompute(Device& gpu, const Job& job, int layer, int mb) {
         case Recompute::selective: run_work(gpu, ops::recompute, layer, w.attention_recompute, mb); break;
         case Recompute::selective_op:
             // Elementwise work and half the products, no tensor-parallel collective (their outputs are kept).
-            gpu.allocate(w.recompute_peak_bytes, ops::recompute, layer);
+            gpu.allocate(w.recompute_peak_bytes, MemoryKind::activations, ops::recompute, layer);
             run_work(gpu, ops::recompute, layer, w.attention_recompute, mb);
             run_work(gpu, ops::recompute, layer, w.mlp_recompute, mb);
             break;
         case Recompute::full:
-            gpu.allocate(w.recompute_peak_bytes, ops::recompute, layer);
+            gpu.allocate(w.recompute_peak_bytes, MemoryKind::activations, ops::recompute, layer);
             co_await attention_forward(gpu, job, layer, mb, ops::recompute);
             co_await mlp_forward(gpu, job, layer, mb, ops::recompute);
             break;
@@ -201,7 +201,7 @@ Task<> layer_backward(Device& gpu, const Job& job, int layer, int mb) {
 
 void release_activations(Device& gpu, const Job& job, int layer) {
     const LayerWork& w = job.work->at(layer);
-    gpu.release(w.activation_bytes + w.recompute_peak_bytes);
+    gpu.release(w.activation_bytes + w.recompute_peak_bytes, MemoryKind::activations);
 }
 
 Task<> layer_backward_input(Device& gpu, const Job& job, int layer, int mb) {
@@ -235,18 +235,18 @@ void logits_and_loss(Device& gpu, const Job& job, int mb) {
     const EdgeWork& e = job.work->edge;
     if (e.logits_forward.seconds <= 0) return;
     // What the loss keeps, and while it runs the logits and its own temporaries (LossBytes).
-    gpu.allocate(e.logits_activation_bytes + e.loss_forward_extra_bytes, ops::logits, kNoLayer);
+    gpu.allocate(e.logits_activation_bytes + e.loss_forward_extra_bytes, MemoryKind::activations, ops::logits, kNoLayer);
     run_work(gpu, ops::logits, kNoLayer, e.logits_forward, mb);
     run_work(gpu, ops::loss, kNoLayer, e.loss_forward, mb);
-    gpu.release(e.loss_forward_extra_bytes);
+    gpu.release(e.loss_forward_extra_bytes, MemoryKind::activations);
 }
 
 void logits_backward(Device& gpu, const Job& job, int mb) {
     const EdgeWork& e = job.work->edge;
     if (e.logits_forward.seconds <= 0) return;
-    gpu.allocate(e.loss_backward_extra_bytes, ops::loss, kNoLayer);
+    gpu.allocate(e.loss_backward_extra_bytes, MemoryKind::activations, ops::loss, kNoLayer);
     run_work(gpu, ops::loss, kNoLayer, e.loss_backward, mb);
-    gpu.release(e.logits_activation_bytes + e.loss_backward_extra_bytes);
+    gpu.release(e.logits_activation_bytes + e.loss_backward_extra_bytes, MemoryKind::activations);
     run_work(gpu, ops::logits, kNoLayer, e.logits_backward, mb);
 }
 
@@ -258,21 +258,26 @@ bool grads_on_demand(const Job& job) {
 
 void load_model_states(Device& gpu, const Job& job) {
     const ModelStateBytes s =
-        zero_model_states(job.params(), job.strategy().zero_stage, job.zero_ranks(), job.work->grad_bytes);
-    gpu.allocate(grads_on_demand(job) ? s.total() - s.grads : s.total(), ops::model_states);
+        zero_model_states(job.params(), job.strategy().zero_stage, job.zero_ranks(), job.work->grad_bytes,
+                          job.work->adam, job.work->weight_bytes);
+    MemoryParts parts{};
+    parts[static_cast<std::size_t>(MemoryKind::weights)] = s.weights;
+    parts[static_cast<std::size_t>(MemoryKind::gradients)] = grads_on_demand(job) ? 0 : s.grads;
+    parts[static_cast<std::size_t>(MemoryKind::optimizer)] = s.optimizer;
+    gpu.allocate(parts, ops::model_states);
     // Transformer Engine's cached fp8 weights and their transposes, one byte each, for the layers held.
     if (job.work->split.fp8 == Fp8::te && job.work->split.fp8_weight_cache)
-        gpu.allocate(2 * job.work->layer.linear_params * job.layers, ops::model_states);
+        gpu.allocate(2 * job.work->layer.linear_params * job.layers, MemoryKind::weights, ops::model_states);
 }
 
 void allocate_grads(Device& gpu, const Job& job, double params, int layer) {
     if (!grads_on_demand(job)) return;
     const double shards = job.strategy().name == "fsdp" ? job.zero_ranks() : 1;
-    gpu.allocate(job.work->grad_bytes * params / shards, ops::backward, layer);
+    gpu.allocate(job.work->grad_bytes * params / shards, MemoryKind::gradients, ops::backward, layer);
 }
 
 void optimizer_step(Device& gpu, const Job& job, double params) {
-    gpu.memory_bound(ops::optimizer, kNoLayer, params * adam_bytes_per_param(job.work->grad_bytes));
+    gpu.memory_bound(ops::optimizer, kNoLayer, params * adam_bytes_per_param(job.work->grad_bytes, job.work->adam, job.work->weight_bytes));
 }
 
 // ---------------------------------------------------------------- weights
@@ -295,8 +300,8 @@ Task<> ParamGather::wait(Device& gpu, const Job& job, int layer) {
         const bool sharded_weights = job.strategy().zero_stage == 3;
         for (int l : held) {
             if (sharded_weights) {
-                gpu.allocate(per_layer + edges, ops::all_gather, l);
-                held_ += per_layer + edges;
+                gpu.allocate(per_layer + edges, MemoryKind::weights, ops::all_gather, l);
+                held_weights_ += per_layer + edges;
             }
             const Transfer t = co_await gpu.all_gather_start(*job.dp_group, per_layer + edges, l);
             edges = 0;
@@ -321,13 +326,14 @@ void ParamGather::backward(Device& gpu, const Job& job, int layer) {
     made = 1;
     const double edges = first ? job.params() - job.layers * job.work->layer.params : 0;
     const double bytes = job.work->grad_bytes * (job.work->layer.params + edges);
-    gpu.allocate(bytes, ops::backward, layer);
-    held_ += bytes;
+    gpu.allocate(bytes, MemoryKind::gradients, ops::backward, layer);
+    held_grads_ += bytes;
 }
 
 void ParamGather::release(Device& gpu) {
-    gpu.release(held_);
-    held_ = 0;
+    gpu.release(held_weights_, MemoryKind::weights);
+    gpu.release(held_grads_, MemoryKind::gradients);
+    held_weights_ = held_grads_ = 0;
 }
 
 // ---------------------------------------------------------------- gradients
@@ -353,7 +359,7 @@ GradientSync::GradientSync(Device& gpu, const Job& job)
     : gpu_(&gpu), job_(&job), buckets_(job.strategy().first_bucket_bytes, job.strategy().bucket_bytes) {}
 
 Task<> GradientSync::launch(double bytes, int layer) {
-    gpu_->allocate(bytes, ops::of(Collective::all_reduce), layer);  // the bucket buffer
+    gpu_->allocate(bytes, MemoryKind::buffers, ops::of(Collective::all_reduce), layer);  // the bucket buffer
     const Collective c = job_->strategy().zero_stage >= 1 ? Collective::reduce_scatter : Collective::all_reduce;
     const Transfer t = co_await gpu_->start(c, *job_->dp_group, bytes, layer);
     pending_.emplace_back(t, bytes);
@@ -366,7 +372,7 @@ Task<> GradientSync::release_done() {
     while (done < pending_.size()) {
         const bool ended = co_await gpu_->done(pending_[done].first);
         if (!ended) break;
-        gpu_->release(pending_[done++].second);
+        gpu_->release(pending_[done++].second, MemoryKind::buffers);
     }
     pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(done));
 }
@@ -414,7 +420,7 @@ Task<> GradientSync::finish() {
     deferred_.clear();
     for (const auto& [t, bytes] : pending_) {
         co_await gpu_->wait(t);
-        gpu_->release(bytes);
+        gpu_->release(bytes, MemoryKind::buffers);
     }
     pending_.clear();
 }
