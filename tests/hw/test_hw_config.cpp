@@ -130,8 +130,8 @@ TEST_CASE("an unknown key is rejected with a did-you-mean, naming the file and t
           "--set strategy.zzzzzzzz=1: $.strategy.zzzzzzzz: unknown key \"zzzzzzzz\"; the keys here are: name, dp, tp, pp, cp, cp_comm, "
           "microbatches, zero_stage, bucket_MiB, first_bucket_MiB, overlap, prefetch, recompute, sequence_parallel, "
           "flash_attention, attention_kernel, algorithm, puzzle, chunks, microbatch_group, schedule_file, sharding, "
-          "grad_dtype, optimizer_dtype, overlap_param_gather, cross_entropy, tp_comm_overlap, fp8, recompute_every, "
-          "recompute_num_layers, stage_layers, first_stage_layers, last_stage_layers");
+          "grad_dtype, optimizer_dtype, distributed_optimizer, overlap_param_gather, cross_entropy, tp_comm_overlap, fp8, "
+          "recompute_every, recompute_num_layers, stage_layers, first_stage_layers, last_stage_layers");
 }
 
 TEST_CASE("strategy.puzzle is one of the puzzles' names; a misspelt one gets a did-you-mean at its JSON path") {
@@ -388,4 +388,14 @@ TEST_CASE("selective_op needs fused attention; grad_dtype and optimizer_dtype ar
     CHECK(error_of("run.json", {parse_override("strategy.optimizer_dtype=fp8")}).find(
               "$.strategy.optimizer_dtype: expected one of \"fp32\", \"bf16\", \"fp16\"") != std::string::npos);
     CHECK(error_of("run.json", {parse_override("strategy.optimizer_dtype=bf16")}) == "no error");
+}
+
+TEST_CASE("Apex's distributed optimizer needs ZeRO stage 1 or 2 under a Megatron strategy") {
+    const std::string e = error_of("run.json", {parse_override("strategy.distributed_optimizer=apex")});
+    CHECK(e.find("$.strategy.distributed_optimizer: \"apex\" is NeMo's distributed Adam") != std::string::npos);
+    CHECK(e.find("this strategy runs ZeRO stage 0") != std::string::npos);
+    CHECK(error_of("run.json", {parse_override("strategy.distributed_optimizer=apex"),
+                                parse_override("strategy.zero_stage=1")}) == "no error");
+    CHECK(error_of("run.json", {parse_override("strategy.distributed_optimizer=deepspeed")}).find(
+              "$.strategy.distributed_optimizer: expected \"megatron\" or \"apex\", found \"deepspeed\"") != std::string::npos);
 }

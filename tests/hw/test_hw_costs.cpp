@@ -318,6 +318,30 @@ TEST_CASE("Adam keeps its moments in the optimizer's dtype and a master copy onl
     CHECK(adam_bytes_per_param(2, bf16) == 14);
 }
 
+TEST_CASE("Apex's distributed Adam keeps 16-bit master remainders and the reduce-scattered gradient shard") {
+    const double P = 5.18e9;
+    // fp32 state over bf16 weights: moments 8, remainders 2 (not a 4-byte master).
+    const AdamStateBytes apex = adam_state_bytes(DType::bf16, DType::fp32, true);
+    CHECK(apex.moments == 8);
+    CHECK(apex.master == 2);
+    CHECK(apex.remainders);
+    CHECK(apex.grad_shard);
+    // With bf16 gradients the shard (2/N) and the remainders' saving (2/N) cancel: Megatron's 4 + 12/N.
+    CHECK(zero_model_states(P, 1, 8, 2, apex).total() == doctest::Approx(zero_model_states(P, 1, 8, 2).total()));
+    // With fp32 gradients: 6 + (8 + 2 + 4)/N, 2/N over Megatron-Core's 6 + 12/N.
+    CHECK(zero_model_states(P, 1, 8, 4, apex).total() == doctest::Approx(6 * P + 14 * P / 8));
+    // NeMo's Nemotron-4 340B: bf16 state, no master, bf16 gradients over dp 2: 2 + 2 + (4 + 2)/2 = 7.
+    const AdamStateBytes nemo = adam_state_bytes(DType::bf16, DType::bf16, true);
+    CHECK(nemo.master == 0);
+    CHECK_FALSE(nemo.remainders);
+    const ModelStateBytes s = zero_model_states(P, 1, 2, 2, nemo);
+    CHECK(s.grads == doctest::Approx(2 * P + 2 * P / 2));
+    CHECK(s.total() == doctest::Approx(7 * P));
+    // The step rebuilds the fp32 master from the bf16 weight and its remainder and writes both
+    // back: moments 16, weights and remainders 2 x (2 + 2), a bf16 gradient 2.
+    CHECK(adam_bytes_per_param(2, apex) == 26);
+}
+
 TEST_CASE("times and sizes print through one formatter each") {
     CHECK(fmt::format("{}", Seconds{1.5}) == "1.500 s");
     CHECK(fmt::format("{}", Seconds{0.0123}) == "12.300 ms");

@@ -94,6 +94,10 @@ struct StrategyConfig {
     // optim.dtype bf16, as its Nemotron-4 340B config has it). Where it is the model's dtype
     // there is no master copy (AdamStateBytes in transformer.hpp).
     DType optimizer_dtype = DType::fp32;
+    // The distributed optimizer of ZeRO stage 1 or 2 outside PyTorch's strategies: "megatron"
+    // (Megatron-Core's DistributedOptimizer, the default) or "apex" (Apex's DistributedFusedAdam,
+    // NeMo's distributed_fused_adam: AdamStateBytes says what it keeps besides).
+    std::string distributed_optimizer = "megatron";
     // How the loss is computed (CrossEntropy): "pytorch" for ddp and fsdp (with tp > 1 too:
     // layer_split), "megatron" for the tensor- and pipeline-parallel strategies, unless given.
     std::optional<CrossEntropy> cross_entropy;

@@ -117,8 +117,10 @@ struct LayerSplit {
     // te only: the fp8 weight copies are made once a step (the framework passes
     // is_first_microbatch), not every microbatch.
     bool fp8_weight_cache = false;
-    // The dtype of Adam's moments and master weights (StrategyConfig::optimizer_dtype).
+    // The dtype of Adam's moments and master weights (StrategyConfig::optimizer_dtype), and
+    // whether the optimizer is Apex's (StrategyConfig::distributed_optimizer "apex").
     DType optimizer_dtype = DType::fp32;
+    bool apex_optimizer = false;
     // Which layers `recompute` applies to; the others keep everything (Recompute::none).
     //   recompute_every k: every k-th layer, the k-th, 2k-th, ... (torchtitan's
     //     selective_ac_option "k", full recompute of every k-th block: torchtitan/models/llama3/
@@ -251,12 +253,20 @@ double layer_elementwise_bytes(const TransformerSpec& m, const LayerSplit& s);
 // apex/contrib/optimizers/distributed_fused_adam.py's StateBucket (exp_avg_shard, exp_avg_sq_shard,
 // params_shard, all in `dtype`; NVIDIA/apex commit f3f04924). fp32 moments and master: 8 + 4, the
 // 12 of ZeRO; NeMo's Nemotron-4 340B (optim.dtype bf16 with bf16 weights): 4 + 0.
+// Apex's optimizer as NeMo sets it up (`apex`) differs twice: with fp32 state over 16-bit weights
+// it keeps the 16 bits an fp32 master has beyond them (store_param_remainders: param_remainders_shard,
+// int16), 2 bytes, not 4; and each bucket's reduce-scattered gradient shard stays beside the
+// contiguous gradient buffer until the step (_finish_bucket_grad_sync: grads_shard =
+// sync_grads_shard), G/N more, where Megatron-Core's distributed optimizer reduce-scatters into its
+// buffer in place.
 struct AdamStateBytes {
     double moments = 8;
     double master = 4;
+    bool remainders = false;  // `master` is the 16-bit remainder of an fp32 master (Apex)
+    bool grad_shard = false;  // the optimizer keeps the reduce-scattered gradient shard (Apex)
     [[nodiscard]] double total() const { return moments + master; }
 };
-AdamStateBytes adam_state_bytes(DType weights, DType optimizer);
+AdamStateBytes adam_state_bytes(DType weights, DType optimizer, bool apex = false);
 
 // Model states per GPU for `params` parameters held by the data-parallel group of `dp` GPUs at
 // ZeRO `stage` (Rajbhandari et al. 2020, ZeRO, section 5): W bytes of weights (weight_bytes: 2 in
@@ -264,6 +274,7 @@ AdamStateBytes adam_state_bytes(DType weights, DType optimizer);
 // with fp32 moments and master) per parameter:
 //   stage 0: (W + G + A)P   stage 1: (W + G)P + AP/N   stage 2: WP + (G + A)P/N
 //   stage 3: (G + A)P/N with a master copy, (W + G + A)P/N without
+// (stages 1 and 2 with Apex's gradient shard: GP/N more).
 // With W = 2, A = 12 and G = 2 the first three are ZeRO's 16P, 4P + 12P/N, 2P + 14P/N; with G = 4
 // Megatron-LM's bf16 figures (docs/source/api-guide/dist_optimizer.md: 18 bytes per parameter,
 // 6 + 12/d with the distributed optimizer). Stage 3 is PyTorch FSDP's: the sharded parameter is
@@ -281,7 +292,8 @@ ModelStateBytes zero_model_states(double params, int stage, int dp, double grad_
 
 // Bytes the Adam step reads and writes per parameter it updates: its state read and written
 // (2A), the gradient read (G) and the weights written (W), or read and written where there is no
-// master copy (the step updates them in place). fp32 state, bf16 weights: 24 + G + 2.
+// master copy or the master is a remainder of them (the step updates them in place). fp32 state,
+// bf16 weights: 24 + G + 2; Apex with remainders: 16 + 2 (2 + 2) + G.
 double adam_bytes_per_param(double grad_bytes, AdamStateBytes adam = {}, double weight_bytes = 2);
 
 }  // namespace dtsim::hw

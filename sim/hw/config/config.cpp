@@ -75,6 +75,7 @@ LayerSplit layer_split(const Config& c) {
                      s.attention_kernel,     s.grad_dtype, loss,                 s.fp8,       weight_cache};
     split.cp = s.cp;
     split.optimizer_dtype = s.optimizer_dtype;
+    split.apex_optimizer = s.distributed_optimizer == "apex";
     split.recompute_every = s.recompute_every;
     split.recompute_num_layers = s.recompute_num_layers;
     const std::vector<int> chunks = stage_layers_of(c, model_chunks(c));
@@ -382,7 +383,7 @@ void from_json(const Node& n, TrainingConfig& t) {
 void from_json(const Node& n, StrategyConfig& s) {
     n.keys({"name", "dp", "tp", "pp", "cp", "cp_comm", "microbatches", "zero_stage", "bucket_MiB", "first_bucket_MiB", "overlap",
             "prefetch", "recompute", "sequence_parallel", "flash_attention", "attention_kernel", "algorithm", "puzzle",
-            "chunks", "microbatch_group", "schedule_file", "sharding", "grad_dtype", "optimizer_dtype", "overlap_param_gather", "cross_entropy", "tp_comm_overlap", "fp8", "recompute_every", "recompute_num_layers",
+            "chunks", "microbatch_group", "schedule_file", "sharding", "grad_dtype", "optimizer_dtype", "distributed_optimizer", "overlap_param_gather", "cross_entropy", "tp_comm_overlap", "fp8", "recompute_every", "recompute_num_layers",
             "stage_layers", "first_stage_layers", "last_stage_layers"});
     s.name = n["name"].choice(strategy_names());
     if (n.has("dp")) s.dp = n["dp"].integer(1);
@@ -427,6 +428,7 @@ void from_json(const Node& n, StrategyConfig& s) {
     if (n.has("grad_dtype")) s.grad_dtype = *parse_dtype(n["grad_dtype"].choice({"fp32", "bf16", "fp16"}));
     if (n.has("optimizer_dtype"))
         s.optimizer_dtype = *parse_dtype(n["optimizer_dtype"].choice({"fp32", "bf16", "fp16"}));
+    if (n.has("distributed_optimizer")) s.distributed_optimizer = n["distributed_optimizer"].choice({"megatron", "apex"});
     if (n.has("algorithm")) s.algorithm = read_algorithm(n["algorithm"]);
     if (n.has("puzzle")) s.puzzle = n["puzzle"].choice(puzzle_names());
     if (n.has("chunks")) s.chunks = n["chunks"].integer(1);
@@ -596,6 +598,11 @@ void validate(const Node& root, Config& c) {
                                                "the GEMMs (Megatron-LM's --tp-comm-overlap): it needs \"tp\" > 1 "
                                                "and \"sequence_parallel\": true (tp is {}, sequence_parallel {})",
                                                s.tp, s.sequence_parallel));
+    if (s.distributed_optimizer == "apex" && (s.zero_stage < 1 || s.zero_stage > 2 || (info.pytorch)))
+        st["distributed_optimizer"].fail(fmt::format(
+            "\"apex\" is NeMo's distributed Adam (ZeRO stage 1 or 2 under Megatron's strategies); this strategy "
+            "runs {}", info.pytorch ? fmt::format("PyTorch's own optimizer (\"{}\")", s.name)
+                                    : fmt::format("ZeRO stage {}", s.zero_stage)));
     if (s.overlap_param_gather && (s.zero_stage < 1 || s.zero_stage > 2 || s.name == "fsdp"))
         st["overlap_param_gather"].fail(fmt::format(
             "overlaps the distributed optimizer's weight all-gather (ZeRO stage 1 or 2) with the forward; "

@@ -152,9 +152,17 @@ Fp8CastBytes fp8_cast_bytes(const TransformerSpec& m, const LayerSplit& s) {
     return c;
 }
 
-AdamStateBytes adam_state_bytes(DType weights, DType optimizer) {
+AdamStateBytes adam_state_bytes(DType weights, DType optimizer, bool apex) {
     const double el = bytes_per_element(optimizer);
-    return {2 * el, optimizer == weights ? 0 : el};
+    AdamStateBytes a{2 * el, optimizer == weights ? 0 : el};
+    if (apex) {
+        a.grad_shard = true;
+        if (optimizer == DType::fp32 && bytes_per_element(weights) == 2) {
+            a.master = 2;
+            a.remainders = true;
+        }
+    }
+    return a;
 }
 
 ModelStateBytes zero_model_states(double params, int stage, int dp, double grad_bytes, AdamStateBytes adam,
@@ -164,10 +172,14 @@ ModelStateBytes zero_model_states(double params, int stage, int dp, double grad_
     ModelStateBytes b{weight_bytes * params, grad_bytes * params, adam.total() * params};
     switch (stage) {
         case 0: break;
-        case 1: b.optimizer /= n; break;
+        case 1:
+            b.optimizer /= n;
+            if (adam.grad_shard) b.grads += grad_bytes * params / n;
+            break;
         case 2:
             b.optimizer /= n;
             b.grads /= n;
+            if (adam.grad_shard) b.grads += grad_bytes * params / n;
             break;
         case 3:
             // The shard is the parameter: the master copy where there is one.
@@ -186,6 +198,7 @@ ModelStateBytes zero_model_states(double params, int stage, int dp, double grad_
 }
 
 double adam_bytes_per_param(double grad_bytes, AdamStateBytes adam, double weight_bytes) {
+    if (adam.remainders) return 2 * adam.moments + 2 * (weight_bytes + adam.master) + grad_bytes;
     return 2 * adam.total() + grad_bytes + (adam.master > 0 ? weight_bytes : 2 * weight_bytes);
 }
 

@@ -159,7 +159,7 @@ Workload make_workload(const TransformerSpec& model, const LayerSplit& s, const 
     const double g = bytes_per_element(s.grad_dtype);
     w.grad_bytes = g;
     w.weight_bytes = bytes_per_element(m.dtype);
-    w.adam = adam_state_bytes(m.dtype, s.optimizer_dtype);
+    w.adam = adam_state_bytes(m.dtype, s.optimizer_dtype, s.apex_optimizer);
     L.mlp_grad_tensors = {g * h * ffn / t, g * h * ffn * mlp_in / t, g * h};
     L.attention_grad_tensors = {g * h * h / t, g * h * h * (1 + 2 * kv / a) / t, g * h};
 

@@ -67,7 +67,8 @@ CheckpointPlan plan_checkpoint(const Config& c) {
     const int stage = c.strategy.zero_stage;
     // Parameters one rank's tp x pp shard holds (embeddings spread evenly: a checkpoint-size estimate).
     const double shard_params = c.model.spec.total_params() / (static_cast<double>(tp) * pp);
-    const AdamStateBytes adam = adam_state_bytes(c.model.spec.dtype, c.strategy.optimizer_dtype);
+    const AdamStateBytes adam =
+        adam_state_bytes(c.model.spec.dtype, c.strategy.optimizer_dtype, c.strategy.distributed_optimizer == "apex");
     const double weight_bytes = bytes_per_element(c.model.spec.dtype);
     const ModelStateBytes held = zero_model_states(shard_params, stage, dp, 2, adam, weight_bytes);
     const double full_weights = weight_bytes * shard_params;   // the shard's weights

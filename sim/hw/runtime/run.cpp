@@ -325,7 +325,8 @@ RunSize estimate_run_size(const Config& c, const RunOptions& options) {
     const int per_node = std::max(1, std::min(s.dp, c.cluster.gpus_per_node / s.tp));
     if (s.name == "fsdp" && s.sharding == "hybrid" && s.dp > per_node && s.dp % per_node == 0) zero_ranks = per_node;
     const ModelStateBytes states = zero_model_states(params, s.zero_stage, zero_ranks, bytes_per_element(s.grad_dtype),
-                                                     adam_state_bytes(m.dtype, s.optimizer_dtype), bytes_per_element(m.dtype));
+                                                     adam_state_bytes(m.dtype, s.optimizer_dtype, s.distributed_optimizer == "apex"),
+                                                     bytes_per_element(m.dtype));
     size.model_state_bytes = states.total();
     size.model_state_grad_bytes = states.grads;
     return size;
