@@ -100,6 +100,16 @@ void print_report(const hw::Config& c, const hw::RunReport& r) {
     }
     fmt::print("  peak memory   {} of {} per GPU, worst on rank {} at {} in {}: {}\n", Bytes{r.peak.bytes},
                Bytes{r.capacity}, r.peak.rank, Seconds{r.peak.time}, r.peak.op, memory_verdict(r));
+    // What the peak holds (and, where the run does not fit, the first allocation past capacity).
+    const auto parts = [](const hw::MemoryParts& p) {
+        std::string out;
+        for (std::size_t k = 0; k < hw::kMemoryKinds; ++k)
+            out += fmt::format("{}{} {}", out.empty() ? "" : ", ", hw::kind_name(static_cast<hw::MemoryKind>(k)),
+                               Bytes{p[k]});
+        return out;
+    };
+    if (r.peak.by_kind) fmt::print("  at the peak   {}\n", parts(*r.peak.by_kind));
+    if (r.oom && r.oom->by_kind) fmt::print("  past capacity {}\n", parts(*r.oom->by_kind));
     if (r.correct)
         fmt::print("  correct       {}\n", *r.correct ? "yes" : "no: " + r.check_error);
     fmt::print("  simulated     {} events in {:.3f} s\n", r.events, r.wall_seconds);
