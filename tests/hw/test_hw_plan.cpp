@@ -323,6 +323,33 @@ TEST_CASE("fp8 is searched only when asked for, each layout with each recipe") {
     CHECK_THROWS_WITH_AS(enumerate_layouts(twice), doctest::Contains("fp8 is searched here"), PlanError);
 }
 
+TEST_CASE("partial recompute is searched when asked, and the bounds hold for it") {
+    json doc = base_document();
+    doc["training"]["global_batch"] = 16;
+    const auto e = enumerate_layouts(request_for(
+        doc, {"strategy=megatron,1f1b,interleaved,fsdp", "micro_batch=1,2", "recompute=none,full",
+              "recompute_num_layers=all,1", "recompute_every=2", "tp_comm_overlap=false", "zero_stage=1,3"}));
+    PlanRequest req = request_for(doc, {});
+    std::size_t first_n = 0, every_k = 0;
+    for (const auto& c : e.candidates) {
+        const bool n = c.label.find(" recompute_num_layers=1") != std::string::npos;
+        const bool k = c.label.find(" recompute_every=2") != std::string::npos;
+        CHECK(!(n && k));
+        if (c.label.find("recompute=none") != std::string::npos) CHECK((!n && !k));
+        first_n += n ? 1 : 0;
+        every_k += k ? 1 : 0;
+        const RunReport r = simulate(candidate_config(e, req, c), {.keep_trace = false}).report;
+        INFO(c.label);
+        CHECK(c.memory_bound <= r.peak.bytes);
+        if (!r.oom) CHECK(c.time_bound <= r.step_time);
+    }
+    CHECK(first_n > 0);
+    CHECK(every_k > 0);
+    PlanSpace bad;
+    CHECK_THROWS_WITH_AS(set_space(bad, "recompute_every=0"), doctest::Contains("--space recompute_every: '0'"),
+                         PlanError);
+}
+
 TEST_CASE("bad plan requests are named") {
     PlanSpace s;
     CHECK_THROWS_WITH_AS(set_space(s, "tpp=1,2"), doctest::Contains("--space tpp: unknown knob (the knobs are: strategy, tp"),

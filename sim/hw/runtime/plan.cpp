@@ -87,7 +87,8 @@ const std::vector<T>& or_default(const std::vector<T>& given, const std::vector<
 const std::vector<std::string>& plan_knobs() {
     static const std::vector<std::string> knobs = {"strategy", "tp", "pp", "chunks", "cp", "zero_stage",
                                                    "micro_batch", "recompute", "sequence_parallel",
-                                                   "tp_comm_overlap", "fp8"};
+                                                   "tp_comm_overlap", "fp8", "recompute_num_layers",
+                                                   "recompute_every"};
     return knobs;
 }
 
@@ -142,7 +143,12 @@ void set_space(PlanSpace& space, const std::string& text) {
         space.recompute = values;
     } else if (key == "sequence_parallel") bools(space.sequence_parallel);
     else if (key == "tp_comm_overlap") bools(space.tp_comm_overlap);
-    else if (key == "fp8") {
+    else if (key == "recompute_num_layers" || key == "recompute_every") {
+        // "all" (every layer recomputes: the key unset) or a whole number >= 1.
+        std::vector<int> ns;
+        for (const auto& v : values) ns.push_back(v == "all" ? 0 : to_int(key, v, 1));
+        (key == "recompute_every" ? space.recompute_every : space.recompute_num_layers) = ns;
+    } else if (key == "fp8") {
         for (const auto& v : values)
             if (v != "none" && v != "te" && v != "torchao")
                 throw PlanError(fmt::format("--space fp8: '{}' is not an fp8 recipe (expected none, te or torchao)", v));
@@ -372,6 +378,22 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
             if (info.zero3 && info.max_zero_stage < 3) zeros.push_back(3);
         }
         const std::vector<int> cps = info.context_parallel ? or_default(sp.cp, one) : one;
+        // Partial recompute, where a policy recomputes: every layer (0: the keys unset), the first n
+        // of each chunk, or every k-th layer, as asked.
+        const auto partials = [&](const std::string& rc) {
+            std::vector<std::pair<std::string, int>> out;
+            bool all = false;
+            const auto add = [&](const char* key, int n) {
+                if (n > 0) out.emplace_back(key, n);
+                else if (!all) all = true, out.emplace_back("", 0);
+            };
+            if (rc == "none" || (sp.recompute_num_layers.empty() && sp.recompute_every.empty())) add("", 0);
+            else {
+                for (int n : sp.recompute_num_layers) add("recompute_num_layers", n);
+                for (int k : sp.recompute_every) add("recompute_every", k);
+            }
+            return out;
+        };
         // fp8: the config's own unless searched ("" keeps it).
         const std::vector<std::string> fp8s = sp.fp8.empty() ? std::vector<std::string>{""} : sp.fp8;
         for (int tp : tps)
@@ -393,7 +415,8 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
                             const int replica = dp > 0 && global_batch % dp == 0 ? global_batch / dp : 0;
                             std::vector<int> mbs = sp.micro_batch.empty() ? divisors(std::max(1, replica)) : sp.micro_batch;
                             for (int mb : mbs)
-                                for (const auto& rc : or_default(sp.recompute, kRecompute)) {
+                                for (const auto& rc : or_default(sp.recompute, kRecompute))
+                                for (const auto& [part_key, part] : partials(rc)) {
                                     const std::vector<int>& sps = tp > 1 ? or_default(sp.sequence_parallel, both) : no;
                                     for (int seq : sps) {
                                         if (seq && tp == 1) continue;
@@ -428,14 +451,17 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
                                             o.push_back({"strategy.zero_stage", std::to_string(zero)});
                                             o.push_back({"training.micro_batch", std::to_string(mb)});
                                             o.push_back({"strategy.recompute", fmt::format("\"{}\"", rc)});
+                                            if (part > 0) o.push_back({"strategy." + part_key, std::to_string(part)});
                                             if (seq) o.push_back({"strategy.sequence_parallel", "true"});
                                             if (ov) o.push_back({"strategy.tp_comm_overlap", "true"});
                                             if (!f8.empty()) o.push_back({"strategy.fp8", fmt::format("\"{}\"", f8)});
                                             c.label = fmt::format("{} tp={} pp={} dp={}{}{} zero_stage={} micro_batch={} "
-                                                                  "recompute={}{}{}{}",
+                                                                  "recompute={}{}{}{}{}",
                                                                   name, tp, pp, dp, cp > 1 ? fmt::format(" cp={}", cp) : "",
                                                                   info.chunks ? fmt::format(" chunks={}", v) : "", zero,
-                                                                  mb, rc, seq ? " sp" : "", ov ? " overlap" : "",
+                                                                  mb, rc,
+                                                                  part > 0 ? fmt::format(" {}={}", part_key, part) : "",
+                                                                  seq ? " sp" : "", ov ? " overlap" : "",
                                                                   f8.empty() ? "" : fmt::format(" fp8={}", f8));
                                             Config config;
                                             try {
