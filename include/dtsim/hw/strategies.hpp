@@ -66,6 +66,12 @@ struct StrategyInfo {
     [[nodiscard]] bool grads_in_backward(int zero_stage) const {
         return (pytorch && (zero_stage == 0 || zero_stage == 3)) || (zero3 && zero_stage == 3);
     }
+    // Whether its weights are gathered layer by layer once a step and kept to its end (ParamGather):
+    // ZeRO-3 inside pipeline stages, or the distributed optimizer's overlapped parameter gather
+    // (overlap_param_gather), where the states are sharded (dp x cp > 1).
+    [[nodiscard]] bool gathers_layers(int zero_stage, bool overlap_param_gather, long long zero_ranks) const {
+        return (overlap_param_gather || (zero3 && zero_stage == 3)) && zero_ranks > 1;
+    }
 };
 
 // Every strategy a config may name, in the order error messages list them.

@@ -218,7 +218,8 @@ double activations_bound(const Config& c, const Workload& w, const sched::Schedu
     const StrategyConfig& s = c.strategy;
     const double acts = held_activations(c, w, schedule);
     const StrategyInfo* info = find_hw_strategy(s.name);
-    if (s.pp > 1 && s.zero_stage == 3 && info && info->zero3 && static_cast<long long>(s.dp) * s.cp > 1) {
+    if (s.pp > 1 && s.zero_stage == 3 && info &&
+        info->gathers_layers(s.zero_stage, false, static_cast<long long>(s.dp) * s.cp)) {
         const double params = static_cast<double>(c.model.spec.layers) / s.pp * w.layer.params + w.edge.embedding_params;
         return bytes_per_element(c.model.spec.dtype) * params + std::max(acts, w.grad_bytes * params);
     }

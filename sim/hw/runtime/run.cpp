@@ -105,8 +105,8 @@ RunResult simulate_transformer(const Config& c, const RunOptions& options) {
     std::vector<Job> jobs = make_jobs(world, c, work, plan ? &*plan : nullptr);
     std::vector<ParamGather> gathers;
     // ZeRO-1/2 with overlap_param_gather, and ZeRO-3 inside pipeline stages, gather the weights layer by layer.
-    const bool pipeline_zero3 = c.strategy.zero_stage == 3 && strategy->zero3;
-    if ((c.strategy.overlap_param_gather || pipeline_zero3) && c.strategy.dp * c.strategy.cp > 1) {
+    if (strategy->gathers_layers(c.strategy.zero_stage, c.strategy.overlap_param_gather,
+                                 static_cast<long long>(c.strategy.dp) * c.strategy.cp)) {
         gathers.resize(jobs.size());
         for (std::size_t i = 0; i < jobs.size(); ++i) jobs[i].param_gather = &gathers[i];
     }
@@ -311,8 +311,9 @@ RunSize estimate_run_size(const Config& c, const RunOptions& options) {
     const double syncs = s.zero_stage == 2 ? mb : 1;
     size.layer_events = per_layer + (layers > 0 && s.zero_stage == 2 ? buckets / layers : 0);
     const StrategyInfo* info = find_hw_strategy(s.name);
-    const bool pipeline_zero3 = s.zero_stage == 3 && info && info->zero3;
-    const double gathers = s.overlap_param_gather || pipeline_zero3 ? layers : 0;  // ParamGather: one a layer
+    const bool gathered = info && info->gathers_layers(s.zero_stage, s.overlap_param_gather,
+                                                       static_cast<long long>(s.dp) * s.cp);
+    const double gathers = gathered ? layers : 0;  // ParamGather: one a layer
     size.events = ranks * (layers * mb * per_layer + mb * per_microbatch + syncs * buckets + gathers + 16);
     if (c.stragglers.any() && options.straggler_baseline) size.events *= 2;
 
