@@ -543,8 +543,8 @@ std::string explanation(const Layout& l, const Trace& trace, const std::vector<s
     std::string explain;
     if (c.has_class[static_cast<std::size_t>(BoxClass::train)] && !l.overview)
         explain = "Each row is one GPU over the whole run: its training steps, checkpoint writes, failures and "
-                  "restarts along time (a checkpoint write, a restart and a failure are drawn at least 2 pixels "
-                  "wide however short, so that each shows).";
+                  "restarts along time (a restart and a failure are drawn at least 2 pixels wide however short, "
+                  "so that each shows; a checkpoint write shorter than that as a thin tick on the row's upper part).";
     else if (l.pipeline)
         explain = fmt::format(
             "Pipeline view: each row is one pipeline rank{}; each box is one pass of a microbatch (its number "

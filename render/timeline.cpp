@@ -21,6 +21,9 @@ constexpr double kMinBoxPx = 0.5;
 // A long run's rare, short events (a checkpoint write, a restart, a failure) are drawn at least
 // this wide, so that a 4 s checkpoint shows on a 20-hour axis.
 constexpr double kMinRareEventPx = 2;
+// A checkpoint write narrower than that: a tick this wide over this share of the lane's height.
+constexpr double kCheckpointTickPx = 1;
+constexpr double kCheckpointTickHeight = 0.4;
 // Boxes at least this wide get a border.
 constexpr double kOutlineFromPx = 3;
 constexpr double kMarkerPx = 2;
@@ -303,7 +306,13 @@ void draw_rank_events(cairo_t* cr, const Layout& l, const Row& row, const RankTr
     if (row.comm.present()) draw_busy(cr, l, row.comm, busy_comm);
     for (const auto& [e, x] : rare) {
         const Lane& lane = l.has_comm && e->stream == Stream::comm ? row.comm : row.compute;
-        fill_rect(cr, x, lane.y, kMinRareEventPx, lane.h, style_colour(style_key(*e), l.layers));
+        // Checkpoint writes come every few minutes: a thin tick on the lane's upper part, so that the
+        // training between them still shows on a long axis; restarts and failures fill the lane.
+        if (box_class(*e) == BoxClass::checkpoint)
+            fill_rect(cr, x, lane.y, kCheckpointTickPx, lane.h * kCheckpointTickHeight,
+                      style_colour(style_key(*e), l.layers));
+        else
+            fill_rect(cr, x, lane.y, kMinRareEventPx, lane.h, style_colour(style_key(*e), l.layers));
     }
     for (const auto& mk : markers)
         fill_rect(cr, mk.x - kMarkerPx / 2, mk.lane->y - kMarkerPoke, kMarkerPx, mk.lane->h + kMarkerPoke,
