@@ -1,5 +1,5 @@
-"""dtsim.run and dtsim.compare: the reports `dtsim run --json` and `dtsim compare --json`
-print, as dicts, with the timeline and the chart for Jupyter."""
+"""dtsim.run, dtsim.compare and dtsim.plan: the reports `dtsim run --json`, `dtsim compare --json`
+and `dtsim plan --json` print, as dicts, with the timeline and the charts for Jupyter."""
 
 import json
 import pathlib
@@ -58,3 +58,34 @@ def test_a_bad_config_raises_with_the_commands_message_and_status():
     assert e.value.status == 2
     with pytest.raises(dtsim.DtsimError, match="nosuch"):
         dtsim.run(DDP, set="training.nosuch=1")
+
+
+MEGATRON = CONFIGS / "llama3-8b-8xh100-megatron.json"
+
+
+def without_host_times(plan):
+    out = {k: v for k, v in plan.items() if k not in ("wall_s", "configs_per_s")}
+    out["top"] = [{**row, "report": without_wall_time(row["report"])} for row in plan["top"]]
+    return out
+
+
+def test_plan_gives_what_plan_json_prints_and_the_pareto_chart():
+    space = {"strategy": ["megatron", "fsdp"], "tp": [2], "recompute": ["none", "full"], "micro_batch": [1, 2]}
+    result = dtsim.plan(MEGATRON, space=space, top=3, jobs=1)
+    cli = cli_json("plan", str(MEGATRON), "--space", "strategy=megatron,fsdp", "--space", "tp=2", "--space",
+                   "recompute=none,full", "--space", "micro_batch=1,2", "--top", "3", "-j", "1")
+    assert without_host_times(result) == without_host_times(cli)
+    assert len(result["top"]) == 3 and result["top"][0]["report"]["step_time_s"] > 0
+    assert "<svg" in result._repr_svg_()
+    # The same space as strings.
+    again = dtsim.plan(MEGATRON, space=["strategy=megatron,fsdp", "tp=2", "recompute=none,full", "micro_batch=1,2"],
+                       top=3, chart=False)
+    assert without_host_times(again) == without_host_times(result) and again.svg is None
+
+
+def test_plan_where_nothing_fits_and_a_bad_knob():
+    none = dtsim.plan(MEGATRON, space={"strategy": "megatron"}, set="cluster.gpu.hbm_GiB=4", chart=False)
+    assert none["top"] == [] and none["counts"]["candidates"] == 0
+    with pytest.raises(dtsim.DtsimError, match="unknown knob") as e:
+        dtsim.plan(MEGATRON, space=["tpp=1"])
+    assert e.value.status == 2

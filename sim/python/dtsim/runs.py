@@ -1,9 +1,9 @@
-"""The hardware world from Python: ``dtsim.run`` and ``dtsim.compare`` (docs/python.md).
+"""The hardware world from Python: ``dtsim.run``, ``dtsim.compare`` and ``dtsim.plan`` (docs/python.md).
 
 Each runs the ``dtsim`` command this package was built or installed with
-(``dtsim run CONFIG --json``, ``dtsim compare A B ... --json``) and returns its
+(``dtsim run CONFIG --json``, ``dtsim compare A B ... --json``, ``dtsim plan CONFIG --json``) and returns its
 report as Python objects: the same dicts as ``--json`` prints. In Jupyter a
-single run shows as its timeline and a comparison as its chart.
+single run shows as its timeline, a comparison as its chart and a plan as its Pareto chart.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
 
 Config = Union[str, "os.PathLike[str]", Dict[str, Any]]
 
-__all__ = ["run", "compare", "Report", "Reports", "DtsimError", "executable"]
+__all__ = ["run", "compare", "plan", "Report", "Reports", "Plan", "DtsimError", "executable"]
 
 
 class DtsimError(RuntimeError):
@@ -56,6 +56,15 @@ class Report(dict):
 
 class Reports(list):
     """Several runs' reports (a sweep's rows, or ``dtsim compare --json``); ``svg`` is the comparison chart where drawn."""
+
+    svg: Optional[str] = None
+
+    def _repr_svg_(self) -> Optional[str]:
+        return self.svg
+
+
+class Plan(dict):
+    """A search's result (``dtsim plan --json``): counts, the top layouts with their reports; ``svg`` is the Pareto chart."""
 
     svg: Optional[str] = None
 
@@ -142,3 +151,48 @@ def compare(configs: Sequence[Config], set: Union[str, Iterable[str], None] = No
             with open(svg_path) as f:
                 reports.svg = f.read()
         return reports
+
+
+Space = Union[Dict[str, Union[Sequence[Any], Any]], Iterable[str], None]
+
+
+def _space(space: Space) -> List[str]:
+    if space is None:
+        return []
+    if isinstance(space, dict):
+        items = []
+        for knob, values in space.items():
+            vals = values if isinstance(values, (list, tuple)) else [values]
+            items.append(f"{knob}=" + ",".join(str(v).lower() if isinstance(v, bool) else str(v) for v in vals))
+    else:
+        items = [space] if isinstance(space, str) else list(space)
+    args: List[str] = []
+    for s in items:
+        args += ["--space", s]
+    return args
+
+
+def plan(config: Config, space: Space = None, gpus: Optional[int] = None, set: Union[str, Iterable[str], None] = None,
+         top: int = 5, time_budget: Optional[float] = None, chart: bool = True, jobs: Optional[int] = None) -> Plan:
+    """``dtsim plan CONFIG --json``: the fastest layouts that fit (docs/planning.md).
+
+    ``space`` restricts the knobs searched: a dict such as ``{"tp": [1, 2], "strategy": ["fsdp", "1f1b"]}`` or
+    strings "knob=v1,v2"; ``set`` overrides fields that are not searched. The result is the dict ``--json``
+    prints (``counts``, ``top``: each layout's ``set``, bounds and full report), with the Pareto chart as ``svg``.
+    """
+    with tempfile.TemporaryDirectory(prefix="dtsim-") as tmp:
+        args = ["plan", _config_path(config, tmp, 0), "--json", "--top", str(top), *_space(space), *_settings(set)]
+        if gpus is not None:
+            args += ["--gpus", str(gpus)]
+        if time_budget is not None:
+            args += ["--time-budget", str(time_budget)]
+        if jobs is not None:
+            args += ["--jobs", str(jobs)]
+        svg_path = os.path.join(tmp, "pareto.svg")
+        if chart:
+            args += ["--svg", svg_path]
+        result = Plan(_call(args))
+        if os.path.exists(svg_path):
+            with open(svg_path) as f:
+                result.svg = f.read()
+        return result
