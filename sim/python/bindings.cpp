@@ -501,6 +501,15 @@ PYBIND11_MODULE(_core, m) {
         .def_property_readonly("batches", [](const ActivationGrad& v) { return to_frozenset(v.batches); })
         .def("__repr__", &ActivationGrad::str);
     py::class_<WeightGrad>(m, "WeightGrad")
+        // The reference library's form, as the notebook writes it: WeightGrad(0, 1, {i}, ranks),
+        // WeightGrad(0, 1, batches={1}, total_batches=4, shards={1}, total=4). The model's layer count
+        // and the batch count are not part of dtsim's value (they are the run's).
+        .def(py::init([](int layer, int /*layers*/, const py::object& batches, int /*total_batches*/,
+                         const py::object& shards, int total) {
+                 return WeightGrad{layer, to_ids(batches), to_ids(shards), total};
+             }),
+             py::arg("layer"), py::arg("layers"), py::arg("batches"), py::arg("total_batches"), py::arg("shards") = one,
+             py::arg("total") = 1)
         .def(py::init([](int layer, const py::object& batches, const py::object& shards, int total) {
                  return WeightGrad{layer, to_ids(batches), to_ids(shards), total};
              }),

@@ -99,7 +99,7 @@ def test_passing_python_objects_between_ranks(capsys):
 
 def test_allreduce_of_a_value_not_in_a_store():
     ranks = 4
-    weight_grads = [WeightGrad(0, {i}, {0}, 1) for i in range(ranks)]
+    weight_grads = [WeightGrad(0, 1, {i}, ranks) for i in range(ranks)]  # the notebook's form
 
     async def myfunc(model: Model) -> WeightGrad:
         return await model.allreduce(weight_grads[model.rank], 0)
@@ -224,3 +224,11 @@ def test_model_takes_the_reference_s_argument_names_and_order():
     assert (w2.step, o2.step) == (1, 1)
     model.set_final_weight(layer=0, weight=w2)
     assert model.final_weights[0].step == 1
+
+
+def test_weight_grad_takes_the_reference_s_form_and_dtsim_s():
+    g = WeightGrad(0, 1, batches={1}, total_batches=4, shards={1}, total=4)
+    assert (g.layer, g.batches, g.shards, g.total) == (0, frozenset({1}), frozenset({1}), 4)
+    assert WeightGrad(0, 1, {2}, 4).batches == frozenset({2}) and WeightGrad(0, 1, {2}, 4).total == 1
+    h = WeightGrad(0, {1}, {0}, 1)  # dtsim's form: layer, batches, shards, total
+    assert (h.layer, h.batches, h.shards, h.total) == (0, frozenset({1}), frozenset({0}), 1)
