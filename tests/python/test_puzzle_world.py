@@ -232,3 +232,16 @@ def test_weight_grad_takes_the_reference_s_form_and_dtsim_s():
     assert WeightGrad(0, 1, {2}, 4).batches == frozenset({2}) and WeightGrad(0, 1, {2}, 4).total == 1
     h = WeightGrad(0, {1}, {0}, 1)  # dtsim's form: layer, batches, shards, total
     assert (h.layer, h.batches, h.shards, h.total) == (0, frozenset({1}), frozenset({0}), 1)
+
+
+def test_draw_group_fills_the_shards_each_layer_holds():
+    from dtsim.puzzles import draw_group
+    models = run(SOLUTIONS["fsdp"][0], layers=6, batches=4, ranks=4).models
+    weights = models[1].final_weights
+    picture = draw_group(weights)
+    svg = picture._repr_svg_()
+    # fsdp: each rank keeps its shard of every layer (1 of 4), one filled rect a layer.
+    assert svg.count("fill-opacity") == len(weights) == 6
+    assert svg.count("<rect") == 12 and "layer 5" in svg
+    whole = draw_group({0: Model(layers=1).load_weights(0)[0]})._repr_svg_()
+    assert 'width="240"' in whole

@@ -38,7 +38,7 @@ CollectiveMismatchError = _core.CollectiveMismatchError
 
 __all__ = [
     "Model", "Dist", "Weight", "OptState", "Activation", "ActivationGrad", "WeightGrad",
-    "Store", "gather", "sync", "asyncio", "run", "RunResult", "draw", "Timeline",
+    "Store", "gather", "sync", "asyncio", "run", "RunResult", "draw", "draw_group", "Timeline",
     "ScheduleError", "PuzzleError", "DeadlockError", "CollectiveMismatchError", "PuzzleCheckError",
 ]
 
@@ -257,6 +257,40 @@ def draw(models: Sequence[Model], ranks: str = "", width: int = 0) -> Timeline:
     print(f"Timesteps: {s['timesteps']} \nMaximum Memory: {s['max_memory']} at GPU: {s['max_memory_rank']} "
           f"time: {s['max_memory_time']}")
     return Timeline(dist._trace_svg(meta, ranks, width))
+
+
+def draw_group(group) -> Timeline:
+    """The layers' weights a group of values covers, as the reference's draw_group shows them
+    (``draw_group(out.final_weights)``): a bar per layer, the last layer on top, each value
+    filling the shards it holds (``shards`` of ``total``), coloured by layer from green to red.
+    Takes the values of a dict (final weights) or a sequence; Weight, OptState or WeightGrad."""
+    values = list(group.values()) if isinstance(group, dict) else list(group)
+    layers = max((v.layer for v in values), default=-1) + 1
+    bar_w, bar_h, gap, left, top = 240.0, 18.0, 6.0, 60.0, 10.0
+    height = top * 2 + layers * (bar_h + gap)
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{left + bar_w + 20:g}" height="{height:g}" '
+             f'font-family="DejaVu Sans, sans-serif" font-size="12">']
+
+    def colour(layer: int) -> str:
+        # From green to red over the layers (the reference's Color("green").range_to("red")).
+        f = layer / max(1, layers - 1) if layers > 1 else 0.0
+        return f"rgb({round(255 * f)},{round(128 * (1 - f))},0)"
+
+    for row in range(layers):
+        layer = layers - 1 - row
+        y = top + row * (bar_h + gap)
+        parts.append(f'<text x="{left - 8:g}" y="{y + 13:g}" text-anchor="end">layer {layer}</text>')
+        parts.append(f'<rect x="{left:g}" y="{y:g}" width="{bar_w:g}" height="{bar_h:g}" fill="none" stroke="black"/>')
+        for v in values:
+            if v.layer != layer:
+                continue
+            total = getattr(v, "total", 1) or 1
+            for shard in sorted(getattr(v, "shards", frozenset({0}))):
+                x = left + bar_w * shard / total
+                parts.append(f'<rect x="{x:g}" y="{y:g}" width="{bar_w / total:g}" height="{bar_h:g}" '
+                             f'fill="{colour(layer)}" fill-opacity="0.8" stroke="white"/>')
+    parts.append("</svg>")
+    return Timeline("\n".join(parts))
 
 
 # ---------------------------------------------------------------- run
