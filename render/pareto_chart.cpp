@@ -13,6 +13,8 @@
 #include <stdexcept>
 
 namespace dtsim::render {
+// (Its own namespace: the renderer's unity build puts this file beside compare_chart.cpp.)
+namespace pareto {
 namespace {
 
 struct Rgb {
@@ -58,10 +60,8 @@ std::vector<std::size_t> front_of(const std::vector<ParetoPoint>& points) {
 
 }  // namespace
 
-std::vector<std::size_t> pareto_front(const std::vector<ParetoPoint>& points) { return front_of(points); }
-
-void write_pareto_chart(const std::vector<ParetoPoint>& points, double capacity, const std::string& path,
-                        const std::string& title) {
+void write(const std::vector<ParetoPoint>& points, double capacity, const std::string& path,
+           const std::string& title) {
     for (const auto& p : points)
         if (!std::isfinite(p.step_time) || !std::isfinite(p.peak_memory) || p.step_time < 0 || p.peak_memory < 0)
             throw std::invalid_argument(
@@ -209,6 +209,15 @@ void write_pareto_chart(const std::vector<ParetoPoint>& points, double capacity,
                              listed.size() - shown),
                  kFont - 1);
     });
+}
+
+}  // namespace pareto
+
+std::vector<std::size_t> pareto_front(const std::vector<ParetoPoint>& points) { return pareto::front_of(points); }
+
+void write_pareto_chart(const std::vector<ParetoPoint>& points, double capacity, const std::string& path,
+                        const std::string& title) {
+    pareto::write(points, capacity, path, title);
 }
 
 }  // namespace dtsim::render
