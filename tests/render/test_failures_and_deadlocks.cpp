@@ -1,6 +1,7 @@
 // The pictures of runs that go wrong: a long run's failures, checkpoints and restarts on an
 // axis in hours, and a deadlock's blocked ranks marked with what they wait for.
 #include "dtsim/render.hpp"
+#include "render_helpers.hpp"
 #include "layout.hpp"
 #include "palette.hpp"
 #include "sample_traces.hpp"
@@ -14,25 +15,12 @@
 namespace dtsim::render {
 namespace {
 
+using testing::render_svg;
+using testing::near;
+using testing::rects_of;
+
 using detail::Layout;
 using testing::SvgPath;
-
-std::string render_svg(const Trace& t, const Options& o = {}) {
-    std::ostringstream out;
-    write_image(t, out, Format::svg, o);
-    return out.str();
-}
-
-bool near(double a, double b, double tol = 0.01) { return std::fabs(a - b) <= tol; }
-
-std::vector<SvgPath> rects_of(const std::vector<SvgPath>& paths, const detail::Lane& lane, detail::Rgba c) {
-    std::vector<SvgPath> out;
-    for (const auto& p : paths)
-        if (p.filled && p.is_rect && testing::same_colour(p.fill, c.r, c.g, c.b) && p.y0 >= lane.y - 0.01 &&
-            p.y1 <= lane.bottom() + 0.01)
-            out.push_back(p);
-    return out;
-}
 
 // `dtsim failures`: 20 hours of training steps, a 4.5 s checkpoint write every hour, no memory.
 Trace long_run() {

@@ -1,5 +1,6 @@
 // The three output formats, picking them by extension, and the errors.
 #include "dtsim/render.hpp"
+#include "render_helpers.hpp"
 #include "sample_traces.hpp"
 
 #include <doctest/doctest.h>
@@ -14,6 +15,8 @@
 namespace dtsim::render {
 namespace {
 
+using testing::read_file;
+
 Options with_ranks(std::string ranks) {
     Options o;
     o.ranks = std::move(ranks);
@@ -24,11 +27,6 @@ Options with_width(int width) {
     Options o;
     o.width = width;
     return o;
-}
-
-std::string read_file(const std::filesystem::path& p) {
-    std::ifstream f(p, std::ios::binary);
-    return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
 }
 
 std::filesystem::path scratch_dir() {

@@ -1,6 +1,7 @@
 // The chart of `dtsim plan --svg`: which layouts form the Pareto front, determinism, the three
 // formats, and figures it cannot draw.
 #include "dtsim/render.hpp"
+#include "render_helpers.hpp"
 
 #include <doctest/doctest.h>
 
@@ -16,12 +17,9 @@
 namespace dtsim::render {
 namespace {
 
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+using testing::read_file;
 
-std::string read_file(const std::filesystem::path& p) {
-    std::ifstream f(p, std::ios::binary);
-    return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
-}
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 std::filesystem::path scratch(const std::string& name) {
     auto dir = std::filesystem::temp_directory_path() / "dtsim-render-tests";

@@ -2,6 +2,7 @@
 // its kind, the idle time shaded and its share printed; and the grid it relies on (rank
 // coordinates, selections by coordinate, overview rows that follow the groups).
 #include "dtsim/render.hpp"
+#include "render_helpers.hpp"
 #include "layout.hpp"
 #include "palette.hpp"
 #include "pipeline.hpp"
@@ -16,27 +17,13 @@
 namespace dtsim::render {
 namespace {
 
+using testing::render_svg;
+using testing::near;
+using testing::rects_of;
+
 using detail::Layout;
 using detail::PassKind;
 using testing::SvgPath;
-
-std::string render_svg(const Trace& t, const Options& o = {}) {
-    std::ostringstream out;
-    write_image(t, out, Format::svg, o);
-    return out.str();
-}
-
-bool near(double a, double b, double tol = 0.01) { return std::fabs(a - b) <= tol; }
-
-// Filled rectangles of one colour inside a lane.
-std::vector<SvgPath> boxes_of(const std::vector<SvgPath>& paths, const detail::Lane& lane, detail::Rgba c) {
-    std::vector<SvgPath> out;
-    for (const auto& p : paths)
-        if (p.filled && p.is_rect && testing::same_colour(p.fill, c.r, c.g, c.b) && p.y0 >= lane.y - 0.01 &&
-            p.y1 <= lane.bottom() + 0.01)
-            out.push_back(p);
-    return out;
-}
 
 std::vector<std::string> legend_labels(const Layout& l) {
     std::vector<std::string> out;
@@ -82,14 +69,14 @@ TEST_CASE("a schedule's trace is drawn as a pipeline: a row per stage, a box per
     for (std::size_t r = 0; r < 2; ++r) {
         CAPTURE(r);
         const auto& lane = l.rows[r].compute;
-        const auto f = boxes_of(paths, lane, detail::colours::pass_forward);
-        const auto b = boxes_of(paths, lane, detail::colours::pass_backward);
+        const auto f = rects_of(paths, lane, detail::colours::pass_forward);
+        const auto b = rects_of(paths, lane, detail::colours::pass_backward);
         REQUIRE(f.size() == 2);
         REQUIRE(b.size() == 2);
         CHECK(near(f[0].x0, l.x_of(r)));
         CHECK(near(f[0].width(), l.px_per_time));
         CHECK(near(b[0].width(), 2 * l.px_per_time));
-        CHECK(boxes_of(paths, lane, detail::colours::bubble).size() == l.rows[r].passes.idle.size());
+        CHECK(rects_of(paths, lane, detail::colours::bubble).size() == l.rows[r].passes.idle.size());
     }
 }
 
@@ -138,7 +125,7 @@ TEST_CASE("a hardware pipeline: one GPU per stage, collectives inside a pass, re
     CHECK(has_label(l, "recompute (strip: inside a backward)"));
     // The recompute strips lie along the bottom of the I box.
     const auto paths = testing::read_paths(render_svg(t));
-    const auto strips = boxes_of(paths, l.rows[0].compute, detail::colours::pass_recompute);
+    const auto strips = rects_of(paths, l.rows[0].compute, detail::colours::pass_recompute);
     REQUIRE(strips.size() == 2);
     CHECK(near(strips[0].y1, l.rows[0].compute.bottom()));
     CHECK(strips[0].height() < l.rows[0].compute.h / 2);
@@ -153,7 +140,7 @@ TEST_CASE("a rank's second model chunk is drawn lighter and the legend says so")
     CHECK(l.rows[0].passes.passes[1].chunk == 1);
     CHECK(has_label(l, "lighter: model chunk 2 of 2"));
     const auto paths = testing::read_paths(render_svg(t));
-    CHECK(boxes_of(paths, l.rows[0].compute, detail::pass_colour(PassKind::forward, 1)).size() == 1);
+    CHECK(rects_of(paths, l.rows[0].compute, detail::pass_colour(PassKind::forward, 1)).size() == 1);
 }
 
 TEST_CASE("an overlapped F&B pair named in the meta is one box: its F and its B side by side, outlined") {
@@ -344,7 +331,7 @@ TEST_CASE("passes under half a pixel are summarised per pixel column, not drawn 
     const auto paths = testing::read_paths(render_svg(t));
     CHECK(paths.size() < 4 * static_cast<std::size_t>(l.columns()) + 200);
     // The busy columns carry the kinds' colours: backward covers two thirds, so it leads.
-    CHECK_FALSE(boxes_of(paths, l.rows[0].compute, detail::colours::pass_backward).empty());
+    CHECK_FALSE(rects_of(paths, l.rows[0].compute, detail::colours::pass_backward).empty());
 }
 
 TEST_CASE("two renders of a pipeline view give byte-identical SVG") {

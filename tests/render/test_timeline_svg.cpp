@@ -1,6 +1,7 @@
 // The timeline picture, read back from the SVG: one box per event where the trace
 // says, coloured by kind; memory bars; the peak; lanes; rank selection; overview.
 #include "dtsim/render.hpp"
+#include "render_helpers.hpp"
 #include "layout.hpp"
 #include "palette.hpp"
 #include "sample_traces.hpp"
@@ -15,15 +16,12 @@
 namespace dtsim::render {
 namespace {
 
+using testing::render_svg;
+using testing::near;
+
 using detail::Lane;
 using detail::Layout;
 using testing::SvgPath;
-
-std::string render_svg(const Trace& t, const Options& o = {}) {
-    std::ostringstream out;
-    write_image(t, out, Format::svg, o);
-    return out.str();
-}
 
 detail::SyntheticSpec spec(int ranks, int steps) {
     detail::SyntheticSpec s;
@@ -31,8 +29,6 @@ detail::SyntheticSpec spec(int ranks, int steps) {
     s.steps = steps;
     return s;
 }
-
-bool near(double a, double b, double tol = 0.01) { return std::fabs(a - b) <= tol; }
 
 bool has_colour(const SvgPath& p, detail::Rgba c) {
     return p.filled && testing::same_colour(p.fill, c.r, c.g, c.b) && near(p.fill_opacity, c.a, 0.001);
