@@ -110,6 +110,18 @@ def _call(args: Sequence[str]) -> Any:
     raise DtsimError(message, proc.returncode)
 
 
+def _call_drawn(args: List[str], tmp: str, draw: bool, wrap):
+    """Runs the command, asking for its chart as SVG where `draw`; the output wrapped, its ``svg`` set."""
+    svg_path = os.path.join(tmp, "chart.svg")
+    if draw:
+        args = [*args, "--svg", svg_path]
+    out = wrap(_call(args))
+    if os.path.exists(svg_path):
+        with open(svg_path) as f:
+            out.svg = f.read()
+    return out
+
+
 def run(config: Config, set: Union[str, Iterable[str], None] = None, timeline: bool = True,
         jobs: Optional[int] = None) -> Union[Report, Reports]:
     """``dtsim run CONFIG --json`` with ``--set`` overrides ("path=value"; "path=v1,v2" sweeps).
@@ -143,14 +155,7 @@ def compare(configs: Sequence[Config], set: Union[str, Iterable[str], None] = No
         args = ["compare", *[_config_path(c, tmp, i) for i, c in enumerate(configs)], "--json", *_settings(set)]
         if jobs is not None:
             args += ["--jobs", str(jobs)]
-        svg_path = os.path.join(tmp, "compare.svg")
-        if chart:
-            args += ["--svg", svg_path]
-        reports = Reports(_call(args))
-        if os.path.exists(svg_path):
-            with open(svg_path) as f:
-                reports.svg = f.read()
-        return reports
+        return _call_drawn(args, tmp, chart, Reports)
 
 
 Space = Union[Dict[str, Union[Sequence[Any], Any]], Iterable[str], None]
@@ -188,11 +193,4 @@ def plan(config: Config, space: Space = None, gpus: Optional[int] = None, set: U
             args += ["--time-budget", str(time_budget)]
         if jobs is not None:
             args += ["--jobs", str(jobs)]
-        svg_path = os.path.join(tmp, "pareto.svg")
-        if chart:
-            args += ["--svg", svg_path]
-        result = Plan(_call(args))
-        if os.path.exists(svg_path):
-            with open(svg_path) as f:
-                result.svg = f.read()
-        return result
+        return _call_drawn(args, tmp, chart, Plan)
