@@ -113,6 +113,18 @@ std::string short_name(std::string_view op) {
     return std::string(op.substr(0, 3));
 }
 
+// Fills the current path; on a box at least kOutlineFromPx wide, with a thin dark border too.
+void fill_outlined(cairo_t* cr, double w) {
+    if (w >= kOutlineFromPx) {
+        cairo_fill_preserve(cr);
+        cairo_set_line_width(cr, 0.5);
+        set_colour(cr, colours::outline);
+        cairo_stroke(cr);
+    } else {
+        cairo_fill(cr);
+    }
+}
+
 // Fills a box in a style: a thin dark border on wide boxes; collectives get a
 // translucent fill inside a solid border of their layer colour.
 void paint_box(cairo_t* cr, double x, double y, double w, double h, StyleKey key, int layers) {
@@ -124,13 +136,8 @@ void paint_box(cairo_t* cr, double x, double y, double w, double h, StyleKey key
         cairo_set_line_width(cr, 1.5);
         set_colour(cr, {fill.r, fill.g, fill.b, 1});
         cairo_stroke(cr);
-    } else if (w >= kOutlineFromPx) {
-        cairo_fill_preserve(cr);
-        cairo_set_line_width(cr, 0.5);
-        set_colour(cr, colours::outline);
-        cairo_stroke(cr);
     } else {
-        cairo_fill(cr);
+        fill_outlined(cr, w);
     }
 }
 
@@ -423,14 +430,7 @@ void draw_passes(cairo_t* cr, const Layout& l, const Row& row) {
         const Rgba fill = pass_colour(p.kind, p.chunk);
         cairo_rectangle(cr, x, lane.y, w, lane.h);
         set_colour(cr, fill);
-        if (w >= kOutlineFromPx) {
-            cairo_fill_preserve(cr);
-            cairo_set_line_width(cr, 0.5);
-            set_colour(cr, colours::outline);
-            cairo_stroke(cr);
-        } else {
-            cairo_fill(cr);
-        }
+        fill_outlined(cr, w);
         const double strip = std::round(lane.h * 0.3);
         draw_merged(l, p.recompute, [&](double rx, double rw) {
             fill_rect(cr, rx, lane.bottom() - strip, rw, strip, pass_colour(PassKind::recompute, p.chunk));
