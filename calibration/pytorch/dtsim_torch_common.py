@@ -88,11 +88,12 @@ class LlamaBlock(nn.Module):
     """torchtitan's llama3 TransformerBlock (Attention, FeedForward, nn.RMSNorm) without its TP hooks.
 
     gqa=True passes enable_gqa to SDPA instead of repeating K and V (not torchtitan's form; a variant).
+    head_dim (default h / heads) gives a tensor-parallel rank's shapes: heads / tp heads of the model's width.
     """
 
-    def __init__(self, h, heads, kv, ffn, gqa=False):
+    def __init__(self, h, heads, kv, ffn, gqa=False, head_dim=None):
         super().__init__()
-        self.heads, self.kv, self.d, self.gqa = heads, kv, h // heads, gqa
+        self.heads, self.kv, self.d, self.gqa = heads, kv, head_dim or h // heads, gqa
         self.wq = nn.Linear(h, heads * self.d, bias=False)
         self.wk = nn.Linear(h, kv * self.d, bias=False)
         self.wv = nn.Linear(h, kv * self.d, bias=False)
