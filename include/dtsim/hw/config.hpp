@@ -82,6 +82,9 @@ struct StrategyConfig {
     // With "fsdp" it stands for torchtitan's AsyncTP (enable_async_tensor_parallel), which
     // decomposes the same all-gather + GEMM and GEMM + reduce-scatter pairs (symmetric memory).
     bool tp_comm_overlap = false;
+    // torch.compile of each transformer block (torchtitan's training.compile): Inductor's fused
+    // kernels for the memory-bound work and its choice of what to keep (LayerSplit::compiled).
+    bool compile = false;
     bool flash_attention = false;          // fused attention: no s x s scores kept
     std::string attention_kernel = "flash2";  // which fused kernel: "flash2" or "cudnn" (AttentionModel)
     // The dtype gradients are accumulated in and reduced across data-parallel ranks: fp32 as

@@ -139,6 +139,8 @@ struct LayerSplit {
     // and Transformer Engine's load balancing). The functions of this header take the model's
     // seq as given: make_workload passes a copy whose seq is the GPU's share.
     int cp = 1;
+    // Each block compiled with torch.compile (compiled_elementwise_bytes, layer_activation_bytes).
+    bool compiled = false;
     // `recompute` applies to `layer` (counted from 0 over the whole model).
     [[nodiscard]] bool recomputes(int layer) const {
         if (recompute == Recompute::none) return false;
@@ -194,6 +196,10 @@ double model_flops_per_step(const TransformerSpec& m, double samples);
 //            each output gradient amax and cast (5) and each input cast again (5); weights:
 //            amax and cast, 5 bytes a parameter, forward and again in the backward.
 // With sequence parallelism the h-wide tensors are cast before their all-gather, /t.
+// The torchao counts are for fused casts: eager PyTorch runs each as five kernels (abs, amax,
+// fp32 multiply, clamp, cast), measured at 42-50 ms a block where compiled blocks take 2-3 ms
+// (calibration/data/h100_dtsim_torch_compile.json); in compiled blocks (LayerSplit::compiled)
+// they move kCompiledTorchaoCastShare of these bytes.
 struct Fp8CastBytes {
     double forward = 0, backward = 0;
     double per_weight = 0;  // bytes per parameter of each weight cast
@@ -229,6 +235,12 @@ Fp8CastBytes fp8_cast_bytes(const TransformerSpec& m, const LayerSplit& s);
 // fp8: the QKV and fc1 inputs (2 sbh of the kept-whole part) and the projection's and fc2's
 // (sbh and sb ffn of the split part) take one byte an element, not two. torchao keeps them
 // in high precision.
+// Compiled blocks (LayerSplit::compiled) keep what Inductor's partitioner saves, measured on one
+// H100 (calibration/data/h100_dtsim_torch_compile.json): with no recompute a SwiGLU block keeps
+// no product of its gate (2 sb ffn / t less: Llama 3 8B and the TP8 shares of 70B and 405B),
+// a GeLU block the same as eager; with torchao's float8 linears both keep 2 sb ffn / t + 4 sbh
+// (/t with SP) less again (all four shapes); with selective_op 2 sbh less (/t with SP; Llama 3
+// 8B); full recompute keeps the input as eager does.
 double layer_activation_bytes(const TransformerSpec& m, const LayerSplit& s);
 // The layer's activations while its backward runs after a full recompute (what
 // `none` keeps, with or without the attention core as flash_attention says),
@@ -244,6 +256,37 @@ double logits_activation_bytes(const TransformerSpec& m, const LayerSplit& s);
 // per element, per token 10 h-wide passes (/t with SP) and 2 ffn-wide passes
 // for GeLU (read, write) or 5 for SwiGLU (/t).
 double layer_elementwise_bytes(const TransformerSpec& m, const LayerSplit& s);
+
+// The memory-bound work of one compiled layer (LayerSplit::compiled: torch.compile of each block,
+// as torchtitan does), forward and backward together for one microbatch, as the bytes
+// GpuSpec::memory_seconds prices: Inductor fuses the norms, residual adds, activation, rotary
+// embedding and casts between the GEMMs and the attention kernel into generated kernels. Three
+// classes of those kernels, each per token per element of its width:
+//   norms and residual adds   kCompiledNormBytes x h (/t with SP), half to each block
+//   the MLP's activation      kCompiledSwigluBytes (kCompiledGeluBytes) x ffn / t
+//   around the attention      kCompiledRotaryBytes x (heads + kv heads) x head_dim / t for SwiGLU
+//                             models (torchtitan's complex rotary embedding, partly left to eager
+//                             kernels, and repeat_kv), kCompiledQkvBytes x (heads + 2 kv heads) x
+//                             head_dim / t for GeLU ones (the fused QKV gradient's stacking)
+// Fitted to the kernels' GPU time (bytes = time x the H100's memory_seconds bandwidth, 2.30 TB/s)
+// of compiled blocks profiled on one H100 (PyTorch 2.11, calibration/data/
+// h100_dtsim_torch_compile.json): Llama 3 8B, TP8 shares of 70B and 405B, an MPT-style 1B block.
+// Class by class the shapes lie within -18 to +27 % of the fitted coefficient (norms) and 2 %
+// (activation, rotary); the block totals within -18 % (405B's share) to +7 %.
+struct CompiledElementwiseBytes {
+    double attention = 0, mlp = 0;
+};
+inline constexpr double kCompiledNormBytes = 43.3;
+inline constexpr double kCompiledSwigluBytes = 11.8;
+inline constexpr double kCompiledGeluBytes = 7.58;
+inline constexpr double kCompiledRotaryBytes = 34.5;
+inline constexpr double kCompiledQkvBytes = 3.03;
+CompiledElementwiseBytes compiled_elementwise_bytes(const TransformerSpec& m, const LayerSplit& s);
+// torchao's float8 casts in compiled blocks: this share of what Fp8CastBytes counts for torchao
+// (activations and weights). Fitted as above to the compiled float8 blocks' memory-bound time
+// less the compiled bf16 blocks': 0.62 (Llama 3 8B), 0.74 and 0.75 (70B's and 405B's TP8
+// shares), 0.98 (MPT-style 1B); their geometric mean.
+inline constexpr double kCompiledTorchaoCastShare = 0.76;
 
 // Adam's state per parameter, in bytes: its two moments (exp_avg, exp_avg_sq) and a master copy
 // of the weights, each in the optimizer's dtype; no master where the weights already are in it.

@@ -365,6 +365,7 @@ EndToEndPrediction predict_end_to_end(const EndToEndSet& set, const EndToEndRow&
     if (c.strategy.recompute != Recompute::none)
         p.layout += fmt::format(", recompute {}", recompute_text(c.strategy));
     if (c.strategy.fp8 != Fp8::none) p.layout += fmt::format(", fp8 {}", fp8_name(c.strategy.fp8));
+    if (c.strategy.compile) p.layout += ", compiled";
     p.memory_GiB = r.report.peak.bytes / kGiB;
     p.out_of_memory = r.report.oom.has_value();
     return p;

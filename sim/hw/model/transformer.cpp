@@ -89,6 +89,12 @@ double layer_activation_bytes(const TransformerSpec& m, const LayerSplit& s) {
         const double te_split = split - (sbh + S * b * m.ffn) / t;
         return te_whole + te_split + (s.recompute == Recompute::none ? core : 0);
     }
+    if (s.compiled && s.recompute == Recompute::none) {
+        const double sb = S * b, h_whole = s.sequence_parallel ? h / t : h;
+        double less = m.mlp == Mlp::swiglu ? 2 * sb * m.ffn / t : 0;
+        if (s.fp8 == Fp8::torchao) less += sb * (2 * m.ffn / t + 4 * h_whole);
+        return whole + split + core - less;
+    }
     switch (s.recompute) {
         case Recompute::none: return whole + split + core;
         case Recompute::selective: return whole + split;
@@ -99,7 +105,8 @@ double layer_activation_bytes(const TransformerSpec& m, const LayerSplit& s) {
             // Every second product's output in forward order, from the first (2 bytes an element).
             const double products = m.mlp == Mlp::swiglu ? 2 * sbh / t + 2 * kv * sbh / t + 2 * S * b * m.ffn / t + 2 * sbh
                                                          : 2 * (1 + 2 * kv) * sbh / t + 2 * S * b * m.ffn / t;
-            return input + attention_out + products + core;
+            const double compiled = s.compiled ? (s.sequence_parallel ? 2 * sbh / t : 2 * sbh) : 0;
+            return input + attention_out + products + core - compiled;
         }
         case Recompute::full: return s.sequence_parallel ? 2 * sbh / t : 2 * sbh;
     }
@@ -129,6 +136,20 @@ double layer_elementwise_bytes(const TransformerSpec& m, const LayerSplit& s) {
     return 2 * tokens * (h_passes + f_passes);
 }
 
+CompiledElementwiseBytes compiled_elementwise_bytes(const TransformerSpec& m, const LayerSplit& s) {
+    const double tokens = static_cast<double>(s.micro_batch) * m.seq, t = s.tp, d = m.head_dim();
+    const double norms = kCompiledNormBytes * tokens * m.hidden / (s.sequence_parallel ? t : 1);
+    CompiledElementwiseBytes c;
+    if (m.mlp == Mlp::swiglu) {
+        c.attention = norms / 2 + kCompiledRotaryBytes * tokens * (m.heads + m.kv_heads) * d / t;
+        c.mlp = norms / 2 + kCompiledSwigluBytes * tokens * m.ffn / t;
+    } else {
+        c.attention = norms / 2 + kCompiledQkvBytes * tokens * (m.heads + 2.0 * m.kv_heads) * d / t;
+        c.mlp = norms / 2 + kCompiledGeluBytes * tokens * m.ffn / t;
+    }
+    return c;
+}
+
 Fp8CastBytes fp8_cast_bytes(const TransformerSpec& m, const LayerSplit& s) {
     Fp8CastBytes c;
     if (s.fp8 == Fp8::none) return c;
@@ -148,6 +169,11 @@ Fp8CastBytes fp8_cast_bytes(const TransformerSpec& m, const LayerSplit& s) {
         c.backward = 5 * tokens * (outputs + inputs);
         c.per_weight = 5;
         c.weight_casts = 2;
+        if (s.compiled) {
+            c.forward *= kCompiledTorchaoCastShare;
+            c.backward *= kCompiledTorchaoCastShare;
+            c.per_weight *= kCompiledTorchaoCastShare;
+        }
     }
     return c;
 }

@@ -68,7 +68,10 @@ Workload make_workload(const TransformerSpec& model, const LayerSplit& s, const 
     // writes them, dropout reads them and writes its output and mask (9 bytes
     // per score, the full matrix: Megatron's fused masked softmax covers it all).
     const double scores = s.flash_attention ? 0 : 9 * b * (a / t) * S * S;
-    const double attn_bytes = h_bytes / 2 + scores, mlp_bytes = elementwise - h_bytes / 2;
+    // Compiled blocks: a third of their memory-bound bytes in the forward, as the backward below is twice it.
+    const CompiledElementwiseBytes compiled = s.compiled ? compiled_elementwise_bytes(m, s) : CompiledElementwiseBytes{};
+    const double attn_bytes = (s.compiled ? compiled.attention / 3 : h_bytes / 2) + scores;
+    const double mlp_bytes = s.compiled ? compiled.mlp / 3 : elementwise - h_bytes / 2;
 
     LayerWork& L = w.layer;
     L.recompute = s.recompute;

@@ -1,0 +1,187 @@
+// Compiled blocks (LayerSplit::compiled, strategy.compile): the byte counts against a hand
+// computation, the layer's pricing, what a compiled block keeps, and the model against the
+// compiled blocks measured on one H100 (calibration/data/h100_dtsim_torch_compile.json).
+#include "dtsim/hw/config.hpp"
+#include "dtsim/hw/transformer.hpp"
+#include "dtsim/hw/workload.hpp"
+
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <fstream>
+#include <string>
+
+using namespace dtsim::hw;
+
+namespace {
+
+TransformerSpec compile_llama8b() {
+    TransformerSpec m{"llama", 1, 4096, 32, 8, 14336, 8192, 0, DType::bf16, Mlp::swiglu, false};
+    m.dropout = false;
+    return m;
+}
+
+// A measured block as a model and split: the tp8-shapes rows are a TP8 rank's share, so the model
+// has 8 x their heads and FFN and the split tp 8 (no sequence parallelism: their norms ran whole).
+struct MeasuredBlock {
+    TransformerSpec model;
+    LayerSplit split;
+    nlohmann::json row;
+};
+
+MeasuredBlock measured_block(const nlohmann::json& row) {
+    const bool share = row["name"].get<std::string>().find("tp8-shapes") != std::string::npos;
+    const int t = share ? 8 : 1;
+    const bool llama = row["kind"] == "llama";
+    TransformerSpec m{row["name"].get<std::string>(), 1, row["hidden"].get<int>(), t * row["heads"].get<int>(),
+                      t * row["kv_heads"].get<int>(), t * row["ffn"].get<int>(), row["seq"].get<int>(), 0,
+                      DType::bf16, llama ? Mlp::swiglu : Mlp::gelu, false};
+    m.dropout = false;
+    LayerSplit s{row["batch"].get<int>(), t, false, Recompute::none, true};
+    s.fp8 = row["linear"] == "fp8" ? Fp8::torchao : Fp8::none;
+    s.compiled = row["mode"] == "compile";
+    return {m, s, row};
+}
+
+nlohmann::json compile_rows() {
+    std::ifstream in(std::string(DTSIM_CONFIGS) + "/../calibration/data/h100_dtsim_torch_compile.json");
+    REQUIRE(in.good());
+    return nlohmann::json::parse(in)["blocks"]["rows"];
+}
+
+// The measured block's time outside GEMMs and attention: Inductor's kernels, eager ones, copies.
+double memory_bound_ms(const nlohmann::json& row) {
+    double ms = 0;
+    for (const char* kind : {"triton", "eager", "copy"})
+        if (row["kernel_ms"].contains(kind)) ms += row["kernel_ms"][kind].get<double>();
+    return ms;
+}
+
+}  // namespace
+
+TEST_CASE("compiled blocks: three classes of generated kernels, bytes per token per element of their width") {
+    const TransformerSpec m = compile_llama8b();
+    LayerSplit s{2, 1, false, Recompute::none, true};
+    s.compiled = true;
+    // Llama 3 8B at 2 x 8,192 tokens: norms 43.3 x 16,384 x 4,096 = 2,905,813,811 bytes, half to
+    // each block; rotary 34.5 x 16,384 x (32 + 8) x 128 = 2,894,069,760; SwiGLU 11.8 x 16,384 x 14,336
+    // = 2,771,546,931.
+    const CompiledElementwiseBytes c = compiled_elementwise_bytes(m, s);
+    CHECK(c.attention == doctest::Approx(2905813811.2 / 2 + 2894069760.0));
+    CHECK(c.mlp == doctest::Approx(2905813811.2 / 2 + 2771546931.2));
+    // TP 4 divides the rotary and the FFN; sequence parallelism divides the norms as well.
+    LayerSplit tp = s;
+    tp.tp = 4;
+    CHECK(compiled_elementwise_bytes(m, tp).mlp == doctest::Approx(2905813811.2 / 2 + 2771546931.2 / 4));
+    tp.sequence_parallel = true;
+    CHECK(compiled_elementwise_bytes(m, tp).attention == doctest::Approx((2905813811.2 / 2 + 2894069760.0) / 4));
+    // A GeLU block: its activation and the QKV gradient's stacking over q, k and v.
+    TransformerSpec gpt{"gpt", 1, 2048, 16, 16, 8192, 2048, 0, DType::bf16, Mlp::gelu, false};
+    LayerSplit g{8, 1, false, Recompute::none, true};
+    g.compiled = true;
+    const double tokens = 8 * 2048.0;
+    CHECK(compiled_elementwise_bytes(gpt, g).mlp == doctest::Approx(43.3 * tokens * 2048 / 2 + 7.58 * tokens * 8192));
+    CHECK(compiled_elementwise_bytes(gpt, g).attention ==
+          doctest::Approx(43.3 * tokens * 2048 / 2 + 3.03 * tokens * 3 * 2048));
+}
+
+TEST_CASE("a compiled layer prices its memory-bound work as the compiled bytes, a third in the forward") {
+    const TransformerSpec m = compile_llama8b();
+    LayerSplit eager{2, 1, false, Recompute::none, true};
+    LayerSplit compiled = eager;
+    compiled.compiled = true;
+    GpuSpec gpu;
+    gpu.peak_flops[static_cast<std::size_t>(DType::bf16)] = 989.4e12;
+    gpu.memory_bandwidth = 3.35e12;
+    const Workload a = make_workload(m, eager, gpu), b = make_workload(m, compiled, gpu);
+    const CompiledElementwiseBytes c = compiled_elementwise_bytes(m, compiled);
+    CHECK(b.layer.attention_forward.bytes == doctest::Approx(c.attention / 3));
+    CHECK(b.layer.mlp_forward.bytes == doctest::Approx(c.mlp / 3));
+    // GEMMs and the attention core are unchanged: the difference is the bytes alone.
+    CHECK(b.layer.mlp_forward.seconds - a.layer.mlp_forward.seconds ==
+          doctest::Approx(gpu.memory_seconds(c.mlp / 3) - gpu.memory_seconds(a.layer.mlp_forward.bytes)));
+    CHECK(b.layer.mlp_forward.flops == a.layer.mlp_forward.flops);
+    CHECK(b.layer.mlp_backward.seconds == doctest::Approx(2 * b.layer.mlp_forward.seconds));
+    // torchao's casts in a compiled block: kCompiledTorchaoCastShare of the eager counts.
+    LayerSplit f8 = eager;
+    f8.fp8 = Fp8::torchao;
+    LayerSplit f8c = f8;
+    f8c.compiled = true;
+    CHECK(fp8_cast_bytes(m, f8c).forward == doctest::Approx(kCompiledTorchaoCastShare * fp8_cast_bytes(m, f8).forward));
+    CHECK(fp8_cast_bytes(m, f8c).backward == doctest::Approx(kCompiledTorchaoCastShare * fp8_cast_bytes(m, f8).backward));
+    CHECK(fp8_cast_bytes(m, f8c).per_weight == doctest::Approx(kCompiledTorchaoCastShare * 5));
+}
+
+TEST_CASE("a compiled block keeps no SwiGLU product, less again with torchao, and the input under full recompute") {
+    const TransformerSpec m = compile_llama8b();
+    const double s = 8192, h = 4096, f = 14336;
+    auto kept = [&](Recompute r, Fp8 f8, bool compiled, int tp = 1, bool sp = false) {
+        LayerSplit l{1, tp, sp, r, true};
+        l.fp8 = f8;
+        l.compiled = compiled;
+        return layer_activation_bytes(m, l);
+    };
+    CHECK(kept(Recompute::none, Fp8::none, false) - kept(Recompute::none, Fp8::none, true) == doctest::Approx(2 * s * f));
+    CHECK(kept(Recompute::none, Fp8::none, true) - kept(Recompute::none, Fp8::torchao, true) ==
+          doctest::Approx(s * (2 * f + 4 * h)));
+    // With TP 4 and sequence parallelism the FFN's part and the h-wide part are each /4.
+    CHECK(kept(Recompute::none, Fp8::none, true, 4, true) - kept(Recompute::none, Fp8::torchao, true, 4, true) ==
+          doctest::Approx(s * (2 * f / 4 + 4 * h / 4)));
+    CHECK(kept(Recompute::selective_op, Fp8::none, false) - kept(Recompute::selective_op, Fp8::none, true) ==
+          doctest::Approx(2 * s * h));
+    CHECK(kept(Recompute::full, Fp8::none, true) == kept(Recompute::full, Fp8::none, false));
+    // A GeLU block keeps what it keeps eager.
+    TransformerSpec gpt{"gpt", 1, 2048, 16, 16, 8192, 2048, 0, DType::bf16, Mlp::gelu, false};
+    LayerSplit e{1, 1, false, Recompute::none, true}, c = e;
+    c.compiled = true;
+    CHECK(layer_activation_bytes(gpt, c) == layer_activation_bytes(gpt, e));
+}
+
+TEST_CASE("compiled blocks measured on one H100: the memory-bound time and what compile keeps less") {
+    const Config cfg = load_config(std::string(DTSIM_CONFIGS) + "/runs/llama3-8b-16xh100-fsdp.json");
+    const GpuSpec& gpu = cfg.cluster.gpu;
+    const nlohmann::json rows = compile_rows();
+    int timed = 0, kept = 0;
+    for (const auto& row : rows) {
+        if (row["recompute"] != "none") continue;
+        const MeasuredBlock b = measured_block(row);
+        CAPTURE(row["name"].get<std::string>());
+        CAPTURE(row["linear"].get<std::string>());
+        if (b.split.compiled) {
+            // Forward and backward of the compiled memory-bound work, casts included.
+            const CompiledElementwiseBytes c = compiled_elementwise_bytes(b.model, b.split);
+            double bytes = c.attention + c.mlp;
+            if (b.split.fp8 == Fp8::torchao) {
+                const Fp8CastBytes f = fp8_cast_bytes(b.model, b.split);
+                const double linear = b.model.params_per_layer() / b.split.tp;  // norms are negligible here
+                bytes += f.forward + f.backward + f.per_weight * f.weight_casts * linear;
+            }
+            const double predicted_ms = gpu.memory_seconds(bytes) * 1e3;
+            const double measured_ms = memory_bound_ms(row);
+            CAPTURE(predicted_ms);
+            CAPTURE(measured_ms);
+            CHECK(std::abs(predicted_ms / measured_ms - 1) < 0.20);
+            ++timed;
+        }
+        // What compile keeps less than eager, against the measured difference of the two rows.
+        if (b.split.compiled) {
+            for (const auto& other : rows)
+                if (other["name"] == row["name"] && other["linear"] == row["linear"] && other["recompute"] == "none" &&
+                    other["mode"] == "eager") {
+                    LayerSplit e = b.split;
+                    e.compiled = false;
+                    // The eager replica of torchao keeps its linears' inputs in bf16 as dtsim's torchao does.
+                    const double predicted = layer_activation_bytes(b.model, e) - layer_activation_bytes(b.model, b.split);
+                    const double measured = other["kept_bytes"].get<double>() - row["kept_bytes"].get<double>();
+                    CAPTURE(predicted);
+                    CAPTURE(measured);
+                    if (measured == 0) CHECK(predicted == 0);
+                    else CHECK(std::abs(predicted / measured - 1) < 0.01);
+                    ++kept;
+                }
+        }
+    }
+    CHECK(timed == 8);
+    CHECK(kept == 8);
+}
