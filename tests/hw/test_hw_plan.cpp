@@ -323,6 +323,38 @@ TEST_CASE("fp8 is searched only when asked for, each layout with each recipe") {
     CHECK_THROWS_WITH_AS(enumerate_layouts(twice), doctest::Contains("fp8 is searched here"), PlanError);
 }
 
+TEST_CASE("compile is searched only when asked for: each layout eager and compiled") {
+    json doc = base_document();
+    doc["model"]["mlp"] = "swiglu";
+    doc["model"]["ffn"] = 5632;
+    doc["model"]["dropout"] = false;
+    const std::vector<std::string> space = {"strategy=fsdp,megatron", "recompute=none", "sequence_parallel=false",
+                                            "zero_stage=1,3"};
+    const auto plain = enumerate_layouts(request_for(doc, space));
+    auto with = space;
+    with.push_back("compile=false,true");
+    const auto both = enumerate_layouts(request_for(doc, with));
+    REQUIRE(!plain.candidates.empty());
+    CHECK(both.enumerated == 2 * plain.enumerated);
+    std::map<std::string, const Candidate*> by_label;
+    for (const auto& c : both.candidates) by_label[c.label] = &c;
+    for (const auto& c : plain.candidates) {
+        INFO(c.label);
+        REQUIRE(by_label.count(c.label + " eager") == 1);
+        REQUIRE(by_label.count(c.label + " compile") == 1);
+        // Eager is the config's own; compiled blocks price their memory-bound work otherwise and keep
+        // less (a SwiGLU model: no product of the gate).
+        CHECK(by_label[c.label + " eager"]->time_bound == c.time_bound);
+        CHECK(by_label[c.label + " compile"]->time_bound != c.time_bound);
+        CHECK(by_label[c.label + " compile"]->memory_bound < c.memory_bound);
+    }
+    PlanRequest twice = request_for(doc, with);
+    twice.overrides = {{"strategy.compile", "true"}};
+    CHECK_THROWS_WITH_AS(enumerate_layouts(twice), doctest::Contains("compile is searched here"), PlanError);
+    CHECK_THROWS_WITH_AS(enumerate_layouts(request_for(doc, {"compile=maybe"})), doctest::Contains("--space compile"),
+                         PlanError);
+}
+
 TEST_CASE("partial recompute is searched when asked, and the bounds hold for it") {
     json doc = base_document();
     doc["training"]["global_batch"] = 16;

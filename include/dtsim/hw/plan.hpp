@@ -65,6 +65,7 @@ public:
 //   sequence_parallel false, and true where tp > 1
 //   tp_comm_overlap   false, and true where sequence_parallel
 //   fp8               not searched: the config's own (strategy.fp8)
+//   compile           not searched: the config's own (strategy.compile)
 //   recompute_num_layers, recompute_every  not searched (every layer recomputes under a policy);
 //                     asked for, each value ("all" or n) with each policy but none
 struct PlanSpace {
@@ -73,6 +74,7 @@ struct PlanSpace {
     std::vector<std::string> recompute;
     std::vector<int> sequence_parallel, tp_comm_overlap;  // 0 / 1
     std::vector<std::string> fp8;  // none, te, torchao; empty: the config's own strategy.fp8
+    std::vector<int> compile;      // 0 / 1; empty: the config's own strategy.compile
     std::vector<int> recompute_num_layers, recompute_every;  // 0: every layer ("all"); empty: not searched
 };
 

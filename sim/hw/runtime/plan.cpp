@@ -87,8 +87,8 @@ const std::vector<T>& or_default(const std::vector<T>& given, const std::vector<
 const std::vector<std::string>& plan_knobs() {
     static const std::vector<std::string> knobs = {"strategy", "tp", "pp", "chunks", "cp", "zero_stage",
                                                    "micro_batch", "recompute", "sequence_parallel",
-                                                   "tp_comm_overlap", "fp8", "recompute_num_layers",
-                                                   "recompute_every"};
+                                                   "tp_comm_overlap", "fp8", "compile",
+                                                   "recompute_num_layers", "recompute_every"};
     return knobs;
 }
 
@@ -143,6 +143,7 @@ void set_space(PlanSpace& space, const std::string& text) {
         space.recompute = values;
     } else if (key == "sequence_parallel") bools(space.sequence_parallel);
     else if (key == "tp_comm_overlap") bools(space.tp_comm_overlap);
+    else if (key == "compile") bools(space.compile);
     else if (key == "recompute_num_layers" || key == "recompute_every") {
         // "all" (every layer recomputes: the key unset) or a whole number >= 1.
         std::vector<int> ns;
@@ -301,6 +302,10 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
         if (strip(o.path) == "fp8" && !request.space.fp8.empty())
             throw PlanError(fmt::format("--set {}: fp8 is searched here (--space fp8=...); give it one way", o.path));
     for (const auto& o : request.overrides)
+        if (strip(o.path) == "compile" && !request.space.compile.empty())
+            throw PlanError(fmt::format("--set {}: compile is searched here (--space compile=...); give it one way",
+                                        o.path));
+    for (const auto& o : request.overrides)
         if (strip(o.path) == "micro_batch")
             throw PlanError(fmt::format("--set {}: plan searches the micro-batch size; give it with --space "
                                         "micro_batch=...",
@@ -397,6 +402,8 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
         };
         // fp8: the config's own unless searched ("" keeps it).
         const std::vector<std::string> fp8s = sp.fp8.empty() ? std::vector<std::string>{""} : sp.fp8;
+        // compile: likewise (-1 keeps it).
+        const std::vector<int> compiles = sp.compile.empty() ? std::vector<int>{-1} : sp.compile;
         for (int tp : tps)
             for (int pp : pps) {
                 std::vector<int> chunk_values = one;
@@ -423,7 +430,8 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
                                         if (seq && tp == 1) continue;
                                         const std::vector<int>& ovs = seq ? or_default(sp.tp_comm_overlap, both) : no;
                                         for (int ov : ovs)
-                                        for (const std::string& f8 : fp8s) {
+                                        for (const std::string& f8 : fp8s)
+                                        for (int cc : compiles) {
                                             if (ov && !seq) continue;
                                             ++e.enumerated;
                                             const auto rejected = [&](const std::string& why) { ++e.rejected[why]; };
@@ -456,14 +464,16 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
                                             if (seq) o.push_back({"strategy.sequence_parallel", "true"});
                                             if (ov) o.push_back({"strategy.tp_comm_overlap", "true"});
                                             if (!f8.empty()) o.push_back({"strategy.fp8", fmt::format("\"{}\"", f8)});
+                                            if (cc >= 0) o.push_back({"strategy.compile", cc ? "true" : "false"});
                                             c.label = fmt::format("{} tp={} pp={} dp={}{}{} zero_stage={} micro_batch={} "
-                                                                  "recompute={}{}{}{}{}",
+                                                                  "recompute={}{}{}{}{}{}",
                                                                   name, tp, pp, dp, cp > 1 ? fmt::format(" cp={}", cp) : "",
                                                                   info.chunks ? fmt::format(" chunks={}", v) : "", zero,
                                                                   mb, rc,
                                                                   part > 0 ? fmt::format(" {}={}", part_key, part) : "",
                                                                   seq ? " sp" : "", ov ? " overlap" : "",
-                                                                  f8.empty() ? "" : fmt::format(" fp8={}", f8));
+                                                                  f8.empty() ? "" : fmt::format(" fp8={}", f8),
+                                                                  cc < 0 ? "" : cc ? " compile" : " eager");
                                             Config config;
                                             try {
                                                 std::vector<Override> all = request.overrides;
