@@ -21,6 +21,8 @@ parameter, dtsim's count with grad_dtype fp32.
 
 Activation checkpointing per block: none; full (torch.utils.checkpoint, use_reentrant=False); op, torchtitan's
 per-op selective policy (dtsim_torch_common.py's op_sac_context). SDPA runs with the FlashAttention-2 backend.
+With --compile each block (with its checkpointing) runs under torch.compile, as torchtitan's training.compile
+applies it; the embedding, final norm, output layer and loss stay eager.
 
 For each case: 3 warm-up steps, then the peak statistics are reset and 5 steps are timed, each with CUDA events at
 its start, after the forward (the loss), after the backward and after the optimizer (AdamW step, the bf16 refresh
@@ -28,7 +30,7 @@ and zero_grad(set_to_none=True)); the medians are reported with torch.cuda.max_m
 max_memory_reserved() over the timed steps. One more step runs under torch.profiler and its kernels' GPU time
 is summed by kind (GEMM, attention, optimizer, other).
 
-    python3 dtsim_step.py --out steps.json
+    python3 dtsim_step.py --out steps.json [--only NAME,...] [--policies none,op] [--compile]
 """
 
 import argparse
@@ -66,10 +68,20 @@ class Model(nn.Module):
             self.norm = nn.LayerNorm(h)
             self.output = None  # tied to the embedding
 
+        self.blocks = [self.block_fn(blk) for blk in self.layers]
+
+    def block_fn(self, blk):
+        return lambda x, freqs: run_block(blk, x, freqs, self.policy)
+
+    def compile_blocks(self):
+        # One compilation per block (a guard on the block it closes over): more than dynamo's default cache.
+        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 4 * len(self.layers))
+        self.blocks = [torch.compile(self.block_fn(blk)) for blk in self.layers]
+
     def forward(self, tokens, labels, freqs):
         x = self.tok_embeddings(tokens)
-        for blk in self.layers:
-            x = run_block(blk, x, freqs, self.policy)
+        for fn in self.blocks:
+            x = fn(x, freqs)
         x = self.norm(x)
         w = self.output.weight if self.output is not None else self.tok_embeddings.weight
         logits = F.linear(x, w)
@@ -105,7 +117,8 @@ def kernel_split(prof):
     return {k: round(v, 3) for k, v in cats.items()}, kernels[:25]
 
 
-def run_case(name, kind, h, heads, kv, ffn, layers, vocab, seq, batch, policy, warmup=3, reps=5, profile=True):
+def run_case(name, kind, h, heads, kv, ffn, layers, vocab, seq, batch, policy, warmup=3, reps=5, profile=True,
+             compile_blocks=False):
     gc.collect()
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
@@ -113,6 +126,9 @@ def run_case(name, kind, h, heads, kv, ffn, layers, vocab, seq, batch, policy, w
     with torch.device(DEV):
         model = Model(kind, h, heads, kv, ffn, layers, vocab, policy)
     model.to(DT)
+    if compile_blocks:
+        torch._dynamo.reset()
+        model.compile_blocks()
     params = [p for p in model.parameters()]
     n_params = sum(p.numel() for p in params)
     masters = [nn.Parameter(p.detach().float()) for p in params]
@@ -154,7 +170,8 @@ def run_case(name, kind, h, heads, kv, ffn, layers, vocab, seq, batch, policy, w
         return loss
 
     row = {"name": name, "kind": kind, "hidden": h, "heads": heads, "kv_heads": kv, "ffn": ffn, "layers": layers,
-           "vocab": vocab, "seq": seq, "batch": batch, "recompute": policy, "params": n_params}
+           "vocab": vocab, "seq": seq, "batch": batch, "recompute": policy, "params": n_params,
+           "compile": compile_blocks}
     try:
         with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
             t0 = time.time()
@@ -216,7 +233,7 @@ CASES = [
 
 COLUMNS = ["name", "kind", "hidden", "heads", "kv_heads", "ffn", "layers", "vocab", "seq", "batch", "recompute",
            "params", "step_ms", "fwd_ms", "bwd_ms", "opt_ms", "max_allocated_GiB", "max_reserved_GiB",
-           "states_allocated_GiB"]
+           "states_allocated_GiB", "compile"]
 
 
 def meta(argv):
@@ -232,6 +249,8 @@ def main():
     p.add_argument("--out", required=True)
     p.add_argument("--only", default="", help="comma-separated case names to run (default: all)")
     p.add_argument("--no-profile", action="store_true")
+    p.add_argument("--policies", default="", help="comma-separated recompute policies to run (default: each case's)")
+    p.add_argument("--compile", action="store_true", help="each block under torch.compile")
     args = p.parse_args()
     doc = {"meta": meta(sys.argv),
            "training_steps": {"description": "", "columns": COLUMNS, "rows": []},
@@ -240,16 +259,17 @@ def main():
     for name, kind, h, heads, kv, ffn, layers, vocab, seq, batch, policies in CASES:
         if only and name not in only:
             continue
-        for policy in policies:
+        wanted = [q for q in args.policies.split(",") if q]
+        for policy in (wanted or policies):
             t0 = time.time()
             try:
                 row = run_case(name, kind, h, heads, kv, ffn, layers, vocab, seq, batch, policy,
-                               profile=not args.no_profile)
+                               profile=not args.no_profile, compile_blocks=args.compile)
             except Exception as e:  # e.g. out of memory while building the model
                 traceback.print_exc()
                 row = {"name": name, "kind": kind, "hidden": h, "heads": heads, "kv_heads": kv, "ffn": ffn,
                        "layers": layers, "vocab": vocab, "seq": seq, "batch": batch, "recompute": policy,
-                       "error": f"{type(e).__name__}: {str(e)[:400]}"}
+                       "compile": args.compile, "error": f"{type(e).__name__}: {str(e)[:400]}"}
                 gc.collect()
                 torch.cuda.empty_cache()
             print(f"{name} seq {seq} batch {batch} {policy}: step {row.get('step_ms')} ms (fwd {row.get('fwd_ms')}, "

@@ -433,7 +433,7 @@ TEST_CASE("every shipped data file loads; only the datasheets and the bandwidth 
                                               "h100_dtsim_membw.json", "h100_dtsim_torch_compile.json",
                                               "h100_dtsim_torch_layers.json",
                                               "h100_dtsim_torch_memory.json", "h100_dtsim_torch_output_layer.json",
-                                              "h100_dtsim_torch_steps.json"});
+                                              "h100_dtsim_torch_steps.json", "h200_dtsim_torch_steps.json"});
 }
 
 TEST_CASE("the harness's collective sweep is read as the published tables are") {
