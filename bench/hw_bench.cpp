@@ -87,8 +87,9 @@ int main(int argc, char** argv) {
         if (a == "-h" || a == "--help") {
             fmt::print("usage: dtsim-hw-bench [--repeat N] [CONFIG.json ...]\n"
                        "       dtsim-hw-bench [--repeat N] [--jobs J] CONFIG.json ... --set PATH=V1,V2 [--set ...]\n"
-                       "Simulates each config N times (default 3) and prints the best wall time, events per second,\n"
-                       "MFU and step time; without configs, GPT-3 175B on 1,024 A100s and a puzzle strategy on H100s.\n"
+                       "Simulates each config N times (default 3), whole and with one data-parallel replica for all\n"
+                       "where that applies, and prints the best wall times, events per second, whether the reports\n"
+                       "agree, MFU and step time; without configs, GPT-3 175B on 1,024 A100s and a puzzle strategy.\n"
                        "With --set, each config's sweep (as dtsim run runs it) one run after another and J at once\n"
                        "(default: one per hardware thread), best of N each, and whether both gave the same rows.\n");
             return 0;
@@ -108,20 +109,37 @@ int main(int argc, char** argv) {
             bench_sweeps(configs, sets, jobs, repeat);
             return 0;
         }
-        fmt::print("{:<52} {:>6} {:>10} {:>10} {:>12} {:>8} {:>10}\n", "config", "gpus", "events", "wall s",
-                   "events/s", "MFU", "step");
+        // Each config simulated whole (every data-parallel replica) and with one replica for all
+        // (RunOptions::one_replica, where it applies), best of `repeat` each, and whether the two
+        // reports agree figure for figure.
+        fmt::print("{:<44} {:>6} {:>10} {:>9} {:>11} {:>10} {:>8} {:>7} {:>8} {:>10}\n", "config", "gpus", "events",
+                   "whole s", "events/s", "1 rep. s", "speed-up", "same", "MFU", "step");
         for (const auto& path : configs) {
             const auto config = dtsim::hw::load_config(path);
-            double best = 1e300;
-            dtsim::hw::RunReport report;
-            for (int i = 0; i < repeat; ++i) {
-                auto r = dtsim::hw::simulate(config, {.keep_trace = false});
-                best = std::min(best, r.report.wall_seconds);
-                report = r.report;
+            const auto best_of = [&](bool one_replica, dtsim::hw::RunReport& report) {
+                double best = 1e300;
+                for (int i = 0; i < repeat; ++i) {
+                    auto r = dtsim::hw::simulate(config, {.keep_trace = false, .one_replica = one_replica});
+                    best = std::min(best, r.report.wall_seconds);
+                    report = r.report;
+                }
+                return best;
+            };
+            dtsim::hw::RunReport whole, one;
+            const double t_whole = best_of(false, whole);
+            const bool applies = dtsim::hw::one_replica_applies(config, {.keep_trace = false});
+            const double t_one = applies ? best_of(true, one) : t_whole;
+            auto a = dtsim::hw::to_json(whole), b = dtsim::hw::to_json(applies ? one : whole);
+            for (auto* j : {&a, &b}) {
+                j->erase("wall_s");
+                j->erase("simulated_ranks");
             }
-            fmt::print("{:<52} {:>6} {:>10} {:>10.3f} {:>12.3e} {:>7.1f}% {:>10}\n", config.name, report.gpus,
-                       report.events, best, static_cast<double>(report.events) / best, 100 * report.mfu,
-                       fmt::format("{}", dtsim::hw::Seconds{report.step_time}));
+            fmt::print("{:<44} {:>6} {:>10} {:>9.3f} {:>11.3e} {:>10} {:>8} {:>7} {:>7.1f}% {:>10}\n",
+                       config.name.substr(0, 44), whole.gpus, whole.events, t_whole,
+                       static_cast<double>(whole.events) / t_whole, applies ? fmt::format("{:.4f}", t_one) : "-",
+                       applies ? fmt::format("{:.1f}x", t_whole / t_one) : "-",
+                       applies ? (a == b ? "yes" : "NO") : "-", 100 * whole.mfu,
+                       fmt::format("{}", dtsim::hw::Seconds{whole.step_time}));
         }
     } catch (const std::exception& e) {
         std::fflush(stdout);

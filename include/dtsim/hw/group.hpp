@@ -19,7 +19,10 @@ class World;
 class Group {
 public:
     [[nodiscard]] const std::string& name() const { return comm_->name(); }
-    [[nodiscard]] int size() const { return comm_->size(); }
+    // The ranks of the whole group. Where data-parallel replicas are simulated once
+    // (World's placement), a group may span replicas the world does not hold: members()
+    // are the simulated ones, size() and shape() the whole group's.
+    [[nodiscard]] int size() const { return size_; }
     [[nodiscard]] const std::vector<int>& members() const { return comm_->members(); }
     // Position of `rank` in the group (members sorted by rank), or -1.
     [[nodiscard]] int position(int rank) const { return comm_->position(rank); }
@@ -32,11 +35,14 @@ private:
     friend class World;
     friend class Device;
     Group(World& world, Communicator& comm, GroupShape shape, std::vector<int> ports, std::vector<double> weights)
-        : world_(&world), comm_(&comm), shape_(shape), ports_(std::move(ports)), weights_(std::move(weights)),
-          calls_(static_cast<std::size_t>(comm.size()), 0) {}
+        : world_(&world), comm_(&comm), shape_(shape), size_(shape.ranks), ports_(std::move(ports)),
+          weights_(std::move(weights)), calls_(static_cast<std::size_t>(comm.size()), 0) {}
+    // The members this world simulates: a round arms once each has called.
+    [[nodiscard]] int simulated() const { return comm_->size(); }
     World* world_;
     Communicator* comm_;
     GroupShape shape_;
+    int size_;
     std::vector<int> ports_;       // the link ports its collectives occupy (World::tx, World::rx)
     std::vector<double> weights_;  // their weights (network.hpp); empty: all 1
 

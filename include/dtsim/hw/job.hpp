@@ -38,6 +38,9 @@ struct Job {
     const Config* config = nullptr;
     const Workload* work = nullptr;
     int dp = 1, tp = 1, pp = 1, cp = 1;
+    // The data-parallel ranks the world simulates: dp, or 1 where one replica stands for all
+    // (make_jobs' one_replica); rank numbers in the world follow it.
+    int simulated_dp = 1;
     int microbatches = 1;
     int dp_rank = 0, tp_rank = 0, stage = 0, cp_rank = 0;
     // Same stage and tp_rank, every dp_rank and cp_rank: the ranks that reduce gradients and shard
@@ -80,7 +83,12 @@ struct Job {
 class World;
 // The grid's groups on `world` and every rank's job.
 // `plan` (kept alive by the caller) is given for schedule-driven pipelines.
+// `one_replica`: the world holds data-parallel replica 0 only (its ranks at their GPUs, in the
+// grid's order), which stands for every replica: all run the same program at the same times.
+// Groups inside a replica are as in the whole job; a data-parallel group keeps its simulated
+// members (cp of them) but has the size and shape of the whole group, so its collectives are
+// priced as the whole group's. Not for hybrid sharding (its groups cut across replicas otherwise).
 std::vector<Job> make_jobs(World& world, const Config& config, const Workload& work,
-                           const PipelinePlan* plan = nullptr);
+                           const PipelinePlan* plan = nullptr, bool one_replica = false);
 
 }  // namespace dtsim::hw

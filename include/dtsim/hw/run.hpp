@@ -61,6 +61,7 @@ struct RunReport {
     std::string check_error;
     std::size_t events = 0;
     double wall_seconds = 0;     // host time the simulation took
+    int simulated_ranks = 0;     // the ranks the engine ran: gpus, or one data-parallel replica's (RunOptions)
     // Where the prediction rests on an estimate rather than a measurement, for this config
     // (prediction_caveats): one sentence each.
     std::vector<std::string> caveats;
@@ -78,7 +79,14 @@ std::vector<std::string> prediction_caveats(const Config& c, const Workload& wor
 struct RunOptions {
     bool keep_trace = true;  // false drops the events after the report is computed
     bool straggler_baseline = true;  // with stragglers, also run without them (baseline_step_time)
+    // Without a trace, simulate one data-parallel replica for all of them where they run the same
+    // program at the same times (one_replica_applies): the same report, dp times fewer ranks.
+    bool one_replica = true;
 };
+
+// Whether simulate() runs one data-parallel replica for all: dp > 1, no trace kept, no stragglers
+// or jitter (they make replicas differ), not hybrid sharding, a transformer strategy.
+bool one_replica_applies(const Config& c, const RunOptions& options);
 
 // The size of a run, estimated from the config alone before anything is built
 // (estimate_run_size): the events it records, and the model states (weights,

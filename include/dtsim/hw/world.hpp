@@ -42,8 +42,10 @@ struct CriticalPath {
 
 class World {
 public:
-    // `ranks` GPUs placed in order on the cluster's nodes (rank r on node r / gpus_per_node).
-    World(Cluster cluster, int ranks);
+    // `ranks` GPUs placed in order on the cluster's nodes (rank r on node r / gpus_per_node), or
+    // where `placement` says: rank r is the cluster's GPU placement[r] (ascending, distinct), as when
+    // one data-parallel replica of a larger job is simulated for all of them (run.cpp).
+    World(Cluster cluster, int ranks, std::vector<int> placement = {});
     ~World();
     World(const World&) = delete;
     World& operator=(const World&) = delete;
@@ -52,8 +54,16 @@ public:
     [[nodiscard]] const Cluster& cluster() const { return cluster_; }
     [[nodiscard]] Simulation& simulation() { return sim_; }
     Device& device(int rank) { return *devices_.at(static_cast<std::size_t>(rank)); }
-    // A new communicator over `members` (distinct ranks), kept by the world.
-    Group& group(std::vector<int> members, std::string name);
+    // A new communicator over `members` (distinct ranks), kept by the world. `whole`, the
+    // cluster's GPUs of a group some of whose members the world does not simulate (their
+    // replicas run the same program at the same times), sets its size and shape: its
+    // collectives are priced for the whole group, on the simulated members' ports.
+    Group& group(std::vector<int> members, std::string name, std::vector<int> whole = {});
+    // The cluster's GPU that rank `rank` is, and its node.
+    [[nodiscard]] int placement(int rank) const {
+        return placement_.empty() ? rank : placement_[static_cast<std::size_t>(rank)];
+    }
+    [[nodiscard]] int node_of(int rank) const { return cluster_.node_of(placement(rank)); }
     Group& everyone() { return *everyone_; }
     // The collective algorithm (default: the cluster's).
     void set_algorithm(Algorithm a) { algorithm_ = a; }
@@ -125,6 +135,7 @@ private:
     };
 
     Cluster cluster_;
+    std::vector<int> placement_;  // empty: rank r is GPU r
     Algorithm algorithm_;
     Simulation sim_;
     Network network_;  // ports: per rank and level, transmit then receive (tx, rx)

@@ -152,7 +152,7 @@ TransferRecord* Device::join(Collective c, Group& g, double bytes, int layer, bo
     if (round.arrivals.empty()) {
         round.transfer = world_->network_.create();
         round.transfer->op = op.id();
-        round.arrivals = world_->spare_arrivals(g.size());
+        round.arrivals = world_->spare_arrivals(g.simulated());
         round.op = op;
         round.layer = layer;
         round.first_rank = rank();
@@ -170,7 +170,7 @@ TransferRecord* Device::join(Collective c, Group& g, double bytes, int layer, bo
     TransferRef& last = stream == CommStream::tensor ? last_tp_comm_ : last_comm_;
     round.arrivals.push_back(Arrival{rank(), now(), async ? last : nullptr});
     if (async) last = t;
-    if (static_cast<int>(round.arrivals.size()) == g.size()) {
+    if (static_cast<int>(round.arrivals.size()) == g.simulated()) {
         // Rounds complete in call order (every member called the earlier ones
         // first), so this is the oldest open round.
         std::vector<Arrival> arrivals = std::move(round.arrivals);
@@ -208,7 +208,7 @@ Transfer Device::send(int dst, double bytes, int tag, int layer, IdSet microbatc
     last_p2p_ = t;
     record_transfer(ops::send, layer, t, bytes, std::move(microbatches));
     const Cluster& cl = world_->cluster();
-    const bool same_node = cl.node_of(rank()) == cl.node_of(dst);
+    const bool same_node = world_->node_of(rank()) == world_->node_of(dst);
     const Level l = same_node ? Level::intra_node : Level::inter_node;
     const int ports[2] = {World::tx(rank(), l), World::rx(dst, l)};
     world_->arm(t, dst == rank() ? std::span<const int>() : std::span<const int>(ports), {},

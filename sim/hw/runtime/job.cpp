@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <stdexcept>
 
 namespace dtsim::hw {
 
@@ -31,14 +32,20 @@ void PipelinePlan::split(const std::vector<int>& stage_layers) {
 }
 
 int Job::rank_of_stage(int s) const {
-    return ((plan->owner[static_cast<std::size_t>(s)] * dp + dp_rank) * cp + cp_rank) * tp + tp_rank;
+    return ((plan->owner[static_cast<std::size_t>(s)] * simulated_dp + dp_rank) * cp + cp_rank) * tp + tp_rank;
 }
 
-std::vector<Job> make_jobs(World& world, const Config& config, const Workload& work, const PipelinePlan* plan) {
+std::vector<Job> make_jobs(World& world, const Config& config, const Workload& work, const PipelinePlan* plan,
+                           bool one_replica) {
     const int dp = config.strategy.dp, tp = config.strategy.tp, pp = config.strategy.pp, cp = config.strategy.cp;
-    // Megatron-LM's order with context parallelism: tp innermost, then cp, dp, pp.
-    auto rank_of = [&](int stage, int d, int c, int t) { return ((stage * dp + d) * cp + c) * tp + t; };
-    std::vector<Job> jobs(static_cast<std::size_t>(dp * cp * tp * pp));
+    const bool hybrid = config.strategy.name == "fsdp" && config.strategy.sharding == "hybrid";
+    if (one_replica && hybrid) throw std::logic_error("make_jobs: hybrid sharding cannot simulate one replica");
+    const int sim_dp = one_replica ? 1 : dp;
+    // Megatron-LM's order with context parallelism: tp innermost, then cp, dp, pp; the world's
+    // ranks (rank_of) and the cluster's GPUs (gpu_of) alike, the world's over its replicas.
+    auto rank_of = [&](int stage, int d, int c, int t) { return ((stage * sim_dp + d) * cp + c) * tp + t; };
+    auto gpu_of = [&](int stage, int d, int c, int t) { return ((stage * dp + d) * cp + c) * tp + t; };
+    std::vector<Job> jobs(static_cast<std::size_t>(sim_dp * cp * tp * pp));
     // The layers of each pipeline rank: its stage, or its stages of the plan.
     std::vector<int> first_of(static_cast<std::size_t>(pp), 0), count_of(static_cast<std::size_t>(pp), 0);
     if (plan) {
@@ -60,13 +67,14 @@ std::vector<Job> make_jobs(World& world, const Config& config, const Workload& w
     const int logits_rank = plan ? plan->owner.back() : pp - 1;
     const bool separate_output = !work.model.tied_embeddings || embedding_rank != logits_rank;
     for (int s = 0; s < pp; ++s)
-        for (int d = 0; d < dp; ++d)
+        for (int d = 0; d < sim_dp; ++d)
             for (int c = 0; c < cp; ++c)
             for (int t = 0; t < tp; ++t) {
                 Job& j = jobs[static_cast<std::size_t>(rank_of(s, d, c, t))];
                 j.config = &config;
                 j.work = &work;
                 j.dp = dp;
+                j.simulated_dp = sim_dp;
                 j.cp = cp;
                 j.tp = tp;
                 j.pp = pp;
@@ -90,7 +98,7 @@ std::vector<Job> make_jobs(World& world, const Config& config, const Workload& w
     const auto cp_name = [&](int c) { return cp > 1 ? fmt::format(", cp {}", c) : std::string(); };
     if (tp > 1)
         for (int s = 0; s < pp; ++s)
-            for (int d = 0; d < dp; ++d)
+            for (int d = 0; d < sim_dp; ++d)
                 for (int c = 0; c < cp; ++c) {
                     std::vector<int> members;
                     for (int t = 0; t < tp; ++t) members.push_back(rank_of(s, d, c, t));
@@ -103,15 +111,19 @@ std::vector<Job> make_jobs(World& world, const Config& config, const Workload& w
     if (dp * cp > 1)
         for (int s = 0; s < pp; ++s)
             for (int t = 0; t < tp; ++t) {
-                std::vector<int> members;
+                std::vector<int> members, whole;
                 for (int d = 0; d < dp; ++d)
-                    for (int c = 0; c < cp; ++c) members.push_back(rank_of(s, d, c, t));
-                Group& g = world.group(members, fmt::format("{}[stage {}, tp {}]", cp > 1 ? "dp x cp" : "dp", s, t));
+                    for (int c = 0; c < cp; ++c) {
+                        if (d < sim_dp) members.push_back(rank_of(s, d, c, t));
+                        if (one_replica) whole.push_back(gpu_of(s, d, c, t));
+                    }
+                Group& g = world.group(members, fmt::format("{}[stage {}, tp {}]", cp > 1 ? "dp x cp" : "dp", s, t),
+                                       std::move(whole));
                 for (int r : members) jobs[static_cast<std::size_t>(r)].dp_group = &g;
             }
     if (cp > 1)
         for (int s = 0; s < pp; ++s)
-            for (int d = 0; d < dp; ++d)
+            for (int d = 0; d < sim_dp; ++d)
                 for (int t = 0; t < tp; ++t) {
                     std::vector<int> members;
                     for (int c = 0; c < cp; ++c) members.push_back(rank_of(s, d, c, t));
@@ -120,7 +132,6 @@ std::vector<Job> make_jobs(World& world, const Config& config, const Workload& w
                 }
     // HYBRID_SHARD: the data-parallel ranks of one node shard the model states;
     // the same shard position across nodes forms a replica group.
-    const bool hybrid = config.strategy.name == "fsdp" && config.strategy.sharding == "hybrid";
     const int per_node = std::max(1, std::min(dp, config.cluster.gpus_per_node / tp));
     if (hybrid && dp > per_node && dp % per_node == 0)
         for (int s = 0; s < pp; ++s)
@@ -139,7 +150,7 @@ std::vector<Job> make_jobs(World& world, const Config& config, const Workload& w
                 }
             }
     if (pp > 1 && work.model.tied_embeddings && work.model.vocab > 0 && embedding_rank != logits_rank)
-        for (int d = 0; d < dp; ++d)
+        for (int d = 0; d < sim_dp; ++d)
             for (int c = 0; c < cp; ++c)
             for (int t = 0; t < tp; ++t) {
                 const int first = rank_of(embedding_rank, d, c, t), last = rank_of(logits_rank, d, c, t);

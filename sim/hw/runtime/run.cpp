@@ -89,6 +89,17 @@ PipelinePlan make_plan(const Config& c) {
     return plan;
 }
 
+}  // namespace
+
+bool one_replica_applies(const Config& c, const RunOptions& options) {
+    const StrategyConfig& s = c.strategy;
+    return options.one_replica && !options.keep_trace && s.name != "puzzle" && s.dp > 1 && !c.stragglers.any() &&
+           !(s.name == "fsdp" && s.sharding == "hybrid") &&
+           static_cast<long long>(s.dp) * s.cp * s.tp * s.pp == c.gpus();
+}
+
+namespace {
+
 RunResult simulate_transformer(const Config& c, const RunOptions& options) {
     RunResult out;
     RunReport& r = out.report;
@@ -96,13 +107,23 @@ RunResult simulate_transformer(const Config& c, const RunOptions& options) {
     if (!strategy) throw std::invalid_argument(fmt::format("no hardware strategy \"{}\"", c.strategy.name));
     const Workload work = make_workload(c.model.spec, layer_split(c), c.cluster.gpu);
 
-    World world(c.cluster, c.gpus());
+    // One replica for all: the world holds the GPUs of data-parallel rank 0, in the grid's order.
+    const int dp = c.strategy.dp, cp = c.strategy.cp, tp = c.strategy.tp, pp = c.strategy.pp;
+    const bool one_replica = one_replica_applies(c, options);
+    std::vector<int> placement;
+    if (one_replica)
+        for (int s = 0; s < pp; ++s)
+            for (int k = 0; k < cp * tp; ++k) placement.push_back(s * dp * cp * tp + k);
+    // The rank of the world that stands for the cluster's GPU `gpu`: its own, or its replica-0 twin's.
+    const auto simulated = [&](int gpu) { return one_replica ? gpu / (dp * cp * tp) * cp * tp + gpu % (cp * tp) : gpu; };
+    const int ranks = one_replica ? pp * cp * tp : c.gpus();
+    World world(c.cluster, ranks, std::move(placement));
     if (c.strategy.algorithm) world.set_algorithm(*c.strategy.algorithm);
     world.set_recording(options.keep_trace);
     world.set_stragglers(c.stragglers);
     std::optional<PipelinePlan> plan;
     if (is_scheduled_pipeline(c.strategy.name)) plan = make_plan(c);
-    std::vector<Job> jobs = make_jobs(world, c, work, plan ? &*plan : nullptr);
+    std::vector<Job> jobs = make_jobs(world, c, work, plan ? &*plan : nullptr, one_replica);
     std::vector<ParamGather> gathers;
     // ZeRO-1/2 with overlap_param_gather, and ZeRO-3 inside pipeline stages, gather the weights layer by layer.
     if (strategy->gathers_layers(c.strategy.zero_stage, c.strategy.overlap_param_gather,
@@ -114,13 +135,15 @@ RunResult simulate_transformer(const Config& c, const RunOptions& options) {
 
     r.step_time = world.step_time();
     r.model_flops = model_flops_per_step(c.model.spec, c.training.global_batch);
-    for (int i = 0; i < world.ranks(); ++i) {
-        const Device& d = world.device(i);
+    // Every GPU of the cluster, in order, each as the rank that simulated it (the same sums as a
+    // world of every GPU would make).
+    for (int i = 0; i < c.gpus(); ++i) {
+        const Device& d = world.device(simulated(i));
         r.hardware_flops += d.flops();
         r.events += d.events();
-        r.split.compute += d.time_split().compute / world.ranks();
-        r.split.comm += d.time_split().comm / world.ranks();
-        r.split.idle += d.time_split().idle / world.ranks();
+        r.split.compute += d.time_split().compute / c.gpus();
+        r.split.comm += d.time_split().comm / c.gpus();
+        r.split.idle += d.time_split().idle / c.gpus();
         r.rank_splits.push_back(d.time_split());
         const MemoryStats& m = d.memory_stats();
         r.rank_peaks.push_back(m.peak.bytes);
@@ -131,7 +154,8 @@ RunResult simulate_transformer(const Config& c, const RunOptions& options) {
     }
     r.caveats = prediction_caveats(c, work);
     const CriticalPath path = world.critical_path();
-    r.critical_rank = path.rank;
+    r.critical_rank = world.placement(path.rank);
+    r.simulated_ranks = world.ranks();
     if (r.step_time > 0) {
         r.critical_share = path.on_rank[static_cast<std::size_t>(path.rank)] / r.step_time;
         r.critical_transfers_share = path.transfers / r.step_time;
@@ -201,6 +225,7 @@ RunResult simulate_puzzle(const Config& c, const RunOptions& options) {
     r.correct = t.summary.correct;
     if (run.check_error) r.check_error = *run.check_error;
     r.events = t.event_count();
+    r.simulated_ranks = c.gpus();
     if (!options.keep_trace) out.trace.ranks.clear();
     return out;
 }
@@ -336,7 +361,8 @@ RunSize estimate_run_size(const Config& c, const RunOptions& options) {
 void check_run_size(const Config& c, const RunOptions& options) {
     const RunSize size = estimate_run_size(c, options);
     const double limit = options.keep_trace ? kMaxKeptEvents : kMaxRunEvents;
-    if (size.events <= limit) return;
+    // One replica for all simulates the events of one data-parallel rank's share.
+    if ((one_replica_applies(c, options) ? size.events / c.strategy.dp : size.events) <= limit) return;
     const StrategyConfig& s = c.strategy;
     const double ranks = static_cast<double>(s.dp) * s.tp * s.pp * s.cp;
     std::string how;
@@ -476,6 +502,7 @@ nlohmann::json to_json(const RunReport& r) {
                      {"time_split_s", {{"compute", r.split.compute}, {"exposed_comm", r.split.comm}, {"idle", r.split.idle}}},
                      {"memory", {{"capacity_bytes", r.capacity}, {"peak", verdict(r.peak)}, {"oom", nullptr}}},
                      {"events", r.events},
+                     {"simulated_ranks", r.simulated_ranks},
                      {"wall_s", r.wall_seconds}};
     if (r.oom) j["memory"]["oom"] = verdict(*r.oom);
     if (!r.rank_splits.empty())

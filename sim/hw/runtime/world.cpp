@@ -25,12 +25,22 @@ CollectiveCost Group::cost(Collective c, double bytes) const {
     return collective_cost(world_->cluster(), c, bytes, shape_, world_->algorithm());
 }
 
-World::World(Cluster cluster, int ranks)
-    : cluster_(std::move(cluster)), algorithm_(cluster_.algorithm), sim_(ranks), network_(ranks * 4) {
+World::World(Cluster cluster, int ranks, std::vector<int> placement)
+    : cluster_(std::move(cluster)), placement_(std::move(placement)), algorithm_(cluster_.algorithm), sim_(ranks),
+      network_(ranks * 4) {
     if (ranks > cluster_.gpus())
         throw std::invalid_argument(fmt::format("cluster {} has {} GPUs ({} nodes x {}); {} ranks do not fit",
                                                 cluster_.name, cluster_.gpus(), cluster_.nodes,
                                                 cluster_.gpus_per_node, ranks));
+    if (!placement_.empty()) {
+        if (static_cast<int>(placement_.size()) != ranks)
+            throw std::invalid_argument(fmt::format("a placement of {} GPUs for {} ranks", placement_.size(), ranks));
+        for (std::size_t r = 0; r < placement_.size(); ++r)
+            if (placement_[r] < 0 || placement_[r] >= cluster_.gpus() || (r > 0 && placement_[r] <= placement_[r - 1]))
+                throw std::invalid_argument(fmt::format("placement: rank {} on GPU {}: expected ascending GPUs in "
+                                                        "[0, {})",
+                                                        r, placement_[r], cluster_.gpus()));
+    }
     wait_text_.resize(static_cast<std::size_t>(ranks));
     devices_.reserve(static_cast<std::size_t>(ranks));
     for (int r = 0; r < ranks; ++r) devices_.push_back(std::make_unique<Device>(*this, sim_.gpu(r)));
@@ -42,9 +52,11 @@ World::World(Cluster cluster, int ranks)
 
 World::~World() = default;
 
-Group& World::group(std::vector<int> members, std::string name) {
+Group& World::group(std::vector<int> members, std::string name, std::vector<int> whole) {
     Communicator& comm = sim_.communicator(std::move(members), std::move(name));
-    const GroupShape shape = GroupShape::of(cluster_, comm.members());
+    if (whole.empty())
+        for (int r : comm.members()) whole.push_back(placement(r));
+    const GroupShape shape = GroupShape::of(cluster_, whole);
     // Every member sends and receives (ring, tree): its tx and rx on each
     // level spanned. Weights: a level's share of the bottleneck's time
     // (network.hpp). The ratio does not depend on the collective or its size
@@ -136,7 +148,7 @@ void World::describe_stuck() {
     for (Group& g : groups_)
         for (std::size_t i = 0; i < g.rounds_.size(); ++i) {
             const Group::Round& round = g.rounds_[i];
-            if (!round.transfer || static_cast<int>(round.arrivals.size()) == g.size()) continue;
+            if (!round.transfer || static_cast<int>(round.arrivals.size()) == g.simulated()) continue;
             const std::string what =
                 "the end of " + describe_round(g, g.base_ + i, round.op, round.layer, g.calls_);
             for (int r : network_.waiters(round.transfer)) {
@@ -153,7 +165,7 @@ void World::check_open_rounds() const {
     for (const Group& g : groups_)
         for (std::size_t i = 0; i < g.rounds_.size(); ++i) {
             const Group::Round& round = g.rounds_[i];
-            if (!round.transfer || static_cast<int>(round.arrivals.size()) == g.size()) continue;
+            if (!round.transfer || static_cast<int>(round.arrivals.size()) == g.simulated()) continue;
             msg += "\n  " + describe_round(g, g.base_ + i, round.op, round.layer, g.calls_);
         }
     if (!msg.empty()) throw DeadlockError("deadlock: the run ended with collectives that not every member called:" + msg);
