@@ -87,9 +87,10 @@ int main(int argc, char** argv) {
         if (a == "-h" || a == "--help") {
             fmt::print("usage: dtsim-hw-bench [--repeat N] [CONFIG.json ...]\n"
                        "       dtsim-hw-bench [--repeat N] [--jobs J] CONFIG.json ... --set PATH=V1,V2 [--set ...]\n"
-                       "Simulates each config N times (default 3), whole and with one data-parallel replica for all\n"
-                       "where that applies, and prints the best wall times, events per second, whether the reports\n"
-                       "agree, MFU and step time; without configs, GPT-3 175B on 1,024 A100s and a puzzle strategy.\n"
+                       "Simulates each config N times (default 3), whole and with one rank for its data- and\n"
+                       "tensor-parallel twins where that applies, and prints the best wall times, events per second,\n"
+                       "whether the reports agree, MFU and step time; without configs, GPT-3 175B on 1,024 A100s and\n"
+                       "a puzzle strategy.\n"
                        "With --set, each config's sweep (as dtsim run runs it) one run after another and J at once\n"
                        "(default: one per hardware thread), best of N each, and whether both gave the same rows.\n");
             return 0;
@@ -109,17 +110,17 @@ int main(int argc, char** argv) {
             bench_sweeps(configs, sets, jobs, repeat);
             return 0;
         }
-        // Each config simulated whole (every data-parallel replica) and with one replica for all
-        // (RunOptions::one_replica, where it applies), best of `repeat` each, and whether the two
-        // reports agree figure for figure.
+        // Each config simulated whole (every rank) and with one rank for its data- and
+        // tensor-parallel twins (RunOptions::twins_once, where it applies), best of `repeat` each,
+        // and whether the two reports agree figure for figure.
         fmt::print("{:<44} {:>6} {:>10} {:>9} {:>11} {:>10} {:>8} {:>7} {:>8} {:>10}\n", "config", "gpus", "events",
-                   "whole s", "events/s", "1 rep. s", "speed-up", "same", "MFU", "step");
+                   "whole s", "events/s", "twins s", "speed-up", "same", "MFU", "step");
         for (const auto& path : configs) {
             const auto config = dtsim::hw::load_config(path);
-            const auto best_of = [&](bool one_replica, dtsim::hw::RunReport& report) {
+            const auto best_of = [&](bool twins_once, dtsim::hw::RunReport& report) {
                 double best = 1e300;
                 for (int i = 0; i < repeat; ++i) {
-                    auto r = dtsim::hw::simulate(config, {.keep_trace = false, .one_replica = one_replica});
+                    auto r = dtsim::hw::simulate(config, {.keep_trace = false, .twins_once = twins_once});
                     best = std::min(best, r.report.wall_seconds);
                     report = r.report;
                 }
@@ -127,7 +128,7 @@ int main(int argc, char** argv) {
             };
             dtsim::hw::RunReport whole, one;
             const double t_whole = best_of(false, whole);
-            const bool applies = dtsim::hw::one_replica_applies(config, {.keep_trace = false});
+            const bool applies = dtsim::hw::twins_once_applies(config, {.keep_trace = false});
             const double t_one = applies ? best_of(true, one) : t_whole;
             auto a = dtsim::hw::to_json(whole), b = dtsim::hw::to_json(applies ? one : whole);
             for (auto* j : {&a, &b}) {

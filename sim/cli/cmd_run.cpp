@@ -115,7 +115,8 @@ void print_report(const hw::Config& c, const hw::RunReport& r) {
         fmt::print("  correct       {}\n", *r.correct ? "yes" : "no: " + r.check_error);
     fmt::print("  simulated     {} events in {:.3f} s{}\n", r.events, r.wall_seconds,
                r.simulated_ranks > 0 && r.simulated_ranks < r.gpus
-                   ? fmt::format(" (one data-parallel replica for all: {} of {} GPUs)", r.simulated_ranks, r.gpus)
+                   ? fmt::format(" (one rank for its data- and tensor-parallel twins: {} of {} GPUs)",
+                                 r.simulated_ranks, r.gpus)
                    : "");
     for (std::size_t i = 0; i < r.caveats.size(); ++i)
         fmt::print("  {}{}\n", i == 0 ? "weakest       " : "              ", r.caveats[i]);

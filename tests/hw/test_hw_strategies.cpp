@@ -294,9 +294,9 @@ TEST_CASE("the shipped run configs are well inside the event limit, and the esti
         CAPTURE(f);
         const Config c = load_config(f.string());
         const RunSize size = estimate_run_size(c);
-        // What the engine simulates without a trace: one data-parallel replica's share where one stands for all.
-        const bool one = one_replica_applies(c, {.keep_trace = false});
-        CHECK((one ? size.events / c.strategy.dp : size.events) < kMaxRunEvents / 5);
+        // What the engine simulates without a trace: a dp x tp-th of the events where a rank stands for its twins.
+        const bool twins = twins_once_applies(c, {.keep_trace = false});
+        CHECK((twins ? size.events / (c.strategy.dp * c.strategy.tp) : size.events) < kMaxRunEvents / 5);
         if (size.events < 2e6)  // the big ones take seconds each
             check_estimate(c, c.strategy.name == "puzzle" ? std::numeric_limits<double>::infinity() : 1.5);
     }

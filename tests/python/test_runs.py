@@ -21,7 +21,7 @@ def cli_json(*args):
 
 
 def without_wall_time(report):
-    # Less the host's time and how many ranks ran (one replica for all without a trace): the same report.
+    # Less the host's time and how many ranks ran (one rank for its twins without a trace): the same report.
     return {k: v for k, v in report.items() if k not in ("wall_s", "simulated_ranks")}
 
 

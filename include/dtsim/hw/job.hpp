@@ -38,9 +38,9 @@ struct Job {
     const Config* config = nullptr;
     const Workload* work = nullptr;
     int dp = 1, tp = 1, pp = 1, cp = 1;
-    // The data-parallel ranks the world simulates: dp, or 1 where one replica stands for all
-    // (make_jobs' one_replica); rank numbers in the world follow it.
-    int simulated_dp = 1;
+    // The data-parallel and tensor-parallel ranks the world simulates: dp and tp, or 1 each where
+    // one rank stands for its twins (make_jobs' twins_once); rank numbers in the world follow them.
+    int simulated_dp = 1, simulated_tp = 1;
     int microbatches = 1;
     int dp_rank = 0, tp_rank = 0, stage = 0, cp_rank = 0;
     // Same stage and tp_rank, every dp_rank and cp_rank: the ranks that reduce gradients and shard
@@ -83,12 +83,14 @@ struct Job {
 class World;
 // The grid's groups on `world` and every rank's job.
 // `plan` (kept alive by the caller) is given for schedule-driven pipelines.
-// `one_replica`: the world holds data-parallel replica 0 only (its ranks at their GPUs, in the
-// grid's order), which stands for every replica: all run the same program at the same times.
-// Groups inside a replica are as in the whole job; a data-parallel group keeps its simulated
-// members (cp of them) but has the size and shape of the whole group, so its collectives are
-// priced as the whole group's. Not for hybrid sharding (its groups cut across replicas otherwise).
+// `twins_once`: the world holds the ranks of data-parallel rank 0 and tensor-parallel rank 0 only
+// (at their GPUs, in the grid's order), each standing for its twins, the ranks of the other
+// replicas and tensor-parallel peers at its stage and context-parallel rank: all run the same
+// program at the same times. Context-parallel and embedding groups and the pipeline's neighbours
+// are as in the whole job; a tensor- or data-parallel group keeps its simulated members (one, or
+// cp) but has the size and shape of the whole group, so its collectives are priced as the whole
+// group's. Not for hybrid sharding (its groups cut across replicas otherwise).
 std::vector<Job> make_jobs(World& world, const Config& config, const Workload& work,
-                           const PipelinePlan* plan = nullptr, bool one_replica = false);
+                           const PipelinePlan* plan = nullptr, bool twins_once = false);
 
 }  // namespace dtsim::hw

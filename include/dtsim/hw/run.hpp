@@ -79,14 +79,15 @@ std::vector<std::string> prediction_caveats(const Config& c, const Workload& wor
 struct RunOptions {
     bool keep_trace = true;  // false drops the events after the report is computed
     bool straggler_baseline = true;  // with stragglers, also run without them (baseline_step_time)
-    // Without a trace, simulate one data-parallel replica for all of them where they run the same
-    // program at the same times (one_replica_applies): the same report, dp times fewer ranks.
-    bool one_replica = true;
+    // Without a trace, simulate one rank for its twins (the same stage and context-parallel rank in
+    // every data-parallel replica and tensor-parallel position), which run the same program at the
+    // same times (twins_once_applies): the same report, dp x tp times fewer ranks.
+    bool twins_once = true;
 };
 
-// Whether simulate() runs one data-parallel replica for all: dp > 1, no trace kept, no stragglers
-// or jitter (they make replicas differ), not hybrid sharding, a transformer strategy.
-bool one_replica_applies(const Config& c, const RunOptions& options);
+// Whether simulate() runs one rank for its twins: dp x tp > 1, no trace kept, no stragglers or
+// jitter (they make twins differ), not hybrid sharding, a transformer strategy.
+bool twins_once_applies(const Config& c, const RunOptions& options);
 
 // The size of a run, estimated from the config alone before anything is built
 // (estimate_run_size): the events it records, and the model states (weights,

@@ -32,20 +32,20 @@ void PipelinePlan::split(const std::vector<int>& stage_layers) {
 }
 
 int Job::rank_of_stage(int s) const {
-    return ((plan->owner[static_cast<std::size_t>(s)] * simulated_dp + dp_rank) * cp + cp_rank) * tp + tp_rank;
+    return ((plan->owner[static_cast<std::size_t>(s)] * simulated_dp + dp_rank) * cp + cp_rank) * simulated_tp + tp_rank;
 }
 
 std::vector<Job> make_jobs(World& world, const Config& config, const Workload& work, const PipelinePlan* plan,
-                           bool one_replica) {
+                           bool twins_once) {
     const int dp = config.strategy.dp, tp = config.strategy.tp, pp = config.strategy.pp, cp = config.strategy.cp;
     const bool hybrid = config.strategy.name == "fsdp" && config.strategy.sharding == "hybrid";
-    if (one_replica && hybrid) throw std::logic_error("make_jobs: hybrid sharding cannot simulate one replica");
-    const int sim_dp = one_replica ? 1 : dp;
+    if (twins_once && hybrid) throw std::logic_error("make_jobs: hybrid sharding cannot simulate twins once");
+    const int sim_dp = twins_once ? 1 : dp, sim_tp = twins_once ? 1 : tp;
     // Megatron-LM's order with context parallelism: tp innermost, then cp, dp, pp; the world's
-    // ranks (rank_of) and the cluster's GPUs (gpu_of) alike, the world's over its replicas.
-    auto rank_of = [&](int stage, int d, int c, int t) { return ((stage * sim_dp + d) * cp + c) * tp + t; };
+    // ranks (rank_of) and the cluster's GPUs (gpu_of) alike, the world's over what it simulates.
+    auto rank_of = [&](int stage, int d, int c, int t) { return ((stage * sim_dp + d) * cp + c) * sim_tp + t; };
     auto gpu_of = [&](int stage, int d, int c, int t) { return ((stage * dp + d) * cp + c) * tp + t; };
-    std::vector<Job> jobs(static_cast<std::size_t>(sim_dp * cp * tp * pp));
+    std::vector<Job> jobs(static_cast<std::size_t>(sim_dp * cp * sim_tp * pp));
     // The layers of each pipeline rank: its stage, or its stages of the plan.
     std::vector<int> first_of(static_cast<std::size_t>(pp), 0), count_of(static_cast<std::size_t>(pp), 0);
     if (plan) {
@@ -69,12 +69,13 @@ std::vector<Job> make_jobs(World& world, const Config& config, const Workload& w
     for (int s = 0; s < pp; ++s)
         for (int d = 0; d < sim_dp; ++d)
             for (int c = 0; c < cp; ++c)
-            for (int t = 0; t < tp; ++t) {
+            for (int t = 0; t < sim_tp; ++t) {
                 Job& j = jobs[static_cast<std::size_t>(rank_of(s, d, c, t))];
                 j.config = &config;
                 j.work = &work;
                 j.dp = dp;
                 j.simulated_dp = sim_dp;
+                j.simulated_tp = sim_tp;
                 j.cp = cp;
                 j.tp = tp;
                 j.pp = pp;
@@ -100,9 +101,13 @@ std::vector<Job> make_jobs(World& world, const Config& config, const Workload& w
         for (int s = 0; s < pp; ++s)
             for (int d = 0; d < sim_dp; ++d)
                 for (int c = 0; c < cp; ++c) {
-                    std::vector<int> members;
-                    for (int t = 0; t < tp; ++t) members.push_back(rank_of(s, d, c, t));
-                    Group& g = world.group(members, fmt::format("tp[stage {}, dp {}{}]", s, d, cp_name(c)));
+                    std::vector<int> members, whole;
+                    for (int t = 0; t < tp; ++t) {
+                        if (t < sim_tp) members.push_back(rank_of(s, d, c, t));
+                        if (twins_once) whole.push_back(gpu_of(s, d, c, t));
+                    }
+                    Group& g = world.group(members, fmt::format("tp[stage {}, dp {}{}]", s, d, cp_name(c)),
+                                           std::move(whole));
                     for (int r : members) jobs[static_cast<std::size_t>(r)].tp_group = &g;
                 }
     // Gradients and sharded states span the context-parallel ranks too (Megatron-LM's data-parallel
@@ -110,12 +115,12 @@ std::vector<Job> make_jobs(World& world, const Config& config, const Workload& w
     // whole weights and computes gradients from its part of each sequence.
     if (dp * cp > 1)
         for (int s = 0; s < pp; ++s)
-            for (int t = 0; t < tp; ++t) {
+            for (int t = 0; t < sim_tp; ++t) {
                 std::vector<int> members, whole;
                 for (int d = 0; d < dp; ++d)
                     for (int c = 0; c < cp; ++c) {
                         if (d < sim_dp) members.push_back(rank_of(s, d, c, t));
-                        if (one_replica) whole.push_back(gpu_of(s, d, c, t));
+                        if (twins_once) whole.push_back(gpu_of(s, d, c, t));
                     }
                 Group& g = world.group(members, fmt::format("{}[stage {}, tp {}]", cp > 1 ? "dp x cp" : "dp", s, t),
                                        std::move(whole));
@@ -124,7 +129,7 @@ std::vector<Job> make_jobs(World& world, const Config& config, const Workload& w
     if (cp > 1)
         for (int s = 0; s < pp; ++s)
             for (int d = 0; d < sim_dp; ++d)
-                for (int t = 0; t < tp; ++t) {
+                for (int t = 0; t < sim_tp; ++t) {
                     std::vector<int> members;
                     for (int c = 0; c < cp; ++c) members.push_back(rank_of(s, d, c, t));
                     Group& g = world.group(members, fmt::format("cp[stage {}, dp {}, tp {}]", s, d, t));
@@ -152,7 +157,7 @@ std::vector<Job> make_jobs(World& world, const Config& config, const Workload& w
     if (pp > 1 && work.model.tied_embeddings && work.model.vocab > 0 && embedding_rank != logits_rank)
         for (int d = 0; d < sim_dp; ++d)
             for (int c = 0; c < cp; ++c)
-            for (int t = 0; t < tp; ++t) {
+            for (int t = 0; t < sim_tp; ++t) {
                 const int first = rank_of(embedding_rank, d, c, t), last = rank_of(logits_rank, d, c, t);
                 Group& g = world.group({first, last}, fmt::format("embedding[dp {}{}, tp {}]", d, cp_name(c), t));
                 jobs[static_cast<std::size_t>(first)].embedding_group = &g;

@@ -91,9 +91,9 @@ PipelinePlan make_plan(const Config& c) {
 
 }  // namespace
 
-bool one_replica_applies(const Config& c, const RunOptions& options) {
+bool twins_once_applies(const Config& c, const RunOptions& options) {
     const StrategyConfig& s = c.strategy;
-    return options.one_replica && !options.keep_trace && s.name != "puzzle" && s.dp > 1 && !c.stragglers.any() &&
+    return options.twins_once && !options.keep_trace && s.name != "puzzle" && s.dp * s.tp > 1 && !c.stragglers.any() &&
            !(s.name == "fsdp" && s.sharding == "hybrid") &&
            static_cast<long long>(s.dp) * s.cp * s.tp * s.pp == c.gpus();
 }
@@ -107,23 +107,24 @@ RunResult simulate_transformer(const Config& c, const RunOptions& options) {
     if (!strategy) throw std::invalid_argument(fmt::format("no hardware strategy \"{}\"", c.strategy.name));
     const Workload work = make_workload(c.model.spec, layer_split(c), c.cluster.gpu);
 
-    // One replica for all: the world holds the GPUs of data-parallel rank 0, in the grid's order.
+    // One rank for its twins: the world holds the GPUs of data-parallel rank 0 and tensor-parallel
+    // rank 0, in the grid's order (job.hpp: ((stage x dp + d) x cp + c) x tp + t).
     const int dp = c.strategy.dp, cp = c.strategy.cp, tp = c.strategy.tp, pp = c.strategy.pp;
-    const bool one_replica = one_replica_applies(c, options);
+    const bool twins_once = twins_once_applies(c, options);
     std::vector<int> placement;
-    if (one_replica)
+    if (twins_once)
         for (int s = 0; s < pp; ++s)
-            for (int k = 0; k < cp * tp; ++k) placement.push_back(s * dp * cp * tp + k);
-    // The rank of the world that stands for the cluster's GPU `gpu`: its own, or its replica-0 twin's.
-    const auto simulated = [&](int gpu) { return one_replica ? gpu / (dp * cp * tp) * cp * tp + gpu % (cp * tp) : gpu; };
-    const int ranks = one_replica ? pp * cp * tp : c.gpus();
+            for (int k = 0; k < cp; ++k) placement.push_back((s * dp * cp + k) * tp);
+    // The rank of the world that stands for the cluster's GPU `gpu`: its own, or its twin's.
+    const auto simulated = [&](int gpu) { return twins_once ? gpu / (dp * cp * tp) * cp + gpu / tp % cp : gpu; };
+    const int ranks = twins_once ? pp * cp : c.gpus();
     World world(c.cluster, ranks, std::move(placement));
     if (c.strategy.algorithm) world.set_algorithm(*c.strategy.algorithm);
     world.set_recording(options.keep_trace);
     world.set_stragglers(c.stragglers);
     std::optional<PipelinePlan> plan;
     if (is_scheduled_pipeline(c.strategy.name)) plan = make_plan(c);
-    std::vector<Job> jobs = make_jobs(world, c, work, plan ? &*plan : nullptr, one_replica);
+    std::vector<Job> jobs = make_jobs(world, c, work, plan ? &*plan : nullptr, twins_once);
     std::vector<ParamGather> gathers;
     // ZeRO-1/2 with overlap_param_gather, and ZeRO-3 inside pipeline stages, gather the weights layer by layer.
     if (strategy->gathers_layers(c.strategy.zero_stage, c.strategy.overlap_param_gather,
@@ -361,8 +362,9 @@ RunSize estimate_run_size(const Config& c, const RunOptions& options) {
 void check_run_size(const Config& c, const RunOptions& options) {
     const RunSize size = estimate_run_size(c, options);
     const double limit = options.keep_trace ? kMaxKeptEvents : kMaxRunEvents;
-    // One replica for all simulates the events of one data-parallel rank's share.
-    if ((one_replica_applies(c, options) ? size.events / c.strategy.dp : size.events) <= limit) return;
+    // One rank for its twins simulates the events of a dp x tp-th of the ranks.
+    const double twins = twins_once_applies(c, options) ? static_cast<double>(c.strategy.dp) * c.strategy.tp : 1;
+    if (size.events / twins <= limit) return;
     const StrategyConfig& s = c.strategy;
     const double ranks = static_cast<double>(s.dp) * s.tp * s.pp * s.cp;
     std::string how;

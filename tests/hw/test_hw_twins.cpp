@@ -1,6 +1,6 @@
-// One data-parallel replica simulated for all (RunOptions::one_replica, make_jobs' one_replica):
-// the report equals the whole world's, figure for figure, for every strategy and schedule at
-// several sizes; and it applies only where the replicas run the same program at the same times.
+// One rank simulated for its data- and tensor-parallel twins (RunOptions::twins_once, make_jobs'
+// twins_once): the report equals the whole world's, figure for figure, for every strategy and
+// schedule at several sizes; and it applies only where the twins run the same program at the same times.
 #include "dtsim/hw/config.hpp"
 #include "dtsim/hw/run.hpp"
 
@@ -18,12 +18,12 @@ namespace {
 const std::string kRuns = std::string(DTSIM_CONFIGS) + "/runs/";
 
 // The report as JSON without the wall-clock time the run took.
-nlohmann::json report_of(const Config& c, bool one_replica) {
+nlohmann::json report_of(const Config& c, bool twins_once) {
     RunOptions o;
     o.keep_trace = false;
-    o.one_replica = one_replica;
+    o.twins_once = twins_once;
     const RunReport r = simulate(c, o).report;
-    CHECK(r.simulated_ranks == (one_replica ? r.gpus / c.strategy.dp : r.gpus));
+    CHECK(r.simulated_ranks == (twins_once ? r.gpus / (c.strategy.dp * c.strategy.tp) : r.gpus));
     nlohmann::json j = to_json(r);
     j.erase("wall_s");
     j.erase("simulated_ranks");
@@ -37,14 +37,14 @@ void check_same_report(const std::string& file, const std::vector<Override>& ove
     INFO(label);
     RunOptions reduced;
     reduced.keep_trace = false;
-    REQUIRE(one_replica_applies(c, reduced));
+    REQUIRE(twins_once_applies(c, reduced));
     const nlohmann::json one = report_of(c, true), all = report_of(c, false);
     CHECK(one.dump() == all.dump());
 }
 
 }  // namespace
 
-TEST_CASE("one replica for all: the same report as every replica, strategy by strategy") {
+TEST_CASE("twins once: the same report as every rank simulated, strategy by strategy") {
     // Data parallelism alone, with ZeRO, FSDP (with TP: 2D) and tensor parallelism.
     check_same_report("llama3-8b-16xh100-ddp.json", {});
     check_same_report("llama3-8b-16xh100-zero1.json", {});
@@ -57,7 +57,7 @@ TEST_CASE("one replica for all: the same report as every replica, strategy by st
     check_same_report("llama3-8b-8xh100-megatron.json", {{"strategy.tp", "2"}, {"strategy.dp", "4"}});
 }
 
-TEST_CASE("one replica for all: pipelines and schedules, with ZeRO-3 in the stages and uneven stages") {
+TEST_CASE("twins once: pipelines and schedules, with ZeRO-3 in the stages and uneven stages") {
     for (const char* file : {"llama3-70b-64xh100-1f1b.json", "llama3-70b-64xh100-gpipe.json",
                              "llama3-70b-64xh100-interleaved.json", "llama3-70b-64xh100-zbh1.json",
                              "llama3-70b-64xh100-bfs.json", "llama3-70b-64xh100-dualpipev.json",
@@ -70,7 +70,7 @@ TEST_CASE("one replica for all: pipelines and schedules, with ZeRO-3 in the stag
                       {{"strategy.first_stage_layers", "8"}, {"strategy.last_stage_layers", "8"}});
 }
 
-TEST_CASE("one replica for all: context parallelism, recompute, float8 and compiled blocks, other sizes") {
+TEST_CASE("twins once: context parallelism, recompute, float8 and compiled blocks, other sizes") {
     check_same_report("llama3-8b-16xh100-fsdp.json", {{"strategy.cp", "2"}, {"strategy.dp", "8"}});
     check_same_report("llama3-8b-8xh100-megatron.json",
                       {{"strategy.tp", "2"}, {"strategy.cp", "2"}, {"strategy.dp", "2"}, {"strategy.sequence_parallel", "true"}});
@@ -80,18 +80,24 @@ TEST_CASE("one replica for all: context parallelism, recompute, float8 and compi
     check_same_report("gpt3-175b-1024xa100-sc21.json", {{"cluster.nodes", "32"}, {"strategy.dp", "2"}});
 }
 
-TEST_CASE("one replica applies only where the replicas are the same and no trace is kept") {
+TEST_CASE("twins once applies only where the twins are the same and no trace is kept") {
     RunOptions none;
     none.keep_trace = false;
-    CHECK(one_replica_applies(load_config(kRuns + "llama3-8b-16xh100-fsdp.json"), none));
-    // Stragglers make one replica differ; hybrid sharding's groups cut across replicas; a trace
-    // holds every rank; one replica is all there is at dp 1.
-    CHECK_FALSE(one_replica_applies(load_config(kRuns + "llama3-8b-16xh100-zero1-straggler.json"), none));
-    CHECK_FALSE(one_replica_applies(load_config(kRuns + "llama3-8b-16xh100-fsdp-hybrid.json"), none));
-    CHECK_FALSE(one_replica_applies(load_config(kRuns + "llama3-8b-16xh100-fsdp.json"), RunOptions{}));
-    CHECK_FALSE(one_replica_applies(
+    CHECK(twins_once_applies(load_config(kRuns + "llama3-8b-16xh100-fsdp.json"), none));
+    // Stragglers make twins differ; hybrid sharding's groups cut across replicas; a trace holds
+    // every rank; a rank has no twins at dp 1 and tp 1.
+    CHECK_FALSE(twins_once_applies(load_config(kRuns + "llama3-8b-16xh100-zero1-straggler.json"), none));
+    CHECK_FALSE(twins_once_applies(load_config(kRuns + "llama3-8b-16xh100-fsdp-hybrid.json"), none));
+    CHECK_FALSE(twins_once_applies(load_config(kRuns + "llama3-8b-16xh100-fsdp.json"), RunOptions{}));
+    CHECK_FALSE(twins_once_applies(
+        load_config(kRuns + "llama3-8b-8xh100-megatron.json",
+                    {{"strategy.name", "\"1f1b\""}, {"strategy.tp", "1"}, {"strategy.pp", "8"}, {"strategy.dp", "1"},
+                     {"strategy.sequence_parallel", "false"}}),
+        none));
+    // Tensor parallelism alone has twins.
+    CHECK(twins_once_applies(
         load_config(kRuns + "llama3-8b-8xh100-megatron.json", {{"strategy.tp", "8"}, {"strategy.dp", "1"}}), none));
     RunOptions off = none;
-    off.one_replica = false;
-    CHECK_FALSE(one_replica_applies(load_config(kRuns + "llama3-8b-16xh100-fsdp.json"), off));
+    off.twins_once = false;
+    CHECK_FALSE(twins_once_applies(load_config(kRuns + "llama3-8b-16xh100-fsdp.json"), off));
 }
