@@ -39,6 +39,46 @@ def test_stores_support_get_set_del_len_in_and_iteration():
     assert [k for k, _ in weights.items()] == [0] and weights[0].step == 0
 
 
+def test_a_store_key_outside_32_bits_is_refused_and_nothing_is_stored():
+    model = Model(layers=2, batches=1, rank=0, dist=Dist(1))
+    weights = model.weights
+    with pytest.raises(OverflowError, match=r"weights\[1099511627776\]: a key's ints must fit in 32 bits"):
+        weights[2**40] = model.load_weights(0)[0]
+    with pytest.raises(OverflowError, match=r"weights\[\(0, -4294967296\)\]"):
+        weights[0, -2**32] = model.load_weights(0)[0]
+    assert len(weights) == 0 and model.memory() == 0
+
+
+def test_operations_check_their_arguments():
+    model = Model(layers=2, batches=1, rank=0, dist=Dist(1))
+    w, _ = model.load_weights(0)
+    a = model.get_activation([0])
+    with pytest.raises(TypeError, match=r"forward\(\): inp must be an Activation, not Weight"):
+        model.forward(0, w, a)
+    with pytest.raises(TypeError, match=r"forward\(\): layer must be an int, not float"):
+        model.forward(0.0, a, w)
+    with pytest.raises(TypeError, match=r"forward\(\) missing required argument 'weight'"):
+        model.forward(0, a)
+    with pytest.raises(TypeError, match=r"load_weights\(\) got an unexpected keyword argument 'shards'"):
+        model.load_weights(0, shards=1)
+    # A collective's value is checked when the operation is made, before anything is awaited.
+    with pytest.raises(TypeError, match=r"allreduce\(\): v must be a WeightGrad, not Weight"):
+        model.allreduce(w, 0)
+    with pytest.raises(TypeError, match=r"allgather\(\): v must be a Weight, an OptState or a WeightGrad, not Activation"):
+        model.allgather(a, 0)
+
+
+def test_an_operation_awaited_twice_runs_twice():
+    async def twice(model: Model):
+        reduce = model.allreduce(model.fake_grad(0, [model.rank]), 0)
+        first = await reduce
+        second = await reduce
+        assert first.batches == second.batches == frozenset({0, 1})
+
+    result = run(twice, layers=1, batches=2, ranks=2)
+    assert [r["op"] for r in result.trace if r["rank"] == 0] == ["allreduce", "allreduce"]
+
+
 def test_store_reads_in_an_operation_fail_with_the_engines_message():
     model = Model(layers=2, batches=1, rank=0, dist=Dist(1))
     weights, _, activations, _, _ = model.storage()

@@ -43,49 +43,22 @@ __all__ = [
 ]
 
 
-def _request_await(request):
-    # Awaiting a collective, a pass or a receive yields the request to the rank's
-    # driver in the engine, which sends back the operation's result.
-    return (yield request)
-
-
-_core.Request.__await__ = _request_await
-
-
 class PuzzleCheckError(AssertionError):
     """Model.check failed: the final weights are missing, stale or incomplete (the engine's message)."""
 
 
-class Store(dict):
+class Store(_core.Store):
     """One of a model's five stores: a dict whose contents are the GPU's memory.
 
     Reads are a dict's own (a missing key raises KeyError, as in the
-    reference). Storing and deleting are also noted for the engine's store of
-    the same name, which the model's next operation brings up to date before
-    it runs: the memory an operation records is the rank's memory then,
-    exactly as a C++ strategy's store keeps it.
+    reference). Storing and deleting (``store[key] = value``, ``del
+    store[key]``, done by the extension) also store and free in the engine's
+    store of the same name at once: the memory an operation records is the
+    rank's memory then, exactly as a C++ strategy's store keeps it. The
+    dict's other ways of changing its contents go through those two.
     """
 
-    __slots__ = ("_pending", "_which", "_type", "_name")
-
-    def __init__(self, pending: list, which: int, value_type: type, name: str):
-        super().__init__()
-        self._pending = pending
-        self._which = which
-        self._type = value_type
-        self._name = name
-
-    def __setitem__(self, key, value):
-        if type(value) is not self._type:
-            raise TypeError(f"{self._name}[{key!r}]: expected a {self._type.__name__}, not {type(value).__name__}")
-        if type(key) is not int and not (type(key) is tuple and _is_pair(key)):
-            raise TypeError(f"{self._name}[{key!r}]: a key is an int or a pair of ints")
-        self._pending.append((self._which, key, value))
-        dict.__setitem__(self, key, value)
-
-    def __delitem__(self, key):
-        dict.__delitem__(self, key)
-        self._pending.append((self._which, key, None))
+    __slots__ = ()
 
     def pop(self, key, *default):
         if key not in self and default:
@@ -119,10 +92,6 @@ class Store(dict):
         return dict(self)
 
 
-def _is_pair(key: tuple) -> bool:
-    return len(key) == 2 and type(key[0]) is int and type(key[1]) is int
-
-
 class Model(_core.Model):
     """One rank's GPU in the puzzle world, on ``dist`` (a ``Dist``; a one-rank Dist when left out).
 
@@ -139,12 +108,11 @@ class Model(_core.Model):
         self.dist = dist
         # Plain attributes (a strategy reads them in every loop), set from the engine's model.
         self.rank, self.RANKS, self.LAYERS, self.BATCHES = self._rank, self._RANKS, self._LAYERS, self._BATCHES
-        pending = self._pending
-        self.weights = Store(pending, 0, Weight, "weights")
-        self.opt_states = Store(pending, 1, OptState, "opt_states")
-        self.activations = Store(pending, 2, Activation, "activations")
-        self.grad_activations = Store(pending, 3, ActivationGrad, "grad_activations")
-        self.grad_weights = Store(pending, 4, WeightGrad, "grad_weights")
+        self.weights = Store(self, 0)
+        self.opt_states = Store(self, 1)
+        self.activations = Store(self, 2)
+        self.grad_activations = Store(self, 3)
+        self.grad_weights = Store(self, 4)
 
     def storage(self):
         return self.weights, self.opt_states, self.activations, self.grad_activations, self.grad_weights
