@@ -1,9 +1,13 @@
 // Just enough of an SVG reader for the renderer tests: the filled and stroked
-// paths Cairo writes (rectangles come out as <path>, text as glyph <use>s).
+// paths Cairo writes (rectangles come out as <path>, text as glyph <use>s), and
+// the ink box of each piece of text.
 #pragma once
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <map>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -107,6 +111,94 @@ inline std::vector<SvgPath> read_paths(const std::string& svg) {
         }
         out.push_back(std::move(p));
     }
+    return out;
+}
+
+// The ink box of one piece of text: Cairo writes each string it shows as a group of glyph <use>s,
+// each glyph's outline a <symbol> in <defs>; the box spans the outlines' points (curve control
+// points included) placed at each <use>'s x and y.
+struct TextBox {
+    double x0 = 0, y0 = 0, x1 = 0, y1 = 0;
+    std::size_t glyphs = 0;  // glyphs with ink (a space has none)
+};
+
+inline std::vector<TextBox> read_text_boxes(const std::string& svg) {
+    struct Box {
+        double x0, y0, x1, y1;
+    };
+    std::map<std::string, Box> glyph_box;  // glyph id -> box of its outline, around its origin
+    const auto defs_end = svg.find("</defs>");
+    for (std::size_t pos = 0; (pos = svg.find("<symbol ", pos)) != std::string::npos && pos < defs_end;) {
+        const auto end = svg.find("</symbol>", pos);
+        const std::string sym = svg.substr(pos, end - pos);
+        pos = end;
+        const std::string id = svg_detail::attribute(sym.substr(0, sym.find('>')), "id");
+        const auto path = sym.find("<path ");
+        if (path == std::string::npos) continue;
+        std::istringstream d(svg_detail::attribute(sym.substr(path), "d"));
+        std::string token;
+        bool any = false;
+        Box b{0, 0, 0, 0};
+        double x = 0;
+        bool have_x = false;
+        while (d >> token) {
+            if (std::isalpha(static_cast<unsigned char>(token[0]))) continue;  // M, L, C, Q, Z
+            const double v = std::strtod(token.c_str(), nullptr);
+            if (!have_x) {
+                x = v;
+                have_x = true;
+                continue;
+            }
+            have_x = false;
+            if (!any) b = {x, v, x, v};
+            b = {std::min(b.x0, x), std::min(b.y0, v), std::max(b.x1, x), std::max(b.y1, v)};
+            any = true;
+        }
+        if (any) glyph_box[id] = b;
+    }
+    std::vector<TextBox> out;
+    bool in_text = false;
+    for (std::size_t pos = defs_end == std::string::npos ? 0 : defs_end; pos < svg.size();) {
+        const auto lt = svg.find('<', pos);
+        if (lt == std::string::npos) break;
+        const auto gt = svg.find('>', lt);
+        const std::string el = svg.substr(lt, gt - lt + 1);
+        pos = gt + 1;
+        if (el.rfind("<g", 0) == 0 && el.find(" id=") == std::string::npos &&
+            el.find("clip-path") == std::string::npos) {
+            in_text = true;
+            out.push_back({});
+        } else if (el.rfind("</g", 0) == 0) {
+            in_text = false;
+        } else if (in_text && el.rfind("<use", 0) == 0) {
+            std::string href = svg_detail::attribute(el, "xlink:href");
+            if (href.empty()) href = svg_detail::attribute(el, "href");
+            const auto it = glyph_box.find(href.substr(1));
+            if (it == glyph_box.end()) continue;
+            const double x = std::strtod(svg_detail::attribute(el, "x").c_str(), nullptr);
+            const double y = std::strtod(svg_detail::attribute(el, "y").c_str(), nullptr);
+            const Box& g = it->second;
+            TextBox& t = out.back();
+            if (t.glyphs == 0) t = {x + g.x0, y + g.y0, x + g.x1, y + g.y1, 0};
+            t = {std::min(t.x0, x + g.x0), std::min(t.y0, y + g.y0), std::max(t.x1, x + g.x1),
+                 std::max(t.y1, y + g.y1), t.glyphs + 1};
+        }
+    }
+    std::erase_if(out, [](const TextBox& t) { return t.glyphs == 0; });
+    return out;
+}
+
+// Pairs of text boxes whose ink overlaps by more than `tol` pixels both ways.
+inline std::vector<std::pair<TextBox, TextBox>> overlapping_text(const std::vector<TextBox>& boxes, double tol = 0.5) {
+    std::vector<std::pair<TextBox, TextBox>> out;
+    for (std::size_t i = 0; i < boxes.size(); ++i)
+        for (std::size_t j = i + 1; j < boxes.size(); ++j) {
+            const auto& a = boxes[i];
+            const auto& b = boxes[j];
+            const double w = std::min(a.x1, b.x1) - std::max(a.x0, b.x0);
+            const double h = std::min(a.y1, b.y1) - std::max(a.y0, b.y0);
+            if (w > tol && h > tol) out.emplace_back(a, b);
+        }
     return out;
 }
 
