@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <iterator>
 #include <map>
 #include <numeric>
@@ -150,7 +151,7 @@ void separate(std::string& out, bool& first) {
     first = false;
 }
 
-void put_metadata(std::string& out, bool& first, int pid, int tid, std::string_view name,
+void put_metadata(std::string& out, bool& first, int pid, long long tid, std::string_view name,
                   std::string_view key, const std::string& value_json) {
     separate(out, first);
     fmt::format_to(std::back_inserter(out),
@@ -162,9 +163,60 @@ double micros_per_unit(const Trace& trace) {
     return trace.time_unit == "s" ? kChromeMicrosPerSecond : kChromeMicrosPerStep;
 }
 
+// The threads of one rank: each stream's events spread over as few threads as keep the slices of a
+// thread apart, since a viewer nests (Perfetto) or stacks the slices of one thread that overlap, and
+// one that starts inside another and ends after it has no place there. A pipeline rank's sends and
+// receives overlap this way on the comm stream (the simulator runs them concurrently), and so may the
+// collectives of its data- and tensor-parallel streams, which share the trace's one comm stream.
+struct RankThreads {
+    std::vector<std::size_t> thread_of;  // per event: index into names
+    std::vector<std::string> names;      // "compute", then "comm", "comm 2", ...; the compute thread always first
+    std::vector<int> sort_index;
+};
+
+// Overlaps shorter than this (microseconds: a nanosecond, the resolution of Perfetto's timestamps)
+// are rounding in the trace's times, not concurrency.
+constexpr double kOverlapTolerance = 1e-3;
+
+RankThreads rank_threads(const RankTrace& r, double us) {
+    RankThreads out;
+    out.thread_of.assign(r.events.size(), 0);
+    std::vector<std::size_t> order(r.events.size());
+    std::iota(order.begin(), order.end(), std::size_t{0});
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::size_t a, std::size_t b) { return r.events[a].start < r.events[b].start; });
+    for (const Stream stream : {Stream::compute, Stream::comm}) {
+        const std::string_view base = stream == Stream::compute ? "compute" : "comm";
+        std::vector<double> ends;  // per thread of this stream: the end of its last slice, in microseconds
+        const std::size_t first = out.names.size();
+        for (const auto i : order) {
+            const Event& e = r.events[i];
+            if (e.stream != stream) continue;
+            const double start = e.start * us;
+            std::size_t k = 0;
+            while (k < ends.size() && ends[k] > start + kOverlapTolerance) ++k;
+            if (k == ends.size()) ends.push_back(0);
+            ends[k] = std::max(ends[k], start + e.duration * us);
+            out.thread_of[i] = first + k;
+        }
+        if (stream == Stream::compute && ends.empty()) ends.push_back(0);  // named even when empty
+        for (std::size_t k = 0; k < ends.size(); ++k) {
+            out.names.push_back(k == 0 ? std::string(base) : fmt::format("{} {}", base, k + 1));
+            out.sort_index.push_back(static_cast<int>(out.names.size()) - 1);
+        }
+    }
+    return out;
+}
+
 void write_checked(const Trace& trace, std::ostream& os) {
     const double us = micros_per_unit(trace);
-    const std::string_view memory_key = trace.memory_unit == "byte" ? "bytes" : "units";
+    // Memory as a counter in GiB (2^30 bytes divide a double exactly), or in the trace's units.
+    const bool bytes = trace.memory_unit == "byte";
+    const std::string_view memory_key = bytes ? "GiB" : "units";
+    const double memory_scale = bytes ? 1.0 / static_cast<double>(std::int64_t{1} << 30) : 1.0;
+    const bool has_memory = std::any_of(trace.ranks.begin(), trace.ranks.end(), [](const RankTrace& r) {
+        return std::any_of(r.events.begin(), r.events.end(), [](const Event& e) { return e.memory != 0; });
+    });
     std::string out;
     constexpr std::size_t kChunk = std::size_t{1} << 22;  // written out whenever this much has gathered
     out.reserve(std::min(512 + trace.event_count() * 200, 2 * kChunk));
@@ -191,6 +243,11 @@ void write_checked(const Trace& trace, std::ostream& os) {
             flow_in[{flows[k].recv_rank, flows[k].recv_event}] = k + 1;
         }
     }
+    // Thread ids are unique in the whole export and above every pid (the rank): Perfetto's importer
+    // finds a thread by its tid, takes tid 0 for the idle task, and a tid equal to a pid for that
+    // process's main thread.
+    long long next_tid = 1;
+    for (const auto& r : trace.ranks) next_tid = std::max(next_tid, static_cast<long long>(r.rank) + 1);
     for (std::size_t ri = 0; ri < trace.ranks.size(); ++ri) {
         const auto& r = trace.ranks[ri];
         const int pid = r.rank;
@@ -203,18 +260,20 @@ void write_checked(const Trace& trace, std::ostream& os) {
                 if (n > 1) coords += fmt::format("{}{}{}", coords.empty() ? "" : " ", dim, v);
             process += " (" + coords + ")";
         }
-        put_metadata(out, first, pid, 0, "process_name", "name", nlohmann::json(process).dump());
-        put_metadata(out, first, pid, 0, "process_sort_index", "sort_index", fmt::format("{}", r.rank));
-        put_metadata(out, first, pid, 0, "thread_name", "name", "\"compute\"");
-        put_metadata(out, first, pid, 0, "thread_sort_index", "sort_index", "0");
-        if (std::any_of(r.events.begin(), r.events.end(),
-                        [](const Event& e) { return e.stream == Stream::comm; })) {
-            put_metadata(out, first, pid, 1, "thread_name", "name", "\"comm\"");
-            put_metadata(out, first, pid, 1, "thread_sort_index", "sort_index", "1");
+        const RankThreads threads = rank_threads(r, us);
+        const long long tid0 = next_tid;
+        next_tid += static_cast<long long>(threads.names.size());
+        put_metadata(out, first, pid, tid0, "process_name", "name", nlohmann::json(process).dump());
+        put_metadata(out, first, pid, tid0, "process_sort_index", "sort_index", fmt::format("{}", r.rank));
+        for (std::size_t k = 0; k < threads.names.size(); ++k) {
+            const long long tid = tid0 + static_cast<long long>(k);
+            put_metadata(out, first, pid, tid, "thread_name", "name", nlohmann::json(threads.names[k]).dump());
+            put_metadata(out, first, pid, tid, "thread_sort_index", "sort_index",
+                         fmt::format("{}", threads.sort_index[k]));
         }
         for (std::size_t ei = 0; ei < r.events.size(); ++ei) {
             const Event& e = r.events[ei];
-            const int tid = e.stream == Stream::comm ? 1 : 0;
+            const long long tid = tid0 + static_cast<long long>(threads.thread_of[ei]);
             separate(out, first);
             fmt::format_to(std::back_inserter(out), "{{\"ph\": \"X\", \"pid\": {}, \"tid\": {}, \"name\": ", pid, tid);
             put_string(out, event_name(e, puzzle, layer_is_stage));
@@ -259,25 +318,29 @@ void write_checked(const Trace& trace, std::ostream& os) {
                 out += "}";
             }
         }
-        // Memory as a counter track: a sample wherever the value changes, in time order.
-        order.resize(r.events.size());
-        std::iota(order.begin(), order.end(), std::size_t{0});
-        std::stable_sort(order.begin(), order.end(),
-                         [&](std::size_t a, std::size_t b) { return r.events[a].start < r.events[b].start; });
-        bool have_last = false;
-        double last = 0;
-        for (auto i : order) {
-            const Event& e = r.events[i];
-            if (have_last && e.memory == last) continue;
-            have_last = true;
-            last = e.memory;
-            separate(out, first);
-            fmt::format_to(std::back_inserter(out),
-                           "{{\"ph\": \"C\", \"pid\": {}, \"tid\": 0, \"name\": \"memory\", \"ts\": ", pid);
-            put_number(out, e.start * us);
-            fmt::format_to(std::back_inserter(out), ", \"args\": {{\"{}\": ", memory_key);
-            put_number(out, e.memory);
-            out += "}}";
+        // Memory as a counter track of the rank's process, "memory GPU r": a sample wherever the value
+        // changes, in time order. None for a trace that records no memory (dtsim failures).
+        if (has_memory) {
+            order.resize(r.events.size());
+            std::iota(order.begin(), order.end(), std::size_t{0});
+            std::stable_sort(order.begin(), order.end(),
+                             [&](std::size_t a, std::size_t b) { return r.events[a].start < r.events[b].start; });
+            const std::string counter = nlohmann::json(fmt::format("memory GPU {}", r.rank)).dump();
+            bool have_last = false;
+            double last = 0;
+            for (auto i : order) {
+                const Event& e = r.events[i];
+                if (have_last && e.memory == last) continue;
+                have_last = true;
+                last = e.memory;
+                separate(out, first);
+                fmt::format_to(std::back_inserter(out), "{{\"ph\": \"C\", \"pid\": {}, \"tid\": {}, \"name\": {}, \"ts\": ",
+                               pid, tid0, counter);
+                put_number(out, e.start * us);
+                fmt::format_to(std::back_inserter(out), ", \"args\": {{\"{}\": ", memory_key);
+                put_number(out, e.memory * memory_scale);
+                out += "}}";
+            }
         }
         if (out.size() > kChunk) {
             os << out;
