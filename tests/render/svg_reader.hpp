@@ -173,6 +173,7 @@ inline std::vector<TextBox> read_text_boxes(const std::string& svg) {
         } else if (in_text && el.rfind("<use", 0) == 0) {
             std::string href = svg_detail::attribute(el, "xlink:href");
             if (href.empty()) href = svg_detail::attribute(el, "href");
+            if (href.size() < 2 || href[0] != '#') continue;
             const auto it = glyph_box.find(href.substr(1));
             if (it == glyph_box.end()) continue;
             const double x = std::strtod(svg_detail::attribute(el, "x").c_str(), nullptr);
