@@ -53,10 +53,12 @@ void write_image(const Trace& trace, const std::string& path, const Options& opt
 
 // Chrome Trace Event Format JSON, readable by Perfetto and chrome://tracing: a
 // process per rank (pid = rank, named "GPU r", with its grid coordinates where the
-// trace has a grid), a thread per stream (tid 0 compute, tid 1 comm), an "X" event per
-// operation named like "F mb3 L12" (pass letter or operation, microbatches, layer) with
-// cat = its kind and args {layer, batches, memory, bytes, flops} where present, a flow
-// arrow from each send to its receive, and a "memory" counter per rank. Timestamps are
+// trace has a grid), a thread per stream (compute, comm, and comm 2, ... for comm events
+// that overlap, so that no thread's slices cross; thread ids unique across the export), an
+// "X" event per operation named like "F mb3 L12" (pass letter or operation, microbatches,
+// layer) with cat = its kind and args {layer, batches, memory, bytes, flops} where present, a
+// flow arrow from each send to its receive, and a "memory GPU r" counter per rank (GiB for
+// traces in bytes, the trace's units otherwise; none where the trace records no memory). Timestamps are
 // microseconds: a puzzle step is drawn as 1000 us (1 ms), a hardware second as 1e6 us.
 // The output is deterministic.
 inline constexpr double kChromeMicrosPerStep = 1000.0;
