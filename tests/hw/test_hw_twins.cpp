@@ -1,12 +1,15 @@
 // One rank simulated for its data- and tensor-parallel twins (RunOptions::twins_once, make_jobs'
 // twins_once): the report equals the whole world's, figure for figure, for every strategy and
-// schedule at several sizes; and it applies only where the twins run the same program at the same times.
+// schedule at several sizes, and so does the trace, event for event; and it applies only where the
+// twins run the same program at the same times.
 #include "dtsim/hw/config.hpp"
 #include "dtsim/hw/run.hpp"
+#include "dtsim/trace_io.hpp"
 
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -80,15 +83,43 @@ TEST_CASE("twins once: context parallelism, recompute, float8 and compiled block
     check_same_report("gpt3-175b-1024xa100-sc21.json", {{"cluster.nodes", "32"}, {"strategy.dp", "2"}});
 }
 
-TEST_CASE("twins once applies only where the twins are the same and no trace is kept") {
+TEST_CASE("twins once: the same trace as every rank simulated, event for event, and the same report") {
+    for (const auto& [file, overrides] : std::vector<std::pair<std::string, std::vector<Override>>>{
+             {"llama3-8b-16xh100-zero1.json", {}},
+             {"llama3-8b-16xh100-fsdp-tp2.json", {}},
+             {"llama3-8b-8xh100-megatron.json", {{"strategy.tp", "2"}, {"strategy.cp", "2"}, {"strategy.dp", "2"}}},
+             {"llama3-70b-64xh100-interleaved.json", {{"model.layers", "16"}, {"strategy.chunks", "2"}}},
+             {"llama3-70b-64xh100-zbh1.json", {{"model.layers", "16"}}}}) {
+        const Config c = load_config(kRuns + file, overrides);
+        INFO(file);
+        RunOptions twins, whole;
+        whole.twins_once = false;
+        REQUIRE(twins_once_applies(c, twins));
+        const RunResult a = simulate(c, twins), b = simulate(c, whole);
+        CHECK(a.report.simulated_ranks < b.report.simulated_ranks);
+        std::ostringstream ta, tb;
+        write_trace_json(a.trace, ta);
+        write_trace_json(b.trace, tb);
+        CHECK(ta.str().size() > 1000);
+        CHECK(ta.str() == tb.str());
+        nlohmann::json ja = to_json(a.report), jb = to_json(b.report);
+        for (auto* j : {&ja, &jb}) {
+            j->erase("wall_s");
+            j->erase("simulated_ranks");
+        }
+        CHECK(ja.dump() == jb.dump());
+    }
+}
+
+TEST_CASE("twins once applies only where the twins are the same") {
     RunOptions none;
     none.keep_trace = false;
     CHECK(twins_once_applies(load_config(kRuns + "llama3-8b-16xh100-fsdp.json"), none));
-    // Stragglers make twins differ; hybrid sharding's groups cut across replicas; a trace holds
-    // every rank; a rank has no twins at dp 1 and tp 1.
+    // A trace is copied from the twins; stragglers make twins differ; hybrid sharding's groups cut
+    // across replicas; a rank has no twins at dp 1 and tp 1.
+    CHECK(twins_once_applies(load_config(kRuns + "llama3-8b-16xh100-fsdp.json"), RunOptions{}));
     CHECK_FALSE(twins_once_applies(load_config(kRuns + "llama3-8b-16xh100-zero1-straggler.json"), none));
     CHECK_FALSE(twins_once_applies(load_config(kRuns + "llama3-8b-16xh100-fsdp-hybrid.json"), none));
-    CHECK_FALSE(twins_once_applies(load_config(kRuns + "llama3-8b-16xh100-fsdp.json"), RunOptions{}));
     CHECK_FALSE(twins_once_applies(
         load_config(kRuns + "llama3-8b-8xh100-megatron.json",
                     {{"strategy.name", "\"1f1b\""}, {"strategy.tp", "1"}, {"strategy.pp", "8"}, {"strategy.dp", "1"},

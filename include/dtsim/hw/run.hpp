@@ -79,14 +79,15 @@ std::vector<std::string> prediction_caveats(const Config& c, const Workload& wor
 struct RunOptions {
     bool keep_trace = true;  // false drops the events after the report is computed
     bool straggler_baseline = true;  // with stragglers, also run without them (baseline_step_time)
-    // Without a trace, simulate one rank for its twins (the same stage and context-parallel rank in
-    // every data-parallel replica and tensor-parallel position), which run the same program at the
-    // same times (twins_once_applies): the same report, dp x tp times fewer ranks.
+    // Simulate one rank for its twins (the same stage and context-parallel rank in every
+    // data-parallel replica and tensor-parallel position), which run the same program at the same
+    // times (twins_once_applies): the same report and trace (each GPU's events its twin's), dp x tp
+    // times fewer ranks simulated. A run that fails so runs again whole, for its error's ranks.
     bool twins_once = true;
 };
 
-// Whether simulate() runs one rank for its twins: dp x tp > 1, no trace kept, no stragglers or
-// jitter (they make twins differ), not hybrid sharding, a transformer strategy.
+// Whether simulate() runs one rank for its twins: dp x tp > 1, no stragglers or jitter (they make
+// twins differ), not hybrid sharding, a transformer strategy.
 bool twins_once_applies(const Config& c, const RunOptions& options);
 
 // The size of a run, estimated from the config alone before anything is built

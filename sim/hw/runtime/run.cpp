@@ -93,14 +93,15 @@ PipelinePlan make_plan(const Config& c) {
 
 bool twins_once_applies(const Config& c, const RunOptions& options) {
     const StrategyConfig& s = c.strategy;
-    return options.twins_once && !options.keep_trace && s.name != "puzzle" && s.dp * s.tp > 1 && !c.stragglers.any() &&
+    return options.twins_once && s.name != "puzzle" && s.dp * s.tp > 1 && !c.stragglers.any() &&
            !(s.name == "fsdp" && s.sharding == "hybrid") &&
            static_cast<long long>(s.dp) * s.cp * s.tp * s.pp == c.gpus();
 }
 
 namespace {
 
-RunResult simulate_transformer(const Config& c, const RunOptions& options) {
+// A transformer strategy's run on a world of every GPU, or of one rank for its twins.
+RunResult simulate_world(const Config& c, const RunOptions& options, bool twins_once) {
     RunResult out;
     RunReport& r = out.report;
     const StrategyInfo* strategy = find_hw_strategy(c.strategy.name);
@@ -110,7 +111,6 @@ RunResult simulate_transformer(const Config& c, const RunOptions& options) {
     // One rank for its twins: the world holds the GPUs of data-parallel rank 0 and tensor-parallel
     // rank 0, in the grid's order (job.hpp: ((stage x dp + d) x cp + c) x tp + t).
     const int dp = c.strategy.dp, cp = c.strategy.cp, tp = c.strategy.tp, pp = c.strategy.pp;
-    const bool twins_once = twins_once_applies(c, options);
     std::vector<int> placement;
     if (twins_once)
         for (int s = 0; s < pp; ++s)
@@ -169,8 +169,29 @@ RunResult simulate_transformer(const Config& c, const RunOptions& options) {
         // A schedule's stages (several per rank: its model chunks), by their layers.
         if (plan) meta["grid"]["stage_layers"] = plan->layers;
         out.trace = world.take_trace(std::move(meta));
+        if (twins_once) {
+            // Every GPU's events are its twin's: its log, with its own rank.
+            std::vector<RankTrace> all(static_cast<std::size_t>(c.gpus()));
+            for (int i = 0; i < c.gpus(); ++i) {
+                all[static_cast<std::size_t>(i)].rank = i;
+                all[static_cast<std::size_t>(i)].events = out.trace.ranks[static_cast<std::size_t>(simulated(i))].events;
+            }
+            out.trace.ranks = std::move(all);
+            summarize(out.trace);
+        }
     }
     return out;
+}
+
+RunResult simulate_transformer(const Config& c, const RunOptions& options) {
+    if (twins_once_applies(c, options)) {
+        try {
+            return simulate_world(c, options, true);
+        } catch (const std::exception&) {
+            // A run that fails says so in its ranks' own numbers: the whole world runs to say it.
+        }
+    }
+    return simulate_world(c, options, false);
 }
 
 RunResult simulate_puzzle(const Config& c, const RunOptions& options) {
@@ -363,7 +384,10 @@ void check_run_size(const Config& c, const RunOptions& options) {
     const RunSize size = estimate_run_size(c, options);
     const double limit = options.keep_trace ? kMaxKeptEvents : kMaxRunEvents;
     // One rank for its twins simulates the events of a dp x tp-th of the ranks.
-    const double twins = twins_once_applies(c, options) ? static_cast<double>(c.strategy.dp) * c.strategy.tp : 1;
+    // (A trace holds every rank's events all the same.)
+    const double twins = twins_once_applies(c, options) && !options.keep_trace
+                             ? static_cast<double>(c.strategy.dp) * c.strategy.tp
+                             : 1;
     if (size.events / twins <= limit) return;
     const StrategyConfig& s = c.strategy;
     const double ranks = static_cast<double>(s.dp) * s.tp * s.pp * s.cp;
