@@ -2,6 +2,7 @@
 // computation, the layer's pricing, what a compiled block keeps, and the model against the
 // compiled blocks measured on one H100 (calibration/data/h100_dtsim_torch_compile.json).
 #include "dtsim/hw/config.hpp"
+#include "dtsim/hw/run.hpp"
 #include "dtsim/hw/transformer.hpp"
 #include "dtsim/hw/workload.hpp"
 
@@ -184,4 +185,20 @@ TEST_CASE("compiled blocks measured on one H100: the memory-bound time and what 
     }
     CHECK(timed == 8);
     CHECK(kept == 8);
+}
+
+TEST_CASE("torchao's float8 without compile, and compile with Transformer Engine's, are named as caveats") {
+    auto caveats = [](const std::vector<Override>& sets) {
+        const Config c = load_config(std::string(DTSIM_CONFIGS) + "/runs/llama3-8b-16xh100-fsdp.json", sets);
+        return prediction_caveats(c, make_workload(c.model.spec, layer_split(c), c.cluster.gpu));
+    };
+    auto has = [](const std::vector<std::string>& v, const std::string& text) {
+        for (const auto& s : v)
+            if (s.find(text) != std::string::npos) return true;
+        return false;
+    };
+    CHECK(has(caveats({{"strategy.fp8", "\"torchao\""}}), "torchao's float8 casts priced as fused kernels"));
+    CHECK_FALSE(has(caveats({{"strategy.fp8", "\"torchao\""}, {"strategy.compile", "true"}}), "torchao's float8"));
+    CHECK(has(caveats({{"strategy.fp8", "\"te\""}, {"strategy.compile", "true"}}), "Transformer Engine's float8 linears were not measured"));
+    CHECK(caveats({{"strategy.compile", "true"}}).empty());
 }

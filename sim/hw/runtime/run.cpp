@@ -478,6 +478,13 @@ std::vector<std::string> prediction_caveats(const Config& c, const Workload& wor
             out.push_back(fmt::format("attention curve measured at head dimension {}, used for {:g}", k->head_dim,
                                       c.model.spec.head_dim()));
     }
+    if (s.fp8 == Fp8::torchao && !s.compile)
+        out.push_back("torchao's float8 casts priced as fused kernels, as torch.compile runs them: without compile "
+                      "(strategy.compile) they took 42-50 ms of a Llama 3 8B block's 76 ms on an H100, compiled 2-3 ms "
+                      "(calibration/data/h100_dtsim_torch_compile.json)");
+    if (s.compile && s.fp8 == Fp8::te)
+        out.push_back("compiled blocks with Transformer Engine's float8 linears were not measured: priced as compiled "
+                      "bf16 blocks plus Transformer Engine's own casts");
     const auto& ds = gpu.gemm.datasets;
     const bool end_to_end = std::any_of(ds.begin(), ds.end(), [](const std::string& id) {
         return id.find("megatron") != std::string::npos || id.find("end_to_end") != std::string::npos;
