@@ -71,6 +71,8 @@ TEST_CASE("twins once: pipelines and schedules, with ZeRO-3 in the stages and un
     }
     check_same_report("llama3-70b-64xh100-1f1b.json",
                       {{"strategy.first_stage_layers", "8"}, {"strategy.last_stage_layers", "8"}});
+    // A schedule file (ZB-H1 as actions), tensor-parallel twins only (dp 1).
+    check_same_report("llama3-70b-32xh100-schedule-file.json", {});
 }
 
 TEST_CASE("twins once: context parallelism, recompute, float8 and compiled blocks, other sizes") {
