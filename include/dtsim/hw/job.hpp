@@ -92,5 +92,9 @@ class World;
 // group's. Not for hybrid sharding (its groups cut across replicas otherwise).
 std::vector<Job> make_jobs(World& world, const Config& config, const Workload& work,
                            const PipelinePlan* plan = nullptr, bool twins_once = false);
+// With twins once: the cluster's GPUs the world holds, in its rank order (World's placement), and
+// the world's rank that stands for the cluster's GPU `gpu`.
+std::vector<int> twin_gpus(const Config& config);
+int twin_of(const Config& config, int gpu);
 
 }  // namespace dtsim::hw

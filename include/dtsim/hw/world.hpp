@@ -44,7 +44,7 @@ class World {
 public:
     // `ranks` GPUs placed in order on the cluster's nodes (rank r on node r / gpus_per_node), or
     // where `placement` says: rank r is the cluster's GPU placement[r] (ascending, distinct), as when
-    // one data-parallel replica of a larger job is simulated for all of them (run.cpp).
+    // one rank is simulated for its data- and tensor-parallel twins (twin_gpus in job.hpp).
     World(Cluster cluster, int ranks, std::vector<int> placement = {});
     ~World();
     World(const World&) = delete;

@@ -35,6 +35,20 @@ int Job::rank_of_stage(int s) const {
     return ((plan->owner[static_cast<std::size_t>(s)] * simulated_dp + dp_rank) * cp + cp_rank) * simulated_tp + tp_rank;
 }
 
+std::vector<int> twin_gpus(const Config& config) {
+    const StrategyConfig& s = config.strategy;
+    std::vector<int> gpus;
+    for (int stage = 0; stage < s.pp; ++stage)
+        for (int c = 0; c < s.cp; ++c) gpus.push_back(((stage * s.dp + 0) * s.cp + c) * s.tp + 0);
+    return gpus;
+}
+
+int twin_of(const Config& config, int gpu) {
+    const StrategyConfig& s = config.strategy;
+    const int stage = gpu / (s.dp * s.cp * s.tp), c = gpu / s.tp % s.cp;
+    return stage * s.cp + c;
+}
+
 std::vector<Job> make_jobs(World& world, const Config& config, const Workload& work, const PipelinePlan* plan,
                            bool twins_once) {
     const int dp = config.strategy.dp, tp = config.strategy.tp, pp = config.strategy.pp, cp = config.strategy.cp;

@@ -109,15 +109,10 @@ RunResult simulate_world(const Config& c, const RunOptions& options, bool twins_
     const Workload work = make_workload(c.model.spec, layer_split(c), c.cluster.gpu);
 
     // One rank for its twins: the world holds the GPUs of data-parallel rank 0 and tensor-parallel
-    // rank 0, in the grid's order (job.hpp: ((stage x dp + d) x cp + c) x tp + t).
-    const int dp = c.strategy.dp, cp = c.strategy.cp, tp = c.strategy.tp, pp = c.strategy.pp;
-    std::vector<int> placement;
-    if (twins_once)
-        for (int s = 0; s < pp; ++s)
-            for (int k = 0; k < cp; ++k) placement.push_back((s * dp * cp + k) * tp);
-    // The rank of the world that stands for the cluster's GPU `gpu`: its own, or its twin's.
-    const auto simulated = [&](int gpu) { return twins_once ? gpu / (dp * cp * tp) * cp + gpu / tp % cp : gpu; };
-    const int ranks = twins_once ? pp * cp : c.gpus();
+    // rank 0 (twin_gpus); `simulated` is the rank that stands for a GPU of the cluster.
+    std::vector<int> placement = twins_once ? twin_gpus(c) : std::vector<int>{};
+    const auto simulated = [&](int gpu) { return twins_once ? twin_of(c, gpu) : gpu; };
+    const int ranks = twins_once ? static_cast<int>(placement.size()) : c.gpus();
     World world(c.cluster, ranks, std::move(placement));
     if (c.strategy.algorithm) world.set_algorithm(*c.strategy.algorithm);
     world.set_recording(options.keep_trace);
@@ -187,8 +182,9 @@ RunResult simulate_transformer(const Config& c, const RunOptions& options) {
     if (twins_once_applies(c, options)) {
         try {
             return simulate_world(c, options, true);
-        } catch (const std::exception&) {
-            // A run that fails says so in its ranks' own numbers: the whole world runs to say it.
+        } catch (const ScheduleError&) {
+            // The engine names the ranks of a failed run: the whole world runs again to name them as
+            // they are. (Other errors, out of memory among them, are the same either way.)
         }
     }
     return simulate_world(c, options, false);
