@@ -169,6 +169,7 @@ double micros_per_unit(const Trace& trace) {
 // receives overlap this way on the comm stream (the simulator runs them concurrently), and so may the
 // collectives of its data- and tensor-parallel streams, which share the trace's one comm stream.
 struct RankThreads {
+    std::vector<std::size_t> order;      // the events by start (stable): the order threads and counters take
     std::vector<std::size_t> thread_of;  // per event: index into names
     std::vector<std::string> names;      // "compute", then "comm", "comm 2", ...; the compute thread always first
     std::vector<int> sort_index;
@@ -181,7 +182,8 @@ constexpr double kOverlapTolerance = 1e-3;
 RankThreads rank_threads(const RankTrace& r, double us) {
     RankThreads out;
     out.thread_of.assign(r.events.size(), 0);
-    std::vector<std::size_t> order(r.events.size());
+    std::vector<std::size_t>& order = out.order;
+    order.resize(r.events.size());
     std::iota(order.begin(), order.end(), std::size_t{0});
     std::stable_sort(order.begin(), order.end(),
                      [&](std::size_t a, std::size_t b) { return r.events[a].start < r.events[b].start; });
@@ -230,7 +232,6 @@ void write_checked(const Trace& trace, std::ostream& os) {
     out += trace.meta.dump();
     out += "},\n\"traceEvents\": [";
     bool first = true;
-    std::vector<std::size_t> order;
     const RankGrid grid = grid_of(trace);
     const bool puzzle = trace.meta.is_object() && trace.meta.contains("puzzle");
     const bool layer_is_stage = trace.meta.is_object() && trace.meta.contains("stages");
@@ -321,14 +322,10 @@ void write_checked(const Trace& trace, std::ostream& os) {
         // Memory as a counter track of the rank's process, "memory GPU r": a sample wherever the value
         // changes, in time order. None for a trace that records no memory (dtsim failures).
         if (has_memory) {
-            order.resize(r.events.size());
-            std::iota(order.begin(), order.end(), std::size_t{0});
-            std::stable_sort(order.begin(), order.end(),
-                             [&](std::size_t a, std::size_t b) { return r.events[a].start < r.events[b].start; });
             const std::string counter = nlohmann::json(fmt::format("memory GPU {}", r.rank)).dump();
             bool have_last = false;
             double last = 0;
-            for (auto i : order) {
+            for (auto i : threads.order) {
                 const Event& e = r.events[i];
                 if (have_last && e.memory == last) continue;
                 have_last = true;
