@@ -476,8 +476,7 @@ struct StoreObject {
     int which;  // weights, opt_states, activations, grad_activations, grad_weights
 };
 
-constexpr std::array<const char*, 5> kStoreNames = {"weights", "opt_states", "activations", "grad_activations",
-                                                    "grad_weights"};
+constexpr int kStores = 5;  // the model's stores, numbered as with_store takes them
 
 // Calls f with model's store number `which`.
 template <class F>
@@ -528,7 +527,7 @@ int store_ass_subscript(PyObject* self, PyObject* key, PyObject* value) {
     auto* s = reinterpret_cast<StoreObject*>(self);
     return with_store(*s->model, s->which, [&](auto& store) -> int {
         using V = typename store_value<std::remove_reference_t<decltype(store)>>::type;
-        const char* name = kStoreNames[static_cast<std::size_t>(s->which)];
+        const char* name = puzzle::store_name<V>();
         Key k(0);
         if (!value) {  // del store[key]
             if (PyDict_DelItem(self, key) < 0 || !checked_store_key(name, key, k)) return -1;
@@ -562,7 +561,7 @@ PyObject* store_new(PyTypeObject* type, PyObject* args, PyObject* kwds) {
     PyObject* model = nullptr;
     int which = 0;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "Oi", const_cast<char**>(kw), &model, &which)) return nullptr;
-    if (which < 0 || which >= static_cast<int>(kStoreNames.size())) {
+    if (which < 0 || which >= kStores) {
         PyErr_Format(PyExc_ValueError, "Store: which is 0 to 4 (got %d)", which);
         return nullptr;
     }
