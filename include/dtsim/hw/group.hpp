@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <deque>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace dtsim::hw {
@@ -28,7 +29,9 @@ public:
     [[nodiscard]] int position(int rank) const { return comm_->position(rank); }
     [[nodiscard]] const GroupShape& shape() const { return shape_; }
     [[nodiscard]] Communicator& communicator() const { return *comm_; }
-    // What one collective of `bytes` (nccl-tests' S) costs on this group.
+    // What one collective of `bytes` (nccl-tests' S) costs on this group. A group calls the
+    // same few collectives again and again (every microbatch, every layer), so it keeps each
+    // (collective, algorithm, size) it priced: collective_cost depends on nothing else that can change.
     [[nodiscard]] CollectiveCost cost(Collective c, double bytes) const;
 
 private:
@@ -45,6 +48,19 @@ private:
     int size_;
     std::vector<int> ports_;       // the link ports its collectives occupy (World::tx, World::rx)
     std::vector<double> weights_;  // their weights (network.hpp); empty: all 1
+    struct PricedKey {
+        Collective collective;
+        Algorithm algorithm;  // the world's, which a run may set after making its groups
+        double bytes;
+        bool operator==(const PricedKey&) const = default;
+    };
+    struct PricedHash {
+        std::size_t operator()(const PricedKey& k) const noexcept {
+            return std::hash<double>{}(k.bytes) * 31 + static_cast<std::size_t>(k.collective) * 7 +
+                   static_cast<std::size_t>(k.algorithm);
+        }
+    };
+    mutable std::unordered_map<PricedKey, CollectiveCost, PricedHash> priced_;
 
     // Joining a collective does not suspend a member (a blocking one then
     // waits for the transfer's end): the k-th call of every member joins

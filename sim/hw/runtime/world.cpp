@@ -22,7 +22,9 @@ OpCode of(Collective c) {
 }  // namespace ops
 
 CollectiveCost Group::cost(Collective c, double bytes) const {
-    return collective_cost(world_->cluster(), c, bytes, shape_, world_->algorithm());
+    const auto [it, added] = priced_.try_emplace(PricedKey{c, world_->algorithm(), bytes});
+    if (added) it->second = collective_cost(world_->cluster(), c, bytes, shape_, world_->algorithm());
+    return it->second;
 }
 
 World::World(Cluster cluster, int ranks, std::vector<int> placement)
