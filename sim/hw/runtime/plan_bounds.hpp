@@ -1,0 +1,29 @@
+// The bounds dtsim plan prunes with (plan.hpp, memory_lower_bound and step_time_lower_bound),
+// in the parts enumerate_layouts computes one at a time so that it can reject a layout at the first
+// that rules it out.
+#pragma once
+
+#include "dtsim/hw/plan.hpp"
+#include "dtsim/hw/workload.hpp"
+#include "dtsim/sched/schedule.hpp"
+
+#include <optional>
+
+namespace dtsim::hw::plan_bounds {
+
+// How plan sizes a run: no trace, no straggler baseline (estimate_run_size).
+inline constexpr RunOptions kEstimate{.keep_trace = false, .straggler_baseline = false};
+
+// The model states of the rank holding the most parameters that it keeps all step.
+double model_states_bound(const Config& c, const RunSize& size);
+// What that rank allocates beyond its model states, at least, when its first backward starts.
+double activations_bound(const Config& c, const Workload& w, const sched::Schedule* schedule);
+// The two summed, less one part in 10^9 (rounding).
+double memory_bound(double states, double activations);
+// The least step time: the compute of the rank holding the output layer (plan.hpp).
+double step_time_bound(const Config& c, const Workload& w);
+// The schedule a generated-pipeline strategy runs (as make_plan generates it), or none; throws
+// std::invalid_argument where the generator does not take the sizes.
+std::optional<sched::Schedule> generated_schedule(const Config& c);
+
+}  // namespace dtsim::hw::plan_bounds
