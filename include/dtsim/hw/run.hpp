@@ -121,6 +121,11 @@ struct RunSize {
 };
 RunSize estimate_run_size(const Config& config, const RunOptions& options = {});
 
+// The layers each pipeline rank holds, in rank order (pp entries): model chunk k on rank k mod pp,
+// or V-shaped for "dualpipev" (rank r holds chunks r and 2 pp - 1 - r); a schedule file's placement
+// is known only once it is read, and is taken as looped. One entry of every layer without a pipeline.
+std::vector<double> pipeline_rank_layers(const Config& config);
+
 // The most events a run may record: 1e8, about 7 x the largest shipped run (GPT-3
 // 175B on 1,024 GPUs, SC21's 1F1B: 14,993,600 events, a few seconds), under a
 // minute of simulation; 3e7 when it keeps them for files (64 bytes an event in memory,

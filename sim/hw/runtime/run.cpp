@@ -292,22 +292,26 @@ void check_finite(const RunReport& r) {
     }
 }
 
-// The layers of the pipeline rank holding the most: stage k on rank k mod pp, or V-shaped
-// for "dualpipev" (a schedule file's placement is known only once it is read: taken as looped).
 double most_layers(const Config& c) {
-    const StrategyConfig& s = c.strategy;
-    if (!uneven_stages(s) || s.pp < 1) return static_cast<double>(c.model.spec.layers) / std::max(1, s.pp);
-    const std::vector<int> split = stage_layers_of(c, model_chunks(c));
-    std::vector<double> on_rank(static_cast<std::size_t>(s.pp), 0);
-    for (std::size_t k = 0; k < split.size(); ++k) {
-        const int stage = static_cast<int>(k);
-        const int r = s.name == "dualpipev" && stage >= s.pp ? 2 * s.pp - 1 - stage : stage % s.pp;
-        on_rank[static_cast<std::size_t>(std::clamp(r, 0, s.pp - 1))] += split[k];
-    }
+    const std::vector<double> on_rank = pipeline_rank_layers(c);
     return *std::max_element(on_rank.begin(), on_rank.end());
 }
 
 }  // namespace
+
+std::vector<double> pipeline_rank_layers(const Config& c) {
+    const StrategyConfig& s = c.strategy;
+    const int pp = std::max(1, s.pp);
+    if (!uneven_stages(s)) return std::vector<double>(static_cast<std::size_t>(pp), static_cast<double>(c.model.spec.layers) / pp);
+    const std::vector<int> split = stage_layers_of(c, model_chunks(c));
+    std::vector<double> on_rank(static_cast<std::size_t>(pp), 0);
+    for (std::size_t k = 0; k < split.size(); ++k) {
+        const int stage = static_cast<int>(k);
+        const int r = s.name == "dualpipev" && stage >= pp ? 2 * pp - 1 - stage : stage % pp;
+        on_rank[static_cast<std::size_t>(std::clamp(r, 0, pp - 1))] += split[k];
+    }
+    return on_rank;
+}
 
 RunSize estimate_run_size(const Config& c, const RunOptions& options) {
     RunSize size;
