@@ -6,6 +6,7 @@
 // DualPipeV and schedule-file pipelines with uneven virtual stages; recompute_num_layers
 // counted from each uneven chunk's first layer; config errors.
 #include "dtsim/hw/job.hpp"
+#include "dtsim/hw/plan.hpp"
 #include "dtsim/hw/run.hpp"
 #include "dtsim/hw/workload.hpp"
 #include "dtsim/hw/world.hpp"
@@ -277,6 +278,48 @@ TEST_CASE("recompute_num_layers counts from the first layer of each uneven chunk
     doc["strategy"]["recompute_num_layers"] = 4;
     CHECK(config_error(doc) == "test.json: $.strategy.recompute_num_layers: the first 4 layers of each model chunk, "
                                "but the largest chunk has 3");
+}
+
+TEST_CASE("plan's bounds hold with uneven stages: the step and the peak never fall below them") {
+    // Every pipeline strategy plan searches, with the first or last stage lighter or heavier, the
+    // states sharded or not, with tensor parallelism, on H100-like nodes with a vocabulary (the
+    // embedding on rank 0, the logits on the output layer's rank).
+    struct Case {
+        std::string name;
+        int chunks;
+        json uneven;  // the strategy keys that make the stages uneven
+    };
+    const std::vector<Case> cases{
+        {"1f1b", 1, {{"first_stage_layers", 1}}},
+        {"1f1b", 1, {{"first_stage_layers", 6}, {"last_stage_layers", 2}}},
+        {"1f1b", 1, {{"stage_layers", {5, 3, 3, 5}}}},
+        {"gpipe", 1, {{"last_stage_layers", 1}}},
+        {"interleaved", 2, {{"first_stage_layers", 2}, {"last_stage_layers", 2}}},
+        {"interleaved", 2, {{"stage_layers", {1, 2, 2, 2, 2, 2, 2, 3}}}},
+        {"bfs", 2, {{"last_stage_layers", 10}}},
+        {"zbh1", 1, {{"first_stage_layers", 3}, {"last_stage_layers", 3}}},
+        {"dualpipev", 1, {{"stage_layers", {1, 2, 2, 2, 2, 2, 2, 3}}}},
+    };
+    for (const auto& k : cases)
+        for (int zero : {0, 1, 3})
+            for (int tp : {1, 2}) {
+                json doc = pipeline(k.name, 4, 8, 16);
+                doc["cluster"] = realistic_cluster(2);
+                doc["model"] = small_model(16, 32000);
+                doc["strategy"]["tp"] = tp;
+                doc["strategy"]["dp"] = 4 / tp;
+                doc["strategy"]["zero_stage"] = zero;
+                doc["training"]["global_batch"] = 8 * (4 / tp);
+                if (k.chunks > 1) doc["strategy"]["chunks"] = k.chunks;
+                for (const auto& [key, value] : k.uneven.items()) doc["strategy"][key] = value;
+                CAPTURE(doc["strategy"].dump());
+                const Config c = parse_config(doc, "test.json");
+                const RunReport r = simulate(c).report;
+                REQUIRE(r.step_time > 0);
+                CHECK(step_time_lower_bound(c) <= r.step_time);
+                CHECK(step_time_lower_bound(c) > 0.5 * r.step_time);  // a bound that prunes
+                CHECK(memory_lower_bound(c) <= r.peak.bytes);
+            }
 }
 
 TEST_CASE("uneven stages: config errors say what was expected and what was found") {

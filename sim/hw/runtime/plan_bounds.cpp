@@ -2,6 +2,7 @@
 #include "hw/runtime/plan_bounds.hpp"
 
 #include "dtsim/hw/strategies.hpp"
+#include "dtsim/hw/collective_cost.hpp"
 #include "dtsim/sched/generators.hpp"
 
 #include <algorithm>
@@ -9,13 +10,63 @@
 namespace dtsim::hw {
 namespace plan_bounds {
 
-// The model states of the rank holding the most parameters, as it allocates them before it
-// starts (load_model_states), less the gradients where the strategy makes them during the
-// backward (StrategyInfo::grads_in_backward); it keeps them all step.
-double model_states_bound(const Config& c, const RunSize& size) {
-    const StrategyInfo* info = find_hw_strategy(c.strategy.name);
-    const bool on_demand = info && info->grads_in_backward(c.strategy.zero_stage);
-    return size.model_state_bytes - (on_demand ? size.model_state_grad_bytes : 0);
+namespace {
+
+// Where a pipeline's model chunks sit: chunk k on rank k mod pp, or V-shaped for "dualpipev"
+// (make_plan; a schedule file's placement is known only once it is read, and is taken as looped).
+int owner_of_chunk(const StrategyConfig& s, int k) {
+    const int pp = std::max(1, s.pp);
+    return s.name == "dualpipev" && k >= pp ? 2 * pp - 1 - k : k % pp;
+}
+
+// The pipeline rank that holds the output layer: the owner of the last model chunk.
+int logits_rank(const Config& c) { return owner_of_chunk(c.strategy, model_chunks(c) - 1); }
+
+// The fewest layers of any model chunk rank 0 holds.
+double first_rank_chunk_layers(const Config& c) {
+    const std::vector<int> split = stage_layers_of(c, model_chunks(c));
+    int fewest = c.model.spec.layers;
+    for (std::size_t k = 0; k < split.size(); ++k)
+        if (owner_of_chunk(c.strategy, static_cast<int>(k)) == 0) fewest = std::min(fewest, split[k]);
+    return fewest;
+}
+
+// The model states of pipeline rank r as a share of estimate_run_size's, which are those of its
+// layers and one copy of the embedding on a rank holding the most layers: the states are linear in
+// the parameters (zero_model_states). Rank r holds its layers, and rank 0 the input embedding
+// (counted on rank 0 only: another rank may hold the output layer's copy too, or not).
+double states_share(const Config& c, int r) {
+    const StrategyConfig& s = c.strategy;
+    if (s.pp <= 1 || !uneven_stages(s)) return 1;
+    const TransformerSpec& m = c.model.spec;
+    const double copy = m.tied_embeddings ? m.embedding_params() : m.embedding_params() / 2;
+    const std::vector<double> layers = pipeline_rank_layers(c);
+    const double most = *std::max_element(layers.begin(), layers.end());
+    const double whole = most * m.params_per_layer() + copy;
+    return whole > 0 ? (layers[static_cast<std::size_t>(r)] * m.params_per_layer() + (r == 0 ? copy : 0)) / whole : 1;
+}
+
+// The GPUs of a tensor-parallel group (tp_rank varies) or of a data-parallel group over dp x cp
+// (dp_rank and cp_rank vary) of pipeline rank `stage`, in Megatron-LM's order (make_jobs: tp
+// innermost, then cp, dp, pp), and the cost of one collective on it on idle links, as the world
+// prices it (Group::cost). A transfer never ends sooner than that (network.hpp: no flow runs faster
+// than its full rate, and its latency is not shared).
+std::vector<int> group_gpus(const StrategyConfig& s, int stage, bool data_parallel) {
+    std::vector<int> gpus;
+    const auto gpu_of = [&](int d, int cp, int t) { return ((stage * s.dp + d) * s.cp + cp) * s.tp + t; };
+    if (data_parallel) {
+        for (int d = 0; d < s.dp; ++d)
+            for (int cp = 0; cp < s.cp; ++cp) gpus.push_back(gpu_of(d, cp, 0));
+    } else {
+        for (int t = 0; t < s.tp; ++t) gpus.push_back(gpu_of(0, 0, t));
+    }
+    return gpus;
+}
+double idle_cost(const Config& c, Collective coll, double bytes, const std::vector<int>& gpus) {
+    if (gpus.size() < 2 || bytes <= 0) return 0;
+    return collective_cost(c.cluster, coll, bytes, GroupShape::of(c.cluster, gpus),
+                           c.strategy.algorithm.value_or(c.cluster.algorithm))
+        .seconds;
 }
 
 // The activations the first rank of the pipeline (with one stage: every rank) holds when its first
@@ -26,8 +77,8 @@ double model_states_bound(const Config& c, const RunSize& size) {
 //   1F1B                min(pp, m) forwards of its layers (the pp - 1 of the warm-up and the first of
 //                       the steady state: one_f_one_b);
 //   GPipe               all m forwards;
-//   generated schedules the forwards of rank 0 before its first other action, each of one stage's
-//                       layers (even stages).
+//   generated schedules the forwards of rank 0 before its first other action, each of the fewest
+//                       layers a chunk of rank 0 holds.
 // Each layer counted at the least a layer keeps (partial recompute: the two kinds differ).
 double held_activations(const Config& c, const Workload& w, const sched::Schedule* schedule) {
     const StrategyConfig& s = c.strategy;
@@ -40,36 +91,88 @@ double held_activations(const Config& c, const Workload& w, const sched::Schedul
         return a;
     }
     const double m = c.microbatches();
-    if (s.name == "1f1b") return std::min<double>(s.pp, m) * layers / s.pp * kept;
-    if (s.name == "gpipe") return m * layers / s.pp * kept;
+    const double first = pipeline_rank_layers(c).front();
+    if (s.name == "1f1b") return std::min<double>(s.pp, m) * first * kept;
+    if (s.name == "gpipe") return m * first * kept;
     if (schedule && !schedule->ranks.empty() && schedule->num_stages() > 0) {
         double forwards = 0;
         for (const auto& a : schedule->ranks.front()) {
             if (a.type != sched::ActionType::forward) break;
             ++forwards;
         }
-        return std::max(1.0, forwards) * layers / schedule->num_stages() * kept;
+        return std::max(1.0, forwards) * first_rank_chunk_layers(c) * kept;
     }
     return kept;  // one layer of one microbatch, at least
 }
 
-// What a rank allocates beyond its model states, at least: the activations above; with ZeRO-3
-// inside pipeline stages, also the weights of every layer it holds, gathered at its first forward
-// and kept to the end of the step (ParamGather: no reshard after forward), and beside them at the
-// end of the step the unsharded gradients of those layers, made during the backward (where the
-// states are sharded over dp x cp > 1: make_jobs). The first rank holds its layers and the embedding.
+// estimate_run_size's model states, less the gradients a strategy makes during the backward.
+double held_states(const Config& c, const RunSize& size) {
+    const StrategyInfo* info = find_hw_strategy(c.strategy.name);
+    const bool on_demand = info && info->grads_in_backward(c.strategy.zero_stage);
+    return size.model_state_bytes - (on_demand ? size.model_state_grad_bytes : 0);
+}
+
+// The largest of the pipeline ranks' states shares (1 with even stages).
+double most_share(const Config& c) {
+    double most = 0;
+    for (int r = 0; r < std::max(1, c.strategy.pp); ++r) most = std::max(most, states_share(c, r));
+    return most;
+}
+
+}  // namespace
+
+// The model states of the rank holding the most: with even stages estimate_run_size's (less the
+// gradients a strategy makes during the backward); with uneven stages the largest of the ranks'
+// shares of it (states_share).
+double model_states_bound(const Config& c, const RunSize& size) { return held_states(c, size) * most_share(c); }
+
+// What the rank of model_states_bound allocates beyond its model states, at least: rank 0's
+// activations above; with ZeRO-3 inside pipeline stages, also the weights of every layer it holds,
+// gathered at its first forward and kept to the end of the step (ParamGather: no reshard after
+// forward), and beside them at the end of the step the unsharded gradients of those layers, made
+// during the backward (where the states are sharded over dp x cp > 1: make_jobs). Rank 0 holds its
+// layers and the embedding. With uneven stages rank 0 need not hold the most states: what it
+// allocates in all, less the most states, or nothing.
 double activations_bound(const Config& c, const Workload& w, const sched::Schedule* schedule) {
     const StrategyConfig& s = c.strategy;
-    const double acts = held_activations(c, w, schedule);
+    double acts = held_activations(c, w, schedule);
     const StrategyInfo* info = find_hw_strategy(s.name);
     if (s.pp > 1 && s.zero_stage == 3 && info &&
         info->gathers_layers(s.zero_stage, false, static_cast<long long>(s.dp) * s.cp)) {
-        const double params = static_cast<double>(c.model.spec.layers) / s.pp * w.layer.params + w.edge.embedding_params;
-        return bytes_per_element(c.model.spec.dtype) * params + std::max(acts, w.grad_bytes * params);
+        const double params = pipeline_rank_layers(c).front() * w.layer.params + w.edge.embedding_params;
+        acts = bytes_per_element(c.model.spec.dtype) * params + std::max(acts, w.grad_bytes * params);
     }
-    return acts;
+    if (s.pp <= 1 || !uneven_stages(s)) return acts;
+    const double held = held_states(c, estimate_run_size(c, kEstimate));
+    return std::max(0.0, held * states_share(c, 0) + acts - held * most_share(c));
 }
 
+// The least step time of a layout (plan.hpp: step_time_lower_bound), the larger of two chains that
+// the simulation runs one thing after another:
+//
+// The compute stream of the rank holding the output layer. Its layers x microbatches x one layer's
+// forward, backward and recompute as the simulation prices them, and every microbatch's logits and
+// loss forward and backward (with one stage, the embedding's too); the tensor-parallel collectives
+// of every block (attention, MLP) of those that block the compute stream (tp > 1 without
+// tp_comm_overlap: an all-reduce after each, or with sequence parallelism an all-gather before and
+// a reduce-scatter after; forward, backward, and a full recompute's forward), each at least its
+// cost on idle links; with one stage, the vocabulary-parallel embedding's all-reduce of each
+// microbatch; its optimizer step (memory-bound: Adam's bytes per parameter of its share); and
+// after that step, with the distributed optimizer (ZeRO-1, 2) and no layer-wise gathering, the
+// blocking all-gather of its parameters. For 1F1B, GPipe and interleaved pipelines also the
+// embedding and the forwards of the pp - 1 model chunks that must pass before the last rank
+// starts, and the backwards of pp - 1 chunks and the embedding's after it ends, with their blocking
+// tensor-parallel collectives.
+//
+// FSDP's data-parallel stream (pp = 1): every microbatch gathers each layer's weights (twice
+// unless grad_op: forward and backward) and reduce-scatters its gradients, one after another on
+// the rank's data-parallel communication stream (FIFO: each starts after the previous ends), the
+// root unit (the embeddings) gathered once and reduce-scattered each microbatch. The compute chain
+// also waits for the root's gather before its first kernel, and for the last reduce-scatter (the
+// root's, issued after the embedding's backward) before the optimizer step.
+//
+// Nothing else: no pipeline transfers, no gradient reductions of the other strategies, no
+// context-parallel ring. 0 with stragglers or jitter (a kernel may run faster than priced).
 double step_time_bound(const Config& c, const Workload& w) {
     if (c.stragglers.any()) return 0;  // jitter may make a kernel faster than priced
     const StrategyConfig& s = c.strategy;
@@ -79,27 +182,82 @@ double step_time_bound(const Config& c, const Workload& w) {
     };
     // The cheaper of the two layer kinds where only some layers recompute.
     const LayerWork& l = w.split.partial_recompute() && layer_time(w.plain) < layer_time(w.layer) ? w.plain : w.layer;
-    const double per_layer = layer_time(l);
-    const double layers = static_cast<double>(c.model.spec.layers) / s.pp;  // even stages: plan searches no others
+    const int critical = logits_rank(c);
+    const double layers = pipeline_rank_layers(c)[static_cast<std::size_t>(critical)];
+    const double m = c.microbatches();
+
+    // Blocking tensor-parallel collectives of one block (attention or MLP).
+    double tp_block = 0;
+    if (s.tp > 1 && !(s.sequence_parallel && s.tp_comm_overlap)) {
+        const std::vector<int> tp = group_gpus(s, critical, false);
+        tp_block = s.sequence_parallel ? idle_cost(c, Collective::all_gather, l.tp_bytes, tp) +
+                                             idle_cost(c, Collective::reduce_scatter, l.tp_bytes, tp)
+                                       : idle_cost(c, Collective::all_reduce, l.tp_bytes, tp);
+    }
+    const double blocks_per_layer = 4 + (l.recompute == Recompute::full ? 2 : 0);
+    const double per_layer = layer_time(l) + blocks_per_layer * tp_block;
+
     // The rank that holds the output layer runs its share of layers and, for every microbatch, the
     // logits and the loss forward and backward; with one stage it also holds the embedding.
     const EdgeWork& e = w.edge;
     double edges = e.logits_forward.seconds + e.loss_forward.seconds + e.loss_backward.seconds + e.logits_backward.seconds;
-    if (s.pp == 1) edges += e.embedding_forward.seconds + e.embedding_backward.seconds;
-    double bound = c.microbatches() * (layers * per_layer + edges);
-    if (s.pp > 1 && (s.name == "1f1b" || s.name == "gpipe" || s.name == "interleaved") && !uneven_stages(s)) {
+    if (s.pp == 1) {
+        edges += e.embedding_forward.seconds + e.embedding_backward.seconds;
+        if (e.embedding_forward.seconds > 0 && s.tp > 1)
+            edges += idle_cost(c, Collective::all_reduce, l.tp_bytes, group_gpus(s, critical, false));
+    }
+    double bound = m * (layers * per_layer + edges);
+
+    // Its optimizer step, on its share of its parameters (at least its layers and one embedding copy).
+    const StrategyInfo* info = find_hw_strategy(s.name);
+    const long long replicas = static_cast<long long>(s.dp) * s.cp;
+    const double params = layers * w.layer.params + e.embedding_params;
+    const bool sharded = replicas > 1 && (s.name == "fsdp" || s.zero_stage >= 1);
+    bound += c.cluster.gpu.memory_seconds((sharded ? params / static_cast<double>(replicas) : params) *
+                                          adam_bytes_per_param(w.grad_bytes, w.adam, w.weight_bytes));
+    // The distributed optimizer's gather of the updated parameters (finish_step).
+    const std::vector<int> dp = replicas > 1 ? group_gpus(s, critical, true) : std::vector<int>{};
+    if (sharded && s.name != "fsdp" && info && !info->gathers_layers(s.zero_stage, s.overlap_param_gather, replicas))
+        bound += idle_cost(c, Collective::all_gather, bytes_per_element(c.model.spec.dtype) * params, dp);
+
+    if (s.pp > 1 && (s.name == "1f1b" || s.name == "gpipe" || s.name == "interleaved")) {
         // Microbatch 0 passes pp - 1 model chunks forward before the last rank's first forward;
         // the last rank's last backward (of some chunk k >= pp - 1) is followed by that
-        // microbatch's backward through chunks k - 1 .. 0, pp - 1 of them at least.
-        const double chunk_layers = layers / (s.name == "interleaved" ? s.chunks : 1);
+        // microbatch's backward through chunks k - 1 .. 0, pp - 1 of them at least: chunks
+        // 0 .. pp - 2, each with its blocks' tensor-parallel collectives.
+        const std::vector<int> split = stage_layers_of(c, model_chunks(c));
+        double before = 0;
+        for (int k = 0; k + 1 < s.pp && k < static_cast<int>(split.size()); ++k) before += split[static_cast<std::size_t>(k)];
         const double forward = l.attention_forward.seconds + l.mlp_forward.seconds;
         const double backward = l.attention_backward.seconds + l.mlp_backward.seconds;
-        bound += (s.pp - 1) * chunk_layers * (forward + backward);
+        bound += before * (forward + backward + 4 * tp_block);
         // The first rank looks microbatch 0 up before its first forward, and the gradient of the
         // last microbatch reaches the embedding after its backward through chunk 0.
         bound += e.embedding_forward.seconds + e.embedding_backward.seconds;
     }
-    return bound;
+
+    if (s.name == "fsdp" && replicas > 1) {
+        const double el = bytes_per_element(c.model.spec.dtype);
+        const double layer_bytes = el * w.layer.params;
+        const double grad_scale = w.grad_bytes / el;
+        const double root_bytes = el * (params - layers * w.layer.params);
+        // The shard group: dp x cp, or with hybrid sharding a node's data-parallel ranks, which
+        // gather and reduce-scatter; a replica group all-reduces the shard across nodes.
+        std::vector<int> shard = dp;
+        const int per_node = std::max(1, std::min(s.dp, c.cluster.gpus_per_node / s.tp));
+        if (s.sharding == "hybrid" && s.dp > per_node && s.dp % per_node == 0) shard.resize(static_cast<std::size_t>(per_node));
+        const double gathers = s.sharding == "grad_op" ? 1 : 2;
+        const double root_gather = idle_cost(c, Collective::all_gather, root_bytes, shard);
+        const double root_scatter = idle_cost(c, Collective::reduce_scatter, grad_scale * root_bytes, shard);
+        const double stream =
+            root_gather + m * (layers * (gathers * idle_cost(c, Collective::all_gather, layer_bytes, shard) +
+                                         idle_cost(c, Collective::reduce_scatter, grad_scale * layer_bytes, shard)) +
+                               root_scatter);
+        bound = std::max(bound + root_gather + root_scatter, stream);
+    }
+    // Less one part in 10^9: the simulation adds the same seconds in another order, and a step
+    // that equals the bound must not fall below it by rounding.
+    return bound * (1 - 1e-9);
 }
 
 // The two parts summed, less one part in 10^9: the simulation adds the same bytes one allocation
