@@ -49,7 +49,7 @@ int main(int argc, char** argv) {
                 if (i + 1 >= argc) throw std::invalid_argument(a + ": expected a value");
                 return argv[++i];
             };
-            if (a == "--gpus") request.gpus = std::stoi(value());
+            if (a == "--gpus") request.gpus = value();
             else if (a == "--space") set_space(request.space, value());
             else if (a == "--set") {
                 const std::string s = value();

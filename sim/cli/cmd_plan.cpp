@@ -42,7 +42,7 @@ using hw::Seconds;
 
 struct PlanArgs {
     std::string config;
-    int gpus = 0;
+    std::string gpus;  // a count, a list or a range (PlanRequest::gpus)
     std::vector<std::string> sets, space;
     int top = 5;
     bool json = false;
@@ -84,7 +84,7 @@ std::string absolute(const std::string& path) { return std::filesystem::absolute
 // The options every shard and the merge repeat, as words: what defines the search.
 std::vector<std::string> search_words(const PlanArgs& a) {
     std::vector<std::string> w = {absolute(a.config)};
-    if (a.gpus > 0) w.insert(w.end(), {"--gpus", std::to_string(a.gpus)});
+    if (!a.gpus.empty()) w.insert(w.end(), {"--gpus", a.gpus});
     for (const auto& s : a.sets) w.insert(w.end(), {"--set", s});
     for (const auto& s : a.space) w.insert(w.end(), {"--space", s});
     w.insert(w.end(), {"--top", std::to_string(a.top)});
@@ -177,13 +177,13 @@ std::string percent(double part, double whole) { return whole > 0 ? fmt::format(
 void write_csv(const hw::PlanResult& r, const std::string& path) {
     std::ofstream out(path);
     if (!out) throw std::runtime_error(fmt::format("--csv {}: cannot write the file", path));
-    out << "rank,layout,step_time_s,mfu,tokens_per_s,peak_bytes,capacity_bytes,compute_s,comm_s,idle_s,"
+    out << "rank,gpus,layout,step_time_s,mfu,tokens_per_s,peak_bytes,capacity_bytes,compute_s,comm_s,idle_s,"
            "step_time_bound_s,memory_bound_bytes\n";
     for (std::size_t i = 0; i < r.best.size(); ++i) {
         const auto& row = r.simulated[r.best[i]];
         const auto& c = r.enumeration.candidates[row.candidate];
         const auto& p = *row.figures;
-        out << fmt::format("{},{},{},{},{},{},{},{},{},{},{},{}\n", i + 1, c.label, p.step_time, p.mfu,
+        out << fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{}\n", i + 1, c.gpus, c.label, p.step_time, p.mfu,
                            p.tokens_per_second, p.peak_bytes, p.capacity, p.split.compute, p.split.comm, p.split.idle,
                            c.time_bound, c.memory_bound);
     }
@@ -201,12 +201,13 @@ void print_plan(const hw::PlanResult& r, std::size_t top, bool timings) {
         fmt::print("no layout fits\n");
         if (!e.example_error.empty() && e.candidates.empty()) fmt::print("  for example: {}\n", e.example_error);
     } else {
-        fmt::print("{:>3} {:>11} {:>6} {:>11} {:>21} {:>8} {:>8} {:>8}  {}\n", "#", "step", "MFU", "tokens/s",
+        fmt::print("{:>3} {:>5} {:>11} {:>6} {:>11} {:>21} {:>8} {:>8} {:>8}  {}\n", "#", "gpus", "step", "MFU", "tokens/s",
                    "peak mem / capacity", "compute", "comm", "idle", "layout");
         for (std::size_t i = 0; i < r.best.size() && i < top; ++i) {
             const auto& row = r.simulated[r.best[i]];
             const auto& p = *row.figures;
-            fmt::print("{:>3} {:>11} {:>5.1f}% {:>11.0f} {:>21} {:>8} {:>8} {:>8}  {}\n", i + 1,
+            fmt::print("{:>3} {:>5} {:>11} {:>5.1f}% {:>11.0f} {:>21} {:>8} {:>8} {:>8}  {}\n", i + 1,
+                       e.candidates[row.candidate].gpus,
                        fmt::format("{}", Seconds{p.step_time}), 100 * p.mfu, p.tokens_per_second,
                        fmt::format("{} / {}", Bytes{p.peak_bytes}, Bytes{p.capacity}),
                        percent(p.split.compute, p.step_time), percent(p.split.comm, p.step_time),
@@ -327,8 +328,11 @@ void register_plan_command(CLI::App& app) {
     auto* cmd = app.add_subcommand("plan", "Find the fastest layout that fits: enumerate, bound, simulate best first");
     cmd->add_option("config", pa->config, "Config JSON: model, cluster, training (its strategy's layout is searched)")
         ->required();
-    cmd->add_option("--gpus", pa->gpus, "GPU count (default: the cluster's nodes x GPUs per node)")
-        ->transform(whole_number(1, 1 << 24));
+    cmd->add_option("--gpus", pa->gpus,
+                    "GPU counts to search: N, a list N1,N2,... or a range LO-HI (every whole number of nodes in it, "
+                    "and a node's divisors below a node); default: the cluster's nodes x GPUs per node")
+        ->allow_extra_args(false)
+        ->check([](const std::string& v) { return v.empty() ? std::string("expected a GPU count, list or range") : std::string(); });
     cmd->add_option("--set", pa->sets, "Override a field that is not searched: path=value (repeatable)")
         ->allow_extra_args(false);
     cmd->add_option("--space", pa->space,

@@ -23,6 +23,8 @@ for n in 1 2 3 7; do
   echo "$n shards: the same $(wc -c <"$work/one.txt") bytes of text and $(wc -c <"$work/one.json") of JSON, exit status $rc"
 done
 grep -q "simulated" "$work/one.txt"
+# Where a layout fits, each ranked row carries its GPU count.
+if [[ $rc == 0 ]] && ! grep -q '"gpus": [0-9]' "$work/one.json"; then echo "no gpus field in the rows" >&2; exit 1; fi
 # The shards of another search (here another --top) are refused, naming the file (exit 2).
 "$dtsim" plan "$config" "$@" --top 2 --merge "$work"/s3-*.json >"$work/other.txt" 2>&1 && orc=0 || orc=$?
 if [[ $orc != 2 ]] || ! grep -q 's3-0.json: \$.fingerprint: .* is another search' "$work/other.txt"; then

@@ -383,6 +383,103 @@ TEST_CASE("partial recompute is searched when asked, and the bounds hold for it"
                          PlanError);
 }
 
+TEST_CASE("GPU counts: one, a list, or a range of whole nodes and a node's divisors") {
+    CHECK(gpu_counts("64", 8) == std::vector<int>{64});
+    CHECK(gpu_counts("256,64,128", 8) == std::vector<int>{256, 64, 128});  // as given
+    CHECK(gpu_counts("64-96", 8) == std::vector<int>{64, 72, 80, 88, 96});
+    CHECK(gpu_counts("60-90", 8) == std::vector<int>{64, 72, 80, 88});
+    CHECK(gpu_counts("2-16", 8) == std::vector<int>{2, 4, 8, 16});  // 3, 5, 6, 7 do not divide a node
+    CHECK(gpu_counts("3-12", 6) == std::vector<int>{3, 6, 12});
+    CHECK(gpu_counts("4", 8) == std::vector<int>{4});
+    CHECK_THROWS_WITH_AS(gpu_counts("12", 8), doctest::Contains("--gpus 12: 12 GPUs: expected whole nodes of the "
+                                                                "cluster's 8 GPUs"),
+                         PlanError);
+    CHECK_THROWS_WITH_AS(gpu_counts("64,100", 8), doctest::Contains("--gpus 64,100: 100 GPUs"), PlanError);
+    CHECK_THROWS_WITH_AS(gpu_counts("9-15", 8), doctest::Contains("--gpus 9-15: no count in the range"), PlanError);
+    CHECK_THROWS_WITH_AS(gpu_counts("16-8", 8), doctest::Contains("--gpus 16-8: the range is empty"), PlanError);
+    CHECK_THROWS_WITH_AS(gpu_counts("8,8", 8), doctest::Contains("8 given twice"), PlanError);
+    CHECK_THROWS_WITH_AS(gpu_counts("8-", 8), doctest::Contains("'' is not a GPU count"), PlanError);
+    CHECK_THROWS_WITH_AS(gpu_counts("-8", 8), doctest::Contains("'' is not a GPU count"), PlanError);
+    CHECK_THROWS_WITH_AS(gpu_counts("0", 8), doctest::Contains("'0' is not a GPU count"), PlanError);
+    CHECK_THROWS_WITH_AS(gpu_counts("8,,16", 8), doctest::Contains("'' is not a GPU count"), PlanError);
+    CHECK_THROWS_WITH_AS(gpu_counts("+8", 8), doctest::Contains("'+8' is not a GPU count"), PlanError);
+    CHECK_THROWS_WITH_AS(gpu_counts("8-99999999", 8), doctest::Contains("'99999999' is not a GPU count"), PlanError);
+    CHECK_THROWS_WITH_AS(gpu_counts("8-8192", 8), doctest::Contains("more than 256 GPU counts"), PlanError);
+}
+
+TEST_CASE("several GPU counts: each count's layouts, each candidate on its own cluster") {
+    json doc = base_document();
+    const std::vector<std::string> space = {"strategy=megatron,1f1b", "recompute=none", "sequence_parallel=false",
+                                            "zero_stage=1"};
+    PlanRequest req = request_for(doc, space);
+    std::vector<std::string> expected;
+    std::vector<int> expected_gpus;
+    std::size_t enumerated = 0;
+    for (const char* n : {"2", "4", "8"}) {
+        req.gpus = n;
+        const auto one = enumerate_layouts(req);
+        REQUIRE(!one.candidates.empty());
+        enumerated += one.enumerated;
+        for (const auto& c : one.candidates) {
+            expected.push_back(c.label);
+            expected_gpus.push_back(std::stoi(n));
+        }
+    }
+    req.gpus = "2-8";  // 2, 4 and 8: a node's divisors, then whole nodes
+    const auto e = enumerate_layouts(req);
+    CHECK(e.enumerated == enumerated);
+    CHECK(labels(e) == expected);  // the counts slowest, each as alone
+    std::set<int> counts;
+    for (std::size_t i = 0; i < e.candidates.size(); ++i) {
+        const Candidate& c = e.candidates[i];
+        INFO(c.label);
+        CHECK(c.gpus == expected_gpus[i]);
+        CHECK(c.index == i);
+        const Config config = candidate_config(e, req, c);
+        CHECK(config.cluster.gpus() == c.gpus);
+        CHECK(static_cast<long long>(config.strategy.dp) * config.strategy.tp * config.strategy.pp * config.strategy.cp ==
+              c.gpus);
+        counts.insert(c.gpus);
+    }
+    CHECK(counts == std::set<int>{2, 4, 8});
+
+    // The search ranks every count's layouts together, by step time; a shard split merges back.
+    req.top = 3;
+    req.jobs = 2;
+    const PlanResult r = plan(req);
+    REQUIRE(r.best.size() >= 3);
+    for (std::size_t i = 1; i < r.best.size(); ++i)
+        CHECK(r.simulated[r.best[i - 1]].figures->step_time <= r.simulated[r.best[i]].figures->step_time);
+    // The best of the counts together is the best of the counts searched alone.
+    double fastest = 0;
+    int fastest_gpus = 0;
+    for (const char* n : {"2", "4", "8"}) {
+        PlanRequest alone = req;
+        alone.gpus = n;
+        const PlanResult a = plan(alone);
+        REQUIRE(!a.best.empty());
+        const double t = a.simulated[a.best[0]].figures->step_time;
+        if (fastest_gpus == 0 || t < fastest) fastest = t, fastest_gpus = std::stoi(n);
+    }
+    CHECK(r.simulated[r.best[0]].figures->step_time == fastest);
+    CHECK(r.enumeration.candidates[r.simulated[r.best[0]].candidate].gpus == fastest_gpus);
+    const json out = to_json(r, 3, false);
+    CHECK(out["top"][0]["gpus"] == r.enumeration.candidates[r.simulated[r.best[0]].candidate].gpus);
+    std::vector<json> files;
+    std::vector<std::string> names;
+    for (int i = 0; i < 3; ++i) {
+        PlanRequest part = req;
+        part.shard = i;
+        part.shards = 3;
+        files.push_back(json::parse(shard_to_json(plan(part), part).dump()));
+        names.push_back(fmt::format("shard-{}.json", i));
+    }
+    CHECK(to_json(merge_shards(req, files, names), 3, false).dump() == out.dump());
+    PlanRequest other = req;
+    other.gpus = "4-8";  // another search: its shards are refused
+    CHECK_THROWS_WITH_AS(merge_shards(other, files, names), doctest::Contains("$.fingerprint:"), PlanError);
+}
+
 TEST_CASE("bad plan requests are named") {
     PlanSpace s;
     CHECK_THROWS_WITH_AS(set_space(s, "tpp=1,2"), doctest::Contains("--space tpp: unknown knob (the knobs are: strategy, tp"),
@@ -401,9 +498,9 @@ TEST_CASE("bad plan requests are named") {
     r.overrides = {{"strategy.tp", "2"}};
     CHECK_THROWS_WITH_AS(enumerate_layouts(r), doctest::Contains("give it with --space"), PlanError);
     r.overrides.clear();
-    r.gpus = 12;
-    CHECK_THROWS_WITH_AS(enumerate_layouts(r), doctest::Contains("--gpus 12: expected whole nodes"), PlanError);
-    r.gpus = 4;  // half a node
+    r.gpus = "12";
+    CHECK_THROWS_WITH_AS(enumerate_layouts(r), doctest::Contains("--gpus 12: 12 GPUs: expected whole nodes"), PlanError);
+    r.gpus = "4";  // half a node
     CHECK(enumerate_layouts(r).candidates.size() > 0);
 
     // Nothing fits: every layout rejected by the memory bound, none simulated.

@@ -78,6 +78,12 @@ struct PlanSpace {
     std::vector<int> recompute_num_layers, recompute_every;  // 0: every layer ("all"); empty: not searched
 };
 
+// The GPU counts `spec` names (PlanRequest::gpus) on nodes of `per_node` GPUs: each count is whole
+// nodes, or one node of a divisor of `per_node` GPUs. A list keeps its order; a range "LO-HI" takes
+// every such count from LO to HI, ascending (at most 256 of them). Throws PlanError naming the
+// value a cluster of such nodes cannot hold, a range that holds none, or a malformed spec.
+std::vector<int> gpu_counts(const std::string& spec, int per_node);
+
 // The knobs --space takes, in the order enumeration varies them (slowest first).
 const std::vector<std::string>& plan_knobs();
 // Sets a knob of `space` from "key=v1,v2" (key one of plan_knobs(), or its config path as
@@ -89,7 +95,9 @@ struct PlanRequest {
     nlohmann::json document;    // or the merged document itself, where config_path is empty
     std::string file = "plan";  // names the document in errors
     std::vector<Override> overrides;  // --set, applied under every candidate's layout
-    int gpus = 0;                     // 0: the cluster's nodes x GPUs per node
+    // The GPU counts (docs/planning.md): "" the cluster's nodes x GPUs per node; "64" one count;
+    // "64,128,256" a list; "64-256" every count in the range the cluster can hold (gpu_counts).
+    std::string gpus;
     PlanSpace space;
     int top = 5;                // rows wanted: the search is exact for the best `top`
     double time_budget = 0;     // seconds of search; 0: none
@@ -100,6 +108,7 @@ struct PlanRequest {
 // One layout that passed every check: its overrides (on the prepared base document) and bounds.
 struct Candidate {
     std::size_t index = 0;  // in enumeration order
+    int gpus = 0;           // the GPU count it runs on
     std::vector<Override> overrides;
     std::string label;      // "1f1b tp=2 pp=2 dp=2 zero_stage=1 micro_batch=1 recompute=full sp"
     double memory_bound = 0;     // bytes per GPU

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cstdint>
 #include <limits>
@@ -87,6 +88,60 @@ const std::vector<T>& or_default(const std::vector<T>& given, const std::vector<
 }
 
 }  // namespace
+
+std::vector<int> gpu_counts(const std::string& spec, int per_node) {
+    constexpr int kMaxGpus = 1 << 24;
+    constexpr std::size_t kMaxCounts = 256;
+    const auto number = [&](const std::string& v) {
+        std::size_t used = 0;
+        long long x = 0;
+        try {
+            x = std::stoll(v, &used);
+        } catch (const std::exception&) {
+            used = 0;
+        }
+        if (v.empty() || used != v.size() || !std::isdigit(static_cast<unsigned char>(v.front())) || x < 1 ||
+            x > kMaxGpus)
+            throw PlanError(fmt::format("--gpus {}: '{}' is not a GPU count (a whole number from 1 to {})", spec, v,
+                                        kMaxGpus));
+        return static_cast<int>(x);
+    };
+    const auto holds = [&](int n) { return n % per_node == 0 || (n < per_node && per_node % n == 0); };
+    std::vector<int> out;
+    if (const auto dash = spec.find('-'); dash != std::string::npos) {
+        const int lo = number(spec.substr(0, dash)), hi = number(spec.substr(dash + 1));
+        if (lo > hi) throw PlanError(fmt::format("--gpus {}: the range is empty ({} > {})", spec, lo, hi));
+        // Below a node: its divisors; from a node up: whole nodes.
+        for (int n = lo; n <= hi; n = n < per_node ? n + 1 : (n / per_node + 1) * per_node) {
+            if (n >= per_node && n % per_node != 0) continue;  // raise to the next whole node first
+            if (!holds(n)) continue;
+            out.push_back(n);
+            if (out.size() > kMaxCounts)
+                throw PlanError(fmt::format("--gpus {}: more than {} GPU counts in the range; give a narrower range "
+                                            "or a list (--gpus 64,128,256)",
+                                            spec, kMaxCounts));
+        }
+        if (out.empty())
+            throw PlanError(fmt::format("--gpus {}: no count in the range is whole nodes of the cluster's {} GPUs or a "
+                                        "divisor of {} (one node)",
+                                        spec, per_node, per_node));
+        return out;
+    }
+    for (std::size_t start = 0;;) {
+        const auto comma = spec.find(',', start);
+        const int n = number(spec.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+        if (!holds(n))
+            throw PlanError(fmt::format("--gpus {}: {} GPUs: expected whole nodes of the cluster's {} GPUs, or a "
+                                        "divisor of {} (one node)",
+                                        spec, n, per_node, per_node));
+        if (std::find(out.begin(), out.end(), n) != out.end())
+            throw PlanError(fmt::format("--gpus {}: {} given twice", spec, n));
+        out.push_back(n);
+        if (comma == std::string::npos) break;
+        start = comma + 1;
+    }
+    return out;
+}
 
 const std::vector<std::string>& plan_knobs() {
     static const std::vector<std::string> knobs = {"strategy", "tp", "pp", "chunks", "cp", "zero_stage",
@@ -192,22 +247,7 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
             throw PlanError(fmt::format("--set {}: plan searches the micro-batch size; give it with --space "
                                         "micro_batch=...",
                                         o.path));
-    // The cluster: --gpus as whole nodes, or one node of fewer GPUs.
-    auto& cluster = doc["cluster"];
-    if (!cluster.is_object()) throw PlanError(fmt::format("{}: the config has no cluster", file));
-    const int per_node = int_or(cluster, "gpus_per_node", 8);
-    if (request.gpus > 0) {
-        if (request.gpus % per_node == 0) {
-            cluster["nodes"] = request.gpus / per_node;
-        } else if (request.gpus < per_node && per_node % request.gpus == 0) {
-            cluster["nodes"] = 1;
-            cluster["gpus_per_node"] = request.gpus;
-        } else {
-            throw PlanError(fmt::format("--gpus {}: expected whole nodes of the cluster's {} GPUs, or a divisor of {} "
-                                        "(one node)",
-                                        request.gpus, per_node, per_node));
-        }
-    }
+    if (!doc["cluster"].is_object()) throw PlanError(fmt::format("{}: the config has no cluster", file));
     if (doc.contains("strategy") && doc["strategy"].is_object())
         for (const auto& k : kLayoutKeys) doc["strategy"].erase(k);
     else
@@ -225,9 +265,12 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
         o.push_back({"training.global_batch", std::to_string(static_cast<long long>(nodes) * gpn)});
         return parse_config(doc, file, o);
     }();
-    const int gpus = probe.cluster.gpus();
-    const int node = probe.cluster.gpus_per_node;
+    const int per_node = probe.cluster.gpus_per_node;
     const TransformerSpec& m = probe.model.spec;
+    // The GPU counts, slowest in the enumeration: the cluster's own (its config as it is), or each
+    // count asked for as whole nodes, or one node of fewer GPUs (the candidate sets the cluster).
+    const std::vector<int> counts =
+        request.gpus.empty() ? std::vector<int>{probe.cluster.gpus()} : gpu_counts(request.gpus, per_node);
     // The global batch as the base gives it (with --set), not the probe's: checked as every
     // candidate will check it (with a layout of one GPU a replica, which any whole batch takes).
     const int global_batch = [&] {
@@ -244,7 +287,14 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
     static const std::vector<int> no = {0};
     static const std::vector<int> both = {0, 1};
     std::size_t index = 0;
+    for (const int gpus : counts)
     for (const auto& name : or_default(sp.strategies, kDefaultStrategies)) {
+        const int node = gpus < per_node ? gpus : per_node;
+        std::vector<Override> cluster;
+        if (!request.gpus.empty()) {
+            cluster.push_back({"cluster.nodes", std::to_string(gpus < per_node ? 1 : gpus / per_node)});
+            if (gpus < per_node) cluster.push_back({"cluster.gpus_per_node", std::to_string(gpus)});
+        }
         const StrategyInfo& info = *find_hw_strategy(name);
         std::vector<int> tps = sp.tp.empty() ? divisors(node) : sp.tp;
         if (!info.tensor_parallel) tps = one;
@@ -332,7 +382,9 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
                                             }
                                             Candidate c;
                                             c.index = index;
+                                            c.gpus = gpus;
                                             auto& o = c.overrides;
+                                            o = cluster;
                                             o.push_back({"strategy.name", fmt::format("\"{}\"", name)});
                                             o.push_back({"strategy.tp", std::to_string(tp)});
                                             o.push_back({"strategy.pp", std::to_string(pp)});
@@ -580,7 +632,8 @@ std::string plan_fingerprint(const Enumeration& e, const PlanRequest& request) {
     add(e.base.dump());
     for (const auto& o : request.overrides) add(o.path + "=" + o.value);
     add(fmt::format("gpus {} top {} enumerated {}", request.gpus, std::max(1, request.top), e.enumerated));
-    for (const auto& c : e.candidates) add(fmt::format("{} {:.17g} {:.17g}", c.label, c.time_bound, c.memory_bound));
+    for (const auto& c : e.candidates)
+        add(fmt::format("{} {} {:.17g} {:.17g}", c.gpus, c.label, c.time_bound, c.memory_bound));
     return fmt::format("{:016x}", h);
 }
 
@@ -589,6 +642,7 @@ nlohmann::json shard_to_json(const PlanResult& r, const PlanRequest& request) {
     for (const PlanRow& row : r.simulated) {
         const Candidate& c = r.enumeration.candidates[row.candidate];
         nlohmann::json j = {{"candidate", row.candidate},
+                            {"gpus", c.gpus},
                             {"layout", c.label},
                             {"step_time_bound_s", c.time_bound},
                             {"memory_bound_bytes", c.memory_bound}};
@@ -731,6 +785,7 @@ nlohmann::json to_json(const PlanResult& r, std::size_t top, bool timings) {
         nlohmann::json report = row.report;
         if (!timings) report.erase("wall_s");
         rows.push_back({{"rank", i + 1},
+                        {"gpus", c.gpus},
                         {"layout", c.label},
                         {"set", set},
                         {"step_time_bound_s", c.time_bound},
