@@ -383,6 +383,64 @@ TEST_CASE("partial recompute is searched when asked, and the bounds hold for it"
                          PlanError);
 }
 
+TEST_CASE("microbatch_group is searched only when asked for, and the bounds hold for each group") {
+    json doc = base_document();
+    doc["training"]["global_batch"] = 16;
+    const std::vector<std::string> space = {"strategy=megatron,interleaved", "pp=2", "chunks=2", "micro_batch=1,2",
+                                            "recompute=none", "sequence_parallel=false", "zero_stage=1"};
+    const auto plain = enumerate_layouts(request_for(doc, space));
+    for (const auto& c : plain.candidates) CHECK(c.label.find("microbatch_group") == std::string::npos);
+    auto with = space;
+    with.push_back("microbatch_group=pp,1,2,4,5,64");
+    const PlanRequest req = request_for(doc, with);
+    const auto e = enumerate_layouts(req);
+    const auto count = [&](const char* strategy) {
+        auto alone = space;
+        alone[0] = std::string("strategy=") + strategy;
+        return enumerate_layouts(request_for(doc, alone)).enumerated;
+    };
+    // megatron takes no group: its layouts as before; each interleaved layout with each of 6 groups.
+    REQUIRE(count("interleaved") > 0);
+    CHECK(e.enumerated == count("megatron") + 6 * count("interleaved"));
+    // Groups below pp (1), above the microbatches (64) or leaving a last group of fewer than pp
+    // microbatches (5 of 8: 3 >= 2 passes; of 16: 1 < 2 fails) are the schedule's rejections.
+    REQUIRE(e.rejected.count(reject::schedule) == 1);
+    std::map<std::string, const Candidate*> by_label;
+    for (const auto& c : e.candidates) by_label[c.label] = &c;
+    for (const auto& c : plain.candidates) {
+        INFO(c.label);
+        REQUIRE(by_label.count(c.label) == 1);  // the default group ("pp") as before, its bounds too
+        CHECK(by_label[c.label]->time_bound == c.time_bound);
+        CHECK(by_label[c.label]->memory_bound == c.memory_bound);
+        if (c.label.starts_with("interleaved")) {
+            CHECK(by_label.count(c.label + " microbatch_group=1") == 0);
+            CHECK(by_label.count(c.label + " microbatch_group=64") == 0);
+            REQUIRE(by_label.count(c.label + " microbatch_group=2") == 1);  // g = pp: the default's schedule
+            CHECK(by_label[c.label + " microbatch_group=2"]->memory_bound == c.memory_bound);
+        }
+    }
+    // Each candidate simulated: the group is the one its label names, and the bounds hold.
+    std::set<int> groups;
+    for (const auto& c : e.candidates) {
+        const Config config = candidate_config(e, req, c);
+        const RunReport r = simulate(config, {.keep_trace = false}).report;
+        INFO(c.label);
+        const auto at = c.label.find(" microbatch_group=");
+        CHECK(config.strategy.microbatch_group ==
+              (at == std::string::npos ? 0 : std::stoi(c.label.substr(at + 18))));
+        groups.insert(config.strategy.microbatch_group);
+        CHECK(c.memory_bound <= r.peak.bytes);
+        if (!r.oom) CHECK(c.time_bound <= r.step_time);
+    }
+    CHECK(groups == std::set<int>{0, 2, 4, 5});
+    PlanSpace bad;
+    CHECK_THROWS_WITH_AS(set_space(bad, "microbatch_group=0"), doctest::Contains("--space microbatch_group: '0'"),
+                         PlanError);
+    PlanRequest twice = request_for(doc, with);
+    twice.overrides = {{"strategy.microbatch_group", "4"}};
+    CHECK_THROWS_WITH_AS(enumerate_layouts(twice), doctest::Contains("--space microbatch_group=..."), PlanError);
+}
+
 TEST_CASE("GPU counts: one, a list, or a range of whole nodes and a node's divisors") {
     CHECK(gpu_counts("64", 8) == std::vector<int>{64});
     CHECK(gpu_counts("256,64,128", 8) == std::vector<int>{256, 64, 128});  // as given

@@ -66,6 +66,8 @@ public:
 //   tp_comm_overlap   false, and true where sequence_parallel
 //   fp8               not searched: the config's own (strategy.fp8)
 //   compile           not searched: the config's own (strategy.compile)
+//   microbatch_group  not searched: interleaved runs Megatron's default group (pp); asked for, each
+//                     value (0: pp) with each interleaved layout
 //   recompute_num_layers, recompute_every  not searched (every layer recomputes under a policy);
 //                     asked for, each value ("all" or n) with each policy but none
 struct PlanSpace {
@@ -76,6 +78,7 @@ struct PlanSpace {
     std::vector<std::string> fp8;  // none, te, torchao; empty: the config's own strategy.fp8
     std::vector<int> compile;      // 0 / 1; empty: the config's own strategy.compile
     std::vector<int> recompute_num_layers, recompute_every;  // 0: every layer ("all"); empty: not searched
+    std::vector<int> microbatch_group;  // interleaved; 0: pp (the key unset); empty: not searched
 };
 
 // The GPU counts `spec` names (PlanRequest::gpus) on nodes of `per_node` GPUs: each count is whole
@@ -124,7 +127,7 @@ inline constexpr const char* pp_layers = "pp does not divide the layers";
 inline constexpr const char* gpus = "tp x cp x pp does not divide the GPU count";
 inline constexpr const char* chunks = "pp x chunks does not divide the layers";
 inline constexpr const char* batch = "micro_batch x dp does not divide the global batch";
-inline constexpr const char* schedule = "the pipeline schedule does not take these sizes (interleaved: pp <= microbatches)";
+inline constexpr const char* schedule = "the pipeline schedule does not take these sizes (interleaved: pp <= microbatch_group <= microbatches)";
 inline constexpr const char* states = "does not fit: model states alone exceed memory";
 inline constexpr const char* activations =
     "does not fit: model states and the activations held at the first backward exceed memory";

@@ -147,7 +147,8 @@ const std::vector<std::string>& plan_knobs() {
     static const std::vector<std::string> knobs = {"strategy", "tp", "pp", "chunks", "cp", "zero_stage",
                                                    "micro_batch", "recompute", "sequence_parallel",
                                                    "tp_comm_overlap", "fp8", "compile",
-                                                   "recompute_num_layers", "recompute_every"};
+                                                   "recompute_num_layers", "recompute_every",
+                                                   "microbatch_group"};
     return knobs;
 }
 
@@ -208,6 +209,10 @@ void set_space(PlanSpace& space, const std::string& text) {
         std::vector<int> ns;
         for (const auto& v : values) ns.push_back(v == "all" ? 0 : to_int(key, v, 1));
         (key == "recompute_every" ? space.recompute_every : space.recompute_num_layers) = ns;
+    } else if (key == "microbatch_group") {
+        // "pp" (Megatron-LM's default group: the key unset) or a whole number >= 1.
+        space.microbatch_group.clear();
+        for (const auto& v : values) space.microbatch_group.push_back(v == "pp" ? 0 : to_int(key, v, 1));
     } else if (key == "fp8") {
         for (const auto& v : values)
             if (v != "none" && v != "te" && v != "torchao")
@@ -336,6 +341,8 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
         const std::vector<std::string> fp8s = sp.fp8.empty() ? std::vector<std::string>{""} : sp.fp8;
         // compile: likewise (-1 keeps it).
         const std::vector<int> compiles = sp.compile.empty() ? std::vector<int>{-1} : sp.compile;
+        // microbatch_group: interleaved only, Megatron-LM's default (0: pp) unless searched.
+        const std::vector<int>& groups = info.microbatch_group ? or_default(sp.microbatch_group, no) : no;
         for (int tp : tps)
             for (int pp : pps) {
                 std::vector<int> chunk_values = one;
@@ -363,7 +370,8 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
                                         const std::vector<int>& ovs = seq ? or_default(sp.tp_comm_overlap, both) : no;
                                         for (int ov : ovs)
                                         for (const std::string& f8 : fp8s)
-                                        for (int cc : compiles) {
+                                        for (int cc : compiles)
+                                        for (int group : groups) {
                                             if (ov && !seq) continue;
                                             ++e.enumerated;
                                             const auto rejected = [&](const std::string& why) { ++e.rejected[why]; };
@@ -399,15 +407,19 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
                                             if (ov) o.push_back({"strategy.tp_comm_overlap", "true"});
                                             if (!f8.empty()) o.push_back({"strategy.fp8", fmt::format("\"{}\"", f8)});
                                             if (cc >= 0) o.push_back({"strategy.compile", cc ? "true" : "false"});
+                                            if (group > 0)
+                                                o.push_back({"strategy.microbatch_group", std::to_string(group)});
                                             c.label = fmt::format("{} tp={} pp={} dp={}{}{} zero_stage={} micro_batch={} "
-                                                                  "recompute={}{}{}{}{}{}",
+                                                                  "recompute={}{}{}{}{}{}{}",
                                                                   name, tp, pp, dp, cp > 1 ? fmt::format(" cp={}", cp) : "",
                                                                   info.chunks ? fmt::format(" chunks={}", v) : "", zero,
                                                                   mb, rc,
                                                                   part > 0 ? fmt::format(" {}={}", part_key, part) : "",
                                                                   seq ? " sp" : "", ov ? " overlap" : "",
                                                                   f8.empty() ? "" : fmt::format(" fp8={}", f8),
-                                                                  cc < 0 ? "" : cc ? " compile" : " eager");
+                                                                  cc < 0 ? "" : cc ? " compile" : " eager",
+                                                                  group > 0 ? fmt::format(" microbatch_group={}", group)
+                                                                            : "");
                                             Config config;
                                             try {
                                                 std::vector<Override> all = request.overrides;
