@@ -441,6 +441,93 @@ TEST_CASE("microbatch_group is searched only when asked for, and the bounds hold
     CHECK_THROWS_WITH_AS(enumerate_layouts(twice), doctest::Contains("--space microbatch_group=..."), PlanError);
 }
 
+TEST_CASE("FSDP's sharding is searched by default, and the bounds hold for each") {
+    // Two nodes of 8, so that hybrid sharding shards inside a node and replicates across the two.
+    json doc = base_document();
+    doc["training"]["global_batch"] = 16;
+    const std::vector<std::string> space = {"strategy=fsdp,megatron", "tp=1,2", "micro_batch=1,2",
+                                            "recompute=none,full", "tp_comm_overlap=false"};
+    PlanRequest req = request_for(doc, space);
+    req.gpus = "16";
+    const auto e = enumerate_layouts(req);
+    auto full_only = space;
+    full_only.push_back("sharding=full");
+    PlanRequest full_req = request_for(doc, full_only);
+    full_req.gpus = "16";
+    const auto full = enumerate_layouts(full_req);
+    std::size_t megatron = 0;
+    for (const auto& c : full.candidates) megatron += c.label.starts_with("megatron") ? 1 : 0;
+    std::map<std::string, const Candidate*> by_label;
+    for (const auto& c : e.candidates) by_label[c.label] = &c;
+    // The sharding follows the ZeRO stage in a label (full, the default, is not named).
+    const auto sharded = [](std::string label, const std::string& how) {
+        return label.replace(label.find(" zero_stage=3") + 13, 0, " sharding=" + how);
+    };
+    std::size_t fsdp = 0;
+    for (const auto& c : full.candidates) {
+        INFO(c.label);
+        REQUIRE(by_label.count(c.label) == 1);  // full sharding: the label and bounds as before
+        CHECK(by_label[c.label]->time_bound == c.time_bound);
+        if (!c.label.starts_with("fsdp")) continue;
+        ++fsdp;
+        CHECK(by_label.count(sharded(c.label, "grad_op")) == 1);
+        CHECK(by_label.count(sharded(c.label, "hybrid")) == 1);
+    }
+    REQUIRE(fsdp > 0);
+    CHECK(e.candidates.size() == megatron + 3 * fsdp);
+    // Each simulated: the sharding its label names, and the bounds below the simulation.
+    std::map<std::string, int> seen;
+    for (const auto& c : e.candidates) {
+        const Config config = candidate_config(e, req, c);
+        if (config.strategy.name != "fsdp") continue;
+        const RunReport r = simulate(config, {.keep_trace = false}).report;
+        INFO(c.label);
+        const std::string named = c.label.find(" sharding=grad_op ") != std::string::npos  ? "grad_op"
+                                  : c.label.find(" sharding=hybrid ") != std::string::npos ? "hybrid"
+                                                                                           : "full";
+        CHECK(config.strategy.sharding == named);
+        ++seen[named];
+        CHECK(c.memory_bound <= r.peak.bytes);
+        if (!r.oom) CHECK(c.time_bound <= r.step_time);
+    }
+    CHECK(seen.size() == 3);
+
+    // On one node the data-parallel ranks are a single shard group: hybrid sharding runs as full
+    // sharding, step for step (only slower to simulate), and is rejected as such.
+    PlanRequest one_node = req;
+    one_node.gpus = "8";
+    const auto node = enumerate_layouts(one_node);
+    CHECK(node.rejected.count(reject::hybrid_full) == 1);
+    std::size_t compared = 0;
+    for (const auto& c : node.candidates) {
+        INFO(c.label);
+        CHECK(c.label.find("sharding=hybrid") == std::string::npos);
+        if (!c.label.starts_with("fsdp") || c.label.find("sharding=") != std::string::npos || compared >= 4) continue;
+        const Config full_config = candidate_config(node, one_node, c);
+        Config hybrid = full_config;
+        hybrid.strategy.sharding = "hybrid";
+        const RunReport a = simulate(full_config, {.keep_trace = false}).report;
+        const RunReport b = simulate(hybrid, {.keep_trace = false}).report;
+        CHECK(a.step_time == b.step_time);
+        CHECK(a.peak.bytes == b.peak.bytes);
+        ++compared;
+    }
+    CHECK(compared == 4);
+    // Hybrid sharding does not take context parallelism: the config check's rejection.
+    auto with_cp = space;
+    with_cp.push_back("cp=2");
+    with_cp.push_back("sharding=hybrid");
+    with_cp[0] = "strategy=fsdp";
+    PlanRequest cp_req = request_for(doc, with_cp);
+    cp_req.gpus = "16";
+    const auto cp = enumerate_layouts(cp_req);
+    CHECK(cp.candidates.empty());
+    CHECK(cp.rejected.count(std::string(reject::config_prefix) + "$.strategy.cp") == 1);
+    PlanSpace bad;
+    CHECK_THROWS_WITH_AS(set_space(bad, "sharding=half"), doctest::Contains("--space sharding: 'half' is not an FSDP"),
+                         PlanError);
+}
+
 TEST_CASE("GPU counts: one, a list, or a range of whole nodes and a node's divisors") {
     CHECK(gpu_counts("64", 8) == std::vector<int>{64});
     CHECK(gpu_counts("256,64,128", 8) == std::vector<int>{256, 64, 128});  // as given

@@ -1,6 +1,7 @@
-// `dtsim plan`: which layout to run. Enumerates the layouts of a model on a cluster (strategy,
-// tp, pp, chunks, cp, ZeRO stage, micro-batch size, recompute, sequence parallelism, TP
-// communication overlap), rejects those that cannot run or cannot fit, orders the rest by a
+// `dtsim plan`: which layout to run. Enumerates the layouts of a model on a cluster (GPU count,
+// strategy, tp, pp, chunks, cp, ZeRO stage, FSDP's sharding, micro-batch size, recompute, sequence
+// parallelism, TP communication overlap; fp8, compile and interleaved's microbatch group where
+// asked), rejects those that cannot run or cannot fit, orders the rest by a
 // lower bound on their step time and simulates them best first, stopping when no layout left
 // can beat the best found (docs/planning.md).
 //
@@ -68,6 +69,7 @@ public:
 //   compile           not searched: the config's own (strategy.compile)
 //   microbatch_group  not searched: interleaved runs Megatron's default group (pp); asked for, each
 //                     value (0: pp) with each interleaved layout
+//   sharding          fsdp: full, grad_op, hybrid (FULL_SHARD, SHARD_GRAD_OP, HYBRID_SHARD)
 //   recompute_num_layers, recompute_every  not searched (every layer recomputes under a policy);
 //                     asked for, each value ("all" or n) with each policy but none
 struct PlanSpace {
@@ -79,6 +81,7 @@ struct PlanSpace {
     std::vector<int> compile;      // 0 / 1; empty: the config's own strategy.compile
     std::vector<int> recompute_num_layers, recompute_every;  // 0: every layer ("all"); empty: not searched
     std::vector<int> microbatch_group;  // interleaved; 0: pp (the key unset); empty: not searched
+    std::vector<std::string> sharding;  // fsdp: full, grad_op, hybrid; empty: all three
 };
 
 // The GPU counts `spec` names (PlanRequest::gpus) on nodes of `per_node` GPUs: each count is whole
@@ -128,6 +131,8 @@ inline constexpr const char* gpus = "tp x cp x pp does not divide the GPU count"
 inline constexpr const char* chunks = "pp x chunks does not divide the layers";
 inline constexpr const char* batch = "micro_batch x dp does not divide the global batch";
 inline constexpr const char* schedule = "the pipeline schedule does not take these sizes (interleaved: pp <= microbatch_group <= microbatches)";
+inline constexpr const char* hybrid_full =
+    "hybrid sharding runs as full sharding here (the data-parallel ranks are not whole nodes of two or more)";
 inline constexpr const char* states = "does not fit: model states alone exceed memory";
 inline constexpr const char* activations =
     "does not fit: model states and the activations held at the first backward exceed memory";

@@ -26,6 +26,7 @@ namespace {
 
 const std::vector<std::string> kDefaultStrategies = {"megatron", "1f1b", "interleaved", "fsdp"};
 const std::vector<std::string> kRecompute = {"none", "selective", "full"};
+const std::vector<std::string> kShardings = {"full", "grad_op", "hybrid"};
 
 // The strategy keys a layout sets: the base config's own are dropped, so that every candidate
 // states its whole layout (and a base written for another layout does not leak into it).
@@ -148,7 +149,7 @@ const std::vector<std::string>& plan_knobs() {
                                                    "micro_batch", "recompute", "sequence_parallel",
                                                    "tp_comm_overlap", "fp8", "compile",
                                                    "recompute_num_layers", "recompute_every",
-                                                   "microbatch_group"};
+                                                   "microbatch_group", "sharding"};
     return knobs;
 }
 
@@ -213,6 +214,13 @@ void set_space(PlanSpace& space, const std::string& text) {
         // "pp" (Megatron-LM's default group: the key unset) or a whole number >= 1.
         space.microbatch_group.clear();
         for (const auto& v : values) space.microbatch_group.push_back(v == "pp" ? 0 : to_int(key, v, 1));
+    } else if (key == "sharding") {
+        for (const auto& v : values)
+            if (std::find(kShardings.begin(), kShardings.end(), v) == kShardings.end())
+                throw PlanError(fmt::format("--space sharding: '{}' is not an FSDP sharding (expected full, grad_op or "
+                                            "hybrid)",
+                                            v));
+        space.sharding = values;
     } else if (key == "fp8") {
         for (const auto& v : values)
             if (v != "none" && v != "te" && v != "torchao")
@@ -343,6 +351,9 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
         const std::vector<int> compiles = sp.compile.empty() ? std::vector<int>{-1} : sp.compile;
         // microbatch_group: interleaved only, Megatron-LM's default (0: pp) unless searched.
         const std::vector<int>& groups = info.microbatch_group ? or_default(sp.microbatch_group, no) : no;
+        // sharding: fsdp only ("" leaves the key unset where the strategy takes none).
+        static const std::vector<std::string> unsharded = {""};
+        const std::vector<std::string>& shardings = info.sharding ? or_default(sp.sharding, kShardings) : unsharded;
         for (int tp : tps)
             for (int pp : pps) {
                 std::vector<int> chunk_values = one;
@@ -371,7 +382,8 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
                                         for (int ov : ovs)
                                         for (const std::string& f8 : fp8s)
                                         for (int cc : compiles)
-                                        for (int group : groups) {
+                                        for (int group : groups)
+                                        for (const std::string& shard : shardings) {
                                             if (ov && !seq) continue;
                                             ++e.enumerated;
                                             const auto rejected = [&](const std::string& why) { ++e.rejected[why]; };
@@ -409,11 +421,17 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
                                             if (cc >= 0) o.push_back({"strategy.compile", cc ? "true" : "false"});
                                             if (group > 0)
                                                 o.push_back({"strategy.microbatch_group", std::to_string(group)});
-                                            c.label = fmt::format("{} tp={} pp={} dp={}{}{} zero_stage={} micro_batch={} "
+                                            if (!shard.empty() && shard != "full")
+                                                o.push_back({"strategy.sharding", fmt::format("\"{}\"", shard)});
+                                            // FSDP's sharding beside its ZeRO stage (full: the default, unnamed).
+                                            const std::string sharded = !shard.empty() && shard != "full"
+                                                                            ? fmt::format(" sharding={}", shard)
+                                                                            : "";
+                                            c.label = fmt::format("{} tp={} pp={} dp={}{}{} zero_stage={}{} micro_batch={} "
                                                                   "recompute={}{}{}{}{}{}{}",
                                                                   name, tp, pp, dp, cp > 1 ? fmt::format(" cp={}", cp) : "",
                                                                   info.chunks ? fmt::format(" chunks={}", v) : "", zero,
-                                                                  mb, rc,
+                                                                  sharded, mb, rc,
                                                                   part > 0 ? fmt::format(" {}={}", part_key, part) : "",
                                                                   seq ? " sp" : "", ov ? " overlap" : "",
                                                                   f8.empty() ? "" : fmt::format(" fp8={}", f8),
@@ -430,6 +448,19 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
                                                 if (e.example_error.empty())
                                                     e.example_error = fmt::format("{}: {}", c.label, err.what());
                                                 continue;
+                                            }
+                                            // HYBRID_SHARD shards inside a node and replicates across nodes only
+                                            // where the data-parallel ranks form whole nodes of them, two or more
+                                            // (make_jobs, estimate_run_size); otherwise the run is the full
+                                            // shard's, step for step, only slower to simulate.
+                                            if (shard == "hybrid") {
+                                                const auto& st = config.strategy;
+                                                const int in_node =
+                                                    std::max(1, std::min(st.dp, config.cluster.gpus_per_node / st.tp));
+                                                if (!(st.dp > in_node && st.dp % in_node == 0)) {
+                                                    rejected(reject::hybrid_full);
+                                                    continue;
+                                                }
                                             }
                                             std::optional<sched::Schedule> schedule;
                                             try {
