@@ -45,6 +45,7 @@ struct PlanArgs {
     std::string gpus;  // a count, a list or a range (PlanRequest::gpus)
     std::vector<std::string> sets, space;
     int top = 5;
+    std::string rank_by = "step_time";
     bool json = false;
     std::string csv;
     int jobs = 0;
@@ -88,6 +89,7 @@ std::vector<std::string> search_words(const PlanArgs& a) {
     for (const auto& s : a.sets) w.insert(w.end(), {"--set", s});
     for (const auto& s : a.space) w.insert(w.end(), {"--space", s});
     w.insert(w.end(), {"--top", std::to_string(a.top)});
+    if (a.rank_by != "step_time") w.insert(w.end(), {"--rank-by", a.rank_by});
     if (a.time_budget > 0) w.insert(w.end(), {"--time-budget", fmt::format("{}", a.time_budget)});
     return w;
 }
@@ -197,10 +199,12 @@ void print_plan(const hw::PlanResult& r, std::size_t top, bool timings) {
                e.enumerated, e.rejected_total(), e.candidates.size(), r.simulated.size(), r.out_of_memory, r.failed,
                r.pruned, r.budget_hit ? fmt::format(", {} left unsimulated: time budget reached", r.left) : "");
     for (const auto& [why, n] : e.rejected) fmt::print("  rejected {:>6}  {}\n", n, why);
+    const bool gpu_seconds = r.rank_by == hw::RankBy::gpu_seconds;
     if (r.best.empty()) {
         fmt::print("no layout fits\n");
         if (!e.example_error.empty() && e.candidates.empty()) fmt::print("  for example: {}\n", e.example_error);
     } else {
+        if (gpu_seconds) fmt::print("ranked by GPU-seconds a step (step time x GPUs)\n");
         fmt::print("{:>3} {:>5} {:>11} {:>6} {:>11} {:>21} {:>8} {:>8} {:>8}  {}\n", "#", "gpus", "step", "MFU", "tokens/s",
                    "peak mem / capacity", "compute", "comm", "idle", "layout");
         for (std::size_t i = 0; i < r.best.size() && i < top; ++i) {
@@ -219,8 +223,8 @@ void print_plan(const hw::PlanResult& r, std::size_t top, bool timings) {
             if (caveats[i].is_string())
                 fmt::print("{}{}\n", i == 0 ? "weakest (#1): " : "              ", caveats[i].get<std::string>());
         if (r.pruned > 0 && !r.budget_hit)
-            fmt::print("exact: no layout left unsimulated can beat the {} above (its step-time bound is no better)\n",
-                       std::min(top, r.best.size()));
+            fmt::print("exact: no layout left unsimulated can beat the {} above (its step-time bound{} is no better)\n",
+                       std::min(top, r.best.size()), gpu_seconds ? " x GPUs" : "");
     }
     if (timings && r.merged > 0)
         fmt::print("merged {} shards, which searched for {:.2f} s in all\n", r.merged, r.wall_seconds);
@@ -234,6 +238,11 @@ void plan(const PlanArgs& a) {
     request.config_path = a.config;
     request.gpus = a.gpus;
     request.top = a.top;
+    try {
+        request.rank_by = hw::parse_rank_by(a.rank_by);
+    } catch (const hw::PlanError& e) {
+        throw UsageError(e.what());
+    }
     request.time_budget = a.time_budget;
     for (const auto& s : hw::parse_settings(a.sets)) {
         if (s.values.size() > 1)
@@ -267,12 +276,13 @@ void plan(const PlanArgs& a) {
     // On a terminal: the rows simulated, how many more the search may simulate (the candidates
     // whose bound still beats the top), the best so far, and the time that would take at most.
     Progress bar;
-    const auto show = [&bar](const hw::PlanProgress& p) {
+    const char* unit = request.rank_by == hw::RankBy::gpu_seconds ? " GPU-s" : "";
+    const auto show = [&bar, unit](const hw::PlanProgress& p) {
         if (!bar.due()) return;
         const double per_row = bar.seconds() / static_cast<double>(std::max<std::size_t>(1, p.simulated));
         bar.show(fmt::format("simulated {} of at most {} ({} candidates){}; at most {} left", p.simulated,
                              p.may_simulate, p.candidates,
-                             p.best ? fmt::format(", best {}", Seconds{*p.best}) : std::string(),
+                             p.best ? fmt::format(", best {}{}", Seconds{*p.best}, unit) : std::string(),
                              hw::duration_text(per_row * static_cast<double>(p.may_simulate - p.simulated))));
     };
     if (!a.shard.empty()) {
@@ -342,6 +352,10 @@ void register_plan_command(CLI::App& app) {
         ->allow_extra_args(false);
     cmd->add_option("--top", pa->top, "Layouts to print: the search is exact for the best N (default 5)")
         ->transform(whole_number(1, 1000000));
+    cmd->add_option("--rank-by", pa->rank_by,
+                    "Rank by step_time (default) or gpu_seconds (step time x GPUs: the cost of a step, which "
+                    "weighs GPU counts against each other)")
+        ->check(CLI::IsMember({"step_time", "gpu_seconds"}));
     cmd->add_option("--time-budget", pa->time_budget,
                     "Stop simulating after this many seconds and say what was left (default: none)")
         ->transform(number_in(0, 1e9));

@@ -623,6 +623,56 @@ TEST_CASE("several GPU counts: each count's layouts, each candidate on its own c
     PlanRequest other = req;
     other.gpus = "4-8";  // another search: its shards are refused
     CHECK_THROWS_WITH_AS(merge_shards(other, files, names), doctest::Contains("$.fingerprint:"), PlanError);
+    other = req;
+    other.rank_by = RankBy::gpu_seconds;
+    CHECK_THROWS_WITH_AS(merge_shards(other, files, names), doctest::Contains("$.fingerprint:"), PlanError);
+}
+
+TEST_CASE("ranked by GPU-seconds, best first finds what simulating every candidate finds") {
+    json doc = base_document();
+    doc["training"]["global_batch"] = 16;
+    PlanRequest req = request_for(doc, {"strategy=megatron,1f1b,fsdp", "recompute=none,full", "zero_stage=1,3",
+                                        "micro_batch=1,2"});
+    req.gpus = "2-8";
+    const auto e = enumerate_layouts(req);
+    // Every candidate simulated: step time x GPUs of the fitting ones, best first (ties in order).
+    std::vector<std::pair<double, std::size_t>> all;
+    for (const auto& c : e.candidates) {
+        const RunReport r = simulate(candidate_config(e, req, c), {.keep_trace = false}).report;
+        if (!r.oom) all.push_back({r.step_time * c.gpus, c.index});
+    }
+    REQUIRE(all.size() >= 3);
+    std::sort(all.begin(), all.end());
+    req.rank_by = RankBy::gpu_seconds;
+    req.top = 3;
+    req.jobs = 2;
+    const PlanResult r = plan(req);
+    CHECK(r.pruned > 0);
+    REQUIRE(r.best.size() >= 3);
+    for (std::size_t i = 0; i < 3; ++i) {
+        const PlanRow& row = r.simulated[r.best[i]];
+        CHECK(row.figures->step_time * r.enumeration.candidates[row.candidate].gpus == all[i].first);
+        CHECK(row.candidate == all[i].second);
+    }
+    // Not the step time's answer: fewer GPUs cost less here (a step time ranking puts 8 first).
+    req.rank_by = RankBy::step_time;
+    const PlanResult fastest = plan(req);
+    CHECK(fastest.enumeration.candidates[fastest.simulated[fastest.best[0]].candidate].gpus == 8);
+    CHECK(r.enumeration.candidates[r.simulated[r.best[0]].candidate].gpus < 8);
+    req.rank_by = RankBy::gpu_seconds;
+    CHECK(to_json(r, 3, false)["rank_by"] == "gpu_seconds");
+    std::vector<json> files;
+    std::vector<std::string> names;
+    for (int i = 0; i < 2; ++i) {
+        PlanRequest part = req;
+        part.shard = i;
+        part.shards = 2;
+        files.push_back(json::parse(shard_to_json(plan(part), part).dump()));
+        names.push_back(fmt::format("shard-{}.json", i));
+    }
+    CHECK(to_json(merge_shards(req, files, names), 3, false).dump() == to_json(r, 3, false).dump());
+    CHECK_THROWS_WITH_AS(parse_rank_by("cost"), doctest::Contains("--rank-by cost: expected step_time or gpu_seconds"),
+                         PlanError);
 }
 
 TEST_CASE("bad plan requests are named") {

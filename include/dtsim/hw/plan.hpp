@@ -96,6 +96,13 @@ const std::vector<std::string>& plan_knobs();
 // "strategy.tp"). Throws PlanError naming the key or value and what was expected.
 void set_space(PlanSpace& space, const std::string& text);
 
+// What the search ranks by (docs/planning.md): the step time, or the GPU-seconds of a step (step
+// time x GPUs: what the same global batch costs), which weighs GPU counts against each other.
+enum class RankBy { step_time, gpu_seconds };
+// "step_time" or "gpu_seconds"; throws PlanError naming the value otherwise.
+RankBy parse_rank_by(const std::string& text);
+const char* rank_by_name(RankBy by);
+
 struct PlanRequest {
     std::string config_path;    // a config (includes merged); its strategy's layout keys are ignored
     nlohmann::json document;    // or the merged document itself, where config_path is empty
@@ -106,6 +113,7 @@ struct PlanRequest {
     std::string gpus;
     PlanSpace space;
     int top = 5;                // rows wanted: the search is exact for the best `top`
+    RankBy rank_by = RankBy::step_time;
     double time_budget = 0;     // seconds of search; 0: none
     int jobs = 1;               // simulations at once (run_in_order)
     int shard = 0, shards = 1;  // search only the share `shard` of `shards` (see the top)
@@ -183,7 +191,7 @@ struct PlanRow {
 struct PlanResult {
     Enumeration enumeration;
     std::vector<PlanRow> simulated;  // in the order simulated (best bound first)
-    std::vector<std::size_t> best;   // indices into `simulated`: fitting rows, fastest first (all of them)
+    std::vector<std::size_t> best;   // indices into `simulated`: fitting rows, best first by rank_by (all of them)
     std::size_t pruned = 0;          // not simulated: their bound could not beat the best `top`
     std::size_t left = 0;            // not simulated: the time budget ran out first
     bool budget_hit = false;
@@ -191,6 +199,7 @@ struct PlanResult {
     double wall_seconds = 0;         // host time of the search (merged: the sum of the shards')
     int shard = 0, shards = 1;       // a share of the search (PlanRequest), or the whole
     int merged = 0;                  // merge_shards: the shard files it merged
+    RankBy rank_by = RankBy::step_time;  // how `best` is ordered
 };
 
 // How far a search is, after each row it simulates.
@@ -199,7 +208,7 @@ struct PlanProgress {
     std::size_t may_simulate = 0;  // the candidates whose bound beats the top-th best so far (all of
                                    // them until there are `top`): the search simulates no more
     std::size_t candidates = 0;    // of the search (of the share, for a shard)
-    std::optional<double> best;    // the fastest fitting step time so far, s
+    std::optional<double> best;    // the best fitting figure so far (RankBy: s, or GPU-s)
 };
 
 // Enumerates and searches. `progress` (optional) is called after each row.

@@ -90,6 +90,14 @@ const std::vector<T>& or_default(const std::vector<T>& given, const std::vector<
 
 }  // namespace
 
+RankBy parse_rank_by(const std::string& text) {
+    if (text == "step_time") return RankBy::step_time;
+    if (text == "gpu_seconds") return RankBy::gpu_seconds;
+    throw PlanError(fmt::format("--rank-by {}: expected step_time or gpu_seconds", text));
+}
+
+const char* rank_by_name(RankBy by) { return by == RankBy::gpu_seconds ? "gpu_seconds" : "step_time"; }
+
 std::vector<int> gpu_counts(const std::string& spec, int per_node) {
     constexpr int kMaxGpus = 1 << 24;
     constexpr std::size_t kMaxCounts = 256;
@@ -502,12 +510,19 @@ Config candidate_config(const Enumeration& e, const PlanRequest& request, const 
 
 namespace {
 
-// The candidates in best-first order: by step-time bound, ties in enumeration order.
-std::vector<std::size_t> best_first(const std::vector<Candidate>& cands) {
+// What a row is ranked by, from its step time (RankBy), and the bound on it of a candidate: the
+// step-time bound times the same GPU count, so a lower bound still.
+double ranked(double step_time, const Candidate& c, RankBy by) {
+    return by == RankBy::gpu_seconds ? step_time * c.gpus : step_time;
+}
+double bound_of(const Candidate& c, RankBy by) { return ranked(c.time_bound, c, by); }
+
+// The candidates in best-first order: by their bound, ties in enumeration order.
+std::vector<std::size_t> best_first(const std::vector<Candidate>& cands, RankBy by) {
     std::vector<std::size_t> order(cands.size());
     std::iota(order.begin(), order.end(), std::size_t{0});
     std::stable_sort(order.begin(), order.end(),
-                     [&](std::size_t a, std::size_t b) { return cands[a].time_bound < cands[b].time_bound; });
+                     [&](std::size_t a, std::size_t b) { return bound_of(cands[a], by) < bound_of(cands[b], by); });
     return order;
 }
 
@@ -520,13 +535,16 @@ PlanRow make_row(std::size_t candidate, std::optional<RunReport> report, std::st
     return row;
 }
 
-// The fitting rows ranked: step time, ties in enumeration order.
+// The fitting rows ranked: step time (or GPU-seconds), ties in enumeration order.
 void rank_rows(PlanResult& r) {
     r.best.clear();
     for (std::size_t i = 0; i < r.simulated.size(); ++i)
         if (r.simulated[i].fits()) r.best.push_back(i);
+    const auto key = [&](std::size_t i) {
+        return ranked(r.simulated[i].figures->step_time, r.enumeration.candidates[r.simulated[i].candidate], r.rank_by);
+    };
     std::stable_sort(r.best.begin(), r.best.end(), [&](std::size_t a, std::size_t b) {
-        const double x = r.simulated[a].figures->step_time, y = r.simulated[b].figures->step_time;
+        const double x = key(a), y = key(b);
         return x != y ? x < y : r.simulated[a].candidate < r.simulated[b].candidate;
     });
 }
@@ -536,12 +554,14 @@ void rank_rows(PlanResult& r) {
 // the top, nor can any after it (bounds ascending).
 struct TopSoFar {
     std::size_t top;
-    std::vector<double> fitting;
+    RankBy by;
+    std::vector<double> fitting;  // ranked figures (RankBy)
     [[nodiscard]] bool stops_at(const Candidate& c) const {
-        return fitting.size() >= top && c.time_bound >= fitting[top - 1];
+        return fitting.size() >= top && bound_of(c, by) >= fitting[top - 1];
     }
-    void add(double step_time) {
-        fitting.insert(std::upper_bound(fitting.begin(), fitting.end(), step_time), step_time);
+    void add(double step_time, const Candidate& c) {
+        const double v = ranked(step_time, c, by);
+        fitting.insert(std::upper_bound(fitting.begin(), fitting.end(), v), v);
     }
 };
 
@@ -586,18 +606,20 @@ PlanResult plan(const PlanRequest& request, const std::function<void(const PlanP
     PlanResult r;
     r.shard = request.shard;
     r.shards = request.shards;
+    r.rank_by = request.rank_by;
     r.enumeration = enumerate_layouts(request);
     const auto& cands = r.enumeration.candidates;
+    const RankBy by = request.rank_by;
     std::vector<std::size_t> order;
     {
-        const std::vector<std::size_t> all = best_first(cands);
+        const std::vector<std::size_t> all = best_first(cands, by);
         for (std::size_t p = static_cast<std::size_t>(request.shard); p < all.size();
              p += static_cast<std::size_t>(request.shards))
             order.push_back(all[p]);
     }
     // `threshold` lets the threads skip candidates early: it only falls as rows are delivered (in
     // order), so a candidate skipped on a thread is one the delivery stops at.
-    TopSoFar so_far{static_cast<std::size_t>(std::max(1, request.top)), {}};
+    TopSoFar so_far{static_cast<std::size_t>(std::max(1, request.top)), by, {}};
     std::atomic<double> threshold{std::numeric_limits<double>::infinity()};
     bool stopped = false;
     std::size_t pos = 0;
@@ -613,7 +635,7 @@ PlanResult plan(const PlanRequest& request, const std::function<void(const PlanP
             n, jobs,
             [&](std::size_t k) -> SweepOutcome {
                 const Candidate& c = cands[order[pos + k]];
-                if (c.time_bound >= threshold.load()) return {};
+                if (bound_of(c, by) >= threshold.load()) return {};
                 try {
                     const Config config = candidate_config(r.enumeration, request, c);
                     return {simulate(config, {.keep_trace = false, .straggler_baseline = false}).report, {}};
@@ -632,7 +654,7 @@ PlanResult plan(const PlanRequest& request, const std::function<void(const PlanP
                 }
                 PlanRow row = make_row(order[pos + k], std::move(o.report), o.error);
                 if (row.fits()) {
-                    so_far.add(row.figures->step_time);
+                    so_far.add(row.figures->step_time, c);
                     if (so_far.fitting.size() >= so_far.top) threshold.store(so_far.fitting[so_far.top - 1]);
                 }
                 count_row(r, row);
@@ -644,7 +666,7 @@ PlanResult plan(const PlanRequest& request, const std::function<void(const PlanP
                         const double beat = so_far.fitting[so_far.top - 1];
                         p.may_simulate = static_cast<std::size_t>(
                             std::partition_point(order.begin(), order.end(),
-                                                 [&](std::size_t i) { return cands[i].time_bound < beat; }) -
+                                                 [&](std::size_t i) { return bound_of(cands[i], by) < beat; }) -
                             order.begin());
                     }
                     p.may_simulate = std::max(p.may_simulate, p.simulated);
@@ -674,7 +696,8 @@ std::string plan_fingerprint(const Enumeration& e, const PlanRequest& request) {
     };
     add(e.base.dump());
     for (const auto& o : request.overrides) add(o.path + "=" + o.value);
-    add(fmt::format("gpus {} top {} enumerated {}", request.gpus, std::max(1, request.top), e.enumerated));
+    add(fmt::format("gpus {} top {} rank_by {} enumerated {}", request.gpus, std::max(1, request.top),
+                    rank_by_name(request.rank_by), e.enumerated));
     for (const auto& c : e.candidates)
         add(fmt::format("{} {} {:.17g} {:.17g}", c.gpus, c.label, c.time_bound, c.memory_bound));
     return fmt::format("{:016x}", h);
@@ -715,6 +738,7 @@ PlanResult merge_shards(const PlanRequest& request, const std::vector<nlohmann::
                         const std::vector<std::string>& names) {
     if (shards.empty() || shards.size() != names.size()) throw PlanError("--merge: expected the shard files");
     PlanResult r;
+    r.rank_by = request.rank_by;
     r.enumeration = enumerate_layouts(request);
     const auto& cands = r.enumeration.candidates;
     const std::string fingerprint = plan_fingerprint(r.enumeration, request);
@@ -786,8 +810,8 @@ PlanResult merge_shards(const PlanRequest& request, const std::vector<nlohmann::
     }
     // Replay one process's search: best first, stopping where it stops. Every row it needs is in
     // a shard unless a shard stopped at its time budget; then every row stored is ranked.
-    const std::vector<std::size_t> order = best_first(cands);
-    TopSoFar so_far{static_cast<std::size_t>(std::max(1, request.top)), {}};
+    const std::vector<std::size_t> order = best_first(cands, request.rank_by);
+    TopSoFar so_far{static_cast<std::size_t>(std::max(1, request.top)), request.rank_by, {}};
     if (r.budget_hit) {
         for (const std::size_t c : order)
             if (rows[c]) {
@@ -804,7 +828,7 @@ PlanResult merge_shards(const PlanRequest& request, const std::vector<nlohmann::
                                             "files do not come from one search",
                                             seen[p % count], order[p], c.label));
             PlanRow& row = *rows[order[p]];
-            if (row.fits()) so_far.add(row.figures->step_time);
+            if (row.fits()) so_far.add(row.figures->step_time, c);
             count_row(r, row);
             r.simulated.push_back(std::move(row));
         }
@@ -846,6 +870,7 @@ nlohmann::json to_json(const PlanResult& r, std::size_t top, bool timings) {
                           {"pruned_by_bound", r.pruned},
                           {"left_by_time_budget", r.left}}},
                         {"time_budget_reached", r.budget_hit},
+                        {"rank_by", rank_by_name(r.rank_by)},
                         {"top", rows}};
     if (timings) {
         j["wall_s"] = r.wall_seconds;
