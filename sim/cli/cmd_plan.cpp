@@ -1,7 +1,8 @@
 // `dtsim plan CONFIG`: which layout to run (docs/planning.md). Enumerates the layouts of the
-// config's model on its cluster (or --gpus N), rejects those that cannot run or cannot fit,
-// simulates the rest best first by a lower bound on their step time, and prints the fastest
-// that fit with the counts of what was rejected, pruned and simulated.
+// config's model on its cluster (or on each of the --gpus counts), rejects those that cannot run
+// or cannot fit, simulates the rest best first by a lower bound on their step time (or GPU-seconds,
+// --rank-by), and prints the best that fit with the counts of what was rejected, pruned and
+// simulated.
 //
 // A search splits over processes (--shard I/N --out FILE, then --merge FILE...) and over a Slurm
 // cluster (--slurm DIR --shards N writes the job array and the merge job that do both).
