@@ -544,7 +544,7 @@ TEST_CASE("GPU counts: one, a list, or a range of whole nodes and a node's divis
     CHECK_THROWS_WITH_AS(gpu_counts("16-8", 8), doctest::Contains("--gpus 16-8: the range is empty"), PlanError);
     CHECK_THROWS_WITH_AS(gpu_counts("8,8", 8), doctest::Contains("8 given twice"), PlanError);
     CHECK_THROWS_WITH_AS(gpu_counts("8-", 8), doctest::Contains("'' is not a GPU count"), PlanError);
-    CHECK_THROWS_WITH_AS(gpu_counts("-8", 8), doctest::Contains("'' is not a GPU count"), PlanError);
+    CHECK_THROWS_WITH_AS(gpu_counts("-8", 8), doctest::Contains("'-8' is not a GPU count"), PlanError);
     CHECK_THROWS_WITH_AS(gpu_counts("0", 8), doctest::Contains("'0' is not a GPU count"), PlanError);
     CHECK_THROWS_WITH_AS(gpu_counts("8,,16", 8), doctest::Contains("'' is not a GPU count"), PlanError);
     CHECK_THROWS_WITH_AS(gpu_counts("+8", 8), doctest::Contains("'+8' is not a GPU count"), PlanError);

@@ -117,7 +117,7 @@ std::vector<int> gpu_counts(const std::string& spec, int per_node) {
     };
     const auto holds = [&](int n) { return n % per_node == 0 || (n < per_node && per_node % n == 0); };
     std::vector<int> out;
-    if (const auto dash = spec.find('-'); dash != std::string::npos) {
+    if (const auto dash = spec.find('-'); dash != std::string::npos && dash > 0) {
         const int lo = number(spec.substr(0, dash)), hi = number(spec.substr(dash + 1));
         if (lo > hi) throw PlanError(fmt::format("--gpus {}: the range is empty ({} > {})", spec, lo, hi));
         // Below a node: its divisors; from a node up: whole nodes.
