@@ -194,3 +194,65 @@ TEST_CASE("a trace that cannot be written says why, naming the file") {
         CHECK(std::string(e.what()) == name + ": cannot open for writing: File name too long");
     }
 }
+
+// The reader streams (it checks each value as it is parsed, keeping no document of the file): what
+// it reads must not depend on the order of an object's keys, on fields it skips, or on where in the
+// file nested values sit.
+TEST_CASE("a streamed trace reads the same whatever the order of its keys and fields it does not know") {
+    const std::string ordered = std::string(R"({"format": "dtsim-trace", "version": 1, "time_unit": "s",
+        "memory_unit": "byte", "meta": {"a": [1, {"b": null}], "c": "x"}, "memory_capacity": 80,
+        "summary": {"correct": false}, "ranks": [{"rank": 0, "events": [
+        {"op": "forward", "layer": 3, "start": 1.5, "duration": 2, "memory": 7, "batches": [2, 0],
+         "stream": "comm", "bytes": 10, "flops": 20}]}]})");
+    const std::string shuffled = std::string(R"({"ranks": [{"events": [
+        {"flops": 20, "extra": {"deep": [[1], {"x": []}]}, "bytes": 10, "stream": "comm", "batches": [2, 0],
+         "memory": 7, "duration": 2, "start": 1.5, "layer": 3, "op": "forward"}], "x": [1], "rank": 0}],
+        "summary": {"timesteps": 99, "correct": false}, "memory_capacity": 80, "meta": {"c": "x", "a": [1, {"b": null}]},
+        "memory_unit": "byte", "time_unit": "s", "version": 1, "format": "dtsim-trace"})");
+    std::istringstream a(ordered), b(shuffled);
+    const Trace ta = read_trace_json(a, "a"), tb = read_trace_json(b, "b");
+    CHECK(to_json(ta) == to_json(tb));
+    const Event& e = tb.ranks.at(0).events.at(0);
+    CHECK(e.op.name() == "forward");
+    CHECK(e.layer == 3);
+    CHECK(e.start == 1.5);
+    CHECK(e.duration == 2);
+    CHECK(e.memory == 7);
+    CHECK(e.batches.size() == 2);
+    CHECK(e.stream == Stream::comm);
+    CHECK(e.bytes == 10);
+    CHECK(e.flops == 20);
+    CHECK(tb.time_unit == "s");
+    CHECK(tb.memory_unit == "byte");
+    CHECK(tb.memory_capacity == 80);
+    CHECK(tb.summary.correct == false);
+    CHECK(tb.summary.makespan == 3.5);  // recomputed, not the file's
+    CHECK(tb.meta == nlohmann::json::parse(R"({"a": [1, {"b": null}], "c": "x"})"));
+}
+
+TEST_CASE("a streamed trace: a key given twice counts once, its last value; checks keep their order") {
+    std::istringstream in(std::string(kHead) + R"({"rank": 0, "events": [{"op": "a", "start": 0, "duration": 1,
+        "memory": 0}], "events": [{"op": "b", "start": 0, "duration": 1, "memory": 0, "memory": 3}]}]})");
+    const Trace t = read_trace_json(in, "x");
+    REQUIRE(t.ranks.at(0).events.size() == 1);
+    CHECK(t.ranks[0].events[0].op.name() == "b");
+    CHECK(t.ranks[0].events[0].memory == 3);
+    // An event's fields are checked once it is complete, op first, whatever their order in the file.
+    CHECK(read_error(std::string(kHead) + R"({"rank": 0, "events": [{"start": -1, "duration": 1, "memory": 0}]}]})") ==
+          "t.json: at $.ranks[0].events[0]: missing field \"op\"");
+    // A field missing at the top is found at its end, after the ranks.
+    CHECK(read_error(R"({"version": 1, "ranks": []})") == "t.json: at $: missing field \"format\"");
+    CHECK(read_error(std::string(kHead) + R"({"events": []}]})") == "t.json: at $.ranks[0]: missing field \"rank\"");
+    CHECK(read_error(std::string(kHead) + R"({"rank": 0}]})") == "t.json: at $.ranks[0]: missing field \"events\"");
+    CHECK(read_error(R"({"format": "dtsim-trace", "version": 1, "ranks": {}})") ==
+          "t.json: at $.ranks: expected an array, found an object");
+    CHECK(read_error(std::string(kHead) + R"({"rank": 0, "events": [{"op": "f", "start": [1], "duration": 1, "memory": 0}]}]})") ==
+          "t.json: at $.ranks[0].events[0].start: expected a number >= 0, found an array");
+    CHECK(read_error(std::string(kHead) + R"({"rank": 0, "events": [{"op": "f", "start": 0, "duration": 1, "memory": 0,
+        "batches": [1, 2.5]}]}]})") == "t.json: at $.ranks[0].events[0].batches[1]: expected an integer, found 2.5");
+    // A field it skips is still nested at most 256 deep, named at its path.
+    CHECK(read_error(std::string(kHead) + R"({"rank": 0, "events": [{"x": )" + std::string(300, '[') +
+                     std::string(300, ']') + "}]}]}") ==
+          "t.json: at $.ranks[0].events[0].x[0][0][0]...: arrays and objects nested more than 256 deep (dtsim reads at "
+          "most 256 levels)");
+}

@@ -611,6 +611,79 @@ Document Document::read(std::istream& in, const std::string& name, const Dialect
     return doc;
 }
 
+namespace {
+
+// Where a parse of a stream stopped, as nlohmann's SAX parser reports it.
+struct StreamParseError {
+    std::size_t position = 0;
+    int id = 0;
+    std::string what;
+};
+
+// After a parse of a limited stream that stopped: an interrupt request, the size limit, a read
+// failure or a syntax error, said as Document::read says them.
+[[noreturn]] void stream_parse_failed(const LimitedInput& limited, const StreamParseError& error,
+                                      const Dialect& dialect, const std::string& name, std::uint64_t max_bytes) {
+    if (limited.interrupted != 0) throw Interrupted(limited.interrupted);
+    if (limited.over_limit) too_large(dialect, name, max_bytes, "more");
+    if (!limited.failure.empty()) raise_error(dialect, name, "$", "cannot read the file: " + limited.failure);
+    if (error.id == 406)
+        raise_error(dialect, name, "$",
+                    fmt::format("invalid JSON: the number {} is out of range", quoted_number(error.what)));
+    // The text is gone by now: the place is the one nlohmann's message gives.
+    std::size_t line = 0, column = 0;
+    const std::string& what = error.what;
+    const auto at = what.find("at line ");
+    const std::string place = at != std::string::npos &&
+                                      std::sscanf(what.c_str() + at, "at line %zu, column %zu", &line, &column) == 2
+                                  ? fmt::format("line {}, column {}", line, column)
+                                  : fmt::format("byte {}", error.position);
+    raise_error(dialect, name, "$", fmt::format("invalid JSON at {}", place));
+}
+
+// Hands a handler's SAX events on and keeps the syntax error, if any.
+class SaxRelay final : public Json::json_sax_t {
+public:
+    explicit SaxRelay(Json::json_sax_t& to) : to_(to) {}
+    StreamParseError error;
+    bool failed = false;
+
+    bool null() override { return to_.null(); }
+    bool boolean(bool v) override { return to_.boolean(v); }
+    bool number_integer(number_integer_t v) override { return to_.number_integer(v); }
+    bool number_unsigned(number_unsigned_t v) override { return to_.number_unsigned(v); }
+    bool number_float(number_float_t v, const string_t& s) override { return to_.number_float(v, s); }
+    bool string(string_t& v) override { return to_.string(v); }
+    bool binary(binary_t& v) override { return to_.binary(v); }
+    bool start_object(std::size_t n) override { return to_.start_object(n); }
+    bool key(string_t& k) override { return to_.key(k); }
+    bool end_object() override { return to_.end_object(); }
+    bool start_array(std::size_t n) override { return to_.start_array(n); }
+    bool end_array() override { return to_.end_array(); }
+    bool parse_error(std::size_t position, const std::string&, const Json::exception& e) override {
+        error = {position, e.id, e.what()};
+        failed = true;
+        return false;
+    }
+
+private:
+    Json::json_sax_t& to_;
+};
+
+}  // namespace
+
+void sax_read(std::istream& in, const std::string& name, const Dialect& dialect, Json::json_sax_t& handler,
+              std::uint64_t max_bytes) {
+    LimitedInput limited(in.rdbuf(), max_bytes);
+    std::istream limited_in(&limited);
+    SaxRelay relay(handler);
+    const bool parsed = Json::sax_parse(limited_in, &relay);
+    if (limited.interrupted != 0) throw Interrupted(limited.interrupted);
+    // A handler that stops the parse without a syntax error has said why itself (it throws).
+    if (!parsed && (relay.failed || limited.over_limit || !limited.failure.empty()))
+        stream_parse_failed(limited, relay.error, dialect, name, max_bytes);
+}
+
 void Document::set(const std::string& dotted, const std::string& text) {
     const std::string who = fmt::format("--set {}={}", shorten(dotted), shorten(text));
     if (!valid_utf8(dotted) || !valid_utf8(text)) fail(who, "$", "the text is not UTF-8");

@@ -45,8 +45,8 @@ inline constexpr int kMaxDepth = 256;
 // 100 KB.
 inline constexpr std::uint64_t kMaxFileBytes = std::uint64_t{64} << 20;
 // A trace: dtsim's own reach about a gigabyte (`dtsim puzzle ddp --layers 256 --ranks 4096
-// --batches 4096` writes 430 MB), and reading one takes about seven times its size in memory
-// (3.1 GB for that one).
+// --batches 4096` writes 430 MB). A trace is read with sax_read, into its events as they are
+// parsed: memory holds the events (64 bytes each), not the text nor a document of it.
 inline constexpr std::uint64_t kMaxTraceBytes = std::uint64_t{8} << 30;
 // Files including files, the outermost counted: dtsim's own configs nest 3 deep.
 inline constexpr int kMaxIncludeDepth = 64;
@@ -182,6 +182,13 @@ private:
     Kind kind_ = Kind::root;
     mutable std::shared_ptr<const Step> self_;
 };
+
+// Reads a stream of at most `max_bytes` as Document::read does (the same limits, interrupt
+// requests and syntax errors, said the same way), handing each value to `handler` as it is
+// parsed instead of building a document: what the handler keeps is all that is kept. The handler
+// counts the nesting itself; to stop on a bad value it throws the dialect's error.
+void sax_read(std::istream& in, const std::string& name, const Dialect& dialect, Json::json_sax_t& handler,
+              std::uint64_t max_bytes = kMaxTraceBytes);
 
 // Parses `text`, the whole of file `name`, as Document::load does (without includes): arrays and
 // objects nested at most kMaxDepth deep; a syntax error, or a number too large for a double, named

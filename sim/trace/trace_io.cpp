@@ -9,6 +9,12 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <array>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <utility>
+#include <vector>
 #include <fstream>
 #include <iterator>
 #include <limits>
@@ -148,80 +154,398 @@ void write_trace_file(const Trace& trace, const std::string& path) {
     detail::write_output_file(path, [&trace](std::ostream& os) { write_trace_json(trace, os); });
 }
 
-Trace read_trace_json(std::istream& in, const std::string& source) {
-    using json_reader::Value;
-    Trace t;
-    {
-        // The document (as large as the trace's text, many times its events) is gone before the trace is returned.
-        const json_reader::Document doc = json_reader::Document::read(in, source, kTraceDialect);
-        const Value root = doc.root();
-        (void)root["format"].choice({"dtsim-trace"});
-        if (const Value version = root["version"]; version.json() != 1) version.expected("1");
-        if (const auto unit = root.find("time_unit")) t.time_unit = unit->choice({"step", "s"});
-        if (const auto unit = root.find("memory_unit")) t.memory_unit = unit->choice({"unit", "byte"});
-        if (const auto meta = root.find("meta")) t.meta = meta->json();
-        if (const auto capacity = root.find("memory_capacity")) t.memory_capacity = capacity->real(kMemory);
-        const Value ranks = root["ranks"];
-        t.ranks.reserve(ranks.size());
-        for (std::size_t i = 0; i < ranks.size(); ++i) {
-            const Value r = ranks.at(i);
-            RankTrace rt;
-            const Value rank = r["rank"];
-            if (const std::int64_t n = rank.int64(); n != static_cast<std::int64_t>(i))
-                rank.fail(fmt::format("ranks must be listed in order: expected {}, found {}", i, n));
-            rt.rank = static_cast<int>(i);
-            const Value events = r["events"];
-            rt.events.reserve(events.size());
-            for (std::size_t k = 0; k < events.size(); ++k) {
-                const Value ev = events.at(k);
-                Event e;
-                const Value op = ev["op"];
-                if (!op.json().is_string() || op.string().empty()) op.expected("an operation name");
-                try {
-                    e.op = OpCode::of(op.string());
-                } catch (const std::length_error&) {  // the process-wide table of names is full
-                    op.fail(fmt::format("too many distinct operation names (at most 65535 in one process), found \"{}\"",
-                                        json_reader::shorten(op.string())));
-                }
-                if (const auto layer = ev.find("layer"); layer && !layer->json().is_null()) {
-                    const std::int64_t l = layer->int64();
-                    if (l < 0 || l > 1'000'000'000)
-                        layer->fail(fmt::format("expected a layer index >= 0, found {}", l));
-                    e.layer = static_cast<std::int32_t>(l);
-                }
-                e.start = ev["start"].real(kTime);
-                const Value duration = ev["duration"];
-                if (!duration.json().is_number()) duration.expected("a number");
-                e.duration = duration.json().get<double>();
-                if (e.duration < 0) duration.fail(fmt::format("expected >= 0, found {}", e.duration));
-                if (!std::isfinite(e.start + e.duration))
-                    duration.fail(fmt::format("the event ends beyond the largest time a trace can hold (start {} + "
-                                              "duration {})",
-                                              e.start, e.duration));
-                e.memory = ev["memory"].real(kMemory);
-                if (const auto batches = ev.find("batches")) {
-                    if (!batches->is_array()) batches->expected("an array of ids");
-                    for (std::size_t b = 0; b < batches->size(); ++b) {
-                        const Value id = batches->at(b);
-                        const std::int64_t n = id.int64();
-                        if (n < 0) id.fail(fmt::format("expected an id >= 0, found {}", n));
-                        e.batches.insert(n);
-                    }
-                }
-                if (const auto stream = ev.find("stream"))
-                    e.stream = stream->choice({"compute", "comm"}) == "comm" ? Stream::comm : Stream::compute;
-                if (const auto bytes = ev.find("bytes")) e.bytes = bytes->real(kAmount);
-                if (const auto flops = ev.find("flops")) e.flops = flops->real(kAmount);
-                rt.events.push_back(std::move(e));
-            }
-            t.ranks.push_back(std::move(rt));
-        }
-        summarize(t);
-        // The written summary is recomputed above; only the correctness of the run is kept, where it is given.
-        if (const auto summary = root.find("summary"))
-            if (const auto correct = summary->find("correct"); correct && correct->json().is_boolean())
-                t.summary.correct = correct->boolean();
+namespace {
+
+// A value of the document kept until its object is complete, so that an event's fields are checked
+// in one order whatever order the file gives them in; an array or object only by its kind.
+struct Scalar {
+    enum class Kind : std::uint8_t { absent, null, boolean, integer, unsigned_integer, real, string, object, array };
+    Kind kind = Kind::absent;
+    bool b = false;
+    std::int64_t i = 0;
+    std::uint64_t u = 0;
+    double d = 0;
+    std::string s;
+
+    [[nodiscard]] bool present() const { return kind != Kind::absent; }
+    [[nodiscard]] bool is_number() const {
+        return kind == Kind::integer || kind == Kind::unsigned_integer || kind == Kind::real;
     }
+    [[nodiscard]] double number() const {
+        return kind == Kind::integer ? static_cast<double>(i) : kind == Kind::unsigned_integer ? static_cast<double>(u) : d;
+    }
+    // The value as nlohmann has it, for messages (json_reader::describe) and the meta.
+    [[nodiscard]] json to_json() const {
+        switch (kind) {
+            case Kind::absent:
+            case Kind::null: return nullptr;
+            case Kind::boolean: return b;
+            case Kind::integer: return i;
+            case Kind::unsigned_integer: return u;
+            case Kind::real: return d;
+            case Kind::string: return s;
+            case Kind::object: return json::object();
+            case Kind::array: return json::array();
+        }
+        return nullptr;
+    }
+};
+
+// The fields of an event dtsim reads, and the trace's own fields at its top.
+enum class Field : std::uint8_t { op, layer, start, duration, memory, stream, bytes, flops, batches, other };
+constexpr std::size_t kEventScalars = 8;  // op ... flops
+
+Field event_field(std::string_view k) {
+    static constexpr std::pair<std::string_view, Field> kFields[] = {
+        {"op", Field::op},         {"layer", Field::layer},   {"start", Field::start}, {"duration", Field::duration},
+        {"memory", Field::memory}, {"stream", Field::stream}, {"bytes", Field::bytes}, {"flops", Field::flops},
+        {"batches", Field::batches}};
+    for (const auto& [name, f] : kFields)
+        if (k == name) return f;
+    return Field::other;
+}
+
+// Reads a trace as nlohmann's parser hands over its values, into the trace itself: no document of
+// the whole file is built, so what reading takes beyond the trace is one event's fields and the
+// meta. Each value is checked against the format (docs/trace-format.md) with the messages the
+// reader has always given: the file, the JSON path, what was expected and what was found. Errors
+// come in the order the file meets them; within an event its fields are checked in the order op,
+// layer, start, duration, memory, batches, stream, bytes, flops, once the event is complete.
+class TraceReader final : public json::json_sax_t {
+public:
+    TraceReader(Trace& t, const std::string& source) : t_(t), source_(source) {}
+
+    // After the parse: the fields of the top that must be there, and the summary.
+    void finish() {
+        check_head(/*complete=*/true);
+        summarize(t_);
+        // The written summary is recomputed above; only the correctness of the run is kept, where it is given.
+        t_.summary.correct = correct_;
+    }
+
+    bool null() override { return put(Scalar::Kind::null); }
+    bool boolean(bool v) override {
+        tmp_.b = v;
+        return put(Scalar::Kind::boolean);
+    }
+    bool number_integer(number_integer_t v) override {
+        tmp_.i = v;
+        return put(Scalar::Kind::integer);
+    }
+    bool number_unsigned(number_unsigned_t v) override {
+        tmp_.u = v;
+        return put(Scalar::Kind::unsigned_integer);
+    }
+    bool number_float(number_float_t v, const string_t&) override {
+        tmp_.d = v;
+        return put(Scalar::Kind::real);
+    }
+    bool string(string_t& v) override {
+        tmp_.s.assign(v);
+        return put(Scalar::Kind::string);
+    }
+    bool binary(binary_t&) override { return put(Scalar::Kind::null); }  // not produced by the JSON parser
+    bool start_object(std::size_t) override { return put(Scalar::Kind::object); }
+    bool start_array(std::size_t) override { return put(Scalar::Kind::array); }
+    bool key(string_t& k) override {
+        Frame& f = stack_.back();
+        f.key.assign(k);
+        if (f.role == Role::event) field_ = event_field(k);
+        return true;
+    }
+    bool end_object() override {
+        close();
+        return true;
+    }
+    bool end_array() override {
+        close();
+        return true;
+    }
+    // Syntax errors are json_reader::sax_read's to report.
+    bool parse_error(std::size_t, const std::string&, const json::exception&) override { return false; }
+
+private:
+    // What a container of the document is to the reader.
+    enum class Role : std::uint8_t { root, ranks, rank, events, event, batches, meta, summary, skip };
+    struct Frame {
+        Role role;
+        bool array;
+        std::size_t count = 0;  // an array's elements so far, the one being read included
+        std::string key;        // an object's last key
+    };
+
+    [[noreturn]] void fail(const std::string& path, const std::string& message) const {
+        throw TraceFormatError(fmt::format("{}: at {}: {}", source_, path, message));
+    }
+
+    // The path of the value in the slot of frame `n` (its last key or element), through the frames below.
+    [[nodiscard]] std::string path(std::size_t n) const {
+        std::string out = "$";
+        for (std::size_t i = 0; i < n && i < stack_.size(); ++i) out += step(stack_[i]);
+        return out;
+    }
+    [[nodiscard]] static std::string step(const Frame& f) {
+        if (f.array) return fmt::format("[{}]", f.count - 1);
+        constexpr std::size_t kShown = 32;
+        return f.key.size() <= kShown ? "." + f.key : "." + f.key.substr(0, kShown) + "...";
+    }
+    [[nodiscard]] std::string field_path(std::size_t n, std::string_view name) const {
+        return path(n) + "." + std::string(name);
+    }
+
+    [[noreturn]] void expected(const std::string& path, std::string_view what, const Scalar& v) const {
+        fail(path, fmt::format("expected {}, found {}", what, json_reader::describe(v.to_json())));
+    }
+    // As json_reader::Value::real for the trace's ranges, which start at 0 inclusive.
+    double real(const std::string& path, const Scalar& v, const Range& range) const {
+        if (!v.is_number()) expected(path, "a number >= 0", v);
+        const double x = v.number();
+        if (!range.right_sign(x)) expected(path, "a number >= 0", v);
+        if (!range.contains(x)) expected(path, range.describe(), v);
+        return x;
+    }
+    std::int64_t int64(const std::string& path, const Scalar& v) const {
+        if (v.kind == Scalar::Kind::integer) return v.i;
+        if (v.kind == Scalar::Kind::unsigned_integer && v.u <= static_cast<std::uint64_t>(INT64_MAX))
+            return static_cast<std::int64_t>(v.u);
+        expected(path, "an integer", v);
+    }
+    std::string_view choice(const std::string& path, const Scalar& v, std::string_view a, std::string_view b = {}) const {
+        const std::string_view choices[] = {a, b};
+        const std::span<const std::string_view> list(choices, b.empty() ? 1 : 2);
+        const std::string alternatives =
+            b.empty() ? fmt::format("\"{}\"", a) : fmt::format("\"{}\" or \"{}\"", a, b);
+        if (v.kind != Scalar::Kind::string) expected(path, alternatives, v);
+        for (std::string_view c : list)
+            if (v.s == c) return c;
+        const auto hint = json_reader::nearest(v.s, list);
+        fail(path, fmt::format("expected {}, found \"{}\"{}", alternatives, json_reader::shorten(v.s),
+                               hint.empty() ? "" : fmt::format(" (did you mean \"{}\"?)", hint)));
+    }
+
+    // The fields at the top of the document, checked as they were before a trace was streamed:
+    // those given so far when the ranks start, all of them (and the ranks there) at the end.
+    void check_head(bool complete) {
+        const auto need = [&](const Scalar& v, std::string_view name) {
+            if (!v.present() && complete) fail("$", fmt::format("missing field \"{}\"", name));
+            return v.present();
+        };
+        if (need(format_, "format")) (void)choice("$.format", format_, "dtsim-trace");
+        if (need(version_, "version") && !(version_.is_number() && version_.number() == 1))
+            expected("$.version", "1", version_);
+        if (time_unit_.present()) t_.time_unit = std::string(choice("$.time_unit", time_unit_, "step", "s"));
+        if (memory_unit_.present()) t_.memory_unit = std::string(choice("$.memory_unit", memory_unit_, "unit", "byte"));
+        if (capacity_.present()) t_.memory_capacity = real("$.memory_capacity", capacity_, kMemory);
+        if (complete && !ranks_seen_) fail("$", "missing field \"ranks\"");
+    }
+
+    // A value (a scalar in tmp_, or the start of an array or object), where its container puts it.
+    bool put(Scalar::Kind kind) {
+        tmp_.kind = kind;
+        const bool container = kind == Scalar::Kind::object || kind == Scalar::Kind::array;
+        if (stack_.empty()) {
+            if (kind != Scalar::Kind::object) expected("$", "an object", tmp_);
+            stack_.push_back({Role::root, false, 0, {}});
+            return true;
+        }
+        Frame& f = stack_.back();
+        if (f.array) ++f.count;
+        Role child = Role::skip;
+        switch (f.role) {
+            case Role::root: child = at_top(f.key, container); break;
+            case Role::ranks:
+                if (kind != Scalar::Kind::object) expected(path(stack_.size()), "an object", tmp_);
+                t_.ranks.emplace_back();
+                t_.ranks.back().rank = static_cast<int>(t_.ranks.size() - 1);
+                rank_given_ = events_given_ = false;
+                child = Role::rank;
+                break;
+            case Role::rank: child = in_rank(f.key, container); break;
+            case Role::events:
+                if (kind != Scalar::Kind::object) expected(path(stack_.size()), "an object", tmp_);
+                for (auto& v : fields_) v.kind = Scalar::Kind::absent;
+                batches_.kind = Scalar::Kind::absent;
+                batch_ids_.clear();
+                child = Role::event;
+                break;
+            case Role::event:
+                if (field_ == Field::batches) {
+                    batches_ = tmp_;
+                    if (kind == Scalar::Kind::array) {
+                        batch_ids_.clear();
+                        child = Role::batches;
+                    }
+                } else if (field_ != Field::other) {
+                    fields_[static_cast<std::size_t>(field_)] = tmp_;
+                }
+                break;
+            case Role::batches: batch_ids_.push_back(tmp_); break;
+            case Role::meta: {
+                json& top = *meta_stack_.back();
+                json& slot = f.array ? top.emplace_back(tmp_.to_json()) : (top[f.key] = tmp_.to_json());
+                if (container) meta_stack_.push_back(&slot);
+                child = Role::meta;
+                break;
+            }
+            case Role::summary:
+                if (f.key == "correct")
+                    correct_ = kind == Scalar::Kind::boolean ? std::optional<bool>(tmp_.b) : std::nullopt;
+                break;
+            case Role::skip: break;
+        }
+        if (container) open(child, kind == Scalar::Kind::array);
+        return true;
+    }
+
+    void open(Role role, bool array) {
+        // As json_reader's document builder: the document itself is the first level.
+        if (static_cast<int>(stack_.size()) >= json_reader::kMaxDepth) {
+            constexpr std::size_t kSteps = 8;
+            std::string place = path(std::min(stack_.size(), kSteps));
+            if (stack_.size() > kSteps) place += "...";
+            fail(place, fmt::format("arrays and objects nested more than {} deep (dtsim reads at most {} levels)",
+                                    json_reader::kMaxDepth, json_reader::kMaxDepth));
+        }
+        stack_.push_back({role, array, 0, {}});
+    }
+
+    Role at_top(const std::string& k, bool container) {
+        Scalar* keep = k == "format"            ? &format_
+                       : k == "version"         ? &version_
+                       : k == "time_unit"       ? &time_unit_
+                       : k == "memory_unit"     ? &memory_unit_
+                       : k == "memory_capacity" ? &capacity_
+                                                : nullptr;
+        if (keep) {
+            *keep = tmp_;
+            return Role::skip;
+        }
+        if (k == "meta") {
+            t_.meta = tmp_.to_json();
+            meta_stack_.assign(1, &t_.meta);
+            return Role::meta;
+        }
+        if (k == "ranks") {
+            check_head(/*complete=*/false);
+            if (tmp_.kind != Scalar::Kind::array) expected("$.ranks", "an array", tmp_);
+            ranks_seen_ = true;
+            t_.ranks.clear();  // a key given twice: the last one counts
+            return Role::ranks;
+        }
+        if (k == "summary") {
+            correct_.reset();
+            return container && tmp_.kind == Scalar::Kind::object ? Role::summary : Role::skip;
+        }
+        return Role::skip;
+    }
+
+    Role in_rank(const std::string& k, bool) {
+        const std::size_t i = t_.ranks.size() - 1;
+        if (k == "rank") {
+            const std::string p = field_path(stack_.size() - 1, "rank");
+            if (const std::int64_t n = int64(p, tmp_); n != static_cast<std::int64_t>(i))
+                fail(p, fmt::format("ranks must be listed in order: expected {}, found {}", i, n));
+            rank_given_ = true;
+            return Role::skip;
+        }
+        if (k == "events") {
+            if (tmp_.kind != Scalar::Kind::array) expected(field_path(stack_.size() - 1, "events"), "an array", tmp_);
+            events_given_ = true;
+            t_.ranks.back().events.clear();
+            return Role::events;
+        }
+        return Role::skip;
+    }
+
+    void close() {
+        const Frame& f = stack_.back();
+        switch (f.role) {
+            case Role::event: end_event(); break;
+            case Role::rank: {
+                if (!rank_given_) fail(path(stack_.size() - 1), "missing field \"rank\"");
+                if (!events_given_) fail(path(stack_.size() - 1), "missing field \"events\"");
+                auto& events = t_.ranks.back().events;
+                events.shrink_to_fit();  // what the vector grew by beyond the rank's events
+                break;
+            }
+            case Role::meta: meta_stack_.pop_back(); break;
+            default: break;
+        }
+        stack_.pop_back();
+    }
+
+    const Scalar& field(Field f) const { return fields_[static_cast<std::size_t>(f)]; }
+
+    // An event complete: its fields checked in one order, as before a trace was streamed.
+    void end_event() {
+        const std::size_t n = stack_.size() - 1;  // the event is the value in the slot of frame n - 1
+        const auto at = [&](std::string_view name) { return field_path(n, name); };
+        const auto required = [&](Field f, std::string_view name) -> const Scalar& {
+            const Scalar& v = field(f);
+            if (!v.present()) fail(path(n), fmt::format("missing field \"{}\"", name));
+            return v;
+        };
+        Event e;
+        const Scalar& op = required(Field::op, "op");
+        if (op.kind != Scalar::Kind::string || op.s.empty()) expected(at("op"), "an operation name", op);
+        try {
+            e.op = OpCode::of(op.s);
+        } catch (const std::length_error&) {  // the process-wide table of names is full
+            fail(at("op"), fmt::format("too many distinct operation names (at most 65535 in one process), found \"{}\"",
+                                       json_reader::shorten(op.s)));
+        }
+        if (const Scalar& layer = field(Field::layer); layer.present() && layer.kind != Scalar::Kind::null) {
+            const std::int64_t l = int64(at("layer"), layer);
+            if (l < 0 || l > 1'000'000'000) fail(at("layer"), fmt::format("expected a layer index >= 0, found {}", l));
+            e.layer = static_cast<std::int32_t>(l);
+        }
+        e.start = real(at("start"), required(Field::start, "start"), kTime);
+        const Scalar& duration = required(Field::duration, "duration");
+        if (!duration.is_number()) expected(at("duration"), "a number", duration);
+        e.duration = duration.number();
+        if (e.duration < 0) fail(at("duration"), fmt::format("expected >= 0, found {}", e.duration));
+        if (!std::isfinite(e.start + e.duration))
+            fail(at("duration"),
+                 fmt::format("the event ends beyond the largest time a trace can hold (start {} + duration {})", e.start,
+                             e.duration));
+        e.memory = real(at("memory"), required(Field::memory, "memory"), kMemory);
+        if (batches_.present()) {
+            if (batches_.kind != Scalar::Kind::array) expected(at("batches"), "an array of ids", batches_);
+            for (std::size_t b = 0; b < batch_ids_.size(); ++b) {
+                const std::string p = fmt::format("{}[{}]", at("batches"), b);
+                const std::int64_t id = int64(p, batch_ids_[b]);
+                if (id < 0) fail(p, fmt::format("expected an id >= 0, found {}", id));
+                e.batches.insert(id);
+            }
+        }
+        if (const Scalar& stream = field(Field::stream); stream.present())
+            e.stream = choice(at("stream"), stream, "compute", "comm") == "comm" ? Stream::comm : Stream::compute;
+        if (const Scalar& bytes = field(Field::bytes); bytes.present()) e.bytes = real(at("bytes"), bytes, kAmount);
+        if (const Scalar& flops = field(Field::flops); flops.present()) e.flops = real(at("flops"), flops, kAmount);
+        t_.ranks.back().events.push_back(std::move(e));
+    }
+
+    Trace& t_;
+    const std::string& source_;
+    std::vector<Frame> stack_;
+    Scalar tmp_;  // the value being put
+    Field field_ = Field::other;  // the event field the last key of an event names
+    std::array<Scalar, kEventScalars> fields_;
+    Scalar batches_;
+    std::vector<Scalar> batch_ids_;
+    std::vector<json*> meta_stack_;  // the meta's containers being filled, outermost first
+    Scalar format_, version_, time_unit_, memory_unit_, capacity_;
+    bool ranks_seen_ = false, rank_given_ = false, events_given_ = false;
+    std::optional<bool> correct_;
+};
+
+}  // namespace
+
+Trace read_trace_json(std::istream& in, const std::string& source) {
+    Trace t;
+    TraceReader reader(t, source);
+    json_reader::sax_read(in, source, kTraceDialect, reader, json_reader::kMaxTraceBytes);
+    reader.finish();
     return t;
 }
 
