@@ -289,37 +289,46 @@ private:
         constexpr std::size_t kShown = 32;
         return f.key.size() <= kShown ? "." + f.key : "." + f.key.substr(0, kShown) + "...";
     }
+    static auto literal(const char* path) {
+        return [path] { return std::string(path); };
+    }
     [[nodiscard]] std::string field_path(std::size_t n, std::string_view name) const {
         return path(n) + "." + std::string(name);
     }
 
-    [[noreturn]] void expected(const std::string& path, std::string_view what, const Scalar& v) const {
-        fail(path, fmt::format("expected {}, found {}", what, json_reader::describe(v.to_json())));
+    // The checks below take the place of the value as a function that puts its path together, called
+    // only when the check fails: a trace has millions of values, and almost never a bad one.
+    template <class Where>
+    [[noreturn]] void expected(const Where& where, std::string_view what, const Scalar& v) const {
+        fail(where(), fmt::format("expected {}, found {}", what, json_reader::describe(v.to_json())));
     }
     // As json_reader::Value::real for the trace's ranges, which start at 0 inclusive.
-    double real(const std::string& path, const Scalar& v, const Range& range) const {
-        if (!v.is_number()) expected(path, "a number >= 0", v);
+    template <class Where>
+    double real(const Where& where, const Scalar& v, const Range& range) const {
+        if (!v.is_number()) expected(where, "a number >= 0", v);
         const double x = v.number();
-        if (!range.right_sign(x)) expected(path, "a number >= 0", v);
-        if (!range.contains(x)) expected(path, range.describe(), v);
+        if (!range.right_sign(x)) expected(where, "a number >= 0", v);
+        if (!range.contains(x)) expected(where, range.describe(), v);
         return x;
     }
-    std::int64_t int64(const std::string& path, const Scalar& v) const {
+    template <class Where>
+    std::int64_t int64(const Where& where, const Scalar& v) const {
         if (v.kind == Scalar::Kind::integer) return v.i;
         if (v.kind == Scalar::Kind::unsigned_integer && v.u <= static_cast<std::uint64_t>(INT64_MAX))
             return static_cast<std::int64_t>(v.u);
-        expected(path, "an integer", v);
+        expected(where, "an integer", v);
     }
-    std::string_view choice(const std::string& path, const Scalar& v, std::string_view a, std::string_view b = {}) const {
+    template <class Where>
+    std::string_view choice(const Where& where, const Scalar& v, std::string_view a, std::string_view b = {}) const {
         const std::string_view choices[] = {a, b};
         const std::span<const std::string_view> list(choices, b.empty() ? 1 : 2);
         const std::string alternatives =
             b.empty() ? fmt::format("\"{}\"", a) : fmt::format("\"{}\" or \"{}\"", a, b);
-        if (v.kind != Scalar::Kind::string) expected(path, alternatives, v);
+        if (v.kind != Scalar::Kind::string) expected(where, alternatives, v);
         for (std::string_view c : list)
             if (v.s == c) return c;
         const auto hint = json_reader::nearest(v.s, list);
-        fail(path, fmt::format("expected {}, found \"{}\"{}", alternatives, json_reader::shorten(v.s),
+        fail(where(), fmt::format("expected {}, found \"{}\"{}", alternatives, json_reader::shorten(v.s),
                                hint.empty() ? "" : fmt::format(" (did you mean \"{}\"?)", hint)));
     }
 
@@ -330,12 +339,12 @@ private:
             if (!v.present() && complete) fail("$", fmt::format("missing field \"{}\"", name));
             return v.present();
         };
-        if (need(format_, "format")) (void)choice("$.format", format_, "dtsim-trace");
+        if (need(format_, "format")) (void)choice(literal("$.format"), format_, "dtsim-trace");
         if (need(version_, "version") && !(version_.is_number() && version_.number() == 1))
-            expected("$.version", "1", version_);
-        if (time_unit_.present()) t_.time_unit = std::string(choice("$.time_unit", time_unit_, "step", "s"));
-        if (memory_unit_.present()) t_.memory_unit = std::string(choice("$.memory_unit", memory_unit_, "unit", "byte"));
-        if (capacity_.present()) t_.memory_capacity = real("$.memory_capacity", capacity_, kMemory);
+            expected(literal("$.version"), "1", version_);
+        if (time_unit_.present()) t_.time_unit = std::string(choice(literal("$.time_unit"), time_unit_, "step", "s"));
+        if (memory_unit_.present()) t_.memory_unit = std::string(choice(literal("$.memory_unit"), memory_unit_, "unit", "byte"));
+        if (capacity_.present()) t_.memory_capacity = real(literal("$.memory_capacity"), capacity_, kMemory);
         if (complete && !ranks_seen_) fail("$", "missing field \"ranks\"");
     }
 
@@ -344,7 +353,7 @@ private:
         tmp_.kind = kind;
         const bool container = kind == Scalar::Kind::object || kind == Scalar::Kind::array;
         if (stack_.empty()) {
-            if (kind != Scalar::Kind::object) expected("$", "an object", tmp_);
+            if (kind != Scalar::Kind::object) expected(literal("$"), "an object", tmp_);
             stack_.push_back({Role::root, false, 0, {}});
             return true;
         }
@@ -354,7 +363,7 @@ private:
         switch (f.role) {
             case Role::root: child = at_top(f.key, container); break;
             case Role::ranks:
-                if (kind != Scalar::Kind::object) expected(path(stack_.size()), "an object", tmp_);
+                if (kind != Scalar::Kind::object) expected([&] { return path(stack_.size()); }, "an object", tmp_);
                 t_.ranks.emplace_back();
                 t_.ranks.back().rank = static_cast<int>(t_.ranks.size() - 1);
                 rank_given_ = events_given_ = false;
@@ -362,7 +371,7 @@ private:
                 break;
             case Role::rank: child = in_rank(f.key, container); break;
             case Role::events:
-                if (kind != Scalar::Kind::object) expected(path(stack_.size()), "an object", tmp_);
+                if (kind != Scalar::Kind::object) expected([&] { return path(stack_.size()); }, "an object", tmp_);
                 for (auto& v : fields_) v.kind = Scalar::Kind::absent;
                 batches_.kind = Scalar::Kind::absent;
                 batch_ids_.clear();
@@ -427,7 +436,7 @@ private:
         }
         if (k == "ranks") {
             check_head(/*complete=*/false);
-            if (tmp_.kind != Scalar::Kind::array) expected("$.ranks", "an array", tmp_);
+            if (tmp_.kind != Scalar::Kind::array) expected(literal("$.ranks"), "an array", tmp_);
             ranks_seen_ = true;
             t_.ranks.clear();  // a key given twice: the last one counts
             return Role::ranks;
@@ -442,14 +451,14 @@ private:
     Role in_rank(const std::string& k, bool) {
         const std::size_t i = t_.ranks.size() - 1;
         if (k == "rank") {
-            const std::string p = field_path(stack_.size() - 1, "rank");
+            const auto p = [&] { return field_path(stack_.size() - 1, "rank"); };
             if (const std::int64_t n = int64(p, tmp_); n != static_cast<std::int64_t>(i))
-                fail(p, fmt::format("ranks must be listed in order: expected {}, found {}", i, n));
+                fail(p(), fmt::format("ranks must be listed in order: expected {}, found {}", i, n));
             rank_given_ = true;
             return Role::skip;
         }
         if (k == "events") {
-            if (tmp_.kind != Scalar::Kind::array) expected(field_path(stack_.size() - 1, "events"), "an array", tmp_);
+            if (tmp_.kind != Scalar::Kind::array) expected([&] { return field_path(stack_.size() - 1, "events"); }, "an array", tmp_);
             events_given_ = true;
             t_.ranks.back().events.clear();
             return Role::events;
@@ -479,7 +488,7 @@ private:
     // An event complete: its fields checked in one order, as before a trace was streamed.
     void end_event() {
         const std::size_t n = stack_.size() - 1;  // the event is the value in the slot of frame n - 1
-        const auto at = [&](std::string_view name) { return field_path(n, name); };
+        const auto at = [this, n](std::string_view name) { return [this, n, name] { return field_path(n, name); }; };
         const auto required = [&](Field f, std::string_view name) -> const Scalar& {
             const Scalar& v = field(f);
             if (!v.present()) fail(path(n), fmt::format("missing field \"{}\"", name));
@@ -491,30 +500,30 @@ private:
         try {
             e.op = OpCode::of(op.s);
         } catch (const std::length_error&) {  // the process-wide table of names is full
-            fail(at("op"), fmt::format("too many distinct operation names (at most 65535 in one process), found \"{}\"",
+            fail(at("op")(), fmt::format("too many distinct operation names (at most 65535 in one process), found \"{}\"",
                                        json_reader::shorten(op.s)));
         }
         if (const Scalar& layer = field(Field::layer); layer.present() && layer.kind != Scalar::Kind::null) {
             const std::int64_t l = int64(at("layer"), layer);
-            if (l < 0 || l > 1'000'000'000) fail(at("layer"), fmt::format("expected a layer index >= 0, found {}", l));
+            if (l < 0 || l > 1'000'000'000) fail(at("layer")(), fmt::format("expected a layer index >= 0, found {}", l));
             e.layer = static_cast<std::int32_t>(l);
         }
         e.start = real(at("start"), required(Field::start, "start"), kTime);
         const Scalar& duration = required(Field::duration, "duration");
         if (!duration.is_number()) expected(at("duration"), "a number", duration);
         e.duration = duration.number();
-        if (e.duration < 0) fail(at("duration"), fmt::format("expected >= 0, found {}", e.duration));
+        if (e.duration < 0) fail(at("duration")(), fmt::format("expected >= 0, found {}", e.duration));
         if (!std::isfinite(e.start + e.duration))
-            fail(at("duration"),
+            fail(at("duration")(),
                  fmt::format("the event ends beyond the largest time a trace can hold (start {} + duration {})", e.start,
                              e.duration));
         e.memory = real(at("memory"), required(Field::memory, "memory"), kMemory);
         if (batches_.present()) {
             if (batches_.kind != Scalar::Kind::array) expected(at("batches"), "an array of ids", batches_);
             for (std::size_t b = 0; b < batch_ids_.size(); ++b) {
-                const std::string p = fmt::format("{}[{}]", at("batches"), b);
+                const auto p = [&] { return fmt::format("{}[{}]", field_path(n, "batches"), b); };
                 const std::int64_t id = int64(p, batch_ids_[b]);
-                if (id < 0) fail(p, fmt::format("expected an id >= 0, found {}", id));
+                if (id < 0) fail(p(), fmt::format("expected an id >= 0, found {}", id));
                 e.batches.insert(id);
             }
         }
