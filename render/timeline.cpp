@@ -7,6 +7,7 @@
 #include "dtsim/interrupt.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <string>
 #include <string_view>
@@ -46,6 +47,37 @@ void fill_rect(cairo_t* cr, double x, double y, double w, double h, Rgba c) {
     set_colour(cr, c);
     cairo_fill(cr);
 }
+
+// Rectangles of one opaque colour filled one after another, filled as one path: one SVG element
+// for a run of them instead of one each. Opaque fills painted in turn cover the same pixels as
+// their union, so the picture stays the same; a colour that is not opaque is filled at once.
+// Nothing else may be drawn between add() and flush(): the rectangles are on Cairo's path.
+class Fills {
+public:
+    explicit Fills(cairo_t* cr) : cr_(cr) {}
+    Fills(const Fills&) = delete;
+    Fills& operator=(const Fills&) = delete;
+    ~Fills() { flush(); }
+
+    void add(double x, double y, double w, double h, Rgba c) {
+        if (pending_ && !(c == colour_)) flush();
+        cairo_rectangle(cr_, x, y, w, h);
+        colour_ = c;
+        pending_ = true;
+        if (c.a < 1) flush();
+    }
+    void flush() {
+        if (!pending_) return;
+        set_colour(cr_, colour_);
+        cairo_fill(cr_);
+        pending_ = false;
+    }
+
+private:
+    cairo_t* cr_;
+    Rgba colour_;
+    bool pending_ = false;
+};
 
 enum class Align { left, centre, right };
 
@@ -262,9 +294,10 @@ void draw_axes(cairo_t* cr, const Layout& l) {
 
 // Draws the busy-column runs of a lane: height = busy fraction, colour = dominant style.
 void draw_busy(cairo_t* cr, const Layout& l, const Lane& lane, const BusyColumns& busy) {
+    Fills fills(cr);
     for (const auto& run : busy.runs(kBusyLevels)) {
         const double h = lane.h * run.level;
-        fill_rect(cr, l.plot_x0 + run.first, lane.bottom() - h, run.end - run.first, h,
+        fills.add(l.plot_x0 + run.first, lane.bottom() - h, run.end - run.first, h,
                   over_white(style_colour(run.key, l.layers)));
     }
 }
@@ -283,6 +316,7 @@ void draw_rank_events(cairo_t* cr, const Layout& l, const Row& row, const RankTr
     // Checkpoint writes, restarts and failures, drawn after the rest: the training steps that follow
     // them at once would cover their widened boxes.
     std::vector<std::pair<const Event*, double>> rare;
+    Fills thin(cr);  // boxes too narrow for a border or a label, drawn in turn
     for (const auto& e : rank.events) {
         const bool comm = l.has_comm && e.stream == Stream::comm;
         if (comm_only && !comm) continue;
@@ -302,13 +336,18 @@ void draw_rank_events(cairo_t* cr, const Layout& l, const Row& row, const RankTr
             rare.emplace_back(&e, x);
             continue;
         }
-        if (w < kMinBoxPx)
+        if (w < kMinBoxPx) {
             (comm ? busy_comm : busy_compute).add(x - l.plot_x0, x - l.plot_x0 + w, style_key(e), 1.0);
-        else {
+        } else if (w < kOutlineFromPx && w < l.box_font) {
+            // Neither outlined nor labelled: a plain fill, as paint_box would draw it.
+            thin.add(x, lane.y, w, lane.h, style_colour(style_key(e), l.layers));
+        } else {
+            thin.flush();
             paint_box(cr, x, lane.y, w, lane.h, style_key(e), l.layers);
             label_box(cr, l, lane, e, x, w);
         }
     }
+    thin.flush();
     draw_busy(cr, l, row.compute, busy_compute);
     if (row.comm.present()) draw_busy(cr, l, row.comm, busy_comm);
     for (const auto& [e, x] : rare) {
@@ -416,6 +455,11 @@ void draw_passes(cairo_t* cr, const Layout& l, const Row& row) {
     const Lane& lane = row.compute;
     draw_merged(l, row.passes.idle, [&](double x, double w) { draw_bubble(cr, x, lane.y, w, lane.h); });
     BusyColumns narrow(l.columns());
+    // Recompute strips of passes without a label, drawn after the passes, a path per colour: the
+    // passes of a compute stream do not overlap, so only the order of the SVG's elements changes.
+    std::vector<std::pair<Rgba, std::vector<std::array<double, 2>>>> strips;
+    Fills thin(cr);  // pass boxes too narrow for a border or a label
+    const double strip = std::round(lane.h * 0.3);
     for (const auto& p : row.passes.passes) {
         const double x = l.x_of(p.start);
         if ((p.end - p.start) * l.px_per_time < kMinBoxPx) {
@@ -424,27 +468,48 @@ void draw_passes(cairo_t* cr, const Layout& l, const Row& row) {
         }
         const double w = (p.end - p.start) * l.px_per_time;
         if (p.kind == PassKind::overlap) {
+            thin.flush();
             draw_overlap(cr, l, lane, p);
             continue;
         }
         const Rgba fill = pass_colour(p.kind, p.chunk);
-        cairo_rectangle(cr, x, lane.y, w, lane.h);
-        set_colour(cr, fill);
-        fill_outlined(cr, w);
-        const double strip = std::round(lane.h * 0.3);
+        std::string label;
+        if (!p.batches.empty() && lane.h >= l.box_font + 2) {
+            label = batch_label(p.batches);
+            if (text_width(cr, label, l.box_font) + 3 > w) label.clear();
+        }
+        if (w < kOutlineFromPx && label.empty()) {
+            thin.add(x, lane.y, w, lane.h, fill);
+        } else {
+            thin.flush();
+            cairo_rectangle(cr, x, lane.y, w, lane.h);
+            set_colour(cr, fill);
+            fill_outlined(cr, w);
+        }
+        const Rgba strip_colour = pass_colour(PassKind::recompute, p.chunk);
         draw_merged(l, p.recompute, [&](double rx, double rw) {
-            fill_rect(cr, rx, lane.bottom() - strip, rw, strip, pass_colour(PassKind::recompute, p.chunk));
+            if (!label.empty()) {
+                thin.add(rx, lane.bottom() - strip, rw, strip, strip_colour);
+                return;
+            }
+            auto it = std::find_if(strips.begin(), strips.end(), [&](const auto& s) { return s.first == strip_colour; });
+            if (it == strips.end()) it = strips.insert(strips.end(), {strip_colour, {}});
+            it->second.push_back({rx, rw});
         });
-        if (p.batches.empty() || lane.h < l.box_font + 2) continue;
-        const std::string label = batch_label(p.batches);
-        if (text_width(cr, label, l.box_font) + 3 > w) continue;
+        if (label.empty()) continue;
+        thin.flush();
         const double baseline = p.recompute.empty() ? text_baseline(lane, l.box_font)
                                                     : lane.y + (lane.h - strip) / 2 + l.box_font * 0.36;
         draw_text(cr, label, x + w / 2, baseline, l.box_font, text_on(fill), Align::centre);
     }
+    thin.flush();
+    for (const auto& [colour, xs] : strips) {
+        for (const auto& [rx, rw] : xs) thin.add(rx, lane.bottom() - strip, rw, strip, colour);
+        thin.flush();
+    }
     for (const auto& run : narrow.runs(kBusyLevels)) {
         const double h = lane.h * run.level;
-        fill_rect(cr, l.plot_x0 + run.first, lane.bottom() - h, run.end - run.first, h, pass_key_colour(run.key));
+        thin.add(l.plot_x0 + run.first, lane.bottom() - h, run.end - run.first, h, pass_key_colour(run.key));
     }
 }
 
@@ -455,20 +520,23 @@ double bar_height(const Layout& l, const Row& row, double value) {
 void draw_memory(cairo_t* cr, const Layout& l, const Row& row, const Trace& trace) {
     const Lane& lane = row.memory;
     MaxColumns cols(l.columns());
-    for (auto i : row.members)
-        for (const auto& s : memory_steps(trace.ranks[i])) {
-            if (!(s.value > 0)) continue;
-            const double x0 = l.x_of(s.t0), x1 = l.x_of(s.t1);
-            if (!l.overview && x1 - x0 >= 1) {
-                const double h = bar_height(l, row, s.value);
-                fill_rect(cr, x0, lane.bottom() - h, x1 - x0, h, colours::memory);
-            } else {
-                cols.add(x0 - l.plot_x0, x1 - l.plot_x0, s.value);
+    {
+        Fills fills(cr);
+        for (auto i : row.members)
+            for (const auto& s : memory_steps(trace.ranks[i])) {
+                if (!(s.value > 0)) continue;
+                const double x0 = l.x_of(s.t0), x1 = l.x_of(s.t1);
+                if (!l.overview && x1 - x0 >= 1) {
+                    const double h = bar_height(l, row, s.value);
+                    fills.add(x0, lane.bottom() - h, x1 - x0, h, colours::memory);
+                } else {
+                    cols.add(x0 - l.plot_x0, x1 - l.plot_x0, s.value);
+                }
             }
+        for (const auto& run : cols.runs(l.memory_scale / (2 * lane.h))) {
+            const double h = bar_height(l, row, run.value);
+            fills.add(l.plot_x0 + run.first, lane.bottom() - h, run.end - run.first, h, colours::memory);
         }
-    for (const auto& run : cols.runs(l.memory_scale / (2 * lane.h))) {
-        const double h = bar_height(l, row, run.value);
-        fill_rect(cr, l.plot_x0 + run.first, lane.bottom() - h, run.end - run.first, h, colours::memory);
     }
     if (trace.memory_capacity && *trace.memory_capacity > 0) {
         const double y = lane.bottom() - bar_height(l, row, *trace.memory_capacity);

@@ -11,6 +11,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace dtsim::render::testing {
@@ -62,6 +63,26 @@ inline double style_number(const std::string& style, const std::string& key, dou
     return std::strtod(style.c_str() + at + key.size(), nullptr);
 }
 
+// The bounding box of a path read, and whether it is one rectangle (`ops` its commands).
+inline SvgPath finish_path(SvgPath p, const std::string& ops) {
+    if (!p.points.empty()) {
+        p.x0 = p.x1 = p.points[0].first;
+        p.y0 = p.y1 = p.points[0].second;
+        for (const auto& [x, y] : p.points) {
+            p.x0 = std::min(p.x0, x), p.x1 = std::max(p.x1, x);
+            p.y0 = std::min(p.y0, y), p.y1 = std::max(p.y1, y);
+        }
+    }
+    if (ops == "MLLLZM") {
+        const auto& q = p.points;
+        p.is_rect = (q[0].second == q[1].second && q[1].first == q[2].first && q[2].second == q[3].second &&
+                     q[3].first == q[0].first) ||
+                    (q[0].first == q[1].first && q[1].second == q[2].second && q[2].first == q[3].first &&
+                     q[3].second == q[0].second);
+    }
+    return p;
+}
+
 }  // namespace svg_detail
 
 // The paths drawn on the page (glyph outlines in <defs> left out).
@@ -94,22 +115,25 @@ inline std::vector<SvgPath> read_paths(const std::string& svg) {
             ops += cmd;
             p.points.emplace_back(x, y);
         }
-        if (!p.points.empty()) {
-            p.x0 = p.x1 = p.points[0].first;
-            p.y0 = p.y1 = p.points[0].second;
-            for (const auto& [x, y] : p.points) {
-                p.x0 = std::min(p.x0, x), p.x1 = std::max(p.x1, x);
-                p.y0 = std::min(p.y0, y), p.y1 = std::max(p.y1, y);
+        // The renderer fills runs of rectangles of one colour as one path, "M L L L Z" each and a
+        // last "M": read back as the rectangles they are.
+        constexpr std::string_view kRect = "MLLLZ";
+        const std::size_t n = ops.size() / kRect.size();
+        bool rects = n > 1 && ops.size() == n * kRect.size() + 1 && ops.back() == 'M';
+        for (std::size_t i = 0; rects && i < n; ++i)
+            rects = std::string_view(ops).substr(i * kRect.size(), kRect.size()) == kRect;
+        if (rects) {
+            const auto all = std::move(p.points);
+            for (std::size_t i = 0; i < n; ++i) {
+                SvgPath one = p;
+                const auto first = all.begin() + static_cast<std::ptrdiff_t>(4 * i);
+                one.points.assign(first, first + 4);
+                one.points.push_back(*first);
+                out.push_back(svg_detail::finish_path(std::move(one), "MLLLZM"));
             }
+            continue;
         }
-        if (ops == "MLLLZM") {
-            const auto& q = p.points;
-            p.is_rect = (q[0].second == q[1].second && q[1].first == q[2].first &&
-                         q[2].second == q[3].second && q[3].first == q[0].first) ||
-                        (q[0].first == q[1].first && q[1].second == q[2].second && q[2].first == q[3].first &&
-                         q[3].second == q[0].second);
-        }
-        out.push_back(std::move(p));
+        out.push_back(svg_detail::finish_path(std::move(p), ops));
     }
     return out;
 }
