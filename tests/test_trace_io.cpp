@@ -250,6 +250,10 @@ TEST_CASE("a streamed trace: a key given twice counts once, its last value; chec
           "t.json: at $.ranks[0].events[0].start: expected a number >= 0, found an array");
     CHECK(read_error(std::string(kHead) + R"({"rank": 0, "events": [{"op": "f", "start": 0, "duration": 1, "memory": 0,
         "batches": [1, 2.5]}]}]})") == "t.json: at $.ranks[0].events[0].batches[1]: expected an integer, found 2.5");
+    // A syntax error is reported before a bad value met earlier, as when the whole document was
+    // parsed before anything was checked.
+    CHECK(read_error(std::string(kHead) + R"({"rank": 0, "events": [{"op": "f", "start": -1, "duration": 1, "memory": 0}]},
+        {"rank": 1, "events": [}]})") == "t.json: at $: invalid JSON at line 2, column 32");
     // A field it skips is still nested at most 256 deep, named at its path.
     CHECK(read_error(std::string(kHead) + R"({"rank": 0, "events": [{"x": )" + std::string(300, '[') +
                      std::string(300, ']') + "}]}]}") ==

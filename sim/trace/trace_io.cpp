@@ -208,15 +208,17 @@ Field event_field(std::string_view k) {
 // Reads a trace as nlohmann's parser hands over its values, into the trace itself: no document of
 // the whole file is built, so what reading takes beyond the trace is one event's fields and the
 // meta. Each value is checked against the format (docs/trace-format.md) with the messages the
-// reader has always given: the file, the JSON path, what was expected and what was found. Errors
-// come in the order the file meets them; within an event its fields are checked in the order op,
-// layer, start, duration, memory, batches, stream, bytes, flops, once the event is complete.
+// reader has always given: the file, the JSON path, what was expected and what was found. A syntax
+// error anywhere comes first; then the first bad value in the file's order, an event's fields
+// checked once the event is complete, in the order op, layer, start, duration, memory, batches,
+// stream, bytes, flops.
 class TraceReader final : public json::json_sax_t {
 public:
     TraceReader(Trace& t, const std::string& source) : t_(t), source_(source) {}
 
     // After the parse: the fields of the top that must be there, and the summary.
     void finish() {
+        if (failed_) throw TraceFormatError(first_error_);
         check_head(/*complete=*/true);
         summarize(t_);
         // The written summary is recomputed above; only the correctness of the run is kept, where it is given.
@@ -349,13 +351,33 @@ private:
     }
 
     // A value (a scalar in tmp_, or the start of an array or object), where its container puts it.
+    // After the first bad value the rest of the file is only parsed, its nesting counted: a file
+    // that is not JSON is said to be so first (the reader of whole documents did it so), and a
+    // file nested too deep at once.
     bool put(Scalar::Kind kind) {
         tmp_.kind = kind;
         const bool container = kind == Scalar::Kind::object || kind == Scalar::Kind::array;
+        Role child = Role::skip;
+        if (!failed_) {
+            try {
+                child = place(kind, container);
+            } catch (const TraceFormatError& e) {
+                failed_ = true;
+                first_error_ = e.what();
+                child = Role::skip;
+            }
+        } else if (!stack_.empty() && stack_.back().array) {
+            ++stack_.back().count;
+        }
+        if (container) open(child, kind == Scalar::Kind::array);
+        return true;
+    }
+
+    // Where the value goes, checked; the role of its frame where it is an array or an object.
+    Role place(Scalar::Kind kind, bool container) {
         if (stack_.empty()) {
             if (kind != Scalar::Kind::object) expected(literal("$"), "an object", tmp_);
-            stack_.push_back({Role::root, false, 0, {}});
-            return true;
+            return Role::root;
         }
         Frame& f = stack_.back();
         if (f.array) ++f.count;
@@ -402,8 +424,7 @@ private:
                 break;
             case Role::skip: break;
         }
-        if (container) open(child, kind == Scalar::Kind::array);
-        return true;
+        return child;
     }
 
     void open(Role role, bool array) {
@@ -467,8 +488,19 @@ private:
     }
 
     void close() {
-        const Frame& f = stack_.back();
-        switch (f.role) {
+        if (!failed_) {
+            try {
+                complete(stack_.back().role);
+            } catch (const TraceFormatError& e) {
+                failed_ = true;
+                first_error_ = e.what();
+            }
+        }
+        stack_.pop_back();
+    }
+
+    void complete(Role role) {
+        switch (role) {
             case Role::event: end_event(); break;
             case Role::rank: {
                 if (!rank_given_) fail(path(stack_.size() - 1), "missing field \"rank\"");
@@ -480,7 +512,6 @@ private:
             case Role::meta: meta_stack_.pop_back(); break;
             default: break;
         }
-        stack_.pop_back();
     }
 
     const Scalar& field(Field f) const { return fields_[static_cast<std::size_t>(f)]; }
@@ -546,6 +577,8 @@ private:
     Scalar format_, version_, time_unit_, memory_unit_, capacity_;
     bool ranks_seen_ = false, rank_given_ = false, events_given_ = false;
     std::optional<bool> correct_;
+    bool failed_ = false;      // a bad value was met: the rest is parsed, not read
+    std::string first_error_;  // ...and what was wrong with it
 };
 
 }  // namespace
