@@ -383,6 +383,58 @@ TEST_CASE("partial recompute is searched when asked, and the bounds hold for it"
                          PlanError);
 }
 
+TEST_CASE("uneven stages are searched when asked: pp need not divide the layers, and the bounds hold") {
+    // 6 layers: pp 4 splits them only unevenly (first and last stage one layer, the middle two
+    // two each), which even stages cannot.
+    json doc = base_document();
+    doc["model"] = test::small_model(6, 32000);
+    doc["training"]["global_batch"] = 16;
+    const std::vector<std::string> space = {"strategy=1f1b,interleaved,megatron", "tp=1,2", "micro_batch=1,2",
+                                            "recompute=none", "sequence_parallel=false", "zero_stage=1,3"};
+    const auto even = enumerate_layouts(request_for(doc, space));
+    for (const auto& c : even.candidates) {
+        CHECK(c.label.find("stage_layers") == std::string::npos);
+        CHECK(c.label.find(" pp=4 ") == std::string::npos);
+    }
+    auto with = space;
+    with.push_back("first_stage_layers=even,1");
+    with.push_back("last_stage_layers=even,1");
+    const PlanRequest req = request_for(doc, with);
+    const auto e = enumerate_layouts(req);
+    // Every even layout again, each once, and the uneven ones beside them.
+    const std::vector<std::string> listed = labels(e);
+    const std::set<std::string> all(listed.begin(), listed.end());
+    CHECK(all.size() == e.candidates.size());
+    for (const auto& c : even.candidates) CHECK(all.count(c.label) == 1);
+    std::size_t uneven = 0, pp4 = 0;
+    for (const auto& c : e.candidates) {
+        INFO(c.label);
+        const bool u = c.label.find("stage_layers=") != std::string::npos;
+        uneven += u ? 1 : 0;
+        pp4 += c.label.find(" pp=4 ") != std::string::npos ? 1 : 0;
+        if (c.label.starts_with("megatron")) CHECK_FALSE(u);  // one stage: nothing to split
+        const RunReport r = simulate(candidate_config(e, req, c), {.keep_trace = false}).report;
+        CHECK(c.memory_bound <= r.peak.bytes);
+        if (!r.oom) CHECK(c.time_bound <= r.step_time);
+    }
+    CHECK(uneven > 0);
+    CHECK(pp4 > 0);
+    // The search's answer is the best of every candidate simulated.
+    PlanRequest top = req;
+    top.top = 3;
+    const PlanResult best = plan(top);
+    REQUIRE(best.best.size() >= 3);
+    double fastest = 1e300;
+    for (const auto& c : e.candidates) {
+        const RunReport r = simulate(candidate_config(e, req, c), {.keep_trace = false}).report;
+        if (!r.oom) fastest = std::min(fastest, r.step_time);
+    }
+    CHECK(best.simulated[best.best.front()].figures->step_time == fastest);
+    PlanSpace bad;
+    CHECK_THROWS_WITH_AS(set_space(bad, "first_stage_layers=0"), doctest::Contains("--space first_stage_layers: '0'"),
+                         PlanError);
+}
+
 TEST_CASE("microbatch_group is searched only when asked for, and the bounds hold for each group") {
     json doc = base_document();
     doc["training"]["global_batch"] = 16;

@@ -1,28 +1,30 @@
 // `dtsim plan`: which layout to run. Enumerates the layouts of a model on a cluster (GPU count,
 // strategy, tp, pp, chunks, cp, ZeRO stage, FSDP's sharding, micro-batch size, recompute, sequence
-// parallelism, TP communication overlap; fp8, compile and interleaved's microbatch group where
-// asked), rejects those that cannot run or cannot fit, orders the rest by a
+// parallelism, TP communication overlap; fp8, compile, interleaved's microbatch group and uneven
+// pipeline stages where asked), rejects those that cannot run or cannot fit, orders the rest by a
 // lower bound on their step time and simulates them best first, stopping when no layout left
 // can beat the best found (docs/planning.md).
 //
-// Exact parts (each a lower bound that a simulation of the same config cannot go below):
-//   memory_lower_bound   the model states the rank holding the most parameters allocates before
-//                        its first step (estimate_run_size's, less the gradients of a strategy
-//                        that makes them during the backward), plus the activations the first
-//                        rank of the pipeline (every rank, with one stage) holds when its first
-//                        backward starts: one microbatch through all layers and the logits with
-//                        one stage, min(pp, m) forwards of its layers for 1F1B, m for GPipe, the
-//                        leading forwards of rank 0's generated schedule; every layer counted at
-//                        the least a layer keeps;
-//   step_time_lower_bound  the compute of the rank holding the output layer (its layers x
-//                        microbatches x the priced forward, backward and recompute of a layer, and
-//                        the logits and loss forward and backward of every microbatch, as the
-//                        simulation runs them one after another on its compute stream; with one
-//                        stage, the embedding's too), plus for 1F1B, GPipe and interleaved
-//                        pipelines the embedding and the forwards of pp - 1 model chunks that must
-//                        pass before the last rank starts, and the backwards of pp - 1 chunks and the
-//                        embedding after it ends. Nothing else (no communication, no optimizer
-//                        step): 0 with stragglers.
+// Exact parts (each a lower bound that a simulation of the same config cannot go below;
+// plan_bounds.cpp has the rules in full):
+//   memory_lower_bound   the model states of the rank holding the most (estimate_run_size's, less
+//                        the gradients of a strategy that makes them during the backward; with
+//                        uneven stages each rank's share by its layers), and beside them what the
+//                        first rank of the pipeline (every rank, with one stage) holds when its
+//                        first backward starts: one microbatch through all layers and the logits
+//                        with one stage, min(pp, m) forwards of its layers for 1F1B, m for GPipe,
+//                        the leading forwards of rank 0's generated schedule; every layer counted
+//                        at the least a layer keeps;
+//   step_time_lower_bound  the larger of two chains the simulation runs one thing after another:
+//                        the compute stream of the rank holding the output layer (its layers x
+//                        microbatches x a layer's priced forward, backward and recompute with the
+//                        tensor-parallel collectives that block it, each at its cost on idle links;
+//                        the logits and loss of every microbatch; the optimizer step and the
+//                        distributed optimizer's blocking gather of the parameters; for 1F1B, GPipe
+//                        and interleaved pipelines the forwards of the model chunks before the last
+//                        rank and the backwards after it), and FSDP's data-parallel stream (each
+//                        layer's gathers and reduce-scatters of every microbatch, one after
+//                        another). 0 with stragglers.
 //
 // A search can be split over processes or machines (docs/planning.md): shard I of N takes the
 // candidates at positions I, I + N, I + 2N, ... of the best-first order and searches them alone,
@@ -72,6 +74,10 @@ public:
 //   sharding          fsdp: full, grad_op, hybrid (FULL_SHARD, SHARD_GRAD_OP, HYBRID_SHARD)
 //   recompute_num_layers, recompute_every  not searched (every layer recomputes under a policy);
 //                     asked for, each value ("all" or n) with each policy but none
+//   first_stage_layers, last_stage_layers  not searched (even stages); asked for, each value
+//                     ("even" or n layers on the first / last pipeline rank) with each pipeline but
+//                     dualpipev, and then pp runs over every value from 2 (the layers need not split
+//                     evenly: the config check says which splits work)
 struct PlanSpace {
     std::vector<std::string> strategies;
     std::vector<int> tp, pp, chunks, cp, zero_stage, micro_batch;
@@ -80,6 +86,7 @@ struct PlanSpace {
     std::vector<std::string> fp8;  // none, te, torchao; empty: the config's own strategy.fp8
     std::vector<int> compile;      // 0 / 1; empty: the config's own strategy.compile
     std::vector<int> recompute_num_layers, recompute_every;  // 0: every layer ("all"); empty: not searched
+    std::vector<int> first_stage_layers, last_stage_layers;  // 0: even stages ("even"); empty: not searched
     std::vector<int> microbatch_group;  // interleaved; 0: pp (the key unset); empty: not searched
     std::vector<std::string> sharding;  // fsdp: full, grad_op, hybrid; empty: all three
 };

@@ -157,7 +157,8 @@ const std::vector<std::string>& plan_knobs() {
                                                    "micro_batch", "recompute", "sequence_parallel",
                                                    "tp_comm_overlap", "fp8", "compile",
                                                    "recompute_num_layers", "recompute_every",
-                                                   "microbatch_group", "sharding"};
+                                                   "microbatch_group", "sharding", "first_stage_layers",
+                                                   "last_stage_layers"};
     return knobs;
 }
 
@@ -222,6 +223,11 @@ void set_space(PlanSpace& space, const std::string& text) {
         // "pp" (Megatron-LM's default group: the key unset) or a whole number >= 1.
         space.microbatch_group.clear();
         for (const auto& v : values) space.microbatch_group.push_back(v == "pp" ? 0 : to_int(key, v, 1));
+    } else if (key == "first_stage_layers" || key == "last_stage_layers") {
+        // "even" (the key unset: every stage the same share) or a whole number of layers >= 1.
+        std::vector<int> ns;
+        for (const auto& v : values) ns.push_back(v == "even" ? 0 : to_int(key, v, 1));
+        (key == "first_stage_layers" ? space.first_stage_layers : space.last_stage_layers) = ns;
     } else if (key == "sharding") {
         for (const auto& v : values)
             if (std::find(kShardings.begin(), kShardings.end(), v) == kShardings.end())
@@ -308,6 +314,7 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
     static const std::vector<int> no = {0};
     static const std::vector<int> both = {0, 1};
     std::size_t index = 0;
+    const bool uneven_searched = !sp.first_stage_layers.empty() || !sp.last_stage_layers.empty();
     for (const int gpus : counts)
     for (const auto& name : or_default(sp.strategies, kDefaultStrategies)) {
         const int node = gpus < per_node ? gpus : per_node;
@@ -324,6 +331,10 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
         else if (!sp.pp.empty()) {
             for (int p : sp.pp)
                 if (p >= 2) pps.push_back(p);
+        } else if (uneven_searched) {
+            // The first or last stage's layers set, the others share the rest: pp need not divide
+            // the layers (the config check says which splits work).
+            for (int p = 2; p <= std::min(m.layers, gpus); ++p) pps.push_back(p);
         } else {
             for (int p : divisors(m.layers))
                 if (p >= 2 && p <= gpus) pps.push_back(p);
@@ -362,6 +373,11 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
         // sharding: fsdp only ("" leaves the key unset where the strategy takes none).
         static const std::vector<std::string> unsharded = {""};
         const std::vector<std::string>& shardings = info.sharding ? or_default(sp.sharding, kShardings) : unsharded;
+        // Uneven stages (Megatron-LM's first/last pipeline stage layers): pipelines that take them only,
+        // even (0) unless searched.
+        const bool takes_uneven = pipeline(info) && name != "dualpipev";
+        const std::vector<int>& firsts = takes_uneven ? or_default(sp.first_stage_layers, no) : no;
+        const std::vector<int>& lasts = takes_uneven ? or_default(sp.last_stage_layers, no) : no;
         for (int tp : tps)
             for (int pp : pps) {
                 std::vector<int> chunk_values = one;
@@ -374,6 +390,8 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
                     }
                 }
                 for (int v : chunk_values)
+                    for (int first : firsts)
+                    for (int last : lasts)
                     for (int cp : cps)
                         for (int zero : zeros) {
                             const long long mp = static_cast<long long>(tp) * pp * cp;
@@ -401,9 +419,10 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
                                                 rejected(reject::tp_heads);
                                                 continue;
                                             }
-                                            if (m.layers % pp != 0) { rejected(reject::pp_layers); continue; }
+                                            const bool uneven = first > 0 || last > 0;
+                                            if (!uneven && m.layers % pp != 0) { rejected(reject::pp_layers); continue; }
                                             if (dp == 0) { rejected(reject::gpus); continue; }
-                                            if (m.layers % (pp * v) != 0) { rejected(reject::chunks); continue; }
+                                            if (!uneven && m.layers % (pp * v) != 0) { rejected(reject::chunks); continue; }
                                             if (global_batch % (static_cast<long long>(mb) * dp) != 0) {
                                                 rejected(reject::batch);
                                                 continue;
@@ -419,6 +438,8 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
                                             o.push_back({"strategy.dp", std::to_string(dp)});
                                             if (cp > 1) o.push_back({"strategy.cp", std::to_string(cp)});
                                             if (info.chunks) o.push_back({"strategy.chunks", std::to_string(v)});
+                                            if (first > 0) o.push_back({"strategy.first_stage_layers", std::to_string(first)});
+                                            if (last > 0) o.push_back({"strategy.last_stage_layers", std::to_string(last)});
                                             o.push_back({"strategy.zero_stage", std::to_string(zero)});
                                             o.push_back({"training.micro_batch", std::to_string(mb)});
                                             o.push_back({"strategy.recompute", fmt::format("\"{}\"", rc)});
@@ -435,10 +456,13 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
                                             const std::string sharded = !shard.empty() && shard != "full"
                                                                             ? fmt::format(" sharding={}", shard)
                                                                             : "";
-                                            c.label = fmt::format("{} tp={} pp={} dp={}{}{} zero_stage={}{} micro_batch={} "
+                                            c.label = fmt::format("{} tp={} pp={} dp={}{}{}{}{} zero_stage={}{} micro_batch={} "
                                                                   "recompute={}{}{}{}{}{}{}",
                                                                   name, tp, pp, dp, cp > 1 ? fmt::format(" cp={}", cp) : "",
-                                                                  info.chunks ? fmt::format(" chunks={}", v) : "", zero,
+                                                                  info.chunks ? fmt::format(" chunks={}", v) : "",
+                                                                  first > 0 ? fmt::format(" first_stage_layers={}", first) : "",
+                                                                  last > 0 ? fmt::format(" last_stage_layers={}", last) : "",
+                                                                  zero,
                                                                   sharded, mb, rc,
                                                                   part > 0 ? fmt::format(" {}={}", part_key, part) : "",
                                                                   seq ? " sp" : "", ov ? " overlap" : "",
