@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <optional>
 #include <chrono>
 #include <cstdint>
 #include <limits>
@@ -47,17 +48,25 @@ std::vector<int> divisors(long long n) {
     return low;
 }
 
-int to_int(const std::string& key, const std::string& v, int lo) {
+// `v` as a whole number in [lo, hi], all of it (no sign, no trailing text), or nothing.
+std::optional<long long> whole_number(const std::string& v, long long lo, long long hi) {
     std::size_t used = 0;
     long long x = 0;
     try {
         x = std::stoll(v, &used);
     } catch (const std::exception&) {
-        used = 0;
+        return std::nullopt;
     }
-    if (used != v.size() || v.empty() || x < lo || x > 1'000'000)
+    if (v.empty() || used != v.size() || !std::isdigit(static_cast<unsigned char>(v.front())) || x < lo || x > hi)
+        return std::nullopt;
+    return x;
+}
+
+int to_int(const std::string& key, const std::string& v, int lo) {
+    const auto x = whole_number(v, lo, 1'000'000);
+    if (!x)
         throw PlanError(fmt::format("--space {}: '{}' is not a whole number from {} to 1000000", key, v, lo));
-    return static_cast<int>(x);
+    return static_cast<int>(*x);
 }
 
 int to_bool(const std::string& key, const std::string& v) {
@@ -102,18 +111,11 @@ std::vector<int> gpu_counts(const std::string& spec, int per_node) {
     constexpr int kMaxGpus = 1 << 24;
     constexpr std::size_t kMaxCounts = 256;
     const auto number = [&](const std::string& v) {
-        std::size_t used = 0;
-        long long x = 0;
-        try {
-            x = std::stoll(v, &used);
-        } catch (const std::exception&) {
-            used = 0;
-        }
-        if (v.empty() || used != v.size() || !std::isdigit(static_cast<unsigned char>(v.front())) || x < 1 ||
-            x > kMaxGpus)
+        const auto x = whole_number(v, 1, kMaxGpus);
+        if (!x)
             throw PlanError(fmt::format("--gpus {}: '{}' is not a GPU count (a whole number from 1 to {})", spec, v,
                                         kMaxGpus));
-        return static_cast<int>(x);
+        return static_cast<int>(*x);
     };
     const auto holds = [&](int n) { return n % per_node == 0 || (n < per_node && per_node % n == 0); };
     std::vector<int> out;
