@@ -7,10 +7,12 @@
 #include "dtsim/hw/collective_cost.hpp"
 #include "dtsim/hw/network.hpp"
 
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace dtsim::hw {
@@ -61,6 +63,13 @@ private:
         }
     };
     mutable std::unordered_map<PricedKey, CollectiveCost, PricedHash> priced_;
+    // The last few it was asked for, looked at before the map: a group alternates between a
+    // couple of (collective, size), and comparing four keys in the group itself costs less than
+    // hashing a double and reading a bucket and a node elsewhere. Filled in turn (recent_next_).
+    static constexpr std::size_t kRecent = 4;
+    mutable std::array<std::pair<PricedKey, CollectiveCost>, kRecent> recent_{};
+    mutable std::uint32_t recent_used_ = 0;
+    mutable std::uint32_t recent_next_ = 0;
 
     // Joining a collective does not suspend a member (a blocking one then
     // waits for the transfer's end): the k-th call of every member joins

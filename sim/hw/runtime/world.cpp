@@ -22,8 +22,14 @@ OpCode of(Collective c) {
 }  // namespace ops
 
 CollectiveCost Group::cost(Collective c, double bytes) const {
-    const auto [it, added] = priced_.try_emplace(PricedKey{c, world_->algorithm(), bytes});
+    const PricedKey key{c, world_->algorithm(), bytes};
+    for (std::uint32_t i = 0; i < recent_used_; ++i)
+        if (recent_[i].first == key) return recent_[i].second;
+    const auto [it, added] = priced_.try_emplace(key);
     if (added) it->second = collective_cost(world_->cluster(), c, bytes, shape_, world_->algorithm());
+    recent_[recent_next_] = {key, it->second};
+    recent_next_ = (recent_next_ + 1) % kRecent;
+    recent_used_ = std::min<std::uint32_t>(recent_used_ + 1, kRecent);
     return it->second;
 }
 
