@@ -311,9 +311,14 @@ void Network::recompute() {
         const std::span<const int> ps = l.ports();
         for (std::size_t i = 0; i < ps.size(); ++i) ports_[static_cast<std::size_t>(ps[i])].weight += l.weight(i);
     }
+    // Only the ports that saturate below a full rate go in: filling stops at the first share of 1
+    // or more, and fixing flows at a share s < 1 never brings a port at 1 or more below 1
+    // ((cap - w s) / (weight - w) > 1 when cap >= weight), so the others could never come out.
+    // In a data-parallel world most ports carry one flow each (a share of 1 or more), and
+    // pushing them all cost a heap insertion per port and instant.
     for (int p : comp_ports_) {
         const Port& port = ports_[static_cast<std::size_t>(p)];
-        if (port.unfixed > 0) heap.emplace(port.cap / port.weight, p);
+        if (port.unfixed > 0 && port.cap / port.weight < 1) heap.emplace(port.cap / port.weight, p);
     }
     while (!heap.empty()) {
         const auto [share, p] = heap.top();
