@@ -268,12 +268,18 @@ void Network::recompute() {
     ++epoch_;
     comp_ports_.clear();
     comp_flows_.clear();
-    for (int p : touched_) {
-        Port& port = ports_[static_cast<std::size_t>(p)];
-        if (port.mark == epoch_) continue;
+    // A port joins the search once, its filling scratch set as it joins; a flow adds its weights
+    // to its ports as it is found (so each port sums them in the order the flows were found).
+    const auto join = [this](int q) {
+        Port& port = ports_[static_cast<std::size_t>(q)];
+        if (port.mark == epoch_) return;
         port.mark = epoch_;
-        comp_ports_.push_back(p);
-    }
+        port.cap = 1;
+        port.weight = 0;
+        port.unfixed = static_cast<std::uint32_t>(port.flows.size());
+        comp_ports_.push_back(q);
+    };
+    for (int p : touched_) join(p);
     touched_.clear();
     for (std::size_t i = 0; i < comp_ports_.size(); ++i) {
         // (comp_ports_ grows as the search goes; index, not iterator)
@@ -283,11 +289,11 @@ void Network::recompute() {
             flow_mark_[f] = epoch_;
             comp_flows_.push_back(f);
             new_rate_[f] = -1;
-            for (int q : live_[f].ports()) {
-                Port& port = ports_[static_cast<std::size_t>(q)];
-                if (port.mark == epoch_) continue;
-                port.mark = epoch_;
-                comp_ports_.push_back(q);
+            const Live& l = live_[f];
+            const std::span<const int> ps = l.ports();
+            for (std::size_t k = 0; k < ps.size(); ++k) {
+                join(ps[k]);
+                ports_[static_cast<std::size_t>(ps[k])].weight += l.weight(k);
             }
         }
     }
@@ -300,17 +306,6 @@ void Network::recompute() {
     // what is still unfixed there stops at 1.
     using Share = std::pair<double, int>;
     std::priority_queue<Share, std::vector<Share>, std::greater<>> heap;
-    for (int p : comp_ports_) {
-        Port& port = ports_[static_cast<std::size_t>(p)];
-        port.cap = 1;
-        port.weight = 0;
-        port.unfixed = static_cast<std::uint32_t>(port.flows.size());
-    }
-    for (std::uint32_t f : comp_flows_) {
-        const Live& l = live_[f];
-        const std::span<const int> ps = l.ports();
-        for (std::size_t i = 0; i < ps.size(); ++i) ports_[static_cast<std::size_t>(ps[i])].weight += l.weight(i);
-    }
     // Only the ports that saturate below a full rate go in: filling stops at the first share of 1
     // or more, and fixing flows at a share s < 1 never brings a port at 1 or more below 1
     // ((cap - w s) / (weight - w) > 1 when cap >= weight), so the others could never come out.
