@@ -136,7 +136,11 @@ private:
     Simulation* sim_;
     std::vector<int> members_;  // sorted ranks
     std::string name_;
-    bool world_ = false;
+    // Members that step evenly (first_, first_ + stride_, ...: the world, a tensor-parallel group
+    // of neighbours, a data- or pipeline-parallel group across them) give a rank's position by
+    // arithmetic instead of a binary search of members_; stride_ 0 when they do not.
+    int first_ = 0;
+    int stride_ = 0;
     std::vector<std::uint64_t> calls_;  // per member: collectives started
     std::uint64_t base_ = 0;            // call index of rounds_.front()
     std::deque<Round> rounds_;

@@ -68,12 +68,20 @@ Communicator::Communicator(Simulation& sim, std::vector<int> members, std::strin
     if (members_.front() < 0 || members_.back() >= sim.ranks())
         throw std::invalid_argument(fmt::format("communicator {}: ranks must be in [0, {})", name_,
                                                 sim.ranks()));
-    world_ = static_cast<int>(members_.size()) == sim.ranks();
+    first_ = members_.front();
+    stride_ = members_.size() == 1 ? 1 : members_[1] - members_[0];
+    for (std::size_t i = 2; i < members_.size() && stride_ != 0; ++i)
+        if (members_[i] - members_[i - 1] != stride_) stride_ = 0;
     calls_.assign(members_.size(), 0);
 }
 
 int Communicator::position(int rank) const {
-    if (world_) return rank >= 0 && rank < size() ? rank : -1;
+    if (stride_ > 0) {
+        const int d = rank - first_;
+        if (d < 0 || d % stride_ != 0) return -1;
+        const int i = d / stride_;
+        return i < size() ? i : -1;
+    }
     auto it = std::lower_bound(members_.begin(), members_.end(), rank);
     return it != members_.end() && *it == rank ? static_cast<int>(it - members_.begin()) : -1;
 }
