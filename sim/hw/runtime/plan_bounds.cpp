@@ -213,12 +213,14 @@ double step_time_bound(const Config& c, const Workload& w) {
     const long long replicas = static_cast<long long>(s.dp) * s.cp;
     const double params = layers * w.layer.params + e.embedding_params;
     const bool sharded = replicas > 1 && (s.name == "fsdp" || s.zero_stage >= 1);
-    bound += c.cluster.gpu.memory_seconds((sharded ? params / static_cast<double>(replicas) : params) *
-                                          adam_bytes_per_param(w.grad_bytes, w.adam, w.weight_bytes));
+    // (After the rank's last backward: with a pipeline it may run while the drain below does.)
+    double tail = c.cluster.gpu.memory_seconds((sharded ? params / static_cast<double>(replicas) : params) *
+                                               adam_bytes_per_param(w.grad_bytes, w.adam, w.weight_bytes));
     // The distributed optimizer's gather of the updated parameters (finish_step).
     const std::vector<int> dp = replicas > 1 ? group_gpus(s, critical, true) : std::vector<int>{};
     if (sharded && s.name != "fsdp" && info && !info->gathers_layers(s.zero_stage, s.overlap_param_gather, replicas))
-        bound += idle_cost(c, Collective::all_gather, bytes_per_element(c.model.spec.dtype) * params, dp);
+        tail += idle_cost(c, Collective::all_gather, bytes_per_element(c.model.spec.dtype) * params, dp);
+    double drain = 0;
 
     if (s.pp > 1 && (s.name == "1f1b" || s.name == "gpipe" || s.name == "interleaved")) {
         // Microbatch 0 passes pp - 1 model chunks forward before the last rank's first forward;
@@ -230,11 +232,14 @@ double step_time_bound(const Config& c, const Workload& w) {
         for (int k = 0; k + 1 < s.pp && k < static_cast<int>(split.size()); ++k) before += split[static_cast<std::size_t>(k)];
         const double forward = l.attention_forward.seconds + l.mlp_forward.seconds;
         const double backward = l.attention_backward.seconds + l.mlp_backward.seconds;
-        bound += before * (forward + backward + 4 * tp_block);
         // The first rank looks microbatch 0 up before its first forward, and the gradient of the
         // last microbatch reaches the embedding after its backward through chunk 0.
-        bound += e.embedding_forward.seconds + e.embedding_backward.seconds;
+        bound += before * (forward + 2 * tp_block) + e.embedding_forward.seconds;
+        drain = before * (backward + 2 * tp_block) + e.embedding_backward.seconds;
     }
+    // The last rank's optimizer step waits for the drain only through the tied embeddings'
+    // all-reduce (finish_step; untied, it runs beside the drain): the larger of the two.
+    bound += std::max(drain, tail);
 
     if (s.name == "fsdp" && replicas > 1) {
         const double el = bytes_per_element(c.model.spec.dtype);
