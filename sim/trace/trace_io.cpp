@@ -356,6 +356,7 @@ private:
     // file nested too deep at once.
     bool put(Scalar::Kind kind) {
         tmp_.kind = kind;
+        if (kind != Scalar::Kind::string) tmp_.s.clear();  // copies of a non-string value carry no old text
         const bool container = kind == Scalar::Kind::object || kind == Scalar::Kind::array;
         Role child = Role::skip;
         if (!failed_) {
