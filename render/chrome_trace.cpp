@@ -143,6 +143,19 @@ void check_numbers(const Trace& trace, double us) {
                                     "number",
                                     what, r.rank, i, e.op.name(), v));
         }
+    const std::size_t stride = 1 + trace.memory_kinds.size();
+    for (const auto& r : trace.ranks)
+        if (!trace.memory_kinds.empty()) {
+            if (r.memory_by_kind.size() % stride != 0)
+                throw std::invalid_argument(fmt::format(
+                    "the Chrome trace cannot hold rank {}'s memory by kind: it is not whole samples of a time and {} amounts",
+                    r.rank, trace.memory_kinds.size()));
+            for (std::size_t j = 0; j < r.memory_by_kind.size(); ++j)
+                if (const double v = r.memory_by_kind[j] * (j % stride == 0 ? us : 1.0); !std::isfinite(v))
+                    throw std::invalid_argument(fmt::format(
+                        "the Chrome trace cannot hold the memory by kind of rank {}, sample {}: {} is not a JSON number",
+                        r.rank, j / stride, v));
+        }
 }
 
 // One event per line, separated by commas.
@@ -336,6 +349,28 @@ void write_checked(const Trace& trace, std::ostream& os) {
                 put_number(out, e.start * us);
                 fmt::format_to(std::back_inserter(out), ", \"args\": {{\"{}\": ", memory_key);
                 put_number(out, e.memory * memory_scale);
+                out += "}}";
+            }
+        }
+        // Memory by kind, where the trace divides it: one counter "memory by kind GPU r" with an
+        // argument per kind (Perfetto draws a track for each; chrome://tracing stacks them).
+        if (const std::size_t n = trace.memory_samples(r); n > 0) {
+            const std::string counter = nlohmann::json(fmt::format("memory by kind GPU {}", r.rank)).dump();
+            const std::size_t kinds = trace.memory_kinds.size();
+            for (std::size_t i = 0; i < n; ++i) {
+                const double* s = r.memory_by_kind.data() + i * (1 + kinds);
+                if (i > 0 && std::equal(s + 1, s + 1 + kinds, s - kinds)) continue;  // no change
+                separate(out, first);
+                fmt::format_to(std::back_inserter(out), "{{\"ph\": \"C\", \"pid\": {}, \"tid\": {}, \"name\": {}, \"ts\": ",
+                               pid, tid0, counter);
+                put_number(out, s[0] * us);
+                out += ", \"args\": {";
+                for (std::size_t k = 0; k < kinds; ++k) {
+                    if (k) out += ", ";
+                    put_string(out, trace.memory_kinds[k]);
+                    out += ": ";
+                    put_number(out, s[1 + k] * memory_scale);
+                }
                 out += "}}";
             }
         }

@@ -260,3 +260,76 @@ TEST_CASE("a streamed trace: a key given twice counts once, its last value; chec
           "t.json: at $.ranks[0].events[0].x[0][0][0]...: arrays and objects nested more than 256 deep (dtsim reads at "
           "most 256 levels)");
 }
+
+TEST_CASE("memory by kind reads back to the same bytes, its kinds before or after the ranks") {
+    Trace t;
+    t.time_unit = "s";
+    t.memory_unit = "byte";
+    t.memory_kinds = {"weights", "activations"};
+    t.ranks.resize(2);
+    t.ranks[0].rank = 0;
+    Event e;
+    e.op = ops::forward;
+    e.duration = 1;
+    e.memory = 10;
+    t.ranks[0].events.push_back(e);
+    t.ranks[0].memory_by_kind = {0, 10, 0, 0.5, 10, 4.25, 1, 10, 0};
+    t.ranks[1].rank = 1;  // no samples: none written
+    summarize(t);
+    const std::string a = to_json(t);
+    const auto j = nlohmann::json::parse(a);
+    CHECK(j["memory_kinds"] == nlohmann::json::array({"weights", "activations"}));
+    CHECK(j["ranks"][0]["memory_by_kind"] == nlohmann::json::parse("[[0, 10, 0], [0.5, 10, 4.25], [1, 10, 0]]"));
+    CHECK_FALSE(j["ranks"][1].contains("memory_by_kind"));
+    std::istringstream in(a);
+    const Trace back = read_trace_json(in, "mem");
+    CHECK(back.memory_kinds == t.memory_kinds);
+    CHECK(back.ranks[0].memory_by_kind == t.ranks[0].memory_by_kind);
+    CHECK(back.memory_samples(back.ranks[0]) == 3);
+    CHECK(back.memory_samples(back.ranks[1]) == 0);
+    CHECK(to_json(back) == a);
+
+    // The kinds after the ranks, as a hand-written file may have them.
+    auto moved = j;
+    moved.erase("memory_kinds");
+    std::string text = moved.dump();
+    text.insert(text.size() - 1, R"(, "memory_kinds": ["weights", "activations"])");
+    std::istringstream in2(text);
+    const Trace later = read_trace_json(in2, "mem");
+    CHECK(later.ranks[0].memory_by_kind == t.ranks[0].memory_by_kind);
+    CHECK(later.memory_kinds == t.memory_kinds);
+}
+
+TEST_CASE("bad memory by kind is rejected at its place") {
+    const std::string rank = R"({"rank": 0, "events": [], "memory_by_kind": )";
+    const auto doc = [&](const std::string& kinds, const std::string& samples) {
+        return std::string(R"({"format": "dtsim-trace", "version": 1, )") + kinds + R"("ranks": [)" + rank + samples +
+               "}]}";
+    };
+    const std::string two = R"("memory_kinds": ["a", "b"], )";
+    CHECK(read_error(doc(two, "[[0, 1, 2], [1, 1]]")) ==
+          "t.json: at $.ranks[0].memory_by_kind[1]: expected 3 numbers, as in the samples before it, found 2");
+    CHECK(read_error(doc(two, "[[0, 1]]")) ==
+          "t.json: at $.ranks[0].memory_by_kind[0]: expected 3 numbers (a time and an amount of each of the 2 "
+          "memory_kinds), found 2");
+    CHECK(read_error(doc(two, "[[1, 1, 2], [0.5, 1, 2]]")) ==
+          "t.json: at $.ranks[0].memory_by_kind[1][0]: expected a time >= the sample before it (1), found 0.5");
+    CHECK(read_error(doc(two, "[[0, -1, 2]]")) == "t.json: at $.ranks[0].memory_by_kind[0][1]: expected a number >= 0, found -1");
+    CHECK(read_error(doc(two, "[[0, \"x\", 2]]")) ==
+          "t.json: at $.ranks[0].memory_by_kind[0][1]: expected a number >= 0, found \"x\" (a string)");
+    CHECK(read_error(doc(two, "[[0]]")) ==
+          "t.json: at $.ranks[0].memory_by_kind[0]: expected a time and an amount of each memory kind, found 1 number");
+    CHECK(read_error(doc(two, "[3]")) ==
+          "t.json: at $.ranks[0].memory_by_kind[0]: expected an array (a time, then an amount of each memory kind), found 3");
+    CHECK(read_error(doc(two, "{}")) == "t.json: at $.ranks[0].memory_by_kind: expected an array of samples, found an object");
+    CHECK(read_error(doc("", "[[0, 1, 2]]")) ==
+          "t.json: at $.ranks[0].memory_by_kind: memory by kind needs the kinds it is divided into: the document has no "
+          "\"memory_kinds\"");
+    CHECK(read_error(doc(R"("memory_kinds": ["a", "a"], )", "[]")) == "t.json: at $.memory_kinds[1]: the kind \"a\" is named twice");
+    CHECK(read_error(doc(R"("memory_kinds": ["a", ""], )", "[]")) ==
+          "t.json: at $.memory_kinds[1]: expected a kind's name, found \"\" (a string)");
+    CHECK(read_error(doc(R"("memory_kinds": "a", )", "[]")) ==
+          "t.json: at $.memory_kinds: expected an array of names, found \"a\" (a string)");
+    CHECK(read_error(doc(two, "[[0, 1, 2]]")) == "no error");
+    CHECK(read_error(doc(two, "[]")) == "no error");
+}

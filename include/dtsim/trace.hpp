@@ -70,6 +70,11 @@ static_assert(sizeof(IdSet) == 8 && sizeof(Event) == 64, "Event should fill one 
 struct RankTrace {
     int rank = 0;
     std::vector<Event> events;
+    // How the rank's memory divides among Trace::memory_kinds over time, where the run records it
+    // (the hardware world): samples of 1 + kinds numbers, a time and then the amount of each kind,
+    // times never decreasing. A sample holds from its time until the next one's; before the first
+    // the rank holds nothing. Empty where not recorded.
+    std::vector<double> memory_by_kind;
 };
 
 struct Summary {
@@ -87,9 +92,16 @@ struct Trace {
     nlohmann::json meta = nlohmann::json::object();
     Summary summary;
     std::optional<double> memory_capacity;  // per-GPU capacity, when known
+    // What RankTrace::memory_by_kind divides memory into ("weights", "gradients", ...); empty where
+    // the run does not say.
+    std::vector<std::string> memory_kinds;
     std::vector<RankTrace> ranks;
 
     [[nodiscard]] std::size_t event_count() const;
+    // The samples of `r`'s memory_by_kind: 0 where the trace names no kinds.
+    [[nodiscard]] std::size_t memory_samples(const RankTrace& r) const {
+        return memory_kinds.empty() ? 0 : r.memory_by_kind.size() / (1 + memory_kinds.size());
+    }
 };
 
 // Timesteps, makespan and maximum memory (first in rank order, then event order)

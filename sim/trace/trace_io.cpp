@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -117,6 +118,15 @@ void write_trace_json(const Trace& trace, std::ostream& os) {
         out += ",\n\"memory_capacity\": ";
         put_number(out, *trace.memory_capacity);
     }
+    const std::size_t stride = 1 + trace.memory_kinds.size();
+    if (!trace.memory_kinds.empty()) {
+        out += ",\n\"memory_kinds\": [";
+        for (std::size_t k = 0; k < trace.memory_kinds.size(); ++k) {
+            if (k) out += ", ";
+            put_string(out, trace.memory_kinds[k]);
+        }
+        out += ']';
+    }
     const auto& s = trace.summary;
     out += ",\n\"summary\": {\"timesteps\": ";
     put_number(out, s.timesteps);
@@ -144,7 +154,27 @@ void write_trace_json(const Trace& trace, std::ostream& os) {
                 if (!os) return;
             }
         }
-        out += "]}";
+        out += ']';
+        if (!trace.memory_kinds.empty() && !r.memory_by_kind.empty()) {
+            if (r.memory_by_kind.size() % stride != 0)
+                throw std::logic_error("write_trace_json: a rank's memory_by_kind is not whole samples");
+            out += ",\n \"memory_by_kind\": [";
+            for (std::size_t j = 0; j < r.memory_by_kind.size(); j += stride) {
+                out += j ? ",\n  [" : "\n  [";
+                for (std::size_t k = 0; k < stride; ++k) {
+                    if (k) out += ", ";
+                    put_number(out, r.memory_by_kind[j + k]);
+                }
+                out += ']';
+                if (out.size() > (1u << 22)) {
+                    os << out;
+                    out.clear();
+                    if (!os) return;
+                }
+            }
+            out += ']';
+        }
+        out += '}';
     }
     out += "]\n}\n";
     os << out;
@@ -155,6 +185,8 @@ void write_trace_file(const Trace& trace, const std::string& path) {
 }
 
 namespace {
+
+constexpr std::size_t kMaxMemoryKinds = 64;
 
 // A value of the document kept until its object is complete, so that an event's fields are checked
 // in one order whatever order the file gives them in; an array or object only by its kind.
@@ -220,6 +252,7 @@ public:
     void finish() {
         if (failed_) throw TraceFormatError(first_error_);
         check_head(/*complete=*/true);
+        check_memory_samples();
         summarize(t_);
         // The written summary is recomputed above; only the correctness of the run is kept, where it is given.
         t_.summary.correct = correct_;
@@ -268,7 +301,7 @@ public:
 
 private:
     // What a container of the document is to the reader.
-    enum class Role : std::uint8_t { root, ranks, rank, events, event, batches, meta, summary, skip };
+    enum class Role : std::uint8_t { root, ranks, rank, events, event, batches, meta, summary, kinds, samples, sample, skip };
     struct Frame {
         Role role;
         bool array;
@@ -412,6 +445,27 @@ private:
                 }
                 break;
             case Role::batches: batch_ids_.push_back(tmp_); break;
+            case Role::kinds: {
+                const auto p = [&] { return path(stack_.size()); };
+                if (tmp_.kind != Scalar::Kind::string || tmp_.s.empty()) expected(p, "a kind's name", tmp_);
+                if (std::find(t_.memory_kinds.begin(), t_.memory_kinds.end(), tmp_.s) != t_.memory_kinds.end())
+                    fail(p(), fmt::format("the kind \"{}\" is named twice", json_reader::shorten(tmp_.s)));
+                if (t_.memory_kinds.size() >= kMaxMemoryKinds)
+                    fail(p(), fmt::format("more than {} memory kinds", kMaxMemoryKinds));
+                t_.memory_kinds.push_back(tmp_.s);
+                break;
+            }
+            case Role::samples:
+                if (kind != Scalar::Kind::array)
+                    expected([&] { return path(stack_.size()); }, "an array (a time, then an amount of each memory kind)", tmp_);
+                sample_start_ = t_.ranks.back().memory_by_kind.size();
+                child = Role::sample;
+                break;
+            case Role::sample: {
+                const auto p = [&] { return path(stack_.size()); };
+                t_.ranks.back().memory_by_kind.push_back(f.count == 1 ? real(p, tmp_, kTime) : real(p, tmp_, kMemory));
+                break;
+            }
             case Role::meta: {
                 json& top = *meta_stack_.back();
                 json& slot = f.array ? top.emplace_back(tmp_.to_json()) : (top[f.key] = tmp_.to_json());
@@ -456,6 +510,11 @@ private:
             meta_stack_.assign(1, &t_.meta);
             return Role::meta;
         }
+        if (k == "memory_kinds") {
+            if (tmp_.kind != Scalar::Kind::array) expected(literal("$.memory_kinds"), "an array of names", tmp_);
+            t_.memory_kinds.clear();  // a key given twice: the last one counts
+            return Role::kinds;
+        }
         if (k == "ranks") {
             check_head(/*complete=*/false);
             if (tmp_.kind != Scalar::Kind::array) expected(literal("$.ranks"), "an array", tmp_);
@@ -485,6 +544,12 @@ private:
             t_.ranks.back().events.clear();
             return Role::events;
         }
+        if (k == "memory_by_kind") {
+            if (tmp_.kind != Scalar::Kind::array)
+                expected([&] { return field_path(stack_.size() - 1, "memory_by_kind"); }, "an array of samples", tmp_);
+            t_.ranks.back().memory_by_kind.clear();
+            return Role::samples;
+        }
         return Role::skip;
     }
 
@@ -511,11 +576,44 @@ private:
                 break;
             }
             case Role::meta: meta_stack_.pop_back(); break;
+            case Role::sample: end_sample(); break;
             default: break;
         }
     }
 
     const Scalar& field(Field f) const { return fields_[static_cast<std::size_t>(f)]; }
+
+    // A sample of a rank's memory by kind complete: as wide as every other (the kinds are checked
+    // against it at the end, memory_kinds being free to come after the ranks), its time not before
+    // the sample before it.
+    void end_sample() {
+        std::vector<double>& v = t_.ranks.back().memory_by_kind;
+        const std::size_t width = v.size() - sample_start_;
+        const auto p = [&] { return path(stack_.size() - 1); };
+        if (width < 2)
+            fail(p(), fmt::format("expected a time and an amount of each memory kind, found {} number{}", width,
+                                  width == 1 ? "" : "s"));
+        if (sample_width_ == 0) {
+            sample_width_ = width;
+            first_sample_rank_ = t_.ranks.size() - 1;
+        } else if (width != sample_width_) {
+            fail(p(), fmt::format("expected {} numbers, as in the samples before it, found {}", sample_width_, width));
+        }
+        if (sample_start_ >= width && v[sample_start_] < v[sample_start_ - width])
+            fail(p() + "[0]", fmt::format("expected a time >= the sample before it ({}), found {}", v[sample_start_ - width],
+                                         v[sample_start_]));
+    }
+
+    // The samples' width against the kinds, once the whole file is read.
+    void check_memory_samples() const {
+        if (sample_width_ == 0) return;
+        const std::string where = fmt::format("$.ranks[{}].memory_by_kind", first_sample_rank_);
+        if (t_.memory_kinds.empty())
+            fail(where, "memory by kind needs the kinds it is divided into: the document has no \"memory_kinds\"");
+        if (sample_width_ != 1 + t_.memory_kinds.size())
+            fail(where + "[0]", fmt::format("expected {} numbers (a time and an amount of each of the {} memory_kinds), found {}",
+                                            1 + t_.memory_kinds.size(), t_.memory_kinds.size(), sample_width_));
+    }
 
     // An event complete: its fields checked in one order, as before a trace was streamed.
     void end_event() {
@@ -577,6 +675,9 @@ private:
     std::vector<json*> meta_stack_;  // the meta's containers being filled, outermost first
     Scalar format_, version_, time_unit_, memory_unit_, capacity_;
     bool ranks_seen_ = false, rank_given_ = false, events_given_ = false;
+    std::size_t sample_start_ = 0;       // where the sample being read starts in its rank's memory_by_kind
+    std::size_t sample_width_ = 0;       // the numbers of every sample so far (0: none yet)
+    std::size_t first_sample_rank_ = 0;  // ...and the rank of the first
     std::optional<bool> correct_;
     bool failed_ = false;      // a bad value was met: the rest is parsed, not read
     std::string first_error_;  // ...and what was wrong with it

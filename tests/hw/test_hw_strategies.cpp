@@ -493,3 +493,38 @@ TEST_CASE("recompute of some layers: every k-th (torchtitan), the first n of eac
     CHECK(recomputed(doc, 0) == std::vector<int>{0, 4});
     CHECK(recomputed(doc, 1) == std::vector<int>{2, 6});
 }
+
+TEST_CASE("a trace's memory by kind sums to the peak the run reports, with the same parts, for every strategy") {
+    for (const char* file : {"llama3-8b-16xh100-ddp.json", "llama3-8b-16xh100-fsdp.json", "llama3-8b-16xh100-zero2.json",
+                             "llama3-8b-8xh100-megatron.json", "llama3-70b-64xh100-zbh1.json",
+                             "llama3-70b-64xh100-1f1b-fsdp.json"}) {
+        INFO(file);
+        const Config c = load_config(std::string(DTSIM_CONFIGS) + "/runs/" + file, {{"model.layers", "8"}});
+        const hw::RunResult r = simulate(c, {.keep_trace = true});
+        const Trace& t = r.trace;
+        REQUIRE(t.memory_kinds.size() == kMemoryKinds);
+        REQUIRE(r.report.peak.by_kind);
+        double most = -1;
+        int most_rank = -1;
+        std::vector<double> parts;
+        for (const auto& rank : t.ranks) {
+            const std::size_t n = t.memory_samples(rank);
+            REQUIRE(n > 0);
+            CHECK(rank.memory_by_kind.size() == n * (1 + kMemoryKinds));
+            for (std::size_t i = 0; i < n; ++i) {
+                const double* s = rank.memory_by_kind.data() + i * (1 + kMemoryKinds);
+                if (i > 0) CHECK(s[0] > s[-static_cast<std::ptrdiff_t>(1 + kMemoryKinds)]);  // one sample a moment
+                double total = 0;
+                for (std::size_t k = 0; k < kMemoryKinds; ++k) total += s[1 + k];
+                if (total > most) {
+                    most = total;
+                    most_rank = rank.rank;
+                    parts.assign(s + 1, s + 1 + kMemoryKinds);
+                }
+            }
+        }
+        CHECK(most_rank == r.report.peak.rank);
+        CHECK(most == doctest::Approx(r.report.peak.bytes).epsilon(1e-12));
+        for (std::size_t k = 0; k < kMemoryKinds; ++k) CHECK(parts[k] == doctest::Approx((*r.report.peak.by_kind)[k]).epsilon(1e-12));
+    }
+}

@@ -103,6 +103,7 @@ TEST_CASE("twins once: the same trace as every rank simulated, event for event, 
         write_trace_json(a.trace, ta);
         write_trace_json(b.trace, tb);
         CHECK(ta.str().size() > 1000);
+        CHECK(ta.str().find("\"memory_by_kind\"") != std::string::npos);  // every GPU's its twin's too
         CHECK(ta.str() == tb.str());
         nlohmann::json ja = to_json(a.report), jb = to_json(b.report);
         for (auto* j : {&ja, &jb}) {

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <set>
 #include <sstream>
@@ -225,6 +226,35 @@ TEST_CASE("memory is a counter track per rank, \"memory GPU r\", sampled where i
     CHECK(rank1 == std::vector<std::pair<double, double>>{{0, 6}, {2000, 8}, {4000, 10}, {8000, 9}, {12000, 7}});
 }
 
+TEST_CASE("memory by kind is a counter per rank with an argument per kind, in GiB, where a part changes") {
+    Trace t = testing::hardware_trace();
+    t.memory_kinds = {"weights", "activations"};
+    const double G = 1 << 30;
+    // Rank 1 only: 6 GiB of weights from 0, activations 2 then 4 GiB, an unchanged sample left out.
+    t.ranks[1].memory_by_kind = {0, 6 * G, 0, 0.002, 6 * G, 2 * G, 0.003, 6 * G, 2 * G, 0.004, 6 * G, 4 * G};
+    std::vector<json> kinds;
+    for (const auto& c : with_phase(export_json(t), "C"))
+        if (c.at("name").get<std::string>().starts_with("memory by kind")) kinds.push_back(c);
+    REQUIRE(kinds.size() == 3);
+    for (const auto& c : kinds) {
+        CHECK(c.at("pid") == 1);
+        CHECK(c.at("name") == "memory by kind GPU 1");
+        CHECK(c.at("args").size() == 2);
+    }
+    CHECK(kinds[0].at("ts").get<double>() == 0);
+    CHECK(kinds[0].at("args").at("weights") == 6);
+    CHECK(kinds[0].at("args").at("activations") == 0);
+    CHECK(kinds[1].at("ts").get<double>() == doctest::Approx(2000));
+    CHECK(kinds[1].at("args").at("activations") == 2);
+    CHECK(kinds[2].at("ts").get<double>() == doctest::Approx(4000));
+    CHECK(kinds[2].at("args").at("activations") == 4);
+    // Samples that are not whole, or not finite, cannot be written.
+    t.ranks[1].memory_by_kind.push_back(1);
+    CHECK_THROWS_WITH_AS(export_json(t), doctest::Contains("rank 1's memory by kind"), std::invalid_argument);
+    t.ranks[1].memory_by_kind = {0, std::numeric_limits<double>::infinity(), 0};
+    CHECK_THROWS_WITH_AS(export_json(t), doctest::Contains("memory by kind of rank 1, sample 0"), std::invalid_argument);
+}
+
 TEST_CASE("a trace without memory has no memory counters") {
     // `dtsim failures` records no memory: every event's is 0.
     Trace t;
@@ -326,12 +356,27 @@ TEST_CASE("a 1F1B run's export: sends and receives that overlap on separate thre
     double peak = 0;
     int peak_pid = -1;
     for (const auto& c : with_phase(j, "C"))
-        if (c.at("args").at("GiB").get<double>() > peak) {
+        if (c.at("name").get<std::string>().starts_with("memory GPU") && c.at("args").at("GiB").get<double>() > peak) {
             peak = c.at("args").at("GiB");
             peak_pid = c.at("pid");
         }
     CHECK(peak_pid == 0);
     CHECK(peak * (1 << 30) == t.summary.max_memory);
+    // The counter by kind peaks there too, its parts summing to it.
+    double most = 0;
+    int most_pid = -1;
+    for (const auto& c : with_phase(j, "C"))
+        if (c.at("name").get<std::string>().starts_with("memory by kind")) {
+            CHECK(c.at("args").size() == 5);
+            double sum = 0;
+            for (const auto& [k, v] : c.at("args").items()) sum += v.get<double>();
+            if (sum > most) {
+                most = sum;
+                most_pid = c.at("pid");
+            }
+        }
+    CHECK(most_pid == 0);
+    CHECK(most * (1 << 30) == doctest::Approx(t.summary.max_memory).epsilon(1e-12));
 }
 
 TEST_CASE("the Chrome trace is deterministic and written to a file") {

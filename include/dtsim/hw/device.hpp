@@ -151,6 +151,9 @@ public:
     void release(double bytes, MemoryKind kind);
     [[nodiscard]] double memory() const { return memory_.current; }
     [[nodiscard]] const MemoryStats& memory_stats() const { return memory_; }
+    // Where the world records events: the memory by kind after each change, as samples of its
+    // time (the compute clock) and the kMemoryKinds amounts (RankTrace::memory_by_kind).
+    [[nodiscard]] const std::vector<double>& memory_log() const { return memory_log_; }
 
     // ---- collectives over a group; every member makes the same calls in the same order.
     // Asynchronous: runs on the communication stream once every member's data
@@ -242,7 +245,10 @@ private:
         int gate;
     };
     std::vector<PathJump> jumps_;
+    void log_memory();
+
     MemoryStats memory_;
+    std::vector<double> memory_log_;
     TimeSplit split_;
     double flops_ = 0;
     std::size_t events_ = 0;

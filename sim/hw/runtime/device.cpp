@@ -86,6 +86,20 @@ void Device::allocate(const MemoryParts& parts, OpCode op, int layer) {
         memory_.peak = MemoryEvent{memory_.current, now(), op, layer, memory_.current_by_kind};
     if (!memory_.oom && memory_.current > spec().memory_bytes)
         memory_.oom = MemoryEvent{memory_.current, now(), op, layer, memory_.current_by_kind};
+    log_memory();
+}
+
+void Device::log_memory() {
+    if (!world_->recording()) return;
+    constexpr std::size_t stride = 1 + kMemoryKinds;
+    const double t = now();
+    // The changes of one moment make one sample, what is held after them.
+    if (memory_log_.empty() || memory_log_[memory_log_.size() - stride] != t) {
+        memory_log_.push_back(t);
+        memory_log_.insert(memory_log_.end(), memory_.current_by_kind.begin(), memory_.current_by_kind.end());
+    } else {
+        std::copy(memory_.current_by_kind.begin(), memory_.current_by_kind.end(), memory_log_.end() - kMemoryKinds);
+    }
 }
 
 void Device::release(double bytes, MemoryKind kind) {
@@ -97,6 +111,7 @@ void Device::release(double bytes, MemoryKind kind) {
     double& part = memory_.current_by_kind[static_cast<std::size_t>(kind)];
     part -= bytes;
     clamp(part);
+    log_memory();
 }
 
 void Device::record_transfer(OpCode op, int layer, const TransferRecord* t, double bytes, IdSet batches) {

@@ -169,7 +169,9 @@ RunResult simulate_world(const Config& c, const RunOptions& options, bool twins_
             std::vector<RankTrace> all(static_cast<std::size_t>(c.gpus()));
             for (int i = 0; i < c.gpus(); ++i) {
                 all[static_cast<std::size_t>(i)].rank = i;
-                all[static_cast<std::size_t>(i)].events = out.trace.ranks[static_cast<std::size_t>(simulated(i))].events;
+                const RankTrace& twin = out.trace.ranks[static_cast<std::size_t>(simulated(i))];
+                all[static_cast<std::size_t>(i)].events = twin.events;
+                all[static_cast<std::size_t>(i)].memory_by_kind = twin.memory_by_kind;
             }
             out.trace.ranks = std::move(all);
             summarize(out.trace);

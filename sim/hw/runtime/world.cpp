@@ -270,6 +270,9 @@ Trace World::take_trace(nlohmann::json meta) {
     t.meta = std::move(meta);
     t.memory_capacity = cluster_.gpu.memory_bytes;
     t.ranks = sim_.take_logs();
+    for (std::size_t k = 0; k < kMemoryKinds; ++k) t.memory_kinds.emplace_back(kind_name(static_cast<MemoryKind>(k)));
+    for (std::size_t i = 0; i < t.ranks.size() && i < devices_.size(); ++i)
+        t.ranks[i].memory_by_kind = std::move(devices_[i]->memory_log_);
     summarize(t);
     return t;
 }
