@@ -1,6 +1,7 @@
 #include "layout.hpp"
 
 #include "cairo_util.hpp"
+#include "memory_profile.hpp"
 
 #include "dtsim/interrupt.hpp"
 
@@ -168,6 +169,25 @@ std::string note_of(const Trace& trace) {
     return it != trace.meta.end() && it->is_string() ? it->get<std::string>() : std::string();
 }
 
+// What the peak rank holds at its largest, by kind: "held at the peak: weights 14.9 GiB, ..." (or,
+// where the samples' largest differs from the events' maximum, that largest and its time). Empty
+// where the trace does not divide that rank's memory by kind.
+std::string peak_by_kind(const Trace& trace, const Layout& l) {
+    const auto& s = trace.summary;
+    if (!(s.max_memory > 0)) return {};
+    for (const auto& r : trace.ranks) {
+        if (r.rank != s.max_memory_rank) continue;
+        const auto i = largest_kind_sample(trace, r);
+        if (!i) return {};
+        const KindSample k = kind_sample(trace, r, *i);
+        if (std::fabs(k.total - s.max_memory) <= 1e-9 * s.max_memory)
+            return "held at the peak: " + kind_parts_text(trace, k, l.bytes);
+        return fmt::format("GPU {} holds the most, {}, at {}{}: {}", r.rank, format_memory(k.total, l.bytes),
+                           l.seconds ? "" : "step ", format_time(k.time, l.seconds), kind_parts_text(trace, k, l.bytes));
+    }
+    return {};
+}
+
 std::string figures_line(const Trace& trace, const Layout& l) {
     const auto& s = trace.summary;
     std::vector<std::string> parts;
@@ -182,6 +202,7 @@ std::string figures_line(const Trace& trace, const Layout& l) {
             parts.push_back(fmt::format("max memory {} on GPU {} at {}{}", format_memory(s.max_memory, l.bytes),
                                         s.max_memory_rank, l.seconds ? "" : "step ",
                                         format_time(s.max_memory_time, l.seconds)));
+        if (const std::string held = peak_by_kind(trace, l); !held.empty()) parts.push_back(held);
         if (l.pipeline)
             parts.push_back(fmt::format("bubble {:.1f} % (idle share of the rows' time)", 100 * l.bubble_fraction));
     }
@@ -354,6 +375,20 @@ Census take_census(const Trace& trace, const std::vector<std::size_t>& selected)
             if (first || e.memory > c.max_memory) c.max_memory = e.memory;
             first = false;
         }
+        if (!trace.memory_kinds.empty() && r.memory_by_kind.size() % (1 + trace.memory_kinds.size()) != 0)
+            throw std::invalid_argument(fmt::format(
+                "cannot draw the trace: rank {}'s memory by kind is not whole samples of a time and {} amounts", r.rank,
+                trace.memory_kinds.size()));
+        for (std::size_t i = 0, n = trace.memory_samples(r); i < n; ++i) {
+            const KindSample k = kind_sample(trace, r, i);
+            bool finite = std::isfinite(k.time) && std::isfinite(k.total);
+            for (std::size_t j = 0; j < trace.memory_kinds.size(); ++j) finite = finite && k.parts[j] >= 0;
+            if (!finite)
+                throw std::invalid_argument(fmt::format(
+                    "cannot draw the trace: rank {}, memory sample {}: a time or amount is not a finite number >= 0",
+                    r.rank, i));
+            c.max_memory = std::max(c.max_memory, k.total);
+        }
     }
     for (auto i : selected) {
         const auto& r = trace.ranks[i];
@@ -482,9 +517,14 @@ std::size_t make_rows(Layout& l, const Trace& trace, const std::vector<std::size
                     for (const auto& e : r.events) row.blocked_at = std::max(row.blocked_at, e.end());
                 }
         }
+        row.by_kind = !l.overview && row.members.size() == 1 && l.memory_scale > 0 &&
+                      trace.memory_samples(trace.ranks[row.members.front()]) > 0;
         for (auto i : row.members) {
             const auto& r = trace.ranks[i];
             for (const auto& e : r.events) row.max_memory = std::max(row.max_memory, e.memory);
+            if (row.by_kind)
+                for (std::size_t k = 0, n = trace.memory_samples(r); k < n; ++k)
+                    row.max_memory = std::max(row.max_memory, kind_sample(trace, r, k).total);
             if (r.rank == trace.summary.max_memory_rank && trace.summary.max_memory > 0 && l.memory_scale > 0)
                 row.has_peak = true;
         }
@@ -494,22 +534,60 @@ std::size_t make_rows(Layout& l, const Trace& trace, const std::vector<std::size
     return largest;
 }
 
+// The memory axis of rows stacked by kind: 0 and one or two round values up to the scale, in the
+// largest binary unit the scale reaches (memory in bytes) or in the trace's units.
+void set_memory_ticks(Layout& l) {
+    if (std::none_of(l.rows.begin(), l.rows.end(), [](const Row& r) { return r.by_kind; })) return;
+    l.memory_tick_unit_size = 1;
+    l.memory_tick_unit = l.bytes ? "B" : "units";
+    if (l.bytes) {
+        static constexpr const char* kNames[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
+        for (const char* name : kNames) {
+            if (l.memory_scale < l.memory_tick_unit_size * 1024) break;
+            l.memory_tick_unit_size *= 1024;
+            l.memory_tick_unit = name;
+        }
+    }
+    // The smallest step of 1, 2, 2.5, 4 or 5 times a power of ten that makes at most two ticks above 0.
+    const double top = l.memory_scale / l.memory_tick_unit_size;
+    double step = std::pow(10.0, std::floor(std::log10(top / 2)) - 1);
+    for (int guard = 0; guard < 64; ++guard) {
+        bool found = false;
+        for (double f : {1.0, 2.0, 2.5, 4.0, 5.0})
+            if (std::floor(top / (f * step) + 1e-9) <= 2) {
+                step *= f;
+                found = true;
+                break;
+            }
+        if (found) break;
+        step *= 10;
+    }
+    l.memory_ticks.clear();
+    for (int k = 0; k <= 2 && k * step <= top * (1 + 1e-9); ++k) l.memory_ticks.push_back(k * step * l.memory_tick_unit_size);
+}
+
 // Lane heights and fonts: larger for a few rows.
 struct RowSizes {
     bool big;
     double compute_h, comm_h, memory_h, row_gap;
+    double kind_h;  // a memory lane stacked by kind
 };
 RowSizes size_rows(Layout& l) {
     const bool big = l.rows.size() <= kBigRowsUpTo && !l.overview;
     l.label_font = big ? 12 : 10;
     l.box_font = big ? 10 : 8;
     l.side_font = big ? 10 : 9;
-    return {big, big ? 26.0 : 16.0, big ? 10.0 : 7.0, big ? 20.0 : 12.0, big ? 12.0 : 7.0};
+    return {big, big ? 26.0 : 16.0, big ? 10.0 : 7.0, big ? 20.0 : 12.0, big ? 12.0 : 7.0, big ? 44.0 : 20.0};
 }
 
 // Horizontal: labels at the left, each row's maximum memory at the right, the plot between; returns its width.
 double place_horizontally(Layout& l, const RowSizes& z, const Census& c, const Options& opt, const TextMeasure& m) {
     double label_w = z.big && l.memory_scale > 0 ? m.width("memory", 9) : 0, side_w = 0;
+    if (z.big && !l.memory_ticks.empty()) {
+        double ticks_w = 0;
+        for (double v : l.memory_ticks) ticks_w = std::max(ticks_w, m.width(memory_tick_label(l, v), kMemoryTickFont));
+        label_w = std::max(label_w, m.width(memory_axis_title(l), 9) + 6 + ticks_w + 4);
+    }
     for (const auto& row : l.rows) {
         label_w = std::max(label_w, m.width(row.label, l.label_font, Weight::bold));
         if (l.memory_scale > 0)
@@ -541,6 +619,7 @@ double place_horizontally(Layout& l, const RowSizes& z, const Census& c, const O
 std::string explanation(const Layout& l, const Trace& trace, const std::vector<std::size_t>& selected,
                         std::size_t group, bool explicit_ranks, const Census& c) {
     std::string explain;
+    const bool stacked = std::any_of(l.rows.begin(), l.rows.end(), [](const Row& r) { return r.by_kind; });
     if (c.has_class[static_cast<std::size_t>(BoxClass::train)] && !l.overview)
         explain = "Each row is one GPU over the whole run: its training steps, checkpoint writes, failures and "
                   "restarts along time (a restart and a failure are drawn at least 2 pixels wide however short, "
@@ -553,7 +632,9 @@ std::string explanation(const Layout& l, const Trace& trace, const std::vector<s
             l.grid.known && l.grid.size() > l.grid.pp
                 ? fmt::format(" (the GPU shown; the other {} GPUs of its stage run alike)", l.grid.size() / l.grid.pp - 1)
                 : "",
-            l.memory_scale > 0 ? " The grey bars under a row show its memory in use." : "");
+            l.memory_scale > 0 ? (stacked ? " Under a row, its memory in use, stacked by what it holds."
+                                          : " The grey bars under a row show its memory in use.")
+                               : "");
     else if (l.overview)
         explain = fmt::format(
             "Overview of {} GPUs, up to {} per row. In each row and moment the colour is the most common "
@@ -566,8 +647,13 @@ std::string explanation(const Layout& l, const Trace& trace, const std::vector<s
         explain = fmt::format("Each row is one GPU: its operations as boxes along time (numbers inside are the "
                               "{} they work on){}.",
                               l.seconds ? "microbatches" : "batches",
-                              l.memory_scale > 0 ? "; the grey bars under it show its memory in use" : "");
-    if (l.memory_scale > 0)
+                              l.memory_scale > 0 ? (stacked ? "; under it, its memory in use, stacked by what it holds"
+                                                            : "; the grey bars under it show its memory in use")
+                                                 : "");
+    if (l.memory_scale > 0 && stacked)
+        explain += fmt::format(" The memory lanes run from 0 to {}{}.", format_memory(l.memory_scale, l.bytes),
+                               trace.memory_capacity && l.memory_scale == *trace.memory_capacity ? " (the capacity)" : "");
+    else if (l.memory_scale > 0)
         explain += fmt::format(
             " A full-height memory bar is {}{}.", format_memory(l.memory_scale, l.bytes),
             trace.memory_capacity && l.memory_scale == *trace.memory_capacity ? " (the capacity)" : "");
@@ -678,8 +764,27 @@ double add_legend(Layout& l, const Trace& trace, const Census& c, const TextMeas
     if (std::any_of(l.rows.begin(), l.rows.end(), [](const Row& r) { return !r.blocked.empty(); }))
         place({LegendEntry::Kind::blocked, BoxClass::other, "blocked here (deadlock): what the GPU waits for"},
               l.legend_swatch * 0.8);
-    if (l.memory_scale > 0)
+    const bool stacked = std::any_of(l.rows.begin(), l.rows.end(), [](const Row& r) { return r.by_kind; });
+    if (l.memory_scale > 0 && std::any_of(l.rows.begin(), l.rows.end(), [](const Row& r) { return !r.by_kind; }))
         place({LegendEntry::Kind::memory, BoxClass::other, "memory in use"}, l.legend_swatch);
+    if (stacked) {
+        // The kinds the stacked rows ever hold.
+        std::vector<bool> held(trace.memory_kinds.size(), false);
+        for (const auto& row : l.rows)
+            if (row.by_kind) {
+                const auto& r = trace.ranks[row.members.front()];
+                for (std::size_t i = 0, n = trace.memory_samples(r); i < n; ++i) {
+                    const KindSample k = kind_sample(trace, r, i);
+                    for (std::size_t j = 0; j < held.size(); ++j) held[j] = held[j] || k.parts[j] > 0;
+                }
+            }
+        for (std::size_t j = 0; j < held.size(); ++j)
+            if (held[j]) {
+                LegendEntry e{LegendEntry::Kind::memory_kind, BoxClass::other, "memory: " + trace.memory_kinds[j]};
+                e.colour = memory_kind_colour(trace.memory_kinds[j], j);
+                place(std::move(e), l.legend_swatch);
+            }
+    }
     if (l.memory_scale > 0 && trace.summary.max_memory > 0)
         place({LegendEntry::Kind::peak, BoxClass::other, "maximum memory"}, l.legend_swatch);
     if (trace.memory_capacity && l.memory_scale > 0)
@@ -701,8 +806,9 @@ void place_vertically(Layout& l, const RowSizes& z, double plot_w, double y) {
             y += 1 + z.comm_h;
         }
         if (l.memory_scale > 0) {
-            row.memory = {y + 2, z.memory_h};
-            y += 2 + z.memory_h;
+            const double h = row.by_kind ? z.kind_h : z.memory_h;
+            row.memory = {y + 2, h};
+            y += 2 + h;
         }
         y += z.row_gap;
     }
@@ -779,6 +885,12 @@ void add_zoom(Layout& l, const Trace& trace, const RowSizes& z, double plot_w) {
 
 }  // namespace
 
+std::string memory_tick_label(const Layout& l, double value) {
+    return format_number(std::round(value / l.memory_tick_unit_size * 100) / 100);
+}
+
+std::string memory_axis_title(const Layout& l) { return "memory, " + l.memory_tick_unit; }
+
 Layout make_layout(const Trace& trace, const Options& opt) {
     if (opt.width != 0 && (opt.width < kMinWidth || opt.width > kMaxWidth))
         throw std::invalid_argument(
@@ -807,6 +919,7 @@ Layout make_layout(const Trace& trace, const Options& opt) {
     const Census c = take_census(trace, selected);
     set_scales(l, trace, c);
     const std::size_t group = make_rows(l, trace, selected, opt.max_rows);
+    set_memory_ticks(l);
     // A deadlock's rows say what they wait for after their last event: room for it at the right.
     if (std::any_of(l.rows.begin(), l.rows.end(), [](const Row& r) { return !r.blocked.empty(); }))
         l.t1 += 0.5 * (l.t1 - l.t0);

@@ -32,6 +32,7 @@ struct Row {
     Lane memory;                       // memory in use over time
     double max_memory = 0;             // over the members' events
     bool has_peak = false;             // holds the rank and time of Summary::max_memory
+    bool by_kind = false;              // the memory lane stacks the rank's memory by kind (Trace::memory_kinds)
     RankPasses passes;                 // pipeline view: the rank's passes and idle time
     double idle_fraction = 0;          // pipeline view: idle time / makespan
     std::string blocked;               // a deadlocked run: what the row's rank waits for (empty: not blocked)
@@ -39,7 +40,7 @@ struct Row {
 };
 
 struct LegendEntry {
-    enum class Kind { box, marker, comm_lane, ramp, memory, peak, capacity, pass, bubble, blocked };
+    enum class Kind { box, marker, comm_lane, ramp, memory, memory_kind, peak, capacity, pass, bubble, blocked };
     Kind kind = Kind::box;
     BoxClass cls = BoxClass::forward;  // for Kind::box
     std::string label;
@@ -48,6 +49,7 @@ struct LegendEntry {
     double swatch_w = 0;  // width of the swatch; the label starts 5 px after it
     PassKind pass = PassKind::forward;  // for Kind::pass
     int chunk = 0;                      // for Kind::pass
+    Rgba colour{};                      // for Kind::memory_kind
 };
 
 struct TextLine {
@@ -79,6 +81,11 @@ struct Layout {
     RankGrid grid;            // how the trace's ranks are laid out
     double bubble_fraction = 0;  // pipeline view: idle time over the rows' time
     bool has_comm = false;    // some selected rank has comm-stream events
+    // Rows that stack memory by kind have an axis: these values labelled (0 first), each shown as
+    // value / memory_tick_unit_size followed by memory_tick_unit ("GiB").
+    std::vector<double> memory_ticks;
+    double memory_tick_unit_size = 1;
+    std::string memory_tick_unit;
 
     std::vector<TextLine> header;  // title, figures, explanation
     std::vector<LegendEntry> legend;
@@ -111,6 +118,11 @@ Layout make_layout(const Trace& trace, const Options& options);
 // waits for X, which ..." or the engine's "rank 3 waits in X; last event ..."), by rank; the
 // first line naming a rank wins.
 std::vector<std::pair<int, std::string>> blocked_ranks(const Trace& trace);
+
+// The memory axis of rows stacked by kind: a tick's number ("40") and the axis title ("memory, GiB").
+inline constexpr double kMemoryTickFont = 8;
+std::string memory_tick_label(const Layout& l, double value);
+std::string memory_axis_title(const Layout& l);
 
 // "idle 12.3 %": a pipeline row's idle share, written at its right.
 std::string idle_label(const Row& row);

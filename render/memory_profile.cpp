@@ -1,5 +1,9 @@
 #include "memory_profile.hpp"
 
+#include "units.hpp"
+
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <numeric>
 
@@ -26,6 +30,34 @@ std::vector<MemoryStep> memory_steps(const RankTrace& rank) {
             steps.push_back({e.start, t1, e.memory});
     }
     return steps;
+}
+
+KindSample kind_sample(const Trace& trace, const RankTrace& rank, std::size_t i) {
+    const std::size_t kinds = trace.memory_kinds.size();
+    KindSample s;
+    s.time = rank.memory_by_kind[i * (1 + kinds)];
+    s.parts = rank.memory_by_kind.data() + i * (1 + kinds) + 1;
+    for (std::size_t k = 0; k < kinds; ++k) s.total += s.parts[k];
+    return s;
+}
+
+std::optional<std::size_t> largest_kind_sample(const Trace& trace, const RankTrace& rank) {
+    std::optional<std::size_t> best;
+    double most = 0;
+    for (std::size_t i = 0, n = trace.memory_samples(rank); i < n; ++i)
+        if (const double t = kind_sample(trace, rank, i).total; !best || t > most) {
+            best = i;
+            most = t;
+        }
+    return best;
+}
+
+std::string kind_parts_text(const Trace& trace, const KindSample& s, bool bytes) {
+    std::string out;
+    for (std::size_t k = 0; k < trace.memory_kinds.size(); ++k)
+        if (s.parts[k] > 0)
+            out += fmt::format("{}{} {}", out.empty() ? "" : ", ", trace.memory_kinds[k], format_memory(s.parts[k], bytes));
+    return out.empty() ? "nothing held" : out;
 }
 
 }  // namespace dtsim::render::detail

@@ -63,6 +63,18 @@ Rgba text_on(Rgba c) {
     return luminance < 0.5 ? Rgba{1, 1, 1, 1} : colours::text;
 }
 
+Rgba memory_kind_colour(std::string_view name, std::size_t index) {
+    // ColorBrewer's Set2 (C. A. Brewer, colorbrewer2.org), a qualitative scheme apart from the
+    // operations' colours above.
+    static constexpr Rgba kSet2[] = {{0.553, 0.627, 0.796}, {0.988, 0.553, 0.384}, {0.906, 0.541, 0.765},
+                                     {0.400, 0.761, 0.647}, {0.651, 0.847, 0.329}, {1.000, 0.851, 0.184},
+                                     {0.898, 0.769, 0.580}, {0.702, 0.702, 0.702}};
+    static constexpr std::string_view kNamed[] = {"weights", "gradients", "optimizer", "activations", "buffers"};
+    for (std::size_t k = 0; k < std::size(kNamed); ++k)
+        if (name == kNamed[k]) return kSet2[k];
+    return kSet2[index % std::size(kSet2)];
+}
+
 Rgba pass_colour(PassKind kind, int chunk) {
     Rgba c = colours::pass_other;
     switch (kind) {

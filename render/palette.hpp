@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 
 namespace dtsim::render::detail {
 
@@ -44,6 +45,10 @@ Rgba lighter(Rgba c, double amount);
 Rgba over_white(Rgba c);
 // Black or white, whichever reads better on `c` (seen over white).
 Rgba text_on(Rgba c);
+
+// The colour of a memory kind (Trace::memory_kinds): the hardware world's five by name, any other
+// by its place in the list.
+Rgba memory_kind_colour(std::string_view name, std::size_t index);
 
 // A pass of the pipeline view: its kind's colour, lighter for the rank's second model
 // chunk (and again for a third...), as the interleaved-1F1B figure shades its chunks.

@@ -258,6 +258,7 @@ void draw_legend(cairo_t* cr, const Layout& l) {
             case LegendEntry::Kind::bubble: draw_bubble(cr, e.x, top, e.swatch_w, s); break;
             case LegendEntry::Kind::blocked: draw_blocked_mark(cr, e.x + e.swatch_w / 2, top, s); break;
             case LegendEntry::Kind::memory: fill_rect(cr, e.x, top, e.swatch_w, s, colours::memory); break;
+            case LegendEntry::Kind::memory_kind: fill_rect(cr, e.x, top, e.swatch_w, s, e.colour); break;
             case LegendEntry::Kind::peak: fill_rect(cr, e.x, top, e.swatch_w, s, colours::peak); break;
             case LegendEntry::Kind::capacity: {
                 const double dash[] = {4, 3};
@@ -517,7 +518,95 @@ double bar_height(const Layout& l, const Row& row, double value) {
     return row.memory.h * std::clamp(value / l.memory_scale, 0.0, 1.0);
 }
 
+void draw_capacity_and_peak(cairo_t* cr, const Layout& l, const Row& row, const Trace& trace);
+
+// A row's memory stacked by kind, the kinds bottom up in the trace's order. Per pixel column the
+// sample with the largest total among those in effect there is drawn (a sample is in effect from
+// its time to the next one's, the last to the rank's last end); neighbouring columns whose stacks
+// come out alike to half a pixel are drawn as one.
+void draw_memory_stack(cairo_t* cr, const Layout& l, const Row& row, const Trace& trace) {
+    const Lane& lane = row.memory;
+    const RankTrace& r = trace.ranks[row.members.front()];
+    const std::size_t kinds = trace.memory_kinds.size();
+    const std::size_t n = trace.memory_samples(r);
+    const int ncols = l.columns();
+    double end = 0;
+    for (const auto& e : r.events) end = std::max(end, e.end());
+    std::vector<std::int64_t> best(static_cast<std::size_t>(ncols), -1);
+    std::vector<double> most(static_cast<std::size_t>(ncols), 0);
+    for (std::size_t i = 0; i < n; ++i) {
+        const KindSample s = kind_sample(trace, r, i);
+        const double t1 = i + 1 < n ? kind_sample(trace, r, i + 1).time : std::max(end, s.time);
+        if (!(s.total > 0)) continue;
+        const double x0 = l.x_of(s.time) - l.plot_x0, x1 = l.x_of(t1) - l.plot_x0;
+        if (x0 >= ncols || x1 < 0) continue;  // beyond the plot (a trace whose samples outlast its events)
+        const int c0 = std::clamp(static_cast<int>(std::floor(x0)), 0, ncols - 1);
+        const int c1 = std::clamp(static_cast<int>(std::ceil(x1)), c0 + 1, ncols);
+        for (int c = c0; c < c1; ++c)
+            if (best[static_cast<std::size_t>(c)] < 0 || s.total > most[static_cast<std::size_t>(c)]) {
+                best[static_cast<std::size_t>(c)] = static_cast<std::int64_t>(i);
+                most[static_cast<std::size_t>(c)] = s.total;
+            }
+    }
+    // Each column's stack as the heights of its kinds' tops, in half pixels.
+    const auto tops = [&](int c, std::vector<long>& out) {
+        out.assign(kinds, 0);
+        const std::int64_t i = best[static_cast<std::size_t>(c)];
+        if (i < 0) return;
+        const KindSample s = kind_sample(trace, r, static_cast<std::size_t>(i));
+        double sum = 0;
+        for (std::size_t k = 0; k < kinds; ++k) {
+            sum += s.parts[k];
+            out[k] = std::lround(2 * bar_height(l, row, sum));
+        }
+    };
+    struct Run {
+        int first, end;
+        std::vector<long> tops;
+    };
+    std::vector<Run> runs;
+    std::vector<long> t;
+    for (int c = 0; c < ncols; ++c) {
+        if (best[static_cast<std::size_t>(c)] < 0) continue;
+        tops(c, t);
+        if (!runs.empty() && runs.back().end == c && runs.back().tops == t)
+            runs.back().end = c + 1;
+        else
+            runs.push_back({c, c + 1, t});
+    }
+    for (std::size_t k = 0; k < kinds; ++k) {
+        Fills fills(cr);
+        const Rgba colour = memory_kind_colour(trace.memory_kinds[k], k);
+        for (const Run& run : runs) {
+            const long below = k == 0 ? 0 : run.tops[k - 1];
+            if (run.tops[k] <= below) continue;
+            fills.add(l.plot_x0 + run.first, lane.bottom() - 0.5 * static_cast<double>(run.tops[k]),
+                      run.end - run.first, 0.5 * static_cast<double>(run.tops[k] - below), colour);
+        }
+    }
+    // The axis: a faint line at each tick above 0, its number at the left, and the title.
+    if (lane.h >= 30 && !l.memory_ticks.empty()) {
+        const double ticks_right = l.plot_x0 - 4;
+        double ticks_w = 0;
+        for (double v : l.memory_ticks) {
+            const double y = lane.bottom() - bar_height(l, row, v);
+            if (v > 0) hline(cr, l.plot_x0, l.plot_x1, std::round(y) + 0.5, 0.5, colours::grid);
+            const std::string label = memory_tick_label(l, v);
+            ticks_w = std::max(ticks_w, text_width(cr, label, kMemoryTickFont));
+            draw_text(cr, label, ticks_right, std::clamp(y + kMemoryTickFont * 0.36, lane.y + kMemoryTickFont * 0.8, lane.bottom()),
+                      kMemoryTickFont, colours::faint_text, Align::right);
+        }
+        draw_text(cr, memory_axis_title(l), ticks_right - ticks_w - 6, lane.y + lane.h / 2 + 9 * 0.36, 9,
+                  colours::faint_text, Align::right);
+    }
+}
+
 void draw_memory(cairo_t* cr, const Layout& l, const Row& row, const Trace& trace) {
+    if (row.by_kind) {
+        draw_memory_stack(cr, l, row, trace);
+        draw_capacity_and_peak(cr, l, row, trace);
+        return;
+    }
     const Lane& lane = row.memory;
     MaxColumns cols(l.columns());
     {
@@ -538,6 +627,13 @@ void draw_memory(cairo_t* cr, const Layout& l, const Row& row, const Trace& trac
             fills.add(l.plot_x0 + run.first, lane.bottom() - h, run.end - run.first, h, colours::memory);
         }
     }
+    draw_capacity_and_peak(cr, l, row, trace);
+}
+
+// The capacity's dashed line; on the peak's row the peak in red: over grey bars, the bar of the
+// step that starts at the summary's peak time; over a stack by kind, a line up the stack there.
+void draw_capacity_and_peak(cairo_t* cr, const Layout& l, const Row& row, const Trace& trace) {
+    const Lane& lane = row.memory;
     if (trace.memory_capacity && *trace.memory_capacity > 0) {
         const double y = lane.bottom() - bar_height(l, row, *trace.memory_capacity);
         const double dash[] = {4, 3};
@@ -558,7 +654,10 @@ void draw_memory(cairo_t* cr, const Layout& l, const Row& row, const Trace& trac
         const double x0 = l.x_of(s.max_memory_time);
         const double w = std::max(kMinPeakPx, l.x_of(t_end) - x0);
         const double h = bar_height(l, row, s.max_memory);
-        fill_rect(cr, x0, lane.bottom() - h, w, h, colours::peak);
+        if (row.by_kind)
+            fill_rect(cr, x0, lane.bottom() - h, kMinPeakPx, h, colours::peak);
+        else
+            fill_rect(cr, x0, lane.bottom() - h, w, h, colours::peak);
     }
 }
 
@@ -591,7 +690,7 @@ void draw_row(cairo_t* cr, const Layout& l, const Row& row, const Trace& trace) 
     }
     if (!row.blocked.empty()) draw_blocked(cr, l, row);
     if (row.memory.present()) {
-        if (row.memory.h >= 14)
+        if (row.memory.h >= 14 && !(row.by_kind && row.memory.h >= 30 && !l.memory_ticks.empty()))
             draw_text(cr, "memory", l.plot_x0 - 10, text_baseline(row.memory, 9), 9, colours::faint_text,
                       Align::right);
         draw_memory(cr, l, row, trace);

@@ -90,7 +90,11 @@ TEST_CASE("golden: a hardware run's memory, one row per GPU (1F1B on 4 pipeline 
     // Llama 3 70B cut to 8 layers, 1F1B over 4 H100s (2 layers a stage), 6 microbatches:
     // the first and last stages also hold the embedding and the output layer, the first peaks highest
     // (66.6 GiB, 4 microbatches' activations at the end of the warm-up), the last next (its logits).
-    const Trace t = read_trace_file((golden_dir() / "1f1b-pp4-trace.json").string());
+    // Read without its memory by kind, as a trace written before it had one: grey bars of the total.
+    Trace t = read_trace_file((golden_dir() / "1f1b-pp4-trace.json").string());
+    REQUIRE(!t.memory_kinds.empty());
+    t.memory_kinds.clear();
+    for (auto& r : t.ranks) r.memory_by_kind.clear();
     Options o;
     o.view = View::ranks;
     const std::string svg = check_golden(t, o, "1f1b-pp4-memory.svg");
@@ -132,6 +136,61 @@ TEST_CASE("golden: a hardware run's memory, one row per GPU (1F1B on 4 pipeline 
         for (const auto& b : bars) tallest = std::max(tallest, b.height());
         CHECK(testing::near(tallest, row.memory.h * row.max_memory / l.memory_scale, 1.0));
     }
+}
+
+TEST_CASE("golden: a hardware run's memory stacked by kind, on an axis in GiB, with the peak's parts") {
+    // The same run with its memory by kind: weights, gradients, optimizer state, activations and
+    // buffers stacked under each GPU's row; the first stage's peak holds 5.14 GiB of weights, 10.29 of
+    // gradients, 30.87 of optimizer state and 20.25 of activations (20.2 as written) (dtsim run's "at the peak").
+    const Trace t = read_trace_file((golden_dir() / "1f1b-pp4-trace.json").string());
+    Options o;
+    o.view = View::ranks;
+    const std::string svg = check_golden(t, o, "1f1b-pp4-memory-by-kind.svg");
+    check_text_apart(svg);
+
+    const Layout l = detail::make_layout(t, o);
+    REQUIRE(l.rows.size() == 4);
+    REQUIRE(t.memory_capacity);
+    CHECK(l.memory_scale == *t.memory_capacity);
+    // The axis: 0, 40 and 80 GiB.
+    CHECK(l.memory_tick_unit == "GiB");
+    REQUIRE(l.memory_ticks.size() == 3);
+    CHECK(l.memory_ticks[1] == 40.0 * (1 << 30));
+    CHECK(l.memory_ticks[2] == 80.0 * (1 << 30));
+    CHECK(detail::memory_tick_label(l, l.memory_ticks[2]) == "80");
+    CHECK(detail::memory_axis_title(l) == "memory, GiB");
+    for (const char* label : {"memory: weights", "memory: gradients", "memory: optimizer", "memory: activations",
+                              "maximum memory", "capacity"}) {
+        CAPTURE(label);
+        CHECK(has_legend(l, label));
+    }
+    CHECK(!has_legend(l, "memory in use"));  // no grey bars
+    CHECK(!has_legend(l, "memory: buffers"));  // nothing ever held in buffers
+    REQUIRE(l.header.size() >= 2);
+    CHECK(l.header[1].text.find("held at the peak: weights 5.14 GiB, gradients 10.3 GiB, optimizer 30.9 GiB, "
+                                "activations 20.2 GiB") != std::string::npos);
+
+    const auto paths = testing::read_paths(svg);
+    for (std::size_t i = 0; i < l.rows.size(); ++i) {
+        const auto& row = l.rows[i];
+        CAPTURE(i);
+        CHECK(row.by_kind);
+        CHECK(row.memory.h > 40);  // taller than a grey lane, for its axis
+        CHECK(testing::rects_of(paths, row.memory, detail::colours::memory).empty());
+        // Every stacked rectangle lies in the lane; the stack's top, where it is highest, is the row's
+        // largest memory.
+        double top = row.memory.bottom();
+        std::size_t kinds_drawn = 0;
+        for (std::size_t k = 0; k < t.memory_kinds.size(); ++k) {
+            const auto rects =
+                testing::rects_of(paths, row.memory, detail::memory_kind_colour(t.memory_kinds[k], k));
+            kinds_drawn += !rects.empty();
+            for (const auto& r : rects) top = std::min(top, r.y0);
+        }
+        CHECK(kinds_drawn == 4);
+        CHECK(testing::near(row.memory.bottom() - top, row.memory.h * row.max_memory / l.memory_scale, 0.5));
+    }
+    CHECK(l.rows[0].max_memory == t.summary.max_memory);
 }
 
 TEST_CASE("golden: a long run with a failure, its checkpoints and restart (dtsim failures)") {
