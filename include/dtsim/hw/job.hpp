@@ -92,6 +92,12 @@ class World;
 // group's. Not for hybrid sharding (its groups cut across replicas otherwise).
 std::vector<Job> make_jobs(World& world, const Config& config, const Workload& work,
                            const PipelinePlan* plan = nullptr, bool twins_once = false);
+// FSDP's HYBRID_SHARD shards the model states over the data-parallel ranks of one node
+// (gpus_per_node / tp of them, at most dp) and all-reduces across nodes, but only where the
+// data-parallel ranks make whole nodes of them, two or more: dp > that and a multiple of it.
+// Otherwise (or with another strategy or sharding) the run is FULL_SHARD's, step for step.
+// The ranks of a shard group where hybrid sharding is in effect so; 0 otherwise.
+int hybrid_shard_ranks(const Config& config);
 // With twins once: the cluster's GPUs the world holds, in its rank order (World's placement), and
 // the world's rank that stands for the cluster's GPU `gpu`.
 std::vector<int> twin_gpus(const Config& config);

@@ -35,6 +35,13 @@ int Job::rank_of_stage(int s) const {
     return ((plan->owner[static_cast<std::size_t>(s)] * simulated_dp + dp_rank) * cp + cp_rank) * simulated_tp + tp_rank;
 }
 
+int hybrid_shard_ranks(const Config& config) {
+    const StrategyConfig& s = config.strategy;
+    if (s.name != "fsdp" || s.sharding != "hybrid") return 0;
+    const int per_node = std::max(1, std::min(s.dp, config.cluster.gpus_per_node / s.tp));
+    return s.dp > per_node && s.dp % per_node == 0 ? per_node : 0;
+}
+
 std::vector<int> twin_gpus(const Config& config) {
     const StrategyConfig& s = config.strategy;
     std::vector<int> gpus;
@@ -52,8 +59,9 @@ int twin_of(const Config& config, int gpu) {
 std::vector<Job> make_jobs(World& world, const Config& config, const Workload& work, const PipelinePlan* plan,
                            bool twins_once) {
     const int dp = config.strategy.dp, tp = config.strategy.tp, pp = config.strategy.pp, cp = config.strategy.cp;
-    const bool hybrid = config.strategy.name == "fsdp" && config.strategy.sharding == "hybrid";
-    if (twins_once && hybrid) throw std::logic_error("make_jobs: hybrid sharding cannot simulate twins once");
+    // Hybrid sharding in effect: the ranks of a node's shard group (0: none, full sharding).
+    const int per_node = hybrid_shard_ranks(config);
+    if (twins_once && per_node > 0) throw std::logic_error("make_jobs: hybrid sharding cannot simulate twins once");
     const int sim_dp = twins_once ? 1 : dp, sim_tp = twins_once ? 1 : tp;
     // Megatron-LM's order with context parallelism: tp innermost, then cp, dp, pp; the world's
     // ranks (rank_of) and the cluster's GPUs (gpu_of) alike, the world's over what it simulates.
@@ -151,8 +159,7 @@ std::vector<Job> make_jobs(World& world, const Config& config, const Workload& w
                 }
     // HYBRID_SHARD: the data-parallel ranks of one node shard the model states;
     // the same shard position across nodes forms a replica group.
-    const int per_node = std::max(1, std::min(dp, config.cluster.gpus_per_node / tp));
-    if (hybrid && dp > per_node && dp % per_node == 0)
+    if (per_node > 0)
         for (int s = 0; s < pp; ++s)
             for (int t = 0; t < tp; ++t) {
                 for (int node = 0; node < dp / per_node; ++node) {

@@ -3,6 +3,7 @@
 
 #include "hw/runtime/plan_bounds.hpp"
 
+#include "dtsim/hw/job.hpp"
 #include "dtsim/hw/strategies.hpp"
 #include "dtsim/hw/workload.hpp"
 #include "dtsim/interrupt.hpp"
@@ -485,16 +486,11 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
                                             }
                                             // HYBRID_SHARD shards inside a node and replicates across nodes only
                                             // where the data-parallel ranks form whole nodes of them, two or more
-                                            // (make_jobs, estimate_run_size); otherwise the run is the full
+                                            // (hybrid_shard_ranks); otherwise the run is the full
                                             // shard's, step for step, only slower to simulate.
-                                            if (shard == "hybrid") {
-                                                const auto& st = config.strategy;
-                                                const int in_node =
-                                                    std::max(1, std::min(st.dp, config.cluster.gpus_per_node / st.tp));
-                                                if (!(st.dp > in_node && st.dp % in_node == 0)) {
-                                                    rejected(reject::hybrid_full);
-                                                    continue;
-                                                }
+                                            if (shard == "hybrid" && hybrid_shard_ranks(config) == 0) {
+                                                rejected(reject::hybrid_full);
+                                                continue;
                                             }
                                             std::optional<sched::Schedule> schedule;
                                             try {

@@ -1,6 +1,7 @@
 // dtsim plan's bounds: the least memory and step time a layout can simulate to (plan.hpp).
 #include "hw/runtime/plan_bounds.hpp"
 
+#include "dtsim/hw/job.hpp"
 #include "dtsim/hw/strategies.hpp"
 #include "dtsim/hw/collective_cost.hpp"
 #include "dtsim/sched/generators.hpp"
@@ -249,8 +250,7 @@ double step_time_bound(const Config& c, const Workload& w) {
         // The shard group: dp x cp, or with hybrid sharding a node's data-parallel ranks, which
         // gather and reduce-scatter; a replica group all-reduces the shard across nodes.
         std::vector<int> shard = dp;
-        const int per_node = std::max(1, std::min(s.dp, c.cluster.gpus_per_node / s.tp));
-        if (s.sharding == "hybrid" && s.dp > per_node && s.dp % per_node == 0) shard.resize(static_cast<std::size_t>(per_node));
+        if (const int per_node = hybrid_shard_ranks(c); per_node > 0) shard.resize(static_cast<std::size_t>(per_node));
         const double gathers = s.sharding == "grad_op" ? 1 : 2;
         const double root_gather = idle_cost(c, Collective::all_gather, root_bytes, shard);
         const double root_scatter = idle_cost(c, Collective::reduce_scatter, grad_scale * root_bytes, shard);

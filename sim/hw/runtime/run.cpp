@@ -371,9 +371,8 @@ RunSize estimate_run_size(const Config& c, const RunOptions& options) {
     const double copy = m.tied_embeddings ? m.embedding_params() : m.embedding_params() / 2;
     const double edges = (s.pp == 1 && !m.tied_embeddings ? 2 : 1) * copy;
     const double params = (most_layers(c) * m.params_per_layer() + edges) / s.tp;
-    int zero_ranks = s.dp * s.cp;
-    const int per_node = std::max(1, std::min(s.dp, c.cluster.gpus_per_node / s.tp));
-    if (s.name == "fsdp" && s.sharding == "hybrid" && s.dp > per_node && s.dp % per_node == 0) zero_ranks = per_node;
+    const int shard_ranks = hybrid_shard_ranks(c);
+    const int zero_ranks = shard_ranks > 0 ? shard_ranks : s.dp * s.cp;
     const ModelStateBytes states = zero_model_states(params, s.zero_stage, zero_ranks, bytes_per_element(s.grad_dtype),
                                                      adam_state_bytes(m.dtype, s.optimizer_dtype, s.distributed_optimizer == "apex"),
                                                      bytes_per_element(m.dtype));
