@@ -92,12 +92,18 @@ class World;
 // group's. Not for hybrid sharding (its groups cut across replicas otherwise).
 std::vector<Job> make_jobs(World& world, const Config& config, const Workload& work,
                            const PipelinePlan* plan = nullptr, bool twins_once = false);
+// The cluster's GPU of the rank at (stage, dp_rank, cp_rank, tp_rank) of `s`'s grid, in Megatron-LM's
+// order (tp innermost, then cp, dp, pp): make_jobs' placement of the whole job.
+int gpu_of(const StrategyConfig& s, int stage, int dp_rank, int cp_rank, int tp_rank);
 // FSDP's HYBRID_SHARD shards the model states over the data-parallel ranks of one node
 // (gpus_per_node / tp of them, at most dp) and all-reduces across nodes, but only where the
 // data-parallel ranks make whole nodes of them, two or more: dp > that and a multiple of it.
 // Otherwise (or with another strategy or sharding) the run is FULL_SHARD's, step for step.
 // The ranks of a shard group where hybrid sharding is in effect so; 0 otherwise.
 int hybrid_shard_ranks(const Config& config);
+// One copy of the embedding's parameters: the input embedding's, or the output layer's (the same
+// size; TransformerSpec::embedding_params counts both when they are untied).
+double embedding_copy_params(const TransformerSpec& m);
 // With twins once: the cluster's GPUs the world holds, in its rank order (World's placement), and
 // the world's rank that stands for the cluster's GPU `gpu`.
 std::vector<int> twin_gpus(const Config& config);

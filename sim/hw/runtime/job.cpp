@@ -35,6 +35,10 @@ int Job::rank_of_stage(int s) const {
     return ((plan->owner[static_cast<std::size_t>(s)] * simulated_dp + dp_rank) * cp + cp_rank) * simulated_tp + tp_rank;
 }
 
+int gpu_of(const StrategyConfig& s, int stage, int dp_rank, int cp_rank, int tp_rank) {
+    return ((stage * s.dp + dp_rank) * s.cp + cp_rank) * s.tp + tp_rank;
+}
+
 int hybrid_shard_ranks(const Config& config) {
     const StrategyConfig& s = config.strategy;
     if (s.name != "fsdp" || s.sharding != "hybrid") return 0;
@@ -42,11 +46,15 @@ int hybrid_shard_ranks(const Config& config) {
     return s.dp > per_node && s.dp % per_node == 0 ? per_node : 0;
 }
 
+double embedding_copy_params(const TransformerSpec& m) {
+    return m.tied_embeddings ? m.embedding_params() : m.embedding_params() / 2;
+}
+
 std::vector<int> twin_gpus(const Config& config) {
     const StrategyConfig& s = config.strategy;
     std::vector<int> gpus;
     for (int stage = 0; stage < s.pp; ++stage)
-        for (int c = 0; c < s.cp; ++c) gpus.push_back(((stage * s.dp + 0) * s.cp + c) * s.tp + 0);
+        for (int c = 0; c < s.cp; ++c) gpus.push_back(gpu_of(s, stage, 0, c, 0));
     return gpus;
 }
 
@@ -66,7 +74,7 @@ std::vector<Job> make_jobs(World& world, const Config& config, const Workload& w
     // Megatron-LM's order with context parallelism: tp innermost, then cp, dp, pp; the world's
     // ranks (rank_of) and the cluster's GPUs (gpu_of) alike, the world's over what it simulates.
     auto rank_of = [&](int stage, int d, int c, int t) { return ((stage * sim_dp + d) * cp + c) * sim_tp + t; };
-    auto gpu_of = [&](int stage, int d, int c, int t) { return ((stage * dp + d) * cp + c) * tp + t; };
+    auto gpu_at = [&](int stage, int d, int c, int t) { return gpu_of(config.strategy, stage, d, c, t); };
     std::vector<Job> jobs(static_cast<std::size_t>(sim_dp * cp * sim_tp * pp));
     // The layers of each pipeline rank: its stage, or its stages of the plan.
     std::vector<int> first_of(static_cast<std::size_t>(pp), 0), count_of(static_cast<std::size_t>(pp), 0);
@@ -126,7 +134,7 @@ std::vector<Job> make_jobs(World& world, const Config& config, const Workload& w
                     std::vector<int> members, whole;
                     for (int t = 0; t < tp; ++t) {
                         if (t < sim_tp) members.push_back(rank_of(s, d, c, t));
-                        if (twins_once) whole.push_back(gpu_of(s, d, c, t));
+                        if (twins_once) whole.push_back(gpu_at(s, d, c, t));
                     }
                     Group& g = world.group(members, fmt::format("tp[stage {}, dp {}{}]", s, d, cp_name(c)),
                                            std::move(whole));
@@ -142,7 +150,7 @@ std::vector<Job> make_jobs(World& world, const Config& config, const Workload& w
                 for (int d = 0; d < dp; ++d)
                     for (int c = 0; c < cp; ++c) {
                         if (d < sim_dp) members.push_back(rank_of(s, d, c, t));
-                        if (twins_once) whole.push_back(gpu_of(s, d, c, t));
+                        if (twins_once) whole.push_back(gpu_at(s, d, c, t));
                     }
                 Group& g = world.group(members, fmt::format("{}[stage {}, tp {}]", cp > 1 ? "dp x cp" : "dp", s, t),
                                        std::move(whole));

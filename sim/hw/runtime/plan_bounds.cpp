@@ -33,14 +33,15 @@ double first_rank_chunk_layers(const Config& c) {
 }
 
 // The model states of pipeline rank r as a share of estimate_run_size's, which are those of its
-// layers and one copy of the embedding on a rank holding the most layers: the states are linear in
-// the parameters (zero_model_states). Rank r holds its layers, and rank 0 the input embedding
-// (counted on rank 0 only: another rank may hold the output layer's copy too, or not).
+// layers and one copy of the embedding (embedding_copy_params) on a rank holding the most layers:
+// the states are linear in the parameters (zero_model_states). Rank r holds its layers, and rank 0
+// the input embedding (counted on rank 0 only: another rank may hold the output layer's copy too,
+// or not).
 double states_share(const Config& c, int r) {
     const StrategyConfig& s = c.strategy;
     if (s.pp <= 1 || !uneven_stages(s)) return 1;
     const TransformerSpec& m = c.model.spec;
-    const double copy = m.tied_embeddings ? m.embedding_params() : m.embedding_params() / 2;
+    const double copy = embedding_copy_params(m);
     const std::vector<double> layers = pipeline_rank_layers(c);
     const double most = *std::max_element(layers.begin(), layers.end());
     const double whole = most * m.params_per_layer() + copy;
@@ -48,18 +49,17 @@ double states_share(const Config& c, int r) {
 }
 
 // The GPUs of a tensor-parallel group (tp_rank varies) or of a data-parallel group over dp x cp
-// (dp_rank and cp_rank vary) of pipeline rank `stage`, in Megatron-LM's order (make_jobs: tp
-// innermost, then cp, dp, pp), and the cost of one collective on it on idle links, as the world
-// prices it (Group::cost). A transfer never ends sooner than that (network.hpp: no flow runs faster
-// than its full rate, and its latency is not shared).
+// (dp_rank and cp_rank vary) of pipeline rank `stage`, where make_jobs places them (gpu_of), and
+// the cost of one collective on it on idle links, as the world prices it (Group::cost). A transfer
+// never ends sooner than that (network.hpp: no flow runs faster than its full rate, and its latency
+// is not shared).
 std::vector<int> group_gpus(const StrategyConfig& s, int stage, bool data_parallel) {
     std::vector<int> gpus;
-    const auto gpu_of = [&](int d, int cp, int t) { return ((stage * s.dp + d) * s.cp + cp) * s.tp + t; };
     if (data_parallel) {
         for (int d = 0; d < s.dp; ++d)
-            for (int cp = 0; cp < s.cp; ++cp) gpus.push_back(gpu_of(d, cp, 0));
+            for (int cp = 0; cp < s.cp; ++cp) gpus.push_back(gpu_of(s, stage, d, cp, 0));
     } else {
-        for (int t = 0; t < s.tp; ++t) gpus.push_back(gpu_of(0, 0, t));
+        for (int t = 0; t < s.tp; ++t) gpus.push_back(gpu_of(s, stage, 0, 0, t));
     }
     return gpus;
 }

@@ -368,7 +368,7 @@ RunSize estimate_run_size(const Config& c, const RunOptions& options) {
 
     // Model states: the rank with the most parameters holds its layers and the embeddings (both copies
     // when untied and pp = 1), split by tp; ZeRO shards them over its group (make_jobs, load_model_states).
-    const double copy = m.tied_embeddings ? m.embedding_params() : m.embedding_params() / 2;
+    const double copy = embedding_copy_params(m);
     const double edges = (s.pp == 1 && !m.tied_embeddings ? 2 : 1) * copy;
     const double params = (most_layers(c) * m.params_per_layer() + edges) / s.tp;
     const int shard_ranks = hybrid_shard_ranks(c);
