@@ -14,6 +14,7 @@
 #include "commands.hpp"
 
 #include "dtsim/hw/config.hpp"
+#include "dtsim/hw/job.hpp"
 #include "dtsim/hw/run.hpp"
 #include "dtsim/interrupt.hpp"
 #include "dtsim/render.hpp"
@@ -118,7 +119,7 @@ void print_report(const hw::Config& c, const hw::RunReport& r) {
     if (s.name != "puzzle" && static_cast<long long>(s.dp) * s.tp > 1 && r.simulated_ranks >= r.gpus) {
         if (c.stragglers.any())
             whole = " (every rank: stragglers and jitter make twins differ)";
-        else if (s.name == "fsdp" && s.sharding == "hybrid")
+        else if (hw::hybrid_shard_ranks(c) > 0)
             whole = " (every rank: hybrid sharding's groups cut across the replicas)";
     }
     fmt::print("  simulated     {} events in {:.3f} s{}\n", r.events, r.wall_seconds,

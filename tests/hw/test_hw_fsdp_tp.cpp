@@ -5,6 +5,7 @@
 // bf16 and reduce-scatters their gradients in fp32 (2 and 4 bytes each), and
 // the model states are ZeRO-3's over the data-parallel group, (14 + G) bytes a
 // parameter over dp, so about (14 + G) Psi / (tp x dp) for a model of Psi.
+#include "dtsim/hw/job.hpp"
 #include "dtsim/hw/run.hpp"
 #include "fixtures.hpp"
 
@@ -237,6 +238,29 @@ TEST_CASE("2D FSDP with hybrid sharding shards over the node's data-parallel ran
     for (const auto& e : r.trace.ranks[0].events)
         if (e.op.name() == std::string_view("all_reduce") && e.stream == Stream::comm) across += e.bytes;
     CHECK(across == doctest::Approx(4 * psi_rank / 4));
+}
+
+TEST_CASE("hybrid sharding is in effect where the data-parallel ranks make whole nodes, two or more") {
+    const auto config = [](int tp, int dp, int per_node, const char* sharding) {
+        json d = doc(tp, dp, per_node);
+        d["strategy"]["sharding"] = sharding;
+        return parse_config(d, "t.json");
+    };
+    // The shard group: a node's data-parallel ranks.
+    CHECK(hybrid_shard_ranks(config(2, 8, 8, "hybrid")) == 4);
+    CHECK(hybrid_shard_ranks(config(1, 16, 8, "hybrid")) == 8);
+    CHECK(hybrid_shard_ranks(config(1, 32, 8, "hybrid")) == 8);
+    // One node is a single shard group: full sharding. Other shardings have none.
+    CHECK(hybrid_shard_ranks(config(1, 8, 8, "hybrid")) == 0);
+    CHECK(hybrid_shard_ranks(config(2, 4, 8, "hybrid")) == 0);
+    CHECK(hybrid_shard_ranks(config(1, 16, 8, "full")) == 0);
+    CHECK(hybrid_shard_ranks(config(1, 16, 8, "grad_op")) == 0);
+    // Run as full sharding, its events are estimated as full sharding's (the run's size check),
+    // and where in effect, with the replicas' all-reduce beside.
+    const RunOptions o{.keep_trace = false};
+    CHECK(estimate_run_size(config(1, 8, 8, "hybrid"), o).events == estimate_run_size(config(1, 8, 8, "full"), o).events);
+    CHECK(estimate_run_size(config(1, 16, 8, "hybrid"), o).events >
+          estimate_run_size(config(1, 16, 8, "full"), o).events);
 }
 
 TEST_CASE("2D FSDP configs: what cannot run is refused with the key and the reason") {

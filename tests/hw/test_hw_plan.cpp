@@ -545,7 +545,7 @@ TEST_CASE("FSDP's sharding is searched by default, and the bounds hold for each"
     CHECK(seen.size() == 3);
 
     // On one node the data-parallel ranks are a single shard group: hybrid sharding runs as full
-    // sharding, step for step (only slower to simulate), and is rejected as such.
+    // sharding, step for step, and is rejected as such.
     PlanRequest one_node = req;
     one_node.gpus = "8";
     const auto node = enumerate_layouts(one_node);

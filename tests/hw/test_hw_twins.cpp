@@ -83,6 +83,8 @@ TEST_CASE("twins once: context parallelism, recompute, float8 and compiled block
     check_same_report("llama3-8b-16xh100-zero1.json", {{"cluster.nodes", "4"}, {"strategy.dp", "32"}});
     check_same_report("llama3-70b-64xh100-1f1b.json", {{"cluster.nodes", "16"}, {"strategy.dp", "4"}});
     check_same_report("gpt3-175b-1024xa100-sc21.json", {{"cluster.nodes", "32"}, {"strategy.dp", "2"}});
+    // Hybrid sharding on one node: full sharding, step for step.
+    check_same_report("llama3-8b-16xh100-fsdp-hybrid.json", {{"cluster.nodes", "1"}, {"strategy.dp", "8"}});
 }
 
 TEST_CASE("twins once: the same trace as every rank simulated, event for event, and the same report") {
@@ -123,6 +125,10 @@ TEST_CASE("twins once applies only where the twins are the same") {
     CHECK(twins_once_applies(load_config(kRuns + "llama3-8b-16xh100-fsdp.json"), RunOptions{}));
     CHECK_FALSE(twins_once_applies(load_config(kRuns + "llama3-8b-16xh100-zero1-straggler.json"), none));
     CHECK_FALSE(twins_once_applies(load_config(kRuns + "llama3-8b-16xh100-fsdp-hybrid.json"), none));
+    // ... but on one node hybrid sharding runs as full sharding (hybrid_shard_ranks), twins and all.
+    CHECK(twins_once_applies(
+        load_config(kRuns + "llama3-8b-16xh100-fsdp-hybrid.json", {{"cluster.nodes", "1"}, {"strategy.dp", "8"}}),
+        none));
     CHECK_FALSE(twins_once_applies(
         load_config(kRuns + "llama3-8b-8xh100-megatron.json",
                     {{"strategy.name", "\"1f1b\""}, {"strategy.tp", "1"}, {"strategy.pp", "8"}, {"strategy.dp", "1"},

@@ -89,7 +89,7 @@ class World;
 // program at the same times. Context-parallel and embedding groups and the pipeline's neighbours
 // are as in the whole job; a tensor- or data-parallel group keeps its simulated members (one, or
 // cp) but has the size and shape of the whole group, so its collectives are priced as the whole
-// group's. Not for hybrid sharding (its groups cut across replicas otherwise).
+// group's. Not for hybrid sharding in effect (hybrid_shard_ranks: its groups cut across replicas).
 std::vector<Job> make_jobs(World& world, const Config& config, const Workload& work,
                            const PipelinePlan* plan = nullptr, bool twins_once = false);
 // The cluster's GPU of the rank at (stage, dp_rank, cp_rank, tp_rank) of `s`'s grid, in Megatron-LM's

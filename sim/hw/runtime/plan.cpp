@@ -487,7 +487,7 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
                                             // HYBRID_SHARD shards inside a node and replicates across nodes only
                                             // where the data-parallel ranks form whole nodes of them, two or more
                                             // (hybrid_shard_ranks); otherwise the run is the full
-                                            // shard's, step for step, only slower to simulate.
+                                            // shard's, step for step.
                                             if (shard == "hybrid" && hybrid_shard_ranks(config) == 0) {
                                                 rejected(reject::hybrid_full);
                                                 continue;

@@ -94,7 +94,7 @@ PipelinePlan make_plan(const Config& c) {
 bool twins_once_applies(const Config& c, const RunOptions& options) {
     const StrategyConfig& s = c.strategy;
     return options.twins_once && s.name != "puzzle" && s.dp * s.tp > 1 && !c.stragglers.any() &&
-           !(s.name == "fsdp" && s.sharding == "hybrid") &&
+           hybrid_shard_ranks(c) == 0 &&
            static_cast<long long>(s.dp) * s.cp * s.tp * s.pp == c.gpus();
 }
 
@@ -351,7 +351,7 @@ RunSize estimate_run_size(const Config& c, const RunOptions& options) {
     // Context parallelism: the core's cp steps and a send and receive between them, forward,
     // backward and in a full recompute.
     if (s.cp > 1) per_layer += (s.recompute == Recompute::full ? 3 : 2) * (3.0 * s.cp - 2);
-    if (s.name == "fsdp") per_layer += s.sharding == "hybrid" ? 4 : s.sharding == "grad_op" ? 2 : 3;
+    if (s.name == "fsdp") per_layer += hybrid_shard_ranks(c) > 0 ? 4 : s.sharding == "grad_op" ? 2 : 3;
     const double chunks = s.name == "dualpipev" ? 2 : is_scheduled_pipeline(s.name) ? std::max(1, s.chunks) : 1;
     // Edges (the embedding and its TP all-reduce, logits, loss, their backwards; FSDP's root
     // reduce-scatter, one more beside that all-reduce with tp > 1); sends and receives.
