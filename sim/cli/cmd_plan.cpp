@@ -277,13 +277,12 @@ void plan(const PlanArgs& a) {
     // On a terminal: the rows simulated, how many more the search may simulate (the candidates
     // whose bound still beats the top), the best so far, and the time that would take at most.
     Progress bar;
-    const char* unit = request.rank_by == hw::RankBy::gpu_seconds ? " GPU-s" : "";
-    const auto show = [&bar, unit](const hw::PlanProgress& p) {
+    const auto show = [&bar, by = request.rank_by](const hw::PlanProgress& p) {
         if (!bar.due()) return;
         const double per_row = bar.seconds() / static_cast<double>(std::max<std::size_t>(1, p.simulated));
         bar.show(fmt::format("simulated {} of at most {} ({} candidates){}; at most {} left", p.simulated,
                              p.may_simulate, p.candidates,
-                             p.best ? fmt::format(", best {}{}", Seconds{*p.best}, unit) : std::string(),
+                             p.best ? ", best " + hw::rank_figure_text(by, *p.best) : std::string(),
                              hw::duration_text(per_row * static_cast<double>(p.may_simulate - p.simulated))));
     };
     if (!a.shard.empty()) {

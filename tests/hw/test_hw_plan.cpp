@@ -727,6 +727,15 @@ TEST_CASE("ranked by GPU-seconds, best first finds what simulating every candida
                          PlanError);
 }
 
+TEST_CASE("the figure a search ranks by, in its unit: a step time, or GPU-seconds") {
+    CHECK(rank_figure_text(RankBy::step_time, 3.428) == "3.428 s");
+    CHECK(rank_figure_text(RankBy::step_time, 0.8616) == "861.600 ms");
+    // GPU-seconds are not scaled as a time is: 0.8616 GPU-s, not "861.600 ms GPU-s".
+    CHECK(rank_figure_text(RankBy::gpu_seconds, 54.848) == "54.848 GPU-s");
+    CHECK(rank_figure_text(RankBy::gpu_seconds, 0.8616) == "0.862 GPU-s");
+    CHECK(rank_figure_text(RankBy::gpu_seconds, 0.0123) == "0.0123 GPU-s");
+}
+
 TEST_CASE("bad plan requests are named") {
     PlanSpace s;
     CHECK_THROWS_WITH_AS(set_space(s, "tpp=1,2"), doctest::Contains("--space tpp: unknown knob (the knobs are: strategy, tp"),

@@ -109,6 +109,9 @@ enum class RankBy { step_time, gpu_seconds };
 // "step_time" or "gpu_seconds"; throws PlanError naming the value otherwise.
 RankBy parse_rank_by(const std::string& text);
 const char* rank_by_name(RankBy by);
+// A figure the search ranks by, as text: a step time in the unit that suits it ("3.428 s",
+// "861.600 ms"), or GPU-seconds ("54.848 GPU-s", "0.16 GPU-s").
+std::string rank_figure_text(RankBy by, double figure);
 
 struct PlanRequest {
     std::string config_path;    // a config (includes merged); its strategy's layout keys are ignored

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cctype>
 #include <optional>
 #include <chrono>
@@ -107,6 +108,13 @@ RankBy parse_rank_by(const std::string& text) {
 }
 
 const char* rank_by_name(RankBy by) { return by == RankBy::gpu_seconds ? "gpu_seconds" : "step_time"; }
+
+std::string rank_figure_text(RankBy by, double figure) {
+    if (by == RankBy::step_time) return fmt::format("{}", Seconds{figure});
+    // Three decimals as Seconds prints a step of a second or more; three digits below that.
+    if (std::abs(figure) >= 1 || figure == 0) return fmt::format("{:.3f} GPU-s", figure);
+    return fmt::format("{:.3g} GPU-s", figure);
+}
 
 std::vector<int> gpu_counts(const std::string& spec, int per_node) {
     constexpr int kMaxGpus = 1 << 24;
