@@ -604,6 +604,21 @@ TEST_CASE("GPU counts: one, a list, or a range of whole nodes and a node's divis
     CHECK_THROWS_WITH_AS(gpu_counts("8-8192", 8), doctest::Contains("more than 256 GPU counts"), PlanError);
 }
 
+TEST_CASE("a search's fingerprint holds the GPU counts as parsed, not as spelled") {
+    const PlanRequest base = request_for(base_document(), {"strategy=megatron", "recompute=none"});
+    const auto fingerprint = [&](const std::string& gpus) {
+        PlanRequest r = base;
+        r.gpus = gpus;
+        return plan_fingerprint(enumerate_layouts(r), r);
+    };
+    // Shards run with --gpus 064 merge with a search of --gpus 64; a range with its list.
+    CHECK(fingerprint("08") == fingerprint("8"));
+    CHECK(fingerprint("4-8") == fingerprint("4,8"));
+    CHECK(fingerprint("004,8") == fingerprint("4,8"));
+    CHECK(fingerprint("4") != fingerprint("8"));
+    CHECK(fingerprint("8,4") != fingerprint("4,8"));  // a list keeps its order, and so its candidates'
+}
+
 TEST_CASE("several GPU counts: each count's layouts, each candidate on its own cluster") {
     json doc = base_document();
     const std::vector<std::string> space = {"strategy=megatron,1f1b", "recompute=none", "sequence_parallel=false",

@@ -162,6 +162,9 @@ inline constexpr const char* config_prefix = "config check: ";
 struct Enumeration {
     nlohmann::json base;          // the document every candidate's overrides apply to
     std::size_t enumerated = 0;   // layouts generated from the space
+    // The GPU counts searched, in enumeration order: PlanRequest::gpus parsed (gpu_counts), or the
+    // cluster's own where it is empty.
+    std::vector<int> gpu_counts;
     std::vector<Candidate> candidates;
     std::map<std::string, std::size_t> rejected;  // category -> count
     std::string example_error;    // the first config-check message, for "nothing fits"

@@ -307,8 +307,9 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
     const TransformerSpec& m = probe.model.spec;
     // The GPU counts, slowest in the enumeration: the cluster's own (its config as it is), or each
     // count asked for as whole nodes, or one node of fewer GPUs (the candidate sets the cluster).
-    const std::vector<int> counts =
+    e.gpu_counts =
         request.gpus.empty() ? std::vector<int>{probe.cluster.gpus()} : gpu_counts(request.gpus, per_node);
+    const std::vector<int>& counts = e.gpu_counts;
     // The global batch as the base gives it (with --set), not the probe's: checked as every
     // candidate will check it (with a layout of one GPU a replica, which any whole batch takes).
     const int global_batch = [&] {
@@ -726,7 +727,11 @@ std::string plan_fingerprint(const Enumeration& e, const PlanRequest& request) {
     };
     add(e.base.dump());
     for (const auto& o : request.overrides) add(o.path + "=" + o.value);
-    add(fmt::format("gpus {} top {} rank_by {} enumerated {}", request.gpus, std::max(1, request.top),
+    // The GPU counts as parsed, not as spelled ("064" is "64"; "8-16" on nodes of 8 is "8,16").
+    std::string gpus;
+    if (!request.gpus.empty())
+        for (const int n : e.gpu_counts) gpus += fmt::format("{}{}", gpus.empty() ? "" : ",", n);
+    add(fmt::format("gpus {} top {} rank_by {} enumerated {}", gpus, std::max(1, request.top),
                     rank_by_name(request.rank_by), e.enumerated));
     for (const auto& c : e.candidates)
         add(fmt::format("{} {} {:.17g} {:.17g}", c.gpus, c.label, c.time_bound, c.memory_bound));
