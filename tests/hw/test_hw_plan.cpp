@@ -751,6 +751,27 @@ TEST_CASE("the figure a search ranks by, in its unit: a step time, or GPU-second
     CHECK(rank_figure_text(RankBy::gpu_seconds, 0.0123) == "0.0123 GPU-s");
 }
 
+TEST_CASE("a value given twice in --space is searched once, where it first appears") {
+    PlanSpace s;
+    set_space(s, "tp=2,2,1,02");
+    CHECK(s.tp == std::vector<int>{2, 1});
+    set_space(s, "strategy=fsdp,megatron,fsdp");
+    CHECK(s.strategies == std::vector<std::string>{"fsdp", "megatron"});
+    set_space(s, "sequence_parallel=true,1,false");
+    CHECK(s.sequence_parallel == std::vector<int>{1, 0});
+    set_space(s, "recompute_num_layers=all,2,all");
+    CHECK(s.recompute_num_layers == std::vector<int>{0, 2});
+    set_space(s, "sharding=hybrid,full,hybrid");
+    CHECK(s.sharding == std::vector<std::string>{"hybrid", "full"});
+    // No candidate twice.
+    const auto twice = enumerate_layouts(
+        request_for(base_document(), {"strategy=megatron,megatron", "tp=2,2", "recompute=none,none", "micro_batch=1,1"}));
+    const auto once =
+        enumerate_layouts(request_for(base_document(), {"strategy=megatron", "tp=2", "recompute=none", "micro_batch=1"}));
+    CHECK(labels(twice) == labels(once));
+    CHECK(twice.enumerated == once.enumerated);
+}
+
 TEST_CASE("bad plan requests are named") {
     PlanSpace s;
     CHECK_THROWS_WITH_AS(set_space(s, "tpp=1,2"), doctest::Contains("--space tpp: unknown knob (the knobs are: strategy, tp"),

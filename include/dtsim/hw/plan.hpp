@@ -100,7 +100,8 @@ std::vector<int> gpu_counts(const std::string& spec, int per_node);
 // The knobs --space takes, in the order enumeration varies them (slowest first).
 const std::vector<std::string>& plan_knobs();
 // Sets a knob of `space` from "key=v1,v2" (key one of plan_knobs(), or its config path as
-// "strategy.tp"). Throws PlanError naming the key or value and what was expected.
+// "strategy.tp"). A value given twice is kept once, where it first appears (tp=2,1,2 is tp=2,1).
+// Throws PlanError naming the key or value and what was expected.
 void set_space(PlanSpace& space, const std::string& text);
 
 // What the search ranks by (docs/planning.md): the step time, or the GPU-seconds of a step (step

@@ -173,6 +173,27 @@ const std::vector<std::string>& plan_knobs() {
     return knobs;
 }
 
+namespace {
+
+// Each value once, where it first appears: --space tp=2,2 (or tp=2,02) searches tp = 2 once.
+template <typename T>
+void keep_first(std::vector<T>& values) {
+    std::vector<T> out;
+    for (auto& v : values)
+        if (std::find(out.begin(), out.end(), v) == out.end()) out.push_back(std::move(v));
+    values = std::move(out);
+}
+
+void keep_first(PlanSpace& s) {
+    for (auto* v : {&s.strategies, &s.recompute, &s.fp8, &s.sharding}) keep_first(*v);
+    for (auto* v : {&s.tp, &s.pp, &s.chunks, &s.cp, &s.zero_stage, &s.micro_batch, &s.sequence_parallel,
+                    &s.tp_comm_overlap, &s.compile, &s.recompute_num_layers, &s.recompute_every,
+                    &s.first_stage_layers, &s.last_stage_layers, &s.microbatch_group})
+        keep_first(*v);
+}
+
+}  // namespace
+
 void set_space(PlanSpace& space, const std::string& text) {
     const auto eq = text.find('=');
     if (eq == std::string::npos || eq == 0 || eq + 1 == text.size())
@@ -253,6 +274,7 @@ void set_space(PlanSpace& space, const std::string& text) {
         space.fp8 = values;
     } else
         throw PlanError(fmt::format("--space {}: unknown knob (the knobs are: {})", text.substr(0, eq), names));
+    keep_first(space);
 }
 
 std::size_t Enumeration::rejected_total() const {
