@@ -64,7 +64,10 @@ std::string strategy_label(const hw::Config& c) {
     std::string extra;
     if (s.name == "interleaved" || s.name == "bfs") extra = fmt::format("v {}", s.chunks);
     if (s.name == "interleaved" && s.microbatch_group > 0) extra += fmt::format(", group {}", s.microbatch_group);
-    if (s.name == "fsdp") extra = s.sharding == "full" ? "full shard, ZeRO-3" : s.sharding;
+    if (s.name == "fsdp")
+        extra = s.sharding == "full"                                ? "full shard, ZeRO-3"
+                : s.sharding == "hybrid" && hw::hybrid_shard_ranks(c) == 0 ? "hybrid, as full shard: its data-parallel ranks are not two or more whole nodes"
+                                                                    : s.sharding;
     if (s.name == "schedule") extra = s.schedule_file;
     if (s.sequence_parallel) extra += std::string(extra.empty() ? "" : ", ") + "sequence parallel";
     return extra.empty() ? s.name : fmt::format("{} ({})", s.name, extra);

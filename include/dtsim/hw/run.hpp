@@ -87,7 +87,7 @@ struct RunOptions {
 };
 
 // Whether simulate() runs one rank for its twins: dp x tp > 1, no stragglers or jitter (they make
-// twins differ), not hybrid sharding, a transformer strategy.
+// twins differ), not hybrid sharding in effect (hybrid_shard_ranks), a transformer strategy.
 bool twins_once_applies(const Config& c, const RunOptions& options);
 
 // The size of a run, estimated from the config alone before anything is built
