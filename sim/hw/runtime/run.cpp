@@ -496,6 +496,17 @@ std::vector<std::string> prediction_caveats(const Config& c, const Workload& wor
         out.push_back(fmt::format("the {} GEMM ceiling of {} was fitted end to end to training runs, not to kernel "
                                   "measurements (cluster.gpu.gemm.datasets)",
                                   dtype_name(d), gpu.name));
+    // Tensor parallelism's collectives against what the frameworks do (calibration.md, "What the
+    // Megatron-Core H100 misses point to").
+    if (s.tp > 1 && s.tp_comm_overlap)
+        out.push_back("tensor-parallel collectives overlapped with their GEMMs at no cost (no contention, no SMs "
+                      "taken by the communication kernels): not measured at kernel level; published runs with this "
+                      "overlap ran 10-36 % slower than predicted");
+    else if (s.tp > 1 && s.name != "fsdp")
+        out.push_back(std::string("the backward's tensor-parallel ") + (s.sequence_parallel ? "reduce-scatters" : "all-reduces") +
+                      " block the compute stream; Megatron-LM runs them beside the weight-gradient GEMM" +
+                      (s.sequence_parallel ? ", and gathers the sequence-parallel input again beside the input-gradient GEMM"
+                                           : ""));
     if (c.cluster.nodes > 1) {
         int measured = 0;
         for (const auto& f : c.cluster.inter_node.fits) measured = std::max(measured, f.nodes);
