@@ -2,6 +2,7 @@
 
 #include "dtsim/detail/output_file.hpp"
 #include "json/reader.hpp"
+#include "trace/fast_reader.hpp"
 
 #include <fmt/format.h>
 
@@ -685,12 +686,27 @@ private:
 
 }  // namespace
 
-Trace read_trace_json(std::istream& in, const std::string& source) {
+Trace detail::read_trace_sax(std::istream& in, const std::string& source) {
     Trace t;
     TraceReader reader(t, source);
     json_reader::sax_read(in, source, kTraceDialect, reader, json_reader::kMaxTraceBytes);
     reader.finish();
     return t;
+}
+
+// The fast reader first where the stream can be read again from where it is; the checking reader
+// where it gives up, and on a stream that cannot go back (a pipe).
+Trace read_trace_json(std::istream& in, const std::string& source) {
+    const std::istream::pos_type start = in.tellg();
+    if (start == std::istream::pos_type(-1)) return detail::read_trace_sax(in, source);
+    {
+        Trace t;
+        if (detail::read_trace_fast(in, t, json_reader::kMaxTraceBytes)) return t;
+    }
+    in.clear();
+    if (!in.seekg(start))
+        kTraceDialect.raise(source, "$", "cannot read the file: it cannot be read again from its start");
+    return detail::read_trace_sax(in, source);
 }
 
 Trace read_trace_file(const std::string& path) {

@@ -1,0 +1,707 @@
+// read_trace_fast (fast_reader.hpp): the trace format as dtsim writes it, scanned in blocks of
+// 1 MiB. Whatever it meets that it does not read exactly as the checking reader would, it gives
+// up on (throws GiveUp), and read_trace_json reads the input again with the checking reader: a
+// value the format refuses, a syntax error, a string with an escape or a byte outside printable
+// ASCII (but in the meta, which nlohmann parses from its text), a number that nlohmann would
+// read as a float where it looks like an integer (one beyond 64 bits) or that from_chars cannot
+// read exactly (out of range), a key given twice, values nested more than kMaxSkipDepth deep.
+#include "trace/fast_reader.hpp"
+
+#include "dtsim/interrupt.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <exception>
+#include <istream>
+#include <limits>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace dtsim::detail {
+namespace {
+
+struct GiveUp {};
+
+[[noreturn]] void give_up() { throw GiveUp{}; }
+
+constexpr std::size_t kMaxMemoryKinds = 64;  // as the checking reader
+constexpr int kMaxSkipDepth = 64;           // below the checking reader's 256
+
+// A number as nlohmann reads it: an integer (no '.', 'e' or 'E'), negative or not, or a float.
+struct Number {
+    enum class Kind : std::uint8_t { integer, unsigned_integer, real };
+    Kind kind = Kind::integer;
+    std::int64_t i = 0;
+    std::uint64_t u = 0;
+    double d = 0;
+
+    [[nodiscard]] double value() const {
+        return kind == Kind::integer ? static_cast<double>(i) : kind == Kind::unsigned_integer ? static_cast<double>(u) : d;
+    }
+    // The checking reader's int64(): an integer that fits in 64 bits signed.
+    [[nodiscard]] std::int64_t int64() const {
+        if (kind == Kind::integer) return i;
+        if (kind == Kind::unsigned_integer && u <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+            return static_cast<std::int64_t>(u);
+        give_up();
+    }
+    // A time, an amount of memory or an amount: finite and >= 0.
+    [[nodiscard]] double amount() const {
+        const double x = value();
+        if (!(x >= 0) || !std::isfinite(x)) give_up();
+        return x;
+    }
+};
+
+bool is_ws(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
+
+class FastReader {
+public:
+    FastReader(std::streambuf* source, std::uint64_t max_bytes)
+        : source_(source), max_(max_bytes), buf_(kBlock + kWindow + kPad, '\0') {
+        p_ = end_ = buf_.data();
+    }
+
+    void read(Trace& t) {
+        fill();
+        ws();
+        expect('{');
+        ws();
+        if (*p_ == '}') give_up();  // no format, version or ranks
+        enum : unsigned { kFormat = 1, kVersion = 2, kTimeUnit = 4, kMemoryUnit = 8, kCapacity = 16, kMeta = 32,
+                          kKinds = 64, kSummary = 128, kRanks = 256 };
+        unsigned seen = 0;
+        const auto once = [&](unsigned bit) {
+            if (seen & bit) give_up();
+            seen |= bit;
+        };
+        std::optional<bool> correct;
+        for (;;) {
+            ws();
+            const std::string k = key();
+            if (k == "format") {
+                once(kFormat);
+                if (string() != "dtsim-trace") give_up();
+            } else if (k == "version") {
+                once(kVersion);
+                if (*p_ != '-' && !is_digit(*p_)) give_up();
+                if (number().value() != 1) give_up();
+            } else if (k == "time_unit") {
+                once(kTimeUnit);
+                const std::string_view u = string();
+                if (u != "step" && u != "s") give_up();
+                t.time_unit = std::string(u);
+            } else if (k == "memory_unit") {
+                once(kMemoryUnit);
+                const std::string_view u = string();
+                if (u != "unit" && u != "byte") give_up();
+                t.memory_unit = std::string(u);
+            } else if (k == "memory_capacity") {
+                once(kCapacity);
+                t.memory_capacity = number().amount();
+            } else if (k == "meta") {
+                once(kMeta);
+                t.meta = meta();
+            } else if (k == "memory_kinds") {
+                once(kKinds);
+                memory_kinds(t);
+            } else if (k == "summary") {
+                once(kSummary);
+                correct = summary();
+            } else if (k == "ranks") {
+                once(kRanks);
+                ranks(t);
+            } else {
+                skip(1, /*lenient=*/false);
+            }
+            ws();
+            if (*p_ == ',') {
+                ++p_;
+                continue;
+            }
+            expect('}');
+            break;
+        }
+        ws();
+        if (p_ != end_ || !eof_) give_up();  // anything after the document
+        if ((seen & (kFormat | kVersion | kRanks)) != (kFormat | kVersion | kRanks)) give_up();
+        if (sample_width_ != 0 && sample_width_ != 1 + t.memory_kinds.size()) give_up();
+        summarize(t);
+        t.summary.correct = correct;
+    }
+
+private:
+    static constexpr std::size_t kBlock = std::size_t{1} << 20;
+    // Every token shorter than this lies whole in the buffer (or the input ends within it).
+    static constexpr std::size_t kWindow = std::size_t{1} << 16;
+    static constexpr std::size_t kPad = 64;  // zeros after the data: a '\0' ends every scan
+
+    // Moves what is left to the buffer's start and reads a block after it.
+    void fill() {
+        check_interrupt();
+        if (capture_) {
+            capture_->append(capture_from_, p_);
+            capture_from_ = buf_.data();
+        }
+        const std::size_t left = static_cast<std::size_t>(end_ - p_);
+        std::memmove(buf_.data(), p_, left);
+        const std::size_t want = kBlock + kWindow - left;
+        std::size_t got = 0;
+        try {
+            while (got < want) {
+                const std::streamsize n =
+                    source_->sgetn(buf_.data() + left + got, static_cast<std::streamsize>(want - got));
+                if (n <= 0) {
+                    eof_ = true;
+                    break;
+                }
+                got += static_cast<std::size_t>(n);
+            }
+        } catch (const std::exception&) {
+            give_up();  // the checking reader says why it cannot be read
+        }
+        read_ += got;
+        if (read_ > max_) give_up();
+        p_ = buf_.data();
+        end_ = p_ + left + got;
+        std::memset(const_cast<char*>(end_), 0, kPad);
+    }
+
+    // Skips whitespace; then at least kWindow bytes are in the buffer, or the input ends there.
+    void ws() {
+        for (;;) {
+            while (is_ws(*p_)) ++p_;
+            if (static_cast<std::size_t>(end_ - p_) >= kWindow || eof_) return;
+            fill();
+            if (!is_ws(*p_)) return;
+        }
+    }
+
+    void expect(char c) {
+        if (*p_ != c) give_up();
+        ++p_;
+    }
+
+    // A string of printable ASCII without escapes, as a view into the buffer (valid until the
+    // next ws()).
+    std::string_view string() {
+        if (*p_ != '"') give_up();
+        const char* s = ++p_;
+        const char* q = s;
+        while (static_cast<unsigned char>(*q) >= 0x20 && static_cast<unsigned char>(*q) < 0x7f && *q != '"' && *q != '\\')
+            ++q;
+        if (*q != '"') give_up();
+        p_ = q + 1;
+        return {s, static_cast<std::size_t>(q - s)};
+    }
+
+    // The colon after a key; then the value's first byte. (A key's view is gone after it.)
+    void colon() {
+        ws();
+        expect(':');
+        ws();
+    }
+
+    // A key (copied), and its colon.
+    std::string key() {
+        std::string k(string());
+        colon();
+        return k;
+    }
+
+    // Any string, escapes and bytes beyond ASCII included (the meta's: nlohmann checks them).
+    void lenient_string() {
+        if (*p_ != '"') give_up();
+        const char* q = p_ + 1;
+        for (;;) {
+            const char c = *q;
+            if (c == '"') break;
+            if (q == end_) give_up();
+            if (c == '\\') {
+                ++q;
+                if (q == end_) give_up();
+            }
+            ++q;
+        }
+        p_ = q + 1;
+    }
+
+    Number number() {
+        const char* s = p_;
+        const char* q = s;
+        const bool negative = *q == '-';
+        if (negative) ++q;
+        const char* digits = q;
+        if (*q == '0') {
+            ++q;
+        } else if (*q >= '1' && *q <= '9') {
+            while (is_digit(*q)) ++q;
+        } else {
+            give_up();
+        }
+        const char* int_end = q;
+        bool real = false;
+        if (*q == '.') {
+            ++q;
+            if (!is_digit(*q)) give_up();
+            while (is_digit(*q)) ++q;
+            real = true;
+        }
+        if (*q == 'e' || *q == 'E') {
+            ++q;
+            if (*q == '+' || *q == '-') ++q;
+            if (!is_digit(*q)) give_up();
+            while (is_digit(*q)) ++q;
+            real = true;
+        }
+        Number n;
+        if (!real) {
+            const std::size_t count = static_cast<std::size_t>(int_end - digits);
+            if (count <= 18) {  // below 10^18: exact in either kind
+                std::uint64_t v = 0;
+                for (const char* c = digits; c < int_end; ++c) v = v * 10 + static_cast<std::uint64_t>(*c - '0');
+                if (negative) {
+                    n.kind = Number::Kind::integer;
+                    n.i = -static_cast<std::int64_t>(v);
+                } else {
+                    n.kind = Number::Kind::unsigned_integer;
+                    n.u = v;
+                }
+            } else if (negative) {
+                n.kind = Number::Kind::integer;
+                const auto r = std::from_chars(s, q, n.i);
+                if (r.ec != std::errc() || r.ptr != q) give_up();  // nlohmann: a float
+            } else {
+                n.kind = Number::Kind::unsigned_integer;
+                const auto r = std::from_chars(s, q, n.u);
+                if (r.ec != std::errc() || r.ptr != q) give_up();
+            }
+        } else {
+            n.kind = Number::Kind::real;
+            const auto r = std::from_chars(s, q, n.d, std::chars_format::general);
+            if (r.ec != std::errc() || r.ptr != q) give_up();  // beyond a double, or below its smallest
+        }
+        p_ = q;
+        return n;
+    }
+
+    // true, false or null: 1, 0, -1.
+    int literal() {
+        if (std::memcmp(p_, "true", 4) == 0) {
+            p_ += 4;
+            return 1;
+        }
+        if (std::memcmp(p_, "false", 5) == 0) {
+            p_ += 5;
+            return 0;
+        }
+        if (std::memcmp(p_, "null", 4) == 0) {
+            p_ += 4;
+            return -1;
+        }
+        give_up();
+    }
+
+    // Any value, checked (in the strict subset, or with any string where lenient) and not kept.
+    void skip(int depth, bool lenient) {
+        const char c = *p_;
+        if (c == '"') {
+            if (lenient)
+                lenient_string();
+            else
+                (void)string();
+        } else if (c == '{' || c == '[') {
+            if (depth >= kMaxSkipDepth) give_up();
+            const char close = c == '{' ? '}' : ']';
+            ++p_;
+            ws();
+            if (*p_ == close) {
+                ++p_;
+                return;
+            }
+            for (;;) {
+                ws();
+                if (c == '{') {
+                    if (lenient)
+                        lenient_string();
+                    else
+                        (void)string();
+                    colon();
+                }
+                skip(depth + 1, lenient);
+                ws();
+                if (*p_ == ',') {
+                    ++p_;
+                    continue;
+                }
+                expect(close);
+                return;
+            }
+        } else if (c == '-' || is_digit(c)) {
+            (void)number();
+        } else {
+            (void)literal();
+        }
+    }
+
+    // The meta, whatever it holds: its text parsed by nlohmann, as the checking reader's parser would.
+    nlohmann::json meta() {
+        std::string text;
+        capture_ = &text;
+        capture_from_ = p_;
+        skip(2, /*lenient=*/true);
+        text.append(capture_from_, p_);
+        capture_ = nullptr;
+        try {
+            return nlohmann::json::parse(text);
+        } catch (const nlohmann::json::exception&) {
+            give_up();
+        }
+    }
+
+    void memory_kinds(Trace& t) {
+        expect('[');
+        ws();
+        if (*p_ == ']') {
+            ++p_;
+            return;
+        }
+        for (;;) {
+            ws();
+            const std::string_view k = string();
+            if (k.empty() || t.memory_kinds.size() >= kMaxMemoryKinds) give_up();
+            for (const auto& have : t.memory_kinds)
+                if (have == k) give_up();
+            t.memory_kinds.emplace_back(k);
+            ws();
+            if (*p_ == ',') {
+                ++p_;
+                continue;
+            }
+            expect(']');
+            return;
+        }
+    }
+
+    // The summary's "correct", where it is a boolean.
+    std::optional<bool> summary() {
+        if (*p_ != '{') {
+            skip(1, false);
+            return std::nullopt;
+        }
+        ++p_;
+        ws();
+        std::optional<bool> correct;
+        bool seen = false;
+        if (*p_ == '}') {
+            ++p_;
+            return correct;
+        }
+        for (;;) {
+            ws();
+            const bool is_correct = string() == "correct";
+            colon();
+            if (is_correct) {
+                if (seen) give_up();
+                seen = true;
+                if (*p_ == 't' || *p_ == 'f') {
+                    const int b = literal();
+                    correct = b == 1;
+                } else {
+                    skip(2, false);
+                }
+            } else {
+                skip(2, false);
+            }
+            ws();
+            if (*p_ == ',') {
+                ++p_;
+                continue;
+            }
+            expect('}');
+            return correct;
+        }
+    }
+
+    void ranks(Trace& t) {
+        expect('[');
+        ws();
+        if (*p_ == ']') {
+            ++p_;
+            return;
+        }
+        for (;;) {
+            ws();
+            rank(t);
+            ws();
+            if (*p_ == ',') {
+                ++p_;
+                continue;
+            }
+            expect(']');
+            return;
+        }
+    }
+
+    void rank(Trace& t) {
+        expect('{');
+        RankTrace& r = t.ranks.emplace_back();
+        r.rank = static_cast<int>(t.ranks.size() - 1);
+        bool rank_given = false, events_given = false, samples_given = false;
+        ws();
+        if (*p_ == '}') give_up();
+        for (;;) {
+            ws();
+            const std::string k = key();
+            if (k == "rank") {
+                if (rank_given) give_up();
+                rank_given = true;
+                if (*p_ != '-' && !is_digit(*p_)) give_up();
+                if (number().int64() != r.rank) give_up();
+            } else if (k == "events") {
+                if (events_given) give_up();
+                events_given = true;
+                events(r);
+            } else if (k == "memory_by_kind") {
+                if (samples_given) give_up();
+                samples_given = true;
+                samples(r);
+            } else {
+                skip(3, false);
+            }
+            ws();
+            if (*p_ == ',') {
+                ++p_;
+                continue;
+            }
+            expect('}');
+            break;
+        }
+        if (!rank_given || !events_given) give_up();
+        r.events.shrink_to_fit();  // as the checking reader
+    }
+
+    void events(RankTrace& r) {
+        expect('[');
+        ws();
+        if (*p_ == ']') {
+            ++p_;
+            return;
+        }
+        for (;;) {
+            ws();
+            event(r.events.emplace_back());
+            ws();
+            if (*p_ == ',') {
+                ++p_;
+                continue;
+            }
+            expect(']');
+            return;
+        }
+    }
+
+    enum Field : unsigned {
+        kOp = 1, kLayer = 2, kStart = 4, kDuration = 8, kMemory = 16, kBatches = 32, kStream = 64, kBytes = 128,
+        kFlops = 256, kOther = 0
+    };
+    static Field event_field(std::string_view k) {
+        switch (k.size()) {
+            case 2: return k == "op" ? kOp : kOther;
+            case 5: return k == "layer" ? kLayer : k == "start" ? kStart : k == "bytes" ? kBytes : k == "flops" ? kFlops : kOther;
+            case 6: return k == "memory" ? kMemory : k == "stream" ? kStream : kOther;
+            case 7: return k == "batches" ? kBatches : kOther;
+            case 8: return k == "duration" ? kDuration : kOther;
+            default: return kOther;
+        }
+    }
+
+    void event(Event& e) {
+        expect('{');
+        unsigned seen = 0;
+        ws();
+        if (*p_ == '}') give_up();  // no op
+        for (;;) {
+            ws();
+            const Field f = event_field(string());
+            colon();
+            if (f != kOther) {
+                if (seen & f) give_up();
+                seen |= f;
+            }
+            switch (f) {
+                case kOp: {
+                    const std::string_view op = string();
+                    if (op.empty()) give_up();
+                    op_.assign(op);  // interned once the event is whole
+                    break;
+                }
+                case kLayer:
+                    if (*p_ == 'n') {
+                        if (literal() != -1) give_up();
+                    } else {
+                        if (*p_ != '-' && !is_digit(*p_)) give_up();
+                        const std::int64_t l = number().int64();
+                        if (l < 0 || l > 1'000'000'000) give_up();
+                        e.layer = static_cast<std::int32_t>(l);
+                    }
+                    break;
+                case kStart: e.start = amount(); break;
+                case kDuration: {
+                    if (*p_ != '-' && !is_digit(*p_)) give_up();
+                    e.duration = number().value();
+                    if (e.duration < 0) give_up();
+                    break;
+                }
+                case kMemory: e.memory = amount(); break;
+                case kBatches: batches(e); break;
+                case kStream: {
+                    const std::string_view s = string();
+                    if (s == "comm")
+                        e.stream = Stream::comm;
+                    else if (s != "compute")
+                        give_up();
+                    break;
+                }
+                case kBytes: e.bytes = amount(); break;
+                case kFlops: e.flops = amount(); break;
+                case kOther: skip(5, false); break;
+            }
+            ws();
+            if (*p_ == ',') {
+                ++p_;
+                continue;
+            }
+            expect('}');
+            break;
+        }
+        if ((seen & (kOp | kStart | kDuration | kMemory)) != (kOp | kStart | kDuration | kMemory)) give_up();
+        if (!std::isfinite(e.start + e.duration)) give_up();
+        e.op = intern();
+    }
+
+    double amount() {
+        if (*p_ != '-' && !is_digit(*p_)) give_up();
+        return number().amount();
+    }
+
+    void batches(Event& e) {
+        expect('[');
+        ws();
+        if (*p_ == ']') {
+            ++p_;
+            return;
+        }
+        for (;;) {
+            ws();
+            if (*p_ != '-' && !is_digit(*p_)) give_up();
+            const std::int64_t id = number().int64();
+            if (id < 0) give_up();
+            e.batches.insert(id);
+            ws();
+            if (*p_ == ',') {
+                ++p_;
+                continue;
+            }
+            expect(']');
+            return;
+        }
+    }
+
+    // The operation named op_, from the names this reader has met before.
+    OpCode intern() {
+        if (have_last_op_ && op_ == last_op_name_) return last_op_;
+        auto it = ops_.find(op_);
+        if (it == ops_.end()) {
+            OpCode code;
+            try {
+                code = OpCode::of(op_);
+            } catch (const std::length_error&) {  // the table is full: the checking reader says where
+                give_up();
+            }
+            it = ops_.emplace(op_, code).first;
+        }
+        last_op_name_ = op_;
+        last_op_ = it->second;
+        have_last_op_ = true;
+        return last_op_;
+    }
+
+    // A rank's memory by kind: samples as wide as every other, times not decreasing.
+    void samples(RankTrace& r) {
+        expect('[');
+        ws();
+        if (*p_ == ']') {
+            ++p_;
+            return;
+        }
+        std::vector<double>& v = r.memory_by_kind;
+        for (;;) {
+            ws();
+            expect('[');
+            const std::size_t start = v.size();
+            for (;;) {
+                ws();
+                v.push_back(amount());
+                ws();
+                if (*p_ == ',') {
+                    ++p_;
+                    continue;
+                }
+                expect(']');
+                break;
+            }
+            const std::size_t width = v.size() - start;
+            if (width < 2) give_up();
+            if (sample_width_ == 0)
+                sample_width_ = width;
+            else if (width != sample_width_)
+                give_up();
+            if (start >= width && v[start] < v[start - width]) give_up();
+            ws();
+            if (*p_ == ',') {
+                ++p_;
+                continue;
+            }
+            expect(']');
+            return;
+        }
+    }
+
+    std::streambuf* source_;
+    std::uint64_t max_;
+    std::uint64_t read_ = 0;
+    std::string buf_;
+    const char* p_;
+    const char* end_;
+    bool eof_ = false;
+    std::string* capture_ = nullptr;  // where the text read is copied to, from capture_from_
+    const char* capture_from_ = nullptr;
+    std::size_t sample_width_ = 0;  // the numbers of every sample of memory by kind so far
+    std::string op_;                // the event's operation name
+    std::string last_op_name_;
+    OpCode last_op_;
+    bool have_last_op_ = false;
+    std::unordered_map<std::string, OpCode> ops_;
+};
+
+}  // namespace
+
+bool read_trace_fast(std::istream& in, Trace& out, std::uint64_t max_bytes) {
+    try {
+        FastReader(in.rdbuf(), max_bytes).read(out);
+        return true;
+    } catch (const GiveUp&) {
+        return false;
+    }
+}
+
+}  // namespace dtsim::detail
