@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <array>
 #include <charconv>
 #include <cmath>
 #include <cstring>
@@ -62,6 +63,19 @@ struct Number {
 
 bool is_ws(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
+
+// The bytes a string of the subset holds: printable ASCII but '"' and '\\'.
+constexpr auto kPlain = [] {
+    std::array<bool, 256> plain{};
+    for (int c = 0x20; c < 0x7f; ++c) plain[static_cast<std::size_t>(c)] = c != '"' && c != '\\';
+    return plain;
+}();
+
+// Whether `s` is `lit`: a comparison of a known length, which the compiler inlines.
+template <std::size_t N>
+bool is(std::string_view s, const char (&lit)[N]) {
+    return s.size() == N - 1 && std::memcmp(s.data(), lit, N - 1) == 0;
+}
 
 class FastReader {
 public:
@@ -176,12 +190,16 @@ private:
     }
 
     // Skips whitespace; then at least kWindow bytes are in the buffer, or the input ends there.
-    void ws() {
+    [[gnu::always_inline]] void ws() {
+        while (is_ws(*p_)) ++p_;
+        if (static_cast<std::size_t>(end_ - p_) < kWindow && !eof_) [[unlikely]]
+            more();
+    }
+    [[gnu::noinline]] void more() {
         for (;;) {
+            fill();
             while (is_ws(*p_)) ++p_;
             if (static_cast<std::size_t>(end_ - p_) >= kWindow || eof_) return;
-            fill();
-            if (!is_ws(*p_)) return;
         }
     }
 
@@ -196,8 +214,7 @@ private:
         if (*p_ != '"') give_up();
         const char* s = ++p_;
         const char* q = s;
-        while (static_cast<unsigned char>(*q) >= 0x20 && static_cast<unsigned char>(*q) < 0x7f && *q != '"' && *q != '\\')
-            ++q;
+        while (kPlain[static_cast<unsigned char>(*q)]) ++q;
         if (*q != '"') give_up();
         p_ = q + 1;
         return {s, static_cast<std::size_t>(q - s)};
@@ -234,59 +251,83 @@ private:
         p_ = q + 1;
     }
 
+    // A number as nlohmann's lexer reads it (the JSON grammar; an integer where there is no '.',
+    // 'e' or 'E', signed where negative), converted as strtod, strtoll and strtoull convert it.
     Number number() {
-        const char* s = p_;
-        const char* q = s;
+        const char* q = p_;
         const bool negative = *q == '-';
         if (negative) ++q;
-        const char* digits = q;
+        // The significant digits, while 19 of them fit in 64 bits.
+        std::uint64_t m = 0;
+        int digits = 0;  // significant digits (from the first that is not 0)
+        const auto digit = [&](char c) {
+            if (m != 0 || c != '0') {
+                m = m * 10 + static_cast<std::uint64_t>(c - '0');
+                ++digits;
+            }
+        };
         if (*q == '0') {
             ++q;
         } else if (*q >= '1' && *q <= '9') {
-            while (is_digit(*q)) ++q;
+            do digit(*q++);
+            while (is_digit(*q));
         } else {
             give_up();
         }
-        const char* int_end = q;
-        bool real = false;
-        if (*q == '.') {
-            ++q;
-            if (!is_digit(*q)) give_up();
-            while (is_digit(*q)) ++q;
-            real = true;
-        }
-        if (*q == 'e' || *q == 'E') {
-            ++q;
-            if (*q == '+' || *q == '-') ++q;
-            if (!is_digit(*q)) give_up();
-            while (is_digit(*q)) ++q;
-            real = true;
-        }
         Number n;
-        if (!real) {
-            const std::size_t count = static_cast<std::size_t>(int_end - digits);
-            if (count <= 18) {  // below 10^18: exact in either kind
-                std::uint64_t v = 0;
-                for (const char* c = digits; c < int_end; ++c) v = v * 10 + static_cast<std::uint64_t>(*c - '0');
+        if (*q != '.' && *q != 'e' && *q != 'E') {
+            if (digits > 18) {  // perhaps beyond 64 bits: as strtoll and strtoull say
+                const char* s = p_;  // the sign included
                 if (negative) {
                     n.kind = Number::Kind::integer;
-                    n.i = -static_cast<std::int64_t>(v);
+                    const auto r = std::from_chars(s, q, n.i);
+                    if (r.ec != std::errc() || r.ptr != q) give_up();  // nlohmann: a float
                 } else {
                     n.kind = Number::Kind::unsigned_integer;
-                    n.u = v;
+                    const auto r = std::from_chars(s, q, n.u);
+                    if (r.ec != std::errc() || r.ptr != q) give_up();
                 }
             } else if (negative) {
                 n.kind = Number::Kind::integer;
-                const auto r = std::from_chars(s, q, n.i);
-                if (r.ec != std::errc() || r.ptr != q) give_up();  // nlohmann: a float
+                n.i = -static_cast<std::int64_t>(m);
             } else {
                 n.kind = Number::Kind::unsigned_integer;
-                const auto r = std::from_chars(s, q, n.u);
-                if (r.ec != std::errc() || r.ptr != q) give_up();
+                n.u = m;
             }
+            p_ = q;
+            return n;
+        }
+        int exponent = 0;  // of 10, applied to m
+        if (*q == '.') {
+            ++q;
+            if (!is_digit(*q)) give_up();
+            do {
+                digit(*q++);
+                --exponent;
+            } while (is_digit(*q));
+        }
+        if (*q == 'e' || *q == 'E') {
+            ++q;
+            const bool minus = *q == '-';
+            if (*q == '+' || *q == '-') ++q;
+            if (!is_digit(*q)) give_up();
+            int e = 0;
+            do {
+                if (e < 100000) e = e * 10 + (*q - '0');
+                ++q;
+            } while (is_digit(*q));
+            exponent += minus ? -e : e;
+        }
+        n.kind = Number::Kind::real;
+        // Exact: a mantissa below 2^53 and a power of 10 that a double holds, one rounding.
+        static constexpr double kPow10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+                                            1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+        if (digits <= 19 && m <= (std::uint64_t{1} << 53) && exponent >= -22 && exponent <= 22) {
+            const double v = static_cast<double>(m);
+            n.d = exponent < 0 ? v / kPow10[-exponent] : v * kPow10[exponent];
+            if (negative) n.d = -n.d;
         } else {
-            n.kind = Number::Kind::real;
-            const auto r = std::from_chars(s, q, n.d, std::chars_format::general);
+            const auto r = std::from_chars(p_, q, n.d, std::chars_format::general);
             if (r.ec != std::errc() || r.ptr != q) give_up();  // beyond a double, or below its smallest
         }
         p_ = q;
@@ -515,11 +556,11 @@ private:
     };
     static Field event_field(std::string_view k) {
         switch (k.size()) {
-            case 2: return k == "op" ? kOp : kOther;
-            case 5: return k == "layer" ? kLayer : k == "start" ? kStart : k == "bytes" ? kBytes : k == "flops" ? kFlops : kOther;
-            case 6: return k == "memory" ? kMemory : k == "stream" ? kStream : kOther;
-            case 7: return k == "batches" ? kBatches : kOther;
-            case 8: return k == "duration" ? kDuration : kOther;
+            case 2: return is(k, "op") ? kOp : kOther;
+            case 5: return is(k, "layer") ? kLayer : is(k, "start") ? kStart : is(k, "bytes") ? kBytes : is(k, "flops") ? kFlops : kOther;
+            case 6: return is(k, "memory") ? kMemory : is(k, "stream") ? kStream : kOther;
+            case 7: return is(k, "batches") ? kBatches : kOther;
+            case 8: return is(k, "duration") ? kDuration : kOther;
             default: return kOther;
         }
     }
@@ -565,9 +606,9 @@ private:
                 case kBatches: batches(e); break;
                 case kStream: {
                     const std::string_view s = string();
-                    if (s == "comm")
+                    if (is(s, "comm"))
                         e.stream = Stream::comm;
-                    else if (s != "compute")
+                    else if (!is(s, "compute"))
                         give_up();
                     break;
                 }
