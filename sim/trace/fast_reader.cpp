@@ -565,12 +565,98 @@ private:
         }
     }
 
+    // An event's field's value, at its first byte.
+    void field(Field f, Event& e) {
+        switch (f) {
+            case kOp: {
+                const std::string_view op = string();
+                if (op.empty()) give_up();
+                op_.assign(op);  // interned once the event is whole
+                break;
+            }
+            case kLayer:
+                if (*p_ == 'n') {
+                    if (literal() != -1) give_up();
+                } else {
+                    if (*p_ != '-' && !is_digit(*p_)) give_up();
+                    const std::int64_t l = number().int64();
+                    if (l < 0 || l > 1'000'000'000) give_up();
+                    e.layer = static_cast<std::int32_t>(l);
+                }
+                break;
+            case kStart: e.start = amount(); break;
+            case kDuration: {
+                if (*p_ != '-' && !is_digit(*p_)) give_up();
+                e.duration = number().value();
+                if (e.duration < 0) give_up();
+                break;
+            }
+            case kMemory: e.memory = amount(); break;
+            case kBatches: batches(e); break;
+            case kStream: {
+                const std::string_view s = string();
+                if (is(s, "comm"))
+                    e.stream = Stream::comm;
+                else if (!is(s, "compute"))
+                    give_up();
+                break;
+            }
+            case kBytes: e.bytes = amount(); break;
+            case kFlops: e.flops = amount(); break;
+            case kOther: skip(5, false); break;
+        }
+    }
+
+    // Whether a token of up to kWindow / 2 bytes lies whole in the buffer from here.
+    [[nodiscard]] bool room() const { return static_cast<std::size_t>(end_ - p_) >= kWindow / 2 || eof_; }
+
+    // Takes `lit` and the whitespace after it where the text has them here.
+    template <std::size_t N>
+    bool take(const char (&lit)[N]) {
+        static_assert(N - 1 <= kPad);
+        if (std::memcmp(p_, lit, N - 1) != 0) return false;
+        p_ += N - 1;
+        while (is_ws(*p_)) ++p_;
+        return true;
+    }
+
     void event(Event& e) {
-        expect('{');
         unsigned seen = 0;
-        ws();
-        if (*p_ == '}') give_up();  // no op
+        bool after_value = false;
+        // The fields as dtsim writes them, in its order, taken as whole strings; the generic loop
+        // below for whatever is left (or differs).
+        if (take(R"({"op":)")) {
+            seen = kOp;
+            field(kOp, e);
+            after_value = true;
+            const auto next = [&](Field f, const auto& text) {
+                if (room() && take(text)) {
+                    seen |= f;
+                    field(f, e);
+                }
+            };
+            next(kLayer, R"(, "layer":)");
+            next(kStart, R"(, "start":)");
+            next(kDuration, R"(, "duration":)");
+            next(kMemory, R"(, "memory":)");
+            next(kBatches, R"(, "batches":)");
+            next(kStream, R"(, "stream":)");
+            next(kBytes, R"(, "bytes":)");
+            next(kFlops, R"(, "flops":)");
+        } else {
+            expect('{');
+            ws();
+            if (*p_ == '}') give_up();  // no op
+        }
         for (;;) {
+            if (after_value) {
+                ws();
+                if (*p_ != ',') {
+                    expect('}');
+                    break;
+                }
+                ++p_;
+            }
             ws();
             const Field f = event_field(string());
             colon();
@@ -578,51 +664,8 @@ private:
                 if (seen & f) give_up();
                 seen |= f;
             }
-            switch (f) {
-                case kOp: {
-                    const std::string_view op = string();
-                    if (op.empty()) give_up();
-                    op_.assign(op);  // interned once the event is whole
-                    break;
-                }
-                case kLayer:
-                    if (*p_ == 'n') {
-                        if (literal() != -1) give_up();
-                    } else {
-                        if (*p_ != '-' && !is_digit(*p_)) give_up();
-                        const std::int64_t l = number().int64();
-                        if (l < 0 || l > 1'000'000'000) give_up();
-                        e.layer = static_cast<std::int32_t>(l);
-                    }
-                    break;
-                case kStart: e.start = amount(); break;
-                case kDuration: {
-                    if (*p_ != '-' && !is_digit(*p_)) give_up();
-                    e.duration = number().value();
-                    if (e.duration < 0) give_up();
-                    break;
-                }
-                case kMemory: e.memory = amount(); break;
-                case kBatches: batches(e); break;
-                case kStream: {
-                    const std::string_view s = string();
-                    if (is(s, "comm"))
-                        e.stream = Stream::comm;
-                    else if (!is(s, "compute"))
-                        give_up();
-                    break;
-                }
-                case kBytes: e.bytes = amount(); break;
-                case kFlops: e.flops = amount(); break;
-                case kOther: skip(5, false); break;
-            }
-            ws();
-            if (*p_ == ',') {
-                ++p_;
-                continue;
-            }
-            expect('}');
-            break;
+            field(f, e);
+            after_value = true;
         }
         if ((seen & (kOp | kStart | kDuration | kMemory)) != (kOp | kStart | kDuration | kMemory)) give_up();
         if (!std::isfinite(e.start + e.duration)) give_up();
