@@ -408,7 +408,9 @@ private:
         }
     }
 
-    void memory_kinds(Trace& t) {
+    // A JSON array, `element` reading each of its elements from its first character.
+    template <class F>
+    [[gnu::always_inline]] void array(F&& element) {
         expect('[');
         ws();
         if (*p_ == ']') {
@@ -417,19 +419,22 @@ private:
         }
         for (;;) {
             ws();
+            element();
+            ws();
+            if (*p_ != ',') break;
+            ++p_;
+        }
+        expect(']');
+    }
+
+    void memory_kinds(Trace& t) {
+        array([&] {
             const std::string_view k = string();
             if (k.empty() || t.memory_kinds.size() >= kMaxMemoryKinds) give_up();
             for (const auto& have : t.memory_kinds)
                 if (have == k) give_up();
             t.memory_kinds.emplace_back(k);
-            ws();
-            if (*p_ == ',') {
-                ++p_;
-                continue;
-            }
-            expect(']');
-            return;
-        }
+        });
     }
 
     // The summary's "correct", where it is a boolean.
@@ -473,23 +478,7 @@ private:
     }
 
     void ranks(Trace& t) {
-        expect('[');
-        ws();
-        if (*p_ == ']') {
-            ++p_;
-            return;
-        }
-        for (;;) {
-            ws();
-            rank(t);
-            ws();
-            if (*p_ == ',') {
-                ++p_;
-                continue;
-            }
-            expect(']');
-            return;
-        }
+        array([&] { rank(t); });
     }
 
     void rank(Trace& t) {
@@ -531,23 +520,7 @@ private:
     }
 
     void events(RankTrace& r) {
-        expect('[');
-        ws();
-        if (*p_ == ']') {
-            ++p_;
-            return;
-        }
-        for (;;) {
-            ws();
-            event(r.events.emplace_back());
-            ws();
-            if (*p_ == ',') {
-                ++p_;
-                continue;
-            }
-            expect(']');
-            return;
-        }
+        array([&] { event(r.events.emplace_back()); });
     }
 
     enum Field : unsigned {
@@ -678,26 +651,12 @@ private:
     }
 
     void batches(Event& e) {
-        expect('[');
-        ws();
-        if (*p_ == ']') {
-            ++p_;
-            return;
-        }
-        for (;;) {
-            ws();
+        array([&] {
             if (*p_ != '-' && !is_digit(*p_)) give_up();
             const std::int64_t id = number().int64();
             if (id < 0) give_up();
             e.batches.insert(id);
-            ws();
-            if (*p_ == ',') {
-                ++p_;
-                continue;
-            }
-            expect(']');
-            return;
-        }
+        });
     }
 
     // The operation named op_, from the names this reader has met before.
@@ -721,28 +680,10 @@ private:
 
     // A rank's memory by kind: samples as wide as every other, times not decreasing.
     void samples(RankTrace& r) {
-        expect('[');
-        ws();
-        if (*p_ == ']') {
-            ++p_;
-            return;
-        }
         std::vector<double>& v = r.memory_by_kind;
-        for (;;) {
-            ws();
-            expect('[');
+        array([&] {
             const std::size_t start = v.size();
-            for (;;) {
-                ws();
-                v.push_back(amount());
-                ws();
-                if (*p_ == ',') {
-                    ++p_;
-                    continue;
-                }
-                expect(']');
-                break;
-            }
+            array([&] { v.push_back(amount()); });
             const std::size_t width = v.size() - start;
             if (width < 2) give_up();
             if (sample_width_ == 0)
@@ -750,14 +691,7 @@ private:
             else if (width != sample_width_)
                 give_up();
             if (start >= width && v[start] < v[start - width]) give_up();
-            ws();
-            if (*p_ == ',') {
-                ++p_;
-                continue;
-            }
-            expect(']');
-            return;
-        }
+        });
     }
 
     std::streambuf* source_;
