@@ -98,8 +98,7 @@ public:
             seen |= bit;
         };
         std::optional<bool> correct;
-        for (;;) {
-            ws();
+        members([&] {
             const std::string k = key();
             if (k == "format") {
                 once(kFormat);
@@ -136,14 +135,7 @@ public:
             } else {
                 skip(1, /*lenient=*/false);
             }
-            ws();
-            if (*p_ == ',') {
-                ++p_;
-                continue;
-            }
-            expect('}');
-            break;
-        }
+        });
         ws();
         if (p_ != end_ || !eof_) give_up();  // anything after the document
         if ((seen & (kFormat | kVersion | kRanks)) != (kFormat | kVersion | kRanks)) give_up();
@@ -427,6 +419,20 @@ private:
         expect(']');
     }
 
+    // The members of an object whose '{' is read and which is not empty: `member` reads each, its key
+    // and its value; then the '}'.
+    template <class F>
+    void members(F&& member) {
+        for (;;) {
+            ws();
+            member();
+            ws();
+            if (*p_ != ',') break;
+            ++p_;
+        }
+        expect('}');
+    }
+
     void memory_kinds(Trace& t) {
         array([&] {
             const std::string_view k = string();
@@ -451,8 +457,7 @@ private:
             ++p_;
             return correct;
         }
-        for (;;) {
-            ws();
+        members([&] {
             const bool is_correct = string() == "correct";
             colon();
             if (is_correct) {
@@ -467,14 +472,8 @@ private:
             } else {
                 skip(2, false);
             }
-            ws();
-            if (*p_ == ',') {
-                ++p_;
-                continue;
-            }
-            expect('}');
-            return correct;
-        }
+        });
+        return correct;
     }
 
     void ranks(Trace& t) {
@@ -488,8 +487,7 @@ private:
         bool rank_given = false, events_given = false, samples_given = false;
         ws();
         if (*p_ == '}') give_up();
-        for (;;) {
-            ws();
+        members([&] {
             const std::string k = key();
             if (k == "rank") {
                 if (rank_given) give_up();
@@ -507,14 +505,7 @@ private:
             } else {
                 skip(3, false);
             }
-            ws();
-            if (*p_ == ',') {
-                ++p_;
-                continue;
-            }
-            expect('}');
-            break;
-        }
+        });
         if (!rank_given || !events_given) give_up();
         r.events.shrink_to_fit();  // as the checking reader
     }
