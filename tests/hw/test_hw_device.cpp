@@ -270,18 +270,21 @@ TEST_CASE("every operation is a trace event with its stream, bytes, FLOPs and me
     CHECK(t.memory_capacity == doctest::Approx(10 * kGiB));
 }
 
-TEST_CASE("a recording world keeps each rank's memory by kind after every moment it changes") {
+TEST_CASE("a recording world keeps each rank's memory by kind: each moment's highest and what it holds after") {
     for (const bool recording : {true, false}) {
         World world(test::small_cluster(1), 1);
         world.set_recording(recording);
         world.run([&](Device& gpu) -> Task<> {
             gpu.allocate(2 * kGiB, MemoryKind::weights, ops::model_states);
-            gpu.allocate(1 * kGiB, MemoryKind::activations, ops::forward, 0);  // the same moment: one sample
+            gpu.allocate(1 * kGiB, MemoryKind::activations, ops::forward, 0);  // the same moment, higher: one sample
             gpu.compute(ops::forward, 0, 0.5);
-            gpu.allocate(1 * kGiB, MemoryKind::buffers, ops::all_reduce, 0);
-            gpu.release(1 * kGiB, MemoryKind::buffers);  // back where it was, at 0.5 s
+            gpu.allocate(1 * kGiB, MemoryKind::buffers, ops::all_reduce, 0);  // 4 GiB, the peak, for no time
+            gpu.release(1 * kGiB, MemoryKind::buffers);  // back to 3 GiB at 0.5 s: a second sample
+            gpu.allocate(0.5 * kGiB, MemoryKind::gradients, ops::backward, 0);  // 3.5: replaces the second
             gpu.compute(ops::backward, 0, 0.25);
             gpu.release(1 * kGiB, MemoryKind::activations);
+            gpu.allocate(2 * kGiB, MemoryKind::activations, ops::forward, 1);  // 4.5 at 0.75 s: one sample
+            gpu.release(2 * kGiB, MemoryKind::activations);
             co_return;
         });
         const std::vector<double>& log = world.device(0).memory_log();
@@ -290,14 +293,17 @@ TEST_CASE("a recording world keeps each rank's memory by kind after every moment
             continue;
         }
         // time, weights, gradients, optimizer, activations, buffers
-        const std::vector<double> want = {0,    2 * kGiB, 0, 0, 1 * kGiB, 0,  //
-                                          0.5,  2 * kGiB, 0, 0, 1 * kGiB, 0,  //
-                                          0.75, 2 * kGiB, 0, 0, 0,        0};
+        const std::vector<double> want = {0,    2 * kGiB, 0,          0, 1 * kGiB, 0,         //
+                                          0.5,  2 * kGiB, 0,          0, 1 * kGiB, 1 * kGiB,  //
+                                          0.5,  2 * kGiB, 0.5 * kGiB, 0, 1 * kGiB, 0,         //
+                                          0.75, 2 * kGiB, 0.5 * kGiB, 0, 2 * kGiB, 0,         //
+                                          0.75, 2 * kGiB, 0.5 * kGiB, 0, 0,        0};
         CHECK(log == want);
+        CHECK(world.device(0).memory_stats().peak.bytes == 4.5 * kGiB);  // the largest sample's sum
         const Trace t = world.take_trace();
         CHECK(t.memory_kinds == std::vector<std::string>{"weights", "gradients", "optimizer", "activations", "buffers"});
         REQUIRE(t.ranks.size() == 1);
         CHECK(t.ranks[0].memory_by_kind == want);
-        CHECK(t.memory_samples(t.ranks[0]) == 3);
+        CHECK(t.memory_samples(t.ranks[0]) == 5);
     }
 }

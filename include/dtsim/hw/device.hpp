@@ -151,8 +151,9 @@ public:
     void release(double bytes, MemoryKind kind);
     [[nodiscard]] double memory() const { return memory_.current; }
     [[nodiscard]] const MemoryStats& memory_stats() const { return memory_; }
-    // Where the world records events: the memory by kind after each change, as samples of its
-    // time (the compute clock) and the kMemoryKinds amounts (RankTrace::memory_by_kind).
+    // Where the world records events: the memory by kind, as samples of a time (the compute clock)
+    // and the kMemoryKinds amounts (RankTrace::memory_by_kind): per moment of change, what is held
+    // after it, preceded by the moment's highest where that was more.
     [[nodiscard]] const std::vector<double>& memory_log() const { return memory_log_; }
 
     // ---- collectives over a group; every member makes the same calls in the same order.

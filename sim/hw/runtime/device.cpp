@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <numeric>
 #include <span>
 #include <stdexcept>
 
@@ -93,12 +94,33 @@ void Device::log_memory() {
     if (!world_->recording()) return;
     constexpr std::size_t stride = 1 + kMemoryKinds;
     const double t = now();
-    // The changes of one moment make one sample, what is held after them.
-    if (memory_log_.empty() || memory_log_[memory_log_.size() - stride] != t) {
+    const auto& now_parts = memory_.current_by_kind;
+    const auto total_at = [&](std::size_t sample) {  // the sum of the sample starting at `sample`
+        double sum = 0;
+        for (std::size_t k = 1; k < stride; ++k) sum += memory_log_[sample + k];
+        return sum;
+    };
+    const auto append = [&] {
         memory_log_.push_back(t);
-        memory_log_.insert(memory_log_.end(), memory_.current_by_kind.begin(), memory_.current_by_kind.end());
+        memory_log_.insert(memory_log_.end(), now_parts.begin(), now_parts.end());
+    };
+    const std::size_t n = memory_log_.size();
+    if (n == 0 || memory_log_[n - stride] != t) {
+        append();
+        return;
+    }
+    // The changes of one moment keep at most two samples: the moment's highest total, then what is
+    // held after them where that is less; so the largest sum is the peak (MemoryStats::peak).
+    const double total = std::accumulate(now_parts.begin(), now_parts.end(), 0.0);
+    const bool two = n >= 2 * stride && memory_log_[n - 2 * stride] == t;
+    const std::size_t high = two ? n - 2 * stride : n - stride;
+    if (total >= total_at(high)) {
+        if (two) memory_log_.resize(n - stride);  // the new highest is also the last
+        std::copy(now_parts.begin(), now_parts.end(), memory_log_.begin() + static_cast<std::ptrdiff_t>(high + 1));
+    } else if (two) {
+        std::copy(now_parts.begin(), now_parts.end(), memory_log_.end() - kMemoryKinds);
     } else {
-        std::copy(memory_.current_by_kind.begin(), memory_.current_by_kind.end(), memory_log_.end() - kMemoryKinds);
+        append();
     }
 }
 
