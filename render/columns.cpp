@@ -4,9 +4,7 @@
 #include <cmath>
 
 namespace dtsim::render::detail {
-namespace {
 
-// The columns [first, end) that [x0, x1) touches, clipped to [0, ncols).
 std::pair<int, int> column_span(double x0, double x1, int ncols) {
     const double lo = std::clamp(std::floor(x0), 0.0, static_cast<double>(ncols));
     const double hi = std::clamp(std::ceil(x1), 0.0, static_cast<double>(ncols));
@@ -15,8 +13,6 @@ std::pair<int, int> column_span(double x0, double x1, int ncols) {
     if (end == first && x1 >= x0 && first < ncols && x0 >= 0) end = first + 1;  // a point
     return {first, end};
 }
-
-}  // namespace
 
 BusyColumns::BusyColumns(int ncols)
     : busy_(static_cast<std::size_t>(std::max(ncols, 0)), 0.0F),

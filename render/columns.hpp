@@ -6,9 +6,14 @@
 
 #include "palette.hpp"
 
+#include <utility>
 #include <vector>
 
 namespace dtsim::render::detail {
+
+// The columns [first, end) that [x0, x1) touches (pixels from the plot's left edge), clipped to
+// [0, ncols); a point inside gets its column. Any finite or infinite x is safe.
+std::pair<int, int> column_span(double x0, double x1, int ncols);
 
 class BusyColumns {
 public:

@@ -169,23 +169,25 @@ std::string note_of(const Trace& trace) {
     return it != trace.meta.end() && it->is_string() ? it->get<std::string>() : std::string();
 }
 
-// What the peak rank holds at its largest, by kind: "held at the peak: weights 14.9 GiB, ..." (or,
-// where the samples' largest differs from the events' maximum, that largest and its time). Empty
-// where the trace does not divide that rank's memory by kind.
+// What the largest sample of memory by kind holds, over all ranks (the first in rank order, then
+// time): "held at the peak: weights 14.9 GiB, ..." where it is the summary's peak, else that sample's
+// rank, total and time too (a peak inside one moment, which no event's start sees). Empty where the
+// trace does not divide memory by kind.
 std::string peak_by_kind(const Trace& trace, const Layout& l) {
     const auto& s = trace.summary;
-    if (!(s.max_memory > 0)) return {};
-    for (const auto& r : trace.ranks) {
-        if (r.rank != s.max_memory_rank) continue;
-        const auto i = largest_kind_sample(trace, r);
-        if (!i) return {};
-        const KindSample k = kind_sample(trace, r, *i);
-        if (std::fabs(k.total - s.max_memory) <= 1e-9 * s.max_memory)
-            return "held at the peak: " + kind_parts_text(trace, k, l.bytes);
-        return fmt::format("GPU {} holds the most, {}, at {}{}: {}", r.rank, format_memory(k.total, l.bytes),
-                           l.seconds ? "" : "step ", format_time(k.time, l.seconds), kind_parts_text(trace, k, l.bytes));
-    }
-    return {};
+    const RankTrace* best = nullptr;
+    KindSample most;
+    for (const auto& r : trace.ranks)
+        if (const auto i = largest_kind_sample(trace, r))
+            if (const KindSample k = kind_sample(trace, r, *i); !best || k.total > most.total) {
+                best = &r;
+                most = k;
+            }
+    if (!best || !(most.total > 0)) return {};
+    if (best->rank == s.max_memory_rank && std::fabs(most.total - s.max_memory) <= 1e-9 * s.max_memory)
+        return "held at the peak: " + kind_parts_text(trace, most, l.bytes);
+    return fmt::format("most held by kind: {} on GPU {} at {}{}: {}", format_memory(most.total, l.bytes), best->rank,
+                       l.seconds ? "" : "step ", format_time(most.time, l.seconds), kind_parts_text(trace, most, l.bytes));
 }
 
 std::string figures_line(const Trace& trace, const Layout& l) {
@@ -381,7 +383,7 @@ Census take_census(const Trace& trace, const std::vector<std::size_t>& selected)
                 trace.memory_kinds.size()));
         for (std::size_t i = 0, n = trace.memory_samples(r); i < n; ++i) {
             const KindSample k = kind_sample(trace, r, i);
-            bool finite = std::isfinite(k.time) && std::isfinite(k.total);
+            bool finite = std::isfinite(k.time) && k.time >= 0 && std::isfinite(k.total);
             for (std::size_t j = 0; j < trace.memory_kinds.size(); ++j) finite = finite && k.parts[j] >= 0;
             if (!finite)
                 throw std::invalid_argument(fmt::format(

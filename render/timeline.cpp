@@ -538,10 +538,8 @@ void draw_memory_stack(cairo_t* cr, const Layout& l, const Row& row, const Trace
         const KindSample s = kind_sample(trace, r, i);
         const double t1 = i + 1 < n ? kind_sample(trace, r, i + 1).time : std::max(end, s.time);
         if (!(s.total > 0)) continue;
-        const double x0 = l.x_of(s.time) - l.plot_x0, x1 = l.x_of(t1) - l.plot_x0;
-        if (x0 >= ncols || x1 < 0) continue;  // beyond the plot (a trace whose samples outlast its events)
-        const int c0 = std::clamp(static_cast<int>(std::floor(x0)), 0, ncols - 1);
-        const int c1 = std::clamp(static_cast<int>(std::ceil(x1)), c0 + 1, ncols);
+        // (Samples beyond the events' span, which a trace may have, are clipped to the plot.)
+        const auto [c0, c1] = column_span(l.x_of(s.time) - l.plot_x0, l.x_of(t1) - l.plot_x0, ncols);
         for (int c = c0; c < c1; ++c)
             if (best[static_cast<std::size_t>(c)] < 0 || s.total > most[static_cast<std::size_t>(c)]) {
                 best[static_cast<std::size_t>(c)] = static_cast<std::int64_t>(i);

@@ -5,7 +5,9 @@
 // inf or nan.
 #include "dtsim/render.hpp"
 #include "layout.hpp"
+#include "render_helpers.hpp"
 #include "sample_traces.hpp"
+#include "svg_reader.hpp"
 #include "units.hpp"
 
 #include <doctest/doctest.h>
@@ -168,6 +170,43 @@ TEST_CASE("the comparison chart bounds its axes for huge figures and refuses one
     CHECK_THROWS_WITH_AS(write_compare_chart({bad}, path.string(), "extremes"),
                          "cannot draw the comparison: the step time of \"bad\" is not finite (inf)",
                          std::invalid_argument);
+}
+
+}  // namespace dtsim::render
+
+namespace dtsim::render {
+
+TEST_CASE("memory by kind far beyond the events, or impossible, is clipped or refused, not drawn out of bounds") {
+    // Events over 2 s; samples at 0 and at 1e7 s and 1e300 s, which a trace may hold (only their order
+    // and signs are checked): the first holds over the whole plot, the later ones lie beyond it.
+    Trace t = trace_of({{0, 1}, {1, 1}});
+    t.memory_kinds = {"weights", "activations"};
+    const double G = 1 << 30;
+    t.ranks[0].memory_by_kind = {0, 1 * G, 1 * G, 1e7, 3 * G, 0, 1e300, 1 * G, 0};
+    check_bounded(t);
+    CHECK(render_all(t) < 200000);
+    const detail::Layout l = detail::make_layout(t, {});
+    REQUIRE(l.rows.size() == 1);
+    CHECK(l.rows[0].by_kind);
+    // The first sample's weights fill the lane's whole width.
+    const auto paths = testing::read_paths(testing::render_svg(t));
+    double covered = 0;
+    for (const auto& r : testing::rects_of(paths, l.rows[0].memory, detail::memory_kind_colour("weights", 0)))
+        covered += r.width();
+    CHECK(testing::near(covered, l.plot_x1 - l.plot_x0, 1.0));
+    // The largest sample (3 GiB at 1e7 s) is past the events' peak (2 GiB): the figures line says so.
+    REQUIRE(l.header.size() >= 2);
+    CHECK(l.header[1].text.find("most held by kind: 3 GiB on GPU 0 at") != std::string::npos);
+    // A negative time or amount, or a sample that is not whole, is refused.
+    Trace bad = t;
+    bad.ranks[0].memory_by_kind[0] = -1;
+    CHECK_THROWS_WITH_AS(detail::make_layout(bad, {}), doctest::Contains("rank 0, memory sample 0"), std::invalid_argument);
+    bad = t;
+    bad.ranks[0].memory_by_kind[1] = -1;
+    CHECK_THROWS_AS(detail::make_layout(bad, {}), std::invalid_argument);
+    bad = t;
+    bad.ranks[0].memory_by_kind.push_back(0);
+    CHECK_THROWS_WITH_AS(detail::make_layout(bad, {}), doctest::Contains("not whole samples"), std::invalid_argument);
 }
 
 }  // namespace dtsim::render
