@@ -219,6 +219,28 @@ TEST_CASE("the fast path gives up where the checking reader must decide, and rea
     CHECK(t.event_count() > 20000);
 }
 
+TEST_CASE("a token longer than the fast path's window, across its blocks, is given up on, and read as the checking reader reads it") {
+    // An operation name, a number and a run of spaces of 70,000 characters each, after 1 MiB of events:
+    // each lies across the first block's end, longer than the 64 KiB every other token fits in.
+    const std::string head = R"({"format": "dtsim-trace", "version": 1, "ranks": [{"rank": 0, "events": [)";
+    std::string events;
+    for (int i = 0; events.size() < (1u << 20) - 40000; ++i)
+        events += R"({"op": "o", "start": )" + std::to_string(i) + R"(, "duration": 1, "memory": 0}, )";
+    const std::string tail = "]}]}";
+    for (const std::string& text :
+         {head + events + R"({"op": ")" + std::string(70000, 'n') + R"(", "start": 0, "duration": 1, "memory": 0})" + tail,
+          head + events + R"({"op": "o", "start": 0, "duration": 1, "memory": 0.)" + std::string(70000, '0') + "1}" + tail,
+          head + events + R"({"op": "o", "start": 0, "duration": 1, "memory": 1)" + std::string(70000, '0') + "}" + tail,
+          head + events + R"({"op": "o", "start": 0, "duration":)" + std::string(70000, ' ') + "1, \"memory\": 0}" + tail}) {
+        CAPTURE(text.size());
+        const std::string want = sax_outcome(text);
+        CHECK(public_outcome(text) == want);
+        std::istringstream in(text);
+        Trace t;
+        if (detail::read_trace_fast(in, t, kMax)) CHECK("trace " + to_json(t) == want);  // read whole, or given up
+    }
+}
+
 namespace {
 
 // Deterministic mutations of a trace's text: bytes flipped, deleted, inserted; keys given twice;
