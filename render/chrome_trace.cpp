@@ -146,7 +146,7 @@ void check_numbers(const Trace& trace, double us) {
     const std::size_t stride = 1 + trace.memory_kinds.size();
     for (const auto& r : trace.ranks)
         if (!trace.memory_kinds.empty()) {
-            if (r.memory_by_kind.size() % stride != 0)
+            if (!trace.whole_memory_samples(r))
                 throw std::invalid_argument(fmt::format(
                     "the Chrome trace cannot hold rank {}'s memory by kind: it is not whole samples of a time and {} amounts",
                     r.rank, trace.memory_kinds.size()));

@@ -377,7 +377,7 @@ Census take_census(const Trace& trace, const std::vector<std::size_t>& selected)
             if (first || e.memory > c.max_memory) c.max_memory = e.memory;
             first = false;
         }
-        if (!trace.memory_kinds.empty() && r.memory_by_kind.size() % (1 + trace.memory_kinds.size()) != 0)
+        if (!trace.whole_memory_samples(r))
             throw std::invalid_argument(fmt::format(
                 "cannot draw the trace: rank {}'s memory by kind is not whole samples of a time and {} amounts", r.rank,
                 trace.memory_kinds.size()));
@@ -539,7 +539,7 @@ std::size_t make_rows(Layout& l, const Trace& trace, const std::vector<std::size
 // The memory axis of rows stacked by kind: 0 and one or two round values up to the scale, in the
 // largest binary unit the scale reaches (memory in bytes) or in the trace's units.
 void set_memory_ticks(Layout& l) {
-    if (std::none_of(l.rows.begin(), l.rows.end(), [](const Row& r) { return r.by_kind; })) return;
+    if (!any_stacked(l)) return;
     l.memory_tick_unit_size = 1;
     l.memory_tick_unit = l.bytes ? "B" : "units";
     if (l.bytes) {
@@ -621,7 +621,7 @@ double place_horizontally(Layout& l, const RowSizes& z, const Census& c, const O
 std::string explanation(const Layout& l, const Trace& trace, const std::vector<std::size_t>& selected,
                         std::size_t group, bool explicit_ranks, const Census& c) {
     std::string explain;
-    const bool stacked = std::any_of(l.rows.begin(), l.rows.end(), [](const Row& r) { return r.by_kind; });
+    const bool stacked = any_stacked(l);
     if (c.has_class[static_cast<std::size_t>(BoxClass::train)] && !l.overview)
         explain = "Each row is one GPU over the whole run: its training steps, checkpoint writes, failures and "
                   "restarts along time (a restart and a failure are drawn at least 2 pixels wide however short, "
@@ -766,7 +766,7 @@ double add_legend(Layout& l, const Trace& trace, const Census& c, const TextMeas
     if (std::any_of(l.rows.begin(), l.rows.end(), [](const Row& r) { return !r.blocked.empty(); }))
         place({LegendEntry::Kind::blocked, BoxClass::other, "blocked here (deadlock): what the GPU waits for"},
               l.legend_swatch * 0.8);
-    const bool stacked = std::any_of(l.rows.begin(), l.rows.end(), [](const Row& r) { return r.by_kind; });
+    const bool stacked = any_stacked(l);
     if (l.memory_scale > 0 && std::any_of(l.rows.begin(), l.rows.end(), [](const Row& r) { return !r.by_kind; }))
         place({LegendEntry::Kind::memory, BoxClass::other, "memory in use"}, l.legend_swatch);
     if (stacked) {
@@ -886,6 +886,14 @@ void add_zoom(Layout& l, const Trace& trace, const RowSizes& z, double plot_w) {
 }
 
 }  // namespace
+
+bool any_stacked(const Layout& l) {
+    return std::any_of(l.rows.begin(), l.rows.end(), [](const Row& r) { return r.by_kind; });
+}
+
+bool shows_memory_axis(const Layout& l, const Row& row) {
+    return row.by_kind && row.memory.h >= 30 && !l.memory_ticks.empty();
+}
 
 std::string memory_tick_label(const Layout& l, double value) {
     return format_number(std::round(value / l.memory_tick_unit_size * 100) / 100);

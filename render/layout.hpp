@@ -119,6 +119,11 @@ Layout make_layout(const Trace& trace, const Options& options);
 // first line naming a rank wins.
 std::vector<std::pair<int, std::string>> blocked_ranks(const Trace& trace);
 
+// Whether some row stacks its memory by kind (Row::by_kind).
+bool any_stacked(const Layout& l);
+// Whether `row`'s memory lane shows the memory axis: stacked by kind, and tall enough for its ticks.
+bool shows_memory_axis(const Layout& l, const Row& row);
+
 // The memory axis of rows stacked by kind: a tick's number ("40") and the axis title ("memory, GiB").
 inline constexpr double kMemoryTickFont = 8;
 std::string memory_tick_label(const Layout& l, double value);

@@ -583,7 +583,7 @@ void draw_memory_stack(cairo_t* cr, const Layout& l, const Row& row, const Trace
         }
     }
     // The axis: a faint line at each tick above 0, its number at the left, and the title.
-    if (lane.h >= 30 && !l.memory_ticks.empty()) {
+    if (shows_memory_axis(l, row)) {
         const double ticks_right = l.plot_x0 - 4;
         double ticks_w = 0;
         for (double v : l.memory_ticks) {
@@ -688,7 +688,7 @@ void draw_row(cairo_t* cr, const Layout& l, const Row& row, const Trace& trace) 
     }
     if (!row.blocked.empty()) draw_blocked(cr, l, row);
     if (row.memory.present()) {
-        if (row.memory.h >= 14 && !(row.by_kind && row.memory.h >= 30 && !l.memory_ticks.empty()))
+        if (row.memory.h >= 14 && !shows_memory_axis(l, row))
             draw_text(cr, "memory", l.plot_x0 - 10, text_baseline(row.memory, 9), 9, colours::faint_text,
                       Align::right);
         draw_memory(cr, l, row, trace);

@@ -102,6 +102,11 @@ struct Trace {
     [[nodiscard]] std::size_t memory_samples(const RankTrace& r) const {
         return memory_kinds.empty() ? 0 : r.memory_by_kind.size() / (1 + memory_kinds.size());
     }
+    // Whether `r`'s memory_by_kind is whole samples (always, where the trace names no kinds: then
+    // it is not read).
+    [[nodiscard]] bool whole_memory_samples(const RankTrace& r) const {
+        return memory_kinds.empty() || r.memory_by_kind.size() % (1 + memory_kinds.size()) == 0;
+    }
 };
 
 // Timesteps, makespan and maximum memory (first in rank order, then event order)

@@ -32,7 +32,6 @@ struct GiveUp {};
 
 [[noreturn]] void give_up() { throw GiveUp{}; }
 
-constexpr std::size_t kMaxMemoryKinds = 64;  // as the checking reader
 constexpr int kMaxSkipDepth = 64;           // below the checking reader's 256
 
 // A number as nlohmann reads it: an integer (no '.', 'e' or 'E'), negative or not, or a float.

@@ -8,11 +8,15 @@
 
 #include "dtsim/trace.hpp"
 
+#include <cstddef>
 #include <cstdint>
 #include <iosfwd>
 #include <string>
 
 namespace dtsim::detail {
+
+// The most memory kinds a trace may name (docs/trace-format.md); both readers hold to it.
+inline constexpr std::size_t kMaxMemoryKinds = 64;
 
 // Reads a trace from `in`'s current position to its end into `out` (a default Trace) and returns
 // true, or returns false where the input is not in the subset it reads (then `out` and the

@@ -157,7 +157,7 @@ void write_trace_json(const Trace& trace, std::ostream& os) {
         }
         out += ']';
         if (!trace.memory_kinds.empty() && !r.memory_by_kind.empty()) {
-            if (r.memory_by_kind.size() % stride != 0)
+            if (!trace.whole_memory_samples(r))
                 throw std::logic_error("write_trace_json: a rank's memory_by_kind is not whole samples");
             out += ",\n \"memory_by_kind\": [";
             for (std::size_t j = 0; j < r.memory_by_kind.size(); j += stride) {
@@ -186,8 +186,6 @@ void write_trace_file(const Trace& trace, const std::string& path) {
 }
 
 namespace {
-
-constexpr std::size_t kMaxMemoryKinds = 64;
 
 // A value of the document kept until its object is complete, so that an event's fields are checked
 // in one order whatever order the file gives them in; an array or object only by its kind.
@@ -451,8 +449,8 @@ private:
                 if (tmp_.kind != Scalar::Kind::string || tmp_.s.empty()) expected(p, "a kind's name", tmp_);
                 if (std::find(t_.memory_kinds.begin(), t_.memory_kinds.end(), tmp_.s) != t_.memory_kinds.end())
                     fail(p(), fmt::format("the kind \"{}\" is named twice", json_reader::shorten(tmp_.s)));
-                if (t_.memory_kinds.size() >= kMaxMemoryKinds)
-                    fail(p(), fmt::format("more than {} memory kinds", kMaxMemoryKinds));
+                if (t_.memory_kinds.size() >= detail::kMaxMemoryKinds)
+                    fail(p(), fmt::format("more than {} memory kinds", detail::kMaxMemoryKinds));
                 t_.memory_kinds.push_back(tmp_.s);
                 break;
             }

@@ -501,7 +501,7 @@ std::vector<std::string> prediction_caveats(const Config& c, const Workload& wor
     if (s.tp > 1 && s.tp_comm_overlap)
         out.push_back("tensor-parallel collectives overlapped with their GEMMs at no cost (no contention, no SMs "
                       "taken by the communication kernels): not measured at kernel level; published runs with this "
-                      "overlap ran 10-36 % slower than predicted");
+                      "overlap ran slower than predicted (docs/calibration.md)");
     else if (s.tp > 1 && s.name != "fsdp")
         out.push_back(std::string("the backward's tensor-parallel ") + (s.sequence_parallel ? "reduce-scatters" : "all-reduces") +
                       " block the compute stream; Megatron-LM runs them beside the weight-gradient GEMM" +
