@@ -3,6 +3,7 @@
 // per layer, a small 3D run, and the eight puzzle strategies in seconds and bytes.
 #include "dtsim/hw/puzzle_costs.hpp"
 #include "dtsim/hw/steps.hpp"
+#include "dtsim/hw/strategies.hpp"
 #include "dtsim/hw/run.hpp"
 #include "dtsim/puzzle/registry.hpp"
 #include "fixtures.hpp"
@@ -118,8 +119,9 @@ TEST_CASE("Megatron tensor parallelism: two all-reduces forward and two backward
     json doc{{"cluster", realistic_cluster(1)},
              {"model", small_model(4)},
              {"training", {{"global_batch", 6}, {"micro_batch", 1}}},
-             {"strategy", {{"name", "megatron"}, {"tp", 4}, {"dp", 2}}}};
-    // Events of rank 0 by name; the data-parallel gradient buckets run on the comm stream.
+             {"strategy", {{"name", "megatron"}, {"tp", 4}, {"dp", 2}, {"tp_async_backward", false}}}};
+    // Events of rank 0 by name; the data-parallel gradient buckets run on the comm stream, and so
+    // do the backward's tensor-parallel collectives beside the first linear's GEMMs (by default).
     auto count = [](const Trace& t) {
         std::map<std::string, int> n;
         for (const auto& e : t.ranks[0].events)
@@ -131,9 +133,19 @@ TEST_CASE("Megatron tensor parallelism: two all-reduces forward and two backward
     auto n = count(t);
     const int microbatches = 3, layers = 4;
     CHECK(n["all_reduce"] == 4 * layers * microbatches);
-    CHECK(n["all_reduce (comm)"] > 1);  // DDP-style buckets over the data-parallel pair
+    const int buckets = n["all_reduce (comm)"];
+    CHECK(buckets > 1);  // DDP-style buckets over the data-parallel pair
     CHECK(n["forward"] == 2 * layers * microbatches);
     CHECK(n["backward"] == 2 * layers * microbatches);
+    // Megatron-LM's default: the backward's all-reduces beside the weight-gradient GEMMs, each
+    // backward block in two parts (the rest, then the weight-gradient GEMM beside the all-reduce).
+    doc["strategy"].erase("tp_async_backward");
+    run(doc, true, &t);
+    n = count(t);
+    CHECK(n["all_reduce"] == 2 * layers * microbatches);
+    CHECK(n["all_reduce (comm)"] == 2 * layers * microbatches + buckets);
+    CHECK(n["backward"] == 4 * layers * microbatches);
+    doc["strategy"]["tp_async_backward"] = false;
     // Full recompute re-runs the forward, its all-reduces included.
     doc["strategy"]["recompute"] = "full";
     run(doc, true, &t);
@@ -147,6 +159,15 @@ TEST_CASE("Megatron tensor parallelism: two all-reduces forward and two backward
     n = count(t);
     CHECK(n["all_gather"] == 4 * layers * microbatches);
     CHECK(n["reduce_scatter"] == 4 * layers * microbatches);
+    // By default the backward gathers each block's input again and reduce-scatters its input
+    // gradient beside the first linear's GEMMs: 6 all-gathers and 4 reduce-scatters per layer.
+    doc["strategy"].erase("tp_async_backward");
+    run(doc, true, &t);
+    n = count(t);
+    CHECK(n["all_gather"] == 4 * layers * microbatches);
+    CHECK(n["all_gather (comm)"] == 2 * layers * microbatches);
+    CHECK(n["reduce_scatter"] == 2 * layers * microbatches);
+    CHECK(n["reduce_scatter (comm)"] == 2 * layers * microbatches);
 }
 
 TEST_CASE("a 3D run (dp x tp x pp) with tied embeddings finishes and accounts for its time") {
@@ -357,7 +378,8 @@ TEST_CASE("tensor-parallel communication overlap: each block's gather and scatte
     json doc{{"cluster", realistic_cluster(1)},
              {"model", {{"name", "big"}, {"layers", 2}, {"hidden", 8192}, {"heads", 64}, {"seq", 4096}, {"vocab", 0}}},
              {"training", {{"global_batch", 1}, {"micro_batch", 1}}},
-             {"strategy", {{"name", "megatron"}, {"tp", 8}, {"dp", 1}, {"sequence_parallel", true}}}};
+             {"strategy", {{"name", "megatron"}, {"tp", 8}, {"dp", 1}, {"sequence_parallel", true},
+                           {"tp_async_backward", false}}}};  // the same collectives as the overlap
     Trace plain_trace, overlap_trace;
     const RunReport plain = run(doc, true, &plain_trace);
     doc["strategy"]["tp_comm_overlap"] = true;
@@ -393,6 +415,79 @@ TEST_CASE("tensor-parallel communication overlap: each block's gather and scatte
     doc["strategy"]["sequence_parallel"] = false;
     CHECK_THROWS_WITH_AS(parse_config(doc, "t.json"), doctest::Contains("it needs \"tp\" > 1 and \"sequence_parallel\": true"),
                          ConfigError);
+}
+
+// Megatron-LM's backward without --tp-comm-overlap (StrategyConfig::tp_async_backward): the block's
+// first linear starts the input gradient's all-reduce (reduce-scatter with sequence parallelism)
+// before its weight-gradient GEMM, and with sequence parallelism gathers its input again beside
+// its input-gradient GEMM. By hand, per backward block of work w, first linear g, collectives
+// AR, AG, RS (their times alone on the links): blocking, w + AR (w + AG + RS with sequence
+// parallelism); asynchronous, w - g + max(g, AR) (AG + w - 2g + max(g, AG) + max(g, RS)).
+TEST_CASE("Megatron's backward: the input gradient's collective beside the first linear's weight-gradient GEMM") {
+    for (const bool seq : {false, true}) {
+        CAPTURE(seq);
+        json doc{{"cluster", realistic_cluster(1)},
+                 {"model", small_model(2)},
+                 {"training", {{"global_batch", 1}, {"micro_batch", 1}}},
+                 {"strategy", {{"name", "megatron"}, {"tp", 8}, {"dp", 1}, {"sequence_parallel", seq},
+                               {"tp_async_backward", false}}}};
+        Trace blocking_trace, async_trace;
+        const RunReport blocking = run(doc, true, &blocking_trace);
+        doc["strategy"].erase("tp_async_backward");  // the default for Megatron's strategies: on
+        const RunReport async = run(doc, true, &async_trace);
+        const Config c = parse_config(doc, "t.json");
+        const Workload w = make_workload(c.model.spec, layer_split(c), c.cluster.gpu);
+        // The collectives' times, from the blocking run's backward (each alone on the links).
+        double ar = 0, ag = 0, rs = 0;
+        for (const auto& e : blocking_trace.ranks[0].events) {
+            if (e.layer != 1) continue;
+            const std::string_view op = e.op.name();
+            if (op == "all_reduce") ar = e.duration;
+            if (op == "all_gather") ag = e.duration;
+            if (op == "reduce_scatter") rs = e.duration;
+        }
+        double saved = 0;
+        for (const double g : {w.layer.attention_first_linear, w.layer.mlp_first_linear}) {
+            REQUIRE(g > 0);
+            saved += seq ? rs + 2 * g - std::max(g, ag) - std::max(g, rs) : std::min(ar, g);
+        }
+        REQUIRE((seq ? ag * rs : ar) > 0);
+        CHECK(blocking.step_time - async.step_time == doctest::Approx(2 * saved).epsilon(1e-9));  // 2 layers
+        // The same collectives' bytes but for the sequence-parallel input's second gather.
+        auto count = [](const Trace& t, std::string_view op) {
+            int n = 0;
+            for (const auto& e : t.ranks[0].events) n += e.op.name() == op && e.layer >= 0;
+            return n;
+        };
+        CHECK(count(async_trace, "all_reduce") == count(blocking_trace, "all_reduce"));
+        CHECK(count(async_trace, "reduce_scatter") == count(blocking_trace, "reduce_scatter"));
+        CHECK(count(async_trace, "all_gather") == count(blocking_trace, "all_gather") + (seq ? 4 : 0));
+        // Layer 0's last backward block (attention), as it ends: the weight-gradient GEMM starts
+        // with the collective, and the block ends with the later of the two.
+        Event reduce, wgrad;
+        for (const auto& e : async_trace.ranks[0].events) {
+            if (e.layer != 0) continue;
+            if (e.stream == Stream::comm && e.start >= reduce.start) reduce = e;
+            if (e.stream == Stream::compute && e.start >= wgrad.start) wgrad = e;
+        }
+        CHECK(reduce.op.name() == std::string_view(seq ? "reduce_scatter" : "all_reduce"));
+        CHECK(reduce.stream == Stream::comm);
+        CHECK(wgrad.op.name() == std::string_view("backward"));
+        CHECK(wgrad.start == doctest::Approx(reduce.start));
+        CHECK(wgrad.duration == doctest::Approx(w.layer.attention_first_linear));
+    }
+    // torchtitan's tensor parallelism (fsdp) blocks by default; given, the key is taken.
+    json fsdp{{"cluster", realistic_cluster(1)},
+              {"model", small_model(2)},
+              {"training", {{"global_batch", 2}, {"micro_batch", 1}}},
+              {"strategy", {{"name", "fsdp"}, {"tp", 4}, {"dp", 2}}}};
+    CHECK_FALSE(tp_async_backward(parse_config(fsdp, "t.json").strategy));
+    fsdp["strategy"]["tp_async_backward"] = true;
+    CHECK(tp_async_backward(parse_config(fsdp, "t.json").strategy));
+    json zero3 = pipeline("1f1b", 2, 4);
+    CHECK(tp_async_backward(parse_config(zero3, "t.json").strategy));
+    zero3["strategy"]["zero_stage"] = 3;
+    CHECK_FALSE(tp_async_backward(parse_config(zero3, "t.json").strategy));
 }
 
 TEST_CASE("float8 linears: the linears' GEMMs at the fp8 rate, the attention core at the model's") {

@@ -82,6 +82,15 @@ struct StrategyConfig {
     // With "fsdp" it stands for torchtitan's AsyncTP (enable_async_tensor_parallel), which
     // decomposes the same all-gather + GEMM and GEMM + reduce-scatter pairs (symmetric memory).
     bool tp_comm_overlap = false;
+    // Megatron-LM's asynchronous tensor-parallel backward (without tp_comm_overlap): a block's
+    // first linear (QKV, fc1) starts the all-reduce of its input gradient, or with sequence
+    // parallelism its reduce-scatter, before its weight-gradient GEMM and waits for it after; with
+    // sequence parallelism it first gathers its sharded input again, beside its input-gradient
+    // GEMM (LinearWithGradAccumulationAndAsyncCommunication in Megatron-LM's tensor_parallel/
+    // layers.py; async_backward_block in steps.cpp). Not given: on for Megatron's strategies, off
+    // for PyTorch's tensor parallelism ("fsdp", and ZeRO-3 inside pipeline stages), whose backward
+    // blocks on these collectives (tp_async_backward in strategies.hpp resolves it).
+    std::optional<bool> tp_async_backward;
     // torch.compile of each transformer block (torchtitan's training.compile): Inductor's fused
     // kernels for the memory-bound work and its choice of what to keep (LayerSplit::compiled).
     bool compile = false;

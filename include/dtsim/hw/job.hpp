@@ -60,6 +60,9 @@ struct Job {
     // The output layer has weights of its own: untied, or tied but on another rank.
     bool separate_output = false;
     const PipelinePlan* plan = nullptr;  // schedule-driven pipelines only
+    // The backward's tensor-parallel collectives beside the first linear's GEMMs (tp_async_backward
+    // in strategies.hpp, resolved once for the job).
+    bool tp_async_backward = false;
     // Hybrid sharding (FSDP HYBRID_SHARD): ZeRO inside shard_group (the node),
     // gradients all-reduced across replica_group; null otherwise.
     Group* shard_group = nullptr;

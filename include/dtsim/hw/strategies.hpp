@@ -79,5 +79,10 @@ std::span<const StrategyInfo> hw_strategies();
 const StrategyInfo* find_hw_strategy(std::string_view name);
 // Strategies that run a pipeline schedule from dtsim::sched.
 bool is_scheduled_pipeline(std::string_view name);
+// Whether the backward's tensor-parallel collectives run as Megatron-LM runs them, beside the
+// first linear's GEMMs (StrategyConfig::tp_async_backward): as given, or else for every strategy
+// but PyTorch's own ("fsdp") and ZeRO-3 inside pipeline stages (torchtitan's 3D), whose tensor
+// parallelism is DTensor's, blocking in the backward.
+bool tp_async_backward(const StrategyConfig& s);
 
 }  // namespace dtsim::hw

@@ -45,6 +45,11 @@ struct LayerWork {
     // sum of the chunks' times, and what the splitting adds to a block over whole GEMMs.
     double attention_first_gemm = 0, attention_last_gemm = 0, mlp_first_gemm = 0, mlp_last_gemm = 0;
     double attention_chunking = 0, mlp_chunking = 0;
+    // The first linear of each block (QKV; fc1, with the gate for SwiGLU) as one whole GEMM: its
+    // input- and its weight-gradient GEMM in the backward are each priced so (the backward Work
+    // above holds both). Megatron's backward runs its tensor-parallel collectives beside them
+    // (StrategyConfig::tp_async_backward). Zero without tensor parallelism.
+    double attention_first_linear = 0, mlp_first_linear = 0;
     // Context parallelism (LayerSplit::cp): the attention core as cp ring steps. Each step runs
     // the fused kernel on the GPU's seq/cp queries against one rank's seq/cp keys and values
     // (the balanced causal split gives every step the work of a causal call on seq/cp tokens),

@@ -384,7 +384,7 @@ void from_json(const Node& n, TrainingConfig& t) {
 void from_json(const Node& n, StrategyConfig& s) {
     n.keys({"name", "dp", "tp", "pp", "cp", "cp_comm", "microbatches", "zero_stage", "bucket_MiB", "first_bucket_MiB", "overlap",
             "prefetch", "recompute", "sequence_parallel", "flash_attention", "attention_kernel", "algorithm", "puzzle",
-            "chunks", "microbatch_group", "schedule_file", "sharding", "grad_dtype", "optimizer_dtype", "distributed_optimizer", "overlap_param_gather", "cross_entropy", "tp_comm_overlap", "compile", "fp8", "recompute_every", "recompute_num_layers",
+            "chunks", "microbatch_group", "schedule_file", "sharding", "grad_dtype", "optimizer_dtype", "distributed_optimizer", "overlap_param_gather", "cross_entropy", "tp_comm_overlap", "tp_async_backward", "compile", "fp8", "recompute_every", "recompute_num_layers",
             "stage_layers", "first_stage_layers", "last_stage_layers"});
     s.name = n["name"].choice(strategy_names());
     if (n.has("dp")) s.dp = n["dp"].integer(1);
@@ -420,6 +420,7 @@ void from_json(const Node& n, StrategyConfig& s) {
     if (n.has("recompute_num_layers")) s.recompute_num_layers = n["recompute_num_layers"].integer(1);
     if (n.has("sequence_parallel")) s.sequence_parallel = n["sequence_parallel"].boolean();
     if (n.has("tp_comm_overlap")) s.tp_comm_overlap = n["tp_comm_overlap"].boolean();
+    if (n.has("tp_async_backward")) s.tp_async_backward = n["tp_async_backward"].boolean();
     if (n.has("compile")) s.compile = n["compile"].boolean();
     if (n.has("flash_attention")) s.flash_attention = n["flash_attention"].boolean();
     if (n.has("attention_kernel")) s.attention_kernel = n["attention_kernel"].choice({"flash2", "cudnn"});

@@ -146,6 +146,8 @@ Workload make_workload(const TransformerSpec& model, const LayerSplit& s, const 
         L.mlp_last_gemm = k * gpu.gemm_seconds(split, h, ffn / t, ld);
         L.attention_chunking = std::max(0.0, L.attention_first_gemm + L.attention_last_gemm - qkv - proj);
         L.mlp_chunking = std::max(0.0, L.mlp_first_gemm + L.mlp_last_gemm - fc1 - fc2);
+        L.attention_first_linear = qkv;
+        L.mlp_first_linear = fc1;
     }
     if (s.cp > 1) {
         L.cp_core_forward = core_step;

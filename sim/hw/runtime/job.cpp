@@ -1,4 +1,5 @@
 #include "dtsim/hw/job.hpp"
+#include "dtsim/hw/strategies.hpp"
 #include "dtsim/hw/world.hpp"
 
 #include <fmt/format.h>
@@ -96,6 +97,7 @@ std::vector<Job> make_jobs(World& world, const Config& config, const Workload& w
     const int embedding_rank = plan ? plan->owner.front() : 0;
     const int logits_rank = plan ? plan->owner.back() : pp - 1;
     const bool separate_output = !work.model.tied_embeddings || embedding_rank != logits_rank;
+    const bool async_backward = tp_async_backward(config.strategy);
     for (int s = 0; s < pp; ++s)
         for (int d = 0; d < sim_dp; ++d)
             for (int c = 0; c < cp; ++c)
@@ -124,6 +126,7 @@ std::vector<Job> make_jobs(World& world, const Config& config, const Workload& w
                 j.logits_here = s == logits_rank;
                 j.separate_output = separate_output;
                 j.plan = plan;
+                j.tp_async_backward = async_backward;
             }
     // Group names say cp only where there is context parallelism.
     const auto cp_name = [&](int c) { return cp > 1 ? fmt::format(", cp {}", c) : std::string(); };

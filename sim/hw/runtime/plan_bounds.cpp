@@ -156,8 +156,9 @@ double activations_bound(const Config& c, const Workload& w, const sched::Schedu
 // loss forward and backward (with one stage, the embedding's too); the tensor-parallel collectives
 // of every block (attention, MLP) of those that block the compute stream (tp > 1 without
 // tp_comm_overlap: an all-reduce after each, or with sequence parallelism an all-gather before and
-// a reduce-scatter after; forward, backward, and a full recompute's forward), each at least its
-// cost on idle links; with one stage, the vocabulary-parallel embedding's all-reduce of each
+// a reduce-scatter after; forward, backward, and a full recompute's forward; in a backward with
+// tp_async_backward only the sequence-parallel all-gather before it), each at least its cost on
+// idle links; with one stage, the vocabulary-parallel embedding's all-reduce of each
 // microbatch; its optimizer step (memory-bound: Adam's bytes per parameter of its share); and
 // after that step, with the distributed optimizer (ZeRO-1, 2) and no layer-wise gathering, the
 // blocking all-gather of its parameters. For 1F1B, GPipe and interleaved pipelines also the
@@ -187,16 +188,19 @@ double step_time_bound(const Config& c, const Workload& w) {
     const double layers = pipeline_rank_layers(c)[static_cast<std::size_t>(critical)];
     const double m = c.microbatches();
 
-    // Blocking tensor-parallel collectives of one block (attention or MLP).
-    double tp_block = 0;
+    // Blocking tensor-parallel collectives of one forward block (attention or MLP) and of one
+    // backward block: with tp_async_backward only the sequence-parallel gradient's all-gather
+    // before it (its re-gather and reduce-scatter, or its all-reduce, run beside GEMMs).
+    double tp_forward = 0, tp_backward = 0;
     if (s.tp > 1 && !(s.sequence_parallel && s.tp_comm_overlap)) {
         const std::vector<int> tp = group_gpus(s, critical, false);
-        tp_block = s.sequence_parallel ? idle_cost(c, Collective::all_gather, l.tp_bytes, tp) +
-                                             idle_cost(c, Collective::reduce_scatter, l.tp_bytes, tp)
-                                       : idle_cost(c, Collective::all_reduce, l.tp_bytes, tp);
+        const double gather = s.sequence_parallel ? idle_cost(c, Collective::all_gather, l.tp_bytes, tp) : 0;
+        tp_forward = s.sequence_parallel ? gather + idle_cost(c, Collective::reduce_scatter, l.tp_bytes, tp)
+                                         : idle_cost(c, Collective::all_reduce, l.tp_bytes, tp);
+        tp_backward = tp_async_backward(s) ? gather : tp_forward;
     }
-    const double blocks_per_layer = 4 + (l.recompute == Recompute::full ? 2 : 0);
-    const double per_layer = layer_time(l) + blocks_per_layer * tp_block;
+    const double forward_blocks = 2 + (l.recompute == Recompute::full ? 2 : 0);
+    const double per_layer = layer_time(l) + forward_blocks * tp_forward + 2 * tp_backward;
 
     // The rank that holds the output layer runs its share of layers and, for every microbatch, the
     // logits and the loss forward and backward; with one stage it also holds the embedding.
@@ -235,8 +239,8 @@ double step_time_bound(const Config& c, const Workload& w) {
         const double backward = l.attention_backward.seconds + l.mlp_backward.seconds;
         // The first rank looks microbatch 0 up before its first forward, and the gradient of the
         // last microbatch reaches the embedding after its backward through chunk 0.
-        bound += before * (forward + 2 * tp_block) + e.embedding_forward.seconds;
-        drain = before * (backward + 2 * tp_block) + e.embedding_backward.seconds;
+        bound += before * (forward + 2 * tp_forward) + e.embedding_forward.seconds;
+        drain = before * (backward + 2 * tp_backward) + e.embedding_backward.seconds;
     }
     // The last rank's optimizer step waits for the drain only through the tied embeddings'
     // all-reduce (finish_step; untied, it runs beside the drain): the larger of the two.

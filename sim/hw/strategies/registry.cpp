@@ -82,4 +82,10 @@ bool is_scheduled_pipeline(std::string_view name) {
     return s && s->pipeline == PipelineKind::scheduled;
 }
 
+bool tp_async_backward(const StrategyConfig& s) {
+    if (s.tp_async_backward) return *s.tp_async_backward;
+    const StrategyInfo* info = find_hw_strategy(s.name);
+    return info && !info->pytorch && s.zero_stage != 3;
+}
+
 }  // namespace dtsim::hw

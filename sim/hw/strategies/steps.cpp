@@ -106,13 +106,55 @@ Task<> overlapped_block(Device& gpu, const Job& job, OpCode op, int layer, const
     co_await gpu.wait(scatter);
 }
 
+// Megatron-LM's backward of a block without --tp-comm-overlap (StrategyConfig::tp_async_backward;
+// LinearWithGradAccumulationAndAsyncCommunication.backward in megatron/core/tensor_parallel/
+// layers.py). The block's first linear (QKV, fc1) runs last in the backward. With sequence
+// parallelism it kept only its sharded input, so it starts gathering it again, runs its
+// input-gradient GEMM, and waits for the gather. It then starts the input gradient's all-reduce
+// (reduce-scatter with sequence parallelism), runs its weight-gradient GEMM, and waits for the
+// collective. Both collectives are on the tensor-parallel stream (CommStream::tensor), each GEMM
+// priced as the linear's whole forward GEMM (`linear`). With sequence parallelism the gradient's
+// all-gather at the block's start blocks, as before a forward block. Not modelled: the SMs the
+// collectives' kernels take from the GEMMs beside them.
+Task<> async_backward_block(Device& gpu, const Job& job, OpCode op, int layer, const Work& whole, int mb,
+                            double linear, const Ring* ring) {
+    const Work w = without_ring(whole, ring, job.cp);
+    const double tp_bytes = job.work->layer.tp_bytes;
+    const double g = std::min(linear, w.seconds / 2);
+    const bool seq = sp(job);
+    if (seq) co_await tp_before(gpu, job, layer);
+    if (seq || ring) {
+        run_work(gpu, op, layer, part(w, w.seconds - 2 * g), mb);
+        if (ring) co_await ring_core(gpu, job, op, layer, *ring, mb);
+        if (seq) {
+            const Transfer gather =
+                co_await gpu.start(Collective::all_gather, *job.tp_group, tp_bytes, layer, CommStream::tensor);
+            run_work(gpu, op, layer, part(w, g), mb);
+            co_await gpu.wait(gather);
+        } else {
+            run_work(gpu, op, layer, part(w, g), mb);
+        }
+    } else {
+        run_work(gpu, op, layer, part(w, w.seconds - g), mb);  // the rest and the input-gradient GEMM
+    }
+    const Transfer reduce = co_await gpu.start(seq ? Collective::reduce_scatter : Collective::all_reduce,
+                                               *job.tp_group, tp_bytes, layer, CommStream::tensor);
+    run_work(gpu, op, layer, part(w, g), mb);
+    co_await gpu.wait(reduce);
+}
+
 // A block of work with its tensor-parallel collectives; `first` and `last` are its first and
-// last GEMMs' chunked forward times, `chunking` what chunking adds (overlapped_block).
+// last GEMMs' chunked forward times, `chunking` what chunking adds (overlapped_block), `linear`
+// its first linear's whole GEMM (async_backward_block).
 // `ring`: the attention core's context-parallel ring, run after the rest of the block's work.
 Task<> block(Device& gpu, const Job& job, OpCode op, int layer, const Work& w, int mb, double first, double last,
-             double chunking, const Ring* ring = nullptr) {
+             double chunking, double linear, const Ring* ring = nullptr) {
     if (sp(job) && job.tp_group && job.strategy().tp_comm_overlap) {
         co_await overlapped_block(gpu, job, op, layer, w, mb, first, last, chunking, ring);
+        co_return;
+    }
+    if (op == ops::backward && job.tp_group && job.tp_async_backward) {
+        co_await async_backward_block(gpu, job, op, layer, w, mb, linear, ring);
         co_return;
     }
     if (sp(job) && job.tp_group) co_await tp_before(gpu, job, layer);
@@ -127,11 +169,11 @@ Task<> attention_block(Device& gpu, const Job& job, OpCode op, int layer, const 
     const Ring ring{backward ? L.cp_core_backward : L.cp_core_forward, (backward ? 2 : 1) * L.cp_kv_bytes, backward};
     // (Awaited here: block reads `ring` after this frame would otherwise have ended.)
     co_await block(gpu, job, op, layer, w, mb, L.attention_first_gemm, L.attention_last_gemm, L.attention_chunking,
-                   job.cp_group ? &ring : nullptr);
+                   L.attention_first_linear, job.cp_group ? &ring : nullptr);
 }
 Task<> mlp_block(Device& gpu, const Job& job, OpCode op, int layer, const Work& w, int mb) {
     const LayerWork& L = job.work->layer;
-    return block(gpu, job, op, layer, w, mb, L.mlp_first_gemm, L.mlp_last_gemm, L.mlp_chunking);
+    return block(gpu, job, op, layer, w, mb, L.mlp_first_gemm, L.mlp_last_gemm, L.mlp_chunking, L.mlp_first_linear);
 }
 
 }  // namespace
