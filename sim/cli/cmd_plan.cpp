@@ -175,7 +175,7 @@ void write_slurm(const PlanArgs& a) {
                dir, n, cpus, cpus == 1 ? "" : "s");
 }
 
-std::string percent(double part, double whole) { return whole > 0 ? fmt::format("{:.1f}%", 100 * part / whole) : "-"; }
+std::string cell_percent(double part, double whole) { return whole > 0 ? fmt::format("{:.1f}%", 100 * part / whole) : "-"; }
 
 void write_csv(const hw::PlanResult& r, const std::string& path) {
     std::ofstream out(path);
@@ -215,8 +215,8 @@ void print_plan(const hw::PlanResult& r, std::size_t top, bool timings) {
                        e.candidates[row.candidate].gpus,
                        fmt::format("{}", Seconds{p.step_time}), 100 * p.mfu, p.tokens_per_second,
                        fmt::format("{} / {}", Bytes{p.peak_bytes}, Bytes{p.capacity}),
-                       percent(p.split.compute, p.step_time), percent(p.split.comm, p.step_time),
-                       percent(p.split.idle, p.step_time), e.candidates[row.candidate].label);
+                       cell_percent(p.split.compute, p.step_time), cell_percent(p.split.comm, p.step_time),
+                       cell_percent(p.split.idle, p.step_time), e.candidates[row.candidate].label);
         }
         // Where the prediction of the fastest rests on estimates rather than measurements.
         const nlohmann::json& caveats = r.simulated[r.best.front()].report["caveats"];
