@@ -199,6 +199,8 @@ TEST_CASE("a run says where its prediction is weakest") {
     CHECK_FALSE(has(plain_tp, "re-gathers"));
     CHECK(has(caveats("llama3-70b-64xh100-1f1b.json", {}), "re-gathers and reduce-scatters run beside the GEMMs"));
     CHECK_FALSE(has(caveats("llama3-70b-64xh100-1f1b.json", {"strategy.tp_async_backward=false"}), "tensor-parallel"));
+    CHECK_FALSE(has(caveats("llama3-70b-64xh100-zbh1.json", {}), "tensor-parallel"));  // a split backward blocks
+    CHECK(has(caveats("llama3-70b-32xh100-schedule-file.json", {}), "where the schedule's backward is whole"));
     CHECK_FALSE(has(caveats("llama3-8b-16xh100-fsdp-tp2.json", {}), "tensor-parallel"));  // torchtitan's TP
     // The A100's GEMMs are fitted to kernels; its network has no measured curve.
     const auto a100 = caveats("gpt3-175b-1024xa100-sc21.json", {});

@@ -506,11 +506,14 @@ std::vector<std::string> prediction_caveats(const Config& c, const Workload& wor
         out.push_back("tensor-parallel collectives overlapped with their GEMMs at no cost (no contention, no SMs "
                       "taken by the communication kernels): not measured at kernel level; published runs with this "
                       "overlap ran slower than predicted (docs/calibration.md)");
-    else if (s.tp > 1 && tp_async_backward(s))
+    // (ZB-H1 splits every backward into input and weight gradients: its collectives block.)
+    else if (s.tp > 1 && tp_async_backward(s) && s.name != "zbh1")
         out.push_back(std::string("the backward's tensor-parallel ") +
                       (s.sequence_parallel ? "re-gathers and reduce-scatters" : "all-reduces") +
                       " run beside the GEMMs at no cost to them (no SMs taken by the communication kernels): not "
-                      "measured at kernel level");
+                      "measured at kernel level" +
+                      (s.name == "schedule" ? " (where the schedule's backward is whole, not split into input and weight gradients)"
+                                            : ""));
     if (c.cluster.nodes > 1) {
         int measured = 0;
         for (const auto& f : c.cluster.inter_node.fits) measured = std::max(measured, f.nodes);
