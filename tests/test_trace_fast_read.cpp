@@ -16,7 +16,9 @@
 #include <algorithm>
 #include <bit>
 #include <cctype>
+#include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -217,6 +219,45 @@ TEST_CASE("the fast path gives up where the checking reader must decide, and rea
     CHECK(detail::read_trace_fast(in, t, kMax));
     check_same(t, sax(big));
     CHECK(t.event_count() > 20000);
+}
+
+// The fast path takes digits eight at a time where it can: runs of every length around 8 and 16,
+// leading zeros in the integer and the fraction, 19 and more significant digits, exponents.
+TEST_CASE("numbers of every digit run read to the checking reader's values") {
+    const std::string head = R"({"format": "dtsim-trace", "version": 1, "ranks": [{"rank": 0, "events": [)";
+    std::vector<std::string> numbers;
+    const std::string digits = "9876543210123456789098765432101234567890";
+    for (int whole = 0; whole <= 26; ++whole)
+        for (int zeros : {0, 1, 7, 8, 9, 17}) {
+            const std::string integer = whole == 0 ? "0" : digits.substr(0, static_cast<std::size_t>(whole));
+            numbers.push_back(integer);
+            for (int fraction : {1, 7, 8, 9, 15, 16, 17, 24})
+                for (const char* exponent : {"", "e5", "E-12", "e+300"})
+                    numbers.push_back(integer + "." + std::string(static_cast<std::size_t>(zeros), '0') +
+                                      digits.substr(3, static_cast<std::size_t>(fraction)) + exponent);
+        }
+    for (const char* n : {"100000000", "10000000000000000", "0.00000000", "0.000000000000000000", "9007199254740993",
+                          "18446744073709551615", "18446744073709551616", "99999999.99999999", "1.7976931348623157e308",
+                          "4.9406564584124654e-324", "0.000287144000000072450"})
+        numbers.emplace_back(n);
+    // Given up on only where the checking reader must decide: an integer beyond 64 bits, or a
+    // number beyond the largest double.
+    const auto beyond = [](const std::string& n) {
+        if (n.find_first_of(".eE") == std::string::npos)
+            return n.size() > 20 || (n.size() == 20 && n > "18446744073709551615");
+        return std::isinf(std::strtod(n.c_str(), nullptr));
+    };
+    for (const std::string& n : numbers) {
+        const std::string text =
+            head + R"({"op": "f", "start": )" + n + R"(, "duration": 1, "memory": 0, "bytes": )" + n + "}]}]}";
+        INFO(text);
+        std::istringstream in(text);
+        Trace t;
+        const bool fast = detail::read_trace_fast(in, t, kMax);
+        CHECK(fast == !beyond(n));
+        if (fast) check_same(t, sax(text));
+        CHECK(public_outcome(text) == sax_outcome(text));
+    }
 }
 
 TEST_CASE("a token longer than the fast path's window, across its blocks, is given up on, and read as the checking reader reads it") {

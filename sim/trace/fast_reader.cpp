@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include <array>
+#include <bit>
 #include <charconv>
 #include <cmath>
 #include <cstring>
@@ -62,6 +63,32 @@ struct Number {
 
 bool is_ws(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
+
+// Whether the eight bytes at `q` are ASCII digits, and then their value (the usual SWAR test and
+// conversion of little-endian words, as fast_float and simdjson do them). The buffer's zero padding
+// makes the eight bytes readable wherever a number's digits are.
+bool eight_digits(const char* q, std::uint64_t& value) {
+    if constexpr (std::endian::native != std::endian::little) {
+        return false;
+    } else {
+        std::uint64_t v = 0;
+        std::memcpy(&v, q, 8);
+        if (((v + 0x4646464646464646) | (v - 0x3030303030303030)) & 0x8080808080808080) return false;
+        v -= 0x3030303030303030;
+        v = v * 10 + (v >> 8);  // pairs of digits in every other byte
+        value = ((v & 0x000000FF000000FF) * (100 + (1000000ULL << 32)) +
+                 ((v >> 16) & 0x000000FF000000FF) * (1 + (10000ULL << 32))) >> 32;
+        return true;
+    }
+}
+
+// Decimal digits of 0 < x < 10^8: log10 from the bit width (1233 / 4096 ~ log10 2), then one
+// comparison.
+int decimal_digits(std::uint64_t x) {
+    static constexpr std::uint64_t kPow10[] = {1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000};
+    const int t = (static_cast<int>(std::bit_width(x)) * 1233) >> 12;
+    return t + (x >= kPow10[t] ? 1 : 0);
+}
 
 // The bytes a string of the subset holds: printable ASCII but '"' and '\\'.
 constexpr auto kPlain = [] {
@@ -257,11 +284,26 @@ private:
                 ++digits;
             }
         };
+        // Eight digits as `digit` takes them one by one: the same m (modulo 2^64) and count.
+        const auto eight = [&]() {
+            std::uint64_t x = 0;
+            if (!eight_digits(q, x)) return false;
+            if (m != 0) {
+                m = m * 100000000 + x;
+                digits += 8;
+            } else if (x != 0) {
+                m = x;
+                digits += decimal_digits(x);
+            }
+            q += 8;
+            return true;
+        };
         if (*q == '0') {
             ++q;
         } else if (*q >= '1' && *q <= '9') {
-            do digit(*q++);
-            while (is_digit(*q));
+            digit(*q++);
+            while (eight()) {}
+            while (is_digit(*q)) digit(*q++);
         } else {
             give_up();
         }
@@ -292,10 +334,11 @@ private:
         if (*q == '.') {
             ++q;
             if (!is_digit(*q)) give_up();
-            do {
+            while (eight()) exponent -= 8;
+            while (is_digit(*q)) {
                 digit(*q++);
                 --exponent;
-            } while (is_digit(*q));
+            }
         }
         if (*q == 'e' || *q == 'E') {
             ++q;
