@@ -56,6 +56,7 @@ struct StrategyInfo {
     // Also runs ZeRO stage 3, FSDP inside its pipeline stages (torchtitan's 3D: ParamGather).
     bool zero3 = false;
     bool puzzle = false;            // runs a puzzle strategy (key "puzzle") on a model of kind "puzzle"
+    bool split_backward = false;    // every backward split into input and weight gradients (ZB-H1)
     // PyTorch's own data parallelism (DDP, FSDP), not Megatron-LM's: its loss by default
     // (CrossEntropy::pytorch) and no gradients held between steps (grads_on_demand).
     bool pytorch = false;
@@ -80,8 +81,10 @@ const StrategyInfo* find_hw_strategy(std::string_view name);
 // Strategies that run a pipeline schedule from dtsim::sched.
 bool is_scheduled_pipeline(std::string_view name);
 // Whether the backward's tensor-parallel collectives run as Megatron-LM runs them, beside the
-// first linear's GEMMs (StrategyConfig::tp_async_backward): as given, or else for every strategy
-// but PyTorch's own ("fsdp") and ZeRO-3 inside pipeline stages (torchtitan's 3D), whose tensor
+// first linear's GEMMs (StrategyConfig::tp_async_backward, async_backward_block in steps.cpp): never
+// without tensor parallelism, where tp_comm_overlap pipelines them instead, or where every backward
+// is split (its weight-gradient GEMM runs later); else as given, or for every strategy but
+// PyTorch's own ("fsdp") and ZeRO-3 inside pipeline stages (torchtitan's 3D), whose tensor
 // parallelism is DTensor's, blocking in the backward.
 bool tp_async_backward(const StrategyConfig& s);
 

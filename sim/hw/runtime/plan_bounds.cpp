@@ -197,7 +197,7 @@ double step_time_bound(const Config& c, const Workload& w) {
         const double gather = s.sequence_parallel ? idle_cost(c, Collective::all_gather, l.tp_bytes, tp) : 0;
         tp_forward = s.sequence_parallel ? gather + idle_cost(c, Collective::reduce_scatter, l.tp_bytes, tp)
                                          : idle_cost(c, Collective::all_reduce, l.tp_bytes, tp);
-        tp_backward = tp_async_backward(s) && s.name != "zbh1" ? gather : tp_forward;  // ZB-H1: a split backward
+        tp_backward = tp_async_backward(s) ? gather : tp_forward;
     }
     const double forward_blocks = 2 + (l.recompute == Recompute::full ? 2 : 0);
     const double per_layer = layer_time(l) + forward_blocks * tp_forward + 2 * tp_backward;

@@ -345,8 +345,7 @@ RunSize estimate_run_size(const Config& c, const RunOptions& options) {
     const double block = s.tp > 1 ? (s.sequence_parallel ? (s.tp_comm_overlap ? 5 : 3) : 2) : 1;
     // Megatron's backward block (async_backward_block): three parts and three collectives with
     // sequence parallelism, two parts (three around a context-parallel ring) and an all-reduce without.
-    const bool async = s.tp > 1 && !(s.sequence_parallel && s.tp_comm_overlap) && tp_async_backward(s);
-    const double backward_block = async ? (s.sequence_parallel ? 6 : s.cp > 1 ? 4 : 3) : block;
+    const double backward_block = tp_async_backward(s) ? (s.sequence_parallel ? 6 : s.cp > 1 ? 4 : 3) : block;
     double per_layer = 2 * block + 2 * backward_block;  // attention and MLP, forward and backward
     if (s.recompute == Recompute::full) per_layer += 2 * block;
     if (s.recompute == Recompute::selective) per_layer += 1;
@@ -506,8 +505,7 @@ std::vector<std::string> prediction_caveats(const Config& c, const Workload& wor
         out.push_back("tensor-parallel collectives overlapped with their GEMMs at no cost (no contention, no SMs "
                       "taken by the communication kernels): not measured at kernel level; published runs with this "
                       "overlap ran slower than predicted (docs/calibration.md)");
-    // (ZB-H1 splits every backward into input and weight gradients: its collectives block.)
-    else if (s.tp > 1 && tp_async_backward(s) && s.name != "zbh1")
+    else if (tp_async_backward(s))
         out.push_back(std::string("the backward's tensor-parallel ") +
                       (s.sequence_parallel ? "re-gathers and reduce-scatters" : "all-reduces") +
                       " run beside the GEMMs at no cost to them (no SMs taken by the communication kernels): not "

@@ -43,7 +43,8 @@ std::span<const StrategyInfo> hw_strategies() {
          .run = &scheduled_pipeline,
          .title = "ZB-H1 zero-bubble pipeline (backward split into I and W)",
          .pipeline = scheduled,
-         .zero3 = true},
+         .zero3 = true,
+         .split_backward = true},
         {.name = "bfs",
          .run = &scheduled_pipeline,
          .title = "looped breadth-first pipeline with v chunks per rank",
@@ -83,9 +84,10 @@ bool is_scheduled_pipeline(std::string_view name) {
 }
 
 bool tp_async_backward(const StrategyConfig& s) {
-    if (s.tp_async_backward) return *s.tp_async_backward;
     const StrategyInfo* info = find_hw_strategy(s.name);
-    return info && !info->pytorch && s.zero_stage != 3;
+    if (!info || s.tp < 2 || (s.sequence_parallel && s.tp_comm_overlap) || info->split_backward) return false;
+    if (s.tp_async_backward) return *s.tp_async_backward;
+    return !info->pytorch && s.zero_stage != 3;
 }
 
 }  // namespace dtsim::hw
