@@ -139,6 +139,38 @@ TEST_CASE("a layer with a measured attention curve prices its core as that kerne
     CHECK(make_workload(m, split, with).layer.attention_recompute.seconds == doctest::Approx(fwd));
 }
 
+TEST_CASE("selective recompute without a fused kernel runs the scores' softmax and dropout again") {
+    // Megatron-LM checkpoints CoreAttention whole: both products over the full s x s scores and
+    // the masked softmax and dropout between them (9 bytes a score through HBM).
+    TransformerSpec m;
+    m.layers = 48;
+    m.hidden = 6144;
+    m.heads = 64;
+    m.kv_heads = 64;
+    m.ffn = 4 * 6144;
+    m.seq = 2048;
+    m.vocab = 51200;
+    m.mlp = Mlp::gelu;
+    m.dtype = DType::fp16;
+    m.dropout = true;
+    LayerSplit split;
+    split.tp = 8;
+    split.micro_batch = 4;
+    split.sequence_parallel = true;
+    split.recompute = Recompute::selective;
+    GpuSpec g = h100_like();
+    g.peak_flops[static_cast<std::size_t>(DType::fp16)] = 989.4e12;
+    const Work r = make_workload(m, split, g).layer.attention_recompute;
+    const double rows = 2048.0 * 4 * 64 / 8;  // S x (b a / t)
+    const double gemms = g.gemm_seconds(rows, 2048, 96, DType::fp16) + g.gemm_seconds(rows, 96, 2048, DType::fp16);
+    const double scores = 9.0 * 4 * (64 / 8) * 2048.0 * 2048.0;
+    CHECK(r.bytes == doctest::Approx(scores));
+    CHECK(r.seconds == doctest::Approx(gemms + g.memory_seconds(scores)));
+    CHECK(r.seconds > gemms * 1.05);  // the softmax's share is not negligible at this shape
+    // The forward holds the same scores' traffic: the recompute never exceeds the forward.
+    CHECK(r.seconds < make_workload(m, split, g).layer.attention_forward.seconds);
+}
+
 TEST_CASE("the shipped H100 cluster's attention curves predict the measured kernels") {
     const Config c = load_config(std::string(DTSIM_CONFIGS) + "/runs/llama3-8b-16xh100-fsdp.json");
     const auto data = calib::load_ground_truth({std::string(DTSIM_CONFIGS) + "/../calibration/data/h100_dtsim_torch_kernels.json"});

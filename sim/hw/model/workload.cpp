@@ -118,7 +118,10 @@ Workload make_workload(const TransformerSpec& model, const LayerSplit& s, const 
             L.mlp_recompute = L.mlp_forward;
             break;
         case Recompute::selective:
-            L.attention_recompute = {core, core_total_flops, 0};
+            // Megatron-LM checkpoints CoreAttention whole (megatron/model/transformer.py,
+            // _checkpointed_attention_forward, commit 53718d4c): Q K^T, the masked softmax, the
+            // dropout and the product with V, so the scores' memory-bound forward runs again too.
+            L.attention_recompute = {core + gpu.memory_seconds(scores), core_total_flops, scores};
             break;
         case Recompute::selective_op: {
             // The products it did not keep (layer_activation_bytes) and all the memory-bound work.
