@@ -129,14 +129,15 @@ std::vector<std::string> data_set_ids(const GroundTruth& data);
 // The data files shipped in calibration/data (the default of `dtsim validate`).
 std::vector<std::string> shipped_data_files(const std::string& data_dir);
 // The shipped cluster config for a GPU family and network ("H100" -> configs/clusters/dgx-h100.json,
-// "H100" over EFA -> p5-h100-efa.json), or "".
+// "H100" over EFA -> p5-h100-efa.json, over RoCE -> h100-roce.json; "H200" -> dgx-h200.json, over
+// RoCE -> h200-roce.json), or "".
 std::string shipped_cluster_for(const std::string& data_dir, const std::string& family,
                                 const std::string& network = "");
 
 // "H100" from "H100 SXM 80GB", "H100-SXM", "A100 (p4d)": the first run of
 // capital letters followed by at least two digits; "" if none.
 std::string gpu_family(const std::string& name);
-// The kind of network of hardware.inter: "EFA", "InfiniBand", or the text itself.
+// The kind of network of hardware.inter: "EFA", "RoCE", "InfiniBand", or the text itself.
 std::string network_kind(const std::string& inter);
 // `gpu` (any case: "h100", "A100-SXM") is of `family`.
 bool same_family(const std::string& gpu, const std::string& family);

@@ -314,6 +314,7 @@ std::string gpu_family(const std::string& name) {
 
 std::string network_kind(const std::string& inter) {
     if (inter.find("EFA") != std::string::npos) return "EFA";
+    if (inter.find("RoCE") != std::string::npos) return "RoCE";
     if (inter.find("IB") != std::string::npos || inter.find("InfiniBand") != std::string::npos) return "InfiniBand";
     return inter;
 }
@@ -386,8 +387,11 @@ std::vector<std::string> shipped_data_files(const std::string& data_dir) {
 std::string shipped_cluster_for(const std::string& data_dir, const std::string& family, const std::string& network) {
     if (data_dir.empty()) return "";
     const fs::path dir = fs::path(data_dir) / "configs" / "clusters";
-    if (family == "H100" && network_kind(network) == "EFA") return (dir / "p5-h100-efa.json").string();
+    const std::string kind = network_kind(network);
+    if (family == "H100" && kind == "EFA") return (dir / "p5-h100-efa.json").string();
+    if (family == "H100" && kind == "RoCE") return (dir / "h100-roce.json").string();
     if (family == "H100") return (dir / "dgx-h100.json").string();
+    if (family == "H200" && kind == "RoCE") return (dir / "h200-roce.json").string();
     if (family == "H200") return (dir / "dgx-h200.json").string();
     if (family == "A100") return (dir / "selene-a100.json").string();
     return "";

@@ -207,6 +207,27 @@ void drop_fits(json& cluster_doc, const char* level, const std::string& op) {
     for (const auto& k : gone) fits.erase(k);
 }
 
+// The first line of the cluster's "source" list that names data set `id` as where a figure was read
+// by hand, or "". The lines calibrate writes for its curves ("...: dtsim calibrate on <sets>") are
+// not such lines: a curve lists its own data sets, and validate --holdout drops it.
+std::string source_naming(const json& cluster_doc, const std::string& id) {
+    const json& c = cluster_doc["cluster"];
+    if (!c.contains("source") || !c["source"].is_array()) return "";
+    for (const auto& line : c["source"]) {
+        if (!line.is_string()) continue;
+        const std::string text = line.get<std::string>();
+        if (text.find(": dtsim calibrate on ") != std::string::npos) continue;
+        for (auto at = text.find(id); at != std::string::npos; at = text.find(id, at + 1)) {
+            const std::size_t end = at + id.size();
+            // The whole id, not the start of a longer one ("...-allreduce" in "...-allreduce-b").
+            if (end == text.size() || !(std::isalnum(static_cast<unsigned char>(text[end])) || text[end] == '-' ||
+                                        text[end] == '_'))
+                return text;
+        }
+    }
+    return "";
+}
+
 ValidationSet collective_set(const CollectiveSet& s, const GroundTruth& data, Clusters& clusters,
                              const ValidateOptions& o) {
     ValidationSet v;
@@ -282,6 +303,11 @@ ValidationSet collective_set(const CollectiveSet& s, const GroundTruth& data, Cl
             v.fit = "no curve for this group shape: NCCL's model on the config's links (their sources say which "
                     "measurements they were read from)";
     }
+    // No curve of another set prices it, but a link figure was read from this one.
+    if (v.fit.rfind("held out: curve", 0) != 0 && v.fit.rfind("in-sample", 0) != 0)
+        if (const std::string read = source_naming(doc, s.id); !read.empty())
+            v.fit = fmt::format("in-sample: NCCL's model on the config's links, \"{}\" read from this set",
+                                read.substr(0, read.find(':')));
     v.note = fmt::format("{} {} GPUs ({} node{}), {}", s.op, s.ranks(), s.nodes, s.nodes > 1 ? "s" : "",
                          s.algorithm == Algorithm::automatic ? "NCCL's algorithm choice"
                                                              : "NCCL_ALGO=" + std::string(algorithm_name(s.algorithm)));
