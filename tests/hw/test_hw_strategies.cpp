@@ -502,6 +502,52 @@ TEST_CASE("Megatron's backward: the input gradient's collective beside the first
     CHECK_FALSE(tp_async_backward(parse_config(zb, "t.json").strategy));
 }
 
+TEST_CASE("ZB-H1 with sequence parallelism: each weight-gradient pass gathers QKV's and fc1's inputs again") {
+    // The zero-bubble schedules' Megatron-LM keeps the sharded input and gathers it, blocking, with
+    // the deferred weight-gradient GEMM: two all-gathers per layer and microbatch in the W pass.
+    json zb = pipeline("zbh1", 2, 4);
+    zb["cluster"] = realistic_cluster(1);
+    zb["strategy"]["tp"] = 4;
+    zb["strategy"]["sequence_parallel"] = true;
+    const int layers_here = 2, microbatches = 4;  // 4 layers over 2 stages
+    auto weight_gathers = [](const Trace& t) {
+        int n = 0;
+        double seconds = 0;
+        const auto& ev = t.ranks[0].events;
+        for (std::size_t i = 0; i + 1 < ev.size(); ++i)
+            // A gather on the compute stream followed by a weight-gradient GEMM of its layer.
+            if (ev[i].op.name() == std::string_view("all_gather") && ev[i].stream == Stream::compute &&
+                ev[i + 1].op.name() == std::string_view("backward_weight") && ev[i + 1].layer == ev[i].layer) {
+                ++n;
+                seconds += ev[i].duration;
+            }
+        return std::pair{n, seconds};
+    };
+    CHECK(weight_pass_gathers_input(parse_config(zb, "t.json").strategy));
+    Trace with, without;
+    const RunReport a = run(zb, true, &with);
+    const auto [n, seconds] = weight_gathers(with);
+    CHECK(n == 2 * layers_here * microbatches);
+    REQUIRE(seconds > 0);
+    // The same gathers as the forward's, each tokens x hidden bytes over the tensor-parallel group.
+    const Config c = parse_config(zb, "t.json");
+    const Workload w = make_workload(c.model.spec, layer_split(c), c.cluster.gpu);
+    for (const auto& e : with.ranks[0].events)
+        if (e.op.name() == std::string_view("all_gather")) CHECK(e.bytes == doctest::Approx(w.layer.tp_bytes));
+    // Without sequence parallelism, with tp_comm_overlap or DTensor's tensor parallelism: none.
+    for (const auto& [key, value] : std::vector<std::pair<std::string, json>>{
+             {"sequence_parallel", false}, {"tp_comm_overlap", true}, {"zero_stage", 3}}) {
+        json other = zb;
+        other["strategy"][key] = value;
+        CAPTURE(key);
+        CHECK_FALSE(weight_pass_gathers_input(parse_config(other, "t.json").strategy));
+        Trace t;
+        run(other, true, &t);
+        CHECK(weight_gathers(t).first == 0);
+    }
+    CHECK(a.step_time > 0);
+}
+
 TEST_CASE("float8 linears: the linears' GEMMs at the fp8 rate, the attention core at the model's") {
     // Pure compute: no GEMM overhead, no bandwidth limit, memory-bound work free.
     json cluster = ideal_cluster(1, 1);

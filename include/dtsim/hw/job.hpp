@@ -63,6 +63,9 @@ struct Job {
     // The backward's tensor-parallel collectives beside the first linear's GEMMs (tp_async_backward
     // in strategies.hpp, resolved once for the job).
     bool tp_async_backward = false;
+    // A weight-gradient pass gathers the column-parallel linears' inputs first
+    // (weight_pass_gathers_input in strategies.hpp, resolved once for the job).
+    bool weight_pass_gathers = false;
     // Hybrid sharding (FSDP HYBRID_SHARD): ZeRO inside shard_group (the node),
     // gradients all-reduced across replica_group; null otherwise.
     Group* shard_group = nullptr;

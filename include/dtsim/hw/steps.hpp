@@ -34,8 +34,9 @@ void release_activations(Device& gpu, const Job& job, int layer);
 // input gradients of both halves with their tensor-parallel collectives; the
 // activations stay until the weight gradients...
 Task<> layer_backward_input(Device& gpu, const Job& job, int layer, int mb);
-// ...which need no communication and free them.
-void layer_backward_weight(Device& gpu, const Job& job, int layer, int mb);
+// ...which free them. With Megatron-LM's sequence parallelism they first gather each
+// column-parallel linear's sharded input again (Job::weight_pass_gathers).
+Task<> layer_backward_weight(Device& gpu, const Job& job, int layer, int mb);
 
 // The model's edges (no-ops for a model without a vocabulary).
 Task<> embedding_forward(Device& gpu, const Job& job, int mb);  // first stage; TP all-reduce of the lookup

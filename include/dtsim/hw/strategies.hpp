@@ -87,5 +87,13 @@ bool is_scheduled_pipeline(std::string_view name);
 // PyTorch's own ("fsdp") and ZeRO-3 inside pipeline stages (torchtitan's 3D), whose tensor
 // parallelism is DTensor's, blocking in the backward.
 bool tp_async_backward(const StrategyConfig& s);
+// Whether a weight-gradient pass (W, of a backward split into I and W) first gathers each
+// column-parallel linear's input again, blocking: Megatron-LM's tensor parallelism with sequence
+// parallelism keeps only the sequence-sharded input of QKV and fc1, and the zero-bubble schedules'
+// implementation (sail-sg/zero-bubble-pipeline-parallelism) runs the gather that Megatron-LM's
+// backward runs beside its input-gradient GEMM with the deferred weight-gradient GEMM instead.
+// Never without sequence parallelism, with tp_comm_overlap, or for DTensor's tensor parallelism
+// (PyTorch's strategies, ZeRO-3 inside pipeline stages), which keeps the gathered input.
+bool weight_pass_gathers_input(const StrategyConfig& s);
 
 }  // namespace dtsim::hw

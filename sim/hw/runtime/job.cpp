@@ -98,6 +98,7 @@ std::vector<Job> make_jobs(World& world, const Config& config, const Workload& w
     const int logits_rank = plan ? plan->owner.back() : pp - 1;
     const bool separate_output = !work.model.tied_embeddings || embedding_rank != logits_rank;
     const bool async_backward = tp_async_backward(config.strategy);
+    const bool weight_gathers = weight_pass_gathers_input(config.strategy);
     for (int s = 0; s < pp; ++s)
         for (int d = 0; d < sim_dp; ++d)
             for (int c = 0; c < cp; ++c)
@@ -127,6 +128,7 @@ std::vector<Job> make_jobs(World& world, const Config& config, const Workload& w
                 j.separate_output = separate_output;
                 j.plan = plan;
                 j.tp_async_backward = async_backward;
+                j.weight_pass_gathers = weight_gathers;
             }
     // Group names say cp only where there is context parallelism.
     const auto cp_name = [&](int c) { return cp > 1 ? fmt::format(", cp {}", c) : std::string(); };

@@ -350,7 +350,8 @@ RunSize estimate_run_size(const Config& c, const RunOptions& options) {
     if (s.recompute == Recompute::full) per_layer += 2 * block;
     if (s.recompute == Recompute::selective) per_layer += 1;
     if (s.recompute == Recompute::selective_op) per_layer += 2;
-    if (s.name == "zbh1" || s.name == "schedule") per_layer += 2;  // the weight-gradient halves
+    // The weight-gradient halves, and with sequence parallelism their inputs' gathers.
+    if (s.name == "zbh1" || s.name == "schedule") per_layer += weight_pass_gathers_input(s) ? 4 : 2;
     // Context parallelism: the core's cp steps and a send and receive between them, forward,
     // backward and in a full recompute.
     if (s.cp > 1) per_layer += (s.recompute == Recompute::full ? 3 : 2) * (3.0 * s.cp - 2);

@@ -83,11 +83,23 @@ bool is_scheduled_pipeline(std::string_view name) {
     return s && s->pipeline == PipelineKind::scheduled;
 }
 
+namespace {
+// Megatron-LM's tensor parallelism (its column- and row-parallel linears), not DTensor's.
+bool megatron_tensor_parallel(const StrategyInfo& info, const StrategyConfig& s) {
+    return !info.pytorch && s.zero_stage != 3;
+}
+}  // namespace
+
 bool tp_async_backward(const StrategyConfig& s) {
     const StrategyInfo* info = find_hw_strategy(s.name);
     if (!info || s.tp < 2 || (s.sequence_parallel && s.tp_comm_overlap) || info->split_backward) return false;
     if (s.tp_async_backward) return *s.tp_async_backward;
-    return !info->pytorch && s.zero_stage != 3;
+    return megatron_tensor_parallel(*info, s);
+}
+
+bool weight_pass_gathers_input(const StrategyConfig& s) {
+    const StrategyInfo* info = find_hw_strategy(s.name);
+    return info && s.tp > 1 && s.sequence_parallel && !s.tp_comm_overlap && megatron_tensor_parallel(*info, s);
 }
 
 }  // namespace dtsim::hw

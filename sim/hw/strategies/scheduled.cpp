@@ -119,7 +119,7 @@ Task<> weights(Device& gpu, const Stage& st, int mb, GradientSync* grads) {
     const LayerWork& w = st.job.work->layer;
     co_await edge_gradients(st, grads, true);
     for (int l = st.last_layer(); l >= st.first_layer(); --l) {
-        layer_backward_weight(gpu, st.job, l, mb);
+        co_await layer_backward_weight(gpu, st.job, l, mb);
         if (grads) {
             co_await grads->ready(w.mlp_grad_tensors, l);
             co_await grads->ready(w.attention_grad_tensors, l);
