@@ -901,6 +901,23 @@ std::string memory_tick_label(const Layout& l, double value) {
 
 std::string memory_axis_title(const Layout& l) { return "memory, " + l.memory_tick_unit; }
 
+DrawnRanks drawn_ranks(const Trace& trace, const Options& opt, const RankGrid& grid) {
+    DrawnRanks d;
+    d.pipeline = opt.view == View::pipeline || (opt.view == View::automatic && pipelined(trace, grid));
+    d.ranks = select_ranks(trace, opt, grid);
+    // The pipeline view without a selection: the first GPU of each stage (dp, cp and tp 0).
+    if (d.pipeline && opt.ranks.empty() && grid.known && grid.size() == static_cast<int>(trace.ranks.size())) {
+        d.ranks.clear();
+        for (int p = 0; p < grid.pp; ++p) d.ranks.push_back(static_cast<std::size_t>(grid.rank({0, 0, 0, p})));
+    }
+    // More rows than max_rows: the overview of the ranks view, unless the pipeline view was asked for.
+    if (d.pipeline && opt.view == View::automatic && d.ranks.size() > static_cast<std::size_t>(opt.max_rows)) {
+        d.pipeline = false;
+        d.ranks = select_ranks(trace, opt, grid);
+    }
+    return d;
+}
+
 Layout make_layout(const Trace& trace, const Options& opt) {
     if (opt.width != 0 && (opt.width < kMinWidth || opt.width > kMaxWidth))
         throw std::invalid_argument(
@@ -914,18 +931,9 @@ Layout make_layout(const Trace& trace, const Options& opt) {
     l.seconds = trace.time_unit == "s";
     l.bytes = trace.memory_unit == "byte";
     l.grid = grid_of(trace);
-    l.pipeline = opt.view == View::pipeline || (opt.view == View::automatic && pipelined(trace, l.grid));
-    std::vector<std::size_t> selected = select_ranks(trace, opt, l.grid);
-    // The pipeline view without a selection: the first GPU of each stage (dp, cp and tp 0).
-    if (l.pipeline && opt.ranks.empty() && l.grid.known && l.grid.size() == static_cast<int>(trace.ranks.size())) {
-        selected.clear();
-        for (int p = 0; p < l.grid.pp; ++p) selected.push_back(static_cast<std::size_t>(l.grid.rank({0, 0, 0, p})));
-    }
-    // More rows than max_rows: the overview of the ranks view, unless the pipeline view was asked for.
-    if (l.pipeline && opt.view == View::automatic && selected.size() > static_cast<std::size_t>(opt.max_rows)) {
-        l.pipeline = false;
-        selected = select_ranks(trace, opt, l.grid);
-    }
+    const DrawnRanks drawn = drawn_ranks(trace, opt, l.grid);
+    l.pipeline = drawn.pipeline;
+    const std::vector<std::size_t>& selected = drawn.ranks;
     const Census c = take_census(trace, selected);
     set_scales(l, trace, c);
     const std::size_t group = make_rows(l, trace, selected, opt.max_rows);

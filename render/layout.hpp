@@ -113,6 +113,14 @@ struct Layout {
 // Throws std::invalid_argument for bad options (see render.hpp).
 Layout make_layout(const Trace& trace, const Options& options);
 
+// The ranks whose events the picture draws (indices into Trace::ranks, each row's members among
+// them) and whether it is the pipeline view: the layout's first decision.
+struct DrawnRanks {
+    std::vector<std::size_t> ranks;
+    bool pipeline = false;
+};
+DrawnRanks drawn_ranks(const Trace& trace, const Options& options, const RankGrid& grid);
+
 // What each blocked rank of a deadlocked run waits for, read from the trace's meta "error"
 // (the deadlock report, one line per rank: a schedule's "rank 3 is blocked at 3B0 (...): it
 // waits for X, which ..." or the engine's "rank 3 waits in X; last event ..."), by rank; the

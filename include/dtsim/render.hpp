@@ -95,6 +95,37 @@ RankGrid grid_of(const Trace& trace);
 std::vector<int> parse_rank_selection(const std::string& spec, int nranks);
 std::vector<int> parse_rank_selection(const std::string& spec, const RankGrid& grid, int nranks);
 
+// Reading a trace only to draw it (dtsim render): a hook for read_trace_file (trace_io.hpp,
+// passed as std::ref) that keeps whole only the ranks the picture draws, where that is known
+// before their events are read: the trace's meta, which dtsim writes before the ranks, gives the
+// whole grid (tp, cp, dp and pp), and `options` ask for one row per pipeline rank (the pipeline
+// view without --show-ranks) or name the ranks. Of every other rank it keeps what sets the
+// picture's time span, memory scale, figures and the trace's summary: the events with the
+// earliest start, the latest end and the highest memory (each the first such), the last event
+// and the first pass of a microbatch, in their order, and the largest sample of memory by kind. A
+// rank holding a number the picture would refuse (not finite; a negative amount) stays whole, so
+// that the error names what it names in the whole trace. The picture of the thinned trace is then
+// the picture of the whole trace, in memory that grows with the ranks drawn, not with all of them.
+// complete() says whether it is: where the layout draws a rank that was thinned (the grid did not
+// fit the ranks, a selection named a rank that is not there, a pipeline view that falls back to
+// the overview), the trace must be read again without the hook.
+class RankThinner {
+public:
+    explicit RankThinner(Options options);
+    void operator()(const Trace& so_far, RankTrace& rank);
+    [[nodiscard]] bool complete(const Trace& trace) const;
+    [[nodiscard]] std::size_t thinned() const { return thinned_; }  // ranks thinned
+
+private:
+    enum class Plan { undecided, keep_all, select };
+    void decide(const Trace& so_far);
+    Options options_;
+    Plan plan_ = Plan::undecided;
+    std::vector<int> wanted_;        // rank ids drawn, sorted (Plan::select)
+    std::vector<char> kept_;         // by rank index: kept whole
+    std::size_t thinned_ = 0;
+};
+
 // The chart of `dtsim compare`: one row per run, the mean step time per GPU as
 // a bar split into compute, exposed communication and idle time, and beside it
 // the peak memory per GPU against the GPU's capacity (red past it). SVG, PNG

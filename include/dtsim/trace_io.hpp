@@ -4,6 +4,7 @@
 #include "dtsim/errors.hpp"
 #include "dtsim/trace.hpp"
 
+#include <functional>
 #include <iosfwd>
 #include <stdexcept>
 #include <string>
@@ -26,5 +27,13 @@ void write_trace_file(const Trace& trace, const std::string& path);
 // format does not define are ignored (a later version may add some).
 Trace read_trace_json(std::istream& in, const std::string& source);
 Trace read_trace_file(const std::string& path);
+
+// Called with each rank as soon as it is read whole (its events and memory samples, checked), and
+// with the trace read so far (what came before the ranks: meta, memory_kinds...); it may drop some
+// of the rank's events and samples before the next rank is read. The summary is worked out from
+// what it keeps. A reader that starts again from the beginning calls it again for every rank.
+using RankHook = std::function<void(const Trace& so_far, RankTrace& rank)>;
+Trace read_trace_json(std::istream& in, const std::string& source, const RankHook& hook);
+Trace read_trace_file(const std::string& path, const RankHook& hook);
 
 }  // namespace dtsim

@@ -8,6 +8,8 @@
 
 #include <fmt/format.h>
 
+#include <functional>
+
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -26,7 +28,16 @@ void run_render(const RenderArgs& args) {
     if (!args.out.picture.ranks.empty() && !args.out.pictures())
         throw UsageError("--show-ranks selects the ranks of a picture: give --svg, --png or --pdf with it");
     if (validate_only()) return;
-    const Trace trace = read_trace_file(args.trace);
+    // Only pictures: the ranks they do not draw are thinned as they are read (render::RankThinner),
+    // and the trace is read again whole where the picture turns out to draw one of them.
+    Trace trace;
+    if (args.out.chrome.empty()) {
+        render::RankThinner thin(args.out.picture);
+        trace = read_trace_file(args.trace, std::ref(thin));
+        if (!thin.complete(trace)) trace = read_trace_file(args.trace);
+    } else {
+        trace = read_trace_file(args.trace);
+    }
     try {
         args.out.check_ranks(static_cast<int>(trace.ranks.size()), render::grid_of(trace));
         args.out.write(trace);

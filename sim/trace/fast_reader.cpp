@@ -105,8 +105,8 @@ bool is(std::string_view s, const char (&lit)[N]) {
 
 class FastReader {
 public:
-    FastReader(std::streambuf* source, std::uint64_t max_bytes)
-        : source_(source), max_(max_bytes), buf_(kBlock + kWindow + kPad, '\0') {
+    FastReader(std::streambuf* source, std::uint64_t max_bytes, const RankHook& hook)
+        : source_(source), max_(max_bytes), hook_(hook), buf_(kBlock + kWindow + kPad, '\0') {
         p_ = end_ = buf_.data();
     }
 
@@ -550,6 +550,7 @@ private:
         });
         if (!rank_given || !events_given) give_up();
         r.events.shrink_to_fit();  // as the checking reader
+        if (hook_) hook_(t, r);
     }
 
     void events(RankTrace& r) {
@@ -729,6 +730,7 @@ private:
 
     std::streambuf* source_;
     std::uint64_t max_;
+    const RankHook& hook_;  // called with each rank read (may be empty)
     std::uint64_t read_ = 0;
     std::string buf_;
     const char* p_;
@@ -746,9 +748,9 @@ private:
 
 }  // namespace
 
-bool read_trace_fast(std::istream& in, Trace& out, std::uint64_t max_bytes) {
+bool read_trace_fast(std::istream& in, Trace& out, std::uint64_t max_bytes, const RankHook& hook) {
     try {
-        FastReader(in.rdbuf(), max_bytes).read(out);
+        FastReader(in.rdbuf(), max_bytes, hook).read(out);
         return true;
     } catch (const GiveUp&) {
         return false;

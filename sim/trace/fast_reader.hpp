@@ -7,6 +7,7 @@
 #pragma once
 
 #include "dtsim/trace.hpp"
+#include "dtsim/trace_io.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -23,9 +24,9 @@ inline constexpr std::size_t kMaxMemoryKinds = 64;
 // stream's position are unspecified). A trace it reads is the one read_trace_sax reads. Input of
 // more than `max_bytes` is not in the subset. Throws Interrupted where an interrupt is requested
 // (checked at each block).
-bool read_trace_fast(std::istream& in, Trace& out, std::uint64_t max_bytes);
+bool read_trace_fast(std::istream& in, Trace& out, std::uint64_t max_bytes, const RankHook& hook = {});
 
 // The checking reader alone: every value checked as nlohmann's SAX parser hands it over.
-Trace read_trace_sax(std::istream& in, const std::string& source);
+Trace read_trace_sax(std::istream& in, const std::string& source, const RankHook& hook = {});
 
 }  // namespace dtsim::detail

@@ -245,7 +245,7 @@ Field event_field(std::string_view k) {
 // stream, bytes, flops.
 class TraceReader final : public json::json_sax_t {
 public:
-    TraceReader(Trace& t, const std::string& source) : t_(t), source_(source) {}
+    TraceReader(Trace& t, const std::string& source, const RankHook& hook) : t_(t), source_(source), hook_(hook) {}
 
     // After the parse: the fields of the top that must be there, and the summary.
     void finish() {
@@ -572,6 +572,7 @@ private:
                 if (!events_given_) fail(path(stack_.size() - 1), "missing field \"events\"");
                 auto& events = t_.ranks.back().events;
                 events.shrink_to_fit();  // what the vector grew by beyond the rank's events
+                if (hook_) hook_(t_, t_.ranks.back());
                 break;
             }
             case Role::meta: meta_stack_.pop_back(); break;
@@ -680,13 +681,14 @@ private:
     std::optional<bool> correct_;
     bool failed_ = false;      // a bad value was met: the rest is parsed, not read
     std::string first_error_;  // ...and what was wrong with it
+    const RankHook& hook_;     // called with each rank read (may be empty)
 };
 
 }  // namespace
 
-Trace detail::read_trace_sax(std::istream& in, const std::string& source) {
+Trace detail::read_trace_sax(std::istream& in, const std::string& source, const RankHook& hook) {
     Trace t;
-    TraceReader reader(t, source);
+    TraceReader reader(t, source, hook);
     json_reader::sax_read(in, source, kTraceDialect, reader, json_reader::kMaxTraceBytes);
     reader.finish();
     return t;
@@ -694,22 +696,26 @@ Trace detail::read_trace_sax(std::istream& in, const std::string& source) {
 
 // The fast reader first where the stream can be read again from where it is; the checking reader
 // where it gives up, and on a stream that cannot go back (a pipe).
-Trace read_trace_json(std::istream& in, const std::string& source) {
+Trace read_trace_json(std::istream& in, const std::string& source, const RankHook& hook) {
     const std::istream::pos_type start = in.tellg();
-    if (start == std::istream::pos_type(-1)) return detail::read_trace_sax(in, source);
+    if (start == std::istream::pos_type(-1)) return detail::read_trace_sax(in, source, hook);
     {
         Trace t;
-        if (detail::read_trace_fast(in, t, json_reader::kMaxTraceBytes)) return t;
+        if (detail::read_trace_fast(in, t, json_reader::kMaxTraceBytes, hook)) return t;
     }
     in.clear();
     if (!in.seekg(start))
         kTraceDialect.raise(source, "$", "cannot read the file: it cannot be read again from its start");
-    return detail::read_trace_sax(in, source);
+    return detail::read_trace_sax(in, source, hook);
 }
 
-Trace read_trace_file(const std::string& path) {
+Trace read_trace_json(std::istream& in, const std::string& source) { return read_trace_json(in, source, RankHook{}); }
+
+Trace read_trace_file(const std::string& path, const RankHook& hook) {
     std::ifstream f = json_reader::open_input(path, path, kTraceDialect, json_reader::kMaxTraceBytes);
-    return read_trace_json(f, path);
+    return read_trace_json(f, path, hook);
 }
+
+Trace read_trace_file(const std::string& path) { return read_trace_file(path, RankHook{}); }
 
 }  // namespace dtsim

@@ -1,0 +1,160 @@
+// Reading a trace only to draw it (RankThinner): the ranks the picture does not draw keep only the
+// events and sample that set its scales, so the picture is the same bytes as the whole trace's, and
+// where the picture would draw a thinned rank the reader is told to read the trace again.
+#include "dtsim/render.hpp"
+#include "dtsim/trace_io.hpp"
+#include "render_helpers.hpp"
+#include "sample_traces.hpp"
+
+#include <doctest/doctest.h>
+
+#include <functional>
+#include <limits>
+#include <sstream>
+#include <streambuf>
+#include <string>
+
+namespace dtsim::render {
+namespace {
+
+using testing::render_svg;
+
+// hardware_pipeline_trace (tp 2 x pp 2) with memory that varies, and memory by kind.
+Trace rich_pipeline_trace() {
+    Trace t = testing::hardware_pipeline_trace();
+    t.memory_kinds = {"weights", "activations"};
+    t.memory_capacity = 100;
+    for (auto& r : t.ranks) {
+        double m = 10 + r.rank;
+        for (auto& e : r.events) {
+            e.memory = m;
+            m += (e.op == ops::forward ? 7 : -3) + 0.5 * r.rank;
+        }
+        r.memory_by_kind = {0, 10, 0, 4, 10, 20.0 + r.rank, 9, 10, 5};  // three samples: time, weights, activations
+    }
+    summarize(t);
+    return t;
+}
+
+std::string json_of(const Trace& t) {
+    std::ostringstream out;
+    write_trace_json(t, out);
+    return out.str();
+}
+
+// A stream that cannot go back: the checking reader reads it.
+struct OneWay : std::streambuf {
+    explicit OneWay(std::string s) : text(std::move(s)) { setg(text.data(), text.data(), text.data() + text.size()); }
+    std::string text;
+};
+
+Trace read_thinned(const std::string& text, RankThinner& thin, bool seekable) {
+    if (seekable) {
+        std::istringstream in(text);
+        return read_trace_json(in, "t.json", std::ref(thin));
+    }
+    OneWay buf(text);
+    std::istream in(&buf);
+    return read_trace_json(in, "t.json", std::ref(thin));
+}
+
+}  // namespace
+
+TEST_CASE("a trace read to be drawn keeps whole only the ranks drawn, and draws the same bytes") {
+    const Trace whole = rich_pipeline_trace();
+    const std::string text = json_of(whole);
+    for (const bool seekable : {true, false}) {
+        CAPTURE(seekable);
+        // The pipeline view draws the first GPU of each stage, ranks 0 and 2.
+        RankThinner thin{Options{}};
+        const Trace t = read_thinned(text, thin, seekable);
+        CHECK(thin.thinned() == 2);
+        CHECK(thin.complete(t));
+        REQUIRE(t.ranks.size() == 4);
+        CHECK(t.ranks[0].events.size() == whole.ranks[0].events.size());
+        CHECK(t.ranks[1].events.size() < whole.ranks[1].events.size());
+        CHECK(t.ranks[1].memory_by_kind.size() == 3);  // its largest sample alone
+        CHECK(t.ranks[3].memory_by_kind == std::vector<double>{4, 10, 23});
+        // The same summary, and the same picture.
+        CHECK(t.summary.makespan == whole.summary.makespan);
+        CHECK(t.summary.timesteps == whole.summary.timesteps);
+        CHECK(t.summary.max_memory == whole.summary.max_memory);
+        CHECK(t.summary.max_memory_rank == whole.summary.max_memory_rank);
+        CHECK(t.summary.max_memory_time == whole.summary.max_memory_time);
+        CHECK(render_svg(t) == render_svg(whole));
+        // A selection keeps its ranks, in the pipeline and the ranks view.
+        for (const View view : {View::automatic, View::ranks}) {
+            Options o;
+            o.ranks = "pp=1,tp=1";
+            o.view = view;
+            RankThinner sel{o};
+            const Trace s = read_thinned(text, sel, seekable);
+            CHECK(sel.thinned() == 3);
+            CHECK(sel.complete(s));
+            CHECK(render_svg(s, o) == render_svg(whole, o));
+        }
+        // The ranks view without a selection draws every rank: nothing is thinned.
+        Options ranks;
+        ranks.view = View::ranks;
+        RankThinner all{ranks};
+        const Trace a = read_thinned(text, all, seekable);
+        CHECK(all.thinned() == 0);
+        CHECK(a.ranks[1].events.size() == whole.ranks[1].events.size());
+    }
+}
+
+TEST_CASE("where the picture would draw a thinned rank, the thinner says the trace must be read whole") {
+    // The meta's grid names 4 ranks but the trace has 6: the picture finds no grid and draws every rank.
+    Trace whole = rich_pipeline_trace();
+    for (int r = 4; r < 6; ++r) {
+        RankTrace extra = whole.ranks[static_cast<std::size_t>(r - 2)];
+        extra.rank = r;
+        whole.ranks.push_back(extra);
+    }
+    summarize(whole);
+    const std::string text = json_of(whole);
+    RankThinner thin{Options{}};
+    const Trace t = read_thinned(text, thin, true);
+    CHECK(thin.thinned() > 0);
+    CHECK_FALSE(thin.complete(t));
+    // More stages than rows: the overview draws every rank, so nothing was thinned.
+    Options few;
+    few.max_rows = 1;
+    RankThinner over{few};
+    read_thinned(json_of(rich_pipeline_trace()), over, true);
+    CHECK(over.thinned() == 0);
+    // A selection of a rank that is not there thins nothing: the whole trace's picture names it.
+    Options missing;
+    missing.ranks = "0,9";
+    RankThinner gone{missing};
+    const Trace g = read_thinned(json_of(rich_pipeline_trace()), gone, true);
+    CHECK(gone.thinned() == 0);
+    CHECK(gone.complete(g));
+    CHECK_THROWS_AS(render_svg(g, missing), std::invalid_argument);
+}
+
+TEST_CASE("a rank with a number the picture refuses is kept whole, so the error names its event") {
+    Trace so_far;
+    so_far.meta = {{"grid", {{"tp", 2}, {"cp", 1}, {"dp", 1}, {"pp", 2}}}};
+    RankThinner thin{Options{}};
+    for (int r = 0; r < 2; ++r) {
+        RankTrace& rank = so_far.ranks.emplace_back();
+        rank.rank = r;
+        rank.events = {testing::make_event(ops::forward, 0, 0, 1, 0, IdSet::single(0)),
+                       testing::make_event(ops::forward, 0, 1, 1, 0, IdSet::single(0)),
+                       testing::make_event(ops::forward, 0, 2, 1, 0, IdSet::single(0)),
+                       testing::make_event(ops::forward, 0, 3, 1, 0, IdSet::single(0)),
+                       testing::make_event(ops::forward, 0, 4, 1, 0, IdSet::single(0)),
+                       testing::make_event(ops::forward, 0, 1e308, 1e308, 0, IdSet::single(0))};
+        thin(so_far, rank);
+    }
+    CHECK(thin.thinned() == 0);  // rank 1 is not drawn, but its last event ends at infinity
+    CHECK(so_far.ranks[1].events.size() == 6);
+    so_far.ranks[1].events.back().duration = 1;
+    thin(so_far, so_far.ranks[1]);
+    CHECK(thin.thinned() == 1);
+    // The earliest start, the latest end, the highest memory, the last event, the first pass.
+    CHECK(so_far.ranks[1].events.size() == 2);
+}
+
+}  // namespace dtsim::render
