@@ -9,7 +9,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <stdexcept>
+#include <utility>
 
 namespace dtsim::render {
 namespace {
@@ -113,8 +115,14 @@ void RankThinner::decide(const Trace& so_far) {
 }
 
 void RankThinner::operator()(const Trace& so_far, RankTrace& rank) {
-    if (plan_ == Plan::undecided) decide(so_far);
     const std::size_t index = so_far.ranks.empty() ? 0 : so_far.ranks.size() - 1;
+    if (index == 0) {  // the first rank: a reader that starts again reads every rank again
+        plan_ = Plan::undecided;
+        wanted_.clear();
+        kept_.clear();
+        thinned_ = 0;
+    }
+    if (plan_ == Plan::undecided) decide(so_far);
     if (kept_.size() <= index) kept_.resize(index + 1, 1);
     if (plan_ != Plan::select || std::binary_search(wanted_.begin(), wanted_.end(), rank.rank)) return;
     if (!finite_events(rank)) return;

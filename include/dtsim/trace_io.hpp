@@ -28,7 +28,8 @@ void write_trace_file(const Trace& trace, const std::string& path);
 Trace read_trace_json(std::istream& in, const std::string& source);
 Trace read_trace_file(const std::string& path);
 
-// Called with each rank as soon as it is read whole (its events and memory samples, checked), and
+// Called with each rank as soon as it is read whole (its events checked; its memory samples checked
+// but for their width against memory_kinds, which is checked at the end of the document), and
 // with the trace read so far (what came before the ranks: meta, memory_kinds...); it may drop some
 // of the rank's events and samples before the next rank is read. The summary is worked out from
 // what it keeps. A reader that starts again from the beginning calls it again for every rank.

@@ -32,6 +32,12 @@ Trace rich_pipeline_trace() {
         }
         r.memory_by_kind = {0, 10, 0, 4, 10, 20.0 + r.rank, 9, 10, 5};  // three samples: time, weights, activations
     }
+    // The picture's span comes from ranks it does not draw: rank 1 starts first (the others start a
+    // second later) and rank 3 ends last, on its comm stream.
+    for (auto& r : t.ranks)
+        if (r.rank != 1)
+            for (auto& e : r.events) e.start += 1;
+    t.ranks[3].events.push_back(testing::make_event(OpCode::of("all_reduce"), 3, 21, 4, 12, {}, Stream::comm));
     summarize(t);
     return t;
 }
@@ -101,6 +107,31 @@ TEST_CASE("a trace read to be drawn keeps whole only the ranks drawn, and draws 
         CHECK(all.thinned() == 0);
         CHECK(a.ranks[1].events.size() == whole.ranks[1].events.size());
     }
+}
+
+TEST_CASE("a pipeline known only from ranks not drawn is still drawn as a pipeline") {
+    // The drawn ranks (0 and 2) record no microbatch; ranks 1 and 3 do: the trace is a pipeline
+    // because of them, and the thinned trace keeps one of their passes to say so.
+    Trace whole = rich_pipeline_trace();
+    for (auto& e : whole.ranks[0].events) e.batches = {};
+    for (auto& e : whole.ranks[2].events) e.batches = {};
+    summarize(whole);
+    REQUIRE(detail::make_layout(whole, {}).pipeline);
+    RankThinner thin{Options{}};
+    const Trace t = read_thinned(json_of(whole), thin, true);
+    CHECK(thin.thinned() == 2);
+    CHECK(thin.complete(t));
+    CHECK(detail::make_layout(t, {}).pipeline);
+    CHECK(render_svg(t) == render_svg(whole));
+}
+
+TEST_CASE("a reader that starts again thins again from the first rank") {
+    const std::string text = json_of(rich_pipeline_trace());
+    RankThinner thin{Options{}};
+    read_thinned(text, thin, true);
+    const Trace t = read_thinned(text, thin, false);  // the same thinner, the checking reader
+    CHECK(thin.thinned() == 2);
+    CHECK(thin.complete(t));
 }
 
 TEST_CASE("where the picture would draw a thinned rank, the thinner says the trace must be read whole") {

@@ -217,12 +217,15 @@ std::string source_naming(const json& cluster_doc, const std::string& id) {
         if (!line.is_string()) continue;
         const std::string text = line.get<std::string>();
         if (text.find(": dtsim calibrate on ") != std::string::npos) continue;
+        // A character that may be part of an id.
+        const auto in_id = [&](std::size_t i) {
+            const char ch = text[i];
+            return std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == ':';
+        };
         for (auto at = text.find(id); at != std::string::npos; at = text.find(id, at + 1)) {
             const std::size_t end = at + id.size();
-            // The whole id, not the start of a longer one ("...-allreduce" in "...-allreduce-b").
-            if (end == text.size() || !(std::isalnum(static_cast<unsigned char>(text[end])) || text[end] == '-' ||
-                                        text[end] == '_'))
-                return text;
+            // The whole id, not a part of a longer one ("...-allreduce" in "...-allreduce-b").
+            if ((at == 0 || !in_id(at - 1)) && (end == text.size() || !in_id(end))) return text;
         }
     }
     return "";

@@ -350,7 +350,9 @@ RunSize estimate_run_size(const Config& c, const RunOptions& options) {
     if (s.recompute == Recompute::full) per_layer += 2 * block;
     if (s.recompute == Recompute::selective) per_layer += 1;
     if (s.recompute == Recompute::selective_op) per_layer += 2;
-    // The weight-gradient halves, and with sequence parallelism their inputs' gathers.
+    // The weight-gradient halves of a backward split throughout (ZB-H1, a schedule file), and where
+    // the W pass gathers its inputs (weight_pass_gathers_input) those gathers. DualPipeV splits only
+    // its last few backwards: their W events are within what its whole backwards are counted at.
     if (s.name == "zbh1" || s.name == "schedule") per_layer += weight_pass_gathers_input(s) ? 4 : 2;
     // Context parallelism: the core's cp steps and a send and receive between them, forward,
     // backward and in a full recompute.
