@@ -1,6 +1,8 @@
 // The grid of a trace's ranks (RankGrid), read from its meta.
 #include "dtsim/render.hpp"
 
+#include "layout.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <array>
@@ -36,6 +38,20 @@ RankGrid from_fields(const nlohmann::json& obj, int nranks) {
 }
 
 }  // namespace
+
+namespace detail {
+RankGrid meta_grid(const nlohmann::json& meta) {
+    if (!meta.is_object()) return {};
+    const auto it = meta.find("grid");
+    if (it == meta.end() || !it->is_object()) return {};
+    const auto tp = size_field(*it, "tp", 1), cp = size_field(*it, "cp", 1), dp = size_field(*it, "dp", 0),
+               pp = size_field(*it, "pp", 1);
+    if (!tp || !cp || !dp || !pp || *dp < 1) return {};
+    const long long n = static_cast<long long>(*tp) * *cp * *dp * *pp;
+    if (n > (1 << 24)) return {};
+    return from_fields(*it, static_cast<int>(n));
+}
+}  // namespace detail
 
 RankGrid grid_of(const Trace& trace) {
     const auto nranks = static_cast<int>(trace.ranks.size());

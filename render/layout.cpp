@@ -368,10 +368,12 @@ Census take_census(const Trace& trace, const std::vector<std::size_t>& selected)
         check_interrupt();  // a large trace takes a while: an interrupt is answered rank by rank
         for (std::size_t i = 0; i < r.events.size(); ++i) {
             const Event& e = r.events[i];
-            need_finite(e.start, r, i, e, "start");
-            need_finite(e.duration, r, i, e, "duration");
-            need_finite(e.end(), r, i, e, "end");
-            need_finite(e.memory, r, i, e, "memory");
+            if (!drawable(e)) {
+                need_finite(e.start, r, i, e, "start");
+                need_finite(e.duration, r, i, e, "duration");
+                need_finite(e.end(), r, i, e, "end");
+                need_finite(e.memory, r, i, e, "memory");
+            }
             if (first || e.start < c.t_min) c.t_min = e.start;
             if (first || e.end() > c.t_max) c.t_max = e.end();
             if (first || e.memory > c.max_memory) c.max_memory = e.memory;
@@ -383,9 +385,7 @@ Census take_census(const Trace& trace, const std::vector<std::size_t>& selected)
                 trace.memory_kinds.size()));
         for (std::size_t i = 0, n = trace.memory_samples(r); i < n; ++i) {
             const KindSample k = kind_sample(trace, r, i);
-            bool finite = std::isfinite(k.time) && k.time >= 0 && std::isfinite(k.total);
-            for (std::size_t j = 0; j < trace.memory_kinds.size(); ++j) finite = finite && k.parts[j] >= 0;
-            if (!finite)
+            if (!drawable(trace, k))
                 throw std::invalid_argument(fmt::format(
                     "cannot draw the trace: rank {}, memory sample {}: a time or amount is not a finite number >= 0",
                     r.rank, i));
@@ -901,14 +901,19 @@ std::string memory_tick_label(const Layout& l, double value) {
 
 std::string memory_axis_title(const Layout& l) { return "memory, " + l.memory_tick_unit; }
 
+std::vector<int> pipeline_view_ranks(const RankGrid& grid) {
+    std::vector<int> out;
+    for (int p = 0; p < grid.pp; ++p) out.push_back(grid.rank({0, 0, 0, p}));
+    return out;
+}
+
 DrawnRanks drawn_ranks(const Trace& trace, const Options& opt, const RankGrid& grid) {
     DrawnRanks d;
     d.pipeline = opt.view == View::pipeline || (opt.view == View::automatic && pipelined(trace, grid));
     d.ranks = select_ranks(trace, opt, grid);
-    // The pipeline view without a selection: the first GPU of each stage (dp, cp and tp 0).
     if (d.pipeline && opt.ranks.empty() && grid.known && grid.size() == static_cast<int>(trace.ranks.size())) {
         d.ranks.clear();
-        for (int p = 0; p < grid.pp; ++p) d.ranks.push_back(static_cast<std::size_t>(grid.rank({0, 0, 0, p})));
+        for (int r : pipeline_view_ranks(grid)) d.ranks.push_back(static_cast<std::size_t>(r));
     }
     // More rows than max_rows: the overview of the ranks view, unless the pipeline view was asked for.
     if (d.pipeline && opt.view == View::automatic && d.ranks.size() > static_cast<std::size_t>(opt.max_rows)) {

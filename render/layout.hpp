@@ -9,6 +9,7 @@
 #include "pipeline.hpp"
 #include "units.hpp"
 
+#include <cmath>
 #include <cstddef>
 #include <string>
 #include <utility>
@@ -120,6 +121,15 @@ struct DrawnRanks {
     bool pipeline = false;
 };
 DrawnRanks drawn_ranks(const Trace& trace, const Options& options, const RankGrid& grid);
+// The pipeline view's rows without a selection: the first GPU of each stage (dp, cp and tp 0), by id.
+std::vector<int> pipeline_view_ranks(const RankGrid& grid);
+// The grid the meta's "grid" names on its own, dp included (grid_of needs every rank read to
+// infer a missing dp); unknown where it does not.
+RankGrid meta_grid(const nlohmann::json& meta);
+// Whether an event's times and memory can be drawn (all finite); the census names what is not.
+inline bool drawable(const Event& e) {
+    return std::isfinite(e.start) && std::isfinite(e.duration) && std::isfinite(e.end()) && std::isfinite(e.memory);
+}
 
 // What each blocked rank of a deadlocked run waits for, read from the trace's meta "error"
 // (the deadlock report, one line per rank: a schedule's "rank 3 is blocked at 3B0 (...): it

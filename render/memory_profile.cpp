@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 namespace dtsim::render::detail {
@@ -39,6 +40,12 @@ KindSample kind_sample(const Trace& trace, const RankTrace& rank, std::size_t i)
     s.parts = rank.memory_by_kind.data() + i * (1 + kinds) + 1;
     for (std::size_t k = 0; k < kinds; ++k) s.total += s.parts[k];
     return s;
+}
+
+bool drawable(const Trace& trace, const KindSample& s) {
+    bool fine = std::isfinite(s.time) && s.time >= 0 && std::isfinite(s.total);
+    for (std::size_t j = 0; j < trace.memory_kinds.size(); ++j) fine = fine && s.parts[j] >= 0;
+    return fine;
 }
 
 std::optional<std::size_t> largest_kind_sample(const Trace& trace, const RankTrace& rank) {

@@ -28,6 +28,9 @@ struct KindSample {
 };
 KindSample kind_sample(const Trace& trace, const RankTrace& rank, std::size_t i);
 
+// Whether a sample can be drawn: its time a finite number >= 0, its amounts >= 0 and their total finite.
+bool drawable(const Trace& trace, const KindSample& s);
+
 // The rank's sample with the largest total, the first of them in time; nullopt where it has none.
 std::optional<std::size_t> largest_kind_sample(const Trace& trace, const RankTrace& rank);
 

@@ -5,8 +5,6 @@
 #include "memory_profile.hpp"
 #include "pipeline.hpp"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cmath>
 #include <optional>
@@ -16,45 +14,14 @@
 namespace dtsim::render {
 namespace {
 
-// The whole grid named by the meta's "grid" (every one of tp, cp, dp and pp a positive integer);
-// unknown otherwise (the picture's grid_of may still find one once every rank is read).
-RankGrid meta_grid(const nlohmann::json& meta) {
-    if (!meta.is_object()) return {};
-    const auto it = meta.find("grid");
-    if (it == meta.end() || !it->is_object()) return {};
-    int v[4] = {0, 0, 0, 0};
-    const char* keys[4] = {"tp", "cp", "dp", "pp"};
-    long long n = 1;
-    for (int k = 0; k < 4; ++k) {
-        const auto f = it->find(keys[k]);
-        if (f == it->end() || !f->is_number_integer()) return {};
-        const long long x = f->get<long long>();
-        if (x < 1 || x > (1 << 24)) return {};
-        n *= x;
-        if (n > (1 << 24)) return {};
-        v[k] = static_cast<int>(x);
-    }
-    RankGrid g;
-    g.tp = v[0];
-    g.cp = v[1];
-    g.dp = v[2];
-    g.pp = v[3];
-    g.known = true;
-    return g;
-}
-
-bool finite_events(const RankTrace& r) {
-    return std::all_of(r.events.begin(), r.events.end(), [](const Event& e) {
-        return std::isfinite(e.start) && std::isfinite(e.duration) && std::isfinite(e.end()) && std::isfinite(e.memory);
-    });
-}
-
-// The events that set what a rank not drawn contributes (see RankThinner), in their order.
-std::vector<Event> telling_events(const RankTrace& r) {
+// The events that set what a rank not drawn contributes (see RankThinner), in their order; nothing
+// where one of them cannot be drawn (the rank stays whole, for the picture to name it).
+std::optional<std::vector<Event>> telling_events(const RankTrace& r) {
     const auto& ev = r.events;
-    if (ev.empty()) return {};
+    if (ev.empty()) return std::vector<Event>{};
     std::size_t first = 0, last_end = 0, most = 0, pass = ev.size();
     for (std::size_t i = 0; i < ev.size(); ++i) {
+        if (!detail::drawable(ev[i])) return std::nullopt;
         if (ev[i].start < ev[first].start) first = i;
         if (ev[i].end() > ev[last_end].end()) last_end = i;
         if (ev[i].memory > ev[most].memory) most = i;
@@ -71,17 +38,13 @@ std::vector<Event> telling_events(const RankTrace& r) {
     return out;
 }
 
-// The largest sample of memory by kind alone, or nothing where the samples cannot be read yet (the
-// kinds come after the ranks) or hold a value the picture refuses.
+// The largest sample of memory by kind alone (largest_kind_sample's), or nothing where the samples
+// cannot be read yet (the kinds come after the ranks) or one cannot be drawn.
 std::optional<std::vector<double>> telling_sample(const Trace& so_far, const RankTrace& r) {
     if (r.memory_by_kind.empty()) return std::vector<double>{};
     if (so_far.memory_kinds.empty() || !so_far.whole_memory_samples(r)) return std::nullopt;
-    for (std::size_t i = 0, n = so_far.memory_samples(r); i < n; ++i) {
-        const detail::KindSample k = detail::kind_sample(so_far, r, i);
-        bool fine = std::isfinite(k.time) && k.time >= 0 && std::isfinite(k.total);
-        for (std::size_t j = 0; j < so_far.memory_kinds.size(); ++j) fine = fine && k.parts[j] >= 0;
-        if (!fine) return std::nullopt;
-    }
+    for (std::size_t i = 0, n = so_far.memory_samples(r); i < n; ++i)
+        if (!detail::drawable(so_far, detail::kind_sample(so_far, r, i))) return std::nullopt;
     const auto best = detail::largest_kind_sample(so_far, r);
     if (!best) return std::vector<double>{};
     const std::size_t width = 1 + so_far.memory_kinds.size();
@@ -95,14 +58,14 @@ RankThinner::RankThinner(Options options) : options_(std::move(options)) {}
 
 void RankThinner::decide(const Trace& so_far) {
     plan_ = Plan::keep_all;
-    const RankGrid g = meta_grid(so_far.meta);
+    const RankGrid g = detail::meta_grid(so_far.meta);
     if (!g.known) return;
     if (options_.ranks.empty()) {
         // The pipeline view's rows: the first GPU of each stage. Without stages, or with more of them
         // than rows (the overview, every rank drawn), every rank is drawn.
         if (options_.view == View::ranks || g.pp < 2) return;
         if (options_.view == View::automatic && g.pp > options_.max_rows) return;
-        for (int p = 0; p < g.pp; ++p) wanted_.push_back(g.rank({0, 0, 0, p}));
+        wanted_ = detail::pipeline_view_ranks(g);
     } else {
         try {
             wanted_ = parse_rank_selection(options_.ranks, g, g.size());
@@ -120,22 +83,25 @@ void RankThinner::operator()(const Trace& so_far, RankTrace& rank) {
         plan_ = Plan::undecided;
         wanted_.clear();
         kept_.clear();
-        thinned_ = 0;
     }
     if (plan_ == Plan::undecided) decide(so_far);
     if (kept_.size() <= index) kept_.resize(index + 1, 1);
     if (plan_ != Plan::select || std::binary_search(wanted_.begin(), wanted_.end(), rank.rank)) return;
-    if (!finite_events(rank)) return;
+    auto events = telling_events(rank);
+    if (!events) return;
     auto sample = telling_sample(so_far, rank);
     if (!sample) return;
-    rank.events = telling_events(rank);
+    rank.events = std::move(*events);
     rank.memory_by_kind = std::move(*sample);
     kept_[index] = 0;
-    ++thinned_;
+}
+
+std::size_t RankThinner::thinned() const {
+    return static_cast<std::size_t>(std::count(kept_.begin(), kept_.end(), 0));
 }
 
 bool RankThinner::complete(const Trace& trace) const {
-    if (thinned_ == 0) return true;
+    if (thinned() == 0) return true;
     try {
         const detail::DrawnRanks drawn = detail::drawn_ranks(trace, options_, grid_of(trace));
         return std::all_of(drawn.ranks.begin(), drawn.ranks.end(),

@@ -114,7 +114,7 @@ public:
     explicit RankThinner(Options options);
     void operator()(const Trace& so_far, RankTrace& rank);
     [[nodiscard]] bool complete(const Trace& trace) const;
-    [[nodiscard]] std::size_t thinned() const { return thinned_; }  // ranks thinned
+    [[nodiscard]] std::size_t thinned() const;  // ranks thinned
 
 private:
     enum class Plan { undecided, keep_all, select };
@@ -123,7 +123,6 @@ private:
     Plan plan_ = Plan::undecided;
     std::vector<int> wanted_;        // rank ids drawn, sorted (Plan::select)
     std::vector<char> kept_;         // by rank index: kept whole
-    std::size_t thinned_ = 0;
 };
 
 // The chart of `dtsim compare`: one row per run, the mean step time per GPU as

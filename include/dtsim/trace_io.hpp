@@ -23,18 +23,16 @@ public:
 void write_trace_json(const Trace& trace, std::ostream& out);
 void write_trace_file(const Trace& trace, const std::string& path);
 
-// `source` names the input in error messages (a file name, "<stdin>"). Fields the
-// format does not define are ignored (a later version may add some).
-Trace read_trace_json(std::istream& in, const std::string& source);
-Trace read_trace_file(const std::string& path);
-
 // Called with each rank as soon as it is read whole (its events checked; its memory samples checked
 // but for their width against memory_kinds, which is checked at the end of the document), and
 // with the trace read so far (what came before the ranks: meta, memory_kinds...); it may drop some
 // of the rank's events and samples before the next rank is read. The summary is worked out from
 // what it keeps. A reader that starts again from the beginning calls it again for every rank.
 using RankHook = std::function<void(const Trace& so_far, RankTrace& rank)>;
-Trace read_trace_json(std::istream& in, const std::string& source, const RankHook& hook);
-Trace read_trace_file(const std::string& path, const RankHook& hook);
+
+// `source` names the input in error messages (a file name, "<stdin>"). Fields the
+// format does not define are ignored (a later version may add some).
+Trace read_trace_json(std::istream& in, const std::string& source, const RankHook& hook = {});
+Trace read_trace_file(const std::string& path, const RankHook& hook = {});
 
 }  // namespace dtsim

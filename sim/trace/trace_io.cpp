@@ -709,13 +709,9 @@ Trace read_trace_json(std::istream& in, const std::string& source, const RankHoo
     return detail::read_trace_sax(in, source, hook);
 }
 
-Trace read_trace_json(std::istream& in, const std::string& source) { return read_trace_json(in, source, RankHook{}); }
-
 Trace read_trace_file(const std::string& path, const RankHook& hook) {
     std::ifstream f = json_reader::open_input(path, path, kTraceDialect, json_reader::kMaxTraceBytes);
     return read_trace_json(f, path, hook);
 }
-
-Trace read_trace_file(const std::string& path) { return read_trace_file(path, RankHook{}); }
 
 }  // namespace dtsim

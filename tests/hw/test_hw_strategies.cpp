@@ -526,8 +526,8 @@ TEST_CASE("ZB-H1 with sequence parallelism: each weight-gradient pass gathers QK
         return std::pair{n, seconds};
     };
     CHECK(weight_pass_gathers_input(parse_config(zb, "t.json").strategy));
-    Trace with, without;
-    const RunReport a = run(zb, true, &with);
+    Trace with;
+    run(zb, true, &with);
     const auto [n, seconds] = weight_gathers(with);
     CHECK(n == 2 * layers_here * microbatches);
     REQUIRE(seconds > 0);
@@ -547,7 +547,6 @@ TEST_CASE("ZB-H1 with sequence parallelism: each weight-gradient pass gathers QK
         run(other, true, &t);
         CHECK(weight_gathers(t).first == 0);
     }
-    CHECK(a.step_time > 0);
 }
 
 TEST_CASE("float8 linears: the linears' GEMMs at the fp8 rate, the attention core at the model's") {

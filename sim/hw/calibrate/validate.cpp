@@ -211,9 +211,11 @@ void drop_fits(json& cluster_doc, const char* level, const std::string& op) {
 // by hand, or "". The lines calibrate writes for its curves ("...: dtsim calibrate on <sets>") are
 // not such lines: a curve lists its own data sets, and validate --holdout drops it.
 std::string source_naming(const json& cluster_doc, const std::string& id) {
-    const json& c = cluster_doc["cluster"];
-    if (!c.contains("source") || !c["source"].is_array()) return "";
-    for (const auto& line : c["source"]) {
+    const auto c = cluster_doc.find("cluster");
+    if (c == cluster_doc.end() || !c->is_object()) return "";
+    const auto lines = c->find("source");
+    if (lines == c->end() || !lines->is_array()) return "";
+    for (const auto& line : *lines) {
         if (!line.is_string()) continue;
         const std::string text = line.get<std::string>();
         if (text.find(": dtsim calibrate on ") != std::string::npos) continue;

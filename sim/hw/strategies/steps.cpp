@@ -258,9 +258,10 @@ Task<> layer_backward_weight(Device& gpu, const Job& job, int layer, int mb) {
     const LayerWork& w = job.work->layer;
     // Each block's column-parallel input (fc1's, then QKV's) gathered again first, blocking
     // (weight_pass_gathers_input).
-    if (job.weight_pass_gathers && job.tp_group) co_await tp_before(gpu, job, layer);
+    const bool gather = job.weight_pass_gathers && job.tp_group;
+    if (gather) co_await tp_before(gpu, job, layer);
     run_work(gpu, ops::backward_weight, layer, w.mlp_backward_weight, mb);
-    if (job.weight_pass_gathers && job.tp_group) co_await tp_before(gpu, job, layer);
+    if (gather) co_await tp_before(gpu, job, layer);
     run_work(gpu, ops::backward_weight, layer, w.attention_backward_weight, mb);
     release_activations(gpu, job, layer);
 }
