@@ -223,6 +223,13 @@ TEST_CASE("schedule-driven pipelines with uneven virtual stages run to the end, 
         {{{"name", "interleaved"}, {"pp", 4}, {"chunks", 2}, {"dp", 2}, {"zero_stage", 3},
           {"stage_layers", {1, 2, 2, 2, 2, 2, 2, 3}}},
          {3, 4, 4, 5}},
+        // Llama 3's pipeline: the first model chunk only the embedding, the last only the output layer.
+        {{{"name", "interleaved"}, {"pp", 4}, {"chunks", 2}, {"stage_layers", {0, 3, 2, 3, 2, 3, 3, 0}}}, {2, 6, 5, 3}},
+        {{{"name", "interleaved"}, {"pp", 4}, {"chunks", 2}, {"dp", 2}, {"zero_stage", 3},
+          {"stage_layers", {0, 3, 2, 3, 2, 3, 3, 0}}},
+         {2, 6, 5, 3}},
+        {{{"name", "1f1b"}, {"pp", 4}, {"stage_layers", {0, 8, 8, 0}}}, {0, 8, 8, 0}},
+        {{{"name", "dualpipev"}, {"pp", 4}, {"stage_layers", {0, 2, 2, 2, 2, 2, 2, 4}}}, {4, 4, 4, 4}},
     };
     for (const auto& k : cases) {
         CAPTURE(k.strategy.dump());
@@ -246,6 +253,11 @@ TEST_CASE("schedule-driven pipelines with uneven virtual stages run to the end, 
                 CHECK(static_cast<int>(gathered.size()) == k.rank_layers[stage]);
             }
         }
+        // Transfers of a stage without layers are labelled with none; no event names a layer the model lacks.
+        int unknown_layers = 0;
+        for (const auto& rank : r.trace.ranks)
+            for (const auto& e : rank.events) unknown_layers += e.layer != kNoLayer && (e.layer < 0 || e.layer >= 16);
+        CHECK(unknown_layers == 0);
         // Same input, same result.
         CHECK(run(doc).report.step_time == r.report.step_time);
     }
@@ -299,6 +311,8 @@ TEST_CASE("plan's bounds hold with uneven stages: the step and the peak never fa
         {"bfs", 2, {{"last_stage_layers", 10}}},
         {"zbh1", 1, {{"first_stage_layers", 3}, {"last_stage_layers", 3}}},
         {"dualpipev", 1, {{"stage_layers", {1, 2, 2, 2, 2, 2, 2, 3}}}},
+        {"1f1b", 1, {{"stage_layers", {0, 8, 8, 0}}}},
+        {"interleaved", 2, {{"stage_layers", {0, 3, 2, 3, 2, 3, 3, 0}}}},
     };
     for (const auto& k : cases)
         for (int zero : {0, 1, 3})
@@ -336,7 +350,16 @@ TEST_CASE("uneven stages: config errors say what was expected and what was found
           "found 3");
     CHECK(with({{"stage_layers", {2, 2, 2, 3}}}) ==
           "test.json: $.strategy.stage_layers: the stages hold 9 layers in all, but the model has 8");
-    CHECK(with({{"stage_layers", {2, 0, 3, 3}}}).find("test.json: $.strategy.stage_layers[1]: ") == 0);
+    CHECK(with({{"stage_layers", {2, 0, 3, 3}}}) ==
+          "test.json: $.strategy.stage_layers[1]: a stage between the first and the last holds at least one layer "
+          "(only the first may hold just the embedding, the last just the output layer and the loss)");
+    CHECK(with({{"stage_layers", {-1, 3, 3, 3}}}).find("test.json: $.strategy.stage_layers[0]: ") == 0);
+    CHECK(run([&] {
+              json d = doc;
+              d["strategy"]["stage_layers"] = {0, 4, 4, 0};
+              return d;
+          }())
+              .report.step_time > 0);
     CHECK(with({{"stage_layers", json::array()}}).find("test.json: $.strategy.stage_layers: expected a list") == 0);
     CHECK(with({{"stage_layers", 8}}).find("test.json: $.strategy.stage_layers: expected a list") == 0);
     CHECK(with({{"stage_layers", {2, 2, 2, 2}}, {"first_stage_layers", 2}}) ==

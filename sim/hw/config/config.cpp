@@ -439,8 +439,19 @@ void from_json(const Node& n, StrategyConfig& s) {
     if (n.has("stage_layers")) {
         const Node list = n["stage_layers"];
         if (!list.is_array() || list.size() == 0)
-            list.expected("a list of the layers of each pipeline stage in model order (integers >= 1)");
-        for (std::size_t i = 0; i < list.size(); ++i) s.stage_layers.push_back(list.at(i).integer(1));
+            list.expected("a list of the layers of each pipeline stage in model order (integers >= 1; the first "
+                          "and last may be 0)");
+        // The first and last stage may hold no layers: only the embedding, or only the output
+        // layer and the loss (Llama 3's pipeline, Dubey et al. 2024, section 3.3.2; Megatron-LM's
+        // --pipeline-model-parallel-layout with a stage of "E" or "L" alone).
+        for (std::size_t i = 0; i < list.size(); ++i) {
+            const Node entry = list.at(i);
+            const int held = entry.integer(0);
+            if (held == 0 && i != 0 && i + 1 != list.size())
+                entry.fail("a stage between the first and the last holds at least one layer (only the first may "
+                           "hold just the embedding, the last just the output layer and the loss)");
+            s.stage_layers.push_back(held);
+        }
     }
     if (n.has("first_stage_layers")) s.first_stage_layers = n["first_stage_layers"].integer(1);
     if (n.has("last_stage_layers")) s.last_stage_layers = n["last_stage_layers"].integer(1);

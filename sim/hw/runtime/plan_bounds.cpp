@@ -164,7 +164,8 @@ double activations_bound(const Config& c, const Workload& w, const sched::Schedu
 // blocking all-gather of its parameters. For 1F1B, GPipe and interleaved pipelines also the
 // embedding and the forwards of the pp - 1 model chunks that must pass before the last rank
 // starts, and the backwards of pp - 1 chunks and the embedding's after it ends, with their blocking
-// tensor-parallel collectives.
+// tensor-parallel collectives; or, where it is longer, any rank's layers between the forwards of
+// the chunks before its first and their backwards after its last (uneven stages).
 //
 // FSDP's data-parallel stream (pp = 1): every microbatch gathers each layer's weights (twice
 // unless grad_op: forward and backward) and reduce-scatters its gradients, one after another on
@@ -225,7 +226,7 @@ double step_time_bound(const Config& c, const Workload& w) {
     const std::vector<int> dp = replicas > 1 ? group_gpus(s, critical, true) : std::vector<int>{};
     if (sharded && s.name != "fsdp" && info && !info->gathers_layers(s.zero_stage, s.overlap_param_gather, replicas))
         tail += idle_cost(c, Collective::all_gather, bytes_per_element(c.model.spec.dtype) * params, dp);
-    double drain = 0;
+    double drain = 0, busiest = 0;
 
     if (s.pp > 1 && (s.name == "1f1b" || s.name == "gpipe" || s.name == "interleaved")) {
         // Microbatch 0 passes pp - 1 model chunks forward before the last rank's first forward;
@@ -241,10 +242,26 @@ double step_time_bound(const Config& c, const Workload& w) {
         // last microbatch reaches the embedding after its backward through chunk 0.
         bound += before * (forward + 2 * tp_forward) + e.embedding_forward.seconds;
         drain = before * (backward + 2 * tp_backward) + e.embedding_backward.seconds;
+        // Any rank r's chain likewise: its first forward (of a chunk r + j pp) waits for a
+        // microbatch through chunks 0 .. r - 1, and its last backward is of its first chunk r (a
+        // later chunk's backward is followed by its lower chunks', some of them on r), after which
+        // the gradient passes back through chunks r - 1 .. 0. With uneven stages another rank may
+        // be busier than the last (Llama 3's pipeline: the last rank's last chunk holds only the
+        // output layer).
+        const std::vector<double> held = pipeline_rank_layers(c);
+        double below = 0;
+        for (int r = 0; r < s.pp; ++r) {
+            const auto k = static_cast<std::size_t>(r);
+            const double own = m * (held[k] * per_layer + (r == critical ? edges : 0));
+            const double fill = r > 0 ? below * (forward + 2 * tp_forward) + e.embedding_forward.seconds : 0;
+            const double back = r > 0 ? below * (backward + 2 * tp_backward) + e.embedding_backward.seconds : 0;
+            busiest = std::max(busiest, fill + own + back);
+            if (k < split.size()) below += split[k];
+        }
     }
     // The last rank's optimizer step waits for the drain only through the tied embeddings'
     // all-reduce (finish_step; untied, it runs beside the drain): the larger of the two.
-    bound += std::max(drain, tail);
+    bound = std::max(bound + std::max(drain, tail), busiest);
 
     if (s.name == "fsdp" && replicas > 1) {
         const double el = bytes_per_element(c.model.spec.dtype);

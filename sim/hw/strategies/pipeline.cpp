@@ -18,17 +18,21 @@ namespace dtsim::hw {
 namespace {
 
 int last_layer(const Job& job) { return job.first_layer + job.layers - 1; }
+// The layer a stage's point-to-point transfers are labelled with: its first (last) layer, none
+// on a stage that holds only the embedding or only the output layer.
+int entry_layer(const Job& job) { return job.layers > 0 ? job.first_layer : kNoLayer; }
+int exit_layer(const Job& job) { return job.layers > 0 ? last_layer(job) : kNoLayer; }
 
 Task<> forward_step(Device& gpu, const Job& job, int mb) {
     if (job.first_stage())
         co_await embedding_forward(gpu, job, mb);
     else
-        co_await gpu.recv(job.prev, kActivation, job.first_layer, IdSet::single(mb));
+        co_await gpu.recv(job.prev, kActivation, entry_layer(job), IdSet::single(mb));
     for (int l = job.first_layer; l <= last_layer(job); ++l) co_await layer_forward(gpu, job, l, mb);
     if (job.last_stage())
         logits_and_loss(gpu, job, mb);
     else
-        gpu.send(job.next, job.work->edge.p2p_bytes, kActivation, last_layer(job), IdSet::single(mb));
+        gpu.send(job.next, job.work->edge.p2p_bytes, kActivation, exit_layer(job), IdSet::single(mb));
 }
 
 // `grads` is given for the last microbatch: its gradients join the buckets.
@@ -41,7 +45,7 @@ Task<> backward_step(Device& gpu, const Job& job, int mb, GradientSync* grads) {
         if (grads && job.work->edge.embedding_params > 0 && job.separate_output)
             co_await grads->ready(embedding_grad, kNoLayer);
     } else {
-        co_await gpu.recv(job.next, kGradient, last_layer(job), IdSet::single(mb));
+        co_await gpu.recv(job.next, kGradient, exit_layer(job), IdSet::single(mb));
     }
     for (int l = last_layer(job); l >= job.first_layer; --l) {
         co_await recompute(gpu, job, l, mb);
@@ -55,7 +59,7 @@ Task<> backward_step(Device& gpu, const Job& job, int mb, GradientSync* grads) {
         embedding_backward(gpu, job, mb);
         if (grads && job.work->edge.embedding_params > 0) co_await grads->ready(embedding_grad, kNoLayer);
     } else {
-        gpu.send(job.prev, job.work->edge.p2p_bytes, kGradient, job.first_layer, IdSet::single(mb));
+        gpu.send(job.prev, job.work->edge.p2p_bytes, kGradient, entry_layer(job), IdSet::single(mb));
     }
 }
 

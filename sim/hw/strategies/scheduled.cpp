@@ -50,6 +50,11 @@ struct Stage {
     [[nodiscard]] const PipelinePlan& plan() const { return *job.plan; }
     [[nodiscard]] int first_layer() const { return plan().first_layer[static_cast<std::size_t>(stage)]; }
     [[nodiscard]] int last_layer() const { return first_layer() + plan().layers[static_cast<std::size_t>(stage)] - 1; }
+    // The layer this stage's point-to-point transfers are labelled with: its first (last) layer,
+    // none on a stage that holds only the embedding or only the output layer.
+    [[nodiscard]] bool empty() const { return plan().layers[static_cast<std::size_t>(stage)] == 0; }
+    [[nodiscard]] int entry_layer() const { return empty() ? kNoLayer : first_layer(); }
+    [[nodiscard]] int exit_layer() const { return empty() ? kNoLayer : last_layer(); }
     [[nodiscard]] bool first() const { return stage == 0; }
     [[nodiscard]] bool last() const { return stage == plan().stages - 1; }
     // The rank holding the neighbouring stage, or -1 when it is this rank (or none).
@@ -66,12 +71,12 @@ Task<> forward(Device& gpu, const Stage& st, int mb) {
     if (st.first())
         co_await embedding_forward(gpu, job, mb);
     else if (const int from = st.peer(st.stage - 1, gpu.rank()); from >= 0)
-        co_await gpu.recv(from, tag(plan, st.stage, mb, kActivation), st.first_layer(), IdSet::single(mb));
+        co_await gpu.recv(from, tag(plan, st.stage, mb, kActivation), st.entry_layer(), IdSet::single(mb));
     for (int l = st.first_layer(); l <= st.last_layer(); ++l) co_await layer_forward(gpu, job, l, mb);
     if (st.last())
         logits_and_loss(gpu, job, mb);
     else if (const int to = st.peer(st.stage + 1, gpu.rank()); to >= 0)
-        gpu.send(to, job.work->edge.p2p_bytes, tag(plan, st.stage + 1, mb, kActivation), st.last_layer(),
+        gpu.send(to, job.work->edge.p2p_bytes, tag(plan, st.stage + 1, mb, kActivation), st.exit_layer(),
                  IdSet::single(mb));
 }
 
@@ -93,7 +98,7 @@ Task<> backward(Device& gpu, const Stage& st, int mb, bool weights, GradientSync
     if (st.last())
         logits_backward(gpu, job, mb);
     else if (const int from = st.peer(st.stage + 1, gpu.rank()); from >= 0)
-        co_await gpu.recv(from, tag(plan, st.stage, mb, kGradient), st.last_layer(), IdSet::single(mb));
+        co_await gpu.recv(from, tag(plan, st.stage, mb, kGradient), st.exit_layer(), IdSet::single(mb));
     if (weights) co_await edge_gradients(st, grads, true);
     for (int l = st.last_layer(); l >= st.first_layer(); --l) {
         if (weights) {
@@ -110,7 +115,7 @@ Task<> backward(Device& gpu, const Stage& st, int mb, bool weights, GradientSync
     if (st.first())
         embedding_backward(gpu, job, mb);
     else if (const int to = st.peer(st.stage - 1, gpu.rank()); to >= 0)
-        gpu.send(to, job.work->edge.p2p_bytes, tag(plan, st.stage - 1, mb, kGradient), st.first_layer(),
+        gpu.send(to, job.work->edge.p2p_bytes, tag(plan, st.stage - 1, mb, kGradient), st.entry_layer(),
                  IdSet::single(mb));
     if (weights) co_await edge_gradients(st, grads, false);
 }
