@@ -428,7 +428,7 @@ TEST_CASE("every shipped data file loads; only the datasheets and the bandwidth 
         }
         skipped.push_back(std::filesystem::path(line.substr(0, line.find(':'))).filename().string());
     }
-    CHECK(rows_skipped == 3);
+    CHECK(rows_skipped == 0);  // every published row runs
     CHECK(skipped == std::vector<std::string>{"a100_attention_published.json", "a100_membw_published.json", "gpus.json",
                                               "h100_dtsim_membw.json", "h100_dtsim_torch_compile.json",
                                               "h100_dtsim_torch_layers.json",

@@ -89,8 +89,8 @@ TEST_CASE("the shipped end-to-end files load and every expressible row is a conf
             CHECK(c.gpus() == r.gpus);
         }
     }
-    CHECK(expressible == 278);
-    CHECK(not_expressible == 3);
+    CHECK(expressible == 281);
+    CHECK(not_expressible == 0);
     // Each row dtsim cannot run yet is listed as skipped, with its reason.
     CHECK(data.skipped.size() == not_expressible);
     for (const auto& line : data.skipped) CHECK(line.find(": not expressible yet: ") != std::string::npos);
@@ -134,6 +134,35 @@ TEST_CASE("a Megatron-Core row becomes the config and the FLOP count worked out 
     const double step = 8866461766385664.0 / (48 * 408.8e12);
     CHECK(step == doctest::Approx(0.4519).epsilon(1e-3));
     CHECK(192 * 4096 / step / 48 == doctest::Approx(36257).epsilon(1e-3));
+}
+
+TEST_CASE("Llama 3 405B's rows run Meta's layout, their TFLOP/s counted as PaLM's appendix B by hand") {
+    const auto data = cal::load_ground_truth({repo + "/calibration/data/end_to_end_h100.json"});
+    const auto set = std::find_if(data.end_to_end.begin(), data.end_to_end.end(),
+                                  [](const auto& s) { return s.id == "llama3_405b_h100"; });
+    REQUIRE(set != data.end_to_end.end());
+    REQUIRE(set->rows.size() == 3);
+    const Config c = cal::parse_end_to_end_row(*set, set->rows[1], shipped_cluster(set->cluster));
+    CHECK(c.gpus() == 16384);
+    CHECK(c.strategy.chunks == 8);
+    // One layer a chunk; the first chunk only the embedding, the last only the output layer.
+    const std::vector<int> split = stage_layers_of(c, model_chunks(c));
+    REQUIRE(split.size() == 128);
+    CHECK(split.front() == 0);
+    CHECK(split.back() == 0);
+    CHECK(std::count(split.begin(), split.end(), 1) == 126);
+    CHECK(c.microbatches() == 16);
+    // Parameters by hand: a layer's q and o 16384^2 each, k and v 16384 x 1024 each, the SwiGLU MLP
+    // 3 x 16384 x 53248, two norms of 16384: 3,187,703,808; x 126 = 401,650,679,808; the input
+    // embedding and the output layer 128256 x 16384 = 2,101,346,304 each: 405,853,372,416 (Llama 3.1
+    // 405B's 405,853,388,800 less the final norm's 16,384, which dtsim does not count).
+    CHECK(c.model.spec.total_params() == doctest::Approx(405853372416.0).epsilon(1e-12));
+    // PaLM's count a token: 6 x (405,853,372,416 - 2,101,346,304) + 12 x 126 x 16384 x 8192
+    //   = 2,422,512,156,672 + 202,937,204,736 = 2,625,449,361,408; a step of 2,048 x 8,192 tokens.
+    const double step_flops = 2625449361408.0 * 2048 * 8192;
+    CHECK(cal::palm_flops(c.model.spec, 2048) == doctest::Approx(step_flops).epsilon(1e-12));
+    CHECK(set->rows[1].measured.flops == cal::FlopCount::palm);
+    CHECK(cal::counted_flops(cal::FlopCount::palm, c) == doctest::Approx(step_flops).epsilon(1e-12));
 }
 
 TEST_CASE("an llm-foundry row has the published model's parameters, but for biases and positions") {
@@ -180,6 +209,7 @@ TEST_CASE("a row is predicted in the unit it was measured in") {
         {"id": "tflops", "gpus": 8, "training": {"global_batch": 16, "micro_batch": 2}, "measured": {"tflops_per_gpu": 100, "flops": "megatron"}},
         {"id": "mfu", "gpus": 8, "training": {"global_batch": 16, "micro_batch": 2}, "measured": {"mfu": 0.4, "flops": "megatron_sc21", "peak_tflops": 500}},
         {"id": "4 GPUs", "gpus": 4, "training": {"global_batch": 8, "micro_batch": 2}, "measured": {"step_time_s": 0.5}},
+        {"id": "palm", "gpus": 8, "training": {"global_batch": 16, "micro_batch": 2}, "measured": {"tflops_per_gpu": 100, "flops": "palm"}},
         {"id": "later", "gpus": 8, "strategy": {"cp": 2}, "measured": {"tflops_per_gpu": 1, "flops": "unstated"}, "not_expressible": "context parallelism"})"));
     const auto data = cal::load_ground_truth({file});
     REQUIRE(data.end_to_end.size() == 1);
@@ -208,11 +238,13 @@ TEST_CASE("a row is predicted in the unit it was measured in") {
     const Config four = cal::parse_end_to_end_row(set, set.rows[4], cluster);
     CHECK(four.cluster.nodes == 1);
     CHECK(four.cluster.gpus_per_node == 4);
+    const auto palm = cal::predict_end_to_end(set, set.rows[5], cluster);
+    CHECK(palm.predicted == doctest::Approx(cal::palm_flops(c.model.spec, 16) / 8 / step / 1e12));
     // A row dtsim cannot express is read, listed as skipped, and not run.
-    CHECK_FALSE(set.rows[5].expressible());
+    CHECK_FALSE(set.rows[6].expressible());
     REQUIRE(data.skipped.size() == 1);
     CHECK(data.skipped[0] == file + ": set tiny, row \"later\": not expressible yet: context parallelism");
-    CHECK_THROWS_AS(cal::predict_end_to_end(set, set.rows[5], cluster), std::invalid_argument);
+    CHECK_THROWS_AS(cal::predict_end_to_end(set, set.rows[6], cluster), std::invalid_argument);
 
     // validate: one throughput set (its skipped row listed) and one memory set.
     cal::ValidateOptions o;
@@ -221,7 +253,7 @@ TEST_CASE("a row is predicted in the unit it was measured in") {
     REQUIRE(sets.size() == 2);
     CHECK(sets[0].id == "tiny");
     CHECK(sets[0].kind == "end_to_end");
-    CHECK(sets[0].points.size() == 5);
+    CHECK(sets[0].points.size() == 6);
     REQUIRE(sets[0].skipped.size() == 1);
     CHECK(sets[0].skipped[0] == "later: not expressible yet: context parallelism");
     CHECK(sets[0].fit.find("held out") == 0);
@@ -231,7 +263,7 @@ TEST_CASE("a row is predicted in the unit it was measured in") {
         CHECK_FALSE(p.in_sample);
         sum += std::abs(p.error());
     }
-    CHECK(sets[0].mean == doctest::Approx(sum / 5));
+    CHECK(sets[0].mean == doctest::Approx(sum / 6));
     CHECK(sets[1].id == "tiny:memory");
     REQUIRE(sets[1].points.size() == 1);
     CHECK(sets[1].points[0].unit == "GiB");

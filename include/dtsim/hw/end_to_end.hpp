@@ -43,6 +43,7 @@ enum class FlopCount {
     none,           // the metric needs no count (tokens/s, step time)
     megatron,       // Megatron-LM's num_floating_point_operations (megatron_core_flops)
     megatron_sc21,  // Narayanan et al. SC21, eq. 3 (megatron_flops)
+    palm,           // PaLM's (Chowdhery et al. 2022, appendix B) as torchtitan counts it (palm_flops)
     unstated,       // the publisher does not say; such a row cannot be predicted
 };
 
@@ -95,6 +96,11 @@ Config parse_end_to_end_row(const EndToEndSet& set, const EndToEndRow& row, cons
 double megatron_core_flops(const TransformerSpec& m, double batch);
 // A step's FLOPs as `count` counts them for `config`'s model and global batch (0 for none and unstated).
 double counted_flops(FlopCount count, const Config& config);
+// A step's FLOPs as PaLM's appendix B counts them and torchtitan's get_nparams_and_flops
+// (torchtitan/models/llama/model.py) computes them: per token 6 x the parameters less the input
+// embedding's, plus 12 x layers x hidden x seq for the attention scores and their product with V,
+// forward and backward, causal masking not discounted.
+double palm_flops(const TransformerSpec& m, double batch);
 
 struct EndToEndPrediction {
     double measured = 0, predicted = 0;  // in `unit`; mfu in per cent

@@ -31,7 +31,7 @@ constexpr std::string_view kRowKeys[] = {"id", "gpus", "model", "training", "str
 constexpr std::string_view kMeasuredKeys[] = {"tokens_per_s_per_gpu", "step_time_s", "tflops_per_gpu", "mfu",
                                               "flops",                "peak_tflops", "peak_memory_GiB"};
 constexpr std::string_view kMetricKeys[] = {"tokens_per_s_per_gpu", "step_time_s", "tflops_per_gpu", "mfu"};
-constexpr std::string_view kFlopCounts[] = {"megatron", "megatron_sc21", "unstated"};
+constexpr std::string_view kFlopCounts[] = {"megatron", "megatron_sc21", "palm", "unstated"};
 
 constexpr Range kTokensPerSecond{"a throughput", "tokens/s", 0, 1e12, true};
 constexpr Range kStepSeconds{"a step time", "s", 0, 1e7, true};  // up to about four months
@@ -80,13 +80,16 @@ EndToEndMeasured read_measured(const Value& m, bool expressible) {
     if (const auto f = m.find("flops")) {
         if (!counted) f->fail(fmt::format("\"flops\" goes with tflops_per_gpu or mfu, not {}", k));
         const std::string c = f->choice(kFlopCounts);
-        out.flops = c == "megatron" ? FlopCount::megatron : c == "megatron_sc21" ? FlopCount::megatron_sc21 : FlopCount::unstated;
+        out.flops = c == "megatron"        ? FlopCount::megatron
+                    : c == "megatron_sc21" ? FlopCount::megatron_sc21
+                    : c == "palm"          ? FlopCount::palm
+                                           : FlopCount::unstated;
         if (out.flops == FlopCount::unstated && expressible)
-            f->fail("a row dtsim runs needs the publisher's FLOP count to compare its TFLOP/s or MFU (\"megatron\" or "
-                    "\"megatron_sc21\"); \"unstated\" is for rows with not_expressible");
+            f->fail("a row dtsim runs needs the publisher's FLOP count to compare its TFLOP/s or MFU (\"megatron\", "
+                    "\"megatron_sc21\" or \"palm\"); \"unstated\" is for rows with not_expressible");
     } else if (counted) {
-        m.fail(fmt::format("{} needs \"flops\": how the publisher counted a step's FLOPs (\"megatron\", \"megatron_sc21\" or "
-                           "\"unstated\")",
+        m.fail(fmt::format("{} needs \"flops\": how the publisher counted a step's FLOPs (\"megatron\", \"megatron_sc21\", "
+                           "\"palm\" or \"unstated\")",
                            k));
     }
     if (const auto p = m.find("peak_tflops")) {
@@ -302,12 +305,19 @@ double megatron_core_flops(const TransformerSpec& m, double batch) {
     return 12 * batch * s * l * h * h * (attention + m.ffn / h * gated + m.vocab / (2 * l * h));
 }
 
+double palm_flops(const TransformerSpec& m, double batch) {
+    const double input_embedding = static_cast<double>(m.vocab) * m.hidden;
+    const double per_token = 6 * (m.total_params() - input_embedding) + 12.0 * m.layers * m.hidden * m.seq;
+    return per_token * batch * m.seq;
+}
+
 double counted_flops(FlopCount count, const Config& c) {
     const TransformerSpec& m = c.model.spec;
     switch (count) {
         case FlopCount::megatron: return megatron_core_flops(m, c.training.global_batch);
         case FlopCount::megatron_sc21:
             return megatron_flops(c.training.global_batch, m.seq, m.layers, m.hidden, m.vocab);
+        case FlopCount::palm: return palm_flops(m, c.training.global_batch);
         case FlopCount::none:
         case FlopCount::unstated: return 0;
     }
