@@ -13,8 +13,10 @@
 
 #include <algorithm>
 #include <cctype>
+#include <memory>
 #include <ostream>
 #include <stdexcept>
+#include <vector>
 
 namespace dtsim::render {
 namespace {
@@ -94,9 +96,10 @@ void write_image(const Trace& trace, std::ostream& out, Format format, const Opt
     write_laid_out(trace, detail::make_layout(trace, options), out, format);
 }
 
-void write_image(const Trace& trace, const std::string& path, const Options& options) {
+namespace {
+
+void write_laid_out_file(const Trace& trace, const detail::Layout& layout, const std::string& path) {
     const Format format = format_from_path(path);
-    const detail::Layout layout = detail::make_layout(trace, options);
     dtsim::detail::write_output_file(path, [&](std::ostream& out) {
         try {
             write_laid_out(trace, layout, out, format);
@@ -105,5 +108,75 @@ void write_image(const Trace& trace, const std::string& path, const Options& opt
         }
     });
 }
+
+}  // namespace
+
+void write_image(const Trace& trace, const std::string& path, const Options& options) {
+    (void)format_from_path(path);  // a bad extension is named before any work
+    write_laid_out_file(trace, detail::make_layout(trace, options), path);
+}
+
+struct OverviewFeed::Impl {
+    const Trace& thinned;
+    detail::Layout layout;
+    std::vector<std::shared_ptr<detail::FedColumns>> columns;  // by row, shared with layout.rows
+    std::vector<std::ptrdiff_t> row_of;                         // by rank index: its row, or -1
+    std::size_t fed = 0;
+    bool ok = true;
+
+    void reset() {
+        for (auto& c : columns) {
+            *c = detail::FedColumns(layout.columns());
+            c->peak_end = thinned.summary.max_memory_time;
+        }
+        fed = 0;
+        ok = true;
+    }
+};
+
+OverviewFeed::OverviewFeed(const Trace& thinned, const Options& options)
+    : impl_(new Impl{thinned, detail::make_layout(thinned, options), {}, {}}) {
+    Impl& m = *impl_;
+    m.row_of.assign(thinned.ranks.size(), -1);
+    if (!m.layout.overview) return;
+    for (std::size_t k = 0; k < m.layout.rows.size(); ++k) {
+        auto c = std::make_shared<detail::FedColumns>(m.layout.columns());
+        m.layout.rows[k].fed = c;
+        m.columns.push_back(std::move(c));
+        for (auto i : m.layout.rows[k].members) m.row_of[i] = static_cast<std::ptrdiff_t>(k);
+    }
+    m.reset();
+}
+
+OverviewFeed::~OverviewFeed() = default;
+
+void OverviewFeed::operator()(const Trace& so_far, RankTrace& rank) {
+    Impl& m = *impl_;
+    const std::size_t index = so_far.ranks.empty() ? 0 : so_far.ranks.size() - 1;
+    if (index == 0) m.reset();  // a reader that starts again reads every rank again
+    if (!m.layout.overview || !m.ok) return;
+    if (index >= m.thinned.ranks.size() || m.thinned.ranks[index].rank != rank.rank ||
+        !std::all_of(rank.events.begin(), rank.events.end(), [](const Event& e) { return detail::drawable(e); })) {
+        m.ok = false;  // not the trace of the first read
+        return;
+    }
+    if (const auto k = m.row_of[index]; k >= 0) {
+        const detail::Row& row = m.layout.rows[static_cast<std::size_t>(k)];
+        detail::FedColumns& c = *m.columns[static_cast<std::size_t>(k)];
+        detail::add_group_rank(m.layout, row, rank, c.compute, c.comm);
+        detail::add_memory_rank(m.layout, rank, c.memory);
+        if (row.has_peak && rank.rank == m.thinned.summary.max_memory_rank)
+            c.peak_end = detail::peak_step_end(m.thinned.summary, rank, c.peak_end);
+    }
+    std::vector<Event>().swap(rank.events);  // (assigning {} would keep the capacity)
+    std::vector<double>().swap(rank.memory_by_kind);
+    ++m.fed;
+}
+
+bool OverviewFeed::complete() const {
+    return impl_->layout.overview && impl_->ok && impl_->fed == impl_->thinned.ranks.size();
+}
+
+void OverviewFeed::write_image(const std::string& path) const { write_laid_out_file(impl_->thinned, impl_->layout, path); }
 
 }  // namespace dtsim::render

@@ -5,12 +5,14 @@
 #pragma once
 
 #include "dtsim/render.hpp"
+#include "columns.hpp"
 #include "palette.hpp"
 #include "pipeline.hpp"
 #include "units.hpp"
 
 #include <cmath>
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,6 +25,16 @@ struct Lane {
     double h = 0;
     [[nodiscard]] bool present() const { return h > 0; }
     [[nodiscard]] double bottom() const { return y + h; }
+};
+
+// An overview row's tallies, gathered rank by rank while the trace is read a second time
+// (OverviewFeed) so that no rank's events need be kept: what the row's picture would tally from its
+// members' events (add_group_rank, add_memory_rank) and where the peak's red bar ends.
+struct FedColumns {
+    explicit FedColumns(int ncols) : compute(ncols), comm(ncols), memory(ncols) {}
+    BusyColumns compute, comm;
+    MaxColumns memory;
+    double peak_end = 0;  // (has_peak rows) see peak_step_end
 };
 
 struct Row {
@@ -38,6 +50,7 @@ struct Row {
     double idle_fraction = 0;          // pipeline view: idle time / makespan
     std::string blocked;               // a deadlocked run: what the row's rank waits for (empty: not blocked)
     double blocked_at = 0;             // ...from the end of its last event
+    std::shared_ptr<const FedColumns> fed;  // an overview row's tallies, where gathered while reading
 };
 
 struct LegendEntry {

@@ -368,17 +368,16 @@ void draw_rank_events(cairo_t* cr, const Layout& l, const Row& row, const RankTr
 
 // A group of ranks: per column, the dominant style and the busy share of the group.
 void draw_group_events(cairo_t* cr, const Layout& l, const Row& row, const Trace& trace) {
+    if (row.fed) {
+        draw_busy(cr, l, row.compute, row.fed->compute);
+        if (row.comm.present()) draw_busy(cr, l, row.comm, row.fed->comm);
+        return;
+    }
     const int ncols = l.columns();
     BusyColumns busy_compute(ncols), busy_comm(ncols);
-    const double weight = 1.0 / static_cast<double>(row.members.size());
     for (auto i : row.members) {
         check_interrupt();  // rank by rank (see draw_row)
-        for (const auto& e : trace.ranks[i].events) {
-            if (e.duration == 0) continue;
-            const double x = l.x_of(e.start) - l.plot_x0;
-            const bool comm = l.has_comm && e.stream == Stream::comm;
-            (comm ? busy_comm : busy_compute).add(x, x + e.duration * l.px_per_time, style_key(e), weight);
-        }
+        add_group_rank(l, row, trace.ranks[i], busy_compute, busy_comm);
     }
     draw_busy(cr, l, row.compute, busy_compute);
     if (row.comm.present()) draw_busy(cr, l, row.comm, busy_comm);
@@ -609,18 +608,19 @@ void draw_memory(cairo_t* cr, const Layout& l, const Row& row, const Trace& trac
     MaxColumns cols(l.columns());
     {
         Fills fills(cr);
-        for (auto i : row.members)
-            for (const auto& s : memory_steps(trace.ranks[i])) {
-                if (!(s.value > 0)) continue;
-                const double x0 = l.x_of(s.t0), x1 = l.x_of(s.t1);
-                if (!l.overview && x1 - x0 >= 1) {
-                    const double h = bar_height(l, row, s.value);
-                    fills.add(x0, lane.bottom() - h, x1 - x0, h, colours::memory);
-                } else {
-                    cols.add(x0 - l.plot_x0, x1 - l.plot_x0, s.value);
+        if (!row.fed)
+            for (auto i : row.members)
+                for (const auto& s : memory_steps(trace.ranks[i])) {
+                    if (!(s.value > 0)) continue;
+                    const double x0 = l.x_of(s.t0), x1 = l.x_of(s.t1);
+                    if (!l.overview && x1 - x0 >= 1) {
+                        const double h = bar_height(l, row, s.value);
+                        fills.add(x0, lane.bottom() - h, x1 - x0, h, colours::memory);
+                    } else {
+                        cols.add(x0 - l.plot_x0, x1 - l.plot_x0, s.value);
+                    }
                 }
-            }
-        for (const auto& run : cols.runs(l.memory_scale / (2 * lane.h))) {
+        for (const auto& run : (row.fed ? row.fed->memory : cols).runs(l.memory_scale / (2 * lane.h))) {
             const double h = bar_height(l, row, run.value);
             fills.add(l.plot_x0 + run.first, lane.bottom() - h, run.end - run.first, h, colours::memory);
         }
@@ -643,12 +643,11 @@ void draw_capacity_and_peak(cairo_t* cr, const Layout& l, const Row& row, const 
         // The step that starts at the summary's peak time, on the peak rank, in red.
         const auto& s = trace.summary;
         double t_end = s.max_memory_time;
-        for (auto i : row.members)
-            if (trace.ranks[i].rank == s.max_memory_rank)
-                for (const auto& step : memory_steps(trace.ranks[i]))
-                    if (step.t0 <= s.max_memory_time && s.max_memory_time < step.t1 &&
-                        step.value == s.max_memory)
-                        t_end = step.t1;
+        if (row.fed)
+            t_end = row.fed->peak_end;
+        else
+            for (auto i : row.members)
+                if (trace.ranks[i].rank == s.max_memory_rank) t_end = peak_step_end(s, trace.ranks[i], t_end);
         const double x0 = l.x_of(s.max_memory_time);
         const double w = std::max(kMinPeakPx, l.x_of(t_end) - x0);
         const double h = bar_height(l, row, s.max_memory);
@@ -723,6 +722,27 @@ void draw_zoom(cairo_t* cr, const Trace& trace, const Layout& l, const Layout& z
         draw_rank_events(cr, z, row, trace.ranks[row.members.front()]);
         cairo_restore(cr);
     }
+}
+
+void add_group_rank(const Layout& l, const Row& row, const RankTrace& rank, BusyColumns& compute, BusyColumns& comm) {
+    const double weight = 1.0 / static_cast<double>(row.members.size());
+    for (const auto& e : rank.events) {
+        if (e.duration == 0) continue;
+        const double x = l.x_of(e.start) - l.plot_x0;
+        const bool on_comm = l.has_comm && e.stream == Stream::comm;
+        (on_comm ? comm : compute).add(x, x + e.duration * l.px_per_time, style_key(e), weight);
+    }
+}
+
+void add_memory_rank(const Layout& l, const RankTrace& rank, MaxColumns& memory) {
+    for (const auto& s : memory_steps(rank))
+        if (s.value > 0) memory.add(l.x_of(s.t0) - l.plot_x0, l.x_of(s.t1) - l.plot_x0, s.value);
+}
+
+double peak_step_end(const Summary& s, const RankTrace& rank, double t_end) {
+    for (const auto& step : memory_steps(rank))
+        if (step.t0 <= s.max_memory_time && s.max_memory_time < step.t1 && step.value == s.max_memory) t_end = step.t1;
+    return t_end;
 }
 
 void draw_timeline(cairo_t* cr, const Trace& trace, const Layout& layout) {

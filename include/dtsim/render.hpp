@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <iosfwd>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -115,14 +116,43 @@ public:
     void operator()(const Trace& so_far, RankTrace& rank);
     [[nodiscard]] bool complete(const Trace& trace) const;
     [[nodiscard]] std::size_t thinned() const;  // ranks thinned
+    // The overview (more ranks drawn than max_rows, in group rows): every rank was thinned, keeping
+    // also what the overview's layout reads of the ranks it draws (the first event of each kind and
+    // name, the first instant and the first that is not the loss, the first on the comm stream, the
+    // highest layer). Its rows are then gathered by an OverviewFeed on a second read; complete() is false.
+    [[nodiscard]] bool overview() const;
 
 private:
-    enum class Plan { undecided, keep_all, select };
+    enum class Plan { undecided, keep_all, select, overview };
     void decide(const Trace& so_far);
     Options options_;
     Plan plan_ = Plan::undecided;
     std::vector<int> wanted_;        // rank ids drawn, sorted (Plan::select)
     std::vector<char> kept_;         // by rank index: kept whole
+};
+
+// The overview from a trace read twice (dtsim render), in memory that does not grow with its
+// events: a first read through a RankThinner whose overview() holds; then this lays the picture out
+// from the thinned trace and, as the hook of a second read of the same file (passed as std::ref),
+// tallies each rank's events into its row's pixel columns (busy share and kind per column, the
+// largest memory per column, where the peak's bar ends) and drops them. write_image then draws what
+// write_image of the whole trace draws, byte for byte. complete() says whether the picture is an
+// overview and the second read gave every rank of the first, in order; where it is not, read the
+// trace whole. The constructor throws what write_image would (std::invalid_argument).
+class OverviewFeed {
+public:
+    OverviewFeed(const Trace& thinned, const Options& options);
+    ~OverviewFeed();
+    OverviewFeed(const OverviewFeed&) = delete;
+    OverviewFeed& operator=(const OverviewFeed&) = delete;
+    void operator()(const Trace& so_far, RankTrace& rank);
+    [[nodiscard]] bool complete() const;
+    // The format from the path's extension (see format_from_path); the file is written whole or not at all.
+    void write_image(const std::string& path) const;
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
 };
 
 // The chart of `dtsim compare`: one row per run, the mean step time per GPU as

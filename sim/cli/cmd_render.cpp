@@ -11,6 +11,7 @@
 #include <functional>
 
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -22,6 +23,28 @@ struct RenderArgs {
     TraceOutputs out;
 };
 
+// The overview of a trace read thinned (RankThinner::overview): its rows gathered on a second read of
+// the file (render::OverviewFeed), every picture drawn; false where that cannot be done (the layout
+// fails, is no overview, or the second read differs), and the caller reads the trace whole.
+bool draw_overview(const RenderArgs& args, const Trace& thinned) {
+    std::optional<render::OverviewFeed> feed;
+    try {
+        feed.emplace(thinned, args.out.picture);
+    } catch (const std::invalid_argument&) {
+        return false;  // the whole trace's picture says what is wrong
+    }
+    (void)read_trace_file(args.trace, std::ref(*feed));
+    if (!feed->complete()) return false;
+    try {
+        args.out.check_ranks(static_cast<int>(thinned.ranks.size()), render::grid_of(thinned));
+    } catch (const std::invalid_argument& e) {
+        throw UsageError(fmt::format("render: {}", e.what()));
+    }
+    for (const auto* path : {&args.out.svg, &args.out.png, &args.out.pdf})
+        if (!path->empty()) feed->write_image(*path);
+    return true;
+}
+
 void run_render(const RenderArgs& args) {
     if (!args.out.any())
         throw UsageError("render: nothing to write: give --svg, --png, --pdf and/or --chrome-trace");
@@ -29,11 +52,13 @@ void run_render(const RenderArgs& args) {
         throw UsageError("--show-ranks selects the ranks of a picture: give --svg, --png or --pdf with it");
     if (validate_only()) return;
     // Only pictures: the ranks they do not draw are thinned as they are read (render::RankThinner),
-    // and the trace is read again whole where the picture turns out to draw one of them.
+    // and the trace is read again whole where the picture turns out to draw one of them; the
+    // overview, which draws every rank in group rows, tallies them on a second read instead.
     Trace trace;
     if (args.out.chrome.empty()) {
         render::RankThinner thin(args.out.picture);
         trace = read_trace_file(args.trace, std::ref(thin));
+        if (thin.overview() && draw_overview(args, trace)) return;
         if (!thin.complete(trace)) trace = read_trace_file(args.trace);
     } else {
         trace = read_trace_file(args.trace);

@@ -8,6 +8,7 @@
 
 #include <doctest/doctest.h>
 
+#include <filesystem>
 #include <functional>
 #include <limits>
 #include <sstream>
@@ -54,14 +55,64 @@ struct OneWay : std::streambuf {
     std::string text;
 };
 
-Trace read_thinned(const std::string& text, RankThinner& thin, bool seekable) {
+template <class Hook>
+Trace read_thinned(const std::string& text, Hook& hook, bool seekable) {
     if (seekable) {
         std::istringstream in(text);
-        return read_trace_json(in, "t.json", std::ref(thin));
+        return read_trace_json(in, "t.json", std::ref(hook));
     }
     OneWay buf(text);
     std::istream in(&buf);
-    return read_trace_json(in, "t.json", std::ref(thin));
+    return read_trace_json(in, "t.json", std::ref(hook));
+}
+
+// A data- and tensor-parallel run on a grid of dp x tp ranks (no pipeline), for the overview: per
+// rank 3 microbatches of 4 layers forward and backward with their gathers on the comm stream, a
+// loss instant, an optimizer step; durations and memory that differ by rank (rank 5 peaks), memory
+// by kind, a capacity.
+Trace overview_trace(int dp, int tp) {
+    Trace t;
+    t.time_unit = "s";
+    t.memory_unit = "byte";
+    t.meta = {{"config", "overview-test"}, {"layers", 4}, {"grid", {{"tp", tp}, {"cp", 1}, {"dp", dp}, {"pp", 1}}}};
+    t.memory_kinds = {"weights", "activations"};
+    t.memory_capacity = 40.0 * (1 << 30);
+    const double gib = 1 << 30;
+    const auto ag = OpCode::of("all_gather"), opt = OpCode::of("optimizer");
+    for (int r = 0; r < dp * tp; ++r) {
+        RankTrace rt;
+        rt.rank = r;
+        const double slow = 1 + 0.03 * (r % 7);
+        double t0 = 0.001 * (r % 3), mem = 4 * gib;
+        for (int mb = 0; mb < 3; ++mb) {
+            for (int l = 0; l < 4; ++l) {
+                rt.events.push_back(testing::make_event(ag, l, t0, 0.4e-3, mem, {}, Stream::comm));
+                mem += (r == 5 ? 1.5 : 1.0) * gib;
+                rt.events.push_back(testing::make_event(ops::forward, l, t0 + 0.5e-3, 1e-3 * slow, mem, IdSet::single(mb)));
+                t0 += 1.6e-3 * slow;
+            }
+            rt.events.push_back(testing::make_event(ops::loss, kNoLayer, t0, 0, mem));
+            for (int l = 3; l >= 0; --l) {
+                rt.events.push_back(testing::make_event(ops::backward, l, t0, 2e-3 * slow, mem, IdSet::single(mb)));
+                mem -= (r == 5 ? 1.5 : 1.0) * gib;
+                t0 += 2.1e-3 * slow;
+            }
+        }
+        rt.events.push_back(testing::make_event(opt, kNoLayer, t0, 1e-3, mem));
+        rt.memory_by_kind = {0, 4 * gib, 0, 0.01, 4 * gib, 4 * gib + 0.1 * r * gib};
+        t.ranks.push_back(std::move(rt));
+    }
+    summarize(t);
+    return t;
+}
+
+// The picture an OverviewFeed draws, as text.
+std::string fed_svg(const OverviewFeed& feed) {
+    const auto path = std::filesystem::temp_directory_path() / "dtsim-render-tests-overview-feed.svg";
+    feed.write_image(path.string());
+    std::string svg = testing::read_file(path);
+    std::filesystem::remove(path);
+    return svg;
 }
 
 }  // namespace
@@ -148,12 +199,15 @@ TEST_CASE("where the picture would draw a thinned rank, the thinner says the tra
     const Trace t = read_thinned(text, thin, true);
     CHECK(thin.thinned() > 0);
     CHECK_FALSE(thin.complete(t));
-    // More stages than rows: the overview draws every rank, so nothing was thinned.
+    // More stages than rows: the overview draws every rank, tallied on a second read; thinned, the
+    // trace alone does not draw it.
     Options few;
     few.max_rows = 1;
     RankThinner over{few};
-    read_thinned(json_of(rich_pipeline_trace()), over, true);
-    CHECK(over.thinned() == 0);
+    const Trace o = read_thinned(json_of(rich_pipeline_trace()), over, true);
+    CHECK(over.thinned() == 4);
+    CHECK(over.overview());
+    CHECK_FALSE(over.complete(o));
     // A selection of a rank that is not there thins nothing: the whole trace's picture names it.
     Options missing;
     missing.ranks = "0,9";
@@ -186,6 +240,93 @@ TEST_CASE("a rank with a number the picture refuses is kept whole, so the error 
     CHECK(thin.thinned() == 1);
     // The earliest start, the latest end, the highest memory, the last event, the first pass.
     CHECK(so_far.ranks[1].events.size() == 2);
+}
+
+TEST_CASE("the overview is drawn from a second read that tallies each rank and drops it: the whole trace's bytes") {
+    const Trace big = overview_trace(8, 2);
+    struct Case {
+        const Trace* trace;
+        Options options;
+    };
+    std::vector<Case> cases;
+    Options tp_groups;  // 16 GPUs over 8 rows: a tensor-parallel group a row
+    tp_groups.max_rows = 8;
+    cases.push_back({&big, tp_groups});
+    Options one_row = tp_groups;  // every GPU in one row
+    one_row.max_rows = 4;
+    cases.push_back({&big, one_row});
+    Options chosen = tp_groups;  // an overview of a selection, with ranks left out
+    chosen.ranks = "dp=1-6";
+    chosen.max_rows = 5;
+    cases.push_back({&big, chosen});
+    Options ranks = tp_groups;
+    ranks.view = View::ranks;
+    cases.push_back({&big, ranks});
+    const Trace pipe = rich_pipeline_trace();  // a pipeline with more stages than rows
+    Options pipe_rows;
+    pipe_rows.max_rows = 1;
+    cases.push_back({&pipe, pipe_rows});
+    for (const auto& k : cases) {
+        const Trace& whole = *k.trace;
+        const std::string text = json_of(whole);
+        const std::string expected = render_svg(whole, k.options);
+        REQUIRE(detail::make_layout(whole, k.options).overview);
+        for (const bool seekable : {true, false}) {
+            CAPTURE(k.options.max_rows);
+            CAPTURE(k.options.ranks);
+            CAPTURE(seekable);
+            RankThinner thin{k.options};
+            const Trace t = read_thinned(text, thin, seekable);
+            CHECK(thin.overview());
+            CHECK(thin.thinned() == whole.ranks.size());
+            CHECK_FALSE(thin.complete(t));
+            if (k.trace == &big) CHECK(t.event_count() < whole.event_count() / 2);
+            OverviewFeed feed(t, k.options);
+            CHECK_FALSE(feed.complete());  // nothing fed yet
+            const Trace second = read_thinned(text, feed, seekable);
+            CHECK(feed.complete());
+            CHECK(second.event_count() == 0);  // every rank dropped once tallied
+            CHECK(fed_svg(feed) == expected);
+        }
+    }
+}
+
+TEST_CASE("an overview feed that is given another trace, or a picture that is no overview, says so") {
+    const Trace whole = overview_trace(8, 2);
+    Options o;
+    o.max_rows = 8;
+    RankThinner thin{o};
+    const Trace t = read_thinned(json_of(whole), thin, true);
+    REQUIRE(thin.overview());
+    // A reader that starts again feeds every rank again: the same picture.
+    {
+        OverviewFeed feed(t, o);
+        read_thinned(json_of(whole), feed, true);
+        read_thinned(json_of(whole), feed, false);
+        CHECK(feed.complete());
+        CHECK(fed_svg(feed) == render_svg(whole, o));
+    }
+    // A rank fewer, or one more: not the trace of the first read.
+    Trace fewer = whole;
+    fewer.ranks.pop_back();
+    Trace more = whole;
+    more.ranks.push_back(more.ranks.back());
+    more.ranks.back().rank = static_cast<int>(more.ranks.size()) - 1;
+    for (const Trace* other : {&fewer, &more}) {
+        OverviewFeed feed(t, o);
+        read_thinned(json_of(*other), feed, true);
+        CHECK_FALSE(feed.complete());
+    }
+    // Options under which the thinned trace's picture is not an overview: never complete.
+    Options many;
+    many.max_rows = 48;
+    OverviewFeed none(t, many);
+    read_thinned(json_of(whole), none, true);
+    CHECK_FALSE(none.complete());
+    // Bad options throw as write_image does.
+    Options bad = o;
+    bad.width = 5;
+    CHECK_THROWS_AS(OverviewFeed(t, bad), std::invalid_argument);
 }
 
 }  // namespace dtsim::render
