@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <functional>
 
 #include <memory>
@@ -54,8 +55,10 @@ void run_render(const RenderArgs& args) {
     // Only pictures: the ranks they do not draw are thinned as they are read (render::RankThinner),
     // and the trace is read again whole where the picture turns out to draw one of them; the
     // overview, which draws every rank in group rows, tallies them on a second read instead.
+    // A pipe cannot be read again: read once, whole.
     Trace trace;
-    if (args.out.chrome.empty()) {
+    std::error_code ec;
+    if (args.out.chrome.empty() && std::filesystem::is_regular_file(args.trace, ec)) {
         render::RankThinner thin(args.out.picture);
         trace = read_trace_file(args.trace, std::ref(thin));
         if (thin.overview() && draw_overview(args, trace)) return;
