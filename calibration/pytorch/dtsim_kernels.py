@@ -20,14 +20,13 @@ import argparse
 import math
 import os
 import sys
-import traceback
 
 import torch
 import torch.nn.functional as F
 
 # dtsim_torch_common.py sits beside this script: found also when the script is loaded from elsewhere.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from dtsim_torch_common import DT, software_meta, timed, write_json  # noqa: E402
+from dtsim_torch_common import DT, run_sections, software_meta, timed  # noqa: E402
 
 
 def host_timed(fn, iters):
@@ -285,17 +284,7 @@ def main():
             "sms": props.multi_processor_count, **software_meta(sys.argv),
             "timing": f"CUDA events around {args.iters} back-to-back calls (fewer for long kernels) after "
                       f"{args.warmup} warm-up calls; median of {args.repeats} groups; L2 not flushed"}
-    for name in args.only.split(","):
-        try:
-            getattr(bench, name)()
-        except Exception:
-            bench.sections.setdefault("errors", []).append(f"{name}: {traceback.format_exc()[-600:]}")
-        torch.cuda.empty_cache()
-        doc = {"meta": meta, **bench.sections}
-        write_json(args.out + ".tmp", doc)
-        import os
-        os.replace(args.out + ".tmp", args.out)
-        print(f"dtsim_kernels: {name} done", flush=True)
+    run_sections(bench, args.only.split(","), args.out, meta, "dtsim_kernels")
 
 
 if __name__ == "__main__":

@@ -26,13 +26,12 @@ import subprocess
 import sys
 import threading
 import time
-import traceback
 
 import torch
 
 # dtsim_torch_common.py sits beside this script: found also when the script is loaded from elsewhere.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from dtsim_torch_common import DT, software_meta, timed, write_json  # noqa: E402
+from dtsim_torch_common import DT, run_sections, software_meta, timed  # noqa: E402
 
 # Transformer-layer GEMMs, [tokens, in] x [in, out]: Llama 3 70B at TP 8 (QKV, output projection,
 # gate and up, down) and GPT-3 175B at TP 4 (QKV, fc1), 8,192 and 4,096 tokens a microbatch.
@@ -200,15 +199,7 @@ def main():
     meta = {"tool": "dtsim_sustained.py", "gpu": props.name, "memory_GiB": round(props.total_memory / 2**30, 1),
             "sms": props.multi_processor_count, **software_meta(sys.argv)}
     bench = Bench(args)
-    for name in args.only.split(","):
-        try:
-            getattr(bench, name)()
-        except Exception:
-            bench.sections.setdefault("errors", []).append(f"{name}: {traceback.format_exc()[-600:]}")
-        torch.cuda.empty_cache()
-        write_json(args.out + ".tmp", {"meta": meta, **bench.sections})
-        os.replace(args.out + ".tmp", args.out)
-        print(f"dtsim_sustained: {name} done", flush=True)
+    run_sections(bench, args.only.split(","), args.out, meta, "dtsim_sustained")
 
 
 if __name__ == "__main__":

@@ -62,6 +62,23 @@ def write_json(path, doc):
         json.dump(doc, f, indent=1)
 
 
+def run_sections(bench, names, out, meta, tool):
+    """Runs bench.<name>() for each name, one after another: a section that fails is listed under "errors" with the
+    end of its traceback and the next one runs; after each, the file at out holds every section so far (written
+    beside it, then moved over it)."""
+    import os
+    import traceback
+    for name in names:
+        try:
+            getattr(bench, name)()
+        except Exception:
+            bench.sections.setdefault("errors", []).append(f"{name}: {traceback.format_exc()[-600:]}")
+        torch.cuda.empty_cache()
+        write_json(out + ".tmp", {"meta": meta, **bench.sections})
+        os.replace(out + ".tmp", out)
+        print(f"{tool}: {name} done", flush=True)
+
+
 def elapsed_writer(doc, path):
     """The time now and a function that stores the seconds since in doc["meta"]["elapsed_s"] and writes doc."""
     t0 = time.time()
