@@ -98,8 +98,7 @@ void write_image(const Trace& trace, std::ostream& out, Format format, const Opt
 
 namespace {
 
-void write_laid_out_file(const Trace& trace, const detail::Layout& layout, const std::string& path) {
-    const Format format = format_from_path(path);
+void write_laid_out_file(const Trace& trace, const detail::Layout& layout, const std::string& path, Format format) {
     dtsim::detail::write_output_file(path, [&](std::ostream& out) {
         try {
             write_laid_out(trace, layout, out, format);
@@ -112,8 +111,8 @@ void write_laid_out_file(const Trace& trace, const detail::Layout& layout, const
 }  // namespace
 
 void write_image(const Trace& trace, const std::string& path, const Options& options) {
-    (void)format_from_path(path);  // a bad extension is named before any work
-    write_laid_out_file(trace, detail::make_layout(trace, options), path);
+    const Format format = format_from_path(path);  // a bad extension is named before any work
+    write_laid_out_file(trace, detail::make_layout(trace, options), path, format);
 }
 
 struct OverviewFeed::Impl {
@@ -154,13 +153,11 @@ void OverviewFeed::operator()(const Trace& so_far, RankTrace& rank) {
     Impl& m = *impl_;
     const std::size_t index = so_far.ranks.empty() ? 0 : so_far.ranks.size() - 1;
     if (index == 0) m.reset();  // a reader that starts again reads every rank again
-    if (!m.layout.overview || !m.ok) return;
-    if (index >= m.thinned.ranks.size() || m.thinned.ranks[index].rank != rank.rank ||
-        !std::all_of(rank.events.begin(), rank.events.end(), [](const Event& e) { return detail::drawable(e); })) {
+    // (The readers number the ranks 0, 1, ... in order: the index is the rank.)
+    if (index >= m.thinned.ranks.size() ||
+        !std::all_of(rank.events.begin(), rank.events.end(), [](const Event& e) { return detail::drawable(e); }))
         m.ok = false;  // not the trace of the first read
-        return;
-    }
-    if (const auto k = m.row_of[index]; k >= 0) {
+    if (const auto k = m.layout.overview && m.ok ? m.row_of[index] : -1; k >= 0) {
         const detail::Row& row = m.layout.rows[static_cast<std::size_t>(k)];
         detail::FedColumns& c = *m.columns[static_cast<std::size_t>(k)];
         detail::add_group_rank(m.layout, row, rank, c.compute, c.comm);
@@ -173,10 +170,15 @@ void OverviewFeed::operator()(const Trace& so_far, RankTrace& rank) {
     ++m.fed;
 }
 
+bool OverviewFeed::overview() const { return impl_->layout.overview; }
+
 bool OverviewFeed::complete() const {
     return impl_->layout.overview && impl_->ok && impl_->fed == impl_->thinned.ranks.size();
 }
 
-void OverviewFeed::write_image(const std::string& path) const { write_laid_out_file(impl_->thinned, impl_->layout, path); }
+void OverviewFeed::write_image(const std::string& path) const {
+    const Format format = format_from_path(path);
+    write_laid_out_file(impl_->thinned, impl_->layout, path, format);
+}
 
 }  // namespace dtsim::render

@@ -19,17 +19,44 @@ PassKind pass_kind(OpCode op) {
 
 namespace {
 
-// The chunk of each layer this rank computes, in layer order.
+// The chunk of each layer this rank computes, in layer order: a run of consecutive layers, or where
+// the stages are known (stage_starts) each stage the rank holds. A stage without layers is held by
+// the rank that computes the embedding (the first stage) or the output layer and the loss (the last):
+// their operations, which name no layer, are placed in it.
 struct Chunks {
-    std::vector<std::int32_t> first;  // first layer of each chunk
-    [[nodiscard]] int of(std::int32_t layer) const {
-        if (layer < 0 || first.empty()) return -1;
-        const auto it = std::upper_bound(first.begin(), first.end(), layer);
+    std::vector<std::int32_t> first;  // first layer of each run, or of every stage
+    std::vector<int> held;            // by stage: the stages the rank holds, in order (empty: by runs)
+    [[nodiscard]] int count() const {
+        return std::max<int>(1, static_cast<int>(held.empty() ? first.size() : held.size()));
+    }
+    // The stage of a layer or of an edge operation; -1 for neither.
+    [[nodiscard]] int stage_of(const Event& e) const {
+        if (e.layer < 0) {
+            const std::string_view n = e.op.name();
+            return n == "embedding" ? 0 : n == "logits" || n == "loss" ? static_cast<int>(first.size()) - 1 : -1;
+        }
+        const auto it = std::upper_bound(first.begin(), first.end(), e.layer);
         return it == first.begin() ? 0 : static_cast<int>(it - first.begin()) - 1;
+    }
+    [[nodiscard]] int of(const Event& e) const {
+        if (first.empty()) return -1;
+        if (held.empty()) return e.layer < 0 ? -1 : stage_of(e);
+        const int stage = stage_of(e);
+        if (stage < 0) return -1;
+        return static_cast<int>(std::lower_bound(held.begin(), held.end(), stage) - held.begin());
     }
 };
 
 Chunks find_chunks(const RankTrace& rank, bool layer_is_stage, const std::vector<std::int32_t>& stage_starts) {
+    if (!layer_is_stage && !stage_starts.empty()) {
+        Chunks c{stage_starts, {}};
+        for (const auto& e : rank.events)
+            if (e.stream == Stream::compute && !e.batches.empty() && pass_kind(e.op) != PassKind::other)
+                if (const int k = c.stage_of(e); k >= 0) c.held.push_back(k);
+        std::sort(c.held.begin(), c.held.end());
+        c.held.erase(std::unique(c.held.begin(), c.held.end()), c.held.end());
+        if (!c.held.empty()) return c;
+    }
     std::vector<std::int32_t> layers;
     for (const auto& e : rank.events)
         if (e.stream == Stream::compute && e.layer >= 0 && !e.batches.empty() && pass_kind(e.op) != PassKind::other)
@@ -95,7 +122,7 @@ RankPasses rank_passes(const RankTrace& rank, double makespan, bool layer_is_sta
                        const std::vector<std::int32_t>& stage_starts, const std::vector<std::size_t>& overlapped) {
     RankPasses out;
     const Chunks chunks = find_chunks(rank, layer_is_stage, stage_starts);
-    out.chunks = std::max<int>(1, static_cast<int>(chunks.first.size()));
+    out.chunks = chunks.count();
     // Work without a microbatch since the last event of a pass, not yet placed.
     std::vector<const Event*> pending;
     bool open = false;
@@ -140,7 +167,7 @@ RankPasses rank_passes(const RankTrace& rank, double makespan, bool layer_is_sta
             pending.push_back(&e);
             continue;
         }
-        const int chunk = chunks.of(e.layer);
+        const int chunk = chunks.of(e);
         if (overlap_wants_backward && k != PassKind::forward) {  // the pair's B
             overlap_wants_backward = false;
             pending.clear();

@@ -46,7 +46,9 @@ struct RankPasses {
 // distinct layer is a chunk; otherwise a chunk is a run of consecutive layers, cut also
 // where a stage starts (`stage_starts`: the first layer of each stage, sorted; may be empty).
 // `overlapped`: the indices (sorted) of the rank's events that are the F of an overlapped F&B pair,
-// whose B is the rank's next pass event.
+// whose B is the rank's next pass event. With stage_starts, a rank's chunks are the stages it holds,
+// a stage without layers among them (the embedding's is the first stage, the output layer's and the
+// loss's the last).
 RankPasses rank_passes(const RankTrace& rank, double makespan, bool layer_is_stage,
                        const std::vector<std::int32_t>& stage_starts = {},
                        const std::vector<std::size_t>& overlapped = {});

@@ -94,7 +94,7 @@ std::optional<std::vector<double>> telling_sample(const Trace& so_far, const Ran
 
 }  // namespace
 
-RankThinner::RankThinner(Options options) : options_(std::move(options)) {}
+RankThinner::RankThinner(Options options, bool overview) : options_(std::move(options)), overview_(overview) {}
 
 void RankThinner::decide(const Trace& so_far) {
     plan_ = Plan::keep_all;
@@ -104,10 +104,10 @@ void RankThinner::decide(const Trace& so_far) {
     if (options_.ranks.empty()) {
         // The pipeline view's rows: the first GPU of each stage. Without stages, or with more of them
         // than rows, every rank is drawn: in the overview where they are more than its rows.
-        const bool stages = options_.view != View::ranks && g.pp >= 2 &&
-                            !(options_.view == View::automatic && g.pp > options_.max_rows);
+        const bool stages = options_.view == View::pipeline ||
+                            (options_.view == View::automatic && g.pp >= 2 && g.pp <= options_.max_rows);
         if (!stages) {
-            if (static_cast<std::size_t>(g.size()) > rows) plan_ = Plan::overview;
+            if (overview_ && static_cast<std::size_t>(g.size()) > rows) plan_ = Plan::overview;
             return;
         }
         wanted_ = detail::pipeline_view_ranks(g);
@@ -118,7 +118,7 @@ void RankThinner::decide(const Trace& so_far) {
             return;  // the picture says what is wrong with the selection, on the whole trace
         }
         if (options_.view != View::pipeline && wanted_.size() > rows) {
-            plan_ = Plan::overview;  // (a pipeline view of these ranks is decided on the whole trace)
+            if (overview_) plan_ = Plan::overview;  // (a pipeline view of these ranks is decided on the whole trace)
             return;
         }
     }

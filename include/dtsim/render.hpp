@@ -112,20 +112,23 @@ std::vector<int> parse_rank_selection(const std::string& spec, const RankGrid& g
 // the overview), the trace must be read again without the hook.
 class RankThinner {
 public:
-    explicit RankThinner(Options options);
+    // `overview`: whether the overview may be thinned too (it is then drawn by an OverviewFeed on a
+    // second read); false for input that cannot be read again, such as a pipe.
+    explicit RankThinner(Options options, bool overview = true);
     void operator()(const Trace& so_far, RankTrace& rank);
     [[nodiscard]] bool complete(const Trace& trace) const;
     [[nodiscard]] std::size_t thinned() const;  // ranks thinned
-    // The overview (more ranks drawn than max_rows, in group rows): every rank was thinned, keeping
-    // also what the overview's layout reads of the ranks it draws (the first event of each kind and
-    // name, the first instant and the first that is not the loss, the first on the comm stream, the
-    // highest layer). Its rows are then gathered by an OverviewFeed on a second read; complete() is false.
+    // The overview (more ranks drawn than max_rows, in group rows) was thinned: its ranks keep also
+    // what the overview's layout reads of the ranks it draws (the first event of each kind and name,
+    // the first instant and the first that is not the loss, the first on the comm stream, the highest
+    // layer), and its rows are gathered by an OverviewFeed on a second read; complete() is false.
     [[nodiscard]] bool overview() const;
 
 private:
     enum class Plan { undecided, keep_all, select, overview };
     void decide(const Trace& so_far);
     Options options_;
+    bool overview_ = true;
     Plan plan_ = Plan::undecided;
     std::vector<int> wanted_;        // rank ids drawn, sorted (Plan::select)
     std::vector<char> kept_;         // by rank index: kept whole
@@ -138,7 +141,8 @@ private:
 // largest memory per column, where the peak's bar ends) and drops them. write_image then draws what
 // write_image of the whole trace draws, byte for byte. complete() says whether the picture is an
 // overview and the second read gave every rank of the first, in order; where it is not, read the
-// trace whole. The constructor throws what write_image would (std::invalid_argument).
+// trace whole. The constructor throws what write_image would (std::invalid_argument); `thinned` must
+// outlive the feed.
 class OverviewFeed {
 public:
     OverviewFeed(const Trace& thinned, const Options& options);
@@ -146,6 +150,7 @@ public:
     OverviewFeed(const OverviewFeed&) = delete;
     OverviewFeed& operator=(const OverviewFeed&) = delete;
     void operator()(const Trace& so_far, RankTrace& rank);
+    [[nodiscard]] bool overview() const;  // the thinned trace's picture is an overview: worth a second read
     [[nodiscard]] bool complete() const;
     // The format from the path's extension (see format_from_path); the file is written whole or not at all.
     void write_image(const std::string& path) const;

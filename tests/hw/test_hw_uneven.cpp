@@ -313,6 +313,9 @@ TEST_CASE("plan's bounds hold with uneven stages: the step and the peak never fa
         {"dualpipev", 1, {{"stage_layers", {1, 2, 2, 2, 2, 2, 2, 3}}}},
         {"1f1b", 1, {{"stage_layers", {0, 8, 8, 0}}}},
         {"interleaved", 2, {{"stage_layers", {0, 3, 2, 3, 2, 3, 3, 0}}}},
+        {"zbh1", 1, {{"stage_layers", {0, 8, 8, 0}}}},
+        {"bfs", 2, {{"stage_layers", {0, 3, 2, 3, 2, 3, 3, 0}}}},
+        {"dualpipev", 1, {{"stage_layers", {0, 2, 2, 2, 2, 2, 2, 4}}}},
     };
     for (const auto& k : cases)
         for (int zero : {0, 1, 3})

@@ -184,6 +184,39 @@ TEST_CASE("a hardware trace's stage_layers cut a rank's consecutive layers into 
     CHECK(p[1].chunk == 1);
 }
 
+TEST_CASE("a stage without layers is a chunk of the rank that computes its embedding or its output layer") {
+    // Interleaved over 2 ranks, 4 stages: [embedding only, layers 0-1, layers 2-3, output layer only].
+    Trace t;
+    t.time_unit = "s";
+    t.memory_unit = "byte";
+    t.meta = {{"grid", {{"tp", 1}, {"cp", 1}, {"dp", 1}, {"pp", 2}, {"stage_layers", {0, 2, 2, 0}}}}};
+    const auto mb = IdSet::single(0);
+    const auto embedding = OpCode::of("embedding"), logits = OpCode::of("logits");
+    RankTrace r0, r1;
+    r0.rank = 0;
+    r1.rank = 1;
+    r0.events = {testing::make_event(embedding, kNoLayer, 0, 1, 0, mb), testing::make_event(ops::forward, 2, 3, 1, 0, mb),
+                 testing::make_event(ops::forward, 3, 4, 1, 0, mb)};
+    r1.events = {testing::make_event(ops::forward, 0, 1, 1, 0, mb), testing::make_event(ops::forward, 1, 2, 1, 0, mb),
+                 testing::make_event(logits, kNoLayer, 5, 1, 0, mb)};
+    t.ranks = {r0, r1};
+    summarize(t);
+    const Layout l = detail::make_layout(t, {});
+    REQUIRE(l.pipeline);
+    for (std::size_t r = 0; r < 2; ++r) {
+        CAPTURE(r);
+        const auto& p = l.rows[r].passes;
+        CHECK(p.chunks == 2);
+        REQUIRE(p.passes.size() == 2);
+        // Rank 0: the embedding (stage 0) in its first chunk, layers 2-3 (stage 2) in its second; rank 1:
+        // layers 0-1 (stage 1) in its first, the output layer (stage 3) in its second.
+        CHECK(p.passes[0].chunk == 0);
+        CHECK(p.passes[1].chunk == 1);
+    }
+    CHECK(l.rows[0].passes.passes[0].end == 1);  // the embedding alone
+    CHECK(l.rows[1].passes.passes[1].start == 5);  // the output layer alone
+}
+
 TEST_CASE("a selection of more pipeline rows than max_rows falls back to the overview unless the view is asked for") {
     Options o;
     o.ranks = "pp=0-1";  // all four GPUs

@@ -282,6 +282,7 @@ TEST_CASE("the overview is drawn from a second read that tallies each rank and d
             CHECK_FALSE(thin.complete(t));
             if (k.trace == &big) CHECK(t.event_count() < whole.event_count() / 2);
             OverviewFeed feed(t, k.options);
+            CHECK(feed.overview());
             CHECK_FALSE(feed.complete());  // nothing fed yet
             const Trace second = read_thinned(text, feed, seekable);
             CHECK(feed.complete());
@@ -289,6 +290,27 @@ TEST_CASE("the overview is drawn from a second read that tallies each rank and d
             CHECK(fed_svg(feed) == expected);
         }
     }
+}
+
+TEST_CASE("an overview is not thinned from input that cannot be read again, nor a one-stage pipeline view") {
+    const Trace whole = overview_trace(8, 2);
+    const std::string text = json_of(whole);
+    Options o;
+    o.max_rows = 8;
+    RankThinner once{o, /*overview=*/false};
+    const Trace a = read_thinned(text, once, false);
+    CHECK_FALSE(once.overview());
+    CHECK(once.thinned() == 0);
+    CHECK(once.complete(a));
+    // The pipeline view asked of a run without stages: one row, its first GPU; the others thinned.
+    o.view = View::pipeline;
+    REQUIRE(detail::make_layout(whole, o).pipeline);
+    RankThinner pipe{o};
+    const Trace p = read_thinned(text, pipe, true);
+    CHECK_FALSE(pipe.overview());
+    CHECK(pipe.thinned() == whole.ranks.size() - 1);
+    CHECK(pipe.complete(p));
+    CHECK(render_svg(p, o) == render_svg(whole, o));
 }
 
 TEST_CASE("an overview feed that is given another trace, or a picture that is no overview, says so") {
@@ -317,12 +339,15 @@ TEST_CASE("an overview feed that is given another trace, or a picture that is no
         read_thinned(json_of(*other), feed, true);
         CHECK_FALSE(feed.complete());
     }
-    // Options under which the thinned trace's picture is not an overview: never complete.
+    // Options under which the thinned trace's picture is not an overview: never complete, the ranks
+    // dropped all the same.
     Options many;
     many.max_rows = 48;
     OverviewFeed none(t, many);
-    read_thinned(json_of(whole), none, true);
+    CHECK_FALSE(none.overview());
+    const Trace dropped = read_thinned(json_of(whole), none, true);
     CHECK_FALSE(none.complete());
+    CHECK(dropped.event_count() == 0);
     // Bad options throw as write_image does.
     Options bad = o;
     bad.width = 5;

@@ -228,33 +228,39 @@ double step_time_bound(const Config& c, const Workload& w) {
         tail += idle_cost(c, Collective::all_gather, bytes_per_element(c.model.spec.dtype) * params, dp);
     double drain = 0, busiest = 0;
 
-    if (s.pp > 1 && (s.name == "1f1b" || s.name == "gpipe" || s.name == "interleaved")) {
+    const bool chained = s.pp > 1 && (s.name == "1f1b" || s.name == "gpipe" || s.name == "interleaved");
+    const std::vector<int> split = s.pp > 1 ? stage_layers_of(c, model_chunks(c)) : std::vector<int>{};
+    const double forward = l.attention_forward.seconds + l.mlp_forward.seconds;
+    const double backward = l.attention_backward.seconds + l.mlp_backward.seconds;
+    if (chained) {
         // Microbatch 0 passes pp - 1 model chunks forward before the last rank's first forward;
         // the last rank's last backward (of some chunk k >= pp - 1) is followed by that
         // microbatch's backward through chunks k - 1 .. 0, pp - 1 of them at least: chunks
         // 0 .. pp - 2, each with its blocks' tensor-parallel collectives.
-        const std::vector<int> split = stage_layers_of(c, model_chunks(c));
         double before = 0;
         for (int k = 0; k + 1 < s.pp && k < static_cast<int>(split.size()); ++k) before += split[static_cast<std::size_t>(k)];
-        const double forward = l.attention_forward.seconds + l.mlp_forward.seconds;
-        const double backward = l.attention_backward.seconds + l.mlp_backward.seconds;
         // The first rank looks microbatch 0 up before its first forward, and the gradient of the
         // last microbatch reaches the embedding after its backward through chunk 0.
         bound += before * (forward + 2 * tp_forward) + e.embedding_forward.seconds;
         drain = before * (backward + 2 * tp_backward) + e.embedding_backward.seconds;
-        // Any rank r's chain likewise: its first forward (of a chunk r + j pp) waits for a
-        // microbatch through chunks 0 .. r - 1, and its last backward is of its first chunk r (a
-        // later chunk's backward is followed by its lower chunks', some of them on r), after which
-        // the gradient passes back through chunks r - 1 .. 0. With uneven stages another rank may
-        // be busier than the last (Llama 3's pipeline: the last rank's last chunk holds only the
-        // output layer).
+    }
+    // With uneven stages another rank may be busier than the output layer's (Llama 3's pipeline: the
+    // last rank's last chunk holds only the output layer): every rank's own layers run one after
+    // another on its compute stream, whatever the schedule. For 1F1B, GPipe and interleaved
+    // pipelines also between the forwards of the chunks before its first and their backwards after
+    // its last: rank r's first forward (of a chunk r + j pp) waits for a microbatch through chunks
+    // 0 .. r - 1, and its last backward is of its first chunk r (a later chunk's backward is followed
+    // by its lower chunks', some of them on r), after which the gradient passes back through chunks
+    // r - 1 .. 0. (Not for a schedule file: which rank holds which stage is the file's.)
+    if (s.pp > 1 && s.name != "schedule") {
         const std::vector<double> held = pipeline_rank_layers(c);
         double below = 0;
         for (int r = 0; r < s.pp; ++r) {
             const auto k = static_cast<std::size_t>(r);
             const double own = m * (held[k] * per_layer + (r == critical ? edges : 0));
-            const double fill = r > 0 ? below * (forward + 2 * tp_forward) + e.embedding_forward.seconds : 0;
-            const double back = r > 0 ? below * (backward + 2 * tp_backward) + e.embedding_backward.seconds : 0;
+            const bool waits = chained && r > 0;
+            const double fill = waits ? below * (forward + 2 * tp_forward) + e.embedding_forward.seconds : 0;
+            const double back = waits ? below * (backward + 2 * tp_backward) + e.embedding_backward.seconds : 0;
             busiest = std::max(busiest, fill + own + back);
             if (k < split.size()) below += split[k];
         }
