@@ -789,6 +789,12 @@ TEST_CASE("bad plan requests are named") {
     PlanRequest r = request_for(base_document(), {});
     r.overrides = {{"strategy.tp", "2"}};
     CHECK_THROWS_WITH_AS(enumerate_layouts(r), doctest::Contains("give it with --space"), PlanError);
+    // A layout key --space does not search is not offered as one.
+    r.overrides = {{"strategy.stage_layers", "[0, 4, 4, 0]"}};
+    CHECK_THROWS_WITH_AS(enumerate_layouts(r), doctest::Contains("does not search stage_layers"), PlanError);
+    r.overrides = {{"strategy.dp", "4"}};
+    CHECK_THROWS_WITH_AS(enumerate_layouts(r), doctest::Contains("dp and the microbatches follow from the GPU count"),
+                         PlanError);
     r.overrides.clear();
     r.gpus = "12";
     CHECK_THROWS_WITH_AS(enumerate_layouts(r), doctest::Contains("--gpus 12: 12 GPUs: expected whole nodes"), PlanError);

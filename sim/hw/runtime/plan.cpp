@@ -289,12 +289,23 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
     const std::string file = request.config_path.empty() ? request.file : request.config_path;
     if (!doc.is_object()) throw PlanError(fmt::format("{}: expected a config object", file));
     doc.erase("include");
+    // The layout keys --space searches (kLayoutKeys' others follow from them, or are not searched).
+    static const std::vector<std::string> searched = {
+        "name", "tp", "pp", "cp", "zero_stage", "chunks", "microbatch_group", "sharding", "sequence_parallel",
+        "tp_comm_overlap", "recompute", "recompute_every", "recompute_num_layers", "first_stage_layers",
+        "last_stage_layers"};
     for (const auto& o : request.overrides)
         for (const auto& k : kLayoutKeys)
-            if (strip(o.path) == k && o.path.find("training") == std::string::npos)
-                throw PlanError(fmt::format("--set {}: plan searches the layout; give it with --space "
-                                            "(for example --space {}=...)",
-                                            o.path, k == "name" ? "strategy" : k));
+            if (strip(o.path) == k && o.path.find("training") == std::string::npos) {
+                if (std::find(searched.begin(), searched.end(), k) != searched.end())
+                    throw PlanError(fmt::format("--set {}: plan searches the layout; give it with --space "
+                                                "(for example --space {}=...)",
+                                                o.path, k == "name" ? "strategy" : k));
+                throw PlanError(fmt::format("--set {}: plan lays out each candidate's strategy itself and does not "
+                                            "search {} (dp and the microbatches follow from the GPU count, tp x pp x "
+                                            "cp and the batch); run such a layout with dtsim run",
+                                            o.path, k));
+            }
     for (const auto& o : request.overrides)
         if (strip(o.path) == "fp8" && !request.space.fp8.empty())
             throw PlanError(fmt::format("--set {}: fp8 is searched here (--space fp8=...); give it one way", o.path));
