@@ -73,7 +73,7 @@ TEST_CASE("the shipped end-to-end files load and every expressible row is a conf
     const auto data = cal::load_ground_truth({repo + "/calibration/data/end_to_end_h100.json",
                                               repo + "/calibration/data/end_to_end_a100.json",
                                               repo + "/calibration/data/end_to_end_h100_dgxc.json"});
-    REQUIRE(data.end_to_end.size() == 14 + 14);
+    REQUIRE(data.end_to_end.size() == 16 + 14);
     std::size_t not_expressible = 0, expressible = 0;
     for (const auto& s : data.end_to_end) {
         CHECK_FALSE(s.source.empty());
@@ -90,7 +90,7 @@ TEST_CASE("the shipped end-to-end files load and every expressible row is a conf
             CHECK(c.gpus() == r.gpus);
         }
     }
-    CHECK(expressible == 290 + 82);
+    CHECK(expressible == 295 + 82);
     CHECK(not_expressible == 0);
     // Each row dtsim cannot run yet is listed as skipped, with its reason.
     CHECK(data.skipped.size() == not_expressible);
