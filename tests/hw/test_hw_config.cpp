@@ -131,7 +131,8 @@ TEST_CASE("an unknown key is rejected with a did-you-mean, naming the file and t
           "microbatches, zero_stage, bucket_MiB, first_bucket_MiB, overlap, prefetch, recompute, sequence_parallel, "
           "flash_attention, attention_kernel, algorithm, puzzle, chunks, microbatch_group, schedule_file, sharding, "
           "grad_dtype, optimizer_dtype, distributed_optimizer, overlap_param_gather, cross_entropy, tp_comm_overlap, tp_async_backward, compile, fp8, "
-          "recompute_every, recompute_num_layers, stage_layers, first_stage_layers, last_stage_layers");
+          "recompute_every, recompute_num_layers, stage_layers, first_stage_layers, last_stage_layers, account_for_embedding, "
+          "account_for_loss");
 }
 
 TEST_CASE("strategy.puzzle is one of the puzzles' names; a misspelt one gets a did-you-mean at its JSON path") {

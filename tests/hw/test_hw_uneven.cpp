@@ -202,6 +202,54 @@ TEST_CASE("Megatron-LM's first/last stage layers: Llama 3 405B's 126 layers over
     CHECK(ri.rank_splits[0].compute / ri.rank_splits[1].compute == doctest::Approx(4.0 / 6).epsilon(1e-9));
 }
 
+TEST_CASE("Megatron-LM's account_for_embedding / account_for_loss: the edges count as layers of the split") {
+    // Llama 3 405B's layout: 126 layers and the two edges over 16 x 8 virtual stages, one a chunk, the
+    // first only the embedding, the last only the output layer (Dubey et al. 2024, section 3.3.2).
+    json doc = pipeline("interleaved", 16, 16, 126);
+    doc["strategy"]["chunks"] = 8;
+    doc["strategy"]["account_for_embedding"] = true;
+    doc["strategy"]["account_for_loss"] = true;
+    std::vector<int> llama(128, 1);
+    llama.front() = llama.back() = 0;
+    CHECK(stage_layers_of(parse_config(doc, "test.json"), 128) == llama);
+    // Megatron-Bridge's 405B proxy: 62 layers + 2 over 4 x 8, two a chunk, one fewer at each end.
+    json proxy = pipeline("interleaved", 4, 8, 62);
+    proxy["strategy"]["chunks"] = 8;
+    proxy["strategy"]["account_for_embedding"] = true;
+    proxy["strategy"]["account_for_loss"] = true;
+    std::vector<int> two(32, 2);
+    two.front() = two.back() = 1;
+    CHECK(stage_layers_of(parse_config(proxy, "test.json"), 32) == two);
+    // One edge alone: 7 layers and the loss over 2 stages, 4 and 3.
+    json loss = pipeline("1f1b", 2, 4, 7);
+    loss["strategy"]["account_for_loss"] = true;
+    CHECK(stage_layers_of(parse_config(loss, "test.json"), 2) == std::vector<int>{4, 3});
+    // The same run as the split written out.
+    json written = proxy;
+    written["strategy"].erase("account_for_embedding");
+    written["strategy"].erase("account_for_loss");
+    written["strategy"]["stage_layers"] = two;
+    CHECK(run(proxy).report.step_time == run(written).report.step_time);
+    // What does not split, and what cannot go with it.
+    proxy["strategy"]["chunks"] = 3;
+    CHECK(config_error(proxy) == "test.json: $.strategy.account_for_embedding: 62 layers + the embedding + the loss = "
+                                 "64 cannot be split evenly into pp x chunks = 4 x 3 = 12 pipeline stages (64 % 12 = 4)");
+    loss["strategy"]["first_stage_layers"] = 4;
+    CHECK(config_error(loss) == "test.json: $.strategy.first_stage_layers: give either \"first_stage_layers\" or the "
+                                "split that counts the embedding and the loss as layers, not both");
+    json ddp = pipeline("ddp", 1, 4, 8);
+    ddp["strategy"]["account_for_loss"] = true;
+    CHECK(config_error(ddp) == "test.json: $.strategy.account_for_loss: splits a pipeline's layers over its stages, but "
+                               "strategy \"ddp\" has no pipeline; use \"1f1b\", \"interleaved\" or another pipeline");
+    // A schedule file's stages are counted once it is read: 16 layers + 2 over its 4 stages.
+    json file = pipeline("schedule", 4, 8, 16);
+    file["strategy"]["schedule_file"] = std::string(DTSIM_CONFIGS) + "/schedules/zbh1_p4_m8.txt";
+    file["strategy"]["account_for_embedding"] = true;
+    file["strategy"]["account_for_loss"] = true;
+    CHECK(config_error(file) == "test.json: $.strategy.schedule_file: 16 layers with the embedding and the loss "
+                                "counted = 18 cannot be split evenly into the schedule's 4 stages (18 % 4 = 2)");
+}
+
 TEST_CASE("schedule-driven pipelines with uneven virtual stages run to the end, each rank on its own layers") {
     struct Case {
         json strategy;

@@ -129,10 +129,16 @@ struct StrategyConfig {
     //   first_stage_layers / last_stage_layers: Megatron-LM's --decoder-first-pipeline-num-layers
     //     and --decoder-last-pipeline-num-layers: the layers of the first / last pipeline rank,
     //     split evenly over its chunks; the other ranks share the rest evenly. 0 = not given.
+    //   account_for_embedding / account_for_loss: Megatron-LM's --account-for-embedding-in-
+    //     pipeline-split and --account-for-loss-in-pipeline-split: the embedding (the output layer
+    //     with the loss) counts as a layer in the split, so every model chunk holds (layers + the
+    //     edges counted) / (pp x chunks) and the first (last) one layer fewer.
     // None given: every chunk holds layers / (pp x chunks).
     std::vector<int> stage_layers;
     int first_stage_layers = 0;
     int last_stage_layers = 0;
+    bool account_for_embedding = false;
+    bool account_for_loss = false;
     // "fsdp": "full" (FULL_SHARD, ZeRO-3), "grad_op" (SHARD_GRAD_OP: weights stay
     // gathered from forward to backward), "hybrid" (HYBRID_SHARD: full shard
     // inside a node, replicas across nodes).

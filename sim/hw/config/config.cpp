@@ -106,7 +106,8 @@ int model_chunks(const Config& c) {
 }
 
 bool uneven_stages(const StrategyConfig& s) {
-    return !s.stage_layers.empty() || s.first_stage_layers > 0 || s.last_stage_layers > 0;
+    return !s.stage_layers.empty() || s.first_stage_layers > 0 || s.last_stage_layers > 0 || s.account_for_embedding ||
+           s.account_for_loss;
 }
 
 std::vector<int> stage_layers_of(const Config& c, int stages) {
@@ -115,6 +116,18 @@ std::vector<int> stage_layers_of(const Config& c, int stages) {
     stages = std::max(1, stages);
     const std::vector<int> even(static_cast<std::size_t>(stages), layers / stages);
     if (!s.stage_layers.empty()) return static_cast<int>(s.stage_layers.size()) == stages ? s.stage_layers : even;
+    if (s.account_for_embedding || s.account_for_loss) {
+        // Megatron-LM's --account-for-embedding-in-pipeline-split and --account-for-loss-in-pipeline-
+        // split (megatron/core/transformer/transformer_block.py, get_num_layers_to_build): the edges
+        // count as layers of the first and last model chunk.
+        const int e = s.account_for_embedding ? 1 : 0, l = s.account_for_loss ? 1 : 0;
+        const long long total = static_cast<long long>(layers) + e + l;
+        if (total % stages != 0) return even;  // (load_config says why)
+        std::vector<int> out(static_cast<std::size_t>(stages), static_cast<int>(total / stages));
+        out.front() -= e;
+        out.back() -= l;
+        return out;
+    }
     if (s.first_stage_layers <= 0 && s.last_stage_layers <= 0) return even;
     // Megatron-LM's uneven pipeline (megatron/core/transformer/transformer_block.py,
     // get_num_layers_to_build; transformer_layer.py, get_transformer_layer_offset): the first
@@ -385,7 +398,7 @@ void from_json(const Node& n, StrategyConfig& s) {
     n.keys({"name", "dp", "tp", "pp", "cp", "cp_comm", "microbatches", "zero_stage", "bucket_MiB", "first_bucket_MiB", "overlap",
             "prefetch", "recompute", "sequence_parallel", "flash_attention", "attention_kernel", "algorithm", "puzzle",
             "chunks", "microbatch_group", "schedule_file", "sharding", "grad_dtype", "optimizer_dtype", "distributed_optimizer", "overlap_param_gather", "cross_entropy", "tp_comm_overlap", "tp_async_backward", "compile", "fp8", "recompute_every", "recompute_num_layers",
-            "stage_layers", "first_stage_layers", "last_stage_layers"});
+            "stage_layers", "first_stage_layers", "last_stage_layers", "account_for_embedding", "account_for_loss"});
     s.name = n["name"].choice(strategy_names());
     if (n.has("dp")) s.dp = n["dp"].integer(1);
     if (n.has("tp")) s.tp = n["tp"].integer(1);
@@ -455,6 +468,8 @@ void from_json(const Node& n, StrategyConfig& s) {
     }
     if (n.has("first_stage_layers")) s.first_stage_layers = n["first_stage_layers"].integer(1);
     if (n.has("last_stage_layers")) s.last_stage_layers = n["last_stage_layers"].integer(1);
+    if (n.has("account_for_embedding")) s.account_for_embedding = n["account_for_embedding"].boolean();
+    if (n.has("account_for_loss")) s.account_for_loss = n["account_for_loss"].boolean();
     if (n.has("sharding")) s.sharding = n["sharding"].choice({"full", "grad_op", "hybrid"});
     if (n.has("schedule_file")) {
         const Node f = n["schedule_file"];
@@ -477,7 +492,8 @@ void from_json(const Node& n, StrategyConfig& s) {
 void check_uneven_stages(const Node& st, const Config& c, const StrategyInfo& info) {
     const StrategyConfig& s = c.strategy;
     const int layers = c.model.spec.layers;
-    for (const char* key : {"stage_layers", "first_stage_layers", "last_stage_layers"})
+    static constexpr const char* kAccounts[] = {"account_for_embedding", "account_for_loss"};
+    for (const char* key : {"stage_layers", "first_stage_layers", "last_stage_layers", kAccounts[0], kAccounts[1]})
         if (st.has(key) && info.pipeline == PipelineKind::none)
             st[key].fail(fmt::format("splits a pipeline's layers over its stages, but strategy \"{}\" has no "
                                      "pipeline; use \"1f1b\", \"interleaved\" or another pipeline",
@@ -486,6 +502,23 @@ void check_uneven_stages(const Node& st, const Config& c, const StrategyInfo& in
     const long long stages = static_cast<long long>(s.pp) * per_rank;
     const std::string chunks_text =
         per_rank > 1 ? fmt::format("pp x chunks = {} x {}", s.pp, per_rank) : fmt::format("pp = {}", s.pp);
+    if (s.account_for_embedding || s.account_for_loss) {
+        const Node at = st[s.account_for_embedding ? kAccounts[0] : kAccounts[1]];
+        for (const char* key : {"stage_layers", "first_stage_layers", "last_stage_layers"})
+            if (st.has(key))
+                st[key].fail(fmt::format("give either \"{}\" or the split that counts the embedding and the loss "
+                                         "as layers, not both",
+                                         key));
+        // A schedule file's stage count is checked once the file is read (make_plan).
+        if (info.schedule_file) return;
+        const int e = s.account_for_embedding ? 1 : 0, l = s.account_for_loss ? 1 : 0;
+        const long long total = static_cast<long long>(layers) + e + l;
+        if (total % stages != 0)
+            at.fail(fmt::format("{} layers{}{} = {} cannot be split evenly into {} = {} pipeline stages ({} % {} = {})",
+                                layers, e ? " + the embedding" : "", l ? " + the loss" : "", total, chunks_text, stages,
+                                total, stages, total % stages));
+        return;
+    }
     if (!s.stage_layers.empty()) {
         const Node list = st["stage_layers"];
         for (const char* key : {"first_stage_layers", "last_stage_layers"})

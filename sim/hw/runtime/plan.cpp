@@ -36,7 +36,8 @@ const std::vector<std::string> kShardings = {"full", "grad_op", "hybrid"};
 const std::vector<std::string> kLayoutKeys = {
     "name", "dp", "tp", "pp", "cp", "zero_stage", "microbatches", "chunks", "microbatch_group", "sharding",
     "sequence_parallel", "tp_comm_overlap", "recompute", "recompute_every", "recompute_num_layers", "stage_layers",
-    "first_stage_layers", "last_stage_layers", "schedule_file", "puzzle", "overlap_param_gather"};
+    "first_stage_layers", "last_stage_layers", "account_for_embedding",
+    "account_for_loss", "schedule_file", "puzzle", "overlap_param_gather"};
 
 // Ascending; by trial up to sqrt(n), so a batch of 2^31 takes 46,341 trials, not 2^31.
 std::vector<int> divisors(long long n) {
