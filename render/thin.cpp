@@ -94,7 +94,7 @@ std::optional<std::vector<double>> telling_sample(const Trace& so_far, const Ran
 
 }  // namespace
 
-RankThinner::RankThinner(Options options, bool overview) : options_(std::move(options)), overview_(overview) {}
+RankThinner::RankThinner(Options options) : options_(std::move(options)) {}
 
 void RankThinner::decide(const Trace& so_far) {
     plan_ = Plan::keep_all;
@@ -107,7 +107,7 @@ void RankThinner::decide(const Trace& so_far) {
         const bool stages = options_.view == View::pipeline ||
                             (options_.view == View::automatic && g.pp >= 2 && g.pp <= options_.max_rows);
         if (!stages) {
-            if (overview_ && static_cast<std::size_t>(g.size()) > rows) plan_ = Plan::overview;
+            if (static_cast<std::size_t>(g.size()) > rows) plan_ = Plan::overview;
             return;
         }
         wanted_ = detail::pipeline_view_ranks(g);
@@ -118,7 +118,7 @@ void RankThinner::decide(const Trace& so_far) {
             return;  // the picture says what is wrong with the selection, on the whole trace
         }
         if (options_.view != View::pipeline && wanted_.size() > rows) {
-            if (overview_) plan_ = Plan::overview;  // (a pipeline view of these ranks is decided on the whole trace)
+            plan_ = Plan::overview;  // (a pipeline view of these ranks is decided on the whole trace)
             return;
         }
     }

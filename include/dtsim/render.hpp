@@ -112,9 +112,7 @@ std::vector<int> parse_rank_selection(const std::string& spec, const RankGrid& g
 // the overview), the trace must be read again without the hook.
 class RankThinner {
 public:
-    // `overview`: whether the overview may be thinned too (it is then drawn by an OverviewFeed on a
-    // second read); false for input that cannot be read again, such as a pipe.
-    explicit RankThinner(Options options, bool overview = true);
+    explicit RankThinner(Options options);
     void operator()(const Trace& so_far, RankTrace& rank);
     [[nodiscard]] bool complete(const Trace& trace) const;
     [[nodiscard]] std::size_t thinned() const;  // ranks thinned
@@ -128,7 +126,6 @@ private:
     enum class Plan { undecided, keep_all, select, overview };
     void decide(const Trace& so_far);
     Options options_;
-    bool overview_ = true;
     Plan plan_ = Plan::undecided;
     std::vector<int> wanted_;        // rank ids drawn, sorted (Plan::select)
     std::vector<char> kept_;         // by rank index: kept whole

@@ -56,22 +56,14 @@ void run_render(const RenderArgs& args) {
     // Only pictures: the ranks they do not draw are thinned as they are read (render::RankThinner),
     // and the trace is read again whole where the picture turns out to draw one of them; the
     // overview, which draws every rank in group rows, tallies them on a second read instead.
-    // A pipe cannot be read again: the overview is read whole, the other pictures thinned where the
-    // picture allows it and whole where it does not (the error says so).
+    // A pipe cannot be read again, which a thinned read may need: it is read once, whole.
     Trace trace;
     std::error_code ec;
-    const bool again = std::filesystem::is_regular_file(args.trace, ec);
-    if (args.out.chrome.empty()) {
-        render::RankThinner thin(args.out.picture, /*overview=*/again);
+    if (args.out.chrome.empty() && std::filesystem::is_regular_file(args.trace, ec)) {
+        render::RankThinner thin(args.out.picture);
         trace = read_trace_file(args.trace, std::ref(thin));
         if (thin.overview() && draw_overview(args, trace)) return;
-        if (!thin.complete(trace)) {
-            if (!again)
-                throw UsageError(fmt::format("render: {} cannot be read again (not a file), and the picture needs "
-                                             "ranks read thinned: give the trace as a file",
-                                             args.trace));
-            trace = read_trace_file(args.trace);
-        }
+        if (!thin.complete(trace)) trace = read_trace_file(args.trace);
     } else {
         trace = read_trace_file(args.trace);
     }

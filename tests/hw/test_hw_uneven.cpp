@@ -241,13 +241,18 @@ TEST_CASE("Megatron-LM's account_for_embedding / account_for_loss: the edges cou
     ddp["strategy"]["account_for_loss"] = true;
     CHECK(config_error(ddp) == "test.json: $.strategy.account_for_loss: splits a pipeline's layers over its stages, but "
                                "strategy \"ddp\" has no pipeline; use \"1f1b\", \"interleaved\" or another pipeline");
-    // A schedule file's stages are counted once it is read: 16 layers + 2 over its 4 stages.
+    // Without chunks the stages are the pipeline's ranks.
+    json one = pipeline("1f1b", 4, 8, 16);
+    one["strategy"]["account_for_loss"] = true;
+    CHECK(config_error(one) == "test.json: $.strategy.account_for_loss: 16 layers + the loss = 17 cannot be split "
+                               "evenly into pp = 4 pipeline stages (17 % 4 = 1)");
+    // A schedule file places its stages itself: its split is written out.
     json file = pipeline("schedule", 4, 8, 16);
     file["strategy"]["schedule_file"] = std::string(DTSIM_CONFIGS) + "/schedules/zbh1_p4_m8.txt";
     file["strategy"]["account_for_embedding"] = true;
-    file["strategy"]["account_for_loss"] = true;
-    CHECK(config_error(file) == "test.json: $.strategy.schedule_file: 16 layers with the embedding and the loss "
-                                "counted = 18 cannot be split evenly into the schedule's 4 stages (18 % 4 = 2)");
+    CHECK(config_error(file) == "test.json: $.strategy.account_for_embedding: counts the edges over the pipeline's "
+                                "model chunks, but a schedule file places its stages itself: give \"stage_layers\" "
+                                "(the layers of every stage in model order)");
 }
 
 TEST_CASE("schedule-driven pipelines with uneven virtual stages run to the end, each rank on its own layers") {

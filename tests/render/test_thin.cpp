@@ -292,17 +292,11 @@ TEST_CASE("the overview is drawn from a second read that tallies each rank and d
     }
 }
 
-TEST_CASE("an overview is not thinned from input that cannot be read again, nor a one-stage pipeline view") {
+TEST_CASE("the pipeline view asked of a run without stages is no overview: one row, the others thinned") {
     const Trace whole = overview_trace(8, 2);
     const std::string text = json_of(whole);
     Options o;
     o.max_rows = 8;
-    RankThinner once{o, /*overview=*/false};
-    const Trace a = read_thinned(text, once, false);
-    CHECK_FALSE(once.overview());
-    CHECK(once.thinned() == 0);
-    CHECK(once.complete(a));
-    // The pipeline view asked of a run without stages: one row, its first GPU; the others thinned.
     o.view = View::pipeline;
     REQUIRE(detail::make_layout(whole, o).pipeline);
     RankThinner pipe{o};

@@ -509,14 +509,17 @@ void check_uneven_stages(const Node& st, const Config& c, const StrategyInfo& in
                 st[key].fail(fmt::format("give either \"{}\" or the split that counts the embedding and the loss "
                                          "as layers, not both",
                                          key));
-        // A schedule file's stage count is checked once the file is read (make_plan).
-        if (info.schedule_file) return;
+        // A schedule file's stages are known once the file is read, after the per-chunk checks that
+        // need them (recompute_num_layers): the file's own split, stage_layers, says it instead.
+        if (info.schedule_file)
+            at.fail("counts the edges over the pipeline's model chunks, but a schedule file places its stages "
+                    "itself: give \"stage_layers\" (the layers of every stage in model order)");
         const int e = s.account_for_embedding ? 1 : 0, l = s.account_for_loss ? 1 : 0;
         const long long total = static_cast<long long>(layers) + e + l;
         if (total % stages != 0)
-            at.fail(fmt::format("{} layers{}{} = {} cannot be split evenly into {} = {} pipeline stages ({} % {} = {})",
-                                layers, e ? " + the embedding" : "", l ? " + the loss" : "", total, chunks_text, stages,
-                                total, stages, total % stages));
+            at.fail(fmt::format("{} layers{}{} = {} cannot be split evenly into {}{} pipeline stages ({} % {} = {})",
+                                layers, e ? " + the embedding" : "", l ? " + the loss" : "", total, chunks_text,
+                                per_rank > 1 ? fmt::format(" = {}", stages) : "", total, stages, total % stages));
         return;
     }
     if (!s.stage_layers.empty()) {

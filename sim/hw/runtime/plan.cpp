@@ -303,9 +303,12 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
                                                 "(for example --space {}=...)",
                                                 o.path, k == "name" ? "strategy" : k));
                 throw PlanError(fmt::format("--set {}: plan lays out each candidate's strategy itself and does not "
-                                            "search {} (dp and the microbatches follow from the GPU count, tp x pp x "
-                                            "cp and the batch); run such a layout with dtsim run",
-                                            o.path, k));
+                                            "search {}{}; run such a layout with dtsim run",
+                                            o.path, k,
+                                            k == "dp" || k == "microbatches"
+                                                ? " (dp and the microbatches follow from the GPU count, tp x pp x cp "
+                                                  "and the batch)"
+                                                : ""));
             }
     for (const auto& o : request.overrides)
         if (strip(o.path) == "fp8" && !request.space.fp8.empty())

@@ -74,15 +74,6 @@ PipelinePlan make_plan(const Config& c) {
             throw ConfigError(c.file, "$.strategy.stage_layers",
                               fmt::format("expected {} entries, one per stage of the schedule in model order, found {}",
                                           plan.stages, s.stage_layers.size()));
-    } else if (s.account_for_embedding || s.account_for_loss) {
-        const long long total = static_cast<long long>(c.model.spec.layers) + (s.account_for_embedding ? 1 : 0) +
-                                (s.account_for_loss ? 1 : 0);
-        if (total % plan.stages != 0)
-            throw ConfigError(c.file, where,
-                              fmt::format("{} layers with the embedding and the loss counted = {} cannot be split "
-                                          "evenly into the schedule's {} stages ({} % {} = {})",
-                                          c.model.spec.layers, total, plan.stages, total, plan.stages,
-                                          total % plan.stages));
     } else if (!uneven_stages(s) && c.model.spec.layers % plan.stages != 0) {
         throw ConfigError(c.file, where,
                           fmt::format("{} layers cannot be split evenly into the schedule's {} stages ({} % {} = {})",
