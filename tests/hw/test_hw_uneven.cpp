@@ -205,18 +205,18 @@ TEST_CASE("Megatron-LM's first/last stage layers: Llama 3 405B's 126 layers over
 TEST_CASE("Megatron-LM's account_for_embedding / account_for_loss: the edges count as layers of the split") {
     // Llama 3 405B's layout: 126 layers and the two edges over 16 x 8 virtual stages, one a chunk, the
     // first only the embedding, the last only the output layer (Dubey et al. 2024, section 3.3.2).
-    json doc = pipeline("interleaved", 16, 16, 126);
-    doc["strategy"]["chunks"] = 8;
-    doc["strategy"]["account_for_embedding"] = true;
-    doc["strategy"]["account_for_loss"] = true;
+    const auto both_edges = [](int pp, int microbatches, int layers) {
+        json d = pipeline("interleaved", pp, microbatches, layers);
+        d["strategy"]["chunks"] = 8;
+        d["strategy"]["account_for_embedding"] = true;
+        d["strategy"]["account_for_loss"] = true;
+        return d;
+    };
     std::vector<int> llama(128, 1);
     llama.front() = llama.back() = 0;
-    CHECK(stage_layers_of(parse_config(doc, "test.json"), 128) == llama);
+    CHECK(stage_layers_of(parse_config(both_edges(16, 16, 126), "test.json"), 128) == llama);
     // Megatron-Bridge's 405B proxy: 62 layers + 2 over 4 x 8, two a chunk, one fewer at each end.
-    json proxy = pipeline("interleaved", 4, 8, 62);
-    proxy["strategy"]["chunks"] = 8;
-    proxy["strategy"]["account_for_embedding"] = true;
-    proxy["strategy"]["account_for_loss"] = true;
+    json proxy = both_edges(4, 8, 62);
     std::vector<int> two(32, 2);
     two.front() = two.back() = 1;
     CHECK(stage_layers_of(parse_config(proxy, "test.json"), 32) == two);
