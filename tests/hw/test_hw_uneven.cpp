@@ -345,6 +345,24 @@ TEST_CASE("recompute_num_layers counts from the first layer of each uneven chunk
                                "but the largest chunk has 3");
 }
 
+TEST_CASE("recompute_num_layers with a schedule file of more stages than ranks needs the file's split written out") {
+    // DualPipeV's file: 8 stages on 4 ranks. Split into 4 chunks before the file is read, the first
+    // layers of each chunk would be counted from the wrong layers.
+    json doc = pipeline("schedule", 4, 8, 16);
+    doc["strategy"] = {{"name", "schedule"},
+                       {"pp", 4},
+                       {"schedule_file", std::string(DTSIM_CONFIGS) + "/schedules/dualpipev_p4_m8.txt"},
+                       {"recompute", "full"},
+                       {"recompute_num_layers", 1}};
+    CHECK(config_error(doc) == "test.json: $.strategy.recompute_num_layers: counts the first layers of each model "
+                               "chunk, but the schedule's 8 stages are not the pp = 4 chunks the layers were split "
+                               "into before it was read: give \"stage_layers\" (8 entries, the layers of every "
+                               "stage) with it");
+    doc["strategy"]["stage_layers"] = {2, 2, 2, 2, 2, 2, 2, 2};
+    // Rank 0 holds stages 0 and 7 (layers 0-1 and 14-15): their first layers recompute.
+    CHECK(recomputed(doc, 0) == std::vector<int>{0, 14});
+}
+
 TEST_CASE("plan's bounds hold with uneven stages: the step and the peak never fall below them") {
     // Every pipeline strategy plan searches, with the first or last stage lighter or heavier, the
     // states sharded or not, with tensor parallelism, on H100-like nodes with a vocabulary (the

@@ -80,6 +80,15 @@ PipelinePlan make_plan(const Config& c) {
                                       c.model.spec.layers, plan.stages, c.model.spec.layers, plan.stages,
                                       c.model.spec.layers % plan.stages));
     }
+    // recompute_num_layers counts from each model chunk's first layer, and the layers were split
+    // into chunks (layer_split) before the file was read: one a pipeline rank, unless stage_layers
+    // gave the file's stages.
+    if (s.recompute_num_layers > 0 && plan.stages != model_chunks(c))
+        throw ConfigError(c.file, "$.strategy.recompute_num_layers",
+                          fmt::format("counts the first layers of each model chunk, but the schedule's {} stages are "
+                                      "not the pp = {} chunks the layers were split into before it was read: give "
+                                      "\"stage_layers\" ({} entries, the layers of every stage) with it",
+                                      plan.stages, s.pp, plan.stages));
     plan.split(stage_layers_of(c, plan.stages));
     plan.owner = sched::stage_owners(sc);
     // A schedule that cannot progress is diagnosed in steps first, where the
