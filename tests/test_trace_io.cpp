@@ -104,7 +104,12 @@ TEST_CASE("malformed traces are rejected with the file and JSON path") {
           "t.json: at $.ranks[0].events[0].duration: expected >= 0, found -1");
     CHECK(read_error(std::string(kHead) +
                      R"({"rank": 0, "events": [{"op": "f", "start": 0, "duration": 1, "memory": 0, "batches": [-1]}]}]})") ==
-          "t.json: at $.ranks[0].events[0].batches[0]: expected an id >= 0, found -1");
+          "t.json: at $.ranks[0].events[0].batches[0]: expected an id from 0 to 9223372036854775806, found -1");
+    // The largest int64 has no successor for the half-open ranges ids are kept in.
+    CHECK(read_error(std::string(kHead) + R"({"rank": 0, "events": [{"op": "f", "start": 0, "duration": 1, "memory": 0, )"
+                                          R"("batches": [9223372036854775807]}]}]})") ==
+          "t.json: at $.ranks[0].events[0].batches[0]: expected an id from 0 to 9223372036854775806, found "
+          "9223372036854775807");
     CHECK(read_error(std::string(kHead) +
                      R"({"rank": 0, "events": [{"op": "f", "start": 0, "duration": 1, "memory": 0, "stream": "x"}]}]})") ==
           "t.json: at $.ranks[0].events[0].stream: expected \"compute\" or \"comm\", found \"x\"");

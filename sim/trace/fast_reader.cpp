@@ -688,7 +688,7 @@ private:
         array([&] {
             if (*p_ != '-' && !is_digit(*p_)) give_up();
             const std::int64_t id = number().int64();
-            if (id < 0) give_up();
+            if (id < 0 || id == std::numeric_limits<std::int64_t>::max()) give_up();  // (the checking reader says why)
             e.batches.insert(id);
         });
     }

@@ -653,7 +653,10 @@ private:
             for (std::size_t b = 0; b < batch_ids_.size(); ++b) {
                 const auto p = [&] { return fmt::format("{}[{}]", field_path(n, "batches"), b); };
                 const std::int64_t id = int64(p, batch_ids_[b]);
-                if (id < 0) fail(p(), fmt::format("expected an id >= 0, found {}", id));
+                // (A set of ids holds [id, id + 1): the largest int64 has no successor.)
+                if (id < 0 || id == std::numeric_limits<std::int64_t>::max())
+                    fail(p(), fmt::format("expected an id from 0 to {}, found {}",
+                                          std::numeric_limits<std::int64_t>::max() - 1, id));
                 e.batches.insert(id);
             }
         }
