@@ -158,12 +158,8 @@ void OverviewFeed::operator()(const Trace& so_far, RankTrace& rank) {
         !std::all_of(rank.events.begin(), rank.events.end(), [](const Event& e) { return detail::drawable(e); }))
         m.ok = false;  // not the trace of the first read
     if (const auto k = m.layout.overview && m.ok ? m.row_of[index] : -1; k >= 0) {
-        const detail::Row& row = m.layout.rows[static_cast<std::size_t>(k)];
-        detail::FedColumns& c = *m.columns[static_cast<std::size_t>(k)];
-        detail::add_group_rank(m.layout, row, rank, c.compute, c.comm);
-        detail::add_memory_rank(m.layout, rank, c.memory);
-        if (row.has_peak && rank.rank == m.thinned.summary.max_memory_rank)
-            c.peak_end = detail::peak_step_end(m.thinned.summary, rank, c.peak_end);
+        detail::tally_rank(m.layout, m.layout.rows[static_cast<std::size_t>(k)], m.thinned.summary, rank,
+                           *m.columns[static_cast<std::size_t>(k)]);
     }
     std::vector<Event>().swap(rank.events);  // (assigning {} would keep the capacity)
     std::vector<double>().swap(rank.memory_by_kind);

@@ -27,9 +27,9 @@ struct Lane {
     [[nodiscard]] double bottom() const { return y + h; }
 };
 
-// An overview row's tallies, gathered rank by rank while the trace is read a second time
-// (OverviewFeed) so that no rank's events need be kept: what the row's picture would tally from its
-// members' events (add_group_rank, add_memory_rank) and where the peak's red bar ends.
+// An overview row's tallies of its members' events (tally_rank), which the row is drawn from:
+// gathered rank by rank while the trace is read a second time (OverviewFeed), so that no rank's
+// events need be kept, or by draw_row from the whole trace; and where the peak's red bar ends.
 struct FedColumns {
     explicit FedColumns(int ncols) : compute(ncols), comm(ncols), memory(ncols) {}
     BusyColumns compute, comm;

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <array>
+#include <memory>
 #include <cmath>
 #include <string>
 #include <string_view>
@@ -366,21 +367,21 @@ void draw_rank_events(cairo_t* cr, const Layout& l, const Row& row, const RankTr
                   colours::marker);
 }
 
-// A group of ranks: per column, the dominant style and the busy share of the group.
-void draw_group_events(cairo_t* cr, const Layout& l, const Row& row, const Trace& trace) {
-    if (row.fed) {
-        draw_busy(cr, l, row.compute, row.fed->compute);
-        if (row.comm.present()) draw_busy(cr, l, row.comm, row.fed->comm);
-        return;
-    }
-    const int ncols = l.columns();
-    BusyColumns busy_compute(ncols), busy_comm(ncols);
+// A group of ranks (its tallies, Row::fed): per column, the dominant style and the busy share of the group.
+void draw_group_events(cairo_t* cr, const Layout& l, const Row& row) {
+    draw_busy(cr, l, row.compute, row.fed->compute);
+    if (row.comm.present()) draw_busy(cr, l, row.comm, row.fed->comm);
+}
+
+// An overview row's tallies from its members' events, rank by rank (see draw_row).
+std::shared_ptr<const FedColumns> tally_row(const Layout& l, const Row& row, const Trace& trace) {
+    auto t = std::make_shared<FedColumns>(l.columns());
+    t->peak_end = trace.summary.max_memory_time;
     for (auto i : row.members) {
-        check_interrupt();  // rank by rank (see draw_row)
-        add_group_rank(l, row, trace.ranks[i], busy_compute, busy_comm);
+        check_interrupt();
+        tally_rank(l, row, trace.summary, trace.ranks[i], *t);
     }
-    draw_busy(cr, l, row.compute, busy_compute);
-    if (row.comm.present()) draw_busy(cr, l, row.comm, busy_comm);
+    return t;
 }
 
 // A blocked rank: the mark at the end of its last event and what it waits for, beside it.
@@ -608,12 +609,12 @@ void draw_memory(cairo_t* cr, const Layout& l, const Row& row, const Trace& trac
     MaxColumns cols(l.columns());
     {
         Fills fills(cr);
-        if (!row.fed)
+        if (!row.fed)  // (an overview row has its tallies)
             for (auto i : row.members)
                 for (const auto& s : memory_steps(trace.ranks[i])) {
                     if (!(s.value > 0)) continue;
                     const double x0 = l.x_of(s.t0), x1 = l.x_of(s.t1);
-                    if (!l.overview && x1 - x0 >= 1) {
+                    if (x1 - x0 >= 1) {
                         const double h = bar_height(l, row, s.value);
                         fills.add(x0, lane.bottom() - h, x1 - x0, h, colours::memory);
                     } else {
@@ -666,7 +667,14 @@ void draw_row_background(cairo_t* cr, const Layout& l, const Row& row) {
     if (row.memory.present()) fill_rect(cr, l.plot_x0, row.memory.y, w, row.memory.h, colours::memory_lane);
 }
 
-void draw_row(cairo_t* cr, const Layout& l, const Row& row, const Trace& trace) {
+void draw_row(cairo_t* cr, const Layout& l, const Row& given, const Trace& trace) {
+    // An overview row is drawn from its tallies: gathered while the trace was read, or now.
+    Row tallied;
+    if (l.overview && !given.fed) {
+        tallied = given;
+        tallied.fed = tally_row(l, given, trace);
+    }
+    const Row& row = l.overview && !given.fed ? tallied : given;
     // Drawing a large trace takes a while: an interrupt request is answered row by row (and rank by
     // rank in an overview's rows), with Interrupted.
     check_interrupt();
@@ -681,7 +689,7 @@ void draw_row(cairo_t* cr, const Layout& l, const Row& row, const Trace& trace) 
         draw_text(cr, idle_label(row), l.plot_x1 + 10, text_baseline(row.compute, l.side_font), l.side_font,
                   colours::text, Align::left, Weight::bold);
     } else if (l.overview) {
-        draw_group_events(cr, l, row, trace);
+        draw_group_events(cr, l, row);
     } else {
         draw_rank_events(cr, l, row, trace.ranks[row.members.front()]);
     }
@@ -724,19 +732,17 @@ void draw_zoom(cairo_t* cr, const Trace& trace, const Layout& l, const Layout& z
     }
 }
 
-void add_group_rank(const Layout& l, const Row& row, const RankTrace& rank, BusyColumns& compute, BusyColumns& comm) {
+void tally_rank(const Layout& l, const Row& row, const Summary& summary, const RankTrace& rank, FedColumns& t) {
     const double weight = 1.0 / static_cast<double>(row.members.size());
     for (const auto& e : rank.events) {
         if (e.duration == 0) continue;
         const double x = l.x_of(e.start) - l.plot_x0;
         const bool on_comm = l.has_comm && e.stream == Stream::comm;
-        (on_comm ? comm : compute).add(x, x + e.duration * l.px_per_time, style_key(e), weight);
+        (on_comm ? t.comm : t.compute).add(x, x + e.duration * l.px_per_time, style_key(e), weight);
     }
-}
-
-void add_memory_rank(const Layout& l, const RankTrace& rank, MaxColumns& memory) {
     for (const auto& s : memory_steps(rank))
-        if (s.value > 0) memory.add(l.x_of(s.t0) - l.plot_x0, l.x_of(s.t1) - l.plot_x0, s.value);
+        if (s.value > 0) t.memory.add(l.x_of(s.t0) - l.plot_x0, l.x_of(s.t1) - l.plot_x0, s.value);
+    if (row.has_peak && rank.rank == summary.max_memory_rank) t.peak_end = peak_step_end(summary, rank, t.peak_end);
 }
 
 double peak_step_end(const Summary& s, const RankTrace& rank, double t_end) {
