@@ -48,6 +48,12 @@ TEST_CASE("attention_seconds: the formula by hand") {
           doctest::Approx(2.5 * f / (989.4e12 * 0.30 * 8192 / (8192 + 1300))));
     // No curve for a backend: nullopt (the caller prices the core as GEMMs).
     CHECK_FALSE(g.attention_seconds("cudnn", 32, 8192, 128, DType::bf16, false).has_value());
+    // Under a 500 W limit on a 700 W part the tensor clock is x0.903343 (GpuSpec::tensor_clock_scale).
+    GpuSpec capped = g;
+    capped.tdp_watts = 700;
+    capped.power_limit_watts = 500;
+    CHECK(*capped.attention_seconds("flash2", 32, 8192, 128, DType::bf16, false) ==
+          doctest::Approx(f / rate / 0.903343).epsilon(1e-5));
     // The nearest head dimension by ratio: 96 is nearer 128 than 64 is... only one here.
     CHECK(g.attention.find("flash2", 64) == &g.attention.backends.at("flash2")[0]);
 }

@@ -400,3 +400,18 @@ TEST_CASE("Apex's distributed optimizer needs ZeRO stage 1 or 2 under a Megatron
     CHECK(error_of("run.json", {parse_override("strategy.distributed_optimizer=deepspeed")}).find(
               "$.strategy.distributed_optimizer: expected \"megatron\" or \"apex\", found \"deepspeed\"") != std::string::npos);
 }
+
+TEST_CASE("a power limit needs the part's TDP and cannot exceed it") {
+    CHECK(error_of("run.json", {parse_override("cluster.gpu.power_limit_W=500")}).find(
+              "$.cluster.gpu.power_limit_W: a power limit needs the part's TDP: give $.cluster.gpu.tdp_W") !=
+          std::string::npos);
+    CHECK(error_of("run.json", {parse_override("cluster.gpu.tdp_W=700"), parse_override("cluster.gpu.power_limit_W=800")})
+              .find("$.cluster.gpu.power_limit_W: 800 W is above the part's TDP of 700 W (tdp_W)") != std::string::npos);
+    CHECK(error_of("run.json", {parse_override("cluster.gpu.tdp_W=700"), parse_override("cluster.gpu.power_limit_W=0")})
+              .find("$.cluster.gpu.power_limit_W") != std::string::npos);
+    CHECK(error_of("run.json", {parse_override("cluster.gpu.tdp_W=700"), parse_override("cluster.gpu.power_limit_W=500")}) ==
+          "no error");
+    CHECK(load_config(kData + "/run.json", {parse_override("cluster.gpu.tdp_W=700"),
+                                              parse_override("cluster.gpu.power_limit_W=500")})
+              .cluster.gpu.power_limit_watts == 500);
+}

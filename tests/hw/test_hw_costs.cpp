@@ -152,6 +152,33 @@ TEST_CASE("the GEMM model fits the H100 shapes of gemm.json within its documente
     CHECK(h100.gemm_efficiency(8192, 8192, 8192, DType::bf16) < 0.803);
 }
 
+TEST_CASE("a power limit slows tensor-core work by (limit / TDP)^0.302, memory-bound work not at all") {
+    GpuSpec g = test_cluster().gpu;
+    g.peak_flops[static_cast<std::size_t>(DType::fp8)] = 1978.9e12;
+    CHECK(g.tensor_clock_scale() == 1);  // no limit given
+    // The exponent by hand: ln(835.5 / 989.4) / ln(400 / 700) = -0.169070 / -0.559616.
+    CHECK(power_clock_exponent() == doctest::Approx(0.302118).epsilon(1e-5));
+    g.tdp_watts = 700;
+    g.power_limit_watts = 700;
+    CHECK(g.tensor_clock_scale() == 1);
+    const double compute_bound = g.gemm_seconds(8192, 8192, 8192, DType::bf16);
+    const double memory_bound = g.memory_seconds(1e9);
+    const double tiny = g.gemm_seconds(1, 1, 1, DType::fp8);
+    // At the NVL's 400 W the SXM's throughput falls to the NVL's datasheet peak: the law's own points.
+    g.power_limit_watts = 400;
+    CHECK(g.tensor_clock_scale() == doctest::Approx(835.5 / 989.4));
+    // At 500 W, as torchtitan's Grand Teton H100s ran: (5/7)^0.302118 = exp(0.302118 x -0.336472) = 0.903343.
+    g.power_limit_watts = 500;
+    CHECK(g.tensor_clock_scale() == doctest::Approx(0.903343).epsilon(1e-5));
+    const double overhead = g.gemm.overhead_s;
+    CHECK(g.gemm_seconds(8192, 8192, 8192, DType::bf16) - overhead ==
+          doctest::Approx((compute_bound - overhead) / 0.903343).epsilon(1e-5));
+    CHECK(g.memory_seconds(1e9) == memory_bound);
+    // A GEMM bound by memory keeps its time: 1 x 1 x 1 is all overhead and bytes.
+    CHECK(g.gemm_seconds(1, 1, 1, DType::fp8) == doctest::Approx(tiny));
+    CHECK(g.peak(DType::bf16) == 989.4e12);  // MFU stays against the datasheet peak
+}
+
 TEST_CASE("transformer FLOPs follow Megatron's 72 B s l h^2 (1 + s/6h + V/12lh), causal attention halved") {
     TransformerSpec gpt3{"gpt3-175b", 96, 12288, 96, 96, 49152, 2048, 51200, DType::bf16, Mlp::gelu, true};
     CHECK(gpt3.total_params() == doctest::Approx(175e9).epsilon(0.01));

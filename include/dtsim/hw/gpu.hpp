@@ -90,6 +90,15 @@ struct AttentionModel {
     [[nodiscard]] const AttentionKernel* find(std::string_view backend, double head_dim) const;
 };
 
+// How the tensor clock follows board power, from the two 132-SM Hopper parts NVIDIA rates at
+// different powers (H100 Tensor Core GPU datasheet): H100 SXM, 989.4 dense bf16 TFLOP/s at up to
+// 700 W, and H100 NVL, 835.5 at up to 400 W, the same SMs at 1,830 and 1,545 MHz. Their ratio
+// gives clock ~ power^0.303 (ln(835.5 / 989.4) / ln(400 / 700)), near the cube root that
+// dynamic power (frequency x voltage squared, voltage following frequency) predicts.
+inline constexpr double kPowerClockSxmTflops = 989.4, kPowerClockSxmWatts = 700;
+inline constexpr double kPowerClockNvlTflops = 835.5, kPowerClockNvlWatts = 400;
+double power_clock_exponent();
+
 struct GpuSpec {
     std::string name;
     std::array<double, kDTypes> peak_flops{};  // dense FLOP/s by DType; 0 = not supported
@@ -97,6 +106,16 @@ struct GpuSpec {
     double memory_bandwidth = 0;               // HBM bytes/s
     GemmModel gemm;
     AttentionModel attention;
+    // Board power (cluster.gpu.tdp_W, power_limit_W): a part run below its TDP (nvidia-smi -pl)
+    // holds a lower tensor clock. 0 = not given (the part runs at its TDP).
+    double tdp_watts = 0;
+    double power_limit_watts = 0;
+
+    // The factor on every tensor-core throughput (GEMMs, fused attention) under the power
+    // limit: (limit / TDP)^kPowerClockExponent, 1 without a limit. Memory-bound work keeps
+    // its speed (HBM's clock is not the SMs'). The peaks themselves (peak(), MFU) stay the
+    // datasheet's, as frameworks report MFU against them.
+    [[nodiscard]] double tensor_clock_scale() const;
 
     // Throws std::invalid_argument naming the GPU when it has no peak for `d`.
     [[nodiscard]] double peak(DType d) const;

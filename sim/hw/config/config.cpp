@@ -236,7 +236,7 @@ void from_json(const Node& n, AttentionModel& a) {
 }
 
 void from_json(const Node& n, GpuSpec& g) {
-    n.keys({"name", "peak_tflops", "hbm_GiB", "hbm_TBps", "gemm", "attention"});
+    n.keys({"name", "peak_tflops", "hbm_GiB", "hbm_TBps", "tdp_W", "power_limit_W", "gemm", "attention"});
     g.name = n.has("name") ? n["name"].string() : "gpu";
     const Node peaks = n["peak_tflops"];
     peaks.keys({"fp32", "tf32", "bf16", "fp16", "fp8"});
@@ -244,6 +244,19 @@ void from_json(const Node& n, GpuSpec& g) {
         g.peak_flops[static_cast<std::size_t>(*parse_dtype(k))] = v.real(ranges::peak_tflops) * kTera;
     g.memory_bytes = n["hbm_GiB"].real(ranges::memory_GiB) * kGiB;
     g.memory_bandwidth = n["hbm_TBps"].real(ranges::memory_TBps) * kTera;
+    g.tdp_watts = n.has("tdp_W") ? n["tdp_W"].real(ranges::power_W) : 0;
+    g.power_limit_watts = 0;
+    if (n.has("power_limit_W")) {
+        const Node limit = n["power_limit_W"];
+        g.power_limit_watts = limit.real(ranges::power_W);
+        if (g.tdp_watts == 0)
+            limit.fail("a power limit needs the part's TDP: give $.cluster.gpu.tdp_W (the datasheet's maximum board "
+                       "power) too");
+        if (g.power_limit_watts > g.tdp_watts)
+            limit.fail(fmt::format("{:g} W is above the part's TDP of {:g} W (tdp_W): a power limit can only lower the "
+                                   "board power",
+                                   g.power_limit_watts, g.tdp_watts));
+    }
     if (n.has("gemm")) from_json(n["gemm"], g.gemm);
     if (n.has("attention")) from_json(n["attention"], g.attention);
 }

@@ -45,11 +45,20 @@ double GpuSpec::peak(DType d) const {
     return p;
 }
 
+double power_clock_exponent() {
+    return std::log(kPowerClockNvlTflops / kPowerClockSxmTflops) / std::log(kPowerClockNvlWatts / kPowerClockSxmWatts);
+}
+
+double GpuSpec::tensor_clock_scale() const {
+    if (!(power_limit_watts > 0) || !(tdp_watts > 0) || power_limit_watts >= tdp_watts) return 1;
+    return std::pow(power_limit_watts / tdp_watts, power_clock_exponent());
+}
+
 double GpuSpec::gemm_seconds(double m, double n, double k, DType d, double count) const {
     if (m <= 0 || n <= 0 || k <= 0 || count <= 0) return 0;
     const double flops = 2 * m * n * k;
     const double bytes = (m * k + k * n + m * n) * bytes_per_element(d);
-    const double t = gemm.overhead_s + std::max(flops / (peak(d) * gemm.efficiency(d)),
+    const double t = gemm.overhead_s + std::max(flops / (peak(d) * tensor_clock_scale() * gemm.efficiency(d)),
                                                 bytes / (memory_bandwidth * gemm.bandwidth_fraction));
     return count * t;
 }
@@ -84,7 +93,7 @@ std::optional<double> GpuSpec::attention_seconds(std::string_view backend, doubl
     const double flops = (backward ? 2.5 : 1.0) * 2 * heads * seq * seq * head_dim;
     // fp8 runs attention in bf16 (Transformer Engine and torchao keep it there).
     const double p = peak(d == DType::fp8 ? DType::bf16 : d);
-    return flops / (p * c.efficiency * seq / (seq + c.half_seq));
+    return flops / (p * tensor_clock_scale() * c.efficiency * seq / (seq + c.half_seq));
 }
 
 std::string_view algorithm_name(Algorithm a) {
