@@ -170,3 +170,42 @@ TEST_CASE("context parallelism by all-gather: keys and values gathered before th
     doc["strategy"]["cp_comm"] = "p2p";
     CHECK(config_error(doc).find("$.strategy.cp_comm: expected \"ring\" or \"allgather\", found \"p2p\"") != std::string::npos);
 }
+
+TEST_CASE("repeat_kv: the keys and values copied to every query head, kept for the backward and sent round the ring") {
+    // 16 heads over 4 kv heads of 128, 4,096 tokens, context parallel over 4: 1,024 tokens here.
+    const TransformerSpec m{"m", 1, 2048, 16, 4, 8192, 4096, 0, DType::bf16, Mlp::swiglu, false};
+    GpuSpec gpu;
+    gpu.peak_flops[static_cast<std::size_t>(DType::bf16)] = 1e15;
+    gpu.memory_bandwidth = 3e12;
+    LayerSplit gqa{1, 1, false, Recompute::none, true};
+    gqa.cp = 4;
+    LayerSplit repeat = gqa;
+    repeat.repeat_kv = true;
+    const Workload native = make_workload(m, gqa, gpu);
+    const Workload copied = make_workload(m, repeat, gpu);
+    // The ring passes 16 heads of keys and values, not 4: 2 x 1,024 x 16 x 128 x 2 bytes.
+    CHECK(copied.layer.cp_kv_bytes == doctest::Approx(2.0 * 1024 * 16 * 128 * 2));
+    CHECK(copied.layer.cp_kv_bytes == doctest::Approx(4 * native.layer.cp_kv_bytes));
+    // The copies: read 4 heads and write 16, for keys and values, forward and (their gradients) backward.
+    const double copies = 2.0 * 1024 * (4 + 16) * 128 * 2;
+    CHECK(copied.layer.attention_forward.bytes - native.layer.attention_forward.bytes == doctest::Approx(copies));
+    CHECK(copied.layer.attention_backward.bytes - native.layer.attention_backward.bytes == doctest::Approx(copies));
+    CHECK(copied.layer.attention_forward.seconds - native.layer.attention_forward.seconds ==
+          doctest::Approx(gpu.memory_seconds(copies)));
+    // FLOPs do not change: the core computes over 16 heads either way.
+    CHECK(copied.layer.attention_forward.flops == native.layer.attention_forward.flops);
+    // Kept for the backward (no recompute): Q, the copied K and V and the output, 8 sbh, not (4 + 4 x 4/16) sbh.
+    const double sbh = 1024.0 * 2048;
+    LayerSplit one_gqa = gqa, one_repeat = repeat;
+    one_gqa.cp = one_repeat.cp = 1;
+    TransformerSpec here = m;
+    here.seq = 1024;
+    CHECK(layer_activation_bytes(here, one_repeat) - layer_activation_bytes(here, one_gqa) ==
+          doctest::Approx((8 - (4 + 4 * 0.25)) * sbh));
+    // Multi-head attention has nothing to repeat.
+    TransformerSpec mha = m;
+    mha.kv_heads = 16;
+    CHECK(make_workload(mha, repeat, gpu).layer.attention_forward.bytes ==
+          make_workload(mha, gqa, gpu).layer.attention_forward.bytes);
+    CHECK(make_workload(mha, repeat, gpu).layer.cp_kv_bytes == make_workload(mha, gqa, gpu).layer.cp_kv_bytes);
+}

@@ -94,6 +94,13 @@ struct StrategyConfig {
     // torch.compile of each transformer block (torchtitan's training.compile): Inductor's fused
     // kernels for the memory-bound work and its choice of what to keep (LayerSplit::compiled).
     bool compile = false;
+    // Grouped-query attention by copying the keys and values to every query head before the core
+    // (torchtitan's Llama until January 2026: repeat_kv in torchtitan/models/llama/model.py, removed
+    // by "GQA without kv repeats", ff0829c1; Hugging Face's eager and SDPA Llama attention), rather
+    // than a kernel that reads the kv heads as they are (Megatron-LM, Transformer Engine,
+    // PyTorch's SDPA with enable_gqa). Costs the copies, keeps the copies for the backward and
+    // sends them in context parallelism's exchanges.
+    bool repeat_kv = false;
     bool flash_attention = false;          // fused attention: no s x s scores kept
     std::string attention_kernel = "flash2";  // which fused kernel: "flash2" or "cudnn" (AttentionModel)
     // The dtype gradients are accumulated in and reduced across data-parallel ranks: fp32 as

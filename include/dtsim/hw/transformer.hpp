@@ -141,6 +141,10 @@ struct LayerSplit {
     int cp = 1;
     // Each block compiled with torch.compile (compiled_elementwise_bytes, layer_activation_bytes).
     bool compiled = false;
+    // The keys and values copied to every query head before the attention core
+    // (StrategyConfig::repeat_kv): the core, context parallelism's exchanges and the tensors
+    // kept for the backward see a / t heads of keys and values, not kv / t.
+    bool repeat_kv = false;
     // `recompute` applies to `layer` (counted from 0 over the whole model).
     [[nodiscard]] bool recomputes(int layer) const {
         if (recompute == Recompute::none) return false;

@@ -81,7 +81,9 @@ double layer_activation_bytes(const TransformerSpec& m, const LayerSplit& s) {
     const double sbh = S * b * h;
     const double kept_whole = m.dropout ? 10 : 8;  // norm, attention and MLP inputs; the dropout masks
     const double whole = (s.sequence_parallel ? kept_whole / t : kept_whole) * sbh;
-    const double split = ((4 + 4 * kv_ratio(m)) * sbh + (m.mlp == Mlp::gelu ? 4 : 8) * S * b * m.ffn) / t;
+    // Q, K, V and the core's output; with repeat_kv the core keeps the copied keys and values.
+    const double kept_kv = s.repeat_kv ? 1.0 : kv_ratio(m);
+    const double split = ((4 + 4 * kept_kv) * sbh + (m.mlp == Mlp::gelu ? 4 : 8) * S * b * m.ffn) / t;
     const double core = s.flash_attention ? 0 : 5 * a * S * S * b / t;
     if (s.fp8 == Fp8::te && (s.recompute == Recompute::none || s.recompute == Recompute::selective)) {
         // The four linears' inputs in fp8: QKV's and fc1's (kept whole), the projection's and fc2's (split).

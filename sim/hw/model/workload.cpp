@@ -89,16 +89,28 @@ Workload make_workload(const TransformerSpec& model, const LayerSplit& s, const 
     L.attention_backward.seconds -= gpu.memory_seconds(2 * scores) - gpu.memory_seconds(scores_backward);
     L.attention_backward.bytes -= 2 * scores - scores_backward;
     L.mlp_backward = times(L.mlp_forward, 2);
+    const auto add = [&](Work& into, double bytes) {
+        into.seconds += gpu.memory_seconds(bytes);
+        into.bytes += bytes;
+    };
+    // This GPU's heads of keys and values: kv heads / t (one when the kv heads are fewer than t),
+    // or, with repeat_kv, as many as its query heads.
+    const double kv_here = std::max(1.0, kv / t);
+    const double kv_core = s.repeat_kv ? a / t : kv_here;
+    // repeat_kv's copies (torchtitan's repeat_kv: expand and reshape, a copy once transposed for
+    // SDPA): the forward reads the keys and values and writes a / t heads of each; the backward
+    // reads the copies' gradients and writes their sums over the repeated heads.
+    if (s.repeat_kv && kv < a) {
+        const double copies = 2 * tokens * (kv_here + a / t) * hd * el;
+        add(L.attention_forward, copies);
+        add(L.attention_backward, copies);
+    }
     // Float8 linears' casts: memory-bound bytes split between the blocks by their linears' share
     // (QKV and projection against fc1 and fc2, by weight), and the weight casts (fp8_cast_bytes).
     if (s.fp8 != Fp8::none) {
         const Fp8CastBytes c = fp8_cast_bytes(m, s);
         const double attn_weights = h * h * (2 + 2 * kv / a) / t, mlp_weights = (mlp_in + 1) * h * ffn / t;
         const double share = attn_weights / (attn_weights + mlp_weights);
-        const auto add = [&](Work& into, double bytes) {
-            into.seconds += gpu.memory_seconds(bytes);
-            into.bytes += bytes;
-        };
         add(L.attention_forward, share * c.forward);
         add(L.mlp_forward, (1 - share) * c.forward);
         add(L.attention_backward, share * c.backward);
@@ -155,9 +167,8 @@ Workload make_workload(const TransformerSpec& model, const LayerSplit& s, const 
     if (s.cp > 1) {
         L.cp_core_forward = core_step;
         L.cp_core_backward = core_step_backward;
-        // This GPU's keys and values: kv heads / t of them (one when the kv heads are fewer than t).
-        const double kv_here = std::max(1.0, kv / t);
-        L.cp_kv_bytes = 2 * tokens * kv_here * hd * el;
+        // The keys and values the core reads (kv_core heads) go round the ring.
+        L.cp_kv_bytes = 2 * tokens * kv_core * hd * el;
     }
     L.tp_bytes = s.tp > 1 ? tokens * h * el : 0;
     L.activation_bytes = layer_activation_bytes(m, s);
