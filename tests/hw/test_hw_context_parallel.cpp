@@ -194,6 +194,12 @@ TEST_CASE("repeat_kv: the keys and values copied to every query head, kept for t
           doctest::Approx(gpu.memory_seconds(copies)));
     // FLOPs do not change: the core computes over 16 heads either way.
     CHECK(copied.layer.attention_forward.flops == native.layer.attention_forward.flops);
+    // Compiled blocks' fitted kernel bytes hold the copies already; the ring still passes 16 heads.
+    LayerSplit compiled = gqa, compiled_repeat = repeat;
+    compiled.compiled = compiled_repeat.compiled = true;
+    CHECK(make_workload(m, compiled_repeat, gpu).layer.attention_forward.bytes ==
+          make_workload(m, compiled, gpu).layer.attention_forward.bytes);
+    CHECK(make_workload(m, compiled_repeat, gpu).layer.cp_kv_bytes == doctest::Approx(copied.layer.cp_kv_bytes));
     // Kept for the backward (no recompute): Q, the copied K and V and the output, 8 sbh, not (4 + 4 x 4/16) sbh.
     const double sbh = 1024.0 * 2048;
     LayerSplit one_gqa = gqa, one_repeat = repeat;

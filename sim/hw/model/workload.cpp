@@ -99,8 +99,9 @@ Workload make_workload(const TransformerSpec& model, const LayerSplit& s, const 
     const double kv_core = s.repeat_kv ? a / t : kv_here;
     // repeat_kv's copies (torchtitan's repeat_kv: expand and reshape, a copy once transposed for
     // SDPA): the forward reads the keys and values and writes a / t heads of each; the backward
-    // reads the copies' gradients and writes their sums over the repeated heads.
-    if (s.repeat_kv && kv < a) {
+    // reads the copies' gradients and writes their sums over the repeated heads. Compiled blocks
+    // hold them in their fitted kernel bytes (kCompiledRotaryBytes).
+    if (s.repeat_kv && kv < a && !s.compiled) {
         const double copies = 2 * tokens * (kv_here + a / t) * hd * el;
         add(L.attention_forward, copies);
         add(L.attention_backward, copies);
