@@ -202,3 +202,37 @@ TEST_CASE("torchao's float8 without compile, and compile with Transformer Engine
     CHECK(has(caveats({{"strategy.fp8", "\"te\""}, {"strategy.compile", "true"}}), "Transformer Engine's float8 linears were not measured"));
     CHECK(caveats({{"strategy.compile", "true"}}).empty());
 }
+
+TEST_CASE("an eagerly composed RMSNorm moves 36 bytes an element where a fused one moves 4; compiled blocks fuse it") {
+    // The hand count of torchtitan's RMSNorm module (x.float(), pow, mean, x * rsqrt, type_as, * weight):
+    // 2 + 4 | 4 + 4 | 4 | 4 + 4 | 4 + 2 | 2 + 2 bytes read + written per element.
+    CHECK(kComposedRmsNormBytes == 36);
+    CHECK(kFusedNormBytes == 4);
+    const TransformerSpec m = compile_llama8b();
+    GpuSpec gpu;
+    gpu.peak_flops[static_cast<std::size_t>(DType::bf16)] = 989.4e12;
+    gpu.memory_bandwidth = 3.35e12;
+    LayerSplit fused{2, 1, false, Recompute::none, true};
+    LayerSplit composed = fused;
+    composed.composed_norm = true;
+    const LayerWork a = make_workload(m, fused, gpu).layer, b = make_workload(m, composed, gpu).layer;
+    // One norm in front of each block: 32 more bytes per element of 2 x 8,192 tokens x 4,096.
+    const double extra = 32.0 * 2 * 8192 * 4096;
+    CHECK(b.attention_forward.bytes - a.attention_forward.bytes == doctest::Approx(extra));
+    CHECK(b.mlp_forward.bytes - a.mlp_forward.bytes == doctest::Approx(extra));
+    CHECK(b.attention_backward.bytes - a.attention_backward.bytes == doctest::Approx(2 * extra));
+    CHECK(b.mlp_forward.seconds - a.mlp_forward.seconds == doctest::Approx(gpu.memory_seconds(extra)));
+    // Sequence parallelism: each TP rank normalises its 1/t of the tokens.
+    LayerSplit sp = fused;
+    sp.tp = 4;
+    sp.sequence_parallel = true;
+    LayerSplit sp_composed = sp;
+    sp_composed.composed_norm = true;
+    CHECK(make_workload(m, sp_composed, gpu).layer.mlp_forward.bytes - make_workload(m, sp, gpu).layer.mlp_forward.bytes ==
+          doctest::Approx(extra / 4));
+    // Compiled blocks: Inductor fuses the norm, whatever module wrote it.
+    LayerSplit compiled = fused, compiled_composed = composed;
+    compiled.compiled = compiled_composed.compiled = true;
+    CHECK(make_workload(m, compiled_composed, gpu).layer.mlp_forward.bytes ==
+          make_workload(m, compiled, gpu).layer.mlp_forward.bytes);
+}

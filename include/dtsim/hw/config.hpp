@@ -101,6 +101,10 @@ struct StrategyConfig {
     // PyTorch's SDPA with enable_gqa). Costs the copies, keeps the copies for the backward and
     // sends them in context parallelism's exchanges.
     bool repeat_kv = false;
+    // How each block's norm runs eagerly (norm_kernel): "fused", one kernel (Transformer Engine,
+    // Apex, PyTorch's nn.RMSNorm from 2.8), or "composed", its tensor operations one kernel each
+    // (torchtitan's RMSNorm module through March 2025, nn.RMSNorm before 2.8: kComposedRmsNormBytes).
+    bool composed_norm = false;
     bool flash_attention = false;          // fused attention: no s x s scores kept
     std::string attention_kernel = "flash2";  // which fused kernel: "flash2" or "cudnn" (AttentionModel)
     // The dtype gradients are accumulated in and reduced across data-parallel ranks: fp32 as

@@ -145,6 +145,10 @@ struct LayerSplit {
     // (StrategyConfig::repeat_kv): the core, context parallelism's exchanges and the tensors
     // kept for the backward see a / t heads of keys and values, not kv / t.
     bool repeat_kv = false;
+    // Each block's norm as separate eager kernels (StrategyConfig::norm_kernel "composed"):
+    // kComposedRmsNormBytes per element instead of a fused kernel's read and write. No effect on
+    // compiled blocks, whose norms Inductor fuses.
+    bool composed_norm = false;
     // `recompute` applies to `layer` (counted from 0 over the whole model).
     [[nodiscard]] bool recomputes(int layer) const {
         if (recompute == Recompute::none) return false;
@@ -260,6 +264,18 @@ double logits_activation_bytes(const TransformerSpec& m, const LayerSplit& s);
 // per element, per token 10 h-wide passes (/t with SP) and 2 ffn-wide passes
 // for GeLU (read, write) or 5 for SwiGLU (/t).
 double layer_elementwise_bytes(const TransformerSpec& m, const LayerSplit& s);
+
+// RMSNorm written as tensor operations and run eagerly, one kernel each: torchtitan's RMSNorm
+// module until March 2025 (torchtitan/models/norms.py: x.float(), pow(2), mean(-1), + eps,
+// rsqrt, x * rsqrt, type_as(x), * weight; replaced by nn.RMSNorm in torchtitan 3b39d7ab), and
+// PyTorch's nn.RMSNorm itself before its fused CUDA kernel (pytorch PR 153666, May 2025). Per
+// element of a bf16 input, forward: the upcast reads 2 bytes and writes 4, the square and the
+// normalising product read and write 4 each, the mean reads 4, the downcast reads 4 and writes 2,
+// the weight's product reads and writes 2 (the per-token mean and rsqrt are negligible): 36
+// bytes, where a fused kernel reads and writes 2 each (the 4 of layer_elementwise_bytes' norm
+// passes). The backward is priced as twice the forward, as all memory-bound work is.
+inline constexpr double kComposedRmsNormBytes = 2 + 4 + 4 + 4 + 4 + 4 + 4 + 4 + 2 + 2 + 2;
+inline constexpr double kFusedNormBytes = 2 + 2;
 
 // The memory-bound work of one compiled layer (LayerSplit::compiled: torch.compile of each block,
 // as torchtitan does), forward and backward together for one microbatch, as the bytes

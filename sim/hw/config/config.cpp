@@ -76,6 +76,7 @@ LayerSplit layer_split(const Config& c) {
     split.cp = s.cp;
     split.compiled = s.compile;
     split.repeat_kv = s.repeat_kv;
+    split.composed_norm = s.composed_norm;
     split.optimizer_dtype = s.optimizer_dtype;
     split.apex_optimizer = s.distributed_optimizer == "apex";
     split.recompute_every = s.recompute_every;
@@ -411,7 +412,7 @@ void from_json(const Node& n, TrainingConfig& t) {
 void from_json(const Node& n, StrategyConfig& s) {
     n.keys({"name", "dp", "tp", "pp", "cp", "cp_comm", "microbatches", "zero_stage", "bucket_MiB", "first_bucket_MiB", "overlap",
             "prefetch", "recompute", "sequence_parallel", "flash_attention", "attention_kernel", "algorithm", "puzzle",
-            "chunks", "microbatch_group", "schedule_file", "sharding", "grad_dtype", "optimizer_dtype", "distributed_optimizer", "overlap_param_gather", "cross_entropy", "tp_comm_overlap", "tp_async_backward", "compile", "repeat_kv", "fp8", "recompute_every", "recompute_num_layers",
+            "chunks", "microbatch_group", "schedule_file", "sharding", "grad_dtype", "optimizer_dtype", "distributed_optimizer", "overlap_param_gather", "cross_entropy", "tp_comm_overlap", "tp_async_backward", "compile", "repeat_kv", "norm_kernel", "fp8", "recompute_every", "recompute_num_layers",
             "stage_layers", "first_stage_layers", "last_stage_layers", "account_for_embedding", "account_for_loss"});
     s.name = n["name"].choice(strategy_names());
     if (n.has("dp")) s.dp = n["dp"].integer(1);
@@ -450,6 +451,7 @@ void from_json(const Node& n, StrategyConfig& s) {
     if (n.has("tp_async_backward")) s.tp_async_backward = n["tp_async_backward"].boolean();
     if (n.has("compile")) s.compile = n["compile"].boolean();
     if (n.has("repeat_kv")) s.repeat_kv = n["repeat_kv"].boolean();
+    if (n.has("norm_kernel")) s.composed_norm = n["norm_kernel"].choice({"fused", "composed"}) == "composed";
     if (n.has("flash_attention")) s.flash_attention = n["flash_attention"].boolean();
     if (n.has("attention_kernel")) s.attention_kernel = n["attention_kernel"].choice({"flash2", "cudnn"});
     if (n.has("fp8")) {

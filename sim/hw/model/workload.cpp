@@ -70,8 +70,13 @@ Workload make_workload(const TransformerSpec& model, const LayerSplit& s, const 
     const double scores = s.flash_attention ? 0 : 9 * b * (a / t) * S * S;
     // Compiled blocks: a third of their memory-bound bytes in the forward, as the backward below is twice it.
     const CompiledElementwiseBytes compiled = s.compiled ? compiled_elementwise_bytes(m, s) : CompiledElementwiseBytes{};
-    const double attn_bytes = (s.compiled ? compiled.attention / 3 : h_bytes / 2) + scores;
-    const double mlp_bytes = s.compiled ? compiled.mlp / 3 : elementwise - h_bytes / 2;
+    // A composed norm (LayerSplit::composed_norm) moves kComposedRmsNormBytes where the fused one
+    // of h_bytes moves kFusedNormBytes: one norm in front of each block.
+    const double norm_extra = s.composed_norm && !s.compiled
+                                  ? (kComposedRmsNormBytes - kFusedNormBytes) * tokens * h / (s.sequence_parallel ? t : 1)
+                                  : 0;
+    const double attn_bytes = (s.compiled ? compiled.attention / 3 : h_bytes / 2 + norm_extra) + scores;
+    const double mlp_bytes = s.compiled ? compiled.mlp / 3 : elementwise - h_bytes / 2 + norm_extra;
 
     LayerWork& L = w.layer;
     L.recompute = s.recompute;
