@@ -408,7 +408,7 @@ TEST_CASE("every shipped data file loads; only the datasheets and the bandwidth 
     int best = 0, by_shape = 0;
     for (const auto& g : data.gemms) (g.best_shape ? best : by_shape) += 1;
     CHECK(best == 1 + 4);
-    CHECK(by_shape == 1 + 5 + 2 * 2 + 2);
+    CHECK(by_shape == 1 + 5 + 2 * 2 + 2 + 1);  // and the published 500 W H100 table
     CHECK(data.megatron.size() == 1);
     // The kernel files of calibration/pytorch/dtsim_kernels.py: H100 and H200.
     REQUIRE(data.kernels.size() == 2);
@@ -671,4 +671,53 @@ TEST_CASE("the GEMM fit: one shape near the ridge does not set bandwidth_fractio
     CHECK_FALSE(g.contains("efficiency_by_dtype"));
     CHECK(cal::make_cluster(r.cluster, "c.json").gpu.gemm.efficiency(DType::bf16) ==
           doctest::Approx(g["max_efficiency"].get<double>()));
+}
+
+TEST_CASE("a GEMM table of another part: gpu_overrides gives its memory and power limit; calibrate fits nothing to it") {
+    const std::string text = R"({"h100_capped_bf16_by_shape": {"source": "s", "gpu": "H100", "dtype": "bf16",
+        "gpu_overrides": {"hbm_TBps": 2.4, "power_limit_W": LIMIT},
+        "columns": ["m", "n", "k", "tflops"], "rows": [[8192, 8192, 8192, 600], [4096, 4096, 4096, 550], [1024, 1024, 1024, 300]]}})";
+    const auto with_limit = [&](const std::string& limit) {
+        std::string t = text;
+        t.replace(t.find("LIMIT"), 5, limit);
+        return write_temp("dtsim_capped_gemm.json", t);
+    };
+    const std::string file = with_limit("500");
+    const auto data = cal::load_ground_truth({file});
+    REQUIRE(data.gemms.size() == 1);
+    CHECK(data.gemms[0].hbm_TBps == 2.4);
+    CHECK(data.gemms[0].power_limit_W == 500);
+    cal::ValidateOptions o;
+    const std::string h100 = std::string(DTSIM_CONFIGS) + "/clusters/dgx-h100.json";
+    o.clusters = {h100};
+    const auto sets = cal::validate(data, o);
+    REQUIRE(sets.size() == 1);
+    REQUIRE(sets[0].points.size() == 3);
+    CHECK(sets[0].cluster.find("with the section's gpu_overrides") != std::string::npos);
+    // The prediction is the shipped H100's at 2.4 TB/s and 500 W of its 700.
+    GpuSpec gpu = cal::make_cluster(cal::read_cluster_file(h100), h100).gpu;
+    const double nominal = 2.0 * 8192 * 8192 * 8192 / gpu.gemm_seconds(8192, 8192, 8192, DType::bf16) / 1e12;
+    gpu.memory_bandwidth = 2.4e12;
+    gpu.power_limit_watts = 500;
+    const double capped = 2.0 * 8192 * 8192 * 8192 / gpu.gemm_seconds(8192, 8192, 8192, DType::bf16) / 1e12;
+    CHECK(sets[0].points[0].predicted == doctest::Approx(capped));
+    CHECK(capped < 0.91 * nominal);  // compute-bound: about x0.903
+    // A limit above the config's TDP (700 W) is an error at the limit's JSON path.
+    CHECK_THROWS_WITH_AS(cal::validate(cal::load_ground_truth({with_limit("800")}), o),
+                         doctest::Contains("$.h100_capped_bf16_by_shape.gpu_overrides.power_limit_W: a power limit of "
+                                           "800 W needs a part of at least that TDP, but"),
+                         ConfigError);
+    const std::string typo = write_temp("dtsim_capped_typo.json", R"({"h100_capped_bf16_by_shape": {"source": "s",
+        "gpu_overrides": {"hbm_TBs": 2.4}, "columns": ["m", "n", "k", "tflops"], "rows": [[1, 2, 3, 4]]}})");
+    CHECK_THROWS_WITH_AS(cal::load_ground_truth({typo}),
+                         doctest::Contains("$.h100_capped_bf16_by_shape.gpu_overrides.hbm_TBs: unknown key \"hbm_TBs\"; "
+                                           "did you mean \"hbm_TBps\"?"),
+                         ConfigError);
+    // calibrate fits nothing to it; the same table without overrides sets the shape curve.
+    const auto base = cal::read_cluster_file(data_dir + "/test-cluster.json");
+    CHECK_THROWS_AS(cal::calibrate(base, "test-cluster.json", data), std::invalid_argument);
+    std::string plain = text;
+    plain.erase(plain.find("\"gpu_overrides\""), plain.find("\"columns\"") - plain.find("\"gpu_overrides\""));
+    CHECK(cal::calibrate(base, "test-cluster.json", cal::load_ground_truth({write_temp("dtsim_plain_gemm.json", plain)}))
+              .fitted >= 1);
 }

@@ -65,6 +65,12 @@ struct GemmSet {
     std::string source, file;
     bool best_shape = false;  // max_achievable: the best shape of a search, which sets the efficiency ceiling
     std::vector<GemmPoint> rows;
+    // A by-shape section's "gpu_overrides": what its GPU had unlike the cluster config of its
+    // family (HBM bandwidth, a power limit); 0 = as the config says. limit_path is the limit's
+    // JSON path, for the error when the config gives no TDP or a lower one.
+    double hbm_TBps = 0;
+    double power_limit_W = 0;
+    std::string limit_path;
 };
 
 struct MegatronRow {

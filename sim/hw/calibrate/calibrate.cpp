@@ -43,7 +43,8 @@ constexpr std::string_view kHardwareKeys[] = {"gpu", "gpus_per_node", "nodes", "
 constexpr std::string_view kCollectiveRowKeys[] = {"size_bytes", "count", "time_us", "algbw_GBps", "busbw_GBps"};
 constexpr std::string_view kGemmFileKeys[] = {"description", "meta", "max_achievable", "<gpu>_<dtype>_by_shape"};
 constexpr std::string_view kBestShapeRowKeys[] = {"gpu", "dtype", "tflops", "shape", "peak"};
-constexpr std::string_view kByShapeKeys[] = {"gpu", "dtype", "columns", "rows"};
+constexpr std::string_view kByShapeKeys[] = {"gpu", "dtype", "columns", "rows", "gpu_overrides"};
+constexpr std::string_view kGpuOverrideKeys[] = {"hbm_TBps", "power_limit_W"};
 constexpr std::string_view kByShapeColumns[] = {"m", "n", "k", "tflops", "time_us", "name", "layout"};
 constexpr std::string_view kMegatronFileKeys[] = {"columns", "rows", "description", "also", "column_sources", "meta"};
 constexpr std::string_view kMegatronColumns[] = {"model",       "params_B",       "heads",
@@ -234,6 +235,15 @@ void read_gemm(const Value& root, const std::string& file, const std::string& st
             const std::string dt(key.substr(a + 1, b - a - 1));
             const auto d = sec.has("dtype") ? std::optional<DType>(read_dtype(sec["dtype"])) : parse_dtype(dt);
             if (!d) sec.fail(fmt::format("unknown dtype \"{}\" in the section name", json_reader::shorten(dt)));
+            if (const auto o = sec.find("gpu_overrides")) {
+                if (!o->is_object()) o->expected("an object of hbm_TBps and power_limit_W");
+                o->keys(kGpuOverrideKeys);
+                if (const auto bw = o->find("hbm_TBps")) g.hbm_TBps = bw->real(ranges::memory_TBps);
+                if (const auto limit = o->find("power_limit_W")) {
+                    g.power_limit_W = limit->real(ranges::power_W);
+                    g.limit_path = limit->path();
+                }
+            }
             const auto at = columns(sec["columns"], kByShapeColumns, {"m", "n", "k", "tflops"});
             const Value rows = sec["rows"];
             for (std::size_t i = 0; i < rows.size(); ++i) {
@@ -665,6 +675,9 @@ std::vector<std::string> fit_gemm_model(json& gm, GpuSpec gpu, const std::string
     std::vector<std::string> shape_ids;
     for (const auto& s : data.gemms) {
         if (!wanted(s.id, o)) continue;
+        // Measured on a part unlike the config's (gpu_overrides: other memory, a power limit):
+        // validation only.
+        if (s.hbm_TBps > 0 || s.power_limit_W > 0) continue;
         bool used = false;
         for (const auto& p : s.rows) {
             if (!same_family(p.gpu, family)) continue;

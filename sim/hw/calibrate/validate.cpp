@@ -354,6 +354,16 @@ ValidationSet gemm_set(const GemmSet& s, Clusters& clusters, const ValidateOptio
             continue;
         }
         GpuSpec gpu = make_cluster(cd->doc, cd->file).gpu;
+        if (s.hbm_TBps > 0) gpu.memory_bandwidth = s.hbm_TBps * kTera;
+        if (s.power_limit_W > 0) {
+            if (!(gpu.tdp_watts > 0) || s.power_limit_W > gpu.tdp_watts)
+                throw ConfigError(s.file, s.limit_path,
+                                  fmt::format("a power limit of {:g} W needs a part of at least that TDP, but {} gives "
+                                              "{} (its $.cluster.gpu.tdp_W)",
+                                              s.power_limit_W, cd->file,
+                                              gpu.tdp_watts > 0 ? fmt::format("{:g} W", gpu.tdp_watts) : "none"));
+            gpu.power_limit_watts = s.power_limit_W;
+        }
         if (gpu.peak_flops[static_cast<std::size_t>(p.dtype)] <= 0) {
             unpredicted.insert(fmt::format("{} gives no {} peak", cd->file, dtype_name(p.dtype)));
             continue;
@@ -373,7 +383,7 @@ ValidationSet gemm_set(const GemmSet& s, Clusters& clusters, const ValidateOptio
         throw ConfigError(s.file, "$." + s.id.substr(s.id.find(':') + 1),
                           fmt::format("none of the {} rows of data set \"{}\" can be predicted: {}", s.rows.size(), s.id,
                                       join(std::vector<std::string>(unpredicted.begin(), unpredicted.end()))));
-    v.cluster = join(used);
+    v.cluster = join(used) + (s.hbm_TBps > 0 || s.power_limit_W > 0 ? " with the section's gpu_overrides" : "");
     const bool leave_one_out = o.holdout && !s.best_shape;
     for (auto& p : v.points) p.in_sample = in_sample && !leave_one_out;
     if (leave_one_out)
