@@ -201,6 +201,10 @@ TEST_CASE("torchao's float8 without compile, and compile with Transformer Engine
     CHECK_FALSE(has(caveats({{"strategy.fp8", "\"torchao\""}, {"strategy.compile", "true"}}), "torchao's float8"));
     CHECK(has(caveats({{"strategy.fp8", "\"te\""}, {"strategy.compile", "true"}}), "Transformer Engine's float8 linears were not measured"));
     CHECK(caveats({{"strategy.compile", "true"}}).empty());
+    // A power limit is an estimate, and says so with its factor.
+    CHECK(has(caveats({{"cluster.gpu.power_limit_W", "500"}}),
+              "tensor-core throughput x0.903 under the 500 W power limit on a 700 W part"));
+    CHECK(caveats({{"cluster.gpu.power_limit_W", "700"}}).empty());
 }
 
 TEST_CASE("an eagerly composed RMSNorm moves 36 bytes an element where a fused one moves 4; compiled blocks fuse it") {
@@ -222,6 +226,13 @@ TEST_CASE("an eagerly composed RMSNorm moves 36 bytes an element where a fused o
     CHECK(b.mlp_forward.bytes - a.mlp_forward.bytes == doctest::Approx(extra));
     CHECK(b.attention_backward.bytes - a.attention_backward.bytes == doctest::Approx(2 * extra));
     CHECK(b.mlp_forward.seconds - a.mlp_forward.seconds == doctest::Approx(gpu.memory_seconds(extra)));
+    // Recomputed with the rest of the block, under full recompute and torchtitan's per-op policy.
+    for (const Recompute r : {Recompute::full, Recompute::selective_op}) {
+        LayerSplit f = fused, c = composed;
+        f.recompute = c.recompute = r;
+        CHECK(make_workload(m, c, gpu).layer.mlp_recompute.bytes - make_workload(m, f, gpu).layer.mlp_recompute.bytes ==
+              doctest::Approx(extra));
+    }
     // Sequence parallelism: each TP rank normalises its 1/t of the tokens.
     LayerSplit sp = fused;
     sp.tp = 4;

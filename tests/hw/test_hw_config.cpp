@@ -416,6 +416,14 @@ TEST_CASE("a power limit needs the part's TDP and cannot exceed it") {
               .cluster.gpu.power_limit_watts == 500);
 }
 
+TEST_CASE("strategy.norm_kernel is fused or composed, and reaches the layer split") {
+    CHECK_FALSE(layer_split(load_config(kData + "/run.json")).composed_norm);
+    CHECK(layer_split(load_config(kData + "/run.json", {parse_override("strategy.norm_kernel=composed")})).composed_norm);
+    CHECK_FALSE(layer_split(load_config(kData + "/run.json", {parse_override("strategy.norm_kernel=fused")})).composed_norm);
+    CHECK(error_of("run.json", {parse_override("strategy.norm_kernel=fusd")}).find("$.strategy.norm_kernel") !=
+          std::string::npos);
+}
+
 TEST_CASE("strategy.repeat_kv reaches the layer split; it is a boolean") {
     CHECK_FALSE(layer_split(load_config(kData + "/run.json")).repeat_kv);
     CHECK(layer_split(load_config(kData + "/run.json", {parse_override("strategy.repeat_kv=true")})).repeat_kv);

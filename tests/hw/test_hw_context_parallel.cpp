@@ -208,6 +208,15 @@ TEST_CASE("repeat_kv: the keys and values copied to every query head, kept for t
     here.seq = 1024;
     CHECK(layer_activation_bytes(here, one_repeat) - layer_activation_bytes(here, one_gqa) ==
           doctest::Approx((8 - (4 + 4 * 0.25)) * sbh));
+    // Recomputed: a whole layer's forward with full recompute, and with torchtitan's per-op policy too
+    // (it keeps no copy: they run again).
+    for (const Recompute r : {Recompute::full, Recompute::selective_op}) {
+        LayerSplit g = gqa, c = repeat;
+        g.recompute = c.recompute = r;
+        CHECK(make_workload(m, c, gpu).layer.attention_recompute.bytes -
+                  make_workload(m, g, gpu).layer.attention_recompute.bytes ==
+              doctest::Approx(copies));
+    }
     // Multi-head attention has nothing to repeat.
     TransformerSpec mha = m;
     mha.kv_heads = 16;

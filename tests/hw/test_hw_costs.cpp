@@ -163,7 +163,8 @@ TEST_CASE("a power limit slows tensor-core work by (limit / TDP)^0.302, memory-b
     CHECK(g.tensor_clock_scale() == 1);
     const double compute_bound = g.gemm_seconds(8192, 8192, 8192, DType::bf16);
     const double memory_bound = g.memory_seconds(1e9);
-    const double tiny = g.gemm_seconds(1, 1, 1, DType::fp8);
+    // 8,192 x 8,192 x 16 moves 134 MB for 2.1 GFLOP: bound by memory at any clock here.
+    const double skinny = g.gemm_seconds(8192, 8192, 16, DType::bf16);
     // At the NVL's 400 W the SXM's throughput falls to the NVL's datasheet peak: the law's own points.
     g.power_limit_watts = 400;
     CHECK(g.tensor_clock_scale() == doctest::Approx(835.5 / 989.4));
@@ -174,8 +175,9 @@ TEST_CASE("a power limit slows tensor-core work by (limit / TDP)^0.302, memory-b
     CHECK(g.gemm_seconds(8192, 8192, 8192, DType::bf16) - overhead ==
           doctest::Approx((compute_bound - overhead) / 0.903343).epsilon(1e-5));
     CHECK(g.memory_seconds(1e9) == memory_bound);
-    // A GEMM bound by memory keeps its time: 1 x 1 x 1 is all overhead and bytes.
-    CHECK(g.gemm_seconds(1, 1, 1, DType::fp8) == doctest::Approx(tiny));
+    // A GEMM bound by memory keeps its time: bytes / (3.35 TB/s x the bandwidth fraction) plus overhead.
+    CHECK(g.gemm_seconds(8192, 8192, 16, DType::bf16) == skinny);
+    CHECK(skinny - overhead == doctest::Approx((8192.0 * 16 * 2 + 8192.0 * 8192) * 2 / (3.35e12 * g.gemm.bandwidth_fraction)));
     CHECK(g.peak(DType::bf16) == 989.4e12);  // MFU stays against the datasheet peak
 }
 

@@ -93,7 +93,7 @@ struct AttentionModel {
 // How the tensor clock follows board power, from the two 132-SM Hopper parts NVIDIA rates at
 // different powers (H100 Tensor Core GPU datasheet): H100 SXM, 989.4 dense bf16 TFLOP/s at up to
 // 700 W, and H100 NVL, 835.5 at up to 400 W, the same SMs at 1,830 and 1,545 MHz. Their ratio
-// gives clock ~ power^0.303 (ln(835.5 / 989.4) / ln(400 / 700)), near the cube root that
+// gives clock ~ power^0.302 (ln(835.5 / 989.4) / ln(400 / 700)), near the cube root that
 // dynamic power (frequency x voltage squared, voltage following frequency) predicts.
 inline constexpr double kPowerClockSxmTflops = 989.4, kPowerClockSxmWatts = 700;
 inline constexpr double kPowerClockNvlTflops = 835.5, kPowerClockNvlWatts = 400;
@@ -112,7 +112,7 @@ struct GpuSpec {
     double power_limit_watts = 0;
 
     // The factor on every tensor-core throughput (GEMMs, fused attention) under the power
-    // limit: (limit / TDP)^kPowerClockExponent, 1 without a limit. Memory-bound work keeps
+    // limit: (limit / TDP)^power_clock_exponent(), 1 without a limit. Memory-bound work keeps
     // its speed (HBM's clock is not the SMs'). The peaks themselves (peak(), MFU) stay the
     // datasheet's, as frameworks report MFU against them.
     [[nodiscard]] double tensor_clock_scale() const;

@@ -76,6 +76,16 @@ Workload make_workload(const TransformerSpec& model, const LayerSplit& s, const 
                                   ? (kComposedRmsNormBytes - kFusedNormBytes) * tokens * h / (s.sequence_parallel ? t : 1)
                                   : 0;
     const double attn_bytes = (s.compiled ? compiled.attention / 3 : h_bytes / 2 + norm_extra) + scores;
+    // This GPU's heads of keys and values: kv heads / t (one when the kv heads are fewer than t),
+    // or, with repeat_kv, as many as its query heads.
+    const double kv_here = std::max(1.0, kv / t);
+    const double kv_core = s.repeat_kv ? a / t : kv_here;
+    // repeat_kv's copies (torchtitan's repeat_kv: expand and reshape, a copy once transposed for
+    // SDPA): the forward reads the keys and values and writes a / t heads of each; the backward
+    // reads the copies' gradients and writes their sums over the repeated heads. In compiled blocks
+    // the fitted kernel bytes (kCompiledRotaryBytes) stand for them: the Llama 3 8B block they were
+    // fitted to repeats; the TP8 shares were measured with SDPA's enable_gqa, without copies.
+    const double kv_copies = s.repeat_kv && kv < a && !s.compiled ? 2 * tokens * (kv_here + a / t) * hd * el : 0;
     const double mlp_bytes = s.compiled ? compiled.mlp / 3 : elementwise - h_bytes / 2 + norm_extra;
 
     LayerWork& L = w.layer;
@@ -98,18 +108,9 @@ Workload make_workload(const TransformerSpec& model, const LayerSplit& s, const 
         into.seconds += gpu.memory_seconds(bytes);
         into.bytes += bytes;
     };
-    // This GPU's heads of keys and values: kv heads / t (one when the kv heads are fewer than t),
-    // or, with repeat_kv, as many as its query heads.
-    const double kv_here = std::max(1.0, kv / t);
-    const double kv_core = s.repeat_kv ? a / t : kv_here;
-    // repeat_kv's copies (torchtitan's repeat_kv: expand and reshape, a copy once transposed for
-    // SDPA): the forward reads the keys and values and writes a / t heads of each; the backward
-    // reads the copies' gradients and writes their sums over the repeated heads. Compiled blocks
-    // hold them in their fitted kernel bytes (kCompiledRotaryBytes).
-    if (s.repeat_kv && kv < a && !s.compiled) {
-        const double copies = 2 * tokens * (kv_here + a / t) * hd * el;
-        add(L.attention_forward, copies);
-        add(L.attention_backward, copies);
+    if (kv_copies > 0) {
+        add(L.attention_forward, kv_copies);
+        add(L.attention_backward, kv_copies);
     }
     // Float8 linears' casts: memory-bound bytes split between the blocks by their linears' share
     // (QKV and projection against fc1 and fc2, by weight), and the weight casts (fp8_cast_bytes).
@@ -149,10 +150,13 @@ Workload make_workload(const TransformerSpec& model, const LayerSplit& s, const 
             if (m.mlp == Mlp::swiglu) {
                 const double wk = gpu.gemm_seconds(tokens, h * kv / a / t, h, ld);
                 const double w3 = gpu.gemm_seconds(tokens, ffn / t, h, ld);
-                L.attention_recompute = {wk + proj + gpu.memory_seconds(attn_bytes), kv_flops + f.projection, attn_bytes};
+                // repeat_kv's copies are not kept by the policy either: they run again.
+                const double again = attn_bytes + kv_copies;
+                L.attention_recompute = {wk + proj + gpu.memory_seconds(again), kv_flops + f.projection, again};
                 L.mlp_recompute = {w3 + gpu.memory_seconds(mlp_bytes), f.mlp / 3, mlp_bytes};
             } else {
-                L.attention_recompute = {proj + gpu.memory_seconds(attn_bytes), f.projection, attn_bytes};
+                const double again = attn_bytes + kv_copies;
+                L.attention_recompute = {proj + gpu.memory_seconds(again), f.projection, again};
                 L.mlp_recompute = {fc2 + gpu.memory_seconds(mlp_bytes), f.mlp / 2, mlp_bytes};
             }
             break;
