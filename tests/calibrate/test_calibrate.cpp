@@ -720,4 +720,11 @@ TEST_CASE("a GEMM table of another part: gpu_overrides gives its memory and powe
     plain.erase(plain.find("\"gpu_overrides\""), plain.find("\"columns\"") - plain.find("\"gpu_overrides\""));
     CHECK(cal::calibrate(base, "test-cluster.json", cal::load_ground_truth({write_temp("dtsim_plain_gemm.json", plain)}))
               .fitted >= 1);
+    // A base with a power limit would have it twice: in the fitted efficiencies and in every prediction.
+    auto limited = base;
+    limited["cluster"]["gpu"]["tdp_W"] = 700;
+    limited["cluster"]["gpu"]["power_limit_W"] = 500;
+    CHECK_THROWS_WITH_AS(cal::calibrate(limited, "test-cluster.json", data),
+                         doctest::Contains("$.cluster.gpu.power_limit_W: calibrate fits the part as measured at its TDP"),
+                         ConfigError);
 }

@@ -205,6 +205,9 @@ TEST_CASE("torchao's float8 without compile, and compile with Transformer Engine
     CHECK(has(caveats({{"cluster.gpu.power_limit_W", "500"}}),
               "tensor-core throughput x0.903 under the 500 W power limit on a 700 W part"));
     CHECK(caveats({{"cluster.gpu.power_limit_W", "700"}}).empty());
+    CHECK(has(caveats({{"cluster.gpu.power_limit_W", "300"}}), "x0.774 under the 300 W power limit"));
+    CHECK(has(caveats({{"cluster.gpu.power_limit_W", "300"}}), "extrapolated below the lower point's share of the TDP"));
+    CHECK_FALSE(has(caveats({{"cluster.gpu.power_limit_W", "500"}}), "extrapolated"));
 }
 
 TEST_CASE("an eagerly composed RMSNorm moves 36 bytes an element where a fused one moves 4; compiled blocks fuse it") {

@@ -896,6 +896,12 @@ CalibrateResult calibrate(const json& base, const std::string& base_file, const 
     out.cluster = base;
     json& cl = out.cluster["cluster"];
     const Cluster c = make_cluster(base, base_file);
+    // The fits are of the part at its TDP; a base with a limit would have it applied to the fitted
+    // efficiencies and then again to every prediction.
+    if (c.gpu.tensor_clock_scale() < 1)
+        throw ConfigError(base_file, "$.cluster.gpu.power_limit_W",
+                          "calibrate fits the part as measured at its TDP; remove the power limit from the base "
+                          "and give it where the limited part runs (a run's config, a data set's overrides)");
     const std::string family = gpu_family(c.gpu.name);
     if (family.empty())
         throw ConfigError(base_file, "$.cluster.gpu.name",

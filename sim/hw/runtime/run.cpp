@@ -498,11 +498,18 @@ std::vector<std::string> prediction_caveats(const Config& c, const Workload& wor
         out.push_back("torchao's float8 casts priced as fused kernels, as torch.compile runs them: without compile "
                       "(strategy.compile) they took 42-50 ms of a Llama 3 8B block's 76 ms on an H100, compiled 2-3 ms "
                       "(calibration/data/h100_dtsim_torch_compile.json)");
-    if (gpu.tensor_clock_scale() < 1)
+    if (gpu.tensor_clock_scale() < 1) {
+        std::string beyond;
+        if (gpu.power_limit_watts / gpu.tdp_watts < kPowerClockNvlWatts / kPowerClockSxmWatts)
+            beyond += ", extrapolated below the lower point's share of the TDP";
+        if (gpu.name.find("H100") == std::string::npos && gpu.name.find("H200") == std::string::npos)
+            beyond += fmt::format(", and carried from Hopper to {}", gpu.name);
         out.push_back(fmt::format("tensor-core throughput x{:.3f} under the {:g} W power limit on a {:g} W part: estimated "
                                   "from NVIDIA's datasheet peaks of two Hopper parts (H100 SXM at 700 W, H100 NVL at "
-                                  "400 W: clock ~ power^{:.3f}), not measured at this limit",
-                                  gpu.tensor_clock_scale(), gpu.power_limit_watts, gpu.tdp_watts, power_clock_exponent()));
+                                  "400 W: clock ~ power^{:.3f}){}, not measured at this limit",
+                                  gpu.tensor_clock_scale(), gpu.power_limit_watts, gpu.tdp_watts, power_clock_exponent(),
+                                  beyond));
+    }
     if (s.compile && s.fp8 == Fp8::te)
         out.push_back("compiled blocks with Transformer Engine's float8 linears were not measured: priced as compiled "
                       "bf16 blocks plus Transformer Engine's own casts");
