@@ -37,13 +37,20 @@ json compute_only(int gpus) {
     return c;
 }
 
-}  // namespace
-
-TEST_CASE("context parallelism: a GPU's share of each sequence, the attention core a causal call per ring step") {
-    const TransformerSpec m{"m", 1, 2048, 16, 4, 8192, 4096, 0, DType::bf16, Mlp::swiglu, false};
+// 16 heads of 128 over 4 kv heads, 4,096 tokens; a GPU of 1 PFLOP/s and 3 TB/s.
+TransformerSpec gqa_model() { return {"m", 1, 2048, 16, 4, 8192, 4096, 0, DType::bf16, Mlp::swiglu, false}; }
+GpuSpec plain_gpu() {
     GpuSpec gpu;
     gpu.peak_flops[static_cast<std::size_t>(DType::bf16)] = 1e15;
     gpu.memory_bandwidth = 3e12;
+    return gpu;
+}
+
+}  // namespace
+
+TEST_CASE("context parallelism: a GPU's share of each sequence, the attention core a causal call per ring step") {
+    const TransformerSpec m = gqa_model();
+    const GpuSpec gpu = plain_gpu();
     LayerSplit one{1, 1, false, Recompute::none, true};
     LayerSplit four = one;
     four.cp = 4;
@@ -173,10 +180,8 @@ TEST_CASE("context parallelism by all-gather: keys and values gathered before th
 
 TEST_CASE("repeat_kv: the keys and values copied to every query head, kept for the backward and sent round the ring") {
     // 16 heads over 4 kv heads of 128, 4,096 tokens, context parallel over 4: 1,024 tokens here.
-    const TransformerSpec m{"m", 1, 2048, 16, 4, 8192, 4096, 0, DType::bf16, Mlp::swiglu, false};
-    GpuSpec gpu;
-    gpu.peak_flops[static_cast<std::size_t>(DType::bf16)] = 1e15;
-    gpu.memory_bandwidth = 3e12;
+    const TransformerSpec m = gqa_model();
+    const GpuSpec gpu = plain_gpu();
     LayerSplit gqa{1, 1, false, Recompute::none, true};
     gqa.cp = 4;
     LayerSplit repeat = gqa;
