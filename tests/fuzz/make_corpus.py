@@ -113,7 +113,8 @@ def config_seeds(large):
         sets = ["cluster.gpu.peak_tflops.bf16=1e-300", "stragglers.slowdown.3=1e308", "cluster.storage.write_GBps=nan",
                 "model.layers=1000000000", "strategy.dp=18446744073709551616", "cluster.gpu.hbm_GiB=Infinity",
                 "training.global_batch=-0", "strategy.tp=1,2,4,8", "note=" + nested_arrays(MAX_DEPTH + 10),
-                ".".join(["note"] + ["a"] * (MAX_DEPTH + 10)) + "=1", "=1", "strategy.tp", "model..layers=2"]
+                ".".join(["note"] + ["a"] * (MAX_DEPTH + 10)) + "=1", "=1", "strategy.tp", "model..layers=2",
+                "cluster.gpu.power_limit_W=1e-300", "strategy.norm_kernel=composed", "strategy.repeat_kv=true"]
         for i, s in enumerate(sets):
             seeds[f"set-{i:02d}.json"] = "@set " + s + "\n" + json.dumps(base) + "\n"
         for depth, what in [(MAX_DEPTH - 1, "at-limit"), (MAX_DEPTH, "over-limit")]:
