@@ -4,6 +4,7 @@
 #include "dtsim/hw/puzzle_costs.hpp"
 #include "dtsim/hw/steps.hpp"
 #include "dtsim/hw/strategies.hpp"
+#include "dtsim/hw/workload.hpp"
 #include "dtsim/hw/run.hpp"
 #include "dtsim/puzzle/registry.hpp"
 #include "fixtures.hpp"
@@ -416,6 +417,55 @@ TEST_CASE("tensor-parallel communication overlap: each block's gather and scatte
     // It needs sequence parallelism.
     doc["strategy"]["sequence_parallel"] = false;
     CHECK_THROWS_WITH_AS(parse_config(doc, "t.json"), doctest::Contains("it needs \"tp\" > 1 and \"sequence_parallel\": true"),
+                         ConfigError);
+}
+
+TEST_CASE("tp_comm_overlap_sm_margin: the pipelined forward GEMMs run on the SMs their reduce-scatter leaves") {
+    json doc{{"cluster", realistic_cluster(1)},
+             {"model", {{"name", "big"}, {"layers", 2}, {"hidden", 8192}, {"heads", 64}, {"seq", 4096}, {"vocab", 0}}},
+             {"training", {{"global_batch", 1}, {"micro_batch", 1}}},
+             {"strategy", {{"name", "megatron"}, {"tp", 8}, {"dp", 1}, {"sequence_parallel", true},
+                           {"tp_comm_overlap", true}}}};
+    doc["cluster"]["gpu"]["sms"] = 132;
+    Trace plain_trace, margin_trace;
+    (void)run(doc, true, &plain_trace);
+    // GPT-3 175B's ub_tp_comm_overlap_cfg in NVIDIA's DGX Cloud recipe: proj 24 SMs, fc2 20, set_sm_margin 1.
+    doc["strategy"]["tp_comm_overlap_sm_margin"] = {{"proj_fprop", 24}, {"fc2_fprop", 20}};
+    (void)run(doc, true, &margin_trace);
+    const Config c = parse_config(doc, "t.json");
+    const Workload w = make_workload(c.model.spec, layer_split(c), c.cluster.gpu);
+    // The projection's chunks on 108 of 132 SMs, fc2's on 112: time x 132 / (132 - n), the rest kept.
+    CHECK(w.layer.attention_margin == doctest::Approx(w.layer.attention_last_gemm * 24 / 108));
+    CHECK(w.layer.mlp_margin == doctest::Approx(w.layer.mlp_last_gemm * 20 / 112));
+    CHECK(w.layer.attention_margin > 0);
+    auto busy = [](const Trace& t, const char* op) {
+        double s = 0;
+        for (const auto& e : t.ranks[0].events)
+            if (e.op.name() == std::string_view(op) && e.stream == Stream::compute) s += e.duration;
+        return s;
+    };
+    // Each of the 2 layers' forwards takes both margins more; the backward (bulk and ring-exchange
+    // overlaps, no margin) takes the same time.
+    CHECK(busy(margin_trace, "forward") - busy(plain_trace, "forward") ==
+          doctest::Approx(2 * (w.layer.attention_margin + w.layer.mlp_margin)));
+    CHECK(busy(margin_trace, "backward") == doctest::Approx(busy(plain_trace, "backward")));
+    // Errors: without the overlap, without the GPU's SM count, and a margin that leaves no SM.
+    json no_overlap = doc;
+    no_overlap["strategy"]["tp_comm_overlap"] = false;
+    CHECK_THROWS_WITH_AS(parse_config(no_overlap, "t.json"),
+                         doctest::Contains("$.strategy.tp_comm_overlap_sm_margin: the SMs userbuffers take from the GEMMs "
+                                           "they overlap: it needs \"tp_comm_overlap\": true"),
+                         ConfigError);
+    json no_sms = doc;
+    no_sms["cluster"]["gpu"].erase("sms");
+    CHECK_THROWS_WITH_AS(parse_config(no_sms, "t.json"),
+                         doctest::Contains("$.strategy.tp_comm_overlap_sm_margin.proj_fprop: 24 SMs taken from the GEMM need "
+                                           "the GPU's SM count: give $.cluster.gpu.sms"),
+                         ConfigError);
+    json all = doc;
+    all["strategy"]["tp_comm_overlap_sm_margin"]["fc2_fprop"] = 132;
+    CHECK_THROWS_WITH_AS(parse_config(all, "t.json"),
+                         doctest::Contains("fc2_fprop: 132 SMs taken from the GEMM leave none of the GPU's 132"),
                          ConfigError);
 }
 

@@ -82,6 +82,12 @@ struct StrategyConfig {
     // With "fsdp" it stands for torchtitan's AsyncTP (enable_async_tensor_parallel), which
     // decomposes the same all-gather + GEMM and GEMM + reduce-scatter pairs (symmetric memory).
     bool tp_comm_overlap = false;
+    // With tp_comm_overlap: the SMs Transformer Engine's userbuffers take from the projection's
+    // and fc2's forward GEMMs, which it pipelines with their reduce-scatter
+    // (tp_comm_overlap_sm_margin {"proj_fprop": n, "fc2_fprop": m}: a ub_tp_comm_overlap_cfg's
+    // num_sm where its set_sm_margin is on; comm_gemm_overlap.h gives the GEMM the GPU's SMs less
+    // those). 0 = the GEMM keeps every SM (TE's default for these until 2.0).
+    int tp_overlap_proj_sms = 0, tp_overlap_fc2_sms = 0;
     // Megatron-LM's asynchronous tensor-parallel backward (without tp_comm_overlap): a block's
     // first linear (QKV, fc1) starts the all-reduce of its input gradient, or with sequence
     // parallelism its reduce-scatter, before its weight-gradient GEMM and waits for it after; with

@@ -110,6 +110,9 @@ struct GpuSpec {
     // holds a lower tensor clock. 0 = not given (the part runs at its TDP).
     double tdp_watts = 0;
     double power_limit_watts = 0;
+    // Streaming multiprocessors (cluster.gpu.sms; 0 = not given): what a GEMM shares with
+    // communication kernels that take SMs from it (StrategyConfig::tp_overlap_sm_margin).
+    int sms = 0;
 
     // The factor on every tensor-core throughput (GEMMs, fused attention) under the power
     // limit: (limit / TDP)^power_clock_exponent(), 1 without a limit. Memory-bound work keeps

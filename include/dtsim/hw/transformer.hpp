@@ -149,6 +149,9 @@ struct LayerSplit {
     // kComposedRmsNormBytes per element instead of a fused kernel's read and write. No effect on
     // compiled blocks, whose norms Inductor fuses.
     bool composed_norm = false;
+    // SMs taken from the projection's and fc2's forward GEMMs by the reduce-scatter pipelined with
+    // them (StrategyConfig::tp_overlap_proj_sms, tp_overlap_fc2_sms).
+    int proj_margin_sms = 0, fc2_margin_sms = 0;
     // `recompute` applies to `layer` (counted from 0 over the whole model).
     [[nodiscard]] bool recomputes(int layer) const {
         if (recompute == Recompute::none) return false;

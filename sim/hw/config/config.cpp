@@ -77,6 +77,8 @@ LayerSplit layer_split(const Config& c) {
     split.compiled = s.compile;
     split.repeat_kv = s.repeat_kv;
     split.composed_norm = s.composed_norm;
+    split.proj_margin_sms = s.tp_comm_overlap ? s.tp_overlap_proj_sms : 0;
+    split.fc2_margin_sms = s.tp_comm_overlap ? s.tp_overlap_fc2_sms : 0;
     split.optimizer_dtype = s.optimizer_dtype;
     split.apex_optimizer = s.distributed_optimizer == "apex";
     split.recompute_every = s.recompute_every;
@@ -238,7 +240,7 @@ void from_json(const Node& n, AttentionModel& a) {
 }
 
 void from_json(const Node& n, GpuSpec& g) {
-    n.keys({"name", "peak_tflops", "hbm_GiB", "hbm_TBps", "tdp_W", "power_limit_W", "gemm", "attention"});
+    n.keys({"name", "peak_tflops", "hbm_GiB", "hbm_TBps", "tdp_W", "power_limit_W", "sms", "gemm", "attention"});
     g.name = n.has("name") ? n["name"].string() : "gpu";
     const Node peaks = n["peak_tflops"];
     peaks.keys({"fp32", "tf32", "bf16", "fp16", "fp8"});
@@ -259,6 +261,7 @@ void from_json(const Node& n, GpuSpec& g) {
                                    "board power",
                                    g.power_limit_watts, g.tdp_watts));
     }
+    g.sms = n.has("sms") ? n["sms"].integer(1) : 0;
     if (n.has("gemm")) from_json(n["gemm"], g.gemm);
     if (n.has("attention")) from_json(n["attention"], g.attention);
 }
@@ -412,7 +415,7 @@ void from_json(const Node& n, TrainingConfig& t) {
 void from_json(const Node& n, StrategyConfig& s) {
     n.keys({"name", "dp", "tp", "pp", "cp", "cp_comm", "microbatches", "zero_stage", "bucket_MiB", "first_bucket_MiB", "overlap",
             "prefetch", "recompute", "sequence_parallel", "flash_attention", "attention_kernel", "algorithm", "puzzle",
-            "chunks", "microbatch_group", "schedule_file", "sharding", "grad_dtype", "optimizer_dtype", "distributed_optimizer", "overlap_param_gather", "cross_entropy", "tp_comm_overlap", "tp_async_backward", "compile", "repeat_kv", "norm_kernel", "fp8", "recompute_every", "recompute_num_layers",
+            "chunks", "microbatch_group", "schedule_file", "sharding", "grad_dtype", "optimizer_dtype", "distributed_optimizer", "overlap_param_gather", "cross_entropy", "tp_comm_overlap", "tp_comm_overlap_sm_margin", "tp_async_backward", "compile", "repeat_kv", "norm_kernel", "fp8", "recompute_every", "recompute_num_layers",
             "stage_layers", "first_stage_layers", "last_stage_layers", "account_for_embedding", "account_for_loss"});
     s.name = n["name"].choice(strategy_names());
     if (n.has("dp")) s.dp = n["dp"].integer(1);
@@ -448,6 +451,13 @@ void from_json(const Node& n, StrategyConfig& s) {
     if (n.has("recompute_num_layers")) s.recompute_num_layers = n["recompute_num_layers"].integer(1);
     if (n.has("sequence_parallel")) s.sequence_parallel = n["sequence_parallel"].boolean();
     if (n.has("tp_comm_overlap")) s.tp_comm_overlap = n["tp_comm_overlap"].boolean();
+    if (n.has("tp_comm_overlap_sm_margin")) {
+        const Node m = n["tp_comm_overlap_sm_margin"];
+        if (!m.is_object()) m.expected("an object of proj_fprop and fc2_fprop SM counts");
+        m.keys({"proj_fprop", "fc2_fprop"});
+        if (m.has("proj_fprop")) s.tp_overlap_proj_sms = m["proj_fprop"].integer(0);
+        if (m.has("fc2_fprop")) s.tp_overlap_fc2_sms = m["fc2_fprop"].integer(0);
+    }
     if (n.has("tp_async_backward")) s.tp_async_backward = n["tp_async_backward"].boolean();
     if (n.has("compile")) s.compile = n["compile"].boolean();
     if (n.has("repeat_kv")) s.repeat_kv = n["repeat_kv"].boolean();
@@ -665,6 +675,19 @@ void validate(const Node& root, Config& c) {
                                                "the GEMMs (Megatron-LM's --tp-comm-overlap): it needs \"tp\" > 1 "
                                                "and \"sequence_parallel\": true (tp is {}, sequence_parallel {})",
                                                s.tp, s.sequence_parallel));
+    if (st.has("tp_comm_overlap_sm_margin")) {
+        const Node margin = st["tp_comm_overlap_sm_margin"];
+        if (!s.tp_comm_overlap)
+            margin.fail("the SMs userbuffers take from the GEMMs they overlap: it needs \"tp_comm_overlap\": true");
+        const int sms = c.cluster.gpu.sms;
+        for (const auto& [key, n] : {std::pair{"proj_fprop", s.tp_overlap_proj_sms}, {"fc2_fprop", s.tp_overlap_fc2_sms}}) {
+            if (n == 0) continue;
+            if (sms == 0)
+                margin[key].fail(fmt::format("{} SMs taken from the GEMM need the GPU's SM count: give $.cluster.gpu.sms", n));
+            if (n >= sms)
+                margin[key].fail(fmt::format("{} SMs taken from the GEMM leave none of the GPU's {} (cluster.gpu.sms)", n, sms));
+        }
+    }
     if (s.distributed_optimizer == "apex" && (s.zero_stage < 1 || s.zero_stage > 2 || (info.pytorch)))
         st["distributed_optimizer"].fail(fmt::format(
             "\"apex\" is NeMo's distributed Adam (ZeRO stage 1 or 2 under Megatron's strategies); this strategy "

@@ -170,6 +170,13 @@ Workload make_workload(const TransformerSpec& model, const LayerSplit& s, const 
         L.mlp_first_gemm = t * gpu.gemm_seconds(rows, mlp_in * ffn / t, h, ld);
         L.mlp_last_gemm = k * gpu.gemm_seconds(split, h, ffn / t, ld);
         L.attention_chunking = std::max(0.0, L.attention_first_gemm + L.attention_last_gemm - qkv - proj);
+        // Transformer Engine's set_sm_margin: the pipelined GEMM runs on the SMs the communication
+        // kernels leave (comm_gemm_overlap.h: _math_sms = multiProcessorCount - num_comm_sm).
+        const auto margin = [&](double gemm, int taken) {
+            return taken > 0 && gpu.sms > taken ? gemm * taken / (gpu.sms - taken) : 0.0;
+        };
+        L.attention_margin = margin(L.attention_last_gemm, s.proj_margin_sms);
+        L.mlp_margin = margin(L.mlp_last_gemm, s.fc2_margin_sms);
         L.mlp_chunking = std::max(0.0, L.mlp_first_gemm + L.mlp_last_gemm - fc1 - fc2);
         L.attention_first_linear = qkv;
         L.mlp_first_linear = fc1;

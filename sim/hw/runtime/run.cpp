@@ -526,9 +526,13 @@ std::vector<std::string> prediction_caveats(const Config& c, const Workload& wor
     // Tensor parallelism's collectives against what the frameworks do (calibration.md, "What the
     // Megatron-Core H100 misses point to").
     if (s.tp > 1 && s.tp_comm_overlap)
-        out.push_back("tensor-parallel collectives overlapped with their GEMMs at no cost (no contention, no SMs "
-                      "taken by the communication kernels): not measured at kernel level; published runs with this "
-                      "overlap ran slower than predicted (docs/calibration.md)");
+        out.push_back(std::string("tensor-parallel collectives overlapped with their GEMMs at no cost (no contention, no "
+                                  "SMs taken by the communication kernels") +
+                      (s.tp_overlap_proj_sms > 0 || s.tp_overlap_fc2_sms > 0
+                           ? " but the margin taken from the projection's and fc2's forward GEMMs"
+                           : "") +
+                      "): not measured at kernel level; published runs with this overlap ran slower than predicted "
+                      "(docs/calibration.md)");
     else if (tp_async_backward(s))
         out.push_back(std::string("the backward's tensor-parallel ") +
                       (s.sequence_parallel ? "re-gathers and reduce-scatters" : "all-reduces") +

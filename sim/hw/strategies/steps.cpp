@@ -84,7 +84,8 @@ Work without_ring(const Work& w, const Ring* ring, int steps) {
 // gather's end; the reduce-scatter starts after the last GEMM's first split and the compute
 // stream waits for its end after the other splits. A backward block pipelines its collectives
 // with GEMMs of the same sizes. The collectives run on their own stream (CommStream::tensor),
-// beside the gradient reductions. Not modelled: the SMs the reduce-scatter's kernels take.
+// beside the gradient reductions. A forward's last GEMM runs on the SMs a set_sm_margin leaves it
+// (LayerWork::attention_margin, mlp_margin); other SMs the communication kernels take are not modelled.
 Task<> overlapped_block(Device& gpu, const Job& job, OpCode op, int layer, const Work& whole, int mb, double first,
                         double last, double chunking, const Ring* ring) {
     const Work block = without_ring(whole, ring, job.cp);
@@ -167,13 +168,17 @@ Task<> attention_block(Device& gpu, const Job& job, OpCode op, int layer, const 
     const LayerWork& L = job.work->layer;
     const bool backward = op == ops::backward || op == ops::backward_input;
     const Ring ring{backward ? L.cp_core_backward : L.cp_core_forward, (backward ? 2 : 1) * L.cp_kv_bytes, backward};
+    // A forward's projection runs on the SMs its pipelined reduce-scatter leaves (LayerWork::attention_margin).
+    const double margin = backward ? 0 : L.attention_margin;
     // (Awaited here: block reads `ring` after this frame would otherwise have ended.)
-    co_await block(gpu, job, op, layer, w, mb, L.attention_first_gemm, L.attention_last_gemm, L.attention_chunking,
-                   L.attention_first_linear, job.cp_group ? &ring : nullptr);
+    co_await block(gpu, job, op, layer, w, mb, L.attention_first_gemm, L.attention_last_gemm + margin,
+                   L.attention_chunking + margin, L.attention_first_linear, job.cp_group ? &ring : nullptr);
 }
 Task<> mlp_block(Device& gpu, const Job& job, OpCode op, int layer, const Work& w, int mb) {
     const LayerWork& L = job.work->layer;
-    return block(gpu, job, op, layer, w, mb, L.mlp_first_gemm, L.mlp_last_gemm, L.mlp_chunking, L.mlp_first_linear);
+    const double margin = op == ops::backward || op == ops::backward_input ? 0 : L.mlp_margin;
+    return block(gpu, job, op, layer, w, mb, L.mlp_first_gemm, L.mlp_last_gemm + margin, L.mlp_chunking + margin,
+                 L.mlp_first_linear);
 }
 
 }  // namespace
