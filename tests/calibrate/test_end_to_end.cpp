@@ -224,6 +224,15 @@ TEST_CASE("a row is predicted in the unit it was measured in") {
     CHECK(tokens.predicted == doctest::Approx(16.0 * 1024 / step / 8));
     CHECK(tokens.memory_GiB == doctest::Approx(tokens.report.peak.bytes / kGiB));
     CHECK(tokens.layout == "fsdp dp8");
+    // The label names what the row runs beyond the layout: repeated keys and values (with GQA), a composed
+    // norm (eager), the overlap's SM margins, the power limit.
+    const std::string flagged = write_temp("dtsim_e2e_flags.json", one_set(R"(
+        {"id": "flags", "gpus": 8, "model": {"kv_heads": 2}, "training": {"global_batch": 16, "micro_batch": 2},
+         "strategy": {"repeat_kv": true, "norm_kernel": "composed"}, "measured": {"step_time_s": 1}})",
+        R"("cluster_overrides": {"gpu": {"tdp_W": 700, "power_limit_W": 500}}, )"));
+    const auto fdata = cal::load_ground_truth({flagged});
+    CHECK(cal::predict_end_to_end(fdata.end_to_end[0], fdata.end_to_end[0].rows[0], cluster).layout ==
+          "fsdp dp8, repeat_kv, composed norm, 500 W");
     const auto st = cal::predict_end_to_end(set, set.rows[1], cluster);
     CHECK(st.unit == "s");
     CHECK(st.predicted == doctest::Approx(step));

@@ -376,6 +376,11 @@ EndToEndPrediction predict_end_to_end(const EndToEndSet& set, const EndToEndRow&
         p.layout += fmt::format(", recompute {}", recompute_text(c.strategy));
     if (c.strategy.fp8 != Fp8::none) p.layout += fmt::format(", fp8 {}", fp8_name(c.strategy.fp8));
     if (c.strategy.compile) p.layout += ", compiled";
+    if (c.strategy.repeat_kv && c.model.spec.kv_heads < c.model.spec.heads) p.layout += ", repeat_kv";
+    if (c.strategy.composed_norm && !c.strategy.compile) p.layout += ", composed norm";
+    if (c.strategy.tp_overlap_proj_sms > 0 || c.strategy.tp_overlap_fc2_sms > 0)
+        p.layout += fmt::format(", SM margin {}/{}", c.strategy.tp_overlap_proj_sms, c.strategy.tp_overlap_fc2_sms);
+    if (c.cluster.gpu.tensor_clock_scale() < 1) p.layout += fmt::format(", {:g} W", c.cluster.gpu.power_limit_watts);
     p.memory_GiB = r.report.peak.bytes / kGiB;
     p.out_of_memory = r.report.oom.has_value();
     return p;
