@@ -8,8 +8,8 @@
 
 #include <algorithm>
 #include <array>
-#include <memory>
 #include <cmath>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>

@@ -77,8 +77,8 @@ LayerSplit layer_split(const Config& c) {
     split.compiled = s.compile;
     split.repeat_kv = s.repeat_kv;
     split.composed_norm = s.composed_norm;
-    split.proj_margin_sms = s.tp_comm_overlap ? s.tp_overlap_proj_sms : 0;
-    split.fc2_margin_sms = s.tp_comm_overlap ? s.tp_overlap_fc2_sms : 0;
+    split.proj_margin_sms = s.tp_overlap_proj_sms;  // (load_config refuses them without tp_comm_overlap)
+    split.fc2_margin_sms = s.tp_overlap_fc2_sms;
     split.optimizer_dtype = s.optimizer_dtype;
     split.apex_optimizer = s.distributed_optimizer == "apex";
     split.recompute_every = s.recompute_every;

@@ -46,7 +46,9 @@ double GpuSpec::peak(DType d) const {
 }
 
 double power_clock_exponent() {
-    return std::log(kPowerClockNvlTflops / kPowerClockSxmTflops) / std::log(kPowerClockNvlWatts / kPowerClockSxmWatts);
+    static const double k =
+        std::log(kPowerClockNvlTflops / kPowerClockSxmTflops) / std::log(kPowerClockNvlWatts / kPowerClockSxmWatts);
+    return k;
 }
 
 double GpuSpec::tensor_clock_scale() const {

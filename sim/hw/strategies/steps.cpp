@@ -164,19 +164,23 @@ Task<> block(Device& gpu, const Job& job, OpCode op, int layer, const Work& w, i
     if (job.tp_group) co_await tp_after(gpu, job, layer);
 }
 
+// What a block's last GEMM takes longer on the SMs its pipelined reduce-scatter leaves
+// (LayerWork::attention_margin, mlp_margin): in a forward or its recompute only, the backward's
+// overlaps keeping every SM.
+double forward_margin(OpCode op, double margin) { return op == ops::forward || op == ops::recompute ? margin : 0; }
+
 Task<> attention_block(Device& gpu, const Job& job, OpCode op, int layer, const Work& w, int mb) {
     const LayerWork& L = job.work->layer;
     const bool backward = op == ops::backward || op == ops::backward_input;
     const Ring ring{backward ? L.cp_core_backward : L.cp_core_forward, (backward ? 2 : 1) * L.cp_kv_bytes, backward};
-    // A forward's projection runs on the SMs its pipelined reduce-scatter leaves (LayerWork::attention_margin).
-    const double margin = backward ? 0 : L.attention_margin;
+    const double margin = forward_margin(op, L.attention_margin);
     // (Awaited here: block reads `ring` after this frame would otherwise have ended.)
     co_await block(gpu, job, op, layer, w, mb, L.attention_first_gemm, L.attention_last_gemm + margin,
                    L.attention_chunking + margin, L.attention_first_linear, job.cp_group ? &ring : nullptr);
 }
 Task<> mlp_block(Device& gpu, const Job& job, OpCode op, int layer, const Work& w, int mb) {
     const LayerWork& L = job.work->layer;
-    const double margin = op == ops::backward || op == ops::backward_input ? 0 : L.mlp_margin;
+    const double margin = forward_margin(op, L.mlp_margin);
     return block(gpu, job, op, layer, w, mb, L.mlp_first_gemm, L.mlp_last_gemm + margin, L.mlp_chunking + margin,
                  L.mlp_first_linear);
 }
