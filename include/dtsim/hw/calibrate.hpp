@@ -99,13 +99,18 @@ struct MegatronSet {
     std::vector<MegatronRow> rows;
 };
 
-// One fused causal attention call as calibration/pytorch/dtsim_kernels.py measured it.
+// One fused causal attention call as calibration/pytorch/dtsim_kernels.py measured it, or as a
+// published benchmark gives it (forward and backward together only: `combined`).
 struct AttentionPoint {
     std::string gpu;
-    std::string backend;  // "flash2" (the file's "flash") or "cudnn"
+    std::string backend;  // "flash2" (the file's "flash"), "cudnn" or "flash1"
     double batch = 1, heads = 1, head_dim = 128, seq = 0;
     double forward_us = 0, forward_backward_us = 0;
+    bool combined = false;  // only forward_backward_us is known
 };
+
+// What a point's time covers: the forward, the backward (fwd_bwd - fwd), or both together.
+enum class AttentionPass { forward, backward, both };
 
 struct KernelSet {
     std::string id;  // "<file stem>:attention"
@@ -261,11 +266,18 @@ struct ValidateOptions {
     double calibrate_min_bytes = 64 * 1024;
 };
 
-// FLOPs and measured seconds of a point, forward or backward (fwd_bwd - fwd).
-double attention_flops(const AttentionPoint& p, bool backward);
-double attention_measured_seconds(const AttentionPoint& p, bool backward);
+// FLOPs and measured seconds of a point's pass: forward (F), backward (2.5 F, fwd_bwd - fwd) or
+// both (3.5 F, fwd_bwd).
+double attention_flops(const AttentionPoint& p, AttentionPass pass);
+double attention_measured_seconds(const AttentionPoint& p, AttentionPass pass);
+// The passes a point measures apart: forward and backward, or both together for a combined one.
+std::vector<AttentionPass> attention_passes(const AttentionPoint& p);
+// dtsim's time for a point's pass on `gpu` (nullopt: no curve for its backend).
+std::optional<double> attention_predicted_seconds(const GpuSpec& gpu, const AttentionPoint& p, AttentionPass pass, DType d);
 // One curve per backend and head dimension (AttentionModel), by least squares on the relative
 // error of t = F / (peak e) x (1 + half_seq / s); a group of fewer than two points is left out.
+// A group of combined points (forward and backward together) gets one curve for both passes,
+// fitted to their sum: it splits a call's time 1 : 2.5 between them, as their FLOPs.
 AttentionModel fit_attention(const std::vector<AttentionPoint>& points, double peak_flops);
 nlohmann::json attention_json(const AttentionModel& m);
 // Predicts a kernel set's attention rows on `gpu` (holdout: each from a fit to the others).

@@ -112,7 +112,7 @@ struct StrategyConfig {
     // (torchtitan's RMSNorm module through March 2025, nn.RMSNorm before 2.8: kComposedRmsNormBytes).
     bool composed_norm = false;
     bool flash_attention = false;          // fused attention: no s x s scores kept
-    std::string attention_kernel = "flash2";  // which fused kernel: "flash2" or "cudnn" (AttentionModel)
+    std::string attention_kernel = "flash2";  // which fused kernel: "flash2", "cudnn" or "flash1" (AttentionModel)
     // The dtype gradients are accumulated in and reduced across data-parallel ranks: fp32 as
     // Megatron-LM with bf16 (accumulate_allreduce_grads_in_fp32), torchtitan's FSDP2
     // (mixed_precision_reduce) and PyTorch AMP (fp32 parameters) do; "bf16"/"fp16" as

@@ -70,7 +70,8 @@ struct GemmModel {
 // backend and head dimension to measured kernels (dtsim calibrate on
 // calibration/data/h100_dtsim_torch_kernels.json "attention"); the backend is the
 // strategy's attention_kernel ("flash2": FlashAttention-2 as PyTorch's SDPA runs it,
-// "cudnn": cuDNN's fused attention, Transformer Engine's choice on Hopper).
+// "cudnn": cuDNN's fused attention, Transformer Engine's choice on Hopper; "flash1": the
+// flash-attn 1.x kernels; on A100 all from a published benchmark, forward and backward together).
 struct AttentionCurve {
     double efficiency = 0;  // of the GPU's peak for the model's data type
     double half_seq = 0;    // tokens

@@ -873,10 +873,8 @@ void fit_attention_model(json& gpu_doc, const GpuSpec& gpu, const std::string& f
             g.attention = m;
             for (const auto& p : points) {
                 if (p.backend != backend || static_cast<int>(p.head_dim) != k.head_dim) continue;
-                for (const bool bwd : {false, true}) {
-                    const double t = *g.attention_seconds(backend, p.batch * p.heads, p.seq, p.head_dim, d, bwd);
-                    errs.push_back(std::abs(t / attention_measured_seconds(p, bwd) - 1));
-                }
+                for (const AttentionPass pass : attention_passes(p))
+                    errs.push_back(std::abs(*attention_predicted_seconds(g, p, pass, d) / attention_measured_seconds(p, pass) - 1));
             }
             std::sort(errs.begin(), errs.end());
             out.log.push_back(fmt::format(

@@ -2,7 +2,8 @@
 // attention rows (AttentionModel) and the GEMMs (one by-shape set per data type) are read,
 // fitted and predicted; the file's other sections (element-wise kernels, cross-entropy,
 // optimizer, launch) are checked for form and kept as documentation until a cost model
-// uses them.
+// uses them. Published attention benchmarks ("attention_published": a chart's TFLOP/s of
+// forward and backward together) are read into the same kind of set.
 #include "kernels.hpp"
 
 #include "hw/config/reading.hpp"
@@ -12,7 +13,9 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <set>
+#include <tuple>
 
 namespace dtsim::hw::calib {
 
@@ -51,9 +54,68 @@ std::pair<double, double> fit_two(const std::vector<std::array<double, 3>>& pts)
 
 }  // namespace
 
-bool is_kernel_file(const nlohmann::json& j) { return j.is_object() && j.contains("attention"); }
+bool is_kernel_file(const nlohmann::json& j) {
+    return j.is_object() && (j.contains("attention") || j.contains("attention_published"));
+}
+
+namespace {
+
+constexpr std::string_view kPublishedFileKeys[] = {"source", "note", "description", "meta", "attention_published",
+                                                   "not_transcribed"};
+constexpr std::string_view kPublishedColumns[] = {"backend", "causal", "head_dim", "seq",
+                                                  "batch",   "heads",  "direction", "tflops"};
+
+// A published chart of fused attention, forward and backward together, counted as FlashAttention's
+// benchmark counts them (benchmarks/benchmark_flash_attention.py: 3.5 x the forward's
+// 4 batch heads s^2 d, halved under a causal mask). dtsim prices causal attention only, so the
+// rows without a mask are left out, and so are the backends it has no kernel for.
+void read_published_attention(const Value& root, const std::string& file, const std::string& stem, GroundTruth& out) {
+    for (const auto& [key, v] : root.members())
+        if (std::find(std::begin(kPublishedFileKeys), std::end(kPublishedFileKeys), key) == std::end(kPublishedFileKeys))
+            root.unknown_key(key, kPublishedFileKeys);
+    const Value gpu_name = root["meta"]["gpu"];
+    const std::string gpu = gpu_name.string();
+    if (gpu_family(gpu).empty())
+        gpu_name.fail(fmt::format("cannot tell the GPU family of \"{}\" (expected a name such as \"NVIDIA A100-SXM4-80GB\")",
+                                  json_reader::shorten(gpu)));
+    KernelSet set;
+    set.id = stem + ":attention";
+    set.file = file;
+    set.gpu = gpu;
+    set.source = root.has("source") ? root["source"].string() : "";
+    const Value sec = root["attention_published"];
+    sec.keys(kSectionKeys);
+    const auto at = column_index(sec["columns"], kPublishedColumns);
+    const Value rows = sec["rows"];
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+        const Value r = rows.at(i);
+        if (r.size() != sec["columns"].size()) r.fail(fmt::format("expected {} values, one per column", sec["columns"].size()));
+        const std::string backend = r.at(at.at("backend")).choice(
+            {"flash_attention_2", "flash_attention_1", "flash_attention_triton", "pytorch_standard", "xformers_cutlass"});
+        (void)r.at(at.at("direction")).choice({"fwd_bwd"});
+        if (!r.at(at.at("causal")).boolean()) continue;
+        AttentionPoint p;
+        p.gpu = gpu;
+        if (backend == "flash_attention_2") p.backend = "flash2";
+        else if (backend == "flash_attention_1") p.backend = "flash1";
+        else continue;  // unfused PyTorch is priced as its GEMMs; xformers and Triton's tutorial kernel are not kernels dtsim names
+        auto col = [&](const char* c, const Range& range) { return r.at(at.at(c)).real(range); };
+        p.batch = col("batch", ranges::dimension);
+        p.heads = col("heads", ranges::dimension);
+        p.head_dim = col("head_dim", ranges::dimension);
+        p.seq = col("seq", ranges::tokens);
+        p.combined = true;
+        p.forward_backward_us = attention_flops(p, AttentionPass::both) / (col("tflops", ranges::throughput_tflops) * 1e12) * 1e6;
+        set.attention.push_back(p);
+    }
+    if (set.attention.empty()) sec.fail("expected at least one causal row of flash_attention_1 or flash_attention_2");
+    out.kernels.push_back(std::move(set));
+}
+
+}  // namespace
 
 void read_kernels(const json_reader::Value& root, const std::string& file, const std::string& stem, GroundTruth& out) {
+    if (root.has("attention_published")) return read_published_attention(root, file, stem, out);
     for (const auto& [key, sec] : root.members()) {
         if (std::find(std::begin(kKernelFileKeys), std::end(kKernelFileKeys), key) == std::end(kKernelFileKeys))
             root.unknown_key(key, kKernelFileKeys);
@@ -130,35 +192,63 @@ void read_kernels(const json_reader::Value& root, const std::string& file, const
     for (auto& [d, gs] : by_dtype) out.gemms.push_back(std::move(gs));
 }
 
-double attention_flops(const AttentionPoint& p, bool backward) {
-    return (backward ? 2.5 : 1.0) * 2 * p.batch * p.heads * p.seq * p.seq * p.head_dim;
+double attention_flops(const AttentionPoint& p, AttentionPass pass) {
+    const double forward = 2 * p.batch * p.heads * p.seq * p.seq * p.head_dim;
+    return forward * (pass == AttentionPass::forward ? 1.0 : pass == AttentionPass::backward ? 2.5 : 3.5);
 }
 
-double attention_measured_seconds(const AttentionPoint& p, bool backward) {
-    return (backward ? p.forward_backward_us - p.forward_us : p.forward_us) * 1e-6;
+double attention_measured_seconds(const AttentionPoint& p, AttentionPass pass) {
+    switch (pass) {
+        case AttentionPass::forward: return p.forward_us * 1e-6;
+        case AttentionPass::backward: return (p.forward_backward_us - p.forward_us) * 1e-6;
+        case AttentionPass::both: return p.forward_backward_us * 1e-6;
+    }
+    return 0;
+}
+
+std::vector<AttentionPass> attention_passes(const AttentionPoint& p) {
+    if (p.combined) return {AttentionPass::both};
+    return {AttentionPass::forward, AttentionPass::backward};
+}
+
+std::optional<double> attention_predicted_seconds(const GpuSpec& gpu, const AttentionPoint& p, AttentionPass pass,
+                                                  DType d) {
+    const double heads = p.batch * p.heads;
+    if (pass != AttentionPass::both) return gpu.attention_seconds(p.backend, heads, p.seq, p.head_dim, d, pass == AttentionPass::backward);
+    const auto f = gpu.attention_seconds(p.backend, heads, p.seq, p.head_dim, d, false);
+    const auto b = gpu.attention_seconds(p.backend, heads, p.seq, p.head_dim, d, true);
+    if (!f || !b) return std::nullopt;
+    return *f + *b;
 }
 
 AttentionModel fit_attention(const std::vector<AttentionPoint>& points, double peak_flops) {
     AttentionModel m;
-    std::map<std::pair<std::string, int>, std::vector<const AttentionPoint*>> groups;
-    for (const auto& p : points) groups[{p.backend, static_cast<int>(p.head_dim)}].push_back(&p);
+    // A group is one backend and head dimension, and points measured apart or together.
+    std::map<std::tuple<std::string, int, bool>, std::vector<const AttentionPoint*>> groups;
+    for (const auto& p : points) groups[{p.backend, static_cast<int>(p.head_dim), p.combined}].push_back(&p);
     for (const auto& [key, pts] : groups) {
-        if (pts.size() < 2) continue;  // two unknowns per direction
+        const auto& [backend, head_dim, combined] = key;
+        if (pts.size() < 2) continue;  // two unknowns per curve
+        // Measured apart and together both: the passes measured apart are fitted.
+        if (combined && groups.count({backend, head_dim, false}) && groups.at({backend, head_dim, false}).size() >= 2)
+            continue;
         AttentionKernel k;
-        k.head_dim = key.second;
-        for (const bool backward : {false, true}) {
+        k.head_dim = head_dim;
+        for (const AttentionPass pass : attention_passes(*pts.front())) {
             std::vector<std::array<double, 3>> xy;
             for (const AttentionPoint* p : pts) {
-                const double f = attention_flops(*p, backward);
-                xy.push_back({f, f / p->seq, attention_measured_seconds(*p, backward)});
+                const double f = attention_flops(*p, pass);
+                xy.push_back({f, f / p->seq, attention_measured_seconds(*p, pass)});
             }
             const auto [a, c] = fit_two(xy);
             if (!(a > 0) || !(c >= 0)) continue;  // no saturating curve fits: leave the backend out
-            AttentionCurve& curve = backward ? k.backward : k.forward;
+            AttentionCurve curve;
             curve.efficiency = std::min(1.0, std::round(1 / (a * peak_flops) * 10000) / 10000);
             curve.half_seq = std::round(c / a);
+            if (pass != AttentionPass::backward) k.forward = curve;
+            if (pass != AttentionPass::forward) k.backward = curve;
         }
-        if (k.forward.efficiency > 0 && k.backward.efficiency > 0) m.backends[key.first].push_back(k);
+        if (k.forward.efficiency > 0 && k.backward.efficiency > 0) m.backends[backend].push_back(k);
     }
     return m;
 }
@@ -184,23 +274,28 @@ ValidationSet validate_attention(const KernelSet& s, const GpuSpec& gpu, const s
                 if (j != i) rest.push_back(s.attention[j]);
             g.attention = fit_attention(rest, g.peak(d));
         }
-        for (const bool bwd : {false, true}) {
-            const auto t = g.attention_seconds(p.backend, p.batch * p.heads, p.seq, p.head_dim, d, bwd);
+        for (const AttentionPass pass : attention_passes(p)) {
+            const auto t = attention_predicted_seconds(g, p, pass, d);
             if (!t) {
                 missing.insert(p.backend);
                 continue;
             }
-            const double measured = attention_measured_seconds(p, bwd);
-            v.points.push_back({fmt::format("{} {} b{:.0f} h{:.0f} d{:.0f} s{:.0f}", p.backend, bwd ? "bwd" : "fwd",
-                                            p.batch, p.heads, p.head_dim, p.seq),
-                                attention_flops(p, bwd), measured * 1e6, *t * 1e6, "us", true, in_sample});
+            const double measured = attention_measured_seconds(p, pass);
+            const char* what = pass == AttentionPass::forward ? "fwd" : pass == AttentionPass::backward ? "bwd" : "fwd+bwd";
+            v.points.push_back({fmt::format("{} {} b{:.0f} h{:.0f} d{:.0f} s{:.0f}", p.backend, what, p.batch, p.heads,
+                                            p.head_dim, p.seq),
+                                attention_flops(p, pass), measured * 1e6, *t * 1e6, "us", true, in_sample});
         }
     }
     if (v.points.empty())
         throw ConfigError(s.file, "$.attention",
                           fmt::format("data set \"{}\" cannot be predicted: {} has no attention curve for {}", s.id,
                                       cluster_file, fmt::join(missing, ", ")));
+    const bool combined = std::any_of(s.attention.begin(), s.attention.end(), [](const auto& p) { return p.combined; });
     v.fit = holdout ? "held out: each shape predicted from a fit to the other shapes (leave one out)"
+            : in_sample && combined
+                ? "in-sample where fitted: among gpu.attention's data, but a kernel also measured forward and backward "
+                  "apart is fitted to those passes, not to this set's sums"
             : in_sample ? "in-sample: the attention curves were fitted to this set"
                         : "held out: curves fitted to " + (ds.empty() ? std::string("nothing") : fmt::format("{}", fmt::join(ds, ", ")));
     v.note = "GpuSpec::attention_seconds (saturating in the sequence length, per backend and head dimension)";

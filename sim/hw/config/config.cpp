@@ -213,9 +213,9 @@ void from_json(const Node& n, GemmModel& g) {
 }
 
 // "attention": {"flash2": [{"head_dim": 128, "forward": {"efficiency": e, "half_seq": s0},
-//                            "backward": {...}}, ...], "cudnn": [...], "datasets": [...]}
+//                            "backward": {...}}, ...], "cudnn": [...], "flash1": [...], "datasets": [...]}
 void from_json(const Node& n, AttentionModel& a) {
-    n.keys({"flash2", "cudnn", "datasets"});
+    n.keys({"flash2", "cudnn", "flash1", "datasets"});
     for (const auto& [name, list] : n.members()) {
         if (name == "datasets") {
             a.datasets = read_datasets(list);
@@ -463,7 +463,7 @@ void from_json(const Node& n, StrategyConfig& s) {
     if (n.has("repeat_kv")) s.repeat_kv = n["repeat_kv"].boolean();
     if (n.has("norm_kernel")) s.composed_norm = n["norm_kernel"].choice({"fused", "composed"}) == "composed";
     if (n.has("flash_attention")) s.flash_attention = n["flash_attention"].boolean();
-    if (n.has("attention_kernel")) s.attention_kernel = n["attention_kernel"].choice({"flash2", "cudnn"});
+    if (n.has("attention_kernel")) s.attention_kernel = n["attention_kernel"].choice({"flash2", "cudnn", "flash1"});
     if (n.has("fp8")) {
         const std::string f = n["fp8"].choice({"none", "te", "torchao"});
         s.fp8 = f == "te" ? Fp8::te : f == "torchao" ? Fp8::torchao : Fp8::none;

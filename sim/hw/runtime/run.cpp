@@ -493,6 +493,11 @@ std::vector<std::string> prediction_caveats(const Config& c, const Workload& wor
         if (k && k->head_dim != static_cast<int>(c.model.spec.head_dim()))
             out.push_back(fmt::format("attention curve measured at head dimension {}, used for {:g}", k->head_dim,
                                       c.model.spec.head_dim()));
+        // A curve fitted to forward + backward sums (a published chart) serves both passes alike.
+        if (k && k->forward.efficiency == k->backward.efficiency && k->forward.half_seq == k->backward.half_seq)
+            out.push_back(fmt::format("\"{}\" attention fitted to forward + backward times together: their split is "
+                                      "assumed 1 : 2.5 (their FLOPs), which a recomputed forward rests on",
+                                      s.attention_kernel));
     }
     if (s.fp8 == Fp8::torchao && !s.compile)
         out.push_back("torchao's float8 casts priced as fused kernels, as torch.compile runs them: without compile "
