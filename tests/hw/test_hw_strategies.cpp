@@ -599,6 +599,78 @@ TEST_CASE("ZB-H1 with sequence parallelism: each weight-gradient pass gathers QK
     }
 }
 
+TEST_CASE("full recompute stops early in PyTorch's code: the MLP's last GEMM and its collective do not run again") {
+    // Which code recomputes so: PyTorch's DDP and FSDP, ZeRO-3 inside pipeline stages (torchtitan);
+    // not Megatron-LM, nor DeepSpeed's ZeRO-1/2 buckets; a given value wins.
+    auto early = [](json doc) { return recompute_early_stop(parse_config(doc, "t.json").strategy); };
+    json doc{{"cluster", realistic_cluster(1)},
+             {"model", small_model(4)},
+             {"training", {{"global_batch", 8}, {"micro_batch", 1}}},
+             {"strategy", {{"name", "fsdp"}, {"dp", 4}, {"tp", 2}, {"sequence_parallel", true}, {"recompute", "full"}}}};
+    CHECK(early(doc));
+    json plain = doc;
+    plain["strategy"] = {{"name", "ddp"}, {"dp", 8}, {"recompute", "full"}};
+    CHECK(early(plain));
+    plain["strategy"]["zero_stage"] = 2;
+    CHECK_FALSE(early(plain));
+    json mega = pipeline("1f1b", 2, 4);
+    mega["strategy"]["recompute"] = "full";
+    CHECK_FALSE(early(mega));
+    mega["cluster"] = ideal_cluster(1, 4);
+    mega["strategy"]["dp"] = 2;
+    mega["strategy"]["zero_stage"] = 3;
+    CHECK(early(mega));
+    mega["strategy"]["recompute_early_stop"] = false;
+    CHECK_FALSE(early(mega));
+    json given = pipeline("megatron", 1, 4);
+    given["strategy"] = {{"name", "megatron"}, {"recompute", "full"}, {"recompute_early_stop", true}};
+    CHECK(early(given));
+
+    // The MLP's recompute is its forward less fc2 and the residual add after it. GPT, h 2048, f
+    // 8192, 1,024 tokens, tp 2 with sequence parallelism: fc2 is (1024 x 2048 x 4096) x 2 =
+    // 17.18 GFLOPs of the MLP's 34.36; the add reads two and writes one h-wide tensor of 1024 / 2
+    // tokens, 2 x 3 x 512 x 2048 = 6.29 MB.
+    const Config c = parse_config(doc, "t.json");
+    const Workload on = make_workload(c.model.spec, layer_split(c), c.cluster.gpu);
+    json off_doc = doc;
+    off_doc["strategy"]["recompute_early_stop"] = false;
+    const Config off_c = parse_config(off_doc, "t.json");
+    const Workload off = make_workload(off_c.model.spec, layer_split(off_c), off_c.cluster.gpu);
+    CHECK(on.layer.recompute_early_stop);
+    CHECK_FALSE(off.layer.recompute_early_stop);
+    CHECK(off.layer.mlp_recompute.flops == doctest::Approx(off.layer.mlp_forward.flops));
+    CHECK(off.layer.mlp_forward.flops == doctest::Approx(34.36e9).epsilon(1e-3));
+    CHECK(on.layer.mlp_recompute.flops == doctest::Approx(17.18e9).epsilon(1e-3));
+    CHECK(off.layer.mlp_recompute.bytes - on.layer.mlp_recompute.bytes == doctest::Approx(2.0 * 3 * 512 * 2048));
+    const double fc2 = c.cluster.gpu.gemm_seconds(1024, 2048, 4096, DType::bf16);
+    CHECK(off.layer.mlp_recompute.seconds - on.layer.mlp_recompute.seconds ==
+          doctest::Approx(fc2 + c.cluster.gpu.memory_seconds(2.0 * 3 * 512 * 2048)));
+    CHECK(on.layer.attention_recompute.seconds == doctest::Approx(on.layer.attention_forward.seconds));
+
+    // In the run: one reduce-scatter fewer per layer and microbatch (fc2's), the gathers as
+    // before, and a shorter step that still recomputes (more than without recompute).
+    auto count = [](const Trace& t, std::string_view op) {
+        return std::count_if(t.ranks[0].events.begin(), t.ranks[0].events.end(),
+                             [&](const auto& e) { return e.op.name() == op; });
+    };
+    Trace t_on, t_off;
+    const RunReport r_on = run(doc, true, &t_on), r_off = run(off_doc, true, &t_off);
+    const int layers = 4, microbatches = 2;
+    CHECK(count(t_off, "reduce_scatter") - count(t_on, "reduce_scatter") == layers * microbatches);
+    CHECK(count(t_off, "all_gather") == count(t_on, "all_gather"));
+    CHECK(r_on.step_time < r_off.step_time);
+    json none = doc;
+    none["strategy"]["recompute"] = "none";
+    CHECK(run(none).step_time < r_on.step_time);
+    // With the overlap (AsyncTP), the MLP's gather still pipelined with fc1's chunks, no scatter after.
+    for (json* d : {&doc, &off_doc}) (*d)["strategy"]["tp_comm_overlap"] = true;
+    Trace o_on, o_off;
+    const RunReport ro_on = run(doc, true, &o_on), ro_off = run(off_doc, true, &o_off);
+    CHECK(count(o_off, "reduce_scatter") - count(o_on, "reduce_scatter") == layers * microbatches);
+    CHECK(count(o_off, "all_gather") == count(o_on, "all_gather"));
+    CHECK(ro_on.step_time < ro_off.step_time);
+}
+
 TEST_CASE("float8 linears: the linears' GEMMs at the fp8 rate, the attention core at the model's") {
     // Pure compute: no GEMM overhead, no bandwidth limit, memory-bound work free.
     json cluster = ideal_cluster(1, 1);

@@ -97,6 +97,14 @@ struct StrategyConfig {
     // for PyTorch's tensor parallelism ("fsdp", and ZeRO-3 inside pipeline stages), whose backward
     // blocks on these collectives (tp_async_backward in strategies.hpp resolves it).
     std::optional<bool> tp_async_backward;
+    // Whether full recompute stops once it has made again the last tensor the backward saved, as
+    // PyTorch's non-reentrant checkpoint does since 2.1 (torch/utils/checkpoint.py, early stop on
+    // by default: pytorch/pytorch#96866): a block's last GEMM (fc2, w2) and the residual add after
+    // it do not run again, nor, with tensor parallelism, the collective after that GEMM. Megatron-LM
+    // recomputes the whole forward (tensor_parallel.checkpoint). Not given: on for PyTorch's own
+    // data parallelism (DDP, "fsdp") and ZeRO-3 inside pipeline stages (torchtitan), off for the
+    // others (recompute_early_stop in strategies.hpp resolves it).
+    std::optional<bool> recompute_early_stop;
     // torch.compile of each transformer block (torchtitan's training.compile): Inductor's fused
     // kernels for the memory-bound work and its choice of what to keep (LayerSplit::compiled).
     bool compile = false;

@@ -131,6 +131,9 @@ struct LayerSplit {
     //     _checkpointed_forward checkpoints its layers l < n); 0 = every layer.
     int recompute_every = 1;
     int recompute_num_layers = 0;
+    // Full recompute stops after the last tensor the backward saved (StrategyConfig::
+    // recompute_early_stop): the MLP block's last GEMM and what follows it do not run again.
+    bool recompute_early_stop = false;
     // The first layer of each model chunk, ascending from 0 (uneven chunks as the config's
     // stage_layers split them); empty: one chunk.
     std::vector<int> chunk_starts{};

@@ -17,6 +17,9 @@ struct Work {
 
 struct LayerWork {
     Recompute recompute = Recompute::none;  // the policy this layer's work was priced for
+    // Full recompute that stops early (LayerSplit::recompute_early_stop): mlp_recompute is the MLP
+    // block's forward without its last GEMM and the residual add, and no collective follows it.
+    bool recompute_early_stop = false;
     // The two halves of a layer (Megatron splits a layer into the attention
     // block and the MLP block, each followed by a tensor-parallel collective):
     // their GEMMs on the GPU's GEMM model plus their memory-bound work

@@ -83,6 +83,7 @@ LayerSplit layer_split(const Config& c) {
     split.apex_optimizer = s.distributed_optimizer == "apex";
     split.recompute_every = s.recompute_every;
     split.recompute_num_layers = s.recompute_num_layers;
+    split.recompute_early_stop = recompute_early_stop(s);
     const std::vector<int> chunks = stage_layers_of(c, model_chunks(c));
     int start = 0;
     for (int n : chunks) {
@@ -415,7 +416,7 @@ void from_json(const Node& n, TrainingConfig& t) {
 void from_json(const Node& n, StrategyConfig& s) {
     n.keys({"name", "dp", "tp", "pp", "cp", "cp_comm", "microbatches", "zero_stage", "bucket_MiB", "first_bucket_MiB", "overlap",
             "prefetch", "recompute", "sequence_parallel", "flash_attention", "attention_kernel", "algorithm", "puzzle",
-            "chunks", "microbatch_group", "schedule_file", "sharding", "grad_dtype", "optimizer_dtype", "distributed_optimizer", "overlap_param_gather", "cross_entropy", "tp_comm_overlap", "tp_comm_overlap_sm_margin", "tp_async_backward", "compile", "repeat_kv", "norm_kernel", "fp8", "recompute_every", "recompute_num_layers",
+            "chunks", "microbatch_group", "schedule_file", "sharding", "grad_dtype", "optimizer_dtype", "distributed_optimizer", "overlap_param_gather", "cross_entropy", "tp_comm_overlap", "tp_comm_overlap_sm_margin", "tp_async_backward", "recompute_early_stop", "compile", "repeat_kv", "norm_kernel", "fp8", "recompute_every", "recompute_num_layers",
             "stage_layers", "first_stage_layers", "last_stage_layers", "account_for_embedding", "account_for_loss"});
     s.name = n["name"].choice(strategy_names());
     if (n.has("dp")) s.dp = n["dp"].integer(1);
@@ -459,6 +460,7 @@ void from_json(const Node& n, StrategyConfig& s) {
         if (m.has("fc2_fprop")) s.tp_overlap_fc2_sms = m["fc2_fprop"].integer(0);
     }
     if (n.has("tp_async_backward")) s.tp_async_backward = n["tp_async_backward"].boolean();
+    if (n.has("recompute_early_stop")) s.recompute_early_stop = n["recompute_early_stop"].boolean();
     if (n.has("compile")) s.compile = n["compile"].boolean();
     if (n.has("repeat_kv")) s.repeat_kv = n["repeat_kv"].boolean();
     if (n.has("norm_kernel")) s.composed_norm = n["norm_kernel"].choice({"fused", "composed"}) == "composed";

@@ -135,6 +135,17 @@ Workload make_workload(const TransformerSpec& model, const LayerSplit& s, const 
         case Recompute::full:
             L.attention_recompute = L.attention_forward;
             L.mlp_recompute = L.mlp_forward;
+            if (s.recompute_early_stop) {
+                // PyTorch's non-reentrant checkpoint stops once the last tensor the backward saved
+                // exists again: fc2's input (w2's). fc2 and the residual add after it (two h-wide
+                // reads and a write, three of the block's five passes; not counted apart in
+                // compiled blocks) do not run again.
+                const double residual = s.compiled ? 0 : 2 * tokens * 3 * h / (s.sequence_parallel ? t : 1);
+                const double fc2_flops = f.mlp / (mlp_in + 1);
+                L.mlp_recompute = {L.mlp_forward.seconds - fc2 - gpu.memory_seconds(residual),
+                                   L.mlp_forward.flops - fc2_flops, L.mlp_forward.bytes - residual};
+                L.recompute_early_stop = true;
+            }
             break;
         case Recompute::selective:
             // Megatron-LM checkpoints CoreAttention whole (megatron/model/transformer.py,

@@ -156,7 +156,8 @@ double activations_bound(const Config& c, const Workload& w, const sched::Schedu
 // loss forward and backward (with one stage, the embedding's too); the tensor-parallel collectives
 // of every block (attention, MLP) of those that block the compute stream (tp > 1 without
 // tp_comm_overlap: an all-reduce after each, or with sequence parallelism an all-gather before and
-// a reduce-scatter after; forward, backward, and a full recompute's forward; in a backward with
+// a reduce-scatter after; forward, backward, and a full recompute's forward (which, stopping
+// early, runs none after its MLP block); in a backward with
 // tp_async_backward only the sequence-parallel all-gather before it), each at least its cost on
 // idle links; with one stage, the vocabulary-parallel embedding's all-reduce of each
 // microbatch; its optimizer step (memory-bound: Adam's bytes per parameter of its share); and
@@ -192,16 +193,19 @@ double step_time_bound(const Config& c, const Workload& w) {
     // Blocking tensor-parallel collectives of one forward block (attention or MLP) and of one
     // backward block: with tp_async_backward only the sequence-parallel gradient's all-gather
     // before it (its re-gather and reduce-scatter, or its all-reduce, run beside GEMMs).
-    double tp_forward = 0, tp_backward = 0;
+    double tp_forward = 0, tp_backward = 0, gather = 0;
     if (s.tp > 1 && !(s.sequence_parallel && s.tp_comm_overlap)) {
         const std::vector<int> tp = group_gpus(s, critical, false);
-        const double gather = s.sequence_parallel ? idle_cost(c, Collective::all_gather, l.tp_bytes, tp) : 0;
+        gather = s.sequence_parallel ? idle_cost(c, Collective::all_gather, l.tp_bytes, tp) : 0;
         tp_forward = s.sequence_parallel ? gather + idle_cost(c, Collective::reduce_scatter, l.tp_bytes, tp)
                                          : idle_cost(c, Collective::all_reduce, l.tp_bytes, tp);
         tp_backward = tp_async_backward(s) ? gather : tp_forward;
     }
-    const double forward_blocks = 2 + (l.recompute == Recompute::full ? 2 : 0);
-    const double per_layer = layer_time(l) + forward_blocks * tp_forward + 2 * tp_backward;
+    // A full recompute's forward runs both blocks' collectives again, or where it stops early
+    // (recompute_early_stop) the attention block's and only the MLP block's gather.
+    double recompute_tp = 0;
+    if (l.recompute == Recompute::full) recompute_tp = tp_forward + (l.recompute_early_stop ? gather : tp_forward);
+    const double per_layer = layer_time(l) + 2 * tp_forward + recompute_tp + 2 * tp_backward;
 
     // The rank that holds the output layer runs its share of layers and, for every microbatch, the
     // logits and the loss forward and backward; with one stage it also holds the embedding.

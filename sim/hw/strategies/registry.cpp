@@ -97,6 +97,12 @@ bool tp_async_backward(const StrategyConfig& s) {
     return megatron_tensor_parallel(*info, s);
 }
 
+bool recompute_early_stop(const StrategyConfig& s) {
+    if (s.recompute_early_stop) return *s.recompute_early_stop;
+    const StrategyInfo* info = find_hw_strategy(s.name);
+    return info && info->grads_in_backward(s.zero_stage);
+}
+
 bool weight_pass_gathers_input(const StrategyConfig& s) {
     const StrategyInfo* info = find_hw_strategy(s.name);
     return info && s.tp > 1 && s.sequence_parallel && !s.tp_comm_overlap && megatron_tensor_parallel(*info, s);

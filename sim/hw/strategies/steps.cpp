@@ -195,6 +195,31 @@ Task<> mlp_forward(Device& gpu, const Job& job, int layer, int mb, OpCode op) {
     return mlp_block(gpu, job, op, layer, job.work->layer.mlp_forward, mb);
 }
 
+namespace {
+// The MLP block recomputed up to fc2's input (LayerWork::recompute_early_stop): with sequence
+// parallelism its input gathered first (pipelined with fc1's chunks under tp_comm_overlap, as the
+// forward's), and no collective after it, fc2 not running again.
+Task<> mlp_recompute_early_stop(Device& gpu, const Job& job, int layer, const Work& w, int mb) {
+    const LayerWork& L = job.work->layer;
+    if (!(sp(job) && job.tp_group)) {
+        run_work(gpu, ops::recompute, layer, w, mb);
+        co_return;
+    }
+    if (!job.strategy().tp_comm_overlap) {
+        co_await tp_before(gpu, job, layer);
+        run_work(gpu, ops::recompute, layer, w, mb);
+        co_return;
+    }
+    const double chunking = std::max(0.0, L.mlp_first_gemm - L.mlp_first_linear);
+    const Work chunked{w.seconds + chunking, w.flops, w.bytes};
+    const double head = L.mlp_first_gemm * (job.tp - 1) / job.tp;
+    const Transfer gather = co_await gpu.start(Collective::all_gather, *job.tp_group, L.tp_bytes, layer, CommStream::tensor);
+    run_work(gpu, ops::recompute, layer, part(chunked, head), mb);
+    co_await gpu.wait(gather);
+    run_work(gpu, ops::recompute, layer, part(chunked, std::max(0.0, chunked.seconds - head)), mb);
+}
+}  // namespace
+
 // Float8 linears: the weights cast to fp8 before the forward (every microbatch, or the first of a
 // step with Transformer Engine's weight cache) and, with torchao, again before the backward.
 namespace {
@@ -229,7 +254,10 @@ Task<> recompute(Device& gpu, const Job& job, int layer, int mb) {
         case Recompute::full:
             gpu.allocate(w.recompute_peak_bytes, MemoryKind::activations, ops::recompute, layer);
             co_await attention_forward(gpu, job, layer, mb, ops::recompute);
-            co_await mlp_forward(gpu, job, layer, mb, ops::recompute);
+            if (w.recompute_early_stop)
+                co_await mlp_recompute_early_stop(gpu, job, layer, w.mlp_recompute, mb);
+            else
+                co_await mlp_forward(gpu, job, layer, mb, ops::recompute);
             break;
     }
 }
