@@ -13,6 +13,7 @@
 // but does not fit in memory (a sweep or compare: some run, and none failed).
 #include "commands.hpp"
 
+#include "dtsim/hw/calibrate.hpp"
 #include "dtsim/hw/config.hpp"
 #include "dtsim/hw/job.hpp"
 #include "dtsim/hw/run.hpp"
@@ -23,7 +24,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -39,6 +42,7 @@ struct RunArgs {
     std::vector<std::string> sets;
     TraceOutputs out;
     bool json = false;
+    bool evidence = false;  // also how far dtsim was off on the published runs most like this one
     int jobs = 0;  // a sweep's runs at once; 0: hw::default_sweep_jobs()
 };
 
@@ -157,6 +161,40 @@ void table_row(const std::vector<std::string>& cells, const hw::RunReport& r, st
 
 bool failed(const hw::RunReport& r) { return r.correct && !*r.correct; }
 
+// A signed error in words: dtsim's throughput against the published one.
+std::string fast_or_slow(double error) {
+    return fmt::format("{:.1f} % {}", 100 * std::abs(error), error >= 0 ? "fast" : "slow");
+}
+
+void print_evidence(const hw::calib::Evidence& e, const hw::RunReport& r) {
+    std::string traits;
+    for (const auto& t : e.traits) traits += (traits.empty() ? "" : ", ") + t;
+    if (!e.relaxed.empty()) {
+        std::string relaxed;
+        for (const auto& t : e.relaxed) relaxed += (relaxed.empty() ? "" : ", ") + t;
+        traits += fmt::format("; not matched: {}", relaxed);
+    }
+    if (e.rows.empty()) {
+        fmt::print("  evidence      no published run in dtsim's data is like this one ({})\n", traits);
+        return;
+    }
+    fmt::print("  evidence      {} published run{} like this one ({}): dtsim's throughput {} to {}, median {}\n",
+               e.rows.size(), e.rows.size() == 1 ? "" : "s", traits, fast_or_slow(e.low), fast_or_slow(e.high),
+               fast_or_slow(e.median));
+    std::vector<std::pair<std::string, int>> sets;
+    for (const auto& row : e.rows) {
+        if (sets.empty() || sets.back().first != row.set) sets.emplace_back(row.set, 0);
+        ++sets.back().second;
+    }
+    std::string from;
+    for (const auto& [set, n] : sets) from += fmt::format("{}{} ({})", from.empty() ? "" : ", ", set, n);
+    fmt::print("                from {}\n", from);
+    // Measured step = predicted step x (1 + error), for either kind of error (calibrate.hpp).
+    fmt::print("                if this run errs as they did, its step is {} to {} (median {}), not {}\n",
+               Seconds{r.step_time * (1 + e.low)}, Seconds{r.step_time * (1 + e.high)},
+               Seconds{r.step_time * (1 + e.median)}, Seconds{r.step_time});
+}
+
 // The most runs one sweep makes: far more than anyone reads in a table, far fewer than would
 // exhaust the memory the combinations take before the first runs.
 constexpr int kMaxSweepRuns = 100000;
@@ -171,6 +209,7 @@ void run(const RunArgs& a) {
                                      runs, kMaxSweepRuns));
     const bool sweep = runs > 1;
     const bool want_trace = a.out.any();
+    if (sweep && a.evidence) throw UsageError("--evidence takes a single run, not a sweep");
     if (sweep && want_trace)
         throw UsageError("--trace, --svg, --png, --pdf and --chrome-trace take a single run, not a sweep");
     if (!a.out.picture.ranks.empty() && !a.out.pictures())
@@ -188,10 +227,16 @@ void run(const RunArgs& a) {
         grid.known = c.strategy.name != "puzzle";  // a puzzle strategy lays its ranks out its own way
         a.out.check_ranks(c.gpus(), grid);
         const auto result = hw::simulate(c, {.keep_trace = want_trace});
-        if (a.json)
-            fmt::print("{}\n", hw::to_json(result.report).dump(2));
-        else
+        std::optional<hw::calib::Evidence> evidence;
+        if (a.evidence) evidence = hw::calib::published_evidence(c, data_dir(true));
+        if (a.json) {
+            nlohmann::json j = hw::to_json(result.report);
+            if (evidence) j["evidence"] = hw::calib::to_json(*evidence);
+            fmt::print("{}\n", j.dump(2));
+        } else {
             print_report(c, result.report);
+            if (evidence) print_evidence(*evidence, result.report);
+        }
         a.out.write(result.trace);
         if (failed(result.report)) exit_status() = 1;
         else if (result.report.oom) exit_status() = 3;
@@ -330,6 +375,9 @@ void register_run_commands(CLI::App& app) {
         ->allow_extra_args(false);
     ra->out.add_options(run_cmd);
     run_cmd->add_flag("--json", ra->json, "Print the report as JSON");
+    run_cmd->add_flag("--evidence", ra->evidence,
+                      "Also predict the published runs in dtsim's data most like this one (GPU, framework, "
+                      "parallelism, recompute, fp8) and print how far off dtsim was on them");
     run_cmd->add_option("-j,--jobs", ra->jobs,
                         "A sweep's runs at once, on as many threads (default: one per hardware thread; 1: one "
                         "after another); the output is the same")

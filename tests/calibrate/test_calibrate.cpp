@@ -733,3 +733,48 @@ TEST_CASE("a GEMM table of another part: gpu_overrides gives its memory and powe
                          doctest::Contains("$.cluster.gpu.power_limit_W: calibrate fits the part as measured at its TDP"),
                          ConfigError);
 }
+
+TEST_CASE("published_evidence: the shipped runs most like a config, each as dtsim validate predicts it") {
+    const std::string data = std::string(DTSIM_CONFIGS) + "/..";
+    const std::string runs = std::string(DTSIM_CONFIGS) + "/runs/";
+    // torchtitan's 2D layout on H100: PyTorch's own parallelism with tensor parallelism, no pipeline.
+    const Config c = load_config(runs + "llama3-8b-16xh100-fsdp-tp2.json");
+    const cal::Evidence e = cal::published_evidence(c, data);
+    REQUIRE(e.rows.size() >= 5);
+    CHECK(std::find(e.traits.begin(), e.traits.end(), "H100") != e.traits.end());
+    CHECK(std::find(e.traits.begin(), e.traits.end(), "PyTorch's own parallelism") != e.traits.end());
+    // Each row's error is the one dtsim validate gives it (predicted / measured - 1 for throughput).
+    std::vector<std::string> end_to_end;
+    for (const auto& f : cal::shipped_data_files(data))
+        if (std::filesystem::path(f).filename().string().rfind("end_to_end", 0) == 0) end_to_end.push_back(f);
+    cal::ValidateOptions options;
+    options.data_dir = data;
+    const auto sets = cal::validate(cal::load_ground_truth(end_to_end), options);
+    for (const auto& r : e.rows) {
+        CAPTURE(r.set);
+        CAPTURE(r.row);
+        const auto s = std::find_if(sets.begin(), sets.end(), [&](const auto& v) { return v.id == r.set; });
+        REQUIRE(s != sets.end());
+        const auto p = std::find_if(s->points.begin(), s->points.end(),
+                                    [&](const auto& q) { return q.label.rfind(r.row + " [", 0) == 0; });
+        REQUIRE(p != s->points.end());
+        const double expected = p->unit == "s" ? p->measured / p->predicted - 1 : p->predicted / p->measured - 1;
+        CHECK(r.error == doctest::Approx(expected));
+        CHECK(r.error >= e.low);
+        CHECK(r.error <= e.high);
+    }
+    CHECK(e.low <= e.median);
+    CHECK(e.median <= e.high);
+    // Traits no published run of the family shares are let go, the least telling first, until
+    // enough rows are left; the GPU and framework never are.
+    const Config odd = load_config(runs + "llama3-70b-64xh100-zbh1.json",
+                                   {parse_override("strategy.recompute=selective"), parse_override("strategy.cp=2"), parse_override("strategy.dp=1"),
+                                    parse_override("strategy.fp8=te")});
+    const cal::Evidence o = cal::published_evidence(odd, data);
+    CHECK_FALSE(o.relaxed.empty());
+    CHECK(o.rows.size() >= 5);
+    CHECK(std::find(o.traits.begin(), o.traits.end(), "Megatron-LM's code") != o.traits.end());
+    // A GPU family with no published run: none.
+    const Config other = load_config(runs + "llama3-8b-16xh100-fsdp.json", {parse_override("cluster.gpu.name=MI300X")});
+    CHECK(cal::published_evidence(other, data).rows.empty());
+}

@@ -285,6 +285,26 @@ ValidationSet validate_attention(const KernelSet& s, const GpuSpec& gpu, const s
 
 std::vector<ValidationSet> validate(const GroundTruth& data, const ValidateOptions& options = {});
 
+// How far dtsim was off on the published runs most like a config (`dtsim run --evidence`): the
+// shipped end-to-end rows of its GPU family and framework (Megatron-LM's code, or PyTorch's own:
+// DDP, FSDP, ZeRO-3 in pipeline stages) that share its other traits (tensor parallelism and its
+// overlap, pipelining, context parallelism, the recompute policy, fp8, compiled blocks), each
+// predicted as `dtsim validate` predicts it. Where fewer than `min_rows` share every trait, the
+// least telling are let go one by one (compile, fp8, recompute, context, pipeline, the overlap,
+// tensor parallelism), and `relaxed` names them.
+struct EvidenceRow {
+    std::string set, row, layout;
+    double error = 0;  // throughput, predicted / measured - 1 (a step time: measured / predicted - 1): > 0, dtsim fast
+};
+struct Evidence {
+    std::vector<std::string> traits;   // what every row shares with the run, in words
+    std::vector<std::string> relaxed;  // what the run has that some rows do not
+    std::vector<EvidenceRow> rows;     // in the data's order
+    double median = 0, low = 0, high = 0;
+};
+Evidence published_evidence(const Config& run, const std::string& data_dir, std::size_t min_rows = 5);
+nlohmann::json to_json(const Evidence& e);
+
 // median, mean and maximum of |error| over the counted points.
 void summarize(ValidationSet& s);
 

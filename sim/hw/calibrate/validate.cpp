@@ -7,6 +7,7 @@
 
 #include "dtsim/hw/collective_cost.hpp"
 #include "dtsim/hw/run.hpp"
+#include "dtsim/hw/strategies.hpp"
 #include "dtsim/hw/units.hpp"
 
 #include <fmt/format.h>
@@ -550,6 +551,108 @@ std::vector<ValidationSet> validate(const GroundTruth& data, const ValidateOptio
             s.fit += fmt::format("; {} of {} runs predicted out of memory", s.out_of_memory, s.points.size());
     }
     return out;
+}
+
+namespace {
+
+// A run's traits as `published_evidence` compares them: one value each, and its words.
+struct Trait {
+    std::string value, words;
+};
+
+std::vector<Trait> evidence_traits(const Config& c) {
+    const StrategyConfig& s = c.strategy;
+    const StrategyInfo* info = find_hw_strategy(s.name);
+    const bool pytorch = (info && info->pytorch) || s.zero_stage == 3;
+    std::vector<Trait> t;
+    t.push_back({gpu_family(c.cluster.gpu.name), gpu_family(c.cluster.gpu.name)});
+    t.push_back({pytorch ? "pytorch" : "megatron", pytorch ? "PyTorch's own parallelism" : "Megatron-LM's code"});
+    t.push_back(s.tp > 1 ? Trait{"tp", "tensor parallel"} : Trait{"no tp", "no tensor parallelism"});
+    t.push_back(s.tp > 1 && s.tp_comm_overlap ? Trait{"overlap", "its communication overlapped"}
+                                              : Trait{"no overlap", s.tp > 1 ? "its communication not overlapped" : ""});
+    t.push_back(s.pp > 1 ? Trait{"pp", "pipelined"} : Trait{"no pp", "no pipeline"});
+    t.push_back(s.cp > 1 ? Trait{"cp", "context parallel"} : Trait{"no cp", "no context parallelism"});
+    const std::string rc = s.recompute == Recompute::none       ? "none"
+                           : s.recompute == Recompute::full     ? "full"
+                                                                : "selective";
+    t.push_back({rc, fmt::format("recompute {}", rc)});
+    t.push_back(s.fp8 != Fp8::none ? Trait{"fp8", "fp8 linears"} : Trait{"bf16", "no fp8"});
+    t.push_back(s.compile ? Trait{"compiled", "compiled blocks"} : Trait{"eager", "not compiled"});
+    return t;
+}
+
+// The traits let go first when too few rows share them all, by index in evidence_traits: compile,
+// fp8, recompute, context, pipeline, the overlap, tensor parallelism (never the GPU or framework).
+constexpr std::size_t kRelaxOrder[] = {8, 7, 6, 5, 4, 3, 2};
+
+}  // namespace
+
+Evidence published_evidence(const Config& run, const std::string& data_dir, std::size_t min_rows) {
+    const GroundTruth data = load_ground_truth(shipped_data_files(data_dir));
+    Clusters clusters({}, data_dir);
+    const std::vector<Trait> mine = evidence_traits(run);
+    struct Candidate {
+        const EndToEndSet* set;
+        const EndToEndRow* row;
+        const ClusterDoc* cluster;
+        std::vector<Trait> traits;
+    };
+    std::vector<Candidate> all;
+    for (const auto& s : data.end_to_end) {
+        const ClusterDoc& cd = end_to_end_cluster(s, clusters);
+        for (const auto& r : s.rows) {
+            if (!r.expressible()) continue;
+            Candidate c{&s, &r, &cd, evidence_traits(parse_end_to_end_row(s, r, cd.doc))};
+            if (c.traits[0].value == mine[0].value && c.traits[1].value == mine[1].value) all.push_back(std::move(c));
+        }
+    }
+    // Let go of traits until enough rows share the rest.
+    std::vector<bool> used(mine.size(), true);
+    auto matching = [&] {
+        std::vector<const Candidate*> out;
+        for (const auto& c : all) {
+            bool same = true;
+            for (std::size_t i = 0; i < mine.size() && same; ++i) same = !used[i] || c.traits[i].value == mine[i].value;
+            if (same) out.push_back(&c);
+        }
+        return out;
+    };
+    std::vector<const Candidate*> rows = matching();
+    for (std::size_t i : kRelaxOrder) {
+        if (rows.size() >= min_rows) break;
+        used[i] = false;
+        rows = matching();
+    }
+    // Described by what the rows found share with the run, and what some of them do not.
+    Evidence e;
+    for (std::size_t i = 0; i < mine.size(); ++i) {
+        if (mine[i].words.empty()) continue;
+        const bool shared = std::all_of(rows.begin(), rows.end(),
+                                        [&](const Candidate* c) { return c->traits[i].value == mine[i].value; });
+        (shared ? e.traits : e.relaxed).push_back(mine[i].words);
+    }
+    std::vector<double> errors;
+    for (const Candidate* c : rows) {
+        const EndToEndPrediction p = predict_end_to_end(*c->set, *c->row, c->cluster->doc);
+        const double err = p.unit == "s" ? p.measured / p.predicted - 1 : p.predicted / p.measured - 1;
+        e.rows.push_back({c->set->id, c->row->id, p.layout, err});
+        errors.push_back(err);
+    }
+    if (!errors.empty()) {
+        std::sort(errors.begin(), errors.end());
+        const std::size_t n = errors.size();
+        e.median = n % 2 ? errors[n / 2] : (errors[n / 2 - 1] + errors[n / 2]) / 2;
+        e.low = errors.front();
+        e.high = errors.back();
+    }
+    return e;
+}
+
+json to_json(const Evidence& e) {
+    json rows = json::array();
+    for (const auto& r : e.rows) rows.push_back({{"set", r.set}, {"row", r.row}, {"layout", r.layout}, {"error", r.error}});
+    return {{"traits", e.traits}, {"relaxed", e.relaxed}, {"rows", rows}, {"median_error", e.median},
+            {"min_error", e.low}, {"max_error", e.high}};
 }
 
 json to_json(const std::vector<ValidationSet>& sets) {
