@@ -75,6 +75,8 @@ void calibrate(const CalibrateArgs& a) {
                     for (auto& ch : up) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
                     fams.insert(cal::gpu_family(up));
                 }
+        for (const auto& s : data.kernels)
+            if (want(s.id) && !s.attention.empty()) fams.insert(cal::gpu_family(s.gpu));
         if (fams.size() != 1)
             throw UsageError(fmt::format("the data covers GPU families {{{}}}; choose the cluster to calibrate with --base",
                                          fmt::join(fams, ", ")));
