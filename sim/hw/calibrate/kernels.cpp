@@ -60,6 +60,20 @@ bool is_kernel_file(const nlohmann::json& j) {
 
 namespace {
 
+// The attention set of a kernel file: its id, file, source and the GPU its meta.gpu names.
+KernelSet kernel_set(const Value& root, const std::string& file, const std::string& stem) {
+    const Value gpu_name = root["meta"]["gpu"];
+    KernelSet set;
+    set.gpu = gpu_name.string();
+    if (gpu_family(set.gpu).empty())
+        gpu_name.fail(fmt::format("cannot tell the GPU family of \"{}\" (expected a name such as \"NVIDIA H100 80GB HBM3\")",
+                                  json_reader::shorten(set.gpu)));
+    set.id = stem + ":attention";
+    set.file = file;
+    set.source = root.has("source") ? root["source"].string() : "";
+    return set;
+}
+
 constexpr std::string_view kPublishedFileKeys[] = {"source", "note", "description", "meta", "attention_published",
                                                    "not_transcribed"};
 constexpr std::string_view kPublishedColumns[] = {"backend", "causal", "head_dim", "seq",
@@ -73,16 +87,8 @@ void read_published_attention(const Value& root, const std::string& file, const 
     for (const auto& [key, v] : root.members())
         if (std::find(std::begin(kPublishedFileKeys), std::end(kPublishedFileKeys), key) == std::end(kPublishedFileKeys))
             root.unknown_key(key, kPublishedFileKeys);
-    const Value gpu_name = root["meta"]["gpu"];
-    const std::string gpu = gpu_name.string();
-    if (gpu_family(gpu).empty())
-        gpu_name.fail(fmt::format("cannot tell the GPU family of \"{}\" (expected a name such as \"NVIDIA A100-SXM4-80GB\")",
-                                  json_reader::shorten(gpu)));
-    KernelSet set;
-    set.id = stem + ":attention";
-    set.file = file;
-    set.gpu = gpu;
-    set.source = root.has("source") ? root["source"].string() : "";
+    KernelSet set = kernel_set(root, file, stem);
+    const std::string gpu = set.gpu;
     const Value sec = root["attention_published"];
     sec.keys(kSectionKeys);
     const auto at = column_index(sec["columns"], kPublishedColumns);
@@ -126,17 +132,8 @@ void read_kernels(const json_reader::Value& root, const std::string& file, const
             if (rows.at(i).size() != cols.size())
                 rows.at(i).fail(fmt::format("expected {} values, one per column", cols.size()));
     }
-    const Value meta = root["meta"];
-    const Value gpu_name = meta["gpu"];
-    const std::string gpu = gpu_name.string();
-    if (gpu_family(gpu).empty())
-        gpu_name.fail(fmt::format("cannot tell the GPU family of \"{}\" (expected a name such as \"NVIDIA H100 80GB HBM3\")",
-                                  json_reader::shorten(gpu)));
-    KernelSet set;
-    set.id = stem + ":attention";
-    set.file = file;
-    set.gpu = gpu;
-    set.source = root.has("source") ? root["source"].string() : "";
+    KernelSet set = kernel_set(root, file, stem);
+    const std::string gpu = set.gpu;
     const Value sec = root["attention"];
     const auto at = column_index(sec["columns"], kAttentionColumns);
     const Value rows = sec["rows"];
@@ -291,7 +288,9 @@ ValidationSet validate_attention(const KernelSet& s, const GpuSpec& gpu, const s
         throw ConfigError(s.file, "$.attention",
                           fmt::format("data set \"{}\" cannot be predicted: {} has no attention curve for {}", s.id,
                                       cluster_file, fmt::join(missing, ", ")));
-    const bool combined = std::any_of(s.attention.begin(), s.attention.end(), [](const auto& p) { return p.combined; });
+    // Sums fitted beside another set's passes measured apart may not have been used (fit_attention).
+    const bool combined = ds.size() > 1 && std::any_of(s.attention.begin(), s.attention.end(),
+                                                       [](const auto& p) { return p.combined; });
     v.fit = holdout ? "held out: each shape predicted from a fit to the other shapes (leave one out)"
             : in_sample && combined
                 ? "in-sample where fitted: among gpu.attention's data, but a kernel also measured forward and backward "
