@@ -226,9 +226,10 @@ void run(const RunArgs& a) {
         grid.pp = c.strategy.pp;
         grid.known = c.strategy.name != "puzzle";  // a puzzle strategy lays its ranks out its own way
         a.out.check_ranks(c.gpus(), grid);
+        const std::string shipped = a.evidence ? data_dir(true) : "";  // found before the run, or a usage error
         const auto result = hw::simulate(c, {.keep_trace = want_trace});
         std::optional<hw::calib::Evidence> evidence;
-        if (a.evidence) evidence = hw::calib::published_evidence(c, data_dir(true));
+        if (a.evidence) evidence = hw::calib::published_evidence(c, shipped);
         if (a.json) {
             nlohmann::json j = hw::to_json(result.report);
             if (evidence) j["evidence"] = hw::calib::to_json(*evidence);
