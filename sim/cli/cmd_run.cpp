@@ -188,7 +188,9 @@ void print_evidence(const hw::calib::Evidence& e, const hw::RunReport& r) {
     }
     std::string from;
     for (const auto& [set, n] : sets) from += fmt::format("{}{} ({})", from.empty() ? "" : ", ", set, n);
-    fmt::print("                from {}\n", from);
+    const auto oom = std::count_if(e.rows.begin(), e.rows.end(), [](const auto& row) { return row.out_of_memory; });
+    fmt::print("                from {}{}\n", from,
+               oom > 0 ? fmt::format("; {} of them predicted out of memory (their time compared all the same)", oom) : "");
     // Measured step = predicted step x (1 + error), for either kind of error (calibrate.hpp).
     fmt::print("                if this run errs as they did, its step is {} to {} (median {}), not {}\n",
                Seconds{r.step_time * (1 + e.low)}, Seconds{r.step_time * (1 + e.high)},

@@ -201,9 +201,12 @@ TEST_CASE("the shipped A100 cluster's attention curves predict the published cha
     // In-sample, as dtsim calibrate reported when it wrote the curves (selene-a100.json's source).
     CHECK(errors[errors.size() / 2] < 0.04);
     CHECK(errors.back() < 0.06);
-    // FlashAttention 1 is the slower kernel at every shape.
-    CHECK(*c.cluster.gpu.attention_seconds("flash1", 16, 8192, 128, DType::bf16, false) >
-          1.5 * *c.cluster.gpu.attention_seconds("flash2", 16, 8192, 128, DType::bf16, false));
+    // FlashAttention 1 is the slower kernel at every shape of the chart (causal, head dims 64 and 128).
+    for (const auto& p : data.kernels[0].attention)
+        CHECK(*calib::attention_predicted_seconds(c.cluster.gpu, {p.gpu, "flash1", p.batch, p.heads, p.head_dim, p.seq, 0, 0, true},
+                                                  calib::AttentionPass::both, DType::bf16) >
+              *calib::attention_predicted_seconds(c.cluster.gpu, {p.gpu, "flash2", p.batch, p.heads, p.head_dim, p.seq, 0, 0, true},
+                                                  calib::AttentionPass::both, DType::bf16));
 }
 
 TEST_CASE("a layer with a measured attention curve prices its core as that kernel") {
@@ -314,6 +317,14 @@ TEST_CASE("config: attention_kernel names a known kernel; a curve's keys and ran
     CHECK_THROWS_AS(load_config(run, {curve(R"({"efficiency": 0.3, "half_seq": -1})")}), ConfigError);
     CHECK_THROWS_WITH_AS(load_config(run, {curve(R"({"efficiency": 0.3, "half_sq": 600})")}),
                          doctest::Contains("half_seq"), ConfigError);
+    // A curve fitted to forward + backward sums says so, as a boolean.
+    const auto sums = [](const std::string& flag) {
+        return parse_override(R"(cluster.gpu.attention={"flash1": [{"head_dim": 128, "from_sums": )" + flag +
+                              R"(, "forward": {"efficiency": 0.3, "half_seq": 300}, "backward": {"efficiency": 0.3, "half_seq": 300}}]})");
+    };
+    CHECK(load_config(run, {sums("true")}).cluster.gpu.attention.backends.at("flash1").at(0).from_sums);
+    CHECK_THROWS_WITH_AS(load_config(run, {sums("\"yes\"")}),
+                         doctest::Contains("$.cluster.gpu.attention.flash1[0].from_sums"), ConfigError);
 }
 
 TEST_CASE("a run says where its prediction is weakest") {

@@ -279,6 +279,9 @@ std::optional<double> attention_predicted_seconds(const GpuSpec& gpu, const Atte
 // A group of combined points (forward and backward together) gets one curve for both passes,
 // fitted to their sum: it splits a call's time 1 : 2.5 between them, as their FLOPs.
 AttentionModel fit_attention(const std::vector<AttentionPoint>& points, double peak_flops);
+// Whether `m`'s curve for a point could have been fitted to it: a curve of its backend and exact
+// head dimension, fitted to sums (from_sums) where the point is one, to passes apart where not.
+bool attention_fitted_from(const AttentionModel& m, const AttentionPoint& p);
 nlohmann::json attention_json(const AttentionModel& m);
 // Predicts a kernel set's attention rows on `gpu` (holdout: each from a fit to the others).
 ValidationSet validate_attention(const KernelSet& s, const GpuSpec& gpu, const std::string& cluster_file, bool holdout);
@@ -295,12 +298,13 @@ std::vector<ValidationSet> validate(const GroundTruth& data, const ValidateOptio
 struct EvidenceRow {
     std::string set, row, layout;
     double error = 0;  // throughput, predicted / measured - 1 (a step time: measured / predicted - 1): > 0, dtsim fast
+    bool out_of_memory = false;  // dtsim says the published run does not fit (its time is compared all the same)
 };
 struct Evidence {
     std::vector<std::string> traits;   // what every row shares with the run, in words
     std::vector<std::string> relaxed;  // what the run has that some rows do not
     std::vector<EvidenceRow> rows;     // in the data's order
-    double median = 0, low = 0, high = 0;
+    double median = 0, low = 0, high = 0;  // of the rows' errors; meaningless without rows (null in to_json)
 };
 Evidence published_evidence(const Config& run, const std::string& data_dir, std::size_t min_rows = 5);
 nlohmann::json to_json(const Evidence& e);

@@ -80,6 +80,9 @@ struct AttentionCurve {
 struct AttentionKernel {
     int head_dim = 128;
     AttentionCurve forward, backward;
+    // Fitted to forward + backward times together (a published chart): one curve for both
+    // passes, their split taken as their FLOPs' (1 : 2.5). The cluster file's "from_sums".
+    bool from_sums = false;
 };
 
 struct AttentionModel {

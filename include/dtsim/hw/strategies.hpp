@@ -87,9 +87,12 @@ bool is_scheduled_pipeline(std::string_view name);
 // PyTorch's own ("fsdp") and ZeRO-3 inside pipeline stages (torchtitan's 3D), whose tensor
 // parallelism is DTensor's, blocking in the backward.
 bool tp_async_backward(const StrategyConfig& s);
-// Whether full recompute stops early (StrategyConfig::recompute_early_stop): as given, or where
-// the gradients are made during the backward as PyTorch's own code makes them (grads_in_backward:
-// DDP, FSDP, ZeRO-3 inside pipeline stages).
+// Whether a config runs as PyTorch's own parallelism runs (DDP, FSDP, ZeRO-3 inside pipeline
+// stages: torchtitan, Composer), gradients made during the backward (grads_in_backward), rather
+// than as Megatron-LM's code or DeepSpeed's ZeRO-1/2 buckets.
+bool pytorch_parallelism(const StrategyConfig& s);
+// Whether full recompute stops early (StrategyConfig::recompute_early_stop): as given, or with
+// PyTorch's own parallelism.
 bool recompute_early_stop(const StrategyConfig& s);
 // Whether a weight-gradient pass (W, of a backward split into I and W) first gathers each
 // column-parallel linear's input again, blocking: Megatron-LM's tensor parallelism with sequence

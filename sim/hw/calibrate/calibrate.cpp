@@ -858,30 +858,55 @@ void fit_attention_model(json& gpu_doc, const GpuSpec& gpu, const std::string& f
                                       fmt::join(ids, ", ")));
         return;
     }
+    // A base's curve fitted to passes measured apart is not replaced by one fitted to sums only.
+    std::vector<std::string> kept;
+    for (auto& [backend, kernels] : m.backends)
+        for (auto& k : kernels) {
+            const AttentionKernel* b = gpu.attention.find(backend, k.head_dim);
+            if (k.from_sums && b && b->head_dim == k.head_dim && !b->from_sums) {
+                k = *b;
+                kept.push_back(fmt::format("{} head dim {}", backend, k.head_dim));
+            }
+        }
     m.datasets = ids;
+    if (!kept.empty())  // the data those curves were fitted to stays listed
+        for (const auto& id : gpu.attention.datasets)
+            if (std::find(m.datasets.begin(), m.datasets.end(), id) == m.datasets.end()) m.datasets.push_back(id);
     json doc = attention_json(m);
     if (gpu_doc.contains("attention") && gpu_doc["attention"].is_object())
         for (const auto& [k, v] : gpu_doc["attention"].items())
             if (k != "datasets" && !doc.contains(k)) doc[k] = v;
+    if (doc.contains("datasets") && gpu_doc.contains("attention") && gpu_doc["attention"].contains("datasets"))
+        for (const auto& id : gpu_doc["attention"]["datasets"])  // the base's kept backends' data
+            if (std::find(doc["datasets"].begin(), doc["datasets"].end(), id) == doc["datasets"].end())
+                doc["datasets"].push_back(id);
     gpu_doc["attention"] = doc;
     ++out.fitted;
     for (const auto& [backend, kernels] : m.backends)
         for (const auto& k : kernels) {
-            // The fit's own error on its points, as the log's evidence.
+            const std::string name = fmt::format("{} head dim {}", backend, k.head_dim);
+            if (std::find(kept.begin(), kept.end(), name) != kept.end()) {
+                out.log.push_back(fmt::format("attention {}: kept as the base has it, fitted to passes measured apart, "
+                                              "not to the data's sums",
+                                              name));
+                continue;
+            }
+            // The fit's own error on the points it was fitted to, as the log's evidence.
             std::vector<double> errs;
             GpuSpec g = gpu;
             g.attention = m;
             for (const auto& p : points) {
-                if (p.backend != backend || static_cast<int>(p.head_dim) != k.head_dim) continue;
+                if (p.backend != backend || static_cast<int>(p.head_dim) != k.head_dim || p.combined != k.from_sums) continue;
                 for (const AttentionPass pass : attention_passes(p))
                     errs.push_back(std::abs(*attention_predicted_seconds(g, p, pass, d) / attention_measured_seconds(p, pass) - 1));
             }
             std::sort(errs.begin(), errs.end());
             out.log.push_back(fmt::format(
-                "attention {} head dim {}: forward efficiency {:.4f} half at {:.0f} tokens, backward {:.4f} at {:.0f} "
+                "attention {}: forward efficiency {:.4f} half at {:.0f} tokens, backward {:.4f} at {:.0f}{} "
                 "({} points; |error| median {:.1f} %, max {:.1f} %)",
-                backend, k.head_dim, k.forward.efficiency, k.forward.half_seq, k.backward.efficiency, k.backward.half_seq,
-                errs.size(), errs.empty() ? 0.0 : 100 * errs[errs.size() / 2], errs.empty() ? 0.0 : 100 * errs.back()));
+                name, k.forward.efficiency, k.forward.half_seq, k.backward.efficiency, k.backward.half_seq,
+                k.from_sums ? " (one curve, fitted to forward + backward sums)" : "", errs.size(),
+                errs.empty() ? 0.0 : 100 * errs[errs.size() / 2], errs.empty() ? 0.0 : 100 * errs.back()));
         }
     sources.push_back(fmt::format("gpu.attention: dtsim calibrate on {}", fmt::join(ids, ", ")));
 }

@@ -218,6 +218,14 @@ std::optional<double> attention_predicted_seconds(const GpuSpec& gpu, const Atte
     return *f + *b;
 }
 
+bool attention_fitted_from(const AttentionModel& m, const AttentionPoint& p) {
+    const auto it = m.backends.find(p.backend);
+    if (it == m.backends.end()) return false;
+    for (const AttentionKernel& k : it->second)
+        if (k.head_dim == static_cast<int>(p.head_dim)) return k.from_sums == p.combined;
+    return false;
+}
+
 AttentionModel fit_attention(const std::vector<AttentionPoint>& points, double peak_flops) {
     AttentionModel m;
     // A group is one backend and head dimension, and points measured apart or together.
@@ -231,6 +239,7 @@ AttentionModel fit_attention(const std::vector<AttentionPoint>& points, double p
             continue;
         AttentionKernel k;
         k.head_dim = head_dim;
+        k.from_sums = combined;
         for (const AttentionPass pass : attention_passes(*pts.front())) {
             std::vector<std::array<double, 3>> xy;
             for (const AttentionPoint* p : pts) {
@@ -260,23 +269,30 @@ ValidationSet validate_attention(const KernelSet& s, const GpuSpec& gpu, const s
     v.cluster = cluster_file;
     const DType d = gpu.peak_flops[static_cast<std::size_t>(DType::bf16)] > 0 ? DType::bf16 : DType::fp16;
     const auto& ds = gpu.attention.datasets;
-    const bool in_sample = !holdout && std::find(ds.begin(), ds.end(), s.id) != ds.end();
+    const bool listed = std::find(ds.begin(), ds.end(), s.id) != ds.end();
     std::set<std::string> missing;
+    bool any_in = false, any_out = false, any_elsewhere = false;
     for (std::size_t i = 0; i < s.attention.size(); ++i) {
         const AttentionPoint& p = s.attention[i];
+        // Whether the cluster's curve for this point was fitted to this set (attention_fitted_from):
+        // only those points are in-sample, and only those refitted without the point to hold it out.
+        const bool from_here = listed && attention_fitted_from(gpu.attention, p);
         GpuSpec g = gpu;
-        if (holdout) {
+        if (holdout && from_here) {
             std::vector<AttentionPoint> rest;
             for (std::size_t j = 0; j < s.attention.size(); ++j)
                 if (j != i) rest.push_back(s.attention[j]);
             g.attention = fit_attention(rest, g.peak(d));
         }
+        const bool in_sample = from_here && !holdout;
+        any_elsewhere |= !from_here;
         for (const AttentionPass pass : attention_passes(p)) {
             const auto t = attention_predicted_seconds(g, p, pass, d);
             if (!t) {
                 missing.insert(p.backend);
                 continue;
             }
+            (in_sample ? any_in : any_out) = true;
             const double measured = attention_measured_seconds(p, pass);
             const char* what = pass == AttentionPass::forward ? "fwd" : pass == AttentionPass::backward ? "bwd" : "fwd+bwd";
             v.points.push_back({fmt::format("{} {} b{:.0f} h{:.0f} d{:.0f} s{:.0f}", p.backend, what, p.batch, p.heads,
@@ -288,15 +304,15 @@ ValidationSet validate_attention(const KernelSet& s, const GpuSpec& gpu, const s
         throw ConfigError(s.file, "$.attention",
                           fmt::format("data set \"{}\" cannot be predicted: {} has no attention curve for {}", s.id,
                                       cluster_file, fmt::join(missing, ", ")));
-    // Sums fitted beside another set's passes measured apart may not have been used (fit_attention).
-    const bool combined = ds.size() > 1 && std::any_of(s.attention.begin(), s.attention.end(),
-                                                       [](const auto& p) { return p.combined; });
-    v.fit = holdout ? "held out: each shape predicted from a fit to the other shapes (leave one out)"
-            : in_sample && combined
-                ? "in-sample where fitted: among gpu.attention's data, but a kernel also measured forward and backward "
-                  "apart is fitted to those passes, not to this set's sums"
-            : in_sample ? "in-sample: the attention curves were fitted to this set"
-                        : "held out: curves fitted to " + (ds.empty() ? std::string("nothing") : fmt::format("{}", fmt::join(ds, ", ")));
+    const std::string others = ds.empty() ? std::string("nothing") : fmt::format("{}", fmt::join(ds, ", "));
+    v.fit = holdout ? (any_elsewhere ? "held out: each shape of a curve fitted to this set predicted from a fit to the "
+                                       "set's other shapes (leave one out), the others from curves fitted to other data"
+                                     : "held out: each shape predicted from a fit to the other shapes (leave one out)")
+            : any_in && any_out
+                ? "in-sample where fitted: its rows of kernels whose curves were fitted to other data (passes "
+                  "measured apart) are held out"
+            : any_in ? "in-sample: the attention curves were fitted to this set"
+                     : "held out: curves fitted to " + others;
     v.note = "GpuSpec::attention_seconds (saturating in the sequence length, per backend and head dimension)";
     if (!missing.empty()) v.note += fmt::format("; not predicted (no curve): {}", fmt::join(missing, ", "));
     return v;
@@ -306,10 +322,13 @@ nlohmann::json attention_json(const AttentionModel& m) {
     nlohmann::json j = nlohmann::json::object();
     for (const auto& [backend, kernels] : m.backends) {
         nlohmann::json list = nlohmann::json::array();
-        for (const auto& k : kernels)
-            list.push_back({{"head_dim", k.head_dim},
-                            {"forward", {{"efficiency", k.forward.efficiency}, {"half_seq", k.forward.half_seq}}},
-                            {"backward", {{"efficiency", k.backward.efficiency}, {"half_seq", k.backward.half_seq}}}});
+        for (const auto& k : kernels) {
+            nlohmann::json c{{"head_dim", k.head_dim},
+                             {"forward", {{"efficiency", k.forward.efficiency}, {"half_seq", k.forward.half_seq}}},
+                             {"backward", {{"efficiency", k.backward.efficiency}, {"half_seq", k.backward.half_seq}}}};
+            if (k.from_sums) c["from_sums"] = true;
+            list.push_back(c);
+        }
         j[backend] = list;
     }
     if (!m.datasets.empty()) j["datasets"] = m.datasets;

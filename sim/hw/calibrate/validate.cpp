@@ -562,19 +562,16 @@ struct Trait {
 
 std::vector<Trait> evidence_traits(const Config& c) {
     const StrategyConfig& s = c.strategy;
-    const StrategyInfo* info = find_hw_strategy(s.name);
-    const bool pytorch = (info && info->pytorch) || s.zero_stage == 3;
+    const bool pytorch = pytorch_parallelism(s);
     std::vector<Trait> t;
     t.push_back({gpu_family(c.cluster.gpu.name), gpu_family(c.cluster.gpu.name)});
-    t.push_back({pytorch ? "pytorch" : "megatron", pytorch ? "PyTorch's own parallelism" : "Megatron-LM's code"});
+    t.push_back({pytorch ? "pytorch" : "megatron", pytorch ? "PyTorch's own parallelism" : "Megatron-LM's (or DeepSpeed's) code"});
     t.push_back(s.tp > 1 ? Trait{"tp", "tensor parallel"} : Trait{"no tp", "no tensor parallelism"});
     t.push_back(s.tp > 1 && s.tp_comm_overlap ? Trait{"overlap", "its communication overlapped"}
                                               : Trait{"no overlap", s.tp > 1 ? "its communication not overlapped" : ""});
     t.push_back(s.pp > 1 ? Trait{"pp", "pipelined"} : Trait{"no pp", "no pipeline"});
     t.push_back(s.cp > 1 ? Trait{"cp", "context parallel"} : Trait{"no cp", "no context parallelism"});
-    const std::string rc = s.recompute == Recompute::none       ? "none"
-                           : s.recompute == Recompute::full     ? "full"
-                                                                : "selective";
+    const std::string rc{recompute_name(s.recompute)};  // Megatron's selective and per-op keep different tensors
     t.push_back({rc, fmt::format("recompute {}", rc)});
     t.push_back(s.fp8 != Fp8::none ? Trait{"fp8", "fp8 linears"} : Trait{"bf16", "no fp8"});
     t.push_back(s.compile ? Trait{"compiled", "compiled blocks"} : Trait{"eager", "not compiled"});
@@ -623,9 +620,10 @@ Evidence published_evidence(const Config& run, const std::string& data_dir, std:
         used[i] = false;
         rows = matching();
     }
-    // Described by what the rows found share with the run, and what some of them do not.
+    // Described by what the rows found share with the run, and what some of them do not; with
+    // none, by the GPU and framework no published run has.
     Evidence e;
-    for (std::size_t i = 0; i < mine.size(); ++i) {
+    for (std::size_t i = 0; i < (rows.empty() ? 2 : mine.size()); ++i) {
         if (mine[i].words.empty()) continue;
         const bool shared = std::all_of(rows.begin(), rows.end(),
                                         [&](const Candidate* c) { return c->traits[i].value == mine[i].value; });
@@ -635,7 +633,7 @@ Evidence published_evidence(const Config& run, const std::string& data_dir, std:
     for (const Candidate* c : rows) {
         const EndToEndPrediction p = predict_end_to_end(*c->set, *c->row, c->cluster->doc);
         const double err = p.unit == "s" ? p.measured / p.predicted - 1 : p.predicted / p.measured - 1;
-        e.rows.push_back({c->set->id, c->row->id, p.layout, err});
+        e.rows.push_back({c->set->id, c->row->id, p.layout, err, p.out_of_memory});
         errors.push_back(err);
     }
     if (!errors.empty()) {
@@ -650,9 +648,12 @@ Evidence published_evidence(const Config& run, const std::string& data_dir, std:
 
 json to_json(const Evidence& e) {
     json rows = json::array();
-    for (const auto& r : e.rows) rows.push_back({{"set", r.set}, {"row", r.row}, {"layout", r.layout}, {"error", r.error}});
-    return {{"traits", e.traits}, {"relaxed", e.relaxed}, {"rows", rows}, {"median_error", e.median},
-            {"min_error", e.low}, {"max_error", e.high}};
+    for (const auto& r : e.rows)
+        rows.push_back({{"set", r.set}, {"row", r.row}, {"layout", r.layout}, {"error", r.error},
+                        {"out_of_memory", r.out_of_memory}});
+    const auto stat = [&](double v) { return e.rows.empty() ? json(nullptr) : json(v); };
+    return {{"traits", e.traits}, {"relaxed", e.relaxed}, {"rows", rows}, {"median_error", stat(e.median)},
+            {"min_error", stat(e.low)}, {"max_error", stat(e.high)}};
 }
 
 json to_json(const std::vector<ValidationSet>& sets) {

@@ -494,9 +494,10 @@ std::vector<std::string> prediction_caveats(const Config& c, const Workload& wor
             out.push_back(fmt::format("attention curve measured at head dimension {}, used for {:g}", k->head_dim,
                                       c.model.spec.head_dim()));
         // A curve fitted to forward + backward sums (a published chart) serves both passes alike.
-        if (k && k->forward.efficiency == k->backward.efficiency && k->forward.half_seq == k->backward.half_seq)
-            out.push_back(fmt::format("\"{}\" attention fitted to forward + backward times together: their split is "
-                                      "assumed 1 : 2.5 (their FLOPs), which a recomputed forward rests on",
+        if (k && k->from_sums)
+            out.push_back(fmt::format("\"{}\" attention fitted to forward + backward times together (a published "
+                                      "chart of the kernel's own benchmark): their split is assumed 1 : 2.5 (their "
+                                      "FLOPs), which a recomputed forward and a pipeline's stage times rest on",
                                       s.attention_kernel));
     }
     if (s.fp8 == Fp8::torchao && !s.compile)

@@ -97,10 +97,13 @@ bool tp_async_backward(const StrategyConfig& s) {
     return megatron_tensor_parallel(*info, s);
 }
 
-bool recompute_early_stop(const StrategyConfig& s) {
-    if (s.recompute_early_stop) return *s.recompute_early_stop;
+bool pytorch_parallelism(const StrategyConfig& s) {
     const StrategyInfo* info = find_hw_strategy(s.name);
     return info && info->grads_in_backward(s.zero_stage);
+}
+
+bool recompute_early_stop(const StrategyConfig& s) {
+    return s.recompute_early_stop ? *s.recompute_early_stop : pytorch_parallelism(s);
 }
 
 bool weight_pass_gathers_input(const StrategyConfig& s) {
