@@ -337,8 +337,14 @@ TEST_CASE("a run says where its prediction is weakest") {
     auto has = [](const std::vector<std::string>& v, const std::string& part) {
         return std::any_of(v.begin(), v.end(), [&](const std::string& s) { return s.find(part) != std::string::npos; });
     };
-    // Measured attention, GEMMs fitted to kernels, curves on 2 nodes for a 2-node cluster: nothing to say.
-    CHECK(caveats("llama3-8b-16xh100-fsdp.json", {}).empty());
+    // Measured attention, GEMMs fitted to kernels, curves on 2 nodes for a 2-node cluster: nothing to
+    // say but the early stop of its full recompute, taken as PyTorch 2.1's, said unless given.
+    const auto fsdp = caveats("llama3-8b-16xh100-fsdp.json", {});
+    REQUIRE(fsdp.size() == 1);
+    CHECK(fsdp[0].find("recompute_early_stop false") != std::string::npos);
+    CHECK(caveats("llama3-8b-16xh100-fsdp.json", {"strategy.recompute_early_stop=true"}).empty());
+    CHECK(caveats("llama3-8b-16xh100-fsdp.json", {"strategy.recompute_early_stop=false"}).empty());
+    CHECK_FALSE(has(caveats("llama3-70b-64xh100-1f1b.json", {"strategy.recompute=full"}), "recompute_early_stop"));
     // Without the attention curves, the core is priced as GEMMs, and the run says so.
     CHECK(has(caveats("llama3-8b-16xh100-fsdp.json", {"cluster.gpu.attention={}"}), "fused attention priced as two GEMMs"));
     // 8 nodes against curves measured on 2.

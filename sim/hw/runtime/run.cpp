@@ -500,6 +500,11 @@ std::vector<std::string> prediction_caveats(const Config& c, const Workload& wor
                                       "FLOPs), which a recomputed forward and a pipeline's stage times rest on",
                                       s.attention_kernel));
     }
+    // The early stop is PyTorch's default since 2.1, taken without asking which PyTorch runs.
+    if (s.recompute == Recompute::full && !s.recompute_early_stop && recompute_early_stop(s))
+        out.push_back("full recompute stops once the backward's saved tensors exist again, as PyTorch's non-reentrant "
+                      "checkpoint does from 2.1 (the MLP's last GEMM not rerun): for an older PyTorch or reentrant "
+                      "checkpointing, set strategy.recompute_early_stop false");
     if (s.fp8 == Fp8::torchao && !s.compile)
         out.push_back("torchao's float8 casts priced as fused kernels, as torch.compile runs them: without compile "
                       "(strategy.compile) they took 42-50 ms of a Llama 3 8B block's 76 ms on an H100, compiled 2-3 ms "
