@@ -26,8 +26,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -167,13 +167,8 @@ std::string fast_or_slow(double error) {
 }
 
 void print_evidence(const hw::calib::Evidence& e, const hw::RunReport& r) {
-    std::string traits;
-    for (const auto& t : e.traits) traits += (traits.empty() ? "" : ", ") + t;
-    if (!e.relaxed.empty()) {
-        std::string relaxed;
-        for (const auto& t : e.relaxed) relaxed += (relaxed.empty() ? "" : ", ") + t;
-        traits += fmt::format("; not matched: {}", relaxed);
-    }
+    std::string traits = fmt::format("{}", fmt::join(e.traits, ", "));
+    if (!e.relaxed.empty()) traits += fmt::format("; not matched: {}", fmt::join(e.relaxed, ", "));
     if (e.rows.empty()) {
         fmt::print("  evidence      no published run in dtsim's data is like this one ({})\n", traits);
         return;

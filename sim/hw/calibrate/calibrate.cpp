@@ -869,15 +869,12 @@ void fit_attention_model(json& gpu_doc, const GpuSpec& gpu, const std::string& f
             }
         }
     m.datasets = ids;
-    if (!kept.empty())  // the data those curves were fitted to stays listed
-        for (const auto& id : gpu.attention.datasets)
-            if (std::find(m.datasets.begin(), m.datasets.end(), id) == m.datasets.end()) m.datasets.push_back(id);
     json doc = attention_json(m);
     if (gpu_doc.contains("attention") && gpu_doc["attention"].is_object())
         for (const auto& [k, v] : gpu_doc["attention"].items())
             if (k != "datasets" && !doc.contains(k)) doc[k] = v;
     if (doc.contains("datasets") && gpu_doc.contains("attention") && gpu_doc["attention"].contains("datasets"))
-        for (const auto& id : gpu_doc["attention"]["datasets"])  // the base's kept backends' data
+        for (const auto& id : gpu_doc["attention"]["datasets"])  // the data of the base's kept curves
             if (std::find(doc["datasets"].begin(), doc["datasets"].end(), id) == doc["datasets"].end())
                 doc["datasets"].push_back(id);
     gpu_doc["attention"] = doc;

@@ -277,13 +277,16 @@ ValidationSet validate_attention(const KernelSet& s, const GpuSpec& gpu, const s
         // Whether the cluster's curve for this point was fitted to this set (attention_fitted_from):
         // only those points are in-sample, and only those refitted without the point to hold it out.
         const bool from_here = listed && attention_fitted_from(gpu.attention, p);
-        GpuSpec g = gpu;
+        // The cluster's GPU, or a copy with this set's curves refitted without the point.
+        std::optional<GpuSpec> refit;
         if (holdout && from_here) {
             std::vector<AttentionPoint> rest;
             for (std::size_t j = 0; j < s.attention.size(); ++j)
                 if (j != i) rest.push_back(s.attention[j]);
-            g.attention = fit_attention(rest, g.peak(d));
+            refit = gpu;
+            refit->attention = fit_attention(rest, gpu.peak(d));
         }
+        const GpuSpec& g = refit ? *refit : gpu;
         const bool in_sample = from_here && !holdout;
         any_elsewhere |= !from_here;
         for (const AttentionPass pass : attention_passes(p)) {

@@ -86,8 +86,10 @@ Work without_ring(const Work& w, const Ring* ring, int steps) {
 // with GEMMs of the same sizes. The collectives run on their own stream (CommStream::tensor),
 // beside the gradient reductions. A forward's last GEMM runs on the SMs a set_sm_margin leaves it
 // (LayerWork::attention_margin, mlp_margin); other SMs the communication kernels take are not modelled.
+// Without `scatter` the block stops before its last GEMM (an early-stopping recompute): no
+// reduce-scatter, and `last` and `chunking` leave that GEMM out.
 Task<> overlapped_block(Device& gpu, const Job& job, OpCode op, int layer, const Work& whole, int mb, double first,
-                        double last, double chunking, const Ring* ring) {
+                        double last, double chunking, const Ring* ring, bool scatter) {
     const Work block = without_ring(whole, ring, job.cp);
     const double t = job.tp;
     const LayerWork& L = job.work->layer;
@@ -101,10 +103,11 @@ Task<> overlapped_block(Device& gpu, const Job& job, OpCode op, int layer, const
     co_await gpu.wait(gather);
     run_work(gpu, op, layer, part(w, middle), mb);
     if (ring) co_await ring_core(gpu, job, op, layer, *ring, mb);
-    const Transfer scatter =
+    if (!scatter) co_return;
+    const Transfer scattered =
         co_await gpu.start(Collective::reduce_scatter, *job.tp_group, L.tp_bytes, layer, CommStream::tensor);
     run_work(gpu, op, layer, part(w, std::max(0.0, w.seconds - head - middle)), mb);
-    co_await gpu.wait(scatter);
+    co_await gpu.wait(scattered);
 }
 
 // Megatron-LM's backward of a block without --tp-comm-overlap (StrategyConfig::tp_async_backward;
@@ -148,10 +151,11 @@ Task<> async_backward_block(Device& gpu, const Job& job, OpCode op, int layer, c
 // last GEMMs' chunked forward times, `chunking` what chunking adds (overlapped_block), `linear`
 // its first linear's whole GEMM (async_backward_block).
 // `ring`: the attention core's context-parallel ring, run after the rest of the block's work.
+// Without `scatter` the block ends before the collective that follows its last GEMM (overlapped_block).
 Task<> block(Device& gpu, const Job& job, OpCode op, int layer, const Work& w, int mb, double first, double last,
-             double chunking, double linear, const Ring* ring = nullptr) {
+             double chunking, double linear, const Ring* ring = nullptr, bool scatter = true) {
     if (sp(job) && job.tp_group && job.strategy().tp_comm_overlap) {
-        co_await overlapped_block(gpu, job, op, layer, w, mb, first, last, chunking, ring);
+        co_await overlapped_block(gpu, job, op, layer, w, mb, first, last, chunking, ring, scatter);
         co_return;
     }
     if (op == ops::backward && job.tp_group && job.tp_async_backward) {
@@ -161,7 +165,7 @@ Task<> block(Device& gpu, const Job& job, OpCode op, int layer, const Work& w, i
     if (sp(job) && job.tp_group) co_await tp_before(gpu, job, layer);
     run_work(gpu, op, layer, without_ring(w, ring, job.cp), mb);
     if (ring) co_await ring_core(gpu, job, op, layer, *ring, mb);
-    if (job.tp_group) co_await tp_after(gpu, job, layer);
+    if (job.tp_group && scatter) co_await tp_after(gpu, job, layer);
 }
 
 // What a block's last GEMM takes longer on the SMs its pipelined reduce-scatter leaves
@@ -196,27 +200,13 @@ Task<> mlp_forward(Device& gpu, const Job& job, int layer, int mb, OpCode op) {
 }
 
 namespace {
-// The MLP block recomputed up to fc2's input (LayerWork::recompute_early_stop): with sequence
-// parallelism its input gathered first (pipelined with fc1's chunks under tp_comm_overlap, as the
-// forward's), and no collective after it, fc2 not running again.
+// The MLP block recomputed up to fc2's input (LayerWork::recompute_early_stop): the block as its
+// forward runs it (the gather before it, pipelined with fc1's chunks under tp_comm_overlap) but
+// for fc2, its chunks and the collective after it.
 Task<> mlp_recompute_early_stop(Device& gpu, const Job& job, int layer, const Work& w, int mb) {
     const LayerWork& L = job.work->layer;
-    if (!(sp(job) && job.tp_group)) {
-        run_work(gpu, ops::recompute, layer, w, mb);
-        co_return;
-    }
-    if (!job.strategy().tp_comm_overlap) {
-        co_await tp_before(gpu, job, layer);
-        run_work(gpu, ops::recompute, layer, w, mb);
-        co_return;
-    }
-    const double chunking = std::max(0.0, L.mlp_first_gemm - L.mlp_first_linear);
-    const Work chunked{w.seconds + chunking, w.flops, w.bytes};
-    const double head = L.mlp_first_gemm * (job.tp - 1) / job.tp;
-    const Transfer gather = co_await gpu.start(Collective::all_gather, *job.tp_group, L.tp_bytes, layer, CommStream::tensor);
-    run_work(gpu, ops::recompute, layer, part(chunked, head), mb);
-    co_await gpu.wait(gather);
-    run_work(gpu, ops::recompute, layer, part(chunked, std::max(0.0, chunked.seconds - head)), mb);
+    return block(gpu, job, ops::recompute, layer, w, mb, L.mlp_first_gemm, 0,
+                 std::max(0.0, L.mlp_first_gemm - L.mlp_first_linear), L.mlp_first_linear, nullptr, false);
 }
 }  // namespace
 
