@@ -121,19 +121,21 @@ void print_report(const hw::Config& c, const hw::RunReport& r) {
     if (r.oom && r.oom->by_kind) fmt::print("  past capacity {}\n", parts(*r.oom->by_kind));
     if (r.correct)
         fmt::print("  correct       {}\n", *r.correct ? "yes" : "no: " + r.check_error);
-    // Where data- or tensor-parallel twins exist but every rank ran, why (twins_once_applies).
-    std::string whole;
-    if (s.name != "puzzle" && static_cast<long long>(s.dp) * s.tp > 1 && r.simulated_ranks >= r.gpus) {
-        if (c.stragglers.any())
-            whole = " (every rank: stragglers and jitter make twins differ)";
-        else if (hw::hybrid_shard_ranks(c) > 0)
-            whole = " (every rank: hybrid sharding's groups cut across the replicas)";
-    }
-    fmt::print("  simulated     {} events in {:.3f} s{}\n", r.events, r.wall_seconds,
-               r.simulated_ranks > 0 && r.simulated_ranks < r.gpus
-                   ? fmt::format(" (one rank for its data- and tensor-parallel twins: {} of {} GPUs)",
-                                 r.simulated_ranks, r.gpus)
-                   : whole);
+    // Which ranks stood for their twins (simulated_twins), or why every rank ran where twins exist.
+    std::string how;
+    const bool has_twins = s.name != "puzzle" && static_cast<long long>(s.dp) * s.tp > 1;
+    if (has_twins && r.simulated_ranks > 0 && r.simulated_ranks < r.gpus)
+        how = fmt::format(" ({}: {} of {} GPUs)",
+                          c.stragglers.slowdown.empty()
+                              ? "one rank for its data- and tensor-parallel twins"
+                              : "the replicas with slow GPUs, and one for the other data-parallel replicas",
+                          r.simulated_ranks, r.gpus);
+    else if (has_twins && c.stragglers.jitter.on())
+        how = " (every rank: jitter makes twins differ)";
+    else if (has_twins && !c.stragglers.slowdown.empty())
+        how = hw::hybrid_shard_ranks(c) > 0 ? " (every rank: slow GPUs with hybrid sharding make twins differ)"
+                                            : " (every rank: slow GPUs in every data-parallel replica, or all but one)";
+    fmt::print("  simulated     {} events in {:.3f} s{}\n", r.events, r.wall_seconds, how);
     for (std::size_t i = 0; i < r.caveats.size(); ++i)
         fmt::print("  {}{}\n", i == 0 ? "weakest       " : "              ", r.caveats[i]);
 }

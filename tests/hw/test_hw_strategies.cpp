@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -318,9 +319,9 @@ TEST_CASE("the shipped run configs are well inside the event limit, and the esti
         CAPTURE(f);
         const Config c = load_config(f.string());
         const RunSize size = estimate_run_size(c);
-        // What the engine simulates without a trace: a dp x tp-th of the events where a rank stands for its twins.
-        const bool twins = twins_once_applies(c, {.keep_trace = false});
-        CHECK((twins ? size.events / (c.strategy.dp * c.strategy.tp) : size.events) < kMaxRunEvents / 5);
+        // What the engine simulates without a trace: the simulated ranks' share where ranks stand for their twins.
+        const std::optional<Twins> twins = simulated_twins(c, {.keep_trace = false});
+        CHECK(size.events * (twins ? twins->share(c.strategy) : 1) < kMaxRunEvents / 5);
         if (size.events < 2e6)  // the big ones take seconds each
             check_estimate(c, c.strategy.name == "puzzle" ? std::numeric_limits<double>::infinity() : 1.5);
     }

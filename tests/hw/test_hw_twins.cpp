@@ -1,14 +1,17 @@
-// One rank simulated for its data- and tensor-parallel twins (RunOptions::twins_once, make_jobs'
-// twins_once): the report equals the whole world's, figure for figure, for every strategy and
-// schedule at several sizes, and so does the trace, event for event; and it applies only where the
+// Ranks simulated for their data- and tensor-parallel twins (RunOptions::twins_once, make_jobs'
+// Twins): the report equals the whole world's, figure for figure, for every strategy and schedule
+// at several sizes, with hybrid sharding and with slow GPUs (their replicas simulated whole, one
+// replica for the others), and so does the trace, event for event; and it applies only where the
 // twins run the same program at the same times.
 #include "dtsim/hw/config.hpp"
 #include "dtsim/hw/run.hpp"
 #include "dtsim/trace_io.hpp"
 
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <optional>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -26,7 +29,10 @@ nlohmann::json report_of(const Config& c, bool twins_once) {
     o.keep_trace = false;
     o.twins_once = twins_once;
     const RunReport r = simulate(c, o).report;
-    CHECK(r.simulated_ranks == (twins_once ? r.gpus / (c.strategy.dp * c.strategy.tp) : r.gpus));
+    const std::optional<Twins> twins = simulated_twins(c, o);
+    CHECK(twins.has_value() == twins_once);
+    const auto replica_ranks = twins ? static_cast<int>(twins->replicas.size()) * twins->tp : 0;
+    CHECK(r.simulated_ranks == (twins_once ? r.gpus / (c.strategy.dp * c.strategy.tp) * replica_ranks : r.gpus));
     nlohmann::json j = to_json(r);
     j.erase("wall_s");
     j.erase("simulated_ranks");
@@ -87,13 +93,42 @@ TEST_CASE("twins once: context parallelism, recompute, float8 and compiled block
     check_same_report("llama3-8b-16xh100-fsdp-hybrid.json", {{"cluster.nodes", "1"}, {"strategy.dp", "8"}});
 }
 
+TEST_CASE("twins once: hybrid sharding, each shard and replica group priced whole") {
+    check_same_report("llama3-8b-16xh100-fsdp-hybrid.json", {});
+    check_same_report("llama3-8b-16xh100-fsdp-hybrid.json", {{"cluster.nodes", "4"}, {"strategy.dp", "32"}});
+    check_same_report("llama3-8b-16xh100-fsdp-hybrid.json", {{"strategy.tp", "2"}, {"strategy.dp", "8"}});
+}
+
+TEST_CASE("twins once: slow GPUs, their replicas simulated whole and one replica for the others") {
+    const auto one_slow = [](int gpu, const char* factor) {
+        return Override{"stragglers", fmt::format(R"({{"slowdown": {{"{}": {}}}}})", gpu, factor)};
+    };
+    check_same_report("llama3-8b-16xh100-zero1.json", {one_slow(3, "1.2")});
+    check_same_report("llama3-8b-16xh100-zero1.json", {one_slow(0, "1.5")});  // the first replica is slow
+    check_same_report("llama3-8b-16xh100-fsdp.json", {one_slow(15, "1.3")});
+    check_same_report("llama3-8b-16xh100-fsdp-tp2.json", {one_slow(5, "1.25")});  // a tensor-parallel peer
+    check_same_report("llama3-8b-16xh100-ddp.json",
+                      {{"stragglers", R"({"slowdown": {"2": 1.1, "9": 1.4}, "slow_memory_bound": false})"}});
+    check_same_report("llama3-8b-8xh100-megatron.json",
+                      {{"strategy.tp", "2"}, {"strategy.cp", "2"}, {"cluster.nodes", "2"}, {"strategy.dp", "4"},
+                       one_slow(6, "1.2")});
+    check_same_report("llama3-70b-64xh100-1f1b.json", {{"cluster.nodes", "16"}, {"strategy.dp", "4"}, one_slow(40, "1.2")});
+    check_same_report("llama3-70b-64xh100-interleaved.json",
+                      {{"cluster.nodes", "16"}, {"strategy.dp", "4"}, {"stragglers", R"({"slowdown": {"1": 1.2, "63": 1.05}})"}});
+    check_same_report("llama3-70b-64xh100-1f1b-fsdp.json", {{"cluster.nodes", "16"}, {"strategy.dp", "4"}, one_slow(17, "1.15")});
+}
+
 TEST_CASE("twins once: the same trace as every rank simulated, event for event, and the same report") {
     for (const auto& [file, overrides] : std::vector<std::pair<std::string, std::vector<Override>>>{
              {"llama3-8b-16xh100-zero1.json", {}},
              {"llama3-8b-16xh100-fsdp-tp2.json", {}},
              {"llama3-8b-8xh100-megatron.json", {{"strategy.tp", "2"}, {"strategy.cp", "2"}, {"strategy.dp", "2"}}},
              {"llama3-70b-64xh100-interleaved.json", {{"model.layers", "16"}, {"strategy.chunks", "2"}}},
-             {"llama3-70b-64xh100-zbh1.json", {{"model.layers", "16"}}}}) {
+             {"llama3-70b-64xh100-zbh1.json", {{"model.layers", "16"}}},
+             {"llama3-8b-16xh100-fsdp-hybrid.json", {{"model.layers", "8"}}},
+             {"llama3-8b-16xh100-fsdp-tp2.json", {{"model.layers", "8"}, {"stragglers", R"({"slowdown": {"5": 1.25}})"}}},
+             {"llama3-70b-64xh100-1f1b.json",
+              {{"model.layers", "16"}, {"cluster.nodes", "16"}, {"strategy.dp", "4"}, {"stragglers", R"({"slowdown": {"40": 1.2}})"}}}}) {
         const Config c = load_config(kRuns + file, overrides);
         INFO(file);
         RunOptions twins, whole;
@@ -120,19 +155,30 @@ TEST_CASE("twins once applies only where the twins are the same") {
     RunOptions none;
     none.keep_trace = false;
     CHECK(twins_once_applies(load_config(kRuns + "llama3-8b-16xh100-fsdp.json"), none));
-    // A trace is copied from the twins; stragglers make twins differ; hybrid sharding's groups cut
-    // across replicas; a rank has no twins at dp 1 and tp 1.
-    CHECK(twins_once_applies(load_config(kRuns + "llama3-8b-16xh100-fsdp.json"), RunOptions{}));
+    // Jitter makes every rank differ.
     CHECK_FALSE(twins_once_applies(load_config(kRuns + "llama3-8b-16xh100-zero1-straggler.json"), none));
-    CHECK_FALSE(twins_once_applies(load_config(kRuns + "llama3-8b-16xh100-fsdp-hybrid.json"), none));
-    // ... but on one node hybrid sharding runs as full sharding (hybrid_shard_ranks), twins and all.
-    CHECK(twins_once_applies(
-        load_config(kRuns + "llama3-8b-16xh100-fsdp-hybrid.json", {{"cluster.nodes", "1"}, {"strategy.dp", "8"}}),
-        none));
     CHECK_FALSE(twins_once_applies(
-        load_config(kRuns + "llama3-8b-8xh100-megatron.json",
-                    {{"strategy.name", "\"1f1b\""}, {"strategy.tp", "1"}, {"strategy.pp", "8"}, {"strategy.dp", "1"},
-                     {"strategy.sequence_parallel", "false"}}),
+        load_config(kRuns + "llama3-8b-16xh100-zero1.json",
+                    {{"stragglers", R"({"jitter": {"distribution": "normal", "cv": 0.01, "seed": 1}})"}}),
+        none));
+    // Hybrid sharding: one rank; with a slow GPU its shard groups would mix the two kinds of replica.
+    CHECK(twins_once_applies(load_config(kRuns + "llama3-8b-16xh100-fsdp-hybrid.json"), none));
+    CHECK_FALSE(twins_once_applies(
+        load_config(kRuns + "llama3-8b-16xh100-fsdp-hybrid.json", {{"stragglers", R"({"slowdown": {"3": 1.2}})"}}),
+        none));
+    // Slow GPUs: the replicas that hold them, each whole, and a stand-in for the others ...
+    const std::optional<Twins> slow = simulated_twins(
+        load_config(kRuns + "llama3-8b-16xh100-fsdp-tp2.json", {{"stragglers", R"({"slowdown": {"5": 1.2, "0": 1.1}})"}}),
+        none);
+    REQUIRE(slow.has_value());
+    CHECK(slow->replicas == std::vector<int>{0, 1, 2});  // GPUs 0 and 5: replicas 0 and 2; replica 1 stands in
+    CHECK(slow->stand_in == 1);
+    CHECK(slow->tp == 2);
+    // ... unless the stand-in would be the only one it stands for.
+    CHECK_FALSE(twins_once_applies(
+        load_config(kRuns + "llama3-8b-16xh100-fsdp-tp2.json",
+                    {{"stragglers", R"({"slowdown": {"0": 1.1, "2": 1.1, "4": 1.1, "6": 1.1, "8": 1.1, "10": 1.1,
+                                        "12": 1.1}})"}}),
         none));
     // Tensor parallelism alone has twins.
     CHECK(twins_once_applies(

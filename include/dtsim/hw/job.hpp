@@ -12,6 +12,7 @@
 #include "dtsim/hw/workload.hpp"
 #include "dtsim/sched/schedule.hpp"
 
+#include <cstddef>
 #include <memory>
 #include <vector>
 
@@ -38,11 +39,12 @@ struct Job {
     const Config* config = nullptr;
     const Workload* work = nullptr;
     int dp = 1, tp = 1, pp = 1, cp = 1;
-    // The data-parallel and tensor-parallel ranks the world simulates: dp and tp, or 1 each where
-    // one rank stands for its twins (make_jobs' twins_once); rank numbers in the world follow them.
+    // The data-parallel replicas and tensor-parallel ranks the world simulates: dp and tp, or fewer
+    // where ranks stand for their twins (make_jobs' Twins); rank numbers in the world follow them.
     int simulated_dp = 1, simulated_tp = 1;
     int microbatches = 1;
     int dp_rank = 0, tp_rank = 0, stage = 0, cp_rank = 0;
+    int simulated_dp_rank = 0;  // this replica's place among the simulated ones (dp_rank without twins)
     // Same stage and tp_rank, every dp_rank and cp_rank: the ranks that reduce gradients and shard
     // model states together (null when dp x cp = 1).
     Group* dp_group = nullptr;
@@ -87,17 +89,34 @@ struct Job {
 };
 
 class World;
+// The ranks a run simulates where twins stand for the others: for every pipeline stage and
+// context-parallel rank, the data-parallel replicas in `replicas` (ascending) and of each the first
+// `tp` tensor-parallel ranks (1, or all of them). Every GPU of a replica not listed is the twin of
+// its place in replicas[stand_in]; with tp = 1 a replica's tensor-parallel ranks are twins of its
+// rank 0. All of them run the same program at the same times (run.hpp, simulated_twins).
+struct Twins {
+    std::vector<int> replicas{0};
+    int tp = 1;
+    std::size_t stand_in = 0;
+    // Every replica and tensor-parallel rank of a dp x tp grid (no twins).
+    static Twins whole(int dp, int tp);
+    // Replica d's place in `replicas`, or -1 where it is not simulated.
+    [[nodiscard]] int place(int d) const;
+    // The share of the grid's ranks simulated.
+    [[nodiscard]] double share(const StrategyConfig& s) const {
+        return static_cast<double>(replicas.size()) * tp / (static_cast<double>(s.dp) * s.tp);
+    }
+};
 // The grid's groups on `world` and every rank's job.
 // `plan` (kept alive by the caller) is given for schedule-driven pipelines.
-// `twins_once`: the world holds the ranks of data-parallel rank 0 and tensor-parallel rank 0 only
-// (at their GPUs, in the grid's order), each standing for its twins, the ranks of the other
-// replicas and tensor-parallel peers at its stage and context-parallel rank: all run the same
-// program at the same times. Context-parallel and embedding groups and the pipeline's neighbours
-// are as in the whole job; a tensor- or data-parallel group keeps its simulated members (one, or
-// cp) but has the size and shape of the whole group, so its collectives are priced as the whole
-// group's. Not for hybrid sharding in effect (hybrid_shard_ranks: its groups cut across replicas).
+// `twins`: the world holds the twins' simulated ranks only (at their GPUs, in the grid's order).
+// Context-parallel and embedding groups and the pipeline's neighbours are as in the whole job; a
+// tensor- or data-parallel group (or hybrid sharding's shard and replica group) keeps its simulated
+// members but has the size and shape of the whole group, so its collectives are priced as the whole
+// group's, on its simulated members' ports (each GPU has its own: they carry what their twins'
+// carry).
 std::vector<Job> make_jobs(World& world, const Config& config, const Workload& work,
-                           const PipelinePlan* plan = nullptr, bool twins_once = false);
+                           const PipelinePlan* plan = nullptr, const Twins* twins = nullptr);
 // The cluster's GPU of the rank at (stage, dp_rank, cp_rank, tp_rank) of `s`'s grid, in Megatron-LM's
 // order (tp innermost, then cp, dp, pp): make_jobs' placement of the whole job.
 int gpu_of(const StrategyConfig& s, int stage, int dp_rank, int cp_rank, int tp_rank);
@@ -110,9 +129,9 @@ int hybrid_shard_ranks(const Config& config);
 // One copy of the embedding's parameters: the input embedding's, or the output layer's (the same
 // size; TransformerSpec::embedding_params counts both when they are untied).
 double embedding_copy_params(const TransformerSpec& m);
-// With twins once: the cluster's GPUs the world holds, in its rank order (World's placement), and
-// the world's rank that stands for the cluster's GPU `gpu`.
-std::vector<int> twin_gpus(const Config& config);
-int twin_of(const Config& config, int gpu);
+// With twins: the cluster's GPUs the world holds, in its rank order (World's placement), and the
+// world's rank that stands for the cluster's GPU `gpu`.
+std::vector<int> twin_gpus(const Config& config, const Twins& twins);
+int twin_of(const Config& config, const Twins& twins, int gpu);
 
 }  // namespace dtsim::hw

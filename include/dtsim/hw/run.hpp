@@ -4,6 +4,7 @@
 
 #include "dtsim/hw/config.hpp"
 #include "dtsim/hw/device.hpp"
+#include "dtsim/hw/job.hpp"
 #include "dtsim/hw/workload.hpp"
 #include "dtsim/trace.hpp"
 
@@ -81,13 +82,21 @@ struct RunOptions {
     bool straggler_baseline = true;  // with stragglers, also run without them (baseline_step_time)
     // Simulate one rank for its twins (the same stage and context-parallel rank in every
     // data-parallel replica and tensor-parallel position), which run the same program at the same
-    // times (twins_once_applies): the same report and trace (each GPU's events its twin's), dp x tp
-    // times fewer ranks simulated. A run that fails so runs again whole, for its error's ranks.
+    // times (simulated_twins): the same report and trace (each GPU's events its twin's), up to
+    // dp x tp times fewer ranks simulated. A run that fails so runs again whole, for its error's ranks.
     bool twins_once = true;
 };
 
-// Whether simulate() runs one rank for its twins: dp x tp > 1, no stragglers or jitter (they make
-// twins differ), not hybrid sharding in effect (hybrid_shard_ranks), a transformer strategy.
+// The ranks simulate() runs for their twins, or none where it simulates every rank. A transformer
+// strategy on the whole grid with dp x tp > 1: one rank for every data-parallel replica and
+// tensor-parallel position (hybrid sharding too: each shard and replica group is priced whole).
+// With slow GPUs (stragglers.slowdown) the replicas that hold one are simulated whole, each of its
+// tensor-parallel ranks, and one other replica stands for the rest (all of them wait alike for the
+// slow ones' gradients); every rank where that saves nothing (a slow GPU in all replicas but one, or
+// hybrid sharding, whose shard groups would mix the two kinds). Jitter makes every rank differ:
+// none.
+std::optional<Twins> simulated_twins(const Config& c, const RunOptions& options);
+// Whether simulate() runs fewer ranks than GPUs: simulated_twins has a value.
 bool twins_once_applies(const Config& c, const RunOptions& options);
 
 // The size of a run, estimated from the config alone before anything is built

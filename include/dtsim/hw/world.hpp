@@ -76,7 +76,8 @@ public:
     void set_recording(bool on);
     [[nodiscard]] bool recording() const { return recording_; }
 
-    // Slow GPUs and per-operation jitter on the compute streams (before run()).
+    // Slow GPUs (by the cluster's GPU: a rank's placement) and per-operation jitter (by rank) on the
+    // compute streams (before run()).
     void set_stragglers(Stragglers s);
     [[nodiscard]] const Stragglers& stragglers() const { return stragglers_; }
 

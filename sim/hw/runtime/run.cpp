@@ -100,35 +100,54 @@ PipelinePlan make_plan(const Config& c) {
 
 }  // namespace
 
-bool twins_once_applies(const Config& c, const RunOptions& options) {
+std::optional<Twins> simulated_twins(const Config& c, const RunOptions& options) {
     const StrategyConfig& s = c.strategy;
-    return options.twins_once && s.name != "puzzle" && s.dp * s.tp > 1 && !c.stragglers.any() &&
-           hybrid_shard_ranks(c) == 0 &&
-           static_cast<long long>(s.dp) * s.cp * s.tp * s.pp == c.gpus();
+    if (!options.twins_once || s.name == "puzzle" || s.dp * s.tp < 2 || c.stragglers.jitter.on() ||
+        static_cast<long long>(s.dp) * s.cp * s.tp * s.pp != c.gpus())
+        return std::nullopt;
+    if (c.stragglers.slowdown.empty()) return Twins{};
+    // Slow GPUs: their replicas run apart (every tensor-parallel rank: a slow one's peers wait for
+    // it), the others alike, as one of them; hybrid sharding's shard groups would mix the two.
+    if (hybrid_shard_ranks(c) > 0) return std::nullopt;
+    std::vector<int> slow;
+    for (const auto& [gpu, factor] : c.stragglers.slowdown)
+        if (gpu >= 0 && gpu < c.gpus()) slow.push_back(gpu / (s.cp * s.tp) % s.dp);
+    std::sort(slow.begin(), slow.end());
+    slow.erase(std::unique(slow.begin(), slow.end()), slow.end());
+    if (static_cast<int>(slow.size()) + 1 >= s.dp) return std::nullopt;
+    int stand_in = 0;
+    while (std::binary_search(slow.begin(), slow.end(), stand_in)) ++stand_in;
+    Twins twins{slow, s.tp, 0};
+    const auto at = std::lower_bound(twins.replicas.begin(), twins.replicas.end(), stand_in);
+    twins.stand_in = static_cast<std::size_t>(at - twins.replicas.begin());
+    twins.replicas.insert(at, stand_in);
+    return twins;
 }
+
+bool twins_once_applies(const Config& c, const RunOptions& options) { return simulated_twins(c, options).has_value(); }
 
 namespace {
 
-// A transformer strategy's run on a world of every GPU, or of one rank for its twins.
-RunResult simulate_world(const Config& c, const RunOptions& options, bool twins_once) {
+// A transformer strategy's run on a world of every GPU, or of the ranks that stand for their twins.
+RunResult simulate_world(const Config& c, const RunOptions& options, const Twins* twins) {
     RunResult out;
     RunReport& r = out.report;
     const StrategyInfo* strategy = find_hw_strategy(c.strategy.name);
     if (!strategy) throw std::invalid_argument(fmt::format("no hardware strategy \"{}\"", c.strategy.name));
     const Workload work = make_workload(c.model.spec, layer_split(c), c.cluster.gpu);
 
-    // One rank for its twins: the world holds the GPUs of data-parallel rank 0 and tensor-parallel
-    // rank 0 (twin_gpus); `simulated` is the rank that stands for a GPU of the cluster.
-    std::vector<int> placement = twins_once ? twin_gpus(c) : std::vector<int>{};
-    const auto simulated = [&](int gpu) { return twins_once ? twin_of(c, gpu) : gpu; };
-    const int ranks = twins_once ? static_cast<int>(placement.size()) : c.gpus();
+    // With twins the world holds the GPUs that stand for them (twin_gpus); `simulated` is the rank
+    // that stands for a GPU of the cluster.
+    std::vector<int> placement = twins ? twin_gpus(c, *twins) : std::vector<int>{};
+    const auto simulated = [&](int gpu) { return twins ? twin_of(c, *twins, gpu) : gpu; };
+    const int ranks = twins ? static_cast<int>(placement.size()) : c.gpus();
     World world(c.cluster, ranks, std::move(placement));
     if (c.strategy.algorithm) world.set_algorithm(*c.strategy.algorithm);
     world.set_recording(options.keep_trace);
     world.set_stragglers(c.stragglers);
     std::optional<PipelinePlan> plan;
     if (is_scheduled_pipeline(c.strategy.name)) plan = make_plan(c);
-    std::vector<Job> jobs = make_jobs(world, c, work, plan ? &*plan : nullptr, twins_once);
+    std::vector<Job> jobs = make_jobs(world, c, work, plan ? &*plan : nullptr, twins);
     std::vector<ParamGather> gathers;
     // ZeRO-1/2 with overlap_param_gather, and ZeRO-3 inside pipeline stages, gather the weights layer by layer.
     if (strategy->gathers_layers(c.strategy.zero_stage, c.strategy.overlap_param_gather,
@@ -173,7 +192,7 @@ RunResult simulate_world(const Config& c, const RunOptions& options, bool twins_
         // A schedule's stages (several per rank: its model chunks), by their layers.
         if (plan) meta["grid"]["stage_layers"] = plan->layers;
         out.trace = world.take_trace(std::move(meta));
-        if (twins_once) {
+        if (twins) {
             // Every GPU's events are its twin's: its log, with its own rank.
             std::vector<RankTrace> all(static_cast<std::size_t>(c.gpus()));
             for (int i = 0; i < c.gpus(); ++i) {
@@ -190,15 +209,15 @@ RunResult simulate_world(const Config& c, const RunOptions& options, bool twins_
 }
 
 RunResult simulate_transformer(const Config& c, const RunOptions& options) {
-    if (twins_once_applies(c, options)) {
+    if (const std::optional<Twins> twins = simulated_twins(c, options)) {
         try {
-            return simulate_world(c, options, true);
+            return simulate_world(c, options, &*twins);
         } catch (const ScheduleError&) {
             // The engine names the ranks of a failed run: the whole world runs again to name them as
             // they are. (Other errors, out of memory among them, are the same either way.)
         }
     }
-    return simulate_world(c, options, false);
+    return simulate_world(c, options, nullptr);
 }
 
 RunResult simulate_puzzle(const Config& c, const RunOptions& options) {
@@ -399,12 +418,9 @@ RunSize estimate_run_size(const Config& c, const RunOptions& options) {
 void check_run_size(const Config& c, const RunOptions& options) {
     const RunSize size = estimate_run_size(c, options);
     const double limit = options.keep_trace ? kMaxKeptEvents : kMaxRunEvents;
-    // One rank for its twins simulates the events of a dp x tp-th of the ranks.
-    // (A trace holds every rank's events all the same.)
-    const double twins = twins_once_applies(c, options) && !options.keep_trace
-                             ? static_cast<double>(c.strategy.dp) * c.strategy.tp
-                             : 1;
-    if (size.events / twins <= limit) return;
+    // Twins: the simulated ranks' events only (a trace holds every rank's events all the same).
+    const std::optional<Twins> twins = options.keep_trace ? std::nullopt : simulated_twins(c, options);
+    if (size.events * (twins ? twins->share(c.strategy) : 1) <= limit) return;
     const StrategyConfig& s = c.strategy;
     const double ranks = static_cast<double>(s.dp) * s.tp * s.pp * s.cp;
     std::string how;

@@ -180,14 +180,16 @@ void World::check_open_rounds() const {
 }
 
 void World::set_stragglers(Stragglers s) {
+    // Slowdowns are by the cluster's GPU (a rank's placement).
+    const int gpus = placement_.empty() ? ranks() : cluster_.gpus();
     for (const auto& [rank, factor] : s.slowdown) {
-        if (rank < 0 || rank >= ranks())
-            throw std::invalid_argument(fmt::format("stragglers: rank {} is not in [0, {})", rank, ranks()));
+        if (rank < 0 || rank >= gpus)
+            throw std::invalid_argument(fmt::format("stragglers: rank {} is not in [0, {})", rank, gpus));
         if (!(factor > 0))
             throw std::invalid_argument(fmt::format("stragglers: rank {}: slowdown {} is not positive", rank, factor));
     }
     stragglers_ = std::move(s);
-    for (auto& d : devices_) d->slowdown_ = stragglers_.slowdown_of(d->rank());
+    for (auto& d : devices_) d->slowdown_ = stragglers_.slowdown_of(placement(d->rank()));
 }
 
 CriticalPath World::critical_path() const {
