@@ -117,6 +117,51 @@ TEST_CASE("FSDP's prefetch never takes longer than gathering each layer when it 
     }
 }
 
+TEST_CASE("FSDP2 copies gathered weights out and gradients in on the compute stream; FSDP1 and Megatron-FSDP do not") {
+    // One GPU: nothing to wait for, so the copies add their time to the step, each at the memory rate.
+    json cluster = realistic_cluster(1);
+    cluster["gpus_per_node"] = 1;
+    const int layers = 4, microbatches = 2;
+    json doc{{"cluster", cluster},
+             {"model", small_model(layers)},
+             {"training", {{"global_batch", microbatches}, {"micro_batch", 1}}},
+             {"strategy", {{"name", "fsdp"}, {"dp", 1}}}};
+    const Config config = parse_config(doc, "t.json");
+    const Workload w = make_workload(config.model.spec, layer_split(config), config.cluster.gpu);
+    const double p = w.layer.params, bf16 = 2, fp32 = 4;
+    const auto ms = [&](double bytes) { return config.cluster.gpu.memory_seconds(bytes); };
+    Trace two;
+    const RunReport fsdp2 = run(doc, true, &two);
+    doc["strategy"]["fsdp_impl"] = "fsdp1";
+    Trace one;
+    const RunReport fsdp1 = run(doc, true, &one);
+    doc["strategy"]["fsdp_impl"] = "megatron";
+    const RunReport megatron = run(doc);
+    // Per layer and microbatch: the forward's and the backward's gather copied out (read and written
+    // in bf16), the gradients copied into the fp32 reduce-scatter input (read bf16, written fp32).
+    const double copies = microbatches * layers * (2 * ms(2 * bf16 * p) + ms((bf16 + fp32) * p));
+    CHECK(fsdp2.step_time - fsdp1.step_time == doctest::Approx(copies).epsilon(1e-9));
+    CHECK(megatron.step_time == fsdp1.step_time);
+    const auto copied_out = [&](const Trace& t) {
+        int n = 0;
+        for (const auto& e : t.ranks[0].events)
+            if (e.layer == 1 && e.bytes == 2 * bf16 * p) ++n;
+        return n;
+    };
+    CHECK(copied_out(two) == 2 * microbatches);
+    CHECK(copied_out(one) == 0);
+    // SHARD_GRAD_OP gathers once a microbatch: one copy out.
+    doc["strategy"] = {{"name", "fsdp"}, {"dp", 1}, {"sharding", "grad_op"}};
+    const RunReport grad_op2 = run(doc);
+    doc["strategy"]["fsdp_impl"] = "fsdp1";
+    const RunReport grad_op1 = run(doc);
+    CHECK(grad_op2.step_time - grad_op1.step_time ==
+          doctest::Approx(microbatches * layers * (ms(2 * bf16 * p) + ms((bf16 + fp32) * p))).epsilon(1e-9));
+    // Only fsdp takes the key.
+    doc["strategy"] = {{"name", "ddp"}, {"dp", 1}, {"fsdp_impl", "fsdp1"}};
+    CHECK_THROWS_WITH_AS(parse_config(doc, "t.json"), doctest::Contains("$.strategy.fsdp_impl"), ConfigError);
+}
+
 TEST_CASE("Megatron tensor parallelism: two all-reduces forward and two backward per layer") {
     json doc{{"cluster", realistic_cluster(1)},
              {"model", small_model(4)},
@@ -336,8 +381,8 @@ TEST_CASE("a run too large to simulate is refused before anything is built, sayi
     const Config c = parse_config(doc, "big.json");
     CHECK(estimate_run_size(c).events > kMaxRunEvents);
     CHECK_THROWS_WITH_AS(simulate(c, {.keep_trace = false}),
-                         doctest::Contains("big.json: the run would record about 4.48e+11 events (16 GPUs x 1e+09 "
-                                           "layers each x 4 microbatches x about 7 operations per layer and "
+                         doctest::Contains("big.json: the run would record about 6.4e+11 events (16 GPUs x 1e+09 "
+                                           "layers each x 4 microbatches x about 10 operations per layer and "
                                            "microbatch), above the limit of 1e+08: it was not simulated"),
                          ConfigError);
     CHECK_THROWS_WITH_AS(simulate(c, {.keep_trace = false}), doctest::Contains("out of memory before the first step"),

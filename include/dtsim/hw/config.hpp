@@ -168,6 +168,16 @@ struct StrategyConfig {
     // gathered from forward to backward), "hybrid" (HYBRID_SHARD: full shard
     // inside a node, replicas across nodes).
     std::string sharding = "full";
+    // "fsdp": which implementation runs it. "fsdp2", FSDP2 (torch.distributed.fsdp.fully_shard:
+    // torchtitan), shards each parameter and copies on the compute stream: an all-gather's output
+    // out into the parameters before the layer runs (foreach_all_gather_copy_out, in
+    // wait_for_unshard), the gradients into the reduce-scatter's input, cast to its dtype
+    // (foreach_reduce_scatter_copy_in, in foreach_reduce; both in
+    // torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py). "fsdp1" (FullyShardedDataParallel
+    // with flat parameters: Composer, LLM Foundry) gathers into the flat parameter itself and casts
+    // its gradient on its post-backward stream; "megatron" (Megatron-FSDP) gathers into and reduces
+    // from contiguous buffers the parameters and gradients are views of: neither copies.
+    std::string fsdp_impl = "fsdp2";
 };
 
 // The recompute policy as reports print it: "none", "full", "full every 2nd layer",

@@ -417,7 +417,7 @@ void from_json(const Node& n, TrainingConfig& t) {
 void from_json(const Node& n, StrategyConfig& s) {
     n.keys({"name", "dp", "tp", "pp", "cp", "cp_comm", "microbatches", "zero_stage", "bucket_MiB", "first_bucket_MiB", "overlap",
             "prefetch", "recompute", "sequence_parallel", "flash_attention", "attention_kernel", "algorithm", "puzzle",
-            "chunks", "microbatch_group", "schedule_file", "sharding", "grad_dtype", "optimizer_dtype", "distributed_optimizer", "overlap_param_gather", "cross_entropy", "tp_comm_overlap", "tp_comm_overlap_sm_margin", "tp_async_backward", "recompute_early_stop", "compile", "repeat_kv", "norm_kernel", "fp8", "recompute_every", "recompute_num_layers",
+            "chunks", "microbatch_group", "schedule_file", "sharding", "fsdp_impl", "grad_dtype", "optimizer_dtype", "distributed_optimizer", "overlap_param_gather", "cross_entropy", "tp_comm_overlap", "tp_comm_overlap_sm_margin", "tp_async_backward", "recompute_early_stop", "compile", "repeat_kv", "norm_kernel", "fp8", "recompute_every", "recompute_num_layers",
             "stage_layers", "first_stage_layers", "last_stage_layers", "account_for_embedding", "account_for_loss"});
     s.name = n["name"].choice(strategy_names());
     if (n.has("dp")) s.dp = n["dp"].integer(1);
@@ -501,6 +501,7 @@ void from_json(const Node& n, StrategyConfig& s) {
     if (n.has("account_for_embedding")) s.account_for_embedding = n["account_for_embedding"].boolean();
     if (n.has("account_for_loss")) s.account_for_loss = n["account_for_loss"].boolean();
     if (n.has("sharding")) s.sharding = n["sharding"].choice({"full", "grad_op", "hybrid"});
+    if (n.has("fsdp_impl")) s.fsdp_impl = n["fsdp_impl"].choice({"fsdp2", "fsdp1", "megatron"});
     if (n.has("schedule_file")) {
         const Node f = n["schedule_file"];
         const std::string name = f.string();
@@ -746,6 +747,7 @@ void validate(const Node& root, Config& c) {
     knob("microbatch_group", info.microbatch_group);
     knob("schedule_file", info.schedule_file);
     knob("sharding", info.sharding);
+    knob("fsdp_impl", info.sharding);
     if (info.schedule_file && !st.has("schedule_file"))
         st.fail("missing key \"schedule_file\" (the schedule to run, PyTorch action notation or CSV)");
     if (!uneven && (info.chunks || info.fixed_chunks > 0)) {

@@ -385,11 +385,17 @@ RunSize estimate_run_size(const Config& c, const RunOptions& options) {
     // Context parallelism: the core's cp steps and a send and receive between them, forward,
     // backward and in a full recompute.
     if (s.cp > 1) per_layer += (s.recompute == Recompute::full ? 3 : 2) * (3.0 * s.cp - 2);
-    if (s.name == "fsdp") per_layer += hybrid_shard_ranks(c) > 0 ? 4 : s.sharding == "grad_op" ? 2 : 3;
+    if (s.name == "fsdp") {
+        per_layer += hybrid_shard_ranks(c) > 0 ? 4 : s.sharding == "grad_op" ? 2 : 3;
+        // FSDP2's copies: each gather's out, the gradients in.
+        if (s.fsdp_impl == "fsdp2") per_layer += s.sharding == "grad_op" ? 2 : 3;
+    }
     const double chunks = s.name == "dualpipev" ? 2 : is_scheduled_pipeline(s.name) ? std::max(1, s.chunks) : 1;
     // Edges (the embedding and its TP all-reduce, logits, loss, their backwards; FSDP's root
     // reduce-scatter, one more beside that all-reduce with tp > 1); sends and receives.
-    const double per_microbatch = 7 + (s.name == "fsdp" && s.tp > 1 ? 1 : 0) + (s.pp > 1 ? 4 * chunks : 0);
+    // FSDP2's root copies (its gradients in; its gather's out, once a step, counted here too).
+    const double per_microbatch = 7 + (s.name == "fsdp" && s.tp > 1 ? 1 : 0) + (s.pp > 1 ? 4 * chunks : 0) +
+                                  (s.name == "fsdp" && s.fsdp_impl == "fsdp2" ? 2 : 0);
     // ZeRO-2 synchronises after every microbatch, the others after the last.
     const double syncs = s.zero_stage == 2 ? mb : 1;
     size.layer_events = per_layer + (layers > 0 && s.zero_stage == 2 ? buckets / layers : 0);

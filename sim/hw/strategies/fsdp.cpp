@@ -26,6 +26,12 @@
 // the compute stream (sequence_parallel or not), or with tp_comm_overlap (which
 // stands for torchtitan's AsyncTP) pipelined with the GEMMs on their own stream.
 //
+// FSDP2 (strategy.fsdp_impl "fsdp2", the default) copies on the compute stream: each gathered
+// unit's all-gather output into its parameters once the gather is waited for (reading and writing
+// the gathered bytes), and each unit's gradients into the reduce-scatter's input before it starts
+// (reading them in the model's dtype, writing them in the reduction's), at the GPU's memory rate.
+// FSDP1's flat parameters and Megatron-FSDP's buffers need neither copy.
+//
 // Streams: FSDP2 issues its all-gathers and reduce-scatters from two CUDA
 // streams of its own (FSDPCommContext.lazy_init in
 // torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py: all_gather_stream,
@@ -49,6 +55,12 @@ Task<Transfer> gather(Device& gpu, const Job& job, double bytes, int layer) {
     gpu.allocate(bytes, MemoryKind::weights, ops::all_gather, layer);
     if (!job.zero_group()) co_return Transfer::at(gpu.now());
     co_return co_await gpu.all_gather_start(*job.zero_group(), bytes, layer);
+}
+
+// FSDP2's copy of `bytes` read and written on the compute stream (nothing for the others).
+void copy(Device& gpu, const Job& job, OpCode op, int layer, int mb, double bytes) {
+    if (job.strategy().fsdp_impl != "fsdp2" || bytes <= 0) return;
+    gpu.compute(op, layer, job.config->cluster.gpu.memory_seconds(bytes), 0, IdSet::single(mb), bytes);
 }
 
 // Reduce-scatters of gradients in flight; their unsharded buffers are freed once done.
@@ -94,7 +106,10 @@ Task<> fsdp(Device& gpu, const Job& job) {
     load_model_states(gpu, job);
     Scatters scatters;
 
-    if (root_bytes > 0) co_await gpu.wait(co_await gather(gpu, job, root_bytes, kNoLayer));
+    if (root_bytes > 0) {
+        co_await gpu.wait(co_await gather(gpu, job, root_bytes, kNoLayer));
+        copy(gpu, job, ops::forward, kNoLayer, 0, 2 * root_bytes);
+    }
     for (int mb = 0; mb < job.microbatches; ++mb) {
         // Forward
         co_await embedding_forward(gpu, job, mb);
@@ -103,6 +118,7 @@ Task<> fsdp(Device& gpu, const Job& job) {
             const Transfer current = next;
             if (prefetch && l + 1 < L) next = co_await gather(gpu, job, layer_bytes, l + 1);
             co_await gpu.wait(current);
+            copy(gpu, job, ops::forward, l, mb, 2 * layer_bytes);
             co_await layer_forward(gpu, job, l, mb);
             if (regather) gpu.release(layer_bytes, MemoryKind::weights);  // reshard after forward
             if (!prefetch && l + 1 < L) next = co_await gather(gpu, job, layer_bytes, l + 1);
@@ -115,16 +131,23 @@ Task<> fsdp(Device& gpu, const Job& job) {
         for (int l = L - 1; l >= 0; --l) {
             const Transfer current = next;
             if (regather && prefetch && l > 0) next = co_await gather(gpu, job, layer_bytes, l - 1);
-            if (regather) co_await gpu.wait(current);
+            if (regather) {
+                co_await gpu.wait(current);
+                copy(gpu, job, ops::backward, l, mb, 2 * layer_bytes);
+            }
             co_await layer_backward(gpu, job, l, mb);
             gpu.release(layer_bytes, MemoryKind::weights);
+            copy(gpu, job, ops::backward, l, mb, (1 + grad_scale) * layer_bytes);
             co_await scatter(gpu, job, scatters, grad_scale * layer_bytes, l);
             if (mb == 0) allocate_grads(gpu, job, job.work->layer.params, l);
             co_await scatters.release_done(gpu);
             if (regather && !prefetch && l > 0) next = co_await gather(gpu, job, layer_bytes, l - 1);
         }
         embedding_backward(gpu, job, mb);
-        if (root_bytes > 0) co_await scatter(gpu, job, scatters, grad_scale * root_bytes, kNoLayer);
+        if (root_bytes > 0) {
+            copy(gpu, job, ops::backward, kNoLayer, mb, (1 + grad_scale) * root_bytes);
+            co_await scatter(gpu, job, scatters, grad_scale * root_bytes, kNoLayer);
+        }
         if (mb == 0) allocate_grads(gpu, job, job.params() - L * job.work->layer.params, kNoLayer);
     }
 
