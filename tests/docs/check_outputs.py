@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+"""Are the outputs the docs show what dtsim prints now?
+
+Every code block line of the README and docs/*.md that starts with `$ dtsim ...` or
+`$ build/dtsim ...` (after any indentation; a trailing backslash continues it) is run with the
+given binary, from a scratch folder that sees the repository's configs/, calibration/ and
+examples/ (so files the command writes land there), and each line the docs show after it, up to
+the next `$ ` line or the end of the block, must be a line of what it printed (stdout, then
+stderr). `...` stands for lines left out. Host timings are masked on both sides: "events in X s",
+"searched in ...", "X configs/s", "wall_s". A command whose file arguments do not exist here
+(files the docs make in an earlier step, such as a hand-written schedule) is skipped and listed.
+
+    check_outputs.py --dtsim build/dtsim [--root .] [FILE.md ...]
+
+Exit status 0 when every block matches, 1 when some do not (each is named, with the doc's lines
+that were not printed), 2 for bad arguments.
+"""
+
+import argparse
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+
+COMMAND = re.compile(r"^(\s*)\$ (?:build/)?dtsim (.*)$")
+MASKS = [
+    (re.compile(r"events in [0-9.]+ s"), "events in X s"),
+    (re.compile(r"searched in .*"), "searched in X"),
+    (re.compile(r"[0-9.]+(e[+-]?[0-9]+)? configs/s"), "X configs/s"),
+    (re.compile(r'"(wall_s|configs_per_s)": [0-9.e+-]+'), r'"\1": X'),
+]
+
+
+def mask(line):
+    for pattern, repl in MASKS:
+        line = pattern.sub(repl, line)
+    return line.rstrip()
+
+
+def blocks(text):
+    """(line number, indentation, command, the lines shown after it) of each command in code blocks."""
+    lines = text.split("\n")
+    in_code = False
+    i = 0
+    while i < len(lines):
+        if lines[i].strip().startswith("```"):
+            in_code = not in_code
+            i += 1
+            continue
+        m = COMMAND.match(lines[i]) if in_code else None
+        if not m:
+            i += 1
+            continue
+        start, indent, command = i, m.group(1), m.group(2)
+        while command.endswith("\\") and i + 1 < len(lines):
+            i += 1
+            command = command[:-1] + " " + lines[i].strip()
+        shown = []
+        i += 1
+        while i < len(lines) and not lines[i].strip().startswith("```") and not re.match(r"^\s*\$ ", lines[i]):
+            shown.append(lines[i][len(indent):] if lines[i].startswith(indent) else lines[i])
+            i += 1
+        yield start + 1, command, shown
+
+
+def missing_inputs(command, root):
+    """The file arguments (not an option's output file) that do not exist under root."""
+    words = shlex.split(command.replace("{", "").replace("}", ""))
+    out = []
+    for k, w in enumerate(words):
+        if w.startswith("-") or not re.search(r"\.(json|txt|csv)$", w):
+            continue
+        if k > 0 and words[k - 1] in ("--trace", "--svg", "--png", "--pdf", "--csv", "--out", "--chrome-trace", "--write", "-o"):
+            continue
+        if "," in w or "=" in w:
+            continue
+        if not os.path.exists(os.path.join(root, w)):
+            out.append(w)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--dtsim", required=True, help="the dtsim binary")
+    ap.add_argument("--root", default=".", help="the repository (default: .)")
+    ap.add_argument("files", nargs="*", help="Markdown files (default: README.md and docs/*.md)")
+    args = ap.parse_args()
+    root = os.path.abspath(args.root)
+    dtsim = os.path.abspath(args.dtsim)
+    if not os.access(dtsim, os.X_OK):
+        print(f"check_outputs: {args.dtsim}: not an executable", file=sys.stderr)
+        return 2
+    files = args.files or [os.path.join(root, "README.md")] + sorted(
+        os.path.join(root, "docs", f) for f in os.listdir(os.path.join(root, "docs")) if f.endswith(".md"))
+    stale, skipped, checked = [], [], 0
+    with tempfile.TemporaryDirectory(prefix="dtsim-docs-") as scratch:
+        for name in ("configs", "calibration", "examples"):
+            if os.path.exists(os.path.join(root, name)):
+                os.symlink(os.path.join(root, name), os.path.join(scratch, name))
+        for path in files:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+            rel = os.path.relpath(path, root)
+            for line, command, shown in blocks(text):
+                absent = missing_inputs(command, root)
+                if absent:
+                    skipped.append(f"{rel}:{line}: dtsim {command[:80]} (no {', '.join(absent)} here)")
+                    continue
+                run = subprocess.run(f"{shlex.quote(dtsim)} {command}", shell=True, executable="/bin/bash",
+                                     cwd=scratch, capture_output=True, text=True, timeout=600)
+                printed = {mask(x) for x in (run.stdout + "\n" + run.stderr).split("\n")}
+                absent_lines = [s for s in shown if s.strip() and s.strip() != "..." and mask(s) not in printed]
+                checked += 1
+                if absent_lines:
+                    stale.append((rel, line, command, absent_lines))
+    for rel, line, command, absent_lines in stale:
+        print(f"{rel}:{line}: dtsim {command}")
+        for s in absent_lines[:6]:
+            print(f"    not printed now: {s[:160]}")
+        if len(absent_lines) > 6:
+            print(f"    ... and {len(absent_lines) - 6} more")
+    for s in skipped:
+        print(f"skipped {s}")
+    print(f"check_outputs: {checked} commands run, {len(stale)} with lines the docs show that dtsim no longer prints, "
+          f"{len(skipped)} skipped")
+    return 1 if stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
