@@ -130,11 +130,10 @@ void print_report(const hw::Config& c, const hw::RunReport& r) {
                               ? "one rank for its data- and tensor-parallel twins"
                               : "the replicas with slow GPUs, and one for the other data-parallel replicas",
                           r.simulated_ranks, r.gpus);
-    else if (has_twins && c.stragglers.jitter.on())
-        how = " (every rank: jitter makes twins differ)";
-    else if (has_twins && !c.stragglers.slowdown.empty())
-        how = hw::hybrid_shard_ranks(c) > 0 ? " (every rank: slow GPUs with hybrid sharding make twins differ)"
-                                            : " (every rank: slow GPUs in every data-parallel replica, or all but one)";
+    else if (has_twins && r.simulated_ranks >= r.gpus) {
+        const std::string why = hw::every_rank_reason(c, {.keep_trace = false});
+        if (!why.empty()) how = fmt::format(" (every rank: {})", why);
+    }
     fmt::print("  simulated     {} events in {:.3f} s{}\n", r.events, r.wall_seconds, how);
     for (std::size_t i = 0; i < r.caveats.size(); ++i)
         fmt::print("  {}{}\n", i == 0 ? "weakest       " : "              ", r.caveats[i]);

@@ -3,12 +3,14 @@
 
 Every code block line of the README and docs/*.md that starts with `$ dtsim ...` or
 `$ build/dtsim ...` (after any indentation; a trailing backslash continues it) is run with the
-given binary, from a scratch folder that sees the repository's configs/, calibration/ and
-examples/ (so files the command writes land there), and each line the docs show after it, up to
-the next `$ ` line or the end of the block, must be a line of what it printed (stdout, then
-stderr). `...` stands for lines left out. Host timings are masked on both sides: "events in X s",
-"searched in ...", "X configs/s", "wall_s". A command whose file arguments do not exist here
-(files the docs make in an earlier step, such as a hand-written schedule) is skipped and listed.
+given binary, from a scratch folder holding copies of the repository's configs/, calibration/ and
+examples/ (so nothing a command writes lands in the repository), and the lines the docs show after
+it, up to the next `$ ` line or the end of the block, must be lines of what it printed (stdout,
+then stderr), in the same order; lines may be left out between them (`...` marks where the docs
+say so). Host timings are masked on both sides: "events in X s", "searched in ...",
+"X configs/s", "wall_s". A command whose file arguments do not exist there (files the docs make in
+an earlier step, such as a hand-written schedule) is skipped and listed; one that runs past
+--timeout seconds counts as stale. Exit statuses are not checked: the docs do not show them.
 
     check_outputs.py --dtsim build/dtsim [--root .] [FILE.md ...]
 
@@ -20,6 +22,7 @@ import argparse
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -65,6 +68,19 @@ def blocks(text):
         yield start + 1, command, shown
 
 
+def in_order(shown, printed):
+    """The shown lines (masked) that are not found in `printed` in order, each after the last found."""
+    absent, at = [], 0
+    for s in shown:
+        if not s.strip() or s.strip() == "...":
+            continue
+        try:
+            at = printed.index(mask(s), at) + 1
+        except ValueError:
+            absent.append(s)
+    return absent
+
+
 def missing_inputs(command, root):
     """The file arguments (not an option's output file) that do not exist under root."""
     words = shlex.split(command.replace("{", "").replace("}", ""))
@@ -85,6 +101,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dtsim", required=True, help="the dtsim binary")
     ap.add_argument("--root", default=".", help="the repository (default: .)")
+    ap.add_argument("--timeout", type=float, default=120, help="seconds a command may run (default: 120)")
     ap.add_argument("files", nargs="*", help="Markdown files (default: README.md and docs/*.md)")
     args = ap.parse_args()
     root = os.path.abspath(args.root)
@@ -97,22 +114,26 @@ def main():
     stale, skipped, checked = [], [], 0
     with tempfile.TemporaryDirectory(prefix="dtsim-docs-") as scratch:
         for name in ("configs", "calibration", "examples"):
-            if os.path.exists(os.path.join(root, name)):
-                os.symlink(os.path.join(root, name), os.path.join(scratch, name))
+            if os.path.isdir(os.path.join(root, name)):
+                shutil.copytree(os.path.join(root, name), os.path.join(scratch, name), symlinks=True)
         for path in files:
             with open(path, encoding="utf-8") as f:
                 text = f.read()
             rel = os.path.relpath(path, root)
             for line, command, shown in blocks(text):
-                absent = missing_inputs(command, root)
+                absent = missing_inputs(command, scratch)
                 if absent:
                     skipped.append(f"{rel}:{line}: dtsim {command[:80]} (no {', '.join(absent)} here)")
                     continue
-                run = subprocess.run(f"{shlex.quote(dtsim)} {command}", shell=True, executable="/bin/bash",
-                                     cwd=scratch, capture_output=True, text=True, timeout=600)
-                printed = {mask(x) for x in (run.stdout + "\n" + run.stderr).split("\n")}
-                absent_lines = [s for s in shown if s.strip() and s.strip() != "..." and mask(s) not in printed]
                 checked += 1
+                try:
+                    run = subprocess.run(f"{shlex.quote(dtsim)} {command}", shell=True, executable="/bin/bash",
+                                         cwd=scratch, capture_output=True, text=True, timeout=args.timeout)
+                except subprocess.TimeoutExpired:
+                    stale.append((rel, line, command, [f"(ran past {args.timeout:g} s)"]))
+                    continue
+                printed = [mask(x) for x in (run.stdout + "\n" + run.stderr).split("\n")]
+                absent_lines = in_order(shown, printed)
                 if absent_lines:
                     stale.append((rel, line, command, absent_lines))
     for rel, line, command, absent_lines in stale:

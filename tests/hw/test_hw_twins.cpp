@@ -180,6 +180,36 @@ TEST_CASE("twins once applies only where the twins are the same") {
                     {{"stragglers", R"({"slowdown": {"0": 1.1, "2": 1.1, "4": 1.1, "6": 1.1, "8": 1.1, "10": 1.1,
                                         "12": 1.1}})"}}),
         none));
+    // A rank has no twins at dp 1 and tp 1.
+    CHECK_FALSE(twins_once_applies(
+        load_config(kRuns + "llama3-8b-8xh100-megatron.json",
+                    {{"strategy.name", "\"1f1b\""}, {"strategy.tp", "1"}, {"strategy.pp", "8"}, {"strategy.dp", "1"},
+                     {"strategy.sequence_parallel", "false"}}),
+        none));
+    // Twins must sit alike on the nodes: 3 context-parallel ranks on nodes of 8 GPUs, or pipeline
+    // stages of 6 GPUs, put some replicas' groups or sends across two nodes and others' in one.
+    const Config cp3 = load_config(kRuns + "llama3-8b-16xh100-fsdp.json",
+                                   {{"cluster.nodes", "3"}, {"strategy.dp", "8"}, {"strategy.cp", "3"},
+                                    {"model.seq", "6144"}, {"training.global_batch", "16"}});
+    CHECK_FALSE(twins_once_applies(cp3, none));
+    CHECK(every_rank_reason(cp3, none) ==
+          "the cp x tp = 3 GPUs of a replica's stage straddle the nodes of 8 GPUs unevenly, so twins would cross "
+          "other links");
+    const Config pp6 = load_config(kRuns + "llama3-70b-64xh100-1f1b.json",
+                                   {{"cluster.nodes", "3"}, {"strategy.dp", "6"}, {"strategy.tp", "1"}, {"strategy.pp", "4"},
+                                    {"strategy.sequence_parallel", "false"}, {"model.layers", "8"},
+                                    {"training.global_batch", "24"}});
+    CHECK_FALSE(twins_once_applies(pp6, none));
+    CHECK(every_rank_reason(pp6, none).starts_with("the dp x cp x tp = 6 GPUs of a pipeline stage straddle"));
+    // ... as they do where a stage fills whole nodes or a node holds whole stages.
+    CHECK(twins_once_applies(load_config(kRuns + "llama3-70b-64xh100-1f1b.json", {{"cluster.nodes", "16"}, {"strategy.dp", "4"}}),
+                             none));
+    CHECK(twins_once_applies(load_config(kRuns + "llama3-70b-64xh100-1f1b.json",
+                                         {{"cluster.nodes", "2"}, {"strategy.dp", "2"}, {"strategy.tp", "2"}}),
+                             none));
+    CHECK(every_rank_reason(load_config(kRuns + "llama3-8b-16xh100-fsdp.json"), none).empty());
+    CHECK(every_rank_reason(load_config(kRuns + "llama3-8b-16xh100-zero1-straggler.json"), none) ==
+          "jitter makes twins differ");
     // Tensor parallelism alone has twins.
     CHECK(twins_once_applies(
         load_config(kRuns + "llama3-8b-8xh100-megatron.json", {{"strategy.tp", "8"}, {"strategy.dp", "1"}}), none));

@@ -88,14 +88,19 @@ struct RunOptions {
 };
 
 // The ranks simulate() runs for their twins, or none where it simulates every rank. A transformer
-// strategy on the whole grid with dp x tp > 1: one rank for every data-parallel replica and
-// tensor-parallel position (hybrid sharding too: each shard and replica group is priced whole).
-// With slow GPUs (stragglers.slowdown) the replicas that hold one are simulated whole, each of its
+// strategy on the whole grid with dp x tp > 1 whose twins sit alike on the nodes (a replica's
+// cp x tp GPUs at a stage, and with pipelines a stage's dp x cp x tp, each fill whole nodes or
+// divide one): one rank for every data-parallel replica and tensor-parallel position (hybrid
+// sharding too: each shard and replica group is priced whole). With slow GPUs
+// (stragglers.slowdown) the replicas that hold one are simulated whole, each of its
 // tensor-parallel ranks, and one other replica stands for the rest (all of them wait alike for the
 // slow ones' gradients); every rank where that saves nothing (a slow GPU in all replicas but one, or
 // hybrid sharding, whose shard groups would mix the two kinds). Jitter makes every rank differ:
 // none.
 std::optional<Twins> simulated_twins(const Config& c, const RunOptions& options);
+// Where the run has twins (a transformer strategy, dp x tp > 1, twins_once) but simulate() runs
+// every rank, why, in a few words; empty otherwise.
+std::string every_rank_reason(const Config& c, const RunOptions& options);
 // Whether simulate() runs fewer ranks than GPUs: simulated_twins has a value.
 bool twins_once_applies(const Config& c, const RunOptions& options);
 

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
 #include <stdexcept>
 #include <string>
 
@@ -91,7 +92,8 @@ std::vector<Job> make_jobs(World& world, const Config& config, const Workload& w
     const Twins simulated = twins ? *twins : Twins::whole(dp, tp);
     const std::vector<int>& replicas = simulated.replicas;
     const int sim_dp = static_cast<int>(replicas.size()), sim_tp = simulated.tp;
-    if (sim_dp < 1 || sim_dp > dp || !std::is_sorted(replicas.begin(), replicas.end()) || replicas.front() < 0 ||
+    if (sim_dp < 1 || sim_dp > dp || std::adjacent_find(replicas.begin(), replicas.end(), std::greater_equal<>()) !=
+                                         replicas.end() || replicas.front() < 0 ||
         replicas.back() >= dp || (sim_tp != 1 && sim_tp != tp) || simulated.stand_in >= replicas.size())
         throw std::logic_error("make_jobs: twins outside the grid");
     // Megatron-LM's order with context parallelism: tp innermost, then cp, dp, pp; the world's

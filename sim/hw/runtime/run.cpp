@@ -100,21 +100,50 @@ PipelinePlan make_plan(const Config& c) {
 
 }  // namespace
 
-std::optional<Twins> simulated_twins(const Config& c, const RunOptions& options) {
+namespace {
+
+// simulated_twins, and where the run has twins but simulates every rank, why (`why`).
+std::optional<Twins> choose_twins(const Config& c, const RunOptions& options, std::string& why) {
     const StrategyConfig& s = c.strategy;
-    if (!options.twins_once || s.name == "puzzle" || s.dp * s.tp < 2 || c.stragglers.jitter.on() ||
-        static_cast<long long>(s.dp) * s.cp * s.tp * s.pp != c.gpus())
+    why.clear();
+    if (!options.twins_once || s.name == "puzzle" || s.dp * s.tp < 2) return std::nullopt;
+    if (static_cast<long long>(s.dp) * s.cp * s.tp * s.pp != c.gpus()) {
+        why = "the layout does not fill the cluster";
         return std::nullopt;
+    }
+    // Twins sit alike on the nodes: the cp x tp GPUs of a replica at one stage (its tensor- and
+    // context-parallel groups) and the dp x cp x tp GPUs of a stage (a pipeline's sends, the
+    // embedding group) each fill whole nodes or share one with their likes, never straddle two.
+    const long long g = c.cluster.gpus_per_node, replica = static_cast<long long>(s.cp) * s.tp,
+                    stage = replica * s.dp;
+    const auto aligned = [g](long long block) { return g % block == 0 || block % g == 0; };
+    if (!aligned(replica) || (s.pp > 1 && !aligned(stage))) {
+        why = fmt::format("{} straddle the nodes of {} GPUs unevenly, so twins would cross other links",
+                          !aligned(replica) ? fmt::format("the cp x tp = {} GPUs of a replica's stage", replica)
+                                            : fmt::format("the dp x cp x tp = {} GPUs of a pipeline stage", stage),
+                          g);
+        return std::nullopt;
+    }
+    if (c.stragglers.jitter.on()) {
+        why = "jitter makes twins differ";
+        return std::nullopt;
+    }
     if (c.stragglers.slowdown.empty()) return Twins{};
     // Slow GPUs: their replicas run apart (every tensor-parallel rank: a slow one's peers wait for
     // it), the others alike, as one of them; hybrid sharding's shard groups would mix the two.
-    if (hybrid_shard_ranks(c) > 0) return std::nullopt;
+    if (hybrid_shard_ranks(c) > 0) {
+        why = "slow GPUs with hybrid sharding make twins differ";
+        return std::nullopt;
+    }
     std::vector<int> slow;
     for (const auto& [gpu, factor] : c.stragglers.slowdown)
         if (gpu >= 0 && gpu < c.gpus()) slow.push_back(gpu / (s.cp * s.tp) % s.dp);
     std::sort(slow.begin(), slow.end());
     slow.erase(std::unique(slow.begin(), slow.end()), slow.end());
-    if (static_cast<int>(slow.size()) + 1 >= s.dp) return std::nullopt;
+    if (static_cast<int>(slow.size()) + 1 >= s.dp) {
+        why = "slow GPUs in every data-parallel replica, or all but one";
+        return std::nullopt;
+    }
     int stand_in = 0;
     while (std::binary_search(slow.begin(), slow.end(), stand_in)) ++stand_in;
     Twins twins{slow, s.tp, 0};
@@ -122,6 +151,19 @@ std::optional<Twins> simulated_twins(const Config& c, const RunOptions& options)
     twins.stand_in = static_cast<std::size_t>(at - twins.replicas.begin());
     twins.replicas.insert(at, stand_in);
     return twins;
+}
+
+}  // namespace
+
+std::optional<Twins> simulated_twins(const Config& c, const RunOptions& options) {
+    std::string why;
+    return choose_twins(c, options, why);
+}
+
+std::string every_rank_reason(const Config& c, const RunOptions& options) {
+    std::string why;
+    (void)choose_twins(c, options, why);
+    return why;
 }
 
 bool twins_once_applies(const Config& c, const RunOptions& options) { return simulated_twins(c, options).has_value(); }
@@ -464,7 +506,8 @@ RunResult simulate(const Config& c, const RunOptions& options) {
         if (options.straggler_baseline) {
             Config without = c;
             without.stragglers = Stragglers{};
-            r.baseline_step_time = simulate_transformer(without, {.keep_trace = false}).report.step_time;
+            r.baseline_step_time =
+                simulate_transformer(without, {.keep_trace = false, .twins_once = options.twins_once}).report.step_time;
         }
     }
     r.name = c.name;

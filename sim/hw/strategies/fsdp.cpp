@@ -60,7 +60,7 @@ Task<Transfer> gather(Device& gpu, const Job& job, double bytes, int layer) {
 // FSDP2's copy of `bytes` read and written on the compute stream (nothing for the others).
 void copy(Device& gpu, const Job& job, OpCode op, int layer, int mb, double bytes) {
     if (job.strategy().fsdp_impl != "fsdp2" || bytes <= 0) return;
-    gpu.compute(op, layer, job.config->cluster.gpu.memory_seconds(bytes), 0, IdSet::single(mb), bytes);
+    gpu.memory_bound(op, layer, bytes, IdSet::single(mb));
 }
 
 // Reduce-scatters of gradients in flight; their unsharded buffers are freed once done.
