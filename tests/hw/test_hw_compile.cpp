@@ -203,13 +203,24 @@ TEST_CASE("torchao's float8 without compile, and compile with Transformer Engine
     CHECK_FALSE(has(caveats({{"strategy.fp8", "\"torchao\""}, {"strategy.compile", "true"}}), "torchao's float8"));
     CHECK(has(caveats({{"strategy.fp8", "\"te\""}, {"strategy.compile", "true"}}), "Transformer Engine's float8 linears were not measured"));
     CHECK(caveats({{"strategy.compile", "true"}}).empty());
-    // A power limit is an estimate, and says so with its factor.
+    // A power limit says where its factor comes from: on the H100, the law fitted to GEMMs at 500 W,
+    // (5/7)^0.4666 = exp(0.4666 x -0.336472) = 0.855; (3/7)^0.4666 = exp(0.4666 x -0.847298) = 0.673.
     CHECK(has(caveats({{"cluster.gpu.power_limit_W", "500"}}),
-              "tensor-core throughput x0.903 under the 500 W power limit on a 700 W part"));
+              "tensor-core throughput x0.855 under the 500 W power limit on a 700 W part: clock ~ power^0.467, fitted "
+              "to GEMMs measured on a power-limited part (h100_gemm_published:h100_hbm2e_500w_bf16_by_shape)"));
     CHECK(caveats({{"cluster.gpu.power_limit_W", "700"}}).empty());
-    CHECK(has(caveats({{"cluster.gpu.power_limit_W", "300"}}), "x0.774 under the 300 W power limit"));
-    CHECK(has(caveats({{"cluster.gpu.power_limit_W", "300"}}), "extrapolated below the lower point's share of the TDP"));
-    CHECK_FALSE(has(caveats({{"cluster.gpu.power_limit_W", "500"}}), "extrapolated"));
+    CHECK(has(caveats({{"cluster.gpu.power_limit_W", "300"}}), "x0.673 under the 300 W power limit"));
+    // Without a fitted law (the A100's), the datasheets' estimate: (3/4)^0.302118 = 0.917, and below
+    // the NVL's 4/7 of the TDP an extrapolation.
+    auto a100 = [](const std::string& watts) {
+        const Config c = load_config(std::string(DTSIM_CONFIGS) + "/runs/gpt3-175b-1024xa100-sc21.json",
+                                     {{"cluster.gpu.power_limit_W", watts}});
+        return prediction_caveats(c, make_workload(c.model.spec, layer_split(c), c.cluster.gpu));
+    };
+    CHECK(has(a100("300"), "x0.917 under the 300 W power limit on a 400 W part: estimated from NVIDIA's datasheet peaks"));
+    CHECK(has(a100("300"), "carried from Hopper to A100"));
+    CHECK_FALSE(has(a100("300"), "extrapolated"));
+    CHECK(has(a100("150"), "extrapolated below the lower point's share of the TDP"));
 }
 
 TEST_CASE("an eagerly composed RMSNorm moves 36 bytes an element where a fused one moves 4; compiled blocks fuse it") {

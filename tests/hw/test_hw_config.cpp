@@ -9,6 +9,7 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <cmath>
 #include <filesystem>
 #include <stdexcept>
 #include <string>
@@ -414,6 +415,19 @@ TEST_CASE("a power limit needs the part's TDP and cannot exceed it") {
     CHECK(load_config(kData + "/run.json", {parse_override("cluster.gpu.tdp_W=700"),
                                               parse_override("cluster.gpu.power_limit_W=500")})
               .cluster.gpu.power_limit_watts == 500);
+    // A fitted power law: its exponent in (0, 4], the data sets it came from.
+    const Config fitted = load_config(
+        kData + "/run.json", {parse_override("cluster.gpu.tdp_W=700"), parse_override("cluster.gpu.power_limit_W=500"),
+                              parse_override(R"(cluster.gpu.power_clock={"exponent": 0.5, "datasets": ["a:b"]})")});
+    CHECK(fitted.cluster.gpu.power_exponent == 0.5);
+    CHECK(fitted.cluster.gpu.power_datasets == std::vector<std::string>{"a:b"});
+    CHECK(fitted.cluster.gpu.tensor_clock_scale() == doctest::Approx(std::sqrt(5.0 / 7)));
+    CHECK(error_of("run.json", {parse_override(R"(cluster.gpu.power_clock={"exponent": 0})")})
+              .find("$.cluster.gpu.power_clock.exponent") != std::string::npos);
+    CHECK(error_of("run.json", {parse_override(R"(cluster.gpu.power_clock={"exponent": 0.5, "exponant": 1})")})
+              .find("$.cluster.gpu.power_clock.exponant: unknown key") != std::string::npos);
+    CHECK(error_of("run.json", {parse_override("cluster.gpu.power_clock=0.5")}).find("$.cluster.gpu.power_clock") !=
+          std::string::npos);
 }
 
 TEST_CASE("strategy.norm_kernel is fused or composed, and reaches the layer split") {

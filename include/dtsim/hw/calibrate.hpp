@@ -176,6 +176,17 @@ struct GemmFitResult {
 };
 GemmFitResult fit_gemm(const GpuSpec& gpu, const std::vector<GemmPoint>& points);
 
+// The exponent k of the tensor clock's power law (GpuSpec::power_exponent) by least squares on
+// log(TFLOP/s) over `points`, GEMMs measured on `gpu` at its power limit (power_limit_watts below
+// tdp_watts; its GEMM curve as fitted at the TDP), k searched in (0, 4]; returns k and the RMS of
+// log(predicted / measured). Throws std::invalid_argument without points or without a limit below
+// the TDP.
+struct PowerFitResult {
+    double exponent = 0;
+    double rms_log = 0;
+};
+PowerFitResult fit_power_exponent(const GpuSpec& gpu, const std::vector<GemmPoint>& points);
+
 struct CalibrateOptions {
     std::vector<std::string> only;     // data set ids to use (empty: all that match the cluster's GPU)
     std::vector<std::string> exclude;  // data set ids to leave out

@@ -114,12 +114,18 @@ struct GpuSpec {
     // holds a lower tensor clock. 0 = not given (the part runs at its TDP).
     double tdp_watts = 0;
     double power_limit_watts = 0;
+    // The exponent of the tensor clock's power law (cluster.gpu.power_clock: {"exponent",
+    // "datasets"}), fitted by dtsim calibrate to GEMMs measured on this part at a power limit, and
+    // those data sets; 0 = the datasheets' (power_clock_exponent()).
+    double power_exponent = 0;
+    std::vector<std::string> power_datasets;
     // Streaming multiprocessors (cluster.gpu.sms; 0 = not given): what a GEMM shares with
     // communication kernels that take SMs from it (StrategyConfig::tp_overlap_sm_margin).
     int sms = 0;
 
     // The factor on every tensor-core throughput (GEMMs, fused attention) under the power
-    // limit: (limit / TDP)^power_clock_exponent(), 1 without a limit. Memory-bound work keeps
+    // limit: (limit / TDP)^exponent, the fitted power_exponent or else power_clock_exponent(),
+    // 1 without a limit. Memory-bound work keeps
     // its speed (HBM's clock is not the SMs'). The peaks themselves (peak(), MFU) stay the
     // datasheet's, as frameworks report MFU against them.
     [[nodiscard]] double tensor_clock_scale() const;

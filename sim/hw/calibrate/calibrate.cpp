@@ -492,6 +492,31 @@ std::vector<FitLine> fit_lines(std::vector<std::pair<double, double>> pts, int m
     return used;
 }
 
+PowerFitResult fit_power_exponent(const GpuSpec& gpu, const std::vector<GemmPoint>& points) {
+    if (points.empty()) throw std::invalid_argument("fitting the power exponent needs at least 1 shape");
+    if (!(gpu.tdp_watts > 0) || !(gpu.power_limit_watts > 0) || gpu.power_limit_watts >= gpu.tdp_watts)
+        throw std::invalid_argument("fitting the power exponent needs GEMMs measured at a power limit below the TDP");
+    GpuSpec g = gpu;
+    auto rms = [&](double k) {
+        g.power_exponent = k;
+        double e = 0;
+        for (const auto& p : points) {
+            const double r = std::log(2 * p.m * p.n * p.k / g.gemm_seconds(p.m, p.n, p.k, p.dtype) / kTera / p.tflops);
+            e += r * r;
+        }
+        return std::sqrt(e / static_cast<double>(points.size()));
+    };
+    // A grid over (0, 4], then halving steps around the best: one parameter, a smooth error.
+    PowerFitResult best{0.001, rms(0.001)};
+    for (int i = 2; i <= 4000; ++i)
+        if (const double e = rms(0.001 * i); e < best.rms_log) best = {0.001 * i, e};
+    for (double step = 0.0005; step > 1e-7; step /= 2)
+        for (const double k : {best.exponent - step, best.exponent + step})
+            if (k > 0 && k <= 4)
+                if (const double e = rms(k); e < best.rms_log) best = {k, e};
+    return best;
+}
+
 GemmFitResult fit_gemm(const GpuSpec& gpu, const std::vector<GemmPoint>& points) {
     if (points.size() < 2) throw std::invalid_argument("fitting the GEMM model needs at least 2 shapes");
     GpuSpec g = gpu;
@@ -675,8 +700,8 @@ std::vector<std::string> fit_gemm_model(json& gm, GpuSpec gpu, const std::string
     std::vector<std::string> shape_ids;
     for (const auto& s : data.gemms) {
         if (!wanted(s.id, o)) continue;
-        // Measured on a part unlike the config's (gpu_overrides: other memory, a power limit):
-        // validation only.
+        // Measured on a part unlike the config's (gpu_overrides: other memory, a power limit): not
+        // the curve's (a power limit's table fits the power law, fit_power_clock).
         if (s.hbm_TBps > 0 || s.power_limit_W > 0) continue;
         bool used = false;
         for (const auto& p : s.rows) {
@@ -786,6 +811,47 @@ std::vector<std::string> fit_gemm_model(json& gm, GpuSpec gpu, const std::string
     std::vector<std::string> all = gemm_ids;
     all.insert(all.end(), shape_ids.begin(), shape_ids.end());
     return all;
+}
+
+// The tensor clock's power law (gpu.power_clock) from GEMM tables measured on this family at a
+// power limit below its TDP (a section's gpu_overrides), on the GEMM curve fitted at the TDP.
+void fit_power_clock(json& gpu_doc, const GpuSpec& gpu, const std::string& family, const GroundTruth& data,
+                     const CalibrateOptions& o, CalibrateResult& out, std::vector<std::string>& sources) {
+    std::vector<GemmPoint> points;
+    std::vector<std::string> ids;
+    GpuSpec limited = gpu;
+    for (const auto& s : data.gemms) {
+        if (!wanted(s.id, o) || !(s.power_limit_W > 0) || s.best_shape) continue;
+        std::vector<GemmPoint> mine;
+        for (const auto& p : s.rows)
+            if (same_family(p.gpu, family) && gpu.peak_flops[static_cast<std::size_t>(p.dtype)] > 0) mine.push_back(p);
+        if (mine.empty()) continue;
+        if (!(gpu.tdp_watts > 0) || s.power_limit_W >= gpu.tdp_watts) {
+            out.log.push_back(fmt::format("skipped {}: measured at {:g} W, not below the base's TDP ({})", s.id,
+                                          s.power_limit_W,
+                                          gpu.tdp_watts > 0 ? fmt::format("{:g} W", gpu.tdp_watts) : "none given"));
+            continue;
+        }
+        if (!ids.empty() && (s.power_limit_W != limited.power_limit_watts || s.hbm_TBps * kTera != limited.memory_bandwidth))
+            throw std::invalid_argument(fmt::format("the power exponent is fitted to one part at one limit, but {} and {} "
+                                                    "differ in their gpu_overrides",
+                                                    ids.front(), s.id));
+        limited.power_limit_watts = s.power_limit_W;
+        if (s.hbm_TBps > 0) limited.memory_bandwidth = s.hbm_TBps * kTera;
+        points.insert(points.end(), mine.begin(), mine.end());
+        ids.push_back(s.id);
+    }
+    if (points.empty()) return;
+    const PowerFitResult fit = fit_power_exponent(limited, points);
+    gpu_doc["power_clock"] = {{"exponent", std::round(fit.exponent * 10000) / 10000}, {"datasets", ids}};
+    limited.power_exponent = std::round(fit.exponent * 10000) / 10000;
+    ++out.fitted;
+    out.log.push_back(fmt::format("power clock: tensor clock ~ power^{:.4f} (the datasheets give {:.4f}), x{:.3f} at {:g} "
+                                  "W of {:g}, from {} ({} shapes, RMS of log error {:.1f} %)",
+                                  fit.exponent, power_clock_exponent(), limited.tensor_clock_scale(),
+                                  limited.power_limit_watts, limited.tdp_watts, fmt::join(ids, ", "), points.size(),
+                                  100 * fit.rms_log));
+    sources.push_back(fmt::format("gpu.power_clock: dtsim calibrate on {}", fmt::join(ids, ", ")));
 }
 
 // Megatron rows: the fp16 GEMM ceiling (the SC21 runs are fp16) fitted end to end so that the
@@ -950,6 +1016,7 @@ CalibrateResult calibrate(const json& base, const std::string& base_file, const 
         gm["datasets"] = all;
         sources.push_back(fmt::format("gpu.gemm: dtsim calibrate on {}", fmt::join(all, ", ")));
     }
+    fit_power_clock(cl["gpu"], make_cluster(out.cluster, base_file).gpu, family, data, o, out, sources);
     fit_attention_model(cl["gpu"], c.gpu, family, data, o, out, sources);
     if (out.fitted == 0) {
         // Nothing fitted: the written cluster would be the base, unchanged. Say why.

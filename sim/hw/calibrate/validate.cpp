@@ -342,7 +342,7 @@ ValidationSet gemm_set(const GemmSet& s, Clusters& clusters, const ValidateOptio
     v.file = s.file;
     std::vector<std::string> used, fits;
     std::set<std::string> unpredicted;  // why rows were not predicted
-    bool in_sample = false;
+    bool in_sample = false, power_in_sample = false;
     for (std::size_t i = 0; i < s.rows.size(); ++i) {
         const GemmPoint& p = s.rows[i];
         std::string up = p.gpu;
@@ -370,8 +370,18 @@ ValidationSet gemm_set(const GemmSet& s, Clusters& clusters, const ValidateOptio
             continue;
         }
         if (std::find(used.begin(), used.end(), cd->file) == used.end()) used.push_back(cd->file);
-        in_sample |= std::find(gpu.gemm.datasets.begin(), gpu.gemm.datasets.end(), s.id) != gpu.gemm.datasets.end();
-        if (o.holdout && !s.best_shape) {
+        const bool power_fit = s.power_limit_W > 0 && std::find(gpu.power_datasets.begin(), gpu.power_datasets.end(),
+                                                                s.id) != gpu.power_datasets.end();
+        power_in_sample |= power_fit;
+        in_sample |= power_fit ||
+                     std::find(gpu.gemm.datasets.begin(), gpu.gemm.datasets.end(), s.id) != gpu.gemm.datasets.end();
+        if (o.holdout && power_fit) {
+            // The power law refitted to the table's other shapes, on the curve fitted at the TDP.
+            std::vector<GemmPoint> rest;
+            for (std::size_t j = 0; j < s.rows.size(); ++j)
+                if (j != i && same_family(s.rows[j].gpu, fam)) rest.push_back(s.rows[j]);
+            gpu.power_exponent = rest.empty() ? 0 : fit_power_exponent(gpu, rest).exponent;
+        } else if (o.holdout && !s.best_shape) {
             std::vector<GemmPoint> rest;
             for (std::size_t j = 0; j < s.rows.size(); ++j)
                 if (j != i && same_family(s.rows[j].gpu, fam)) rest.push_back(s.rows[j]);
@@ -387,8 +397,13 @@ ValidationSet gemm_set(const GemmSet& s, Clusters& clusters, const ValidateOptio
     v.cluster = join(used) + (s.hbm_TBps > 0 || s.power_limit_W > 0 ? " with the section's gpu_overrides" : "");
     const bool leave_one_out = o.holdout && !s.best_shape;
     for (auto& p : v.points) p.in_sample = in_sample && !leave_one_out;
-    if (leave_one_out)
+    if (leave_one_out && power_in_sample)
+        v.fit = "held out: each shape predicted with the power law fitted to the other shapes of the table (leave one "
+                "out)";
+    else if (leave_one_out)
         v.fit = "held out: each shape predicted from a fit to the other shapes of the table (leave one out)";
+    else if (power_in_sample)
+        v.fit = "in-sample: the tensor clock's power law was fitted to this table";
     else if (s.best_shape)
         v.fit = in_sample ? "in-sample: these rows set the efficiency ceilings" : "held out";
     else

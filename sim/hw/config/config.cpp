@@ -242,7 +242,8 @@ void from_json(const Node& n, AttentionModel& a) {
 }
 
 void from_json(const Node& n, GpuSpec& g) {
-    n.keys({"name", "peak_tflops", "hbm_GiB", "hbm_TBps", "tdp_W", "power_limit_W", "sms", "gemm", "attention"});
+    n.keys({"name", "peak_tflops", "hbm_GiB", "hbm_TBps", "tdp_W", "power_limit_W", "power_clock", "sms", "gemm",
+            "attention"});
     g.name = n.has("name") ? n["name"].string() : "gpu";
     const Node peaks = n["peak_tflops"];
     peaks.keys({"fp32", "tf32", "bf16", "fp16", "fp8"});
@@ -262,6 +263,16 @@ void from_json(const Node& n, GpuSpec& g) {
             limit.fail(fmt::format("{:g} W is above the part's TDP of {:g} W (tdp_W): a power limit can only lower the "
                                    "board power",
                                    g.power_limit_watts, g.tdp_watts));
+    }
+    g.power_exponent = 0;
+    g.power_datasets.clear();
+    if (n.has("power_clock")) {
+        // {"exponent": k, "datasets": [...]}: tensor clock ~ power^k, fitted by dtsim calibrate.
+        const Node pc = n["power_clock"];
+        if (!pc.is_object()) pc.expected("an object of exponent and datasets");
+        pc.keys({"exponent", "datasets"});
+        g.power_exponent = pc["exponent"].real(ranges::power_exponent);
+        if (pc.has("datasets")) g.power_datasets = read_datasets(pc["datasets"]);
     }
     g.sms = n.has("sms") ? n["sms"].integer(1) : 0;
     if (n.has("gemm")) from_json(n["gemm"], g.gemm);

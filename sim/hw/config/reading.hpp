@@ -24,6 +24,7 @@ inline constexpr Range throughput_tflops{"a throughput", "TFLOP/s", 0, 1e6, true
 inline constexpr Range memory_GiB{"a memory size", "GiB", 0, 1e6, true};
 inline constexpr Range memory_TBps{"a memory bandwidth", "TB/s", 1e-6, 1e9};
 inline constexpr Range power_W{"a board power", "W", 0, 1e6, true};  // (0, 1 MW]
+inline constexpr Range power_exponent{"an exponent of power", "", 0, 4, true};  // (0, 4]
 inline constexpr Range bandwidth_GBps{"a bandwidth", "GB/s", 1e-3, 1e12};
 inline constexpr Range measured_GBps{"a bandwidth", "GB/s", 0, 1e12};  // a measurement, 0 allowed
 inline constexpr Range latency_us{"a latency", "us", 0, 1e6};  // up to a second

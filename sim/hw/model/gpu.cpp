@@ -53,7 +53,7 @@ double power_clock_exponent() {
 
 double GpuSpec::tensor_clock_scale() const {
     if (!(power_limit_watts > 0) || !(tdp_watts > 0) || power_limit_watts >= tdp_watts) return 1;
-    return std::pow(power_limit_watts / tdp_watts, power_clock_exponent());
+    return std::pow(power_limit_watts / tdp_watts, power_exponent > 0 ? power_exponent : power_clock_exponent());
 }
 
 double GpuSpec::gemm_seconds(double m, double n, double k, DType d, double count) const {

@@ -580,11 +580,18 @@ std::vector<std::string> prediction_caveats(const Config& c, const Workload& wor
             beyond += ", extrapolated below the lower point's share of the TDP";
         if (gpu.name.find("H100") == std::string::npos && gpu.name.find("H200") == std::string::npos)
             beyond += fmt::format(", and carried from Hopper to {}", gpu.name);
-        out.push_back(fmt::format("tensor-core throughput x{:.3f} under the {:g} W power limit on a {:g} W part: estimated "
-                                  "from NVIDIA's datasheet peaks of two Hopper parts (H100 SXM at 700 W, H100 NVL at "
-                                  "400 W: clock ~ power^{:.3f}){}, not measured at this limit",
-                                  gpu.tensor_clock_scale(), gpu.power_limit_watts, gpu.tdp_watts, power_clock_exponent(),
-                                  beyond));
+        if (gpu.power_exponent > 0)
+            out.push_back(fmt::format("tensor-core throughput x{:.3f} under the {:g} W power limit on a {:g} W part: clock "
+                                      "~ power^{:.3f}, fitted to GEMMs measured on a power-limited part ({}); at another "
+                                      "limit, a law fitted at one",
+                                      gpu.tensor_clock_scale(), gpu.power_limit_watts, gpu.tdp_watts, gpu.power_exponent,
+                                      fmt::join(gpu.power_datasets, ", ")));
+        else
+            out.push_back(fmt::format("tensor-core throughput x{:.3f} under the {:g} W power limit on a {:g} W part: "
+                                      "estimated from NVIDIA's datasheet peaks of two Hopper parts (H100 SXM at 700 W, "
+                                      "H100 NVL at 400 W: clock ~ power^{:.3f}){}, not measured at this limit",
+                                      gpu.tensor_clock_scale(), gpu.power_limit_watts, gpu.tdp_watts,
+                                      power_clock_exponent(), beyond));
     }
     if (s.compile && s.fp8 == Fp8::te)
         out.push_back("compiled blocks with Transformer Engine's float8 linears were not measured: priced as compiled "
