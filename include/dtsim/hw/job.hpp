@@ -120,6 +120,8 @@ std::vector<Job> make_jobs(World& world, const Config& config, const Workload& w
 // The cluster's GPU of the rank at (stage, dp_rank, cp_rank, tp_rank) of `s`'s grid, in Megatron-LM's
 // order (tp innermost, then cp, dp, pp): make_jobs' placement of the whole job.
 int gpu_of(const StrategyConfig& s, int stage, int dp_rank, int cp_rank, int tp_rank);
+// The data-parallel rank (replica) of the cluster's GPU `gpu` in that placement.
+int replica_of(const StrategyConfig& s, int gpu);
 // FSDP's HYBRID_SHARD shards the model states over the data-parallel ranks of one node
 // (gpus_per_node / tp of them, at most dp) and all-reduces across nodes, but only where the
 // data-parallel ranks make whole nodes of them, two or more: dp > that and a multiple of it.

@@ -492,6 +492,18 @@ std::vector<FitLine> fit_lines(std::vector<std::pair<double, double>> pts, int m
     return used;
 }
 
+namespace {
+// The RMS of log(predicted / measured TFLOP/s) of GEMM points on `g`.
+double gemm_rms_log(const GpuSpec& g, const std::vector<GemmPoint>& points) {
+    double e = 0;
+    for (const auto& p : points) {
+        const double r = std::log(2 * p.m * p.n * p.k / g.gemm_seconds(p.m, p.n, p.k, p.dtype) / kTera / p.tflops);
+        e += r * r;
+    }
+    return std::sqrt(e / static_cast<double>(points.size()));
+}
+}  // namespace
+
 PowerFitResult fit_power_exponent(const GpuSpec& gpu, const std::vector<GemmPoint>& points) {
     if (points.empty()) throw std::invalid_argument("fitting the power exponent needs at least 1 shape");
     if (!(gpu.tdp_watts > 0) || !(gpu.power_limit_watts > 0) || gpu.power_limit_watts >= gpu.tdp_watts)
@@ -499,12 +511,7 @@ PowerFitResult fit_power_exponent(const GpuSpec& gpu, const std::vector<GemmPoin
     GpuSpec g = gpu;
     auto rms = [&](double k) {
         g.power_exponent = k;
-        double e = 0;
-        for (const auto& p : points) {
-            const double r = std::log(2 * p.m * p.n * p.k / g.gemm_seconds(p.m, p.n, p.k, p.dtype) / kTera / p.tflops);
-            e += r * r;
-        }
-        return std::sqrt(e / static_cast<double>(points.size()));
+        return gemm_rms_log(g, points);
     };
     // A grid over (0, 4], then halving steps around the best: one parameter, a smooth error.
     PowerFitResult best{0.001, rms(0.001)};
@@ -744,14 +751,6 @@ std::vector<std::string> fit_gemm_model(json& gm, GpuSpec gpu, const std::string
         for (const auto& p : shapes)
             if (!ceiling.count(p.dtype)) open[p.dtype].push_back(p);
         const DType main = shapes.empty() ? DType::bf16 : shapes.front().dtype;
-        auto log_error = [](const GpuSpec& g, const std::vector<GemmPoint>& pts) {
-            double e = 0;
-            for (const auto& p : pts) {
-                const double r = std::log(2 * p.m * p.n * p.k / g.gemm_seconds(p.m, p.n, p.k, p.dtype) / kTera / p.tflops);
-                e += r * r;
-            }
-            return std::sqrt(e / static_cast<double>(pts.size()));
-        };
         if (open.count(main) && open[main].size() >= 3) {
             double best_e = 0, best = 0;
             GemmModel best_model = gpu.gemm;
@@ -760,7 +759,7 @@ std::vector<std::string> fit_gemm_model(json& gm, GpuSpec gpu, const std::string
                 g.gemm.max_efficiency = 0.30 + 0.005 * i;
                 g.gemm.dtype_efficiency[static_cast<std::size_t>(main)] = 0;
                 g.gemm = fit_gemm(g, open[main]).model;
-                const double err = log_error(g, open[main]);
+                const double err = gemm_rms_log(g, open[main]);
                 if (i == 0 || err < best) best = err, best_e = g.gemm.max_efficiency, best_model = g.gemm;
             }
             gpu.gemm = best_model;
@@ -785,7 +784,7 @@ std::vector<std::string> fit_gemm_model(json& gm, GpuSpec gpu, const std::string
             for (int i = 0; i <= 280; ++i) {
                 GpuSpec g = gpu;
                 g.gemm.dtype_efficiency[static_cast<std::size_t>(d)] = 0.30 + 0.0025 * i;
-                const double err = log_error(g, pts);
+                const double err = gemm_rms_log(g, pts);
                 if (i == 0 || err < best) best = err, best_e = 0.30 + 0.0025 * i;
             }
             gpu.gemm.dtype_efficiency[static_cast<std::size_t>(d)] = best_e;
@@ -843,8 +842,8 @@ void fit_power_clock(json& gpu_doc, const GpuSpec& gpu, const std::string& famil
     }
     if (points.empty()) return;
     const PowerFitResult fit = fit_power_exponent(limited, points);
-    gpu_doc["power_clock"] = {{"exponent", std::round(fit.exponent * 10000) / 10000}, {"datasets", ids}};
-    limited.power_exponent = std::round(fit.exponent * 10000) / 10000;
+    limited.power_exponent = std::round(fit.exponent * 10000) / 10000;  // as written
+    gpu_doc["power_clock"] = {{"exponent", limited.power_exponent}, {"datasets", ids}};
     ++out.fitted;
     out.log.push_back(fmt::format("power clock: tensor clock ~ power^{:.4f} (the datasheets give {:.4f}), x{:.3f} at {:g} "
                                   "W of {:g}, from {} ({} shapes, RMS of log error {:.1f} %)",

@@ -375,17 +375,16 @@ ValidationSet gemm_set(const GemmSet& s, Clusters& clusters, const ValidateOptio
         power_in_sample |= power_fit;
         in_sample |= power_fit ||
                      std::find(gpu.gemm.datasets.begin(), gpu.gemm.datasets.end(), s.id) != gpu.gemm.datasets.end();
-        if (o.holdout && power_fit) {
-            // The power law refitted to the table's other shapes, on the curve fitted at the TDP.
+        if (o.holdout && !s.best_shape) {
+            // Leave one out: the power law refitted to the table's other shapes (on the curve fitted
+            // at the TDP) where it was fitted to the table, else the GEMM curve.
             std::vector<GemmPoint> rest;
             for (std::size_t j = 0; j < s.rows.size(); ++j)
                 if (j != i && same_family(s.rows[j].gpu, fam)) rest.push_back(s.rows[j]);
-            gpu.power_exponent = rest.empty() ? 0 : fit_power_exponent(gpu, rest).exponent;
-        } else if (o.holdout && !s.best_shape) {
-            std::vector<GemmPoint> rest;
-            for (std::size_t j = 0; j < s.rows.size(); ++j)
-                if (j != i && same_family(s.rows[j].gpu, fam)) rest.push_back(s.rows[j]);
-            if (rest.size() >= 2) gpu.gemm = fit_gemm(gpu, rest).model;
+            if (power_fit)
+                gpu.power_exponent = rest.empty() ? 0 : fit_power_exponent(gpu, rest).exponent;
+            else if (rest.size() >= 2)
+                gpu.gemm = fit_gemm(gpu, rest).model;
         }
         const double t = gpu.gemm_seconds(p.m, p.n, p.k, p.dtype);
         v.points.push_back({label, 2 * p.m * p.n * p.k, p.tflops, 2 * p.m * p.n * p.k / t / kTera, "TFLOP/s", true});

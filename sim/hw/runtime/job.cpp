@@ -43,6 +43,8 @@ int gpu_of(const StrategyConfig& s, int stage, int dp_rank, int cp_rank, int tp_
     return ((stage * s.dp + dp_rank) * s.cp + cp_rank) * s.tp + tp_rank;
 }
 
+int replica_of(const StrategyConfig& s, int gpu) { return gpu / (s.cp * s.tp) % s.dp; }
+
 int hybrid_shard_ranks(const Config& config) {
     const StrategyConfig& s = config.strategy;
     if (s.name != "fsdp" || s.sharding != "hybrid") return 0;
@@ -77,7 +79,7 @@ std::vector<int> twin_gpus(const Config& config, const Twins& twins) {
 
 int twin_of(const Config& config, const Twins& twins, int gpu) {
     const StrategyConfig& s = config.strategy;
-    const int stage = gpu / (s.dp * s.cp * s.tp), d = gpu / (s.cp * s.tp) % s.dp, c = gpu / s.tp % s.cp;
+    const int stage = gpu / (s.dp * s.cp * s.tp), d = replica_of(s, gpu), c = gpu / s.tp % s.cp;
     const int t = twins.tp == s.tp ? gpu % s.tp : 0;
     const int i = twins.place(d) >= 0 ? twins.place(d) : static_cast<int>(twins.stand_in);
     return ((stage * static_cast<int>(twins.replicas.size()) + i) * s.cp + c) * twins.tp + t;

@@ -137,7 +137,7 @@ std::optional<Twins> choose_twins(const Config& c, const RunOptions& options, st
     }
     std::vector<int> slow;
     for (const auto& [gpu, factor] : c.stragglers.slowdown)
-        if (gpu >= 0 && gpu < c.gpus()) slow.push_back(gpu / (s.cp * s.tp) % s.dp);
+        if (gpu >= 0 && gpu < c.gpus()) slow.push_back(replica_of(s, gpu));
     std::sort(slow.begin(), slow.end());
     slow.erase(std::unique(slow.begin(), slow.end()), slow.end());
     if (static_cast<int>(slow.size()) + 1 >= s.dp) {

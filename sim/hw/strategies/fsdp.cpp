@@ -57,11 +57,6 @@ Task<Transfer> gather(Device& gpu, const Job& job, double bytes, int layer) {
     co_return co_await gpu.all_gather_start(*job.zero_group(), bytes, layer);
 }
 
-// FSDP2's copy of `bytes` read and written on the compute stream (nothing for the others).
-void copy(Device& gpu, const Job& job, OpCode op, int layer, int mb, double bytes) {
-    if (job.strategy().fsdp_impl != "fsdp2" || bytes <= 0) return;
-    gpu.memory_bound(op, layer, bytes, IdSet::single(mb));
-}
 
 // Reduce-scatters of gradients in flight; their unsharded buffers are freed once done.
 struct Scatters {
@@ -103,12 +98,17 @@ Task<> fsdp(Device& gpu, const Job& job) {
     const double root_bytes = bytes_per_element(job.work->model.dtype) * (job.params() - L * job.work->layer.params);
     // Gradients are reduce-scattered in their own dtype (fp32 by default: FSDP2's reduce_dtype).
     const double grad_scale = job.work->grad_bytes / bytes_per_element(job.work->model.dtype);
+    // FSDP2's copy of `bytes` read and written on the compute stream (nothing for the others).
+    const bool copies = job.strategy().fsdp_impl == "fsdp2";
+    const auto copy = [&](OpCode op, int layer, int mb, double bytes) {
+        if (copies && bytes > 0) gpu.memory_bound(op, layer, bytes, IdSet::single(mb));
+    };
     load_model_states(gpu, job);
     Scatters scatters;
 
     if (root_bytes > 0) {
         co_await gpu.wait(co_await gather(gpu, job, root_bytes, kNoLayer));
-        copy(gpu, job, ops::forward, kNoLayer, 0, 2 * root_bytes);
+        copy(ops::forward, kNoLayer, 0, 2 * root_bytes);
     }
     for (int mb = 0; mb < job.microbatches; ++mb) {
         // Forward
@@ -118,7 +118,7 @@ Task<> fsdp(Device& gpu, const Job& job) {
             const Transfer current = next;
             if (prefetch && l + 1 < L) next = co_await gather(gpu, job, layer_bytes, l + 1);
             co_await gpu.wait(current);
-            copy(gpu, job, ops::forward, l, mb, 2 * layer_bytes);
+            copy(ops::forward, l, mb, 2 * layer_bytes);
             co_await layer_forward(gpu, job, l, mb);
             if (regather) gpu.release(layer_bytes, MemoryKind::weights);  // reshard after forward
             if (!prefetch && l + 1 < L) next = co_await gather(gpu, job, layer_bytes, l + 1);
@@ -133,11 +133,11 @@ Task<> fsdp(Device& gpu, const Job& job) {
             if (regather && prefetch && l > 0) next = co_await gather(gpu, job, layer_bytes, l - 1);
             if (regather) {
                 co_await gpu.wait(current);
-                copy(gpu, job, ops::backward, l, mb, 2 * layer_bytes);
+                copy(ops::backward, l, mb, 2 * layer_bytes);
             }
             co_await layer_backward(gpu, job, l, mb);
             gpu.release(layer_bytes, MemoryKind::weights);
-            copy(gpu, job, ops::backward, l, mb, (1 + grad_scale) * layer_bytes);
+            copy(ops::backward, l, mb, (1 + grad_scale) * layer_bytes);
             co_await scatter(gpu, job, scatters, grad_scale * layer_bytes, l);
             if (mb == 0) allocate_grads(gpu, job, job.work->layer.params, l);
             co_await scatters.release_done(gpu);
@@ -145,7 +145,7 @@ Task<> fsdp(Device& gpu, const Job& job) {
         }
         embedding_backward(gpu, job, mb);
         if (root_bytes > 0) {
-            copy(gpu, job, ops::backward, kNoLayer, mb, (1 + grad_scale) * root_bytes);
+            copy(ops::backward, kNoLayer, mb, (1 + grad_scale) * root_bytes);
             co_await scatter(gpu, job, scatters, grad_scale * root_bytes, kNoLayer);
         }
         if (mb == 0) allocate_grads(gpu, job, job.params() - L * job.work->layer.params, kNoLayer);
