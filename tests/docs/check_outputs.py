@@ -12,13 +12,20 @@ say so). Host timings are masked on both sides: "events in X s", "searched in ..
 an earlier step, such as a hand-written schedule) is skipped and listed; one that runs past
 --timeout seconds counts as stale. Exit statuses are not checked: the docs do not show them.
 
-    check_outputs.py --dtsim build/dtsim [--root .] [FILE.md ...]
+With --update, a stale block that shows the whole output (no `...`, and at least 80 % as many lines as
+are printed now) is replaced by what is printed now; in any other, each shown line that is no longer
+printed is replaced by the printed line most like it (difflib's ratio at least 0.6) after the one
+the previous shown line matched, and lines with no such match are left and reported. Read the diff
+before committing it: the prose around a block may quote its figures.
+
+    check_outputs.py --dtsim build/dtsim [--root .] [--update] [FILE.md ...]
 
 Exit status 0 when every block matches, 1 when some do not (each is named, with the doc's lines
 that were not printed), 2 for bad arguments.
 """
 
 import argparse
+import difflib
 import os
 import re
 import shlex
@@ -60,12 +67,13 @@ def blocks(text):
         while command.endswith("\\") and i + 1 < len(lines):
             i += 1
             command = command[:-1] + " " + lines[i].strip()
-        shown = []
+        shown, where = [], []
         i += 1
         while i < len(lines) and not lines[i].strip().startswith("```") and not re.match(r"^\s*\$ ", lines[i]):
             shown.append(lines[i][len(indent):] if lines[i].startswith(indent) else lines[i])
+            where.append(i)
             i += 1
-        yield start + 1, command, shown
+        yield start + 1, command, shown, where, indent
 
 
 def in_order(shown, printed):
@@ -79,6 +87,33 @@ def in_order(shown, printed):
         except ValueError:
             absent.append(s)
     return absent
+
+
+def updated(shown, printed, raw):
+    """The shown lines with each one no longer printed replaced by the most similar printed line
+    after the previous match (None where none is similar enough)."""
+    out, at = [], 0
+    for s in shown:
+        if not s.strip() or s.strip() == "...":
+            out.append(s)
+            continue
+        try:
+            at = printed.index(mask(s), at) + 1
+            out.append(s)
+            continue
+        except ValueError:
+            pass
+        best, best_ratio = None, 0.6
+        for k in range(at, len(printed)):
+            r = difflib.SequenceMatcher(None, mask(s), printed[k]).ratio()
+            if r > best_ratio:
+                best, best_ratio = k, r
+        if best is None:
+            out.append(None)
+        else:
+            out.append(raw[best].rstrip())
+            at = best + 1
+    return out
 
 
 def missing_inputs(command, root):
@@ -102,6 +137,7 @@ def main():
     ap.add_argument("--dtsim", required=True, help="the dtsim binary")
     ap.add_argument("--root", default=".", help="the repository (default: .)")
     ap.add_argument("--timeout", type=float, default=120, help="seconds a command may run (default: 120)")
+    ap.add_argument("--update", action="store_true", help="replace the lines no longer printed by the nearest printed ones")
     ap.add_argument("files", nargs="*", help="Markdown files (default: README.md and docs/*.md)")
     args = ap.parse_args()
     root = os.path.abspath(args.root)
@@ -120,7 +156,8 @@ def main():
             with open(path, encoding="utf-8") as f:
                 text = f.read()
             rel = os.path.relpath(path, root)
-            for line, command, shown in blocks(text):
+            edits = {}
+            for line, command, shown, where, indent in blocks(text):
                 absent = missing_inputs(command, scratch)
                 if absent:
                     skipped.append(f"{rel}:{line}: dtsim {command[:80]} (no {', '.join(absent)} here)")
@@ -132,10 +169,35 @@ def main():
                 except subprocess.TimeoutExpired:
                     stale.append((rel, line, command, [f"(ran past {args.timeout:g} s)"]))
                     continue
-                printed = [mask(x) for x in (run.stdout + "\n" + run.stderr).split("\n")]
+                raw = (run.stdout + "\n" + run.stderr).split("\n")
+                printed = [mask(x) for x in raw]
                 absent_lines = in_order(shown, printed)
+                if absent_lines and args.update and where:
+                    body = [x.rstrip() for x in raw]
+                    while body and not body[-1]:
+                        body.pop()
+                    whole = all(x.strip() != "..." for x in shown) and len(shown) >= 0.8 * len(body)
+                    new = body if whole else updated(shown, printed, raw)
+                    if whole:
+                        absent_lines = []
+                    else:
+                        new = [x if x is not None else s for s, x in zip(shown, new)]
+                        absent_lines = [s for s, x in zip(shown, updated(shown, printed, raw)) if x is None]
+                    # The block's shown lines, without the blank ones that end it.
+                    last = len(shown)
+                    while last > 0 and not shown[last - 1].strip():
+                        last -= 1
+                    if last > 0:
+                        edits[where[0]] = (where[last - 1], [indent + x if x.strip() else x for x in new])
                 if absent_lines:
                     stale.append((rel, line, command, absent_lines))
+            if edits:
+                lines = text.split("\n")
+                for first in sorted(edits, reverse=True):
+                    end, new_lines = edits[first]
+                    lines[first:end + 1] = new_lines
+                with open(path, "w", encoding="utf-8") as f:
+                    f.write("\n".join(lines))
     for rel, line, command, absent_lines in stale:
         print(f"{rel}:{line}: dtsim {command}")
         for s in absent_lines[:6]:
