@@ -337,24 +337,42 @@ TEST_CASE("a run says where its prediction is weakest") {
     auto has = [](const std::vector<std::string>& v, const std::string& part) {
         return std::any_of(v.begin(), v.end(), [&](const std::string& s) { return s.find(part) != std::string::npos; });
     };
+    // Data parallelism: its collectives take SMs from the compute beside them, a model not measured,
+    // said as such; and said where nothing is taken.
+    const std::string sms = "compute beside a collective runs on the SMs its NCCL kernel leaves (of 132, one per channel)";
+    CHECK(has(caveats("llama3-8b-16xh100-fsdp.json", {}), sms));
+    CHECK(has(caveats("llama3-8b-16xh100-fsdp.json", {"cluster.gpu.collectives_take_sms=false"}),
+              "collectives beside compute take nothing from it (cluster.gpu.collectives_take_sms false)"));
+    CHECK_FALSE(has(caveats("llama3-8b-16xh100-fsdp.json", {"strategy.dp=1", "cluster.nodes=1", "cluster.gpus_per_node=1",
+                                                            "training.global_batch=4"}),
+                    "beside compute"));
+    const auto without_sms = [&](const std::string& run, const std::vector<std::string>& sets) {
+        auto out = caveats(run, sets);
+        std::erase_if(out, [&](const std::string& s) { return s.starts_with(sms); });
+        return out;
+    };
     // Measured attention, GEMMs fitted to kernels, curves on 2 nodes for a 2-node cluster: nothing to
     // say but the early stop of its full recompute, taken as PyTorch 2.1's, said unless given.
-    const auto fsdp = caveats("llama3-8b-16xh100-fsdp.json", {});
+    const auto fsdp = without_sms("llama3-8b-16xh100-fsdp.json", {});
     REQUIRE(fsdp.size() == 1);
     CHECK(fsdp[0].find("recompute_early_stop false") != std::string::npos);
-    CHECK(caveats("llama3-8b-16xh100-fsdp.json", {"strategy.recompute_early_stop=true"}).empty());
-    CHECK(caveats("llama3-8b-16xh100-fsdp.json", {"strategy.recompute_early_stop=false"}).empty());
+    CHECK(without_sms("llama3-8b-16xh100-fsdp.json", {"strategy.recompute_early_stop=true"}).empty());
+    CHECK(without_sms("llama3-8b-16xh100-fsdp.json", {"strategy.recompute_early_stop=false"}).empty());
     CHECK_FALSE(has(caveats("llama3-70b-64xh100-1f1b.json", {"strategy.recompute=full"}), "recompute_early_stop"));
     // Without the attention curves, the core is priced as GEMMs, and the run says so.
     CHECK(has(caveats("llama3-8b-16xh100-fsdp.json", {"cluster.gpu.attention={}"}), "fused attention priced as two GEMMs"));
     // 8 nodes against curves measured on 2.
     CHECK(has(caveats("llama3-70b-64xh100-1f1b.json", {}), "measured on at most 2 nodes, the cluster has 8"));
     // Tensor parallelism: its overlap priced as free; the backward's collectives beside the first
-    // linear's GEMMs priced as free too (with sequence parallelism, also the input's second gather);
-    // nothing where they block (Megatron-LM before its asynchronous all-reduce, torchtitan's TP).
+    // linear's GEMMs priced on the SMs their kernels leave (with sequence parallelism, also the
+    // input's second gather), or free where nothing is taken; nothing where they block (Megatron-LM
+    // before its asynchronous all-reduce, torchtitan's TP).
     CHECK(has(caveats("llama3-70b-64xh100-1f1b.json", {"strategy.tp_comm_overlap=true"}), "overlapped with their GEMMs at no cost"));
     const auto plain_tp = caveats("llama3-8b-8xh100-megatron.json", {"strategy.tp=2", "strategy.dp=4", "strategy.sequence_parallel=false"});
-    CHECK(has(plain_tp, "the backward's tensor-parallel all-reduces run beside the GEMMs at no cost"));
+    CHECK(has(plain_tp, "the backward's tensor-parallel all-reduces run beside the GEMMs on the SMs their NCCL kernels leave them"));
+    CHECK(has(caveats("llama3-8b-8xh100-megatron.json", {"strategy.tp=2", "strategy.dp=4", "strategy.sequence_parallel=false",
+                                                         "cluster.gpu.collectives_take_sms=false"}),
+              "the backward's tensor-parallel all-reduces run beside the GEMMs at no cost to them"));
     CHECK_FALSE(has(plain_tp, "re-gathers"));
     CHECK(has(caveats("llama3-70b-64xh100-1f1b.json", {}), "re-gathers and reduce-scatters run beside the GEMMs"));
     CHECK_FALSE(has(caveats("llama3-70b-64xh100-1f1b.json", {"strategy.tp_async_backward=false"}), "tensor-parallel"));

@@ -192,7 +192,10 @@ TEST_CASE("torchao's float8 without compile, and compile with Transformer Engine
         // (its early stop given, so that the run has nothing else to say)
         sets.push_back({"strategy.recompute_early_stop", "true"});
         const Config c = load_config(std::string(DTSIM_CONFIGS) + "/runs/llama3-8b-16xh100-fsdp.json", sets);
-        return prediction_caveats(c, make_workload(c.model.spec, layer_split(c), c.cluster.gpu));
+        auto out = prediction_caveats(c, make_workload(c.model.spec, layer_split(c), c.cluster.gpu));
+        // (the SMs its collectives take: test_hw_attention's)
+        std::erase_if(out, [](const std::string& s) { return s.starts_with("compute beside a collective"); });
+        return out;
     };
     auto has = [](const std::vector<std::string>& v, const std::string& text) {
         for (const auto& s : v)

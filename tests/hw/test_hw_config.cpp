@@ -402,6 +402,14 @@ TEST_CASE("Apex's distributed optimizer needs ZeRO stage 1 or 2 under a Megatron
               "$.strategy.distributed_optimizer: expected \"megatron\" or \"apex\", found \"deepspeed\"") != std::string::npos);
 }
 
+TEST_CASE("collectives take SMs from the compute beside them unless the cluster says not") {
+    CHECK(load_config(kData + "/run.json").cluster.gpu.collectives_take_sms);
+    CHECK_FALSE(load_config(kData + "/run.json", {parse_override("cluster.gpu.collectives_take_sms=false")})
+                    .cluster.gpu.collectives_take_sms);
+    CHECK(error_of("run.json", {parse_override("cluster.gpu.collectives_take_sms=2")})
+              .find("$.cluster.gpu.collectives_take_sms") != std::string::npos);
+}
+
 TEST_CASE("a power limit needs the part's TDP and cannot exceed it") {
     CHECK(error_of("run.json", {parse_override("cluster.gpu.power_limit_W=500")}).find(
               "$.cluster.gpu.power_limit_W: a power limit needs the part's TDP: give $.cluster.gpu.tdp_W") !=

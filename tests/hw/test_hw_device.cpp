@@ -49,6 +49,81 @@ TEST_CASE("an asynchronous all-reduce starts when the last member is ready and l
     CHECK(world.step_time() == doctest::Approx(std::max(0.006, 0.004 + cost)));
 }
 
+TEST_CASE("a collective's CTAs take SMs from the compute beside it while its kernel is expected to run") {
+    Cluster c = test::small_cluster(1);
+    c.gpu.sms = 100;
+    const double S = 256 * kMiB;
+    // Per rank: an all-gather started at 0 on the data stream, then `work` seconds of compute.
+    auto clock_after = [&](const Cluster& cl, double work, bool takes) {
+        World world(cl, 2);
+        Group& all = world.everyone();
+        double after = 0;
+        world.run([&](Device& gpu) -> Task<> {
+            const Transfer h = co_await gpu.start(Collective::all_gather, all, S, 0, CommStream::data, takes);
+            gpu.compute(ops::forward, 0, work);
+            if (gpu.rank() == 0) after = gpu.now();
+            co_await gpu.wait(h);
+        });
+        return after;
+    };
+    World probe(c, 2);
+    const CollectiveCost cost = probe.everyone().cost(Collective::all_gather, S);
+    REQUIRE(cost.ctas > 0);
+    REQUIRE(cost.ctas < 100);
+    const double d = cost.seconds, rate = (100.0 - cost.ctas) / 100;
+    // Longer than the collective: d seconds at `rate`, the rest at full speed.
+    CHECK(clock_after(c, 2 * d, true) == doctest::Approx(d + (2 * d - d * rate)).epsilon(1e-12));
+    // Inside it: all at `rate`.
+    CHECK(clock_after(c, 0.5 * d, true) == doctest::Approx(0.5 * d / rate).epsilon(1e-12));
+    // Not taken: communication that takes no SMs, the switch off, or no SM count.
+    CHECK(clock_after(c, 2 * d, false) == 2 * d);
+    Cluster off = c;
+    off.gpu.collectives_take_sms = false;
+    CHECK(clock_after(off, 2 * d, true) == 2 * d);
+    CHECK(clock_after(test::small_cluster(1), 2 * d, true) == 2 * d);
+}
+
+TEST_CASE("kernels queued on a stream hold SMs one after another; two streams' kernels add up") {
+    Cluster c = test::small_cluster(1);
+    c.gpu.sms = 100;
+    const double S = 256 * kMiB;
+    World probe(c, 2);
+    const CollectiveCost cost = probe.everyone().cost(Collective::all_gather, S);
+    const double d = cost.seconds, k = cost.ctas;
+    {
+        // Two all-gathers on the data stream: the second's kernel runs once the first's is expected to end.
+        World world(c, 2);
+        Group& all = world.everyone();
+        double after = 0;
+        world.run([&](Device& gpu) -> Task<> {
+            const Transfer a = co_await gpu.start(Collective::all_gather, all, S, 0);
+            const Transfer b = co_await gpu.start(Collective::all_gather, all, S, 1);
+            gpu.compute(ops::forward, 0, 3 * d);
+            if (gpu.rank() == 0) after = gpu.now();
+            co_await gpu.wait(a);
+            co_await gpu.wait(b);
+        });
+        const double rate = (100 - k) / 100;
+        CHECK(after == doctest::Approx(2 * d + (3 * d - 2 * d * rate)).epsilon(1e-12));
+    }
+    {
+        // One on each stream at once: their CTAs together.
+        World world(c, 2);
+        Group& all = world.everyone();
+        double after = 0;
+        world.run([&](Device& gpu) -> Task<> {
+            const Transfer a = co_await gpu.start(Collective::all_gather, all, S, 0);
+            const Transfer b = co_await gpu.start(Collective::all_gather, all, S, 1, CommStream::tensor);
+            gpu.compute(ops::forward, 0, 3 * d);
+            if (gpu.rank() == 0) after = gpu.now();
+            co_await gpu.wait(a);
+            co_await gpu.wait(b);
+        });
+        const double rate = (100 - 2 * k) / 100;
+        CHECK(after == doctest::Approx(d + (3 * d - d * rate)).epsilon(1e-12));
+    }
+}
+
 TEST_CASE("the time split adds up: compute, exposed communication, idle") {
     World world(test::small_cluster(1), 2);
     Group& all = world.everyone();

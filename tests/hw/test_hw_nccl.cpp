@@ -328,3 +328,25 @@ TEST_CASE("property: over 1-1024 nodes and 1 KiB-16 GiB, bus bandwidth within th
     check_properties(shipped("llama3-8b-16xh100-fsdp.json"), false);
     check_properties(shipped("gpt3-175b-1024xa100-sc21.json"), false);
 }
+
+TEST_CASE("the CTAs NCCL launches: its NVLS channels, the collective channels, fewer for small buffers") {
+    const Cluster c = h100();
+    // One node: an all-reduce of 1 GiB goes NVLS, on NVLS_NCHANNELS_SM90 = 16 channels.
+    const CollectiveCost nvls = collective_cost(c, Collective::all_reduce, kGiB, shape(1, 8));
+    REQUIRE(nvls.nccl_algorithm == NcclAlgorithm::nvls);
+    CHECK(nvls.ctas == 16);
+    // A ring forced: round(370 / 60) = 6 channels on NVLink, doubled by the search and again: 24.
+    const CollectiveCost ring = collective_cost(c, Collective::all_reduce, kGiB, shape(1, 8), Algorithm::ring);
+    REQUIRE(ring.nccl_algorithm == NcclAlgorithm::ring);
+    CHECK(ring.ctas == 24);
+    // Four nodes: one channel per NIC (8), doubled: 16.
+    const CollectiveCost across = collective_cost(c, Collective::all_gather, kGiB, shape(4, 8));
+    REQUIRE(across.nccl_algorithm == NcclAlgorithm::ring);
+    CHECK(across.ctas == 16);
+    // Small buffers: channels dropped while bytes < nc x nt x threshold. Simple: 512 threads x 64 B,
+    // 32 KiB a channel, so 64 KiB keeps 2 of them; LL128: 640 x 8 = 5,120 B a channel, 12 of them
+    // (61,440 B); the ring's LL: 512 x 8 x 32 ranks = 128 KiB a channel, 1.
+    const CollectiveCost small = collective_cost(c, Collective::all_gather, 64 * kKiB, shape(4, 8), Algorithm::ring);
+    const int expected = small.protocol == Protocol::simple ? 2 : small.protocol == Protocol::ll128 ? 12 : 1;
+    CHECK(small.ctas == expected);
+}

@@ -117,6 +117,30 @@ TEST_CASE("FSDP's prefetch never takes longer than gathering each layer when it 
     }
 }
 
+TEST_CASE("collectives beside compute take SMs from it: FSDP slows, userbuffers' overlap does not") {
+    json cluster = realistic_cluster(1);
+    cluster["gpu"]["sms"] = 132;
+    json doc{{"cluster", cluster},
+             {"model", small_model(4)},
+             {"training", {{"global_batch", 16}, {"micro_batch", 1}}},
+             {"strategy", {{"name", "fsdp"}, {"dp", 8}}}};
+    const RunReport taken = run(doc);
+    doc["cluster"]["gpu"]["collectives_take_sms"] = false;
+    const RunReport free = run(doc);
+    // Every gather and reduction inside the node runs on 24 channels: the compute beside them at
+    // 108 / 132 of its speed, never slower (two streams at once would take 48).
+    CHECK(taken.split.compute > free.split.compute);
+    CHECK(taken.split.compute <= free.split.compute * 132.0 / 108);
+    CHECK(taken.step_time >= free.step_time);
+    // Megatron's tensor parallelism with userbuffers' overlap (its SMs are the margin) and no
+    // data parallelism: nothing runs beside the compute on NCCL's kernels.
+    doc["strategy"] = {{"name", "megatron"}, {"tp", 8}, {"dp", 1}, {"sequence_parallel", true}, {"tp_comm_overlap", true}};
+    doc["training"]["global_batch"] = 2;
+    const RunReport ub_free = run(doc);
+    doc["cluster"]["gpu"]["collectives_take_sms"] = true;
+    CHECK(run(doc).step_time == ub_free.step_time);
+}
+
 TEST_CASE("FSDP2 copies gathered weights out and gradients in on the compute stream; FSDP1 and Megatron-FSDP do not") {
     // One GPU: nothing to wait for, so the copies add their time to the step, each at the memory rate.
     json cluster = realistic_cluster(1);

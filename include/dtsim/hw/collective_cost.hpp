@@ -62,6 +62,9 @@ struct CollectiveCost {
     NcclAlgorithm nccl_algorithm = NcclAlgorithm::ring;
     Protocol protocol = Protocol::simple;
     bool measured = false;  // the time is a measured curve's (the algorithm and protocol stay the model's choice)
+    // The CTAs NCCL launches for it (its nMaxChannels for the choice and the size, enqueue.cc's
+    // channel tuning): one per channel, each holding an SM for as long as the kernel runs.
+    int ctas = 0;
 };
 
 // The bus bandwidth of NCCL's ring for a group: inside a node the NVLink

@@ -166,7 +166,11 @@ public:
     // `stream`: the data-parallel and pipeline collectives share one (NCCL's stream); tensor
     // parallelism's overlapped collectives have their own (Transformer Engine's userbuffers), so
     // they do not queue behind a gradient reduction.
-    Task<Transfer> start(Collective c, Group& g, double bytes, int layer = kNoLayer, CommStream stream = CommStream::data);
+    // `takes_sms`: whether its kernel holds SMs the compute stream then lacks (NCCL's CTAs,
+    // GpuSpec::collectives_take_sms); false for communication whose SMs are modelled otherwise
+    // (Transformer Engine's userbuffers: their SM margin) or that takes none (copy engines).
+    Task<Transfer> start(Collective c, Group& g, double bytes, int layer = kNoLayer, CommStream stream = CommStream::data,
+                         bool takes_sms = true);
     Task<Transfer> all_reduce_start(Group& g, double bytes, int layer = kNoLayer) {
         return start(Collective::all_reduce, g, bytes, layer);
     }
@@ -226,6 +230,12 @@ private:
     // idle and comm, and remember where the critical path jumps when it passes here.
     void block_on(const Transfer& t);
     Event& record(OpCode op, int layer, Stream stream, double start, double duration, IdSet batches = {});
+    // A collective started on `stream` at the compute clock: when its kernel is expected to run
+    // (from the clock, or once the stream's previous kernel is expected to end, for the group's
+    // standalone cost) and, where collectives take SMs, the hold of its CTAs.
+    void hold_sms(Collective c, const Group& g, double bytes, CommStream stream, bool takes);
+    // How long `work` seconds of compute starting at `t` take on the SMs the holds leave.
+    double contended(double t, double work);
     // Records an operation of `t` on the communication stream; its times are
     // patched in when the network knows them.
     void record_transfer(OpCode op, int layer, const TransferRecord* t, double bytes, IdSet batches = {});
@@ -238,6 +248,14 @@ private:
     TransferRef last_p2p_;   // send stream
     double slowdown_ = 1;
     std::uint64_t compute_ops_ = 0;
+    // The collectives' kernels expected to hold SMs from `start` to `end` (hold_sms), and when each
+    // asynchronous stream's last kernel is expected to end.
+    struct SmHold {
+        double start, end;
+        int ctas;
+    };
+    std::vector<SmHold> holds_;
+    double data_stream_free_ = 0, tensor_stream_free_ = 0;
     // The compute stream's waits that the critical path jumps over: when the
     // clock moved to `resume`, the path continues on `gate` at `gate_time`.
     struct PathJump {

@@ -122,6 +122,11 @@ struct GpuSpec {
     // Streaming multiprocessors (cluster.gpu.sms; 0 = not given): what a GEMM shares with
     // communication kernels that take SMs from it (StrategyConfig::tp_overlap_sm_margin).
     int sms = 0;
+    // Whether NCCL's collectives running beside compute take SMs from it (cluster.gpu.
+    // collectives_take_sms, default true; nothing is taken where sms is 0): while a collective's
+    // kernel runs, each of its CTAs (CollectiveCost::ctas) holds an SM, and the compute stream's
+    // kernels run on the others (Device::compute).
+    bool collectives_take_sms = true;
 
     // The factor on every tensor-core throughput (GEMMs, fused attention) under the power
     // limit: (limit / TDP)^exponent, the fitted power_exponent or else power_clock_exponent(),

@@ -242,8 +242,8 @@ void from_json(const Node& n, AttentionModel& a) {
 }
 
 void from_json(const Node& n, GpuSpec& g) {
-    n.keys({"name", "peak_tflops", "hbm_GiB", "hbm_TBps", "tdp_W", "power_limit_W", "power_clock", "sms", "gemm",
-            "attention"});
+    n.keys({"name", "peak_tflops", "hbm_GiB", "hbm_TBps", "tdp_W", "power_limit_W", "power_clock", "sms",
+            "collectives_take_sms", "gemm", "attention"});
     g.name = n.has("name") ? n["name"].string() : "gpu";
     const Node peaks = n["peak_tflops"];
     peaks.keys({"fp32", "tf32", "bf16", "fp16", "fp8"});
@@ -275,6 +275,7 @@ void from_json(const Node& n, GpuSpec& g) {
         if (pc.has("datasets")) g.power_datasets = read_datasets(pc["datasets"]);
     }
     g.sms = n.has("sms") ? n["sms"].integer(1) : 0;
+    g.collectives_take_sms = n.has("collectives_take_sms") ? n["collectives_take_sms"].boolean() : true;
     if (n.has("gemm")) from_json(n["gemm"], g.gemm);
     if (n.has("attention")) from_json(n["attention"], g.attention);
 }

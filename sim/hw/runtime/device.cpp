@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 #include <numeric>
 #include <span>
 #include <stdexcept>
@@ -44,6 +45,7 @@ void Device::compute(OpCode op, int layer, double seconds, double flops, IdSet m
         seconds = (seconds - memory) * slowdown_ + memory;
     }
     if (jitter.on()) seconds *= jitter.factor(rank(), compute_ops_);
+    if (!holds_.empty()) seconds = contended(now(), seconds);
     ++compute_ops_;
     Event& e = record(op, layer, Stream::compute, now(), seconds, std::move(microbatches));
     e.flops = flops;
@@ -219,10 +221,51 @@ TransferRecord* Device::join(Collective c, Group& g, double bytes, int layer, bo
     return t;
 }
 
-Task<Transfer> Device::start(Collective c, Group& g, double bytes, int layer, CommStream stream) {
+Task<Transfer> Device::start(Collective c, Group& g, double bytes, int layer, CommStream stream, bool takes_sms) {
     TransferRecord* t = join(c, g, bytes, layer, true, stream);
     record_transfer(ops::of(c), layer, t, bytes);
+    hold_sms(c, g, bytes, stream, takes_sms);
     co_return Transfer(t);
+}
+
+// NCCL launches a collective's kernel on its stream when the host reaches it; its CTAs, one per
+// channel, then occupy SMs until the collective ends, waiting for the other members included.
+// Such a CTA (512-640 threads, compiled to at most 96 registers each: NCCL's makefiles/common.mk
+// -maxrregcount=96, src/include/device.h) can hold most of an SM's 64K registers, so the
+// kernels of the compute stream run on the other SMs meanwhile. Expected from the group's
+// standalone cost rather than from the network's outcome, which the compute clock runs ahead of.
+void Device::hold_sms(Collective c, const Group& g, double bytes, CommStream stream, bool takes) {
+    const GpuSpec& gpu = spec();
+    if (!gpu.collectives_take_sms || gpu.sms <= 0 || g.size() <= 1) return;
+    double& free = stream == CommStream::tensor ? tensor_stream_free_ : data_stream_free_;
+    const CollectiveCost cost = g.cost(c, bytes);
+    const double start = std::max(now(), free);
+    free = start + cost.seconds;
+    if (takes && cost.ctas > 0 && free > start) holds_.push_back(SmHold{start, free, cost.ctas});
+}
+
+double Device::contended(double t, double work) {
+    std::erase_if(holds_, [t](const SmHold& h) { return h.end <= t; });
+    if (work <= 0 || std::none_of(holds_.begin(), holds_.end(), [&](const SmHold& h) { return h.start < t + work; }))
+        return work;
+    const double sms = spec().sms;
+    double left = work, clock = t;
+    while (left > 0) {
+        int taken = 0;
+        double next = std::numeric_limits<double>::infinity();
+        for (const SmHold& h : holds_) {
+            if (h.start <= clock && clock < h.end) taken += h.ctas, next = std::min(next, h.end);
+            else if (h.start > clock) next = std::min(next, h.start);
+        }
+        const double rate = std::max(sms - taken, 1.0) / sms;
+        if (left <= (next - clock) * rate) {
+            clock += left / rate;
+            break;
+        }
+        left -= (next - clock) * rate;
+        clock = next;
+    }
+    return clock - t;
 }
 
 Task<Transfer> Device::run(Collective c, Group& g, double bytes, int layer) {

@@ -547,6 +547,7 @@ std::string describe(const Stragglers& s) {
 std::vector<std::string> prediction_caveats(const Config& c, const Workload& work) {
     std::vector<std::string> out;
     const GpuSpec& gpu = c.cluster.gpu;
+    const bool takes_sms = gpu.collectives_take_sms && gpu.sms > 0;
     const StrategyConfig& s = c.strategy;
     const DType d = c.model.spec.dtype;
     if (s.flash_attention && !work.measured_attention && c.model.kind == "transformer")
@@ -618,11 +619,22 @@ std::vector<std::string> prediction_caveats(const Config& c, const Workload& wor
                       "(docs/calibration.md)");
     else if (tp_async_backward(s))
         out.push_back(std::string("the backward's tensor-parallel ") +
-                      (s.sequence_parallel ? "re-gathers and reduce-scatters" : "all-reduces") +
-                      " run beside the GEMMs at no cost to them (no SMs taken by the communication kernels): not "
-                      "measured at kernel level" +
+                      (s.sequence_parallel ? "re-gathers and reduce-scatters" : "all-reduces") + " run beside the GEMMs" +
+                      (takes_sms ? " on the SMs their NCCL kernels leave them" : " at no cost to them") +
+                      ": not measured at kernel level" +
                       (s.name == "schedule" ? " (where the schedule's backward is whole, not split into input and weight gradients)"
                                             : ""));
+    // What collectives beside compute take from it (Device::hold_sms).
+    if (s.dp > 1 || s.cp > 1 || tp_async_backward(s)) {
+        if (takes_sms)
+            out.push_back(fmt::format("compute beside a collective runs on the SMs its NCCL kernel leaves (of {}, one "
+                                      "per channel): not measured at kernel level; not modelled: HBM and cache sharing, "
+                                      "a GEMM's extra wave where its tiles no longer fit the SMs left",
+                                      gpu.sms));
+        else
+            out.push_back(std::string("collectives beside compute take nothing from it (") +
+                          (gpu.sms > 0 ? "cluster.gpu.collectives_take_sms false" : "no SM count: cluster.gpu.sms") + ")");
+    }
     if (c.cluster.nodes > 1) {
         int measured = 0;
         for (const auto& f : c.cluster.inter_node.fits) measured = std::max(measured, f.nodes);

@@ -85,7 +85,8 @@ Work without_ring(const Work& w, const Ring* ring, int steps) {
 // stream waits for its end after the other splits. A backward block pipelines its collectives
 // with GEMMs of the same sizes. The collectives run on their own stream (CommStream::tensor),
 // beside the gradient reductions. A forward's last GEMM runs on the SMs a set_sm_margin leaves it
-// (LayerWork::attention_margin, mlp_margin); other SMs the communication kernels take are not modelled.
+// (LayerWork::attention_margin, mlp_margin); other SMs the communication kernels take are not modelled
+// (they start with takes_sms false).
 // Without `scatter` the block stops before its last GEMM (an early-stopping recompute): no
 // reduce-scatter, and `last` and `chunking` leave that GEMM out.
 Task<> overlapped_block(Device& gpu, const Job& job, OpCode op, int layer, const Work& whole, int mb, double first,
@@ -98,14 +99,15 @@ Task<> overlapped_block(Device& gpu, const Job& job, OpCode op, int layer, const
     const double k = kOverlapScatterSplits;
     const double head = first * (t - 1) / t, tail = last * (k - 1) / k;
     const double middle = std::max(0.0, w.seconds - head - tail);
-    const Transfer gather = co_await gpu.start(Collective::all_gather, *job.tp_group, L.tp_bytes, layer, CommStream::tensor);
+    const Transfer gather =
+        co_await gpu.start(Collective::all_gather, *job.tp_group, L.tp_bytes, layer, CommStream::tensor, false);
     run_work(gpu, op, layer, part(w, head), mb);
     co_await gpu.wait(gather);
     run_work(gpu, op, layer, part(w, middle), mb);
     if (ring) co_await ring_core(gpu, job, op, layer, *ring, mb);
     if (!scatter) co_return;
     const Transfer scattered =
-        co_await gpu.start(Collective::reduce_scatter, *job.tp_group, L.tp_bytes, layer, CommStream::tensor);
+        co_await gpu.start(Collective::reduce_scatter, *job.tp_group, L.tp_bytes, layer, CommStream::tensor, false);
     run_work(gpu, op, layer, part(w, std::max(0.0, w.seconds - head - middle)), mb);
     co_await gpu.wait(scattered);
 }
@@ -118,8 +120,8 @@ Task<> overlapped_block(Device& gpu, const Job& job, OpCode op, int layer, const
 // (reduce-scatter with sequence parallelism), runs its weight-gradient GEMM, and waits for the
 // collective. Both collectives are on the tensor-parallel stream (CommStream::tensor), each GEMM
 // priced as the linear's whole forward GEMM (`linear`). With sequence parallelism the gradient's
-// all-gather at the block's start blocks, as before a forward block. Not modelled: the SMs the
-// collectives' kernels take from the GEMMs beside them.
+// all-gather at the block's start blocks, as before a forward block. The collectives' NCCL kernels
+// hold SMs the GEMMs beside them then lack (Device::start).
 Task<> async_backward_block(Device& gpu, const Job& job, OpCode op, int layer, const Work& whole, int mb,
                             double linear, const Ring* ring) {
     const Work w = without_ring(whole, ring, job.cp);
