@@ -12,8 +12,8 @@ say so). Host timings are masked on both sides: "events in X s", "searched in ..
 an earlier step, such as a hand-written schedule) is skipped and listed; one that runs past
 --timeout seconds counts as stale. Exit statuses are not checked: the docs do not show them.
 
-With --update, a stale block that shows the whole output (no `...`, and at least 80 % as many lines as
-are printed now) is replaced by what is printed now; in any other, each shown line that is no longer
+With --update, a stale block that shows the whole output (no `...`, at least 80 % as many lines as
+are printed now, and a first line like the first printed) is replaced by what is printed now; in any other, each shown line that is no longer
 printed is replaced by the printed line most like it (difflib's ratio at least 0.6) after the one
 the previous shown line matched, and lines with no such match are left and reported. Read the diff
 before committing it: the prose around a block may quote its figures.
@@ -176,17 +176,22 @@ def main():
                     body = [x.rstrip() for x in raw]
                     while body and not body[-1]:
                         body.pop()
-                    whole = all(x.strip() != "..." for x in shown) and len(shown) >= 0.8 * len(body)
-                    new = body if whole else updated(shown, printed, raw)
-                    if whole:
-                        absent_lines = []
-                    else:
-                        new = [x if x is not None else s for s, x in zip(shown, new)]
-                        absent_lines = [s for s, x in zip(shown, updated(shown, printed, raw)) if x is None]
                     # The block's shown lines, without the blank ones that end it.
                     last = len(shown)
                     while last > 0 and not shown[last - 1].strip():
                         last -= 1
+                    # A whole block only where the command printed something that begins as the block
+                    # did: a command that now fails or prints nothing is reported, not written in.
+                    first_shown = next((x for x in shown if x.strip()), "")
+                    first_printed = next((x for x in printed if x.strip()), "")
+                    whole = (bool(body) and all(x.strip() != "..." for x in shown) and len(shown) >= 0.8 * len(body)
+                             and difflib.SequenceMatcher(None, mask(first_shown), first_printed).ratio() >= 0.6)
+                    matched = updated(shown[:last], printed, raw)
+                    if whole:
+                        new, absent_lines = body, []
+                    else:
+                        new = [x if x is not None else s for s, x in zip(shown[:last], matched)]
+                        absent_lines = [s for s, x in zip(shown[:last], matched) if x is None]
                     if last > 0:
                         edits[where[0]] = (where[last - 1], [indent + x if x.strip() else x for x in new])
                 if absent_lines:

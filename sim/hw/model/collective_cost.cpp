@@ -502,16 +502,17 @@ Pick model_at(const Model& md, Collective coll, double bytes) {
     return best;
 }
 
-// The CTAs NCCL launches for the choice at `bytes` (src/enqueue.cc, after the tuner's pick: one per
-// channel, info->nMaxChannels). NVLS and NVLS-tree run on their own channels (src/transport/nvls.cc:
-// NVLS_NCHANNELS_SM90 16 on Hopper; on Blackwell 24 in one node, across nodes the SM100 tuning's,
-// nvls_tree_pipeline). Rings, trees and PAT run on the communicator's collective channels, which
-// NCCL doubles once more after its search (24 inside a DGX H100 node, 16 across nodes: twice
-// channels()), and drops channels while bytes < nc x nt x threadThreshold: nt the protocol's threads
-// (NCCL_LL_MAX_NTHREADS 512, NCCL_LL128_MAX_NTHREADS 640, NCCL_SIMPLE_MAX_NTHREADS 512,
-// src/include/device.h), the threshold NCCL_LL_THREAD_THRESHOLD 8 (x nRanks for the ring's LL),
-// NCCL_LL128_THREAD_THRESHOLD 8, NCCL_SIMPLE_THREAD_THRESHOLD 64 (src/include/comm.h,
-// src/graph/tuning.cc).
+// The CTAs NCCL may launch for the choice at `bytes` (src/enqueue.cc, after the tuner's pick: one per
+// channel, info->nMaxChannels; for small buffers its planner may give work to fewer). NVLS and
+// NVLS-tree run on their own channels (src/transport/nvls.cc: NVLS_NCHANNELS_SM90 16 on Hopper; on
+// Blackwell 24 in one node, across nodes the SM100 tuning's, nvls_tree_pipeline). Rings, trees and
+// PAT run on the communicator's collective channels, which NCCL doubles once more after its search
+// (24 inside a DGX H100 node, 16 across nodes of 8 GPUs: twice channels()). Rings and trees drop
+// channels while bytes < nc x nt x threadThreshold: nt the protocol's threads (NCCL_LL_MAX_NTHREADS
+// 512, NCCL_LL128_MAX_NTHREADS 640, NCCL_SIMPLE_MAX_NTHREADS 512, src/include/device.h), the
+// threshold NCCL_LL_THREAD_THRESHOLD 8 (x nRanks for the ring's LL), NCCL_LL128_THREAD_THRESHOLD 8,
+// NCCL_SIMPLE_THREAD_THRESHOLD 64 (src/include/comm.h, src/graph/tuning.cc); PAT, whose threads
+// tuning.cc leaves at 0, drops none.
 int ctas_of(const Cluster& c, const Comm& m, Choice ch, double bytes) {
     if (ch.algo == NVLS) return m.gen == blackwell ? 24 : 16;
     if (ch.algo == NVLS_TREE) {
@@ -520,6 +521,7 @@ int ctas_of(const Cluster& c, const Comm& m, Choice ch, double bytes) {
         return l.pipes;  // the channels, with one head
     }
     int nc = static_cast<int>(2 * channels(c, m));
+    if (ch.algo == PAT) return std::max(nc, 1);
     const double nt = ch.proto == LL128 ? 640 : 512;
     const double threshold = ch.proto == SIMPLE ? 64 : ch.proto == LL && ch.algo == RING ? 8.0 * m.n : 8;
     while (nc >= 2 && bytes < nc * nt * threshold) --nc;
