@@ -68,13 +68,21 @@ TEST_CASE("the curve fit recovers the lines synthetic data was made of") {
     CHECK_THROWS_AS(cal::fit_lines({{1, 1}}, 3), std::invalid_argument);
 }
 
-TEST_CASE("the GEMM fit recovers the overhead and bandwidth fraction of the model") {
+namespace {
+// An H100-like part with a bf16 peak, HBM bandwidth and the GEMM model's ceiling and overhead.
+GpuSpec test_gpu(double peak_flops, double memory_bandwidth, double max_efficiency, double overhead_s) {
     GpuSpec g;
     g.name = "H100-TEST";
-    g.peak_flops[static_cast<std::size_t>(DType::bf16)] = 1000e12;
-    g.memory_bandwidth = 3e12;
-    g.gemm.max_efficiency = 0.8;
-    g.gemm.overhead_s = 7e-6;
+    g.peak_flops[static_cast<std::size_t>(DType::bf16)] = peak_flops;
+    g.memory_bandwidth = memory_bandwidth;
+    g.gemm.max_efficiency = max_efficiency;
+    g.gemm.overhead_s = overhead_s;
+    return g;
+}
+}  // namespace
+
+TEST_CASE("the GEMM fit recovers the overhead and bandwidth fraction of the model") {
+    GpuSpec g = test_gpu(1000e12, 3e12, 0.8, 7e-6);
     g.gemm.bandwidth_fraction = 0.55;
     std::vector<cal::GemmPoint> pts;
     for (double m : {256.0, 1024.0, 4096.0})
@@ -680,12 +688,7 @@ TEST_CASE("the GEMM fit: one shape near the ridge does not set bandwidth_fractio
 }
 
 TEST_CASE("the power-law fit recovers the exponent GEMMs at a power limit were made with") {
-    GpuSpec g;
-    g.name = "H100-TEST";
-    g.peak_flops[static_cast<std::size_t>(DType::bf16)] = 989.4e12;
-    g.memory_bandwidth = 2.4e12;
-    g.gemm.max_efficiency = 0.75;
-    g.gemm.overhead_s = 5e-6;
+    GpuSpec g = test_gpu(989.4e12, 2.4e12, 0.75, 5e-6);
     g.tdp_watts = 700;
     g.power_limit_watts = 500;
     g.power_exponent = 0.45;

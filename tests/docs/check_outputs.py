@@ -186,10 +186,10 @@ def main():
                     first_printed = next((x for x in printed if x.strip()), "")
                     whole = (bool(body) and all(x.strip() != "..." for x in shown) and len(shown) >= 0.8 * len(body)
                              and difflib.SequenceMatcher(None, mask(first_shown), first_printed).ratio() >= 0.6)
-                    matched = updated(shown[:last], printed, raw)
                     if whole:
                         new, absent_lines = body, []
                     else:
+                        matched = updated(shown[:last], printed, raw)
                         new = [x if x is not None else s for s, x in zip(shown[:last], matched)]
                         absent_lines = [s for s, x in zip(shown[:last], matched) if x is None]
                     if last > 0:

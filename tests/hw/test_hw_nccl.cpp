@@ -350,7 +350,8 @@ TEST_CASE("the CTAs NCCL launches: its NVLS channels, the collective channels, f
     const int expected = small.protocol == Protocol::simple ? 2 : small.protocol == Protocol::ll128 ? 12 : 1;
     CHECK(small.ctas == expected);
     // PAT (one rank per node), whose threads NCCL's tuning leaves at 0, keeps every channel: one per
-    // node's NIC, doubled.
-    const CollectiveCost pat = collective_cost(c, Collective::all_gather, 16 * kKiB, shape(4, 1));
-    if (pat.nccl_algorithm == NcclAlgorithm::pat) CHECK(pat.ctas == 2);
+    // node's NIC, doubled (a ring's Simple would keep 1 of them at 16 KiB).
+    const CollectiveCost pat = collective_cost(c, Collective::all_gather, 16 * kKiB, shape(64, 1));
+    REQUIRE(pat.nccl_algorithm == NcclAlgorithm::pat);
+    CHECK(pat.ctas == 2);
 }

@@ -57,7 +57,6 @@ Task<Transfer> gather(Device& gpu, const Job& job, double bytes, int layer) {
     co_return co_await gpu.all_gather_start(*job.zero_group(), bytes, layer);
 }
 
-
 // Reduce-scatters of gradients in flight; their unsharded buffers are freed once done.
 struct Scatters {
     std::deque<std::pair<Transfer, double>> pending;
