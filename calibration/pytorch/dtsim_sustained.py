@@ -5,7 +5,7 @@ dtsim_kernels.py times each kernel for milliseconds, on a GPU that starts cool a
 runs of hours on H100 nodes come out slower than the kernels say (docs/calibration.md): their GPUs
 may run below the clock of a short benchmark (power and temperature limits), and their GEMMs share
 the SMs with the communication kernels beside them (NCCL's, Transformer Engine's userbuffers').
-This script measures the three things that separate them, on one GPU, and writes one JSON file:
+This script measures what separates them, on one GPU, and writes one JSON file:
 
   sustained  back-to-back bf16 GEMMs of random inputs for --seconds, TFLOP/s per second of it, with
              the SM clock, power draw, temperature and throttle reasons nvidia-smi samples meanwhile;
@@ -13,15 +13,27 @@ This script measures the three things that separate them, on one GPU, and writes
              torch._C._set_sm_carveout_experimental sets it for async tensor parallelism): time by
              SMs left out;
   beside     a GEMM and a memory-bound copy launched together on two streams, against each alone:
-             how much of the shorter one the pair hides, and how much the GEMM slows.
+             how much of the shorter one the pair hides, and how much the GEMM slows;
+  held       GEMMs of layer shapes, a copy and memory-bound kernels of a step (RMSNorm, SwiGLU, the
+             cross-entropy, fused AdamW) while a kernel on another stream holds `held` SMs for
+             their whole duration, one block per SM, as an NCCL collective's CTAs hold theirs (a
+             block of 640 threads; NCCL's take most of an SM's registers, these most of its shared
+             memory, so nothing else fits beside either): time by SMs held;
+  held_timing one GEMM or attention kernel beside a hold that ends partway through it, or that
+             arrives after it started, or with cuBLASLt told to leave the held SMs free: when the
+             held blocks and the kernel ran (the GPU's global timer).
 
-    python3 dtsim_sustained.py --out sustained.json [--only sustained,carveout,beside] [--seconds 120]
+    python3 dtsim_sustained.py --out sustained.json [--only sustained,carveout,beside,held,held_timing]
+                               [--seconds 120]
+
+held and held_timing need CuPy (its NVRTC compiles the holding kernel).
 
 Nothing here is fitted; what a cost model takes from it is decided where the data is read.
 """
 
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 import threading
@@ -77,6 +89,46 @@ class Sampler:
             self.proc.wait(timeout=10)
             self.thread.join(timeout=10)
         return self.rows
+
+
+# One block per SM until *flag is set (or max_ns pass): each records the SM it ran on. Its dynamic shared memory
+# (most of an SM's) keeps any other kernel's blocks off that SM while it waits.
+HOLD_SOURCE = r"""
+extern "C" __global__ void hold(const volatile int* flag, long long max_ns, int* smids) {
+    if (threadIdx.x == 0) {
+        unsigned int smid;
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+        smids[blockIdx.x] = (int)smid;
+        unsigned long long t0, t;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+        do {
+            __nanosleep(500);
+            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+        } while (*flag == 0 && (long long)(t - t0) < max_ns);
+    }
+    __syncthreads();
+}
+
+// Like hold, for max_ns from the block's start, recording that start (global timer, ns).
+extern "C" __global__ void hold_for(long long max_ns, unsigned long long* starts) {
+    if (threadIdx.x == 0) {
+        unsigned long long t0, t;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+        starts[blockIdx.x] = t0;
+        do {
+            __nanosleep(500);
+            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+        } while ((long long)(t - t0) < max_ns);
+    }
+    __syncthreads();
+}
+
+extern "C" __global__ void stamp(unsigned long long* out, int i) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    out[i] = t;
+}
+"""
 
 
 def gemm_tflops(m, n, k, ms):
@@ -185,10 +237,197 @@ class Bench:
             "columns": ["m", "n", "k", "copy_bytes", "gemm_us", "copy_us", "both_us", "hidden"], "rows": rows}
 
 
+    def held(self):
+        import cupy as cp  # compiles the holding kernel with NVRTC and launches it on a PyTorch stream
+
+        props = torch.cuda.get_device_properties(0)
+        sms = props.multi_processor_count
+        # Above half an SM's shared memory: one block per SM (Hopper's opt-in limit where PyTorch does not say it).
+        smem = getattr(props, "shared_memory_per_block_optin", 232448) - 1024
+        kernel = cp.RawKernel(HOLD_SOURCE, "hold")
+        kernel.max_dynamic_shared_size_bytes = smem
+        flag = torch.zeros(1, device="cuda", dtype=torch.int32)
+        smids = torch.full((sms,), -1, device="cuda", dtype=torch.int32)
+        s_hold, s_work = torch.cuda.Stream(), torch.cuda.Stream()
+        iters, max_ns = self.a.iters, 5_000_000_000
+
+        def run(work, held):
+            """CUDA-event ms per call of work on s_work, iters calls, while `held` SMs are held; the SMs the
+            holding blocks ran on (distinct count)."""
+            flag.zero_()
+            smids.fill_(-1)
+            torch.cuda.synchronize()
+            if held:
+                with cp.cuda.ExternalStream(s_hold.cuda_stream):
+                    kernel((held,), (640,), (cp.asarray(flag), cp.int64(max_ns), cp.asarray(smids)), shared_mem=smem)
+            with torch.cuda.stream(s_work):
+                torch.cuda._sleep(200_000)  # about 0.1 ms: the holding blocks are resident before the work starts
+                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                e0.record()
+                for _ in range(iters):
+                    work()
+                e1.record()
+                flag.fill_(1)
+            torch.cuda.synchronize()
+            distinct = len(set(smids[:held].tolist())) if held else 0
+            return e0.elapsed_time(e1) / iters, distinct
+
+        copy_bytes = 1 << 30
+        src = torch.empty(copy_bytes // 2, device="cuda", dtype=DT).normal_()
+        dst = torch.empty_like(src)
+        works = [("copy", 0, 0, 0, lambda: dst.copy_(src))]
+        for m, k, n in LAYER_SHAPES:
+            a = torch.randn(m, k, device="cuda", dtype=DT)
+            b = torch.randn(k, n, device="cuda", dtype=DT)
+            works.append(("gemm", m, n, k, lambda a=a, b=b: torch.mm(a, b)))
+        # Memory-bound kernels of a step, at Llama 3 8B's sizes for 8,192 tokens: RMSNorm, SwiGLU's product, the
+        # cross-entropy over a 128,256 vocabulary, and AdamW over 2^28 parameters (fused).
+        import torch.nn.functional as F
+        x = torch.randn(8192, 4096, device="cuda", dtype=DT)
+        norm = torch.nn.RMSNorm(4096, device="cuda", dtype=DT)
+        gate, up = (torch.randn(8192, 14336, device="cuda", dtype=DT) for _ in range(2))
+        logits = torch.randn(8192, 128256, device="cuda", dtype=DT)
+        target = torch.randint(0, 128256, (8192,), device="cuda")
+        param = torch.nn.Parameter(torch.randn(1 << 28, device="cuda", dtype=torch.float32))
+        param.grad = torch.randn_like(param)
+        adam = torch.optim.AdamW([param], fused=True)
+        works += [("rmsnorm", 8192, 4096, 0, lambda: norm(x)),
+                  ("swiglu", 8192, 14336, 0, lambda: F.silu(gate) * up),
+                  ("cross_entropy", 8192, 128256, 0, lambda: F.cross_entropy(logits, target)),
+                  ("adamw_fused", 1 << 28, 0, 0, adam.step)]
+        rows = []
+        for kind, m, n, k, work in works:
+            for _ in range(3):
+                work()  # warm-up: cuBLAS's heuristics and workspace
+            base = None
+            for held in [0, 8, 16, 24, 32, sms // 4, sms // 2]:
+                runs = [run(work, held) for _ in range(3)]
+                ms = statistics.median(r[0] for r in runs)
+                distinct = min(r[1] for r in runs)
+                base = base if base is not None else ms
+                rows.append([kind, m, n, k, held, distinct, round(ms * 1e3, 3), round(ms / base, 4),
+                             round(sms / (sms - held), 4)])
+        self.sections["held"] = {
+            "description": f"a bf16 GEMM [m, k] x [k, n] (torch.mm), a device-to-device copy of {copy_bytes} "
+                           "bytes (Tensor.copy_, m = n = k = 0), or a memory-bound kernel of a step (kind: "
+                           "nn.RMSNorm of bf16 [m, n]; F.silu(gate) * up, bf16 [m, n]; F.cross_entropy of bf16 "
+                           "logits [m, n]; torch.optim.AdamW(fused=True).step over m fp32 parameters), {iters} calls back to back on one stream while "
+                           f"a kernel on another holds `held` SMs: `held` blocks of 640 threads, each with {smem} "
+                           "bytes of dynamic shared memory (one per SM), waiting on a flag the work's stream sets "
+                           "after its last call. CUDA-event time per call (median of 3 runs); `distinct_sms`: "
+                           "the SMs the holding blocks ran on; `slowdown`: time / time with none held; "
+                           "`sm_share`: sms / (sms - held), the slowdown if the work ran at the speed of the "
+                           "SMs left",
+            "sms": sms,
+            "columns": ["kind", "m", "n", "k", "held", "distinct_sms", "time_us", "slowdown", "sm_share"],
+            "rows": rows}
+
+    def held_timing(self):
+        import cupy as cp
+        import torch.nn.functional as F
+
+        props = torch.cuda.get_device_properties(0)
+        sms = props.multi_processor_count
+        smem = getattr(props, "shared_memory_per_block_optin", 232448) - 1024
+        hold_for = cp.RawKernel(HOLD_SOURCE, "hold_for")
+        hold_for.max_dynamic_shared_size_bytes = smem
+        stamp = cp.RawKernel(HOLD_SOURCE, "stamp")
+        starts = torch.zeros(sms, device="cuda", dtype=torch.int64)
+        stamps = torch.zeros(2, device="cuda", dtype=torch.int64)
+        s_hold, s_work = torch.cuda.Stream(), torch.cuda.Stream()
+        gap_cycles = 200_000  # torch.cuda._sleep: about 0.1 ms at the clocks seen
+
+        def launch(stream, kernel, grid, block, args, shared=0):
+            with cp.cuda.ExternalStream(stream.cuda_stream):
+                kernel((grid,), (block,), args, shared_mem=shared)
+
+        def once(work, held, hold_ns, order, carve):
+            """One call of work on s_work with `held` SMs held for hold_ns by blocks launched before it
+            (order "before", after a gap) or during it (order "after"): (CUDA-event us of the call, global-timer
+            us from the call's start to the first and the last held block's start, and to the call's end)."""
+            starts.zero_()
+            torch.cuda.synchronize()
+            if held and order == "before":
+                launch(s_hold, hold_for, held, 640, (cp.int64(hold_ns), cp.asarray(starts)), smem)
+            if carve:
+                torch._C._set_sm_carveout_experimental(carve)
+            try:
+                with torch.cuda.stream(s_work):
+                    if held and order == "before":
+                        torch.cuda._sleep(gap_cycles)
+                    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    launch(s_work, stamp, 1, 1, (cp.asarray(stamps), cp.int32(0)))
+                    e0.record()
+                    work()
+                    e1.record()
+                    launch(s_work, stamp, 1, 1, (cp.asarray(stamps), cp.int32(1)))
+                if held and order == "after":  # queued behind the call: its blocks arrive while it runs
+                    with torch.cuda.stream(s_hold):
+                        torch.cuda._sleep(gap_cycles // 4)
+                    launch(s_hold, hold_for, held, 640, (cp.int64(hold_ns), cp.asarray(starts)), smem)
+            finally:
+                if carve:
+                    torch._C._set_sm_carveout_experimental(None)
+            torch.cuda.synchronize()
+            t0, t1 = stamps.tolist()
+            held_starts = starts[:held].tolist() if held else []
+            first = (min(held_starts) - t0) / 1e3 if held_starts else None
+            last = (max(held_starts) - t0) / 1e3 if held_starts else None
+            return e0.elapsed_time(e1) * 1e3, first, last, (t1 - t0) / 1e3
+
+        works = []
+        for m, k, n in LAYER_SHAPES:
+            a = torch.randn(m, k, device="cuda", dtype=DT)
+            b = torch.randn(k, n, device="cuda", dtype=DT)
+            works.append((f"gemm {m}x{k}x{n}", lambda a=a, b=b: torch.mm(a, b)))
+        q, k_, v = (torch.randn(1, 32, 8192, 128, device="cuda", dtype=DT, requires_grad=True) for _ in range(3))
+        out = F.scaled_dot_product_attention(q, k_, v, is_causal=True)
+        grad = torch.randn_like(out)
+        works.append(("sdpa forward 1x32x8192x128 causal",
+                      lambda: F.scaled_dot_product_attention(q, k_, v, is_causal=True)))
+        works.append(("sdpa backward 1x32x8192x128 causal",
+                      lambda: torch.autograd.grad(out, (q, k_, v), grad, retain_graph=True)))
+        rows = []
+        gap_us = None
+        for name, work in works:
+            for _ in range(3):
+                work()
+            base = statistics.median(once(work, 0, 0, "before", 0)[0] for _ in range(5))
+            cases = [(h, f, "before", 0) for h in (16, 24) for f in (0.25, 0.5, 1.0, 3.0)]
+            cases += [(h, f, "after", 0) for h in (16, 24) for f in (0.25, 3.0)] + [(h, 3.0, "before", h) for h in (16, 24)]
+            for held, frac, order, carve in cases:
+                # Held blocks start about a gap before the call (order "before"): they hold frac of the call past it.
+                if gap_us is None:
+                    probe = [once(work, 1, 1000, "before", 0) for _ in range(3)]
+                    gap_us = statistics.median(-r[1] for r in probe)
+                hold_ns = int((gap_us + frac * base) * 1e3) if order == "before" else int(frac * base * 1e3)
+                runs = sorted((once(work, held, hold_ns, order, carve) for _ in range(5)), key=lambda r: r[0])
+                us, first, last, span = runs[2]
+                rows.append([name, held, order, carve, frac, round(base, 2), round(us, 2), round(us / base, 4),
+                             round(first, 2), round(last, 2), round(span, 2),
+                             round((first + hold_ns / 1e3) if order == "before" else 0.0, 2)])
+        self.sections["held_timing"] = {
+            "description": "one call of `work` on a stream while `held` SMs are held by blocks of 640 threads "
+                           f"with {smem} bytes of shared memory each (one per SM) on another stream. order "
+                           "\"before\": the blocks start about gap_us before the call and hold for gap_us + frac x "
+                           "base_us; order \"after\": launched after the call, on their stream behind a sleep of "
+                           "a quarter of that gap, and holding for frac x base_us from their start. carveout: cuBLASLt told to leave "
+                           "that many SMs free (0: not). time_us: CUDA-event time of the call (the median of 5 "
+                           "by time, whose other columns are given); first_start_us and last_start_us: the "
+                           "global timer from the call's start to the first and the last held block's start "
+                           "(negative: before it); span_us: to the call's end (global timer, including a "
+                           "one-thread stamp kernel); hold_end_us: the held SMs' release, from the call's start "
+                           "(order before)",
+            "sms": sms, "gap_us": round(gap_us, 2),
+            "columns": ["work", "held", "order", "carveout", "frac", "base_us", "time_us", "slowdown",
+                        "first_start_us", "last_start_us", "span_us", "hold_end_us"],
+            "rows": rows}
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", required=True)
-    p.add_argument("--only", default="sustained,carveout,beside")
+    p.add_argument("--only", default="sustained,carveout,beside,held,held_timing")
     p.add_argument("--seconds", type=float, default=120, help="length of the sustained run")
     p.add_argument("--sample-ms", type=int, default=250, help="nvidia-smi's sampling interval")
     p.add_argument("--iters", type=int, default=20)
