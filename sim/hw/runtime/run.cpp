@@ -620,16 +620,18 @@ std::vector<std::string> prediction_caveats(const Config& c, const Workload& wor
     else if (tp_async_backward(s))
         out.push_back(std::string("the backward's tensor-parallel ") +
                       (s.sequence_parallel ? "re-gathers and reduce-scatters" : "all-reduces") + " run beside the GEMMs" +
-                      (takes_sms ? " on the SMs their NCCL kernels leave them" : " at no cost to them") +
-                      ": not measured at kernel level" +
+                      (takes_sms ? " on the SMs their NCCL kernels leave them (GEMMs lose more on an H200: "
+                                   "docs/hardware-model.md)"
+                                 : " at no cost to them") +
                       (s.name == "schedule" ? " (where the schedule's backward is whole, not split into input and weight gradients)"
                                             : ""));
     // What collectives beside compute take from it (Device::hold_sms).
     if (s.dp > 1 || s.cp > 1 || tp_async_backward(s)) {
         if (takes_sms)
             out.push_back(fmt::format("compute beside a collective runs on the SMs its NCCL kernel leaves (of {}, one "
-                                      "per channel): not measured at kernel level; not modelled: HBM and cache sharing, "
-                                      "a GEMM's extra wave where its tiles no longer fit the SMs left",
+                                      "per channel), memory-bound work at full speed: GEMMs beside SMs held on an H200 "
+                                      "lost up to 0.8 of their time more than that share (docs/hardware-model.md); not "
+                                      "modelled: that loss, HBM and cache sharing",
                                       gpu.sms));
         else
             out.push_back(std::string("collectives beside compute take nothing from it (") +
