@@ -14,8 +14,8 @@ This script measures what separates them, on one GPU, and writes one JSON file:
              SMs left out;
   beside     a GEMM and a memory-bound copy launched together on two streams, against each alone:
              how much of the shorter one the pair hides, and how much the GEMM slows;
-  held       GEMMs of layer shapes, a copy and memory-bound kernels of a step (RMSNorm, SwiGLU, the
-             cross-entropy, fused AdamW) while a kernel on another stream holds `held` SMs for
+  held       GEMMs of layer shapes, a copy, memory-bound kernels of a step (RMSNorm, SwiGLU, the
+             cross-entropy, fused AdamW) and a whole Llama 3 8B block while a kernel on another stream holds `held` SMs for
              their whole duration, one block per SM, as an NCCL collective's CTAs hold theirs (a
              block of 640 threads; NCCL's take most of an SM's registers, these most of its shared
              memory, so nothing else fits beside either): time by SMs held;
@@ -43,7 +43,7 @@ import torch
 
 # dtsim_torch_common.py sits beside this script: found also when the script is loaded from elsewhere.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from dtsim_torch_common import DT, run_sections, software_meta, timed  # noqa: E402
+from dtsim_torch_common import DT, LlamaBlock, freqs_for, run_sections, software_meta, timed  # noqa: E402
 
 # Transformer-layer GEMMs, [tokens, in] x [in, out]: Llama 3 70B at TP 8 (QKV, output projection,
 # gate and up, down) and GPT-3 175B at TP 4 (QKV, fc1), 8,192 and 4,096 tokens a microbatch.
@@ -295,6 +295,14 @@ class Bench:
                   ("swiglu", 8192, 14336, 0, lambda: F.silu(gate) * up),
                   ("cross_entropy", 8192, 128256, 0, lambda: F.cross_entropy(logits, target)),
                   ("adamw_fused", 1 << 28, 0, 0, adam.step)]
+        # A whole Llama 3 8B block as torchtitan writes it (8,192 tokens; m = tokens, n = hidden): what a cost
+        # model prices as one operation, its GEMMs, attention and memory-bound kernels back to back.
+        blk = LlamaBlock(4096, 32, 8, 14336).to("cuda", DT)
+        xb = torch.randn(1, 8192, 4096, device="cuda", dtype=DT, requires_grad=True)
+        freqs = freqs_for("llama", 8192, 128)
+        gb = torch.randn_like(xb)
+        works += [("llama3_8b_block_forward", 8192, 4096, 0, lambda: blk(xb, freqs)),
+                  ("llama3_8b_block_forward_backward", 8192, 4096, 0, lambda: blk(xb, freqs).backward(gb))]
         rows = []
         for kind, m, n, k, work in works:
             for _ in range(3):
@@ -311,7 +319,8 @@ class Bench:
             "description": f"a bf16 GEMM [m, k] x [k, n] (torch.mm), a device-to-device copy of {copy_bytes} "
                            "bytes (Tensor.copy_, m = n = k = 0), or a memory-bound kernel of a step (kind: "
                            "nn.RMSNorm of bf16 [m, n]; F.silu(gate) * up, bf16 [m, n]; F.cross_entropy of bf16 "
-                           "logits [m, n]; torch.optim.AdamW(fused=True).step over m fp32 parameters), {iters} calls back to back on one stream while "
+                           "logits [m, n]; torch.optim.AdamW(fused=True).step over m fp32 parameters; a Llama 3 8B block of "
+                           "dtsim_torch_common.LlamaBlock over m tokens, forward, or forward and backward), {iters} calls back to back on one stream while "
                            f"a kernel on another holds `held` SMs: `held` blocks of 640 threads, each with {smem} "
                            "bytes of dynamic shared memory (one per SM), waiting on a flag the work's stream sets "
                            "after its last call. CUDA-event time per call (median of 3 runs); `distinct_sms`: "

@@ -247,10 +247,11 @@ void Device::hold_sms(Collective c, const Group& g, double bytes, CommStream str
 // An operation's compute-bound part (GEMMs, attention) runs at the share of SMs left, and its
 // memory-bound part at full speed: it reaches HBM's bandwidth on fewer SMs. Measured on an H200
 // with 16 of its 132 SMs held (calibration/data/h200_dtsim_sustained.json, `held`): a copy,
-// SwiGLU, the cross-entropy and fused AdamW ran 0.98-1.03x as long, RMSNorm 1.08x; GEMMs of layer
-// shapes 1.26-1.86x, more than the share's 1.14x (a wave's worth of blocks waiting), attention
-// 1.07-1.08x. An operation mixing both, `memory` of its `work` seconds memory-bound, runs at the
-// rate that gives its time under a constant hold: (compute + memory) / (compute / share + memory).
+// SwiGLU, the cross-entropy and fused AdamW ran 0.98-1.02x as long, RMSNorm 1.08x, a Llama 3 8B
+// block's forward and backward 1.17x (this model: 1.13x); GEMMs alone 1.21-1.89x, more than the
+// share's 1.14x (a wave's worth of blocks waiting), FlashAttention 1.07-1.08x. An operation mixing
+// both, `memory` of its `work` seconds memory-bound, runs at the rate that gives its time under a
+// constant hold: (compute + memory) / (compute / share + memory).
 double Device::contended(double t, double work, double memory) {
     if (memory >= work) return work;
     std::erase_if(holds_, [t](const SmHold& h) { return h.end <= t; });
