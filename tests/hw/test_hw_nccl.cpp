@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 using namespace dtsim::hw;
@@ -349,9 +350,31 @@ TEST_CASE("the CTAs NCCL launches: its NVLS channels, the collective channels, f
     const CollectiveCost small = collective_cost(c, Collective::all_gather, 64 * kKiB, shape(4, 8), Algorithm::ring);
     const int expected = small.protocol == Protocol::simple ? 2 : small.protocol == Protocol::ll128 ? 12 : 1;
     CHECK(small.ctas == expected);
-    // PAT (one rank per node), whose threads NCCL's tuning leaves at 0, keeps every channel: one per
-    // node's NIC, doubled (a ring's Simple would keep 1 of them at 16 KiB).
+    // PAT (one rank per node), whose threads NCCL's tuning leaves at 0, keeps every channel: the
+    // 4 of one GPU per node below (a ring's Simple would keep 1 of them at 16 KiB).
     const CollectiveCost pat = collective_cost(c, Collective::all_gather, 16 * kKiB, shape(64, 1));
     REQUIRE(pat.nccl_algorithm == NcclAlgorithm::pat);
-    CHECK(pat.ctas == 2);
+    CHECK(pat.ctas == 4);
+}
+
+TEST_CASE("the collective channels across nodes with fewer GPUs of the group on each, as NCCL sets them") {
+    // 1 GiB rings, every channel kept. H100 with 48 GB/s NICs: k GPUs per node give k search channels
+    // at 48 GB/s; up to 4 of them are duplicated at 24 GB/s (ncclTopoDupChannels), then doubled
+    // (ncclTopoPostset): 4k; from 5 the duplication stops and Hopper's "<8 PPN" rule doubles again
+    // instead (48 > 45, fewer than 16): 4k too; at 8, 16 channels, and the rule stops.
+    const Cluster h = h100();
+    for (const auto& [per_node, ctas] : std::vector<std::pair<int, int>>{{1, 4}, {2, 8}, {4, 16}, {5, 20}, {8, 16}}) {
+        CAPTURE(per_node);
+        const CollectiveCost r = collective_cost(h, Collective::all_gather, kGiB, shape(16, per_node), Algorithm::ring);
+        REQUIRE(r.nccl_algorithm == NcclAlgorithm::ring);
+        CHECK(r.ctas == ctas);
+    }
+    // A100 with 24 GB/s NICs: below 25 GB/s nothing is duplicated, and the rule is Hopper's: 2k.
+    const Cluster a = a100();
+    for (const auto& [per_node, ctas] : std::vector<std::pair<int, int>>{{1, 2}, {2, 4}, {8, 16}}) {
+        CAPTURE(per_node);
+        const CollectiveCost r = collective_cost(a, Collective::all_gather, kGiB, shape(16, per_node), Algorithm::ring);
+        REQUIRE(r.nccl_algorithm == NcclAlgorithm::ring);
+        CHECK(r.ctas == ctas);
+    }
 }

@@ -502,12 +502,31 @@ Pick model_at(const Model& md, Collective coll, double bytes) {
     return best;
 }
 
+// The communicator's collective channels (comm->nChannels), which rings, trees and PAT run on.
+// In a node, channels() doubled once more (src/graph/connect.cc, ncclTopoPostset): 24 on DGX H100.
+// Across nodes the search finds channels(), one per NIC at speed s, the per-GPU network figure up
+// to the top inter-node speed; ncclTopoDupChannels (src/graph/search.cc) doubles them at half the
+// speed unless s < 25, or on Hopper and later s < 50 with more than 4 channels; ncclTopoPostset
+// doubles them, and on Hopper and later once more while the ring's s is above 45 and they are
+// fewer than 16 ("4 compute channels per search channel to reach peak BW on <8 PPN"). With
+// 400 Gb/s NICs (s 48) that gives 16 for 8 GPUs of the group on a node and 4 per GPU below
+// (NCCL's logs: "Channel 00/04" for one GPU per node, nccl-tests#185 and nccl#1291; "8 coll
+// channels" for two, nccl#1189); with 200 Gb/s NICs (s 24) 2 per GPU.
+int coll_channels(const Cluster& c, const Comm& m) {
+    const double search = channels(c, m);
+    if (!m.multi()) return static_cast<int>(2 * search);
+    double n = search, s = std::min(top_inter_speed(m.gen), c.inter_node.bandwidth / kGBps * m.k / search);
+    if (s >= 25 && !(m.gen >= hopper && s < 50 && n > 4)) n *= 2, s /= 2;
+    n *= 2;
+    if (m.gen >= hopper && s > 45 && n < 16) n *= 2;
+    return static_cast<int>(n);
+}
+
 // The CTAs NCCL may launch for the choice at `bytes` (src/enqueue.cc, after the tuner's pick: one per
 // channel, info->nMaxChannels; for small buffers its planner may give work to fewer). NVLS and
 // NVLS-tree run on their own channels (src/transport/nvls.cc: NVLS_NCHANNELS_SM90 16 on Hopper; on
 // Blackwell 24 in one node, across nodes the SM100 tuning's, nvls_tree_pipeline). Rings, trees and
-// PAT run on the communicator's collective channels, which NCCL doubles once more after its search
-// (24 inside a DGX H100 node, 16 across nodes of 8 GPUs: twice channels()). Rings and trees drop
+// PAT run on the communicator's collective channels (coll_channels). Rings and trees drop
 // channels while bytes < nc x nt x threadThreshold: nt the protocol's threads (NCCL_LL_MAX_NTHREADS
 // 512, NCCL_LL128_MAX_NTHREADS 640, NCCL_SIMPLE_MAX_NTHREADS 512, src/include/device.h), the
 // threshold NCCL_LL_THREAD_THRESHOLD 8 (x nRanks for the ring's LL), NCCL_LL128_THREAD_THRESHOLD 8,
@@ -520,7 +539,7 @@ int ctas_of(const Cluster& c, const Comm& m, Choice ch, double bytes) {
         nvls_tree_pipeline(c, m, 1, l);
         return l.pipes;  // the channels, with one head
     }
-    int nc = static_cast<int>(2 * channels(c, m));
+    int nc = coll_channels(c, m);
     if (ch.algo == PAT) return std::max(nc, 1);
     const double nt = ch.proto == LL128 ? 640 : 512;
     const double threshold = ch.proto == SIMPLE ? 64 : ch.proto == LL && ch.algo == RING ? 8.0 * m.n : 8;
