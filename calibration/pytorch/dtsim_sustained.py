@@ -15,10 +15,11 @@ This script measures what separates them, on one GPU, and writes one JSON file:
   beside     a GEMM and a memory-bound copy launched together on two streams, against each alone:
              how much of the shorter one the pair hides, and how much the GEMM slows;
   held       GEMMs of layer shapes, a copy, memory-bound kernels of a step (RMSNorm, SwiGLU, the
-             cross-entropy, fused AdamW) and a whole Llama 3 8B block while a kernel on another stream holds `held` SMs for
-             their whole duration, one block per SM, as an NCCL collective's CTAs hold theirs (a
-             block of 640 threads; NCCL's take most of an SM's registers, these most of its shared
-             memory, so nothing else fits beside either): time by SMs held;
+             cross-entropy, fused AdamW) and a whole Llama 3 8B block while a kernel on another stream
+             holds `held` SMs for their whole duration, one block per SM, as an NCCL collective's CTAs
+             hold theirs (a block of 1,024 threads that takes an SM's registers and most of its shared
+             memory, where NCCL's 512-640 take most of its registers: nothing else fits beside either):
+             time by SMs held;
   held_timing one GEMM or attention kernel beside a hold that ends partway through it, or that
              arrives after it started, or with cuBLASLt told to leave the held SMs free: when the
              held blocks and the kernel ran (the GPU's global timer).
@@ -91,44 +92,86 @@ class Sampler:
         return self.rows
 
 
-# One block per SM until *flag is set (or max_ns pass): each records the SM it ran on. Its dynamic shared memory
-# (most of an SM's) keeps any other kernel's blocks off that SM while it waits.
+# Blocks that fill an SM each: HOLD_THREADS threads of 64 registers (the 65,536 of an SM's register file: ptxas gives
+# these kernels 64, the most __launch_bounds__(1024, 1) allows) and most of its shared memory (holding_kernel), so
+# no other kernel's block fits beside one while it waits. hold waits until *flag is set (or max_ns pass) and
+# records the SM it ran on; hold_for waits max_ns from its start and records that start (global timer, ns).
+HOLD_THREADS = 1024
 HOLD_SOURCE = r"""
-extern "C" __global__ void hold(const volatile int* flag, long long max_ns, int* smids) {
+#define HOLD_VALUES 52
+
+// Values no later instruction can recompute (each from a clock read), live until after the wait.
+__device__ __forceinline__ void fill(float* r) {
+#pragma unroll
+    for (int i = 0; i < HOLD_VALUES; ++i) r[i] = (float)(clock() ^ (unsigned)(i * 2654435761u));
+}
+__device__ __forceinline__ void use(const float* r, float* sink) {
+    float s = 0;
+#pragma unroll
+    for (int i = 0; i < HOLD_VALUES; ++i) s += r[i] * r[(i + 7) % HOLD_VALUES];
+    if (s == -1.0f) sink[threadIdx.x] = s;  // never true: keeps them live
+}
+__device__ __forceinline__ unsigned long long now() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+extern "C" __global__ void __launch_bounds__(1024, 1)
+hold(const volatile int* flag, long long max_ns, int* smids, float* sink) {
+    float r[HOLD_VALUES];
+    fill(r);
     if (threadIdx.x == 0) {
         unsigned int smid;
         asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
         smids[blockIdx.x] = (int)smid;
-        unsigned long long t0, t;
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-        do {
-            __nanosleep(500);
-            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-        } while (*flag == 0 && (long long)(t - t0) < max_ns);
+        const unsigned long long t0 = now();
+        do __nanosleep(500);
+        while (*flag == 0 && (long long)(now() - t0) < max_ns);
     }
     __syncthreads();
+    use(r, sink);
 }
 
-// Like hold, for max_ns from the block's start, recording that start (global timer, ns).
-extern "C" __global__ void hold_for(long long max_ns, unsigned long long* starts) {
+extern "C" __global__ void __launch_bounds__(1024, 1)
+hold_for(long long max_ns, unsigned long long* starts, float* sink) {
+    float r[HOLD_VALUES];
+    fill(r);
     if (threadIdx.x == 0) {
-        unsigned long long t0, t;
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+        const unsigned long long t0 = now();
         starts[blockIdx.x] = t0;
-        do {
-            __nanosleep(500);
-            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-        } while ((long long)(t - t0) < max_ns);
+        do __nanosleep(500);
+        while ((long long)(now() - t0) < max_ns);
     }
     __syncthreads();
+    use(r, sink);
 }
 
 extern "C" __global__ void stamp(unsigned long long* out, int i) {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    out[i] = t;
+    out[i] = now();
 }
 """
+
+
+def holding_kernel(name):
+    """CuPy (its NVRTC compiles HOLD_SOURCE; its kernels launch on PyTorch's streams), HOLD_SOURCE's kernel `name` set
+    up to fill an SM with each block, the GPU's SM count, and the shared memory each block takes."""
+    import cupy as cp
+
+    props = torch.cuda.get_device_properties(0)
+    # Above half an SM's shared memory: one block per SM (Hopper's opt-in limit where PyTorch does not say it).
+    smem = getattr(props, "shared_memory_per_block_optin", 232448) - 1024
+    kernel = cp.RawKernel(HOLD_SOURCE, name)
+    kernel.max_dynamic_shared_size_bytes = smem
+    return cp, kernel, props.multi_processor_count, smem
+
+
+def flash(fn):
+    """fn() with PyTorch's scaled_dot_product_attention held to its FlashAttention backend."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        return fn()
 
 
 def gemm_tflops(m, n, k, ms):
@@ -236,17 +279,10 @@ class Bench:
                            "shorter one costs nothing beside the other, 0 when they run as if one after the other",
             "columns": ["m", "n", "k", "copy_bytes", "gemm_us", "copy_us", "both_us", "hidden"], "rows": rows}
 
-
     def held(self):
-        import cupy as cp  # compiles the holding kernel with NVRTC and launches it on a PyTorch stream
-
-        props = torch.cuda.get_device_properties(0)
-        sms = props.multi_processor_count
-        # Above half an SM's shared memory: one block per SM (Hopper's opt-in limit where PyTorch does not say it).
-        smem = getattr(props, "shared_memory_per_block_optin", 232448) - 1024
-        kernel = cp.RawKernel(HOLD_SOURCE, "hold")
-        kernel.max_dynamic_shared_size_bytes = smem
+        cp, kernel, sms, smem = holding_kernel("hold")
         flag = torch.zeros(1, device="cuda", dtype=torch.int32)
+        sink = torch.zeros(HOLD_THREADS, device="cuda", dtype=torch.float32)
         smids = torch.full((sms,), -1, device="cuda", dtype=torch.int32)
         s_hold, s_work = torch.cuda.Stream(), torch.cuda.Stream()
         iters, max_ns = self.a.iters, 5_000_000_000
@@ -259,7 +295,8 @@ class Bench:
             torch.cuda.synchronize()
             if held:
                 with cp.cuda.ExternalStream(s_hold.cuda_stream):
-                    kernel((held,), (640,), (cp.asarray(flag), cp.int64(max_ns), cp.asarray(smids)), shared_mem=smem)
+                    kernel((held,), (HOLD_THREADS,), (cp.asarray(flag), cp.int64(max_ns), cp.asarray(smids),
+                                                     cp.asarray(sink)), shared_mem=smem)
             with torch.cuda.stream(s_work):
                 torch.cuda._sleep(200_000)  # about 0.1 ms: the holding blocks are resident before the work starts
                 e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -301,8 +338,9 @@ class Bench:
         xb = torch.randn(1, 8192, 4096, device="cuda", dtype=DT, requires_grad=True)
         freqs = freqs_for("llama", 8192, 128)
         gb = torch.randn_like(xb)
-        works += [("llama3_8b_block_forward", 8192, 4096, 0, lambda: blk(xb, freqs)),
-                  ("llama3_8b_block_forward_backward", 8192, 4096, 0, lambda: blk(xb, freqs).backward(gb))]
+        works += [("llama3_8b_block_forward", 8192, 4096, 0, lambda: flash(lambda: blk(xb, freqs))),
+                  ("llama3_8b_block_forward_backward", 8192, 4096, 0,
+                   lambda: flash(lambda: blk(xb, freqs).backward(gb)))]
         rows = []
         for kind, m, n, k, work in works:
             for _ in range(3):
@@ -316,32 +354,29 @@ class Bench:
                 rows.append([kind, m, n, k, held, distinct, round(ms * 1e3, 3), round(ms / base, 4),
                              round(sms / (sms - held), 4)])
         self.sections["held"] = {
-            "description": f"a bf16 GEMM [m, k] x [k, n] (torch.mm), a device-to-device copy of {copy_bytes} "
-                           "bytes (Tensor.copy_, m = n = k = 0), or a memory-bound kernel of a step (kind: "
-                           "nn.RMSNorm of bf16 [m, n]; F.silu(gate) * up, bf16 [m, n]; F.cross_entropy of bf16 "
-                           "logits [m, n]; torch.optim.AdamW(fused=True).step over m fp32 parameters; a Llama 3 8B block of "
-                           "dtsim_torch_common.LlamaBlock over m tokens, forward, or forward and backward), {iters} calls back to back on one stream while "
-                           f"a kernel on another holds `held` SMs: `held` blocks of 640 threads, each with {smem} "
-                           "bytes of dynamic shared memory (one per SM), waiting on a flag the work's stream sets "
-                           "after its last call. CUDA-event time per call (median of 3 runs); `distinct_sms`: "
-                           "the SMs the holding blocks ran on; `slowdown`: time / time with none held; "
-                           "`sm_share`: sms / (sms - held), the slowdown if the work ran at the speed of the "
-                           "SMs left",
+            "description": f"a bf16 GEMM [m, k] x [k, n] (torch.mm), a device-to-device copy of {copy_bytes} bytes "
+                           "(Tensor.copy_, m = n = k = 0), or a memory-bound kernel of a step (kind: nn.RMSNorm of "
+                           "bf16 [m, n]; F.silu(gate) * up, bf16 [m, n]; F.cross_entropy of bf16 logits [m, n]; "
+                           "torch.optim.AdamW(fused=True).step over m fp32 parameters), or a Llama 3 8B block "
+                           "(dtsim_torch_common.LlamaBlock over m tokens, forward, or forward and backward, its "
+                           f"attention held to SDPA's FlashAttention backend): {iters} calls back to back on one "
+                           f"stream while a kernel on another holds `held` SMs, `held` blocks of {HOLD_THREADS} "
+                           f"threads of {kernel.num_regs} registers and {smem} bytes of dynamic shared memory (one "
+                           "per SM) waiting on a flag the work's stream sets after its last call. CUDA-event time "
+                           "per call (median of 3 runs); `distinct_sms`: the SMs the holding blocks ran on; "
+                           "`slowdown`: time / time with none held; `sm_share`: sms / (sms - held), the slowdown if "
+                           "the work ran at the speed of the SMs left",
             "sms": sms,
             "columns": ["kind", "m", "n", "k", "held", "distinct_sms", "time_us", "slowdown", "sm_share"],
             "rows": rows}
 
     def held_timing(self):
-        import cupy as cp
         import torch.nn.functional as F
 
-        props = torch.cuda.get_device_properties(0)
-        sms = props.multi_processor_count
-        smem = getattr(props, "shared_memory_per_block_optin", 232448) - 1024
-        hold_for = cp.RawKernel(HOLD_SOURCE, "hold_for")
-        hold_for.max_dynamic_shared_size_bytes = smem
+        cp, hold_for, sms, smem = holding_kernel("hold_for")
         stamp = cp.RawKernel(HOLD_SOURCE, "stamp")
         starts = torch.zeros(sms, device="cuda", dtype=torch.int64)
+        sink = torch.zeros(HOLD_THREADS, device="cuda", dtype=torch.float32)
         stamps = torch.zeros(2, device="cuda", dtype=torch.int64)
         s_hold, s_work = torch.cuda.Stream(), torch.cuda.Stream()
         gap_cycles = 200_000  # torch.cuda._sleep: about 0.1 ms at the clocks seen
@@ -357,12 +392,13 @@ class Bench:
             starts.zero_()
             torch.cuda.synchronize()
             if held and order == "before":
-                launch(s_hold, hold_for, held, 640, (cp.int64(hold_ns), cp.asarray(starts)), smem)
+                launch(s_hold, hold_for, held, HOLD_THREADS, (cp.int64(hold_ns), cp.asarray(starts), cp.asarray(sink)),
+                       smem)
             if carve:
                 torch._C._set_sm_carveout_experimental(carve)
             try:
                 with torch.cuda.stream(s_work):
-                    if held and order == "before":
+                    if order == "before":  # with nothing held too: the baseline's call waits as the others do
                         torch.cuda._sleep(gap_cycles)
                     e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                     launch(s_work, stamp, 1, 1, (cp.asarray(stamps), cp.int32(0)))
@@ -373,7 +409,8 @@ class Bench:
                 if held and order == "after":  # queued behind the call: its blocks arrive while it runs
                     with torch.cuda.stream(s_hold):
                         torch.cuda._sleep(gap_cycles // 4)
-                    launch(s_hold, hold_for, held, 640, (cp.int64(hold_ns), cp.asarray(starts)), smem)
+                    launch(s_hold, hold_for, held, HOLD_THREADS,
+                           (cp.int64(hold_ns), cp.asarray(starts), cp.asarray(sink)), smem)
             finally:
                 if carve:
                     torch._C._set_sm_carveout_experimental(None)
@@ -390,10 +427,10 @@ class Bench:
             b = torch.randn(k, n, device="cuda", dtype=DT)
             works.append((f"gemm {m}x{k}x{n}", lambda a=a, b=b: torch.mm(a, b)))
         q, k_, v = (torch.randn(1, 32, 8192, 128, device="cuda", dtype=DT, requires_grad=True) for _ in range(3))
-        out = F.scaled_dot_product_attention(q, k_, v, is_causal=True)
+        out = flash(lambda: F.scaled_dot_product_attention(q, k_, v, is_causal=True))
         grad = torch.randn_like(out)
         works.append(("sdpa forward 1x32x8192x128 causal",
-                      lambda: F.scaled_dot_product_attention(q, k_, v, is_causal=True)))
+                      lambda: flash(lambda: F.scaled_dot_product_attention(q, k_, v, is_causal=True))))
         works.append(("sdpa backward 1x32x8192x128 causal",
                       lambda: torch.autograd.grad(out, (q, k_, v), grad, retain_graph=True)))
         rows = []
@@ -403,7 +440,8 @@ class Bench:
                 work()
             base = statistics.median(once(work, 0, 0, "before", 0)[0] for _ in range(5))
             cases = [(h, f, "before", 0) for h in (16, 24) for f in (0.25, 0.5, 1.0, 3.0)]
-            cases += [(h, f, "after", 0) for h in (16, 24) for f in (0.25, 3.0)] + [(h, 3.0, "before", h) for h in (16, 24)]
+            cases += [(h, f, "after", 0) for h in (16, 24) for f in (0.25, 3.0)]
+            cases += [(h, 3.0, "before", h) for h in (16, 24)]
             for held, frac, order, carve in cases:
                 # Held blocks start about a gap before the call (order "before"): they hold frac of the call past it.
                 if gap_us is None:
@@ -416,17 +454,18 @@ class Bench:
                              round(first, 2), round(last, 2), round(span, 2),
                              round((first + hold_ns / 1e3) if order == "before" else 0.0, 2)])
         self.sections["held_timing"] = {
-            "description": "one call of `work` on a stream while `held` SMs are held by blocks of 640 threads "
-                           f"with {smem} bytes of shared memory each (one per SM) on another stream. order "
-                           "\"before\": the blocks start about gap_us before the call and hold for gap_us + frac x "
-                           "base_us; order \"after\": launched after the call, on their stream behind a sleep of "
-                           "a quarter of that gap, and holding for frac x base_us from their start. carveout: cuBLASLt told to leave "
-                           "that many SMs free (0: not). time_us: CUDA-event time of the call (the median of 5 "
-                           "by time, whose other columns are given); first_start_us and last_start_us: the "
-                           "global timer from the call's start to the first and the last held block's start "
-                           "(negative: before it); span_us: to the call's end (global timer, including a "
-                           "one-thread stamp kernel); hold_end_us: the held SMs' release, from the call's start "
-                           "(order before)",
+            "description": f"one call of `work` (a GEMM, or SDPA held to its FlashAttention backend) on a stream "
+                           f"while `held` SMs are held on another by blocks of {HOLD_THREADS} threads of "
+                           f"{hold_for.num_regs} registers and {smem} bytes of shared memory (one per SM). Order "
+                           "\"before\": the call waits gap_us behind a sleep, the blocks start about then and hold for "
+                           "gap_us + frac x base_us; order \"after\": the blocks are launched after the call, on "
+                           "their stream behind a sleep of a quarter of that gap, and hold for frac x base_us from "
+                           "their start. carveout: cuBLASLt told to leave that many SMs free (0: not). base_us: the "
+                           "call with nothing held, after the same sleep; time_us: CUDA-event time of the call (the "
+                           "median of 5 by time, whose other columns are given); first_start_us and last_start_us: "
+                           "the global timer from the call's start to the first and the last held block's start "
+                           "(negative: before it); span_us: to the call's end (global timer, including a one-thread "
+                           "stamp kernel); hold_end_us: the held SMs' release, from the call's start (order before)",
             "sms": sms, "gap_us": round(gap_us, 2),
             "columns": ["work", "held", "order", "carveout", "frac", "base_us", "time_us", "slowdown",
                         "first_start_us", "last_start_us", "span_us", "hold_end_us"],

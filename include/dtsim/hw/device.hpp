@@ -234,9 +234,8 @@ private:
     // (from the clock, or once the stream's previous kernel is expected to end, for the group's
     // standalone cost) and, where collectives take SMs, the hold of its CTAs.
     void hold_sms(Collective c, const Group& g, double bytes, CommStream stream, bool takes);
-    // How long `work` seconds of compute starting at `t` take on the SMs the holds leave, of which
-    // `memory` seconds are memory-bound and keep their speed.
-    double contended(double t, double work, double memory);
+    // How long `work` seconds of compute starting at `t` take on the SMs the holds leave.
+    double contended(double t, double work);
     // Records an operation of `t` on the communication stream; its times are
     // patched in when the network knows them.
     void record_transfer(OpCode op, int layer, const TransferRecord* t, double bytes, IdSet batches = {});

@@ -45,7 +45,7 @@ void Device::compute(OpCode op, int layer, double seconds, double flops, IdSet m
         seconds = (seconds - memory) * slowdown_ + memory;
     }
     if (jitter.on()) seconds *= jitter.factor(rank(), compute_ops_);
-    if (!holds_.empty()) seconds = contended(now(), seconds, std::min(seconds, spec().memory_seconds(bytes)));
+    if (!holds_.empty()) seconds = contended(now(), seconds);
     ++compute_ops_;
     Event& e = record(op, layer, Stream::compute, now(), seconds, std::move(microbatches));
     e.flops = flops;
@@ -244,16 +244,12 @@ void Device::hold_sms(Collective c, const Group& g, double bytes, CommStream str
     if (takes && cost.ctas > 0 && free > start) holds_.push_back(SmHold{start, free, cost.ctas});
 }
 
-// An operation's compute-bound part (GEMMs, attention) runs at the share of SMs left, and its
-// memory-bound part at full speed: it reaches HBM's bandwidth on fewer SMs. Measured on an H200
-// with 16 of its 132 SMs held (calibration/data/h200_dtsim_sustained.json, `held`): a copy,
-// SwiGLU, the cross-entropy and fused AdamW ran 0.98-1.02x as long, RMSNorm 1.08x, a Llama 3 8B
-// block's forward and backward 1.17x (this model: 1.13x); GEMMs alone 1.21-1.89x, more than the
-// share's 1.14x (a wave's worth of blocks waiting), FlashAttention 1.07-1.08x. An operation mixing
-// both, `memory` of its `work` seconds memory-bound, runs at the rate that gives its time under a
-// constant hold: (compute + memory) / (compute / share + memory).
-double Device::contended(double t, double work, double memory) {
-    if (memory >= work) return work;
+// Every kernel of the operation at the share of SMs left, memory-bound ones too. Measured on an
+// H200 beside blocks that fill 16 of its 132 SMs' shared memory (calibration/data/
+// h200_dtsim_sustained.json, `held`): a Llama 3 8B block's forward and backward ran 1.17x as long
+// (the share: 1.14x), GEMMs alone 1.21-1.89x; memory-bound kernels 0.98-1.08x, but their blocks
+// could run beside those on the held SMs, whose registers were free (NCCL's CTAs take most).
+double Device::contended(double t, double work) {
     std::erase_if(holds_, [t](const SmHold& h) { return h.end <= t; });
     if (work <= 0 || std::none_of(holds_.begin(), holds_.end(), [&](const SmHold& h) { return h.start < t + work; }))
         return work;
@@ -266,8 +262,7 @@ double Device::contended(double t, double work, double memory) {
             if (h.start <= clock && clock < h.end) taken += h.ctas, next = std::min(next, h.end);
             else if (h.start > clock) next = std::min(next, h.start);
         }
-        const double share = std::max(sms - taken, 1.0) / sms;
-        const double rate = work / ((work - memory) / share + memory);
+        const double rate = std::max(sms - taken, 1.0) / sms;
         if (left <= (next - clock) * rate) {
             clock += left / rate;
             break;

@@ -629,9 +629,9 @@ std::vector<std::string> prediction_caveats(const Config& c, const Workload& wor
     if (s.dp > 1 || s.cp > 1 || tp_async_backward(s)) {
         if (takes_sms)
             out.push_back(fmt::format("compute beside a collective runs on the SMs its NCCL kernel leaves (of {}, one "
-                                      "per channel), memory-bound work at full speed: within 3 % of a Llama 3 8B block "
-                                      "measured on an H200 beside 16-24 held SMs, GEMMs alone lose more "
-                                      "(docs/hardware-model.md); not modelled: HBM and cache sharing",
+                                      "per channel): a Llama 3 8B block beside 16-24 SMs held on an H200 lost about that "
+                                      "share, GEMMs alone more (docs/hardware-model.md); not modelled: that loss, HBM "
+                                      "and cache sharing",
                                       gpu.sms));
         else
             out.push_back(std::string("collectives beside compute take nothing from it (") +
