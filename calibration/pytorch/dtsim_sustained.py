@@ -17,9 +17,8 @@ This script measures what separates them, on one GPU, and writes one JSON file:
   held       GEMMs of layer shapes, a copy, memory-bound kernels of a step (RMSNorm, SwiGLU, the
              cross-entropy, fused AdamW) and a whole Llama 3 8B block while a kernel on another stream
              holds `held` SMs for their whole duration, one block per SM, as an NCCL collective's CTAs
-             hold theirs (a block of 1,024 threads that takes an SM's registers and most of its shared
-             memory, where NCCL's 512-640 take most of its registers: nothing else fits beside either):
-             time by SMs held;
+             hold theirs (blocks of 640 threads of 96 registers, NCCL's most: a GEMM's blocks cannot fit
+             beside one): time by SMs held;
   held_timing one GEMM or attention kernel beside a hold that ends partway through it, or that
              arrives after it started, or with cuBLASLt told to leave the held SMs free: when the
              held blocks and the kernel ran (the GPU's global timer).
@@ -92,13 +91,15 @@ class Sampler:
         return self.rows
 
 
-# Blocks that fill an SM each: HOLD_THREADS threads of 64 registers (the 65,536 of an SM's register file: ptxas gives
-# these kernels 64, the most __launch_bounds__(1024, 1) allows) and most of its shared memory (holding_kernel), so
-# no other kernel's block fits beside one while it waits. hold waits until *flag is set (or max_ns pass) and
-# records the SM it ran on; hold_for waits max_ns from its start and records that start (global timer, ns).
-HOLD_THREADS = 1024
+# Blocks shaped like NCCL's CTAs, one per SM: HOLD_THREADS threads of 96 registers each (NCCL compiles its kernels
+# with -maxrregcount=96 and launches 512-640 threads a CTA: makefiles/common.mk, src/include/device.h), 61,440 of an
+# SM's 65,536, so a second such block, a GEMM's or an attention kernel's cannot fit beside one, where a small block of
+# few registers still might, as beside NCCL's. ptxas gives these kernels 96 registers (the most
+# __launch_bounds__(640, 1) allows). hold waits until *flag is set (or max_ns pass) and records the SM it ran on;
+# hold_for waits max_ns from its start and records that start (global timer, ns).
+HOLD_THREADS = 640
 HOLD_SOURCE = r"""
-#define HOLD_VALUES 52
+#define HOLD_VALUES 76
 
 // Values no later instruction can recompute (each from a clock read), live until after the wait.
 __device__ __forceinline__ void fill(float* r) {
@@ -117,7 +118,7 @@ __device__ __forceinline__ unsigned long long now() {
     return t;
 }
 
-extern "C" __global__ void __launch_bounds__(1024, 1)
+extern "C" __global__ void __launch_bounds__(640, 1)
 hold(const volatile int* flag, long long max_ns, int* smids, float* sink) {
     float r[HOLD_VALUES];
     fill(r);
@@ -133,7 +134,7 @@ hold(const volatile int* flag, long long max_ns, int* smids, float* sink) {
     use(r, sink);
 }
 
-extern "C" __global__ void __launch_bounds__(1024, 1)
+extern "C" __global__ void __launch_bounds__(640, 1)
 hold_for(long long max_ns, unsigned long long* starts, float* sink) {
     float r[HOLD_VALUES];
     fill(r);
@@ -154,16 +155,12 @@ extern "C" __global__ void stamp(unsigned long long* out, int i) {
 
 
 def holding_kernel(name):
-    """CuPy (its NVRTC compiles HOLD_SOURCE; its kernels launch on PyTorch's streams), HOLD_SOURCE's kernel `name` set
-    up to fill an SM with each block, the GPU's SM count, and the shared memory each block takes."""
+    """CuPy (its NVRTC compiles HOLD_SOURCE; its kernels launch on PyTorch's streams), HOLD_SOURCE's kernel `name`,
+    the GPU's SM count, and the dynamic shared memory each block takes (none: its registers hold the SM)."""
     import cupy as cp
 
-    props = torch.cuda.get_device_properties(0)
-    # Above half an SM's shared memory: one block per SM (Hopper's opt-in limit where PyTorch does not say it).
-    smem = getattr(props, "shared_memory_per_block_optin", 232448) - 1024
     kernel = cp.RawKernel(HOLD_SOURCE, name)
-    kernel.max_dynamic_shared_size_bytes = smem
-    return cp, kernel, props.multi_processor_count, smem
+    return cp, kernel, torch.cuda.get_device_properties(0).multi_processor_count, 0
 
 
 def flash(fn):
