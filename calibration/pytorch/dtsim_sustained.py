@@ -154,13 +154,30 @@ extern "C" __global__ void stamp(unsigned long long* out, int i) {
 """
 
 
-def holding_kernel(name):
-    """CuPy (its NVRTC compiles HOLD_SOURCE; its kernels launch on PyTorch's streams), HOLD_SOURCE's kernel `name`,
-    the GPU's SM count, and the dynamic shared memory each block takes (none: its registers hold the SM)."""
-    import cupy as cp
+class Holding:
+    """HOLD_SOURCE's kernels, compiled by CuPy's NVRTC and launched on PyTorch's streams."""
 
-    kernel = cp.RawKernel(HOLD_SOURCE, name)
-    return cp, kernel, torch.cuda.get_device_properties(0).multi_processor_count, 0
+    def __init__(self):
+        import cupy as cp
+
+        self.cp = cp
+        self.sms = torch.cuda.get_device_properties(0).multi_processor_count
+        self.sink = cp.zeros(HOLD_THREADS, dtype=cp.float32)
+        self.kernels = {name: cp.RawKernel(HOLD_SOURCE, name) for name in ("hold", "hold_for", "stamp")}
+
+    def launch(self, stream, name, grid, block, *args):
+        """Kernel `name` on `stream` (a torch.cuda.Stream); tensors go as CuPy views of them."""
+        cp = self.cp
+        args = tuple(cp.asarray(a) if isinstance(a, torch.Tensor) else a for a in args)
+        with cp.cuda.ExternalStream(stream.cuda_stream):
+            self.kernels[name]((grid,), (block,), args)
+
+    def hold(self, stream, name, blocks, *args):
+        """`blocks` holding blocks of kernel `name` (hold or hold_for), one per SM."""
+        self.launch(stream, name, blocks, HOLD_THREADS, *args, self.sink)
+
+    def describe(self, name):
+        return f"blocks of {HOLD_THREADS} threads of {self.kernels[name].num_regs} registers (one per SM)"
 
 
 def flash(fn):
@@ -277,9 +294,9 @@ class Bench:
             "columns": ["m", "n", "k", "copy_bytes", "gemm_us", "copy_us", "both_us", "hidden"], "rows": rows}
 
     def held(self):
-        cp, kernel, sms, smem = holding_kernel("hold")
+        h = Holding()
+        cp, sms = h.cp, h.sms
         flag = torch.zeros(1, device="cuda", dtype=torch.int32)
-        sink = torch.zeros(HOLD_THREADS, device="cuda", dtype=torch.float32)
         smids = torch.full((sms,), -1, device="cuda", dtype=torch.int32)
         s_hold, s_work = torch.cuda.Stream(), torch.cuda.Stream()
         iters, max_ns = self.a.iters, 5_000_000_000
@@ -291,9 +308,7 @@ class Bench:
             smids.fill_(-1)
             torch.cuda.synchronize()
             if held:
-                with cp.cuda.ExternalStream(s_hold.cuda_stream):
-                    kernel((held,), (HOLD_THREADS,), (cp.asarray(flag), cp.int64(max_ns), cp.asarray(smids),
-                                                     cp.asarray(sink)), shared_mem=smem)
+                h.hold(s_hold, "hold", held, flag, cp.int64(max_ns), smids)
             with torch.cuda.stream(s_work):
                 torch.cuda._sleep(200_000)  # about 0.1 ms: the holding blocks are resident before the work starts
                 e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -357,9 +372,8 @@ class Bench:
                            "torch.optim.AdamW(fused=True).step over m fp32 parameters), or a Llama 3 8B block "
                            "(dtsim_torch_common.LlamaBlock over m tokens, forward, or forward and backward, its "
                            f"attention held to SDPA's FlashAttention backend): {iters} calls back to back on one "
-                           f"stream while a kernel on another holds `held` SMs, `held` blocks of {HOLD_THREADS} "
-                           f"threads of {kernel.num_regs} registers and {smem} bytes of dynamic shared memory (one "
-                           "per SM) waiting on a flag the work's stream sets after its last call. CUDA-event time "
+                           f"stream while a kernel on another holds `held` SMs, `held` {h.describe('hold')} "
+                           "waiting on a flag the work's stream sets after its last call. CUDA-event time "
                            "per call (median of 3 runs); `distinct_sms`: the SMs the holding blocks ran on; "
                            "`slowdown`: time / time with none held; `sm_share`: sms / (sms - held), the slowdown if "
                            "the work ran at the speed of the SMs left",
@@ -370,17 +384,12 @@ class Bench:
     def held_timing(self):
         import torch.nn.functional as F
 
-        cp, hold_for, sms, smem = holding_kernel("hold_for")
-        stamp = cp.RawKernel(HOLD_SOURCE, "stamp")
+        h = Holding()
+        cp, sms = h.cp, h.sms
         starts = torch.zeros(sms, device="cuda", dtype=torch.int64)
-        sink = torch.zeros(HOLD_THREADS, device="cuda", dtype=torch.float32)
         stamps = torch.zeros(2, device="cuda", dtype=torch.int64)
         s_hold, s_work = torch.cuda.Stream(), torch.cuda.Stream()
         gap_cycles = 200_000  # torch.cuda._sleep: about 0.1 ms at the clocks seen
-
-        def launch(stream, kernel, grid, block, args, shared=0):
-            with cp.cuda.ExternalStream(stream.cuda_stream):
-                kernel((grid,), (block,), args, shared_mem=shared)
 
         def once(work, held, hold_ns, order, carve):
             """One call of work on s_work with `held` SMs held for hold_ns by blocks launched before it
@@ -389,8 +398,7 @@ class Bench:
             starts.zero_()
             torch.cuda.synchronize()
             if held and order == "before":
-                launch(s_hold, hold_for, held, HOLD_THREADS, (cp.int64(hold_ns), cp.asarray(starts), cp.asarray(sink)),
-                       smem)
+                h.hold(s_hold, "hold_for", held, cp.int64(hold_ns), starts)
             if carve:
                 torch._C._set_sm_carveout_experimental(carve)
             try:
@@ -398,16 +406,15 @@ class Bench:
                     if order == "before":  # with nothing held too: the baseline's call waits as the others do
                         torch.cuda._sleep(gap_cycles)
                     e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    launch(s_work, stamp, 1, 1, (cp.asarray(stamps), cp.int32(0)))
+                    h.launch(s_work, "stamp", 1, 1, stamps, cp.int32(0))
                     e0.record()
                     work()
                     e1.record()
-                    launch(s_work, stamp, 1, 1, (cp.asarray(stamps), cp.int32(1)))
+                    h.launch(s_work, "stamp", 1, 1, stamps, cp.int32(1))
                 if held and order == "after":  # queued behind the call: its blocks arrive while it runs
                     with torch.cuda.stream(s_hold):
                         torch.cuda._sleep(gap_cycles // 4)
-                    launch(s_hold, hold_for, held, HOLD_THREADS,
-                           (cp.int64(hold_ns), cp.asarray(starts), cp.asarray(sink)), smem)
+                    h.hold(s_hold, "hold_for", held, cp.int64(hold_ns), starts)
             finally:
                 if carve:
                     torch._C._set_sm_carveout_experimental(None)
@@ -436,9 +443,9 @@ class Bench:
             for _ in range(3):
                 work()
             base = statistics.median(once(work, 0, 0, "before", 0)[0] for _ in range(5))
-            cases = [(h, f, "before", 0) for h in (16, 24) for f in (0.25, 0.5, 1.0, 3.0)]
-            cases += [(h, f, "after", 0) for h in (16, 24) for f in (0.25, 3.0)]
-            cases += [(h, 3.0, "before", h) for h in (16, 24)]
+            cases = [(n, f, "before", 0) for n in (16, 24) for f in (0.25, 0.5, 1.0, 3.0)]
+            cases += [(n, f, "after", 0) for n in (16, 24) for f in (0.25, 3.0)]
+            cases += [(n, 3.0, "before", n) for n in (16, 24)]
             for held, frac, order, carve in cases:
                 # Held blocks start about a gap before the call (order "before"): they hold frac of the call past it.
                 if gap_us is None:
@@ -452,8 +459,7 @@ class Bench:
                              round((first + hold_ns / 1e3) if order == "before" else 0.0, 2)])
         self.sections["held_timing"] = {
             "description": f"one call of `work` (a GEMM, or SDPA held to its FlashAttention backend) on a stream "
-                           f"while `held` SMs are held on another by blocks of {HOLD_THREADS} threads of "
-                           f"{hold_for.num_regs} registers and {smem} bytes of shared memory (one per SM). Order "
+                           f"while `held` SMs are held on another by {h.describe('hold_for')}. Order "
                            "\"before\": the call waits gap_us behind a sleep, the blocks start about then and hold for "
                            "gap_us + frac x base_us; order \"after\": the blocks are launched after the call, on "
                            "their stream behind a sleep of a quarter of that gap, and hold for frac x base_us from "

@@ -13,9 +13,10 @@ an earlier step, such as a hand-written schedule) is skipped and listed; one tha
 --timeout seconds counts as stale. Exit statuses are not checked: the docs do not show them.
 
 With --update, a stale block that shows the whole output (no `...`, at least 80 % as many lines as
-are printed now, and a first line like the first printed) is replaced by what is printed now; in any other, each shown line that is no longer
-printed is replaced by the printed line most like it (difflib's ratio at least 0.6) after the one
-the previous shown line matched, and lines with no such match are left and reported. Read the diff
+are printed now, and a first line like the first printed) is replaced by what is printed now; in
+any other, each shown line that is no longer printed is replaced by the printed line most like it
+(difflib's ratio at least 0.6) after the one the previous shown line matched, and lines with no
+such match are left and reported. Read the diff
 before committing it: the prose around a block may quote its figures.
 
     check_outputs.py --dtsim build/dtsim [--root .] [--update] [FILE.md ...]

@@ -362,25 +362,20 @@ TEST_CASE("the collective channels across nodes with fewer GPUs of the group on 
     // at 48 GB/s; up to 4 of them are duplicated at 24 GB/s (ncclTopoDupChannels), then doubled
     // (ncclTopoPostset): 4k; from 5 the duplication stops and Hopper's "<8 PPN" rule doubles again
     // instead (48 > 45, fewer than 16): 4k too; at 8, 16 channels, and the rule stops.
-    const Cluster h = h100();
-    Cluster roce = h100();  // a RoCE cluster's measured 45.9 GB/s a GPU: still above the rule's 45
-    roce.inter_node = Link{"roce", 45.9e9, 45.9e9, 5e-6, 0};
-    for (const Cluster& c : {h, roce}) {
-        for (const auto& [per_node, ctas] :
-             std::vector<std::pair<int, int>>{{1, 4}, {2, 8}, {3, 12}, {4, 16}, {5, 20}, {6, 24}, {7, 28}, {8, 16}}) {
+    auto check = [](const Cluster& c, const std::vector<std::pair<int, int>>& ctas_by_per_node) {
+        for (const auto& [per_node, ctas] : ctas_by_per_node) {
             CAPTURE(c.inter_node.name);
             CAPTURE(per_node);
             const CollectiveCost r = collective_cost(c, Collective::all_gather, kGiB, shape(16, per_node), Algorithm::ring);
             REQUIRE(r.nccl_algorithm == NcclAlgorithm::ring);
             CHECK(r.ctas == ctas);
         }
-    }
+    };
+    const std::vector<std::pair<int, int>> hopper{{1, 4}, {2, 8}, {3, 12}, {4, 16}, {5, 20}, {6, 24}, {7, 28}, {8, 16}};
+    check(h100(), hopper);
+    Cluster roce = h100();  // a RoCE cluster's measured 45.9 GB/s a GPU: still above the rule's 45
+    roce.inter_node = Link{"roce", 45.9e9, 45.9e9, 5e-6, 0};
+    check(roce, hopper);
     // A100 with 24 GB/s NICs: below 25 GB/s nothing is duplicated, and the rule is Hopper's: 2k.
-    const Cluster a = a100();
-    for (const auto& [per_node, ctas] : std::vector<std::pair<int, int>>{{1, 2}, {2, 4}, {5, 10}, {8, 16}}) {
-        CAPTURE(per_node);
-        const CollectiveCost r = collective_cost(a, Collective::all_gather, kGiB, shape(16, per_node), Algorithm::ring);
-        REQUIRE(r.nccl_algorithm == NcclAlgorithm::ring);
-        CHECK(r.ctas == ctas);
-    }
+    check(a100(), {{1, 2}, {2, 4}, {5, 10}, {8, 16}});
 }

@@ -127,6 +127,8 @@ struct GpuSpec {
     // kernel runs, each of its CTAs (CollectiveCost::ctas) holds an SM, and the compute stream's
     // kernels run on the others (Device::compute).
     bool collectives_take_sms = true;
+    // Whether they do here: the switch on and an SM count to take from.
+    [[nodiscard]] bool collectives_hold_sms() const { return collectives_take_sms && sms > 0; }
 
     // The factor on every tensor-core throughput (GEMMs, fused attention) under the power
     // limit: (limit / TDP)^exponent, the fitted power_exponent or else power_clock_exponent(),

@@ -236,7 +236,7 @@ Task<Transfer> Device::start(Collective c, Group& g, double bytes, int layer, Co
 // standalone cost rather than from the network's outcome, which the compute clock runs ahead of.
 void Device::hold_sms(Collective c, const Group& g, double bytes, CommStream stream, bool takes) {
     const GpuSpec& gpu = spec();
-    if (!gpu.collectives_take_sms || gpu.sms <= 0 || g.size() <= 1) return;
+    if (!gpu.collectives_hold_sms() || g.size() <= 1) return;
     double& free = stream == CommStream::tensor ? tensor_stream_free_ : data_stream_free_;
     const CollectiveCost cost = g.cost(c, bytes);
     const double start = std::max(now(), free);

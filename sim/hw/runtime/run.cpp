@@ -547,7 +547,7 @@ std::string describe(const Stragglers& s) {
 std::vector<std::string> prediction_caveats(const Config& c, const Workload& work) {
     std::vector<std::string> out;
     const GpuSpec& gpu = c.cluster.gpu;
-    const bool takes_sms = gpu.collectives_take_sms && gpu.sms > 0;
+    const bool takes_sms = gpu.collectives_hold_sms();
     const StrategyConfig& s = c.strategy;
     const DType d = c.model.spec.dtype;
     if (s.flash_attention && !work.measured_attention && c.model.kind == "transformer")
