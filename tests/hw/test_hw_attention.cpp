@@ -342,7 +342,7 @@ TEST_CASE("a run says where its prediction is weakest") {
     const std::string sms = "compute beside a collective runs on the SMs its NCCL kernel leaves (of 132, one per channel)";
     CHECK(has(caveats("llama3-8b-16xh100-fsdp.json", {}), sms));
     CHECK(has(caveats("llama3-8b-16xh100-fsdp.json", {"cluster.gpu.collectives_take_sms=false"}),
-              "collectives beside compute take nothing from it (cluster.gpu.collectives_take_sms false)"));
+              "NCCL's collectives beside compute take nothing from it (cluster.gpu.collectives_take_sms false)"));
     CHECK_FALSE(has(caveats("llama3-8b-16xh100-fsdp.json", {"strategy.dp=1", "cluster.nodes=1", "cluster.gpus_per_node=1",
                                                             "training.global_batch=4"}),
                     "beside compute"));
@@ -363,11 +363,22 @@ TEST_CASE("a run says where its prediction is weakest") {
     CHECK(has(caveats("llama3-8b-16xh100-fsdp.json", {"cluster.gpu.attention={}"}), "fused attention priced as two GEMMs"));
     // 8 nodes against curves measured on 2.
     CHECK(has(caveats("llama3-70b-64xh100-1f1b.json", {}), "measured on at most 2 nodes, the cluster has 8"));
-    // Tensor parallelism: its overlap priced as free; the backward's collectives beside the first
+    // Tensor parallelism: userbuffers' overlap on the SMs its configuration takes, AsyncTP's as
+    // free; the backward's collectives beside the first
     // linear's GEMMs priced on the SMs their kernels leave (with sequence parallelism, also the
     // input's second gather), or free where nothing is taken; nothing where they block (Megatron-LM
     // before its asynchronous all-reduce, torchtitan's TP).
-    CHECK(has(caveats("llama3-70b-64xh100-1f1b.json", {"strategy.tp_comm_overlap=true"}), "overlapped with their GEMMs at no cost"));
+    CHECK(has(caveats("llama3-70b-64xh100-1f1b.json", {"strategy.tp_comm_overlap=true"}),
+              "overlapped with their GEMMs by Transformer Engine's userbuffers: each takes the SMs"));
+    CHECK(has(caveats("llama3-8b-16xh100-fsdp-tp2.json", {"strategy.tp_comm_overlap=true"}),
+              "overlapped with their GEMMs (AsyncTP) at no cost"));
+    CHECK(has(caveats("llama3-70b-64xh100-1f1b.json", {"strategy.tp_comm_overlap=true"}),
+              "Transformer Engine 2's defaults"));
+    CHECK(has(caveats("llama3-8b-16xh100-fsdp-tp2.json",
+                      {"strategy.tp_comm_overlap=true", R"(strategy.tp_comm_overlap_cfg={"defaults": "te1"})"}),
+              "strategy.tp_comm_overlap_cfg unused: this strategy's tensor parallelism is PyTorch's"));
+    CHECK(has(caveats("llama3-70b-64xh100-1f1b.json", {R"(strategy.tp_comm_overlap_cfg={"defaults": "te1"})"}),
+              "strategy.tp_comm_overlap_cfg unused: no userbuffers overlap here"));
     const auto plain_tp = caveats("llama3-8b-8xh100-megatron.json", {"strategy.tp=2", "strategy.dp=4", "strategy.sequence_parallel=false"});
     CHECK(has(plain_tp, "the backward's tensor-parallel all-reduces run beside the GEMMs on the SMs their NCCL kernels leave them"));
     CHECK(has(caveats("llama3-8b-8xh100-megatron.json", {"strategy.tp=2", "strategy.dp=4", "strategy.sequence_parallel=false",

@@ -54,12 +54,12 @@ TEST_CASE("a collective's CTAs take SMs from the compute beside it while its ker
     c.gpu.sms = 100;
     const double S = 256 * kMiB;
     // Per rank: an all-gather started at 0 on the data stream, then `work` seconds of compute.
-    auto clock_after = [&](const Cluster& cl, double work, bool takes) {
+    auto clock_after = [&](const Cluster& cl, double work, int sms) {
         World world(cl, 2);
         Group& all = world.everyone();
         double after = 0;
         world.run([&](Device& gpu) -> Task<> {
-            const Transfer h = co_await gpu.start(Collective::all_gather, all, S, 0, CommStream::data, takes);
+            const Transfer h = co_await gpu.start(Collective::all_gather, all, S, 0, CommStream::data, sms);
             gpu.compute(ops::forward, 0, work);
             if (gpu.rank() == 0) after = gpu.now();
             co_await gpu.wait(h);
@@ -72,15 +72,19 @@ TEST_CASE("a collective's CTAs take SMs from the compute beside it while its ker
     REQUIRE(cost.ctas < 100);
     const double d = cost.seconds, rate = (100.0 - cost.ctas) / 100;
     // Longer than the collective: d seconds at `rate`, the rest at full speed.
-    CHECK(clock_after(c, 2 * d, true) == doctest::Approx(d + (2 * d - d * rate)).epsilon(1e-12));
+    CHECK(clock_after(c, 2 * d, kNcclCtas) == doctest::Approx(d + (2 * d - d * rate)).epsilon(1e-12));
     // Inside it: all at `rate`.
-    CHECK(clock_after(c, 0.5 * d, true) == doctest::Approx(0.5 * d / rate).epsilon(1e-12));
-    // Not taken: communication that takes no SMs, the switch off, or no SM count.
-    CHECK(clock_after(c, 2 * d, false) == 2 * d);
+    CHECK(clock_after(c, 0.5 * d, kNcclCtas) == doctest::Approx(0.5 * d / rate).epsilon(1e-12));
+    // A kernel given its SMs (Transformer Engine's userbuffers): 30 of 100 held, NCCL's switch or not.
+    CHECK(clock_after(c, 0.5 * d, 30) == doctest::Approx(0.5 * d / 0.7).epsilon(1e-12));
+    // Not taken: communication that takes no SMs, NCCL's kernels with the switch off, no SM count.
+    CHECK(clock_after(c, 2 * d, 0) == 2 * d);
     Cluster off = c;
     off.gpu.collectives_take_sms = false;
-    CHECK(clock_after(off, 2 * d, true) == 2 * d);
-    CHECK(clock_after(test::small_cluster(1), 2 * d, true) == 2 * d);
+    CHECK(clock_after(off, 2 * d, kNcclCtas) == 2 * d);
+    CHECK(clock_after(off, 0.5 * d, 30) == doctest::Approx(0.5 * d / 0.7).epsilon(1e-12));
+    CHECK(clock_after(test::small_cluster(1), 2 * d, kNcclCtas) == 2 * d);
+    CHECK(clock_after(test::small_cluster(1), 2 * d, 30) == 2 * d);
 }
 
 TEST_CASE("kernels queued on a stream hold SMs one after another; two streams' kernels add up") {

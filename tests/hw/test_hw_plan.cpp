@@ -153,6 +153,29 @@ TEST_CASE("the memory bound never rejects a layout that fits, and the step-time 
     }
     CHECK(strategies.size() == 8);
 
+    // With Transformer Engine's userbuffers (tp_comm_overlap under Megatron's strategies) on a GPU
+    // with an SM count, the bound counts the time their default margins add to the GEMMs, and stays
+    // below the simulation, whole backwards and split ones (zbh1, DualPipeV's last) alike; without an SM count to take
+    // from, the same layouts' bounds are lower.
+    json ub = doc;
+    ub["cluster"]["gpu"]["sms"] = 132;
+    const auto overlapped = enumerate_layouts(
+        request_for(ub, {"strategy=megatron,1f1b,interleaved,zbh1,dualpipev", "micro_batch=1,2", "recompute=none,full",
+                         "tp=2,4", "sequence_parallel=true", "tp_comm_overlap=true", "zero_stage=1"}));
+    REQUIRE(overlapped.candidates.size() > 10);
+    std::set<std::string> with_margins;
+    for (const auto& c : overlapped.candidates) {
+        const Config config = candidate_config(overlapped, request_for(ub, {}), c);
+        REQUIRE(config.strategy.tp_comm_overlap);
+        const RunReport r = simulate(config, {.keep_trace = false}).report;
+        INFO(c.label);
+        CHECK(c.time_bound <= r.step_time);
+        Config without = config;
+        without.cluster.gpu.sms = 0;
+        if (step_time_lower_bound(without) < c.time_bound) with_margins.insert(config.strategy.name);
+    }
+    CHECK(with_margins == std::set<std::string>{"1f1b", "dualpipev", "interleaved", "megatron", "zbh1"});
+
     // A GPU small enough that the bound rejects some layouts: each of them runs out of memory.
     json tight = doc;
     tight["cluster"]["gpu"]["hbm_GiB"] = 1.5;

@@ -117,7 +117,7 @@ TEST_CASE("FSDP's prefetch never takes longer than gathering each layer when it 
     }
 }
 
-TEST_CASE("collectives beside compute take SMs from it: FSDP slows, userbuffers' overlap does not") {
+TEST_CASE("collectives beside compute take SMs from it: FSDP's by NCCL's rule, userbuffers' by their own") {
     json cluster = realistic_cluster(1);
     cluster["gpu"]["sms"] = 132;
     json doc{{"cluster", cluster},
@@ -132,13 +132,25 @@ TEST_CASE("collectives beside compute take SMs from it: FSDP slows, userbuffers'
     CHECK(taken.split.compute > free.split.compute);
     CHECK(taken.split.compute <= free.split.compute * 132.0 / 108);
     CHECK(taken.step_time >= free.step_time);
-    // Megatron's tensor parallelism with userbuffers' overlap (its SMs are the margin) and no
-    // data parallelism: nothing runs beside the compute on NCCL's kernels.
-    doc["strategy"] = {{"name", "megatron"}, {"tp", 8}, {"dp", 1}, {"sequence_parallel", true}, {"tp_comm_overlap", true}};
+    // Megatron's tensor parallelism with userbuffers' overlap and no data parallelism: no NCCL
+    // kernel runs beside the compute, and the SMs userbuffers' kernels hold (Transformer Engine
+    // 1's defaults: 16 for each bulk and pipelined overlap) are theirs, NCCL's switch or not; with
+    // the reduce-scatters by ring exchange (copy engines) and the bulk overlaps on 1 SM the compute
+    // takes less time.
+    doc["strategy"] = {{"name", "megatron"},          {"tp", 8},
+                       {"dp", 1},                      {"sequence_parallel", true},
+                       {"tp_comm_overlap", true},      {"tp_comm_overlap_cfg", {{"defaults", "te1"}}}};
     doc["training"]["global_batch"] = 2;
-    const RunReport ub_free = run(doc);
+    const RunReport held_off = run(doc);
     doc["cluster"]["gpu"]["collectives_take_sms"] = true;
-    CHECK(run(doc).step_time == ub_free.step_time);
+    const RunReport held_on = run(doc);
+    CHECK(held_on.step_time == held_off.step_time);
+    CHECK(held_on.split.compute == held_off.split.compute);
+    for (const char* l : {"proj_fprop", "fc2_fprop"})
+        doc["strategy"]["tp_comm_overlap_cfg"][l] = {{"method", "ring_exchange"}};
+    for (const char* l : {"qkv_dgrad", "qkv_wgrad", "fc1_dgrad", "fc1_wgrad"})
+        doc["strategy"]["tp_comm_overlap_cfg"][l] = {{"num_sm", 1}};
+    CHECK(run(doc).split.compute < held_on.split.compute);
 }
 
 TEST_CASE("FSDP2 copies gathered weights out and gradients in on the compute stream; FSDP1 and Megatron-FSDP do not") {
@@ -330,6 +342,8 @@ TEST_CASE("the events estimated before a run bound what it records, within 1.5 x
         {{"name", "fsdp"}, {"dp", 8}, {"tp", 2}, {"sequence_parallel", true}, {"sharding", "hybrid"}},
         {{"name", "fsdp"}, {"dp", 4}, {"tp", 4}, {"sequence_parallel", true}, {"tp_comm_overlap", true}},
         {{"name", "megatron"}, {"dp", 4}, {"tp", 4}},
+        {{"name", "megatron"}, {"dp", 4}, {"tp", 4}, {"sequence_parallel", true}, {"tp_comm_overlap", true}},
+        {{"name", "zbh1"}, {"dp", 2}, {"tp", 2}, {"pp", 4}, {"sequence_parallel", true}, {"tp_comm_overlap", true}},
         {{"name", "megatron"}, {"dp", 4}, {"tp", 4}, {"sequence_parallel", true}},
         {{"name", "gpipe"}, {"dp", 2}, {"tp", 2}, {"pp", 4}},
         {{"name", "1f1b"}, {"dp", 2}, {"tp", 2}, {"pp", 4}, {"sequence_parallel", true}},
@@ -445,14 +459,15 @@ TEST_CASE("a run whose figures are not finite is an error naming the figure") {
 }
 
 // --tp-comm-overlap: per block an all-gather pipelined with the first GEMM's t chunks and a
-// reduce-scatter with the last GEMM's splits; the same bytes, less exposed communication.
+// reduce-scatter with the last GEMM's splits, and in the backward the bulk overlaps; the same
+// bytes as Megatron's backward without it (tp_async_backward), less exposed communication.
 TEST_CASE("tensor-parallel communication overlap: each block's gather and scatter beside its GEMMs") {
     // GEMMs large enough for the overlap to pay (on small ones the chunks' overheads cost more).
     json doc{{"cluster", realistic_cluster(1)},
              {"model", {{"name", "big"}, {"layers", 2}, {"hidden", 8192}, {"heads", 64}, {"seq", 4096}, {"vocab", 0}}},
              {"training", {{"global_batch", 1}, {"micro_batch", 1}}},
              {"strategy", {{"name", "megatron"}, {"tp", 8}, {"dp", 1}, {"sequence_parallel", true},
-                           {"tp_async_backward", false}}}};  // the same collectives as the overlap
+                           {"tp_async_backward", true}}}};  // the same collectives as the overlap
     Trace plain_trace, overlap_trace;
     const RunReport plain = run(doc, true, &plain_trace);
     doc["strategy"]["tp_comm_overlap"] = true;
@@ -490,53 +505,169 @@ TEST_CASE("tensor-parallel communication overlap: each block's gather and scatte
                          ConfigError);
 }
 
-TEST_CASE("tp_comm_overlap_sm_margin: the pipelined forward GEMMs run on the SMs their reduce-scatter leaves") {
+TEST_CASE("tp_comm_overlap_cfg: userbuffers' SMs, held beside the GEMMs or left to them by a margin") {
     json doc{{"cluster", realistic_cluster(1)},
              {"model", {{"name", "big"}, {"layers", 2}, {"hidden", 8192}, {"heads", 64}, {"seq", 4096}, {"vocab", 0}}},
              {"training", {{"global_batch", 1}, {"micro_batch", 1}}},
              {"strategy", {{"name", "megatron"}, {"tp", 8}, {"dp", 1}, {"sequence_parallel", true},
                            {"tp_comm_overlap", true}}}};
     doc["cluster"]["gpu"]["sms"] = 132;
-    Trace plain_trace, margin_trace;
-    (void)run(doc, true, &plain_trace);
-    // GPT-3 175B's ub_tp_comm_overlap_cfg in NVIDIA's DGX Cloud recipe: proj 24 SMs, fc2 20, set_sm_margin 1.
-    doc["strategy"]["tp_comm_overlap_sm_margin"] = {{"proj_fprop", 24}, {"fc2_fprop", 20}};
-    (void)run(doc, true, &margin_trace);
-    const Config c = parse_config(doc, "t.json");
-    const Workload w = make_workload(c.model.spec, layer_split(c), c.cluster.gpu);
-    // The projection's chunks on 108 of 132 SMs, fc2's on 112: time x 132 / (132 - n), the rest kept.
-    CHECK(w.layer.attention_margin == doctest::Approx(w.layer.attention_last_gemm * 24 / 108));
-    CHECK(w.layer.mlp_margin == doctest::Approx(w.layer.mlp_last_gemm * 20 / 112));
-    CHECK(w.layer.attention_margin > 0);
+    const auto ub_of = [](const json& d) { return layer_split(parse_config(d, "t.json")).ub; };
+    const auto at = [](const UbConfig& u, UbLayer l) { return u[static_cast<std::size_t>(l)]; };
+    // Transformer Engine's defaults from 2.0 (no configuration): the pipelined and bulk overlaps'
+    // GEMMs leave 16 SMs throughout; ring exchanges copy with the copy engines.
+    const UbConfig te2 = ub_of(doc);
+    CHECK(at(te2, UbLayer::qkv_fprop) == UbSms{0, 0});
+    CHECK(at(te2, UbLayer::fc2_dgrad) == UbSms{0, 0});
+    CHECK(at(te2, UbLayer::proj_fprop) == UbSms{0, 16});
+    CHECK(at(te2, UbLayer::qkv_dgrad) == UbSms{0, 16});
+    CHECK(at(te2, UbLayer::fc1_wgrad) == UbSms{0, 16});
+    // Before 2.0: no margin, so their kernels hold the 16 SMs while they run.
+    doc["strategy"]["tp_comm_overlap_cfg"] = {{"defaults", "te1"}};
+    const UbConfig te1 = ub_of(doc);
+    CHECK(at(te1, UbLayer::proj_fprop) == UbSms{16, 0});
+    CHECK(at(te1, UbLayer::qkv_wgrad) == UbSms{16, 0});
+    CHECK(at(te1, UbLayer::fc1_fprop) == UbSms{0, 0});
+    // Given entries (NeMo's YAML spells flags 0 and 1), a ring exchange by SMs (use_ce false), and
+    // reduce-scatters by ring exchange (by the copy engines: nothing held).
+    doc["strategy"]["tp_comm_overlap_cfg"] = {
+        {"defaults", "te1"},
+        {"qkv_wgrad", {{"method", "bulk"}, {"num_sm", 24}, {"cga_size", 2}, {"set_sm_margin", 0}}},
+        {"fc1_fprop", {{"num_sm", 2}, {"use_ce", false}}},
+        {"fc2_fprop", {{"method", "ring_exchange"}}},
+        {"proj_fprop", {{"method", "ring_exchange"}, {"num_sm", 1}, {"set_sm_margin", 1}}}};
+    const UbConfig given = ub_of(doc);
+    CHECK(at(given, UbLayer::qkv_wgrad) == UbSms{24, 0});
+    CHECK(at(given, UbLayer::fc1_fprop) == UbSms{2, 0});
+    CHECK(at(given, UbLayer::fc2_fprop) == UbSms{0, 0});
+    CHECK(at(given, UbLayer::proj_fprop) == UbSms{0, 1});
+    CHECK(at(given, UbLayer::fc1_wgrad) == UbSms{16, 0});
+    // A method given alone keeps the layer's own defaults otherwise, as Transformer Engine takes
+    // them (get_default_config of the layer, then the given keys): under TE 2 a ring-exchange
+    // fc2_fprop keeps the pipelined overlap's 16-SM margin.
+    doc["strategy"]["tp_comm_overlap_cfg"] = {{"fc2_fprop", {{"method", "ring_exchange"}}}};
+    CHECK(at(ub_of(doc), UbLayer::fc2_fprop) == UbSms{0, 16});
+    doc["strategy"]["tp_comm_overlap_cfg"] = {
+        {"qkv_wgrad", {{"num_sm", 8}, {"comm_priority", -1}, {"is_reduce_scatter", true}}}};
+    CHECK(at(ub_of(doc), UbLayer::qkv_wgrad) == UbSms{0, 8});
+    // torchtitan's AsyncTP ("fsdp" with tp_comm_overlap) copies by the copy engines: nothing taken.
+    json async_tp = doc;
+    async_tp["strategy"] = {
+        {"name", "fsdp"}, {"tp", 8}, {"dp", 1}, {"sequence_parallel", true}, {"tp_comm_overlap", true}};
+    CHECK(ub_of(async_tp) == UbConfig{});
+    CHECK_FALSE(layer_split(parse_config(async_tp, "t.json")).userbuffers);
+
     auto busy = [](const Trace& t, const char* op) {
         double s = 0;
         for (const auto& e : t.ranks[0].events)
             if (e.op.name() == std::string_view(op) && e.stream == Stream::compute) s += e.duration;
         return s;
     };
-    // Each of the 2 layers' forwards takes both margins more; the backward (bulk and ring-exchange
-    // overlaps, no margin) takes the same time.
+    const json ring = {{"method", "ring_exchange"}};
+    const auto margin = [](int n) { return json{{"num_sm", n}, {"set_sm_margin", true}}; };
+    const auto held = [](int n) { return json{{"num_sm", n}, {"set_sm_margin", false}}; };
+    const json quiet = {{"defaults", "te1"}, {"proj_fprop", ring}, {"fc2_fprop", ring}};  // a forward that takes no SM
+    const auto traced = [&](const json& cfg) {
+        json d = doc;
+        d["strategy"]["tp_comm_overlap_cfg"] = cfg;
+        Trace t;
+        (void)run(d, true, &t);
+        const Config c = parse_config(d, "t.json");
+        return std::pair{std::move(t), make_workload(c.model.spec, layer_split(c), c.cluster.gpu)};
+    };
+    // The forward: GPT-3 175B's margins in NVIDIA's DGX Cloud recipe (proj 24 SMs, fc2 20): the
+    // projection's chunks on 108 of 132 SMs, fc2's on 112, each of the 2 layers' forwards longer by
+    // both; the backward the same.
+    json margins = quiet;
+    margins["proj_fprop"] = margin(24);
+    margins["fc2_fprop"] = margin(20);
+    const auto [plain_trace, plain] = traced(quiet);
+    const auto [margin_trace, w] = traced(margins);
+    const auto proj = static_cast<std::size_t>(UbLayer::proj_fprop), fc2 = static_cast<std::size_t>(UbLayer::fc2_fprop);
+    CHECK(w.layer.ub_margin[proj] == doctest::Approx(w.layer.attention_last_gemm * 24 / 108));
+    CHECK(w.layer.ub_margin[fc2] == doctest::Approx(w.layer.mlp_last_gemm * 20 / 112));
+    CHECK(w.layer.ub_margin[proj] > 0);
     CHECK(busy(margin_trace, "forward") - busy(plain_trace, "forward") ==
-          doctest::Approx(2 * (w.layer.attention_margin + w.layer.mlp_margin)));
+          doctest::Approx(2 * (w.layer.ub_margin[proj] + w.layer.ub_margin[fc2])));
     CHECK(busy(margin_trace, "backward") == doctest::Approx(busy(plain_trace, "backward")));
-    // Errors: without the overlap, without the GPU's SM count, and a margin that leaves no SM.
+    // The backward's bulk overlaps: per block, the first linear's input gathered beside its
+    // input-gradient GEMM and its gradient reduce-scattered beside its weight-gradient GEMM. Per
+    // layer: 2 gathers and 2 reduce-scatters forward, 4 and 2 backward.
+    const auto count = [](const Trace& t, const char* op) {
+        return std::count_if(t.ranks[0].events.begin(), t.ranks[0].events.end(),
+                             [&](const auto& e) { return e.op.name() == std::string_view(op); });
+    };
+    CHECK(count(plain_trace, "all_gather") == 2 * 6);
+    CHECK(count(plain_trace, "reduce_scatter") == 2 * 4);
+    // A margin on the QKV weight-gradient GEMM: 24 SMs against 12, the linear's whole GEMM longer
+    // by the difference in each layer's backward.
+    const std::size_t wgrad = static_cast<std::size_t>(UbLayer::qkv_wgrad);
+    json m24 = quiet, m12 = quiet;
+    m24["qkv_wgrad"] = margin(24);
+    m12["qkv_wgrad"] = margin(12);
+    const auto [t24, w24] = traced(m24);
+    const auto [t12, w12] = traced(m12);
+    CHECK(w24.layer.ub_margin[wgrad] == doctest::Approx(w24.layer.attention_first_linear * 24 / 108));
+    CHECK(busy(t24, "backward") - busy(t12, "backward") ==
+          doctest::Approx(2 * w24.layer.attention_first_linear * (24.0 / 108 - 12.0 / 120)));
+    // Held instead: 32 SMs against 16 while the reduce-scatter runs (each layer's last, shorter
+    // than the GEMM beside it), the GEMM at (132 - n) / 132 of its speed meanwhile: longer by
+    // the reduce-scatter's time x 16 / 132 a layer.
+    json h32 = quiet, h16 = quiet;
+    h32["qkv_wgrad"] = held(32);
+    h16["qkv_wgrad"] = held(16);
+    const auto [t32, w32] = traced(h32);
+    const auto [t16, w16] = traced(h16);
+    double scatters = 0;
+    for (int layer = 0; layer < 2; ++layer) {
+        const Event* last = nullptr;
+        for (const auto& e : t16.ranks[0].events)
+            if (e.op.name() == std::string_view("reduce_scatter") && e.layer == layer &&
+                (!last || e.start > last->start))
+                last = &e;
+        REQUIRE(last != nullptr);
+        REQUIRE(last->duration < w16.layer.attention_first_linear);
+        scatters += last->duration;
+    }
+    CHECK(scatters > 0);
+    CHECK(busy(t32, "backward") - busy(t16, "backward") == doctest::Approx(scatters * 16 / 132));
+    CHECK(busy(t32, "forward") == doctest::Approx(busy(t16, "forward")));
+
+    // Errors: without the overlap, with PyTorch's tensor parallelism, without the GPU's SM count,
+    // SMs that leave none, and methods Transformer Engine does not run there.
+    doc["strategy"]["tp_comm_overlap_cfg"] = margins;
+    const auto fails = [](const json& d, const char* message) {
+        CHECK_THROWS_WITH_AS(parse_config(d, "t.json"), doctest::Contains(message), ConfigError);
+    };
+    // (A configuration where no userbuffers run is accepted and unused: dtsim run says so.)
     json no_overlap = doc;
     no_overlap["strategy"]["tp_comm_overlap"] = false;
-    CHECK_THROWS_WITH_AS(parse_config(no_overlap, "t.json"),
-                         doctest::Contains("$.strategy.tp_comm_overlap_sm_margin: the SMs userbuffers take from the GEMMs "
-                                           "they overlap: it needs \"tp_comm_overlap\": true"),
-                         ConfigError);
+    CHECK(layer_split(parse_config(no_overlap, "t.json")).ub == UbConfig{});
+    async_tp["strategy"]["tp_comm_overlap_cfg"] = margins;
+    CHECK(layer_split(parse_config(async_tp, "t.json")).ub == UbConfig{});
     json no_sms = doc;
     no_sms["cluster"]["gpu"].erase("sms");
-    CHECK_THROWS_WITH_AS(parse_config(no_sms, "t.json"),
-                         doctest::Contains("$.strategy.tp_comm_overlap_sm_margin.proj_fprop: 24 SMs taken from the GEMM need "
-                                           "the GPU's SM count: give $.cluster.gpu.sms"),
-                         ConfigError);
+    fails(no_sms, "$.strategy.tp_comm_overlap_cfg.proj_fprop: 24 SMs taken from the GEMMs need the GPU's SM count");
     json all = doc;
-    all["strategy"]["tp_comm_overlap_sm_margin"]["fc2_fprop"] = 132;
-    CHECK_THROWS_WITH_AS(parse_config(all, "t.json"),
-                         doctest::Contains("fc2_fprop: 132 SMs taken from the GEMM leave none of the GPU's 132"),
-                         ConfigError);
+    all["strategy"]["tp_comm_overlap_cfg"]["proj_fprop"] = held(132);
+    fails(all, "$.strategy.tp_comm_overlap_cfg.proj_fprop.num_sm: proj_fprop takes 132 SMs from the GEMMs, which "
+               "leaves none of the GPU's 132");
+    json few = doc;  // TE's defaults on a GPU of 16 SMs
+    few["cluster"]["gpu"]["sms"] = 16;
+    few["strategy"].erase("tp_comm_overlap_cfg");
+    fails(few, "$.strategy.tp_comm_overlap: proj_fprop takes 16 SMs from the GEMMs, which leaves none of the GPU's 16 "
+               "(cluster.gpu.sms): Transformer Engine 2's default");
+    json bad = doc;
+    bad["strategy"]["tp_comm_overlap_cfg"]["qkv_fprop"] = {{"method", "bulk"}};
+    fails(bad, "$.strategy.tp_comm_overlap_cfg.qkv_fprop.method: \"bulk\" is for the first linears' backward GEMMs");
+    bad["strategy"]["tp_comm_overlap_cfg"]["qkv_fprop"] = {{"method", "pipeline"}};
+    fails(bad, "qkv_fprop all-gathers: Transformer Engine pipelines only reduce-scatters");
+    bad["strategy"]["tp_comm_overlap_cfg"]["qkv_fprop"] = ring;
+    bad["strategy"]["tp_comm_overlap_cfg"]["qkv_dgrad"] = ring;
+    fails(bad, "qkv_dgrad is a bulk overlap: dtsim models no other method for it");
+    bad["strategy"]["tp_comm_overlap_cfg"].erase("qkv_dgrad");
+    bad["strategy"]["tp_comm_overlap_cfg"]["qkv_wgard"] = held(4);
+    fails(bad, "did you mean \"qkv_wgrad\"");
 }
 
 // Megatron-LM's backward without --tp-comm-overlap (StrategyConfig::tp_async_backward): the block's

@@ -48,6 +48,11 @@ struct ModelConfig {
 
 enum class ContextComm : std::uint8_t { ring, allgather };
 
+// Transformer Engine's userbuffers overlaps as its defaults configure them: before 2.0 (`te2`
+// false: every overlap's kernel holds its SMs, 16 or a ring exchange's none) or from 2.0 (the
+// bulk and pipelined overlaps' GEMMs leave 16 SMs throughout).
+UbConfig ub_defaults(bool te2);
+
 struct StrategyConfig {
     std::string name;  // one of hw_strategies() (dtsim/hw/strategies.hpp)
     int dp = 1, tp = 1, pp = 1;  // dp not given: the GPU count / (tp x cp x pp)
@@ -82,12 +87,14 @@ struct StrategyConfig {
     // With "fsdp" it stands for torchtitan's AsyncTP (enable_async_tensor_parallel), which
     // decomposes the same all-gather + GEMM and GEMM + reduce-scatter pairs (symmetric memory).
     bool tp_comm_overlap = false;
-    // With tp_comm_overlap: the SMs Transformer Engine's userbuffers take from the projection's
-    // and fc2's forward GEMMs, which it pipelines with their reduce-scatter
-    // (tp_comm_overlap_sm_margin {"proj_fprop": n, "fc2_fprop": m}: a ub_tp_comm_overlap_cfg's
-    // num_sm where its set_sm_margin is on; comm_gemm_overlap.h gives the GEMM the GPU's SMs less
-    // those). 0 = the GEMM keeps every SM (TE's default for these until 2.0).
-    int tp_overlap_proj_sms = 0, tp_overlap_fc2_sms = 0;
+    // What Transformer Engine's userbuffers take from each overlapped linear's GEMMs (UbSms), from
+    // the config's tp_comm_overlap_cfg (a ub_tp_comm_overlap_cfg: per linear its method, num_sm,
+    // set_sm_margin and use_ce, the rest TE's defaults before 2.0 or from 2.0), TE 2's defaults
+    // where none is given (tp_overlap_given false). Used where tp_comm_overlap runs userbuffers
+    // (te_userbuffers in strategies.hpp; LayerSplit::ub), not under PyTorch's tensor parallelism,
+    // whose AsyncTP copies with the copy engines.
+    UbConfig tp_overlap = ub_defaults(true);
+    bool tp_overlap_given = false;
     // Megatron-LM's asynchronous tensor-parallel backward (without tp_comm_overlap): a block's
     // first linear (QKV, fc1) starts the all-reduce of its input gradient, or with sequence
     // parallelism its reduce-scatter, before its weight-gradient GEMM and waits for it after; with

@@ -120,6 +120,8 @@ struct MemoryStats {
 
 // The asynchronous collective streams of a rank (Device::start).
 enum class CommStream : std::uint8_t { data, tensor };
+// The SMs a collective's kernel holds as NCCL's do, one per channel (Device::start).
+inline constexpr int kNcclCtas = -1;
 
 class Device {
 public:
@@ -166,11 +168,14 @@ public:
     // `stream`: the data-parallel and pipeline collectives share one (NCCL's stream); tensor
     // parallelism's overlapped collectives have their own (Transformer Engine's userbuffers), so
     // they do not queue behind a gradient reduction.
-    // `takes_sms`: whether its kernel holds SMs the compute stream then lacks (NCCL's CTAs,
-    // GpuSpec::collectives_take_sms); false for communication whose SMs are modelled otherwise
-    // (Transformer Engine's userbuffers: their SM margin) or that takes none (copy engines).
+    // `sms`: the SMs its kernel holds from the compute stream while it runs: kNcclCtas, NCCL's
+    // CTAs, one per channel (where GpuSpec::collectives_take_sms), or as many as given
+    // (Transformer Engine's userbuffers: UbSms::held; 0 for copies by the copy engines and for
+    // SMs the GEMM leaves by a margin).
     Task<Transfer> start(Collective c, Group& g, double bytes, int layer = kNoLayer, CommStream stream = CommStream::data,
-                         bool takes_sms = true);
+                         int sms = kNcclCtas);
+    // (Not a flag: true would hold one SM.)
+    Task<Transfer> start(Collective c, Group& g, double bytes, int layer, CommStream stream, bool sms) = delete;
     Task<Transfer> all_reduce_start(Group& g, double bytes, int layer = kNoLayer) {
         return start(Collective::all_reduce, g, bytes, layer);
     }
@@ -232,8 +237,8 @@ private:
     Event& record(OpCode op, int layer, Stream stream, double start, double duration, IdSet batches = {});
     // A collective started on `stream` at the compute clock: when its kernel is expected to run
     // (from the clock, or once the stream's previous kernel is expected to end, for the group's
-    // standalone cost) and, where collectives take SMs, the hold of its CTAs.
-    void hold_sms(Collective c, const Group& g, double bytes, CommStream stream, bool takes);
+    // standalone cost) and the hold of its `sms` (start).
+    void hold_sms(Collective c, const Group& g, double bytes, CommStream stream, int sms);
     // How long `work` seconds of compute starting at `t` take on the SMs the holds leave.
     double contended(double t, double work);
     // Records an operation of `t` on the communication stream; its times are

@@ -120,7 +120,7 @@ struct GpuSpec {
     double power_exponent = 0;
     std::vector<std::string> power_datasets;
     // Streaming multiprocessors (cluster.gpu.sms; 0 = not given): what a GEMM shares with
-    // communication kernels that take SMs from it (StrategyConfig::tp_overlap_sm_margin).
+    // communication kernels that take SMs from it (StrategyConfig::tp_overlap, Device::hold_sms).
     int sms = 0;
     // Whether NCCL's collectives running beside compute take SMs from it (cluster.gpu.
     // collectives_take_sms, default true; nothing is taken where sms is 0): while a collective's

@@ -57,10 +57,13 @@ struct StrategyInfo {
     bool zero3 = false;
     bool puzzle = false;            // runs a puzzle strategy (key "puzzle") on a model of kind "puzzle"
     bool split_backward = false;    // every backward split into input and weight gradients (ZB-H1)
+    bool splits_last_backwards = false;  // its last few backwards split so (DualPipeV)
     // PyTorch's own data parallelism (DDP, FSDP), not Megatron-LM's: its loss by default
     // (CrossEntropy::pytorch) and no gradients held between steps (grads_on_demand).
     bool pytorch = false;
 
+    // Whether some backward may run split into input and weight gradients (a schedule file's may).
+    [[nodiscard]] bool may_split_backward() const { return split_backward || splits_last_backwards || schedule_file; }
     // Whether, at ZeRO `zero_stage`, the gradients are made during the backward rather than held
     // between steps: PyTorch's DDP (ZeRO-0) and FSDP (ZeRO-3), and FSDP inside pipeline stages
     // (zero3 at stage 3); ZeRO-1/2 and Megatron-LM keep a gradient buffer.
@@ -87,6 +90,10 @@ bool is_scheduled_pipeline(std::string_view name);
 // PyTorch's own ("fsdp") and ZeRO-3 inside pipeline stages (torchtitan's 3D), whose tensor
 // parallelism is DTensor's, blocking in the backward.
 bool tp_async_backward(const StrategyConfig& s);
+// Whether tp_comm_overlap runs Transformer Engine's userbuffers (Megatron-LM's --tp-comm-overlap):
+// with tp > 1 and sequence parallelism, under Megatron's tensor parallelism, not PyTorch's
+// ("fsdp", ZeRO-3 inside pipeline stages), where it stands for torchtitan's AsyncTP.
+bool te_userbuffers(const StrategyConfig& s);
 // Whether a config runs as PyTorch's own parallelism runs (DDP, FSDP, ZeRO-3 inside pipeline
 // stages: torchtitan, Composer), gradients made during the backward (grads_in_backward), rather
 // than as Megatron-LM's code or DeepSpeed's ZeRO-1/2 buckets.

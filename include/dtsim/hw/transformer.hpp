@@ -6,6 +6,7 @@
 #include "dtsim/hw/gpu.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -98,6 +99,35 @@ struct TransformerSpec {
     [[nodiscard]] double total_params() const;
 };
 
+// Transformer Engine's userbuffers (Megatron-LM's --tp-comm-overlap) overlap a linear's GEMM with
+// a tensor-parallel collective, each overlap configured by an entry of its ub_cfgs
+// (StrategyConfig::tp_overlap). What such an overlap takes from the GEMMs: `held` SMs, which its
+// communication kernel occupies while it runs (the GEMM beside it runs on the others), and
+// `margin` SMs, which the GEMM leaves it from start to end (set_sm_margin:
+// comm_gemm_overlap.cpp, _math_sms = multiProcessorCount - num_comm_sm).
+struct UbSms {
+    int held = 0;
+    int margin = 0;
+    bool operator==(const UbSms&) const = default;
+};
+// The overlaps by their userbuffers names, the attention block's and then the MLP block's, each
+// block's in the same roles: its first forward GEMM's all-gather, its last forward GEMM's
+// reduce-scatter, the backward's all-gather of the output gradient (with the last linear's
+// input-gradient GEMM), and the bulk all-gather of the first linear's input (beside that
+// linear's input-gradient GEMM) and reduce-scatter of its input gradient (beside its
+// weight-gradient GEMM).
+enum class UbLayer : std::uint8_t {
+    qkv_fprop, proj_fprop, proj_dgrad, qkv_dgrad, qkv_wgrad,
+    fc1_fprop, fc2_fprop, fc2_dgrad, fc1_dgrad, fc1_wgrad,
+};
+inline constexpr std::size_t kUbLayers = 10;
+inline constexpr std::size_t kUbRoles = 5;  // per block: first, last, dgrad_gather, bulk_gather, bulk_scatter
+inline constexpr std::array<const char*, kUbLayers> kUbLayerNames{
+    "qkv_fprop", "proj_fprop", "proj_dgrad", "qkv_dgrad", "qkv_wgrad",
+    "fc1_fprop", "fc2_fprop", "fc2_dgrad", "fc1_dgrad", "fc1_wgrad",
+};
+using UbConfig = std::array<UbSms, kUbLayers>;
+
 // How one layer is split: tensor-parallel degree t, sequence parallelism, recompute policy.
 struct LayerSplit {
     int micro_batch = 1;
@@ -152,9 +182,13 @@ struct LayerSplit {
     // kComposedRmsNormBytes per element instead of a fused kernel's read and write. No effect on
     // compiled blocks, whose norms Inductor fuses.
     bool composed_norm = false;
-    // SMs taken from the projection's and fc2's forward GEMMs by the reduce-scatter pipelined with
-    // them (StrategyConfig::tp_overlap_proj_sms, tp_overlap_fc2_sms).
-    int proj_margin_sms = 0, fc2_margin_sms = 0;
+    // The SMs Transformer Engine's userbuffers take from each overlapped linear
+    // (StrategyConfig::tp_overlap); all zero without it.
+    UbConfig ub{};
+    // The backward runs Transformer Engine's bulk overlaps (the first linear's input gathered beside
+    // its input-gradient GEMM, its input gradient reduce-scattered beside its weight-gradient GEMM):
+    // tp_comm_overlap under Megatron's tensor parallelism (te_userbuffers in strategies.hpp).
+    bool userbuffers = false;
     // `recompute` applies to `layer` (counted from 0 over the whole model).
     [[nodiscard]] bool recomputes(int layer) const {
         if (recompute == Recompute::none) return false;

@@ -48,10 +48,12 @@ struct LayerWork {
     // sum of the chunks' times, and what the splitting adds to a block over whole GEMMs.
     double attention_first_gemm = 0, attention_last_gemm = 0, mlp_first_gemm = 0, mlp_last_gemm = 0;
     double attention_chunking = 0, mlp_chunking = 0;
-    // What the last GEMM's forward (projection; fc2) takes longer on the SMs the pipelined
-    // reduce-scatter leaves it (LayerSplit::proj_margin_sms, fc2_margin_sms): its chunks' time x
-    // margin / (SMs - margin). Zero without a margin.
-    double attention_margin = 0, mlp_margin = 0;
+    // What each userbuffers overlap's GEMM takes longer on the SMs its set_sm_margin leaves it
+    // (LayerSplit::ub, by UbLayer): the GEMM's time as the block prices it (the forward's first
+    // and last GEMMs chunked; the backward's first GEMM, beside the output gradient's gather, as the
+    // chunked first GEMM; the first linear's input- and weight-gradient GEMMs whole) x margin /
+    // (SMs - margin). Zero without a margin.
+    std::array<double, kUbLayers> ub_margin{};
     // The first linear of each block (QKV; fc1, with the gate for SwiGLU) as one whole GEMM: its
     // input- and its weight-gradient GEMM in the backward are each priced so (the backward Work
     // above holds both). Megatron's backward runs its tensor-parallel collectives beside them

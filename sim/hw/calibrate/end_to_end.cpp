@@ -378,8 +378,6 @@ EndToEndPrediction predict_end_to_end(const EndToEndSet& set, const EndToEndRow&
     if (c.strategy.compile) p.layout += ", compiled";
     if (c.strategy.repeat_kv && c.model.spec.kv_heads < c.model.spec.heads) p.layout += ", repeat_kv";
     if (c.strategy.composed_norm && !c.strategy.compile) p.layout += ", composed norm";
-    if (c.strategy.tp_overlap_proj_sms > 0 || c.strategy.tp_overlap_fc2_sms > 0)
-        p.layout += fmt::format(", SM margin {}/{}", c.strategy.tp_overlap_proj_sms, c.strategy.tp_overlap_fc2_sms);
     if (c.cluster.gpu.tensor_clock_scale() < 1) p.layout += fmt::format(", {:g} W", c.cluster.gpu.power_limit_watts);
     p.memory_GiB = r.report.peak.bytes / kGiB;
     p.out_of_memory = r.report.oom.has_value();

@@ -77,8 +77,8 @@ LayerSplit layer_split(const Config& c) {
     split.compiled = s.compile;
     split.repeat_kv = s.repeat_kv;
     split.composed_norm = s.composed_norm;
-    split.proj_margin_sms = s.tp_overlap_proj_sms;  // (load_config refuses them without tp_comm_overlap)
-    split.fc2_margin_sms = s.tp_overlap_fc2_sms;
+    split.userbuffers = te_userbuffers(s);
+    if (split.userbuffers) split.ub = s.tp_overlap;
     split.optimizer_dtype = s.optimizer_dtype;
     split.apex_optimizer = s.distributed_optimizer == "apex";
     split.recompute_every = s.recompute_every;
@@ -426,10 +426,88 @@ void from_json(const Node& n, TrainingConfig& t) {
     t.micro_batch = n.has("micro_batch") ? n["micro_batch"].integer(1) : 1;
 }
 
+// A flag of a ub_tp_comm_overlap_cfg: true or false, or 1 or 0 as NeMo's YAML gives them.
+bool ub_flag(const Node& n) {
+    if (n.json().is_number_integer() && (n.json() == 0 || n.json() == 1)) return n.json() == 1;
+    if (!n.json().is_boolean()) n.expected("true or false (or 1 or 0)");
+    return n.boolean();
+}
+
+// One overlap of a ub_tp_comm_overlap_cfg as Transformer Engine configures it.
+struct UbEntry {
+    std::string method;
+    int num_sm = 0;
+    bool margin = false, use_ce = true;
+    [[nodiscard]] UbSms sms() const {
+        const bool copy_engines = method == "ring_exchange" && use_ce;
+        return UbSms{margin || copy_engines ? 0 : num_sm, margin ? num_sm : 0};
+    }
+};
+
+// Transformer Engine's defaults for layer `i` run by `method` (its own when empty).
+UbEntry ub_default(std::size_t i, bool te2, std::string method = {}) {
+    const std::size_t role = i % kUbRoles;
+    if (method.empty()) method = role >= 3 ? "bulk" : role == 1 ? "pipeline" : "ring_exchange";
+    const bool ring = method == "ring_exchange";
+    return UbEntry{method, ring ? 1 : 16, te2 && !ring, true};
+}
+
+// Transformer Engine's userbuffers overlaps from a ub_tp_comm_overlap_cfg (Megatron-LM's
+// --tp-comm-overlap-cfg, NeMo's ub_tp_comm_overlap_cfg): per linear its method, num_sm,
+// set_sm_margin and use_ce, the rest TE's defaults; "defaults" says whose ("te2" when not given).
+UbConfig ub_config(const Node& n) {
+    if (!n.is_object()) n.expected("an object of userbuffers overlaps by linear (qkv_fprop, ..., fc2_fprop)");
+    std::vector<std::string_view> allowed(kUbLayerNames.begin(), kUbLayerNames.end());
+    allowed.emplace_back("defaults");
+    n.keys(allowed);
+    const bool te2 = !n.has("defaults") || n["defaults"].choice({"te1", "te2"}) == "te2";
+    UbConfig out{};
+    for (std::size_t i = 0; i < kUbLayers; ++i) {
+        UbEntry u = ub_default(i, te2);
+        if (n.has(kUbLayerNames[i])) {
+            const Node e = n[kUbLayerNames[i]];
+            if (!e.is_object()) e.expected("an object: method, num_sm, set_sm_margin, use_ce, ...");
+            e.keys({"method", "num_sm", "set_sm_margin", "use_ce", "cga_size", "num_splits", "aggregate", "atomic_gemm",
+                    "fp8_buf", "is_reduce_scatter", "comm_priority", "gemm_priority",
+                    "pipeline_rs_overlap_first_gemm"});
+            // TE takes a given method's entry from the defaults of the layer's own method
+            // (get_default_config, then update): only the method changes.
+            if (e.has("method")) {
+                const bool bulk_layer = u.method == "bulk", scatter = u.method == "pipeline";
+                u.method = e["method"].choice({"bulk", "pipeline", "ring_exchange"});
+                if (bulk_layer != (u.method == "bulk"))
+                    e["method"].fail(
+                        bulk_layer ? fmt::format("{} is a bulk overlap: dtsim models no other method for it",
+                                                 kUbLayerNames[i])
+                                   : fmt::format("\"bulk\" is for the first linears' backward GEMMs (qkv_dgrad, "
+                                                 "qkv_wgrad, fc1_dgrad, fc1_wgrad), not {}",
+                                                 kUbLayerNames[i]));
+                if (u.method == "pipeline" && !scatter)
+                    e["method"].fail(fmt::format("{} all-gathers: Transformer Engine pipelines only reduce-scatters "
+                                                 "(proj_fprop, fc2_fprop); give \"ring_exchange\"",
+                                                 kUbLayerNames[i]));
+            }
+            if (e.has("num_sm")) u.num_sm = e["num_sm"].integer(1);
+            if (e.has("set_sm_margin")) u.margin = ub_flag(e["set_sm_margin"]);
+            if (e.has("use_ce")) u.use_ce = ub_flag(e["use_ce"]);
+            // Read for their form only: they change nothing dtsim prices (docs/configs.md).
+            for (const char* k :
+                 {"aggregate", "atomic_gemm", "fp8_buf", "is_reduce_scatter", "pipeline_rs_overlap_first_gemm"})
+                if (e.has(k)) (void)ub_flag(e[k]);
+            for (const char* k : {"cga_size", "num_splits"})
+                if (e.has(k)) (void)e[k].integer(1);
+            for (const char* k : {"comm_priority", "gemm_priority"})  // CUDA stream priorities: 0 or less
+                if (e.has(k)) (void)e[k].integer();
+        }
+        out[i] = u.sms();
+    }
+    return out;
+}
+
 void from_json(const Node& n, StrategyConfig& s) {
     n.keys({"name", "dp", "tp", "pp", "cp", "cp_comm", "microbatches", "zero_stage", "bucket_MiB", "first_bucket_MiB", "overlap",
             "prefetch", "recompute", "sequence_parallel", "flash_attention", "attention_kernel", "algorithm", "puzzle",
-            "chunks", "microbatch_group", "schedule_file", "sharding", "fsdp_impl", "grad_dtype", "optimizer_dtype", "distributed_optimizer", "overlap_param_gather", "cross_entropy", "tp_comm_overlap", "tp_comm_overlap_sm_margin", "tp_async_backward", "recompute_early_stop", "compile", "repeat_kv", "norm_kernel", "fp8", "recompute_every", "recompute_num_layers",
+            "chunks", "microbatch_group", "schedule_file", "sharding", "fsdp_impl", "grad_dtype", "optimizer_dtype", "distributed_optimizer", "overlap_param_gather", "cross_entropy", "tp_comm_overlap", "tp_comm_overlap_cfg", "tp_async_backward", "recompute_early_stop", "compile", "repeat_kv", "norm_kernel", "fp8", "recompute_every", "recompute_num_layers",
             "stage_layers", "first_stage_layers", "last_stage_layers", "account_for_embedding", "account_for_loss"});
     s.name = n["name"].choice(strategy_names());
     if (n.has("dp")) s.dp = n["dp"].integer(1);
@@ -465,12 +543,9 @@ void from_json(const Node& n, StrategyConfig& s) {
     if (n.has("recompute_num_layers")) s.recompute_num_layers = n["recompute_num_layers"].integer(1);
     if (n.has("sequence_parallel")) s.sequence_parallel = n["sequence_parallel"].boolean();
     if (n.has("tp_comm_overlap")) s.tp_comm_overlap = n["tp_comm_overlap"].boolean();
-    if (n.has("tp_comm_overlap_sm_margin")) {
-        const Node m = n["tp_comm_overlap_sm_margin"];
-        if (!m.is_object()) m.expected("an object of proj_fprop and fc2_fprop SM counts");
-        m.keys({"proj_fprop", "fc2_fprop"});
-        if (m.has("proj_fprop")) s.tp_overlap_proj_sms = m["proj_fprop"].integer(0);
-        if (m.has("fc2_fprop")) s.tp_overlap_fc2_sms = m["fc2_fprop"].integer(0);
+    if (n.has("tp_comm_overlap_cfg")) {
+        s.tp_overlap = ub_config(n["tp_comm_overlap_cfg"]);
+        s.tp_overlap_given = true;
     }
     if (n.has("tp_async_backward")) s.tp_async_backward = n["tp_async_backward"].boolean();
     if (n.has("recompute_early_stop")) s.recompute_early_stop = n["recompute_early_stop"].boolean();
@@ -691,17 +766,32 @@ void validate(const Node& root, Config& c) {
                                                "the GEMMs (Megatron-LM's --tp-comm-overlap): it needs \"tp\" > 1 "
                                                "and \"sequence_parallel\": true (tp is {}, sequence_parallel {})",
                                                s.tp, s.sequence_parallel));
-    if (st.has("tp_comm_overlap_sm_margin")) {
-        const Node margin = st["tp_comm_overlap_sm_margin"];
-        if (!s.tp_comm_overlap)
-            margin.fail("the SMs userbuffers take from the GEMMs they overlap: it needs \"tp_comm_overlap\": true");
+    // The SMs userbuffers take, given or TE's defaults, must leave the GEMMs some (a configuration
+    // that runs no userbuffers is accepted unused: it describes the software, and the planner tries
+    // layouts without the overlap; dtsim run says so).
+    if (te_userbuffers(s) && c.cluster.gpu.sms > 0) {
         const int sms = c.cluster.gpu.sms;
-        for (const auto& [key, n] : {std::pair{"proj_fprop", s.tp_overlap_proj_sms}, {"fc2_fprop", s.tp_overlap_fc2_sms}}) {
-            if (n == 0) continue;
-            if (sms == 0)
-                margin[key].fail(fmt::format("{} SMs taken from the GEMM need the GPU's SM count: give $.cluster.gpu.sms", n));
-            if (n >= sms)
-                margin[key].fail(fmt::format("{} SMs taken from the GEMM leave none of the GPU's {} (cluster.gpu.sms)", n, sms));
+        for (std::size_t i = 0; i < kUbLayers; ++i) {
+            const int n = std::max(s.tp_overlap[i].held, s.tp_overlap[i].margin);
+            if (n < sms) continue;
+            const char* name = kUbLayerNames[i];
+            const std::string what = fmt::format("{} takes {} SMs from the GEMMs, which leaves none of the GPU's {} "
+                                                 "(cluster.gpu.sms)",
+                                                 name, n, sms);
+            if (!st.has("tp_comm_overlap_cfg")) st["tp_comm_overlap"].fail(what + ": Transformer Engine 2's default");
+            const Node cfg = st["tp_comm_overlap_cfg"];
+            if (!cfg.has(name)) cfg.fail(what + ": Transformer Engine's default");
+            (cfg[name].has("num_sm") ? cfg[name]["num_sm"] : cfg[name]).fail(what);
+        }
+    }
+    if (te_userbuffers(s) && c.cluster.gpu.sms == 0 && st.has("tp_comm_overlap_cfg")) {
+        const Node cfg = st["tp_comm_overlap_cfg"];
+        for (std::size_t i = 0; i < kUbLayers; ++i) {
+            const int n = std::max(s.tp_overlap[i].held, s.tp_overlap[i].margin);
+            if (n > 0 && cfg.has(kUbLayerNames[i]))
+                cfg[kUbLayerNames[i]].fail(fmt::format("{} SMs taken from the GEMMs need the GPU's SM count: give "
+                                                       "$.cluster.gpu.sms",
+                                                       n));
         }
     }
     if (s.distributed_optimizer == "apex" && (s.zero_stage < 1 || s.zero_stage > 2 || (info.pytorch)))
@@ -1028,6 +1118,12 @@ Config parse_config(const nlohmann::json& document, const std::string& file, con
     json_reader::Document doc(document, file, config_dialect());
     if (const auto include = doc.root().find("include")) include->fail("includes need a file: use load_config");
     return finish(doc, file, overrides);
+}
+
+UbConfig ub_defaults(bool te2) {
+    UbConfig out{};
+    for (std::size_t i = 0; i < kUbLayers; ++i) out[i] = ub_default(i, te2).sms();
+    return out;
 }
 
 }  // namespace dtsim::hw

@@ -181,13 +181,14 @@ Workload make_workload(const TransformerSpec& model, const LayerSplit& s, const 
         L.mlp_first_gemm = t * gpu.gemm_seconds(rows, mlp_in * ffn / t, h, ld);
         L.mlp_last_gemm = k * gpu.gemm_seconds(split, h, ffn / t, ld);
         L.attention_chunking = std::max(0.0, L.attention_first_gemm + L.attention_last_gemm - qkv - proj);
-        // Transformer Engine's set_sm_margin: the pipelined GEMM runs on the SMs the communication
-        // kernels leave (comm_gemm_overlap.h: _math_sms = multiProcessorCount - num_comm_sm).
-        const auto margin = [&](double gemm, int taken) {
-            return taken > 0 && gpu.sms > taken ? gemm * taken / (gpu.sms - taken) : 0.0;
-        };
-        L.attention_margin = margin(L.attention_last_gemm, s.proj_margin_sms);
-        L.mlp_margin = margin(L.mlp_last_gemm, s.fc2_margin_sms);
+        // Transformer Engine's set_sm_margin: the overlapped GEMM runs on the SMs the communication
+        // kernels leave (UbSms::margin), each priced as the block's step functions run it.
+        const double gemms[kUbLayers] = {L.attention_first_gemm, L.attention_last_gemm, L.attention_first_gemm,
+                                         qkv, qkv, L.mlp_first_gemm, L.mlp_last_gemm, L.mlp_first_gemm, fc1, fc1};
+        for (std::size_t i = 0; i < kUbLayers; ++i) {
+            const int taken = s.ub[i].margin;
+            L.ub_margin[i] = taken > 0 && gpu.sms > taken ? gemms[i] * taken / (gpu.sms - taken) : 0.0;
+        }
         L.mlp_chunking = std::max(0.0, L.mlp_first_gemm + L.mlp_last_gemm - fc1 - fc2);
         L.attention_first_linear = qkv;
         L.mlp_first_linear = fc1;

@@ -221,10 +221,10 @@ TransferRecord* Device::join(Collective c, Group& g, double bytes, int layer, bo
     return t;
 }
 
-Task<Transfer> Device::start(Collective c, Group& g, double bytes, int layer, CommStream stream, bool takes_sms) {
+Task<Transfer> Device::start(Collective c, Group& g, double bytes, int layer, CommStream stream, int sms) {
     TransferRecord* t = join(c, g, bytes, layer, true, stream);
     record_transfer(ops::of(c), layer, t, bytes);
-    hold_sms(c, g, bytes, stream, takes_sms);
+    hold_sms(c, g, bytes, stream, sms);
     co_return Transfer(t);
 }
 
@@ -234,14 +234,19 @@ Task<Transfer> Device::start(Collective c, Group& g, double bytes, int layer, Co
 // -maxrregcount=96, src/include/device.h) can hold most of an SM's 64K registers, so the
 // kernels of the compute stream run on the other SMs meanwhile. Expected from the group's
 // standalone cost rather than from the network's outcome, which the compute clock runs ahead of.
-void Device::hold_sms(Collective c, const Group& g, double bytes, CommStream stream, bool takes) {
+// Transformer Engine's userbuffers kernels hold the SMs their configuration gives them (a
+// cooperative launch of num_sm blocks of 1,024 threads: userbuffers.cu, SETUP_LAUNCH_CONFIG), for
+// as long as the group's NCCL cost of the same collective.
+void Device::hold_sms(Collective c, const Group& g, double bytes, CommStream stream, int sms) {
     const GpuSpec& gpu = spec();
-    if (!gpu.collectives_hold_sms() || g.size() <= 1) return;
+    const bool nccl = sms == kNcclCtas;
+    if (gpu.sms <= 0 || g.size() <= 1 || (nccl && !gpu.collectives_take_sms)) return;
     double& free = stream == CommStream::tensor ? tensor_stream_free_ : data_stream_free_;
     const CollectiveCost cost = g.cost(c, bytes);
     const double start = std::max(now(), free);
     free = start + cost.seconds;
-    if (takes && cost.ctas > 0 && free > start) holds_.push_back(SmHold{start, free, cost.ctas});
+    const int held = nccl ? cost.ctas : sms;
+    if (held > 0 && free > start) holds_.push_back(SmHold{start, free, held});
 }
 
 // Every kernel of the operation at the share of SMs left, memory-bound ones too. Measured on an

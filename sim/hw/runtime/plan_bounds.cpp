@@ -175,6 +175,7 @@ double activations_bound(const Config& c, const Workload& w, const sched::Schedu
 // also waits for the root's gather before its first kernel, and for the last reduce-scatter (the
 // root's, issued after the embedding's backward) before the optimizer step.
 //
+// With Transformer Engine's userbuffers, the time their SM margins add to the GEMMs they slow.
 // Nothing else: no pipeline transfers, no gradient reductions of the other strategies, no
 // context-parallel ring. 0 with stragglers or jitter (a kernel may run faster than priced).
 double step_time_bound(const Config& c, const Workload& w) {
@@ -205,7 +206,20 @@ double step_time_bound(const Config& c, const Workload& w) {
     // (recompute_early_stop) the attention block's and only the MLP block's gather.
     double recompute_tp = 0;
     if (l.recompute == Recompute::full) recompute_tp = tp_forward + (l.recompute_early_stop ? gather : tp_forward);
-    const double per_layer = layer_time(l) + 2 * tp_forward + recompute_tp + 2 * tp_backward;
+    // What userbuffers' margins add to the GEMMs they slow (LayerWork::ub_margin, by UbLayer), in
+    // every pass overlapped_block runs them: the forward's first and last GEMMs (a recompute that
+    // stops early runs no fc2), the backward's gathered GEMM, and the bulk overlaps' GEMMs where
+    // the backward is whole.
+    double margins = 0;
+    if (w.split.userbuffers) {
+        const auto& u = l.ub_margin;
+        const double forward_margins = u[0] + u[1] + u[5] + u[6];
+        const StrategyInfo* kind = find_hw_strategy(s.name);
+        const bool whole_backward = kind && !kind->may_split_backward();
+        margins = forward_margins + u[2] + u[7] + (whole_backward ? u[3] + u[4] + u[8] + u[9] : 0);
+        if (l.recompute == Recompute::full) margins += forward_margins - (l.recompute_early_stop ? u[6] : 0);
+    }
+    const double per_layer = layer_time(l) + 2 * tp_forward + recompute_tp + 2 * tp_backward + margins;
 
     // The rank that holds the output layer runs its share of layers and, for every microbatch, the
     // logits and the loss forward and backward; with one stage it also holds the embedding.

@@ -414,8 +414,11 @@ RunSize estimate_run_size(const Config& c, const RunOptions& options) {
     // A block and its tp collectives (overlapped: three compute parts and two collectives).
     const double block = s.tp > 1 ? (s.sequence_parallel ? (s.tp_comm_overlap ? 5 : 3) : 2) : 1;
     // Megatron's backward block (async_backward_block): three parts and three collectives with
-    // sequence parallelism, two parts (three around a context-parallel ring) and an all-reduce without.
-    const double backward_block = tp_async_backward(s) ? (s.sequence_parallel ? 6 : s.cp > 1 ? 4 : 3) : block;
+    // sequence parallelism, two parts (three around a context-parallel ring) and an all-reduce
+    // without; with userbuffers (overlapped_block's bulk overlaps) four parts and three collectives.
+    const double backward_block = tp_async_backward(s) ? (s.sequence_parallel ? 6 : s.cp > 1 ? 4 : 3)
+                                  : te_userbuffers(s)  ? 7
+                                                       : block;
     double per_layer = 2 * block + 2 * backward_block;  // attention and MLP, forward and backward
     if (s.recompute == Recompute::full) per_layer += 2 * block;
     if (s.recompute == Recompute::selective) per_layer += 1;
@@ -607,16 +610,28 @@ std::vector<std::string> prediction_caveats(const Config& c, const Workload& wor
         out.push_back(fmt::format("the {} GEMM ceiling of {} was fitted end to end to training runs, not to kernel "
                                   "measurements (cluster.gpu.gemm.datasets)",
                                   dtype_name(d), gpu.name));
+    if (s.tp_overlap_given && !te_userbuffers(s))
+        out.push_back(std::string("strategy.tp_comm_overlap_cfg unused: ") +
+                      (s.tp_comm_overlap && s.tp > 1 && s.sequence_parallel
+                           ? "this strategy's tensor parallelism is PyTorch's, whose overlap (AsyncTP) takes no "
+                             "userbuffers"
+                           : "no userbuffers overlap here (it needs tp_comm_overlap, sequence_parallel and tp > 1)"));
     // Tensor parallelism's collectives against what the frameworks do (calibration.md, "What the
     // Megatron-Core H100 misses point to").
-    if (s.tp > 1 && s.tp_comm_overlap)
-        out.push_back(std::string("tensor-parallel collectives overlapped with their GEMMs at no cost (no contention, no "
-                                  "SMs taken by the communication kernels") +
-                      (s.tp_overlap_proj_sms > 0 || s.tp_overlap_fc2_sms > 0
-                           ? " but the margin taken from the projection's and fc2's forward GEMMs"
-                           : "") +
-                      "): not measured at kernel level; published runs with this overlap ran slower than predicted "
-                      "(docs/calibration.md)");
+    if (s.tp > 1 && s.tp_comm_overlap && te_userbuffers(s))
+        out.push_back(gpu.sms > 0
+                          ? fmt::format("tensor-parallel collectives overlapped with their GEMMs by Transformer "
+                                        "Engine's userbuffers: each takes the SMs strategy.tp_comm_overlap_cfg gives "
+                                        "it{} (of {}), for as long as NCCL would take; not measured at kernel level: "
+                                        "the userbuffers kernels' speed on those SMs, HBM sharing; published runs with "
+                                        "this overlap ran slower than predicted (docs/calibration.md)",
+                                        s.tp_overlap_given ? "" : " (none given: Transformer Engine 2's defaults)",
+                                        gpu.sms)
+                          : std::string("tensor-parallel collectives overlapped with their GEMMs by Transformer "
+                                        "Engine's userbuffers at no cost: no SM count to take from (cluster.gpu.sms)"));
+    else if (s.tp > 1 && s.tp_comm_overlap)
+        out.push_back("tensor-parallel collectives overlapped with their GEMMs (AsyncTP) at no cost: copies by the "
+                      "copy engines, no contention modelled; not measured at kernel level");
     else if (tp_async_backward(s))
         out.push_back(std::string("the backward's tensor-parallel ") +
                       (s.sequence_parallel ? "re-gathers and reduce-scatters" : "all-reduces") + " run beside the GEMMs" +
@@ -634,7 +649,7 @@ std::vector<std::string> prediction_caveats(const Config& c, const Workload& wor
                                       "and cache sharing",
                                       gpu.sms));
         else
-            out.push_back(std::string("collectives beside compute take nothing from it (") +
+            out.push_back(std::string("NCCL's collectives beside compute take nothing from it (") +
                           (gpu.sms > 0 ? "cluster.gpu.collectives_take_sms false" : "no SM count: cluster.gpu.sms") + ")");
     }
     if (c.cluster.nodes > 1) {

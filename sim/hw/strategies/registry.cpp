@@ -56,7 +56,8 @@ std::span<const StrategyInfo> hw_strategies() {
          .title = "DualPipeV: V-shaped two-chunk pipeline",
          .pipeline = scheduled,
          .fixed_chunks = 2,
-         .zero3 = true},
+         .zero3 = true,
+         .splits_last_backwards = true},
         {.name = "schedule",
          .run = &scheduled_pipeline,
          .title = "a pipeline schedule read from a file (PyTorch action notation or CSV)",
@@ -95,6 +96,11 @@ bool tp_async_backward(const StrategyConfig& s) {
     if (!info || s.tp < 2 || (s.sequence_parallel && s.tp_comm_overlap) || info->split_backward) return false;
     if (s.tp_async_backward) return *s.tp_async_backward;
     return megatron_tensor_parallel(*info, s);
+}
+
+bool te_userbuffers(const StrategyConfig& s) {
+    const StrategyInfo* info = find_hw_strategy(s.name);
+    return info && s.tp > 1 && s.sequence_parallel && s.tp_comm_overlap && megatron_tensor_parallel(*info, s);
 }
 
 bool pytorch_parallelism(const StrategyConfig& s) {

@@ -76,39 +76,71 @@ Work without_ring(const Work& w, const Ring* ring, int steps) {
     return Work{w.seconds - steps * ring->step.seconds, w.flops - steps * ring->step.flops, w.bytes - steps * ring->step.bytes};
 }
 
+// A block's userbuffers overlaps: its kUbRoles entries of LayerSplit::ub and LayerWork::ub_margin.
+struct BlockUb {
+    const UbSms* sms;
+    const double* margin;
+};
+
 // Megatron-LM's --tp-comm-overlap (Transformer Engine's userbuffers, with sequence parallelism):
 // the all-gather before a block is split into t chunks in a ring, the block's first GEMM runs
 // on each chunk as it arrives (the rank's own first), and the reduce-scatter after it takes the
 // last GEMM's output split by split (kOverlapScatterSplits) as the GEMM produces it. Priced so:
 // the all-gather starts with the first GEMM's first t - 1 chunks, its last chunk waits for the
 // gather's end; the reduce-scatter starts after the last GEMM's first split and the compute
-// stream waits for its end after the other splits. A backward block pipelines its collectives
-// with GEMMs of the same sizes. The collectives run on their own stream (CommStream::tensor),
-// beside the gradient reductions. A forward's last GEMM runs on the SMs a set_sm_margin leaves it
-// (LayerWork::attention_margin, mlp_margin); other SMs the communication kernels take are not modelled
-// (they start with takes_sms false).
+// stream waits for its end after the other splits. A backward block gathers its output gradient
+// so, beside a GEMM priced as the forward's first. Transformer Engine's backward then ends with
+// its bulk overlaps (LayerSplit::userbuffers; layernorm_linear.py's backward with ub_bulk_dgrad
+// and ub_bulk_wgrad): the first linear's input, which sequence parallelism kept sharded, is
+// all-gathered beside its input-gradient GEMM, and that gradient reduce-scattered beside its
+// weight-gradient GEMM, each GEMM priced as the whole linear (`linear`); elsewhere (torchtitan's
+// AsyncTP, a split backward's input pass) the reduce-scatter is pipelined as the forward's, on no
+// SMs in a split backward (no weight-gradient GEMM runs beside it there). The collectives run
+// on their own stream (CommStream::tensor), beside the gradient reductions. Each overlap takes the
+// SMs its configuration gives (`ub`): its kernel holds them while it runs, or its GEMM leaves them
+// throughout (a margin; the forward's first and last GEMMs' in the forward and its recompute).
 // Without `scatter` the block stops before its last GEMM (an early-stopping recompute): no
 // reduce-scatter, and `last` and `chunking` leave that GEMM out.
 Task<> overlapped_block(Device& gpu, const Job& job, OpCode op, int layer, const Work& whole, int mb, double first,
-                        double last, double chunking, const Ring* ring, bool scatter) {
+                        double last, double chunking, double linear, BlockUb ub, const Ring* ring, bool scatter) {
     const Work block = without_ring(whole, ring, job.cp);
     const double t = job.tp;
     const LayerWork& L = job.work->layer;
-    // The block as its chunked GEMMs price it (smaller GEMMs, each with its own overhead).
-    const Work w{block.seconds + chunking, block.flops, block.bytes};
+    const bool forward = op == ops::forward || op == ops::recompute;
+    const bool bulk = op == ops::backward && job.work->split.userbuffers;
+    // The roles (UbLayer) of this pass's gather and reduce-scatter.
+    const std::size_t gathers = forward ? 0 : 2, scatters = forward ? 1 : 4;
+    const double head_margin = ub.margin[gathers];
+    const double last_margin = forward && scatter ? ub.margin[1] : 0;
+    const double dgrad = linear + ub.margin[3], wgrad = linear + ub.margin[4];
+    // The block as its chunked GEMMs price it (smaller GEMMs, each with its own overhead; the bulk
+    // overlaps' GEMMs whole), on the SMs the margins leave.
+    const double extra = bulk ? std::max(0.0, first - linear) + head_margin + ub.margin[3] + ub.margin[4]
+                              : chunking + head_margin + last_margin;
+    const Work w{block.seconds + extra, block.flops, block.bytes};
     const double k = kOverlapScatterSplits;
-    const double head = first * (t - 1) / t, tail = last * (k - 1) / k;
+    const double head = (first + head_margin) * (t - 1) / t;
+    const double tail = bulk ? dgrad + wgrad : (last + last_margin) * (k - 1) / k;
     const double middle = std::max(0.0, w.seconds - head - tail);
-    const Transfer gather =
-        co_await gpu.start(Collective::all_gather, *job.tp_group, L.tp_bytes, layer, CommStream::tensor, false);
+    const Transfer gather = co_await gpu.start(Collective::all_gather, *job.tp_group, L.tp_bytes, layer,
+                                               CommStream::tensor, ub.sms[gathers].held);
     run_work(gpu, op, layer, part(w, head), mb);
     co_await gpu.wait(gather);
     run_work(gpu, op, layer, part(w, middle), mb);
     if (ring) co_await ring_core(gpu, job, op, layer, *ring, mb);
     if (!scatter) co_return;
-    const Transfer scattered =
-        co_await gpu.start(Collective::reduce_scatter, *job.tp_group, L.tp_bytes, layer, CommStream::tensor, false);
-    run_work(gpu, op, layer, part(w, std::max(0.0, w.seconds - head - middle)), mb);
+    const double rest = std::max(0.0, w.seconds - head - middle);
+    const double dgrad_part = bulk && dgrad + wgrad > 0 ? rest * dgrad / (dgrad + wgrad) : 0;
+    if (bulk) {
+        const Transfer input = co_await gpu.start(Collective::all_gather, *job.tp_group, L.tp_bytes, layer,
+                                                  CommStream::tensor, ub.sms[3].held);
+        run_work(gpu, op, layer, part(w, dgrad_part), mb);
+        co_await gpu.wait(input);
+    }
+    // (A split backward's input pass runs no weight-gradient GEMM: its reduce-scatter takes no SMs.)
+    const Transfer scattered = co_await gpu.start(Collective::reduce_scatter, *job.tp_group, L.tp_bytes, layer,
+                                                  CommStream::tensor, forward || bulk ? ub.sms[scatters].held : 0);
+    run_work(gpu, op, layer, part(w, bulk ? rest - dgrad_part : rest), mb);
     co_await gpu.wait(scattered);
 }
 
@@ -155,9 +187,9 @@ Task<> async_backward_block(Device& gpu, const Job& job, OpCode op, int layer, c
 // `ring`: the attention core's context-parallel ring, run after the rest of the block's work.
 // Without `scatter` the block ends before the collective that follows its last GEMM (overlapped_block).
 Task<> block(Device& gpu, const Job& job, OpCode op, int layer, const Work& w, int mb, double first, double last,
-             double chunking, double linear, const Ring* ring = nullptr, bool scatter = true) {
+             double chunking, double linear, BlockUb ub, const Ring* ring = nullptr, bool scatter = true) {
     if (sp(job) && job.tp_group && job.strategy().tp_comm_overlap) {
-        co_await overlapped_block(gpu, job, op, layer, w, mb, first, last, chunking, ring, scatter);
+        co_await overlapped_block(gpu, job, op, layer, w, mb, first, last, chunking, linear, ub, ring, scatter);
         co_return;
     }
     if (op == ops::backward && job.tp_group && job.tp_async_backward) {
@@ -170,25 +202,24 @@ Task<> block(Device& gpu, const Job& job, OpCode op, int layer, const Work& w, i
     if (job.tp_group && scatter) co_await tp_after(gpu, job, layer);
 }
 
-// What a block's last GEMM takes longer on the SMs its pipelined reduce-scatter leaves
-// (LayerWork::attention_margin, mlp_margin): in a forward or its recompute only, the backward's
-// overlaps keeping every SM.
-double forward_margin(OpCode op, double margin) { return op == ops::forward || op == ops::recompute ? margin : 0; }
+// The attention block's overlaps (UbLayer qkv_fprop to qkv_wgrad) and the MLP block's.
+BlockUb attention_ub(const Job& job) { return {job.work->split.ub.data(), job.work->layer.ub_margin.data()}; }
+BlockUb mlp_ub(const Job& job) {
+    return {job.work->split.ub.data() + kUbRoles, job.work->layer.ub_margin.data() + kUbRoles};
+}
 
 Task<> attention_block(Device& gpu, const Job& job, OpCode op, int layer, const Work& w, int mb) {
     const LayerWork& L = job.work->layer;
     const bool backward = op == ops::backward || op == ops::backward_input;
     const Ring ring{backward ? L.cp_core_backward : L.cp_core_forward, (backward ? 2 : 1) * L.cp_kv_bytes, backward};
-    const double margin = forward_margin(op, L.attention_margin);
     // (Awaited here: block reads `ring` after this frame would otherwise have ended.)
-    co_await block(gpu, job, op, layer, w, mb, L.attention_first_gemm, L.attention_last_gemm + margin,
-                   L.attention_chunking + margin, L.attention_first_linear, job.cp_group ? &ring : nullptr);
+    co_await block(gpu, job, op, layer, w, mb, L.attention_first_gemm, L.attention_last_gemm, L.attention_chunking,
+                   L.attention_first_linear, attention_ub(job), job.cp_group ? &ring : nullptr);
 }
 Task<> mlp_block(Device& gpu, const Job& job, OpCode op, int layer, const Work& w, int mb) {
     const LayerWork& L = job.work->layer;
-    const double margin = forward_margin(op, L.mlp_margin);
-    return block(gpu, job, op, layer, w, mb, L.mlp_first_gemm, L.mlp_last_gemm + margin, L.mlp_chunking + margin,
-                 L.mlp_first_linear);
+    return block(gpu, job, op, layer, w, mb, L.mlp_first_gemm, L.mlp_last_gemm, L.mlp_chunking, L.mlp_first_linear,
+                 mlp_ub(job));
 }
 
 }  // namespace
@@ -208,7 +239,7 @@ namespace {
 Task<> mlp_recompute_early_stop(Device& gpu, const Job& job, int layer, const Work& w, int mb) {
     const LayerWork& L = job.work->layer;
     return block(gpu, job, ops::recompute, layer, w, mb, L.mlp_first_gemm, 0,
-                 std::max(0.0, L.mlp_first_gemm - L.mlp_first_linear), L.mlp_first_linear, nullptr, false);
+                 std::max(0.0, L.mlp_first_gemm - L.mlp_first_linear), L.mlp_first_linear, mlp_ub(job), nullptr, false);
 }
 }  // namespace
 
