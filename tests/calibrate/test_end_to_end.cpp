@@ -225,7 +225,7 @@ TEST_CASE("a row is predicted in the unit it was measured in") {
     CHECK(tokens.memory_GiB == doctest::Approx(tokens.report.peak.bytes / kGiB));
     CHECK(tokens.layout == "fsdp dp8");
     // The label names what the row runs beyond the layout: repeated keys and values (with GQA), a composed
-    // norm (eager), the overlap's SM margins, the power limit.
+    // norm (eager), the power limit.
     const std::string flagged = write_temp("dtsim_e2e_flags.json", one_set(R"(
         {"id": "flags", "gpus": 8, "model": {"kv_heads": 2}, "training": {"global_batch": 16, "micro_batch": 2},
          "strategy": {"repeat_kv": true, "norm_kernel": "composed"}, "measured": {"step_time_s": 1}})",

@@ -130,6 +130,46 @@ TEST_CASE("the memory bound counts the activations the first rank holds when its
           doctest::Approx(w.layer.activation_bytes * (5 - 4)).epsilon(1e-6));
 }
 
+TEST_CASE("the step-time bound adds userbuffers' margins as the simulation adds them") {
+    // Megatron's tensor parallelism on one stage (every layer on the critical rank): per layer and
+    // microbatch, the forward's first and last GEMMs' margins of both blocks, the backward's
+    // gathered GEMMs' and the bulk overlaps' four (TE 2's defaults: 16 of 132 SMs), and with full
+    // recompute the forward's again. Against the same layout with no SM count to take from.
+    json doc = base_document();
+    doc["cluster"]["gpu"]["sms"] = 132;
+    doc["training"]["global_batch"] = 8;
+    doc["strategy"] = {{"name", "megatron"}, {"tp", 4}, {"dp", 2}, {"sequence_parallel", true},
+                       {"tp_comm_overlap", true}, {"flash_attention", true}};
+    for (const char* recompute : {"none", "full"}) {
+        doc["strategy"]["recompute"] = recompute;
+        const Config c = parse_config(doc, "plan test");
+        Config plain = c;
+        plain.cluster.gpu.sms = 0;
+        const auto& u = make_workload(c.model.spec, layer_split(c), c.cluster.gpu).layer.ub_margin;
+        double per_layer = 0;
+        for (double m : u) per_layer += m;
+        if (std::string_view(recompute) == "full") per_layer += u[0] + u[1] + u[5] + u[6];
+        CAPTURE(recompute);
+        REQUIRE(per_layer > 0);
+        const double layers = c.model.spec.layers, m = c.microbatches();
+        CHECK(step_time_lower_bound(c) - step_time_lower_bound(plain) == doctest::Approx(m * layers * per_layer));
+        CHECK(step_time_lower_bound(c) <= simulate(c, {.keep_trace = false}).report.step_time);
+    }
+    // ZB-H1 splits every backward: its bound leaves the bulk overlaps' margins out.
+    doc["strategy"] = {{"name", "zbh1"}, {"tp", 2}, {"pp", 2}, {"dp", 2}, {"sequence_parallel", true},
+                       {"tp_comm_overlap", true}, {"flash_attention", true}};
+    doc["training"]["global_batch"] = 8;
+    const Config z = parse_config(doc, "plan test");
+    Config z_plain = z;
+    z_plain.cluster.gpu.sms = 0;
+    const auto& u = make_workload(z.model.spec, layer_split(z), z.cluster.gpu).layer.ub_margin;
+    const double added = step_time_lower_bound(z) - step_time_lower_bound(z_plain);
+    const double whole = u[0] + u[1] + u[2] + u[5] + u[6] + u[7];
+    CHECK(added > 0);
+    CHECK(added == doctest::Approx(whole * z.microbatches() * z.model.spec.layers / 2));  // 2 layers a stage
+    CHECK(added < (whole + u[3] + u[4] + u[8] + u[9]) * z.microbatches() * z.model.spec.layers / 2);
+}
+
 TEST_CASE("the memory bound never rejects a layout that fits, and the step-time bound is below every simulation") {
     // Every layout of a 2-node-sized space on a GPU with room for all, simulated: each bound is at
     // most what the simulation finds, so a layout the memory bound rejects (bound > capacity) runs

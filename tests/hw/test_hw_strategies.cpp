@@ -647,7 +647,13 @@ TEST_CASE("tp_comm_overlap_cfg: userbuffers' SMs, held beside the GEMMs or left 
     CHECK(layer_split(parse_config(async_tp, "t.json")).ub == UbConfig{});
     json no_sms = doc;
     no_sms["cluster"]["gpu"].erase("sms");
-    fails(no_sms, "$.strategy.tp_comm_overlap_cfg.proj_fprop: 24 SMs taken from the GEMMs need the GPU's SM count");
+    fails(no_sms, "$.strategy.tp_comm_overlap_cfg.proj_fprop.num_sm: 24 SMs taken from the GEMMs need the GPU's SM "
+                  "count");
+    // An entry that gives no SMs of its own takes TE's default, which a GPU without a count leaves unused.
+    no_sms["strategy"]["tp_comm_overlap_cfg"]["proj_fprop"] = {{"method", "pipeline"}};
+    no_sms["strategy"]["tp_comm_overlap_cfg"].erase("fc2_fprop");
+    CHECK(layer_split(parse_config(no_sms, "t.json")).ub[static_cast<std::size_t>(UbLayer::proj_fprop)] ==
+          UbSms{16, 0});
     json all = doc;
     all["strategy"]["tp_comm_overlap_cfg"]["proj_fprop"] = held(132);
     fails(all, "$.strategy.tp_comm_overlap_cfg.proj_fprop.num_sm: proj_fprop takes 132 SMs from the GEMMs, which "

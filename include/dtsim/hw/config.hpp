@@ -48,7 +48,7 @@ struct ModelConfig {
 
 enum class ContextComm : std::uint8_t { ring, allgather };
 
-// Transformer Engine's userbuffers overlaps as its defaults configure them: before 2.0 (`te2`
+// Transformer Engine's userbuffers overlaps as its defaults configure them: 1.9 to 1.13 (`te2`
 // false: every overlap's kernel holds its SMs, 16 or a ring exchange's none) or from 2.0 (the
 // bulk and pipelined overlaps' GEMMs leave 16 SMs throughout).
 UbConfig ub_defaults(bool te2);
@@ -89,7 +89,7 @@ struct StrategyConfig {
     bool tp_comm_overlap = false;
     // What Transformer Engine's userbuffers take from each overlapped linear's GEMMs (UbSms), from
     // the config's tp_comm_overlap_cfg (a ub_tp_comm_overlap_cfg: per linear its method, num_sm,
-    // set_sm_margin and use_ce, the rest TE's defaults before 2.0 or from 2.0), TE 2's defaults
+    // set_sm_margin and use_ce, the rest TE's defaults of 1.9 to 1.13 or from 2.0), TE 2's defaults
     // where none is given (tp_overlap_given false). Used where tp_comm_overlap runs userbuffers
     // (te_userbuffers in strategies.hpp; LayerSplit::ub), not under PyTorch's tensor parallelism,
     // whose AsyncTP copies with the copy engines.

@@ -444,10 +444,11 @@ struct UbEntry {
     }
 };
 
-// Transformer Engine's defaults for layer `i` run by `method` (its own when empty).
-UbEntry ub_default(std::size_t i, bool te2, std::string method = {}) {
+// Transformer Engine's defaults for layer `i`, by its own method (get_default_config from TE 1.9;
+// te2: from 2.0).
+UbEntry ub_default(std::size_t i, bool te2) {
     const std::size_t role = i % kUbRoles;
-    if (method.empty()) method = role >= 3 ? "bulk" : role == 1 ? "pipeline" : "ring_exchange";
+    const std::string method = role >= 3 ? "bulk" : role == 1 ? "pipeline" : "ring_exchange";
     const bool ring = method == "ring_exchange";
     return UbEntry{method, ring ? 1 : 16, te2 && !ring, true};
 }
@@ -784,14 +785,17 @@ void validate(const Node& root, Config& c) {
             (cfg[name].has("num_sm") ? cfg[name]["num_sm"] : cfg[name]).fail(what);
         }
     }
+    // SMs an entry gives explicitly need the GPU's count (TE's defaults take none without it).
     if (te_userbuffers(s) && c.cluster.gpu.sms == 0 && st.has("tp_comm_overlap_cfg")) {
         const Node cfg = st["tp_comm_overlap_cfg"];
         for (std::size_t i = 0; i < kUbLayers; ++i) {
             const int n = std::max(s.tp_overlap[i].held, s.tp_overlap[i].margin);
-            if (n > 0 && cfg.has(kUbLayerNames[i]))
-                cfg[kUbLayerNames[i]].fail(fmt::format("{} SMs taken from the GEMMs need the GPU's SM count: give "
-                                                       "$.cluster.gpu.sms",
-                                                       n));
+            if (n == 0 || !cfg.has(kUbLayerNames[i])) continue;
+            const Node e = cfg[kUbLayerNames[i]];
+            for (const char* k : {"num_sm", "set_sm_margin", "use_ce"})
+                if (e.has(k))
+                    e[k].fail(fmt::format("{} SMs taken from the GEMMs need the GPU's SM count: give $.cluster.gpu.sms",
+                                          n));
         }
     }
     if (s.distributed_optimizer == "apex" && (s.zero_stage < 1 || s.zero_stage > 2 || (info.pytorch)))

@@ -240,7 +240,7 @@ Task<Transfer> Device::start(Collective c, Group& g, double bytes, int layer, Co
 void Device::hold_sms(Collective c, const Group& g, double bytes, CommStream stream, int sms) {
     const GpuSpec& gpu = spec();
     const bool nccl = sms == kNcclCtas;
-    if (gpu.sms <= 0 || g.size() <= 1 || (nccl && !gpu.collectives_take_sms)) return;
+    if (gpu.sms <= 0 || g.size() <= 1 || (nccl && !gpu.collectives_hold_sms())) return;
     double& free = stream == CommStream::tensor ? tensor_stream_free_ : data_stream_free_;
     const CollectiveCost cost = g.cost(c, bytes);
     const double start = std::max(now(), free);

@@ -550,7 +550,7 @@ std::string describe(const Stragglers& s) {
 std::vector<std::string> prediction_caveats(const Config& c, const Workload& work) {
     std::vector<std::string> out;
     const GpuSpec& gpu = c.cluster.gpu;
-    const bool takes_sms = gpu.collectives_hold_sms();
+    const bool nccl_holds_sms = gpu.collectives_hold_sms();
     const StrategyConfig& s = c.strategy;
     const DType d = c.model.spec.dtype;
     if (s.flash_attention && !work.measured_attention && c.model.kind == "transformer")
@@ -635,14 +635,14 @@ std::vector<std::string> prediction_caveats(const Config& c, const Workload& wor
     else if (tp_async_backward(s))
         out.push_back(std::string("the backward's tensor-parallel ") +
                       (s.sequence_parallel ? "re-gathers and reduce-scatters" : "all-reduces") + " run beside the GEMMs" +
-                      (takes_sms ? " on the SMs their NCCL kernels leave them (GEMMs lose more on an H200: "
+                      (nccl_holds_sms ? " on the SMs their NCCL kernels leave them (GEMMs lose more on an H200: "
                                    "docs/hardware-model.md)"
                                  : " at no cost to them") +
                       (s.name == "schedule" ? " (where the schedule's backward is whole, not split into input and weight gradients)"
                                             : ""));
     // What collectives beside compute take from it (Device::hold_sms).
     if (s.dp > 1 || s.cp > 1 || tp_async_backward(s)) {
-        if (takes_sms)
+        if (nccl_holds_sms)
             out.push_back(fmt::format("compute beside a collective runs on the SMs its NCCL kernel leaves (of {}, one "
                                       "per channel): a Llama 3 8B block beside 16-24 SMs held on an H200 lost about that "
                                       "share, GEMMs alone more (docs/hardware-model.md); not modelled: that loss, HBM "

@@ -94,8 +94,8 @@ struct BlockUb {
 // and ub_bulk_wgrad): the first linear's input, which sequence parallelism kept sharded, is
 // all-gathered beside its input-gradient GEMM, and that gradient reduce-scattered beside its
 // weight-gradient GEMM, each GEMM priced as the whole linear (`linear`); elsewhere (torchtitan's
-// AsyncTP, a split backward's input pass) the reduce-scatter is pipelined as the forward's, on no
-// SMs in a split backward (no weight-gradient GEMM runs beside it there). The collectives run
+// AsyncTP, a split backward's input pass) the reduce-scatter is pipelined as the forward's, by
+// NCCL in a split backward (the bulk overlap's partner GEMM runs later there). The collectives run
 // on their own stream (CommStream::tensor), beside the gradient reductions. Each overlap takes the
 // SMs its configuration gives (`ub`): its kernel holds them while it runs, or its GEMM leaves them
 // throughout (a margin; the forward's first and last GEMMs' in the forward and its recompute).
@@ -137,9 +137,11 @@ Task<> overlapped_block(Device& gpu, const Job& job, OpCode op, int layer, const
         run_work(gpu, op, layer, part(w, dgrad_part), mb);
         co_await gpu.wait(input);
     }
-    // (A split backward's input pass runs no weight-gradient GEMM: its reduce-scatter takes no SMs.)
+    // (A split backward's input pass has no weight-gradient GEMM for the bulk overlap: its input
+    // gradient is reduce-scattered by NCCL, as without userbuffers; AsyncTP's by the copy engines.)
+    const int scatter_sms = forward || bulk ? ub.sms[scatters].held : job.work->split.userbuffers ? kNcclCtas : 0;
     const Transfer scattered = co_await gpu.start(Collective::reduce_scatter, *job.tp_group, L.tp_bytes, layer,
-                                                  CommStream::tensor, forward || bulk ? ub.sms[scatters].held : 0);
+                                                  CommStream::tensor, scatter_sms);
     run_work(gpu, op, layer, part(w, bulk ? rest - dgrad_part : rest), mb);
     co_await gpu.wait(scattered);
 }
