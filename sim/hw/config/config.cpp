@@ -767,35 +767,34 @@ void validate(const Node& root, Config& c) {
                                                "the GEMMs (Megatron-LM's --tp-comm-overlap): it needs \"tp\" > 1 "
                                                "and \"sequence_parallel\": true (tp is {}, sequence_parallel {})",
                                                s.tp, s.sequence_parallel));
-    // The SMs userbuffers take, given or TE's defaults, must leave the GEMMs some (a configuration
-    // that runs no userbuffers is accepted unused: it describes the software, and the planner tries
-    // layouts without the overlap; dtsim run says so).
-    if (te_userbuffers(s) && c.cluster.gpu.sms > 0) {
+    // The SMs userbuffers take, given or TE's defaults, must leave the GEMMs some; without the GPU's
+    // count, those an entry gives explicitly are refused (TE's defaults then take none). A
+    // configuration that runs no userbuffers is accepted unused: it describes the software, and
+    // the planner tries layouts without the overlap; dtsim run says so.
+    if (te_userbuffers(s)) {
         const int sms = c.cluster.gpu.sms;
+        const bool given = st.has("tp_comm_overlap_cfg");
         for (std::size_t i = 0; i < kUbLayers; ++i) {
             const int n = std::max(s.tp_overlap[i].held, s.tp_overlap[i].margin);
-            if (n < sms) continue;
             const char* name = kUbLayerNames[i];
+            if (n == 0 || (sms > 0 && n < sms)) continue;
+            if (sms == 0) {
+                if (!given || !st["tp_comm_overlap_cfg"].has(name)) continue;
+                const Node e = st["tp_comm_overlap_cfg"][name];
+                for (const char* k : {"num_sm", "set_sm_margin", "use_ce"})
+                    if (e.has(k))
+                        e[k].fail(fmt::format("{} SMs taken from the GEMMs need the GPU's SM count: give "
+                                              "$.cluster.gpu.sms",
+                                              n));
+                continue;
+            }
             const std::string what = fmt::format("{} takes {} SMs from the GEMMs, which leaves none of the GPU's {} "
                                                  "(cluster.gpu.sms)",
                                                  name, n, sms);
-            if (!st.has("tp_comm_overlap_cfg")) st["tp_comm_overlap"].fail(what + ": Transformer Engine 2's default");
+            if (!given) st["tp_comm_overlap"].fail(what + ": Transformer Engine 2's default");
             const Node cfg = st["tp_comm_overlap_cfg"];
             if (!cfg.has(name)) cfg.fail(what + ": Transformer Engine's default");
             (cfg[name].has("num_sm") ? cfg[name]["num_sm"] : cfg[name]).fail(what);
-        }
-    }
-    // SMs an entry gives explicitly need the GPU's count (TE's defaults take none without it).
-    if (te_userbuffers(s) && c.cluster.gpu.sms == 0 && st.has("tp_comm_overlap_cfg")) {
-        const Node cfg = st["tp_comm_overlap_cfg"];
-        for (std::size_t i = 0; i < kUbLayers; ++i) {
-            const int n = std::max(s.tp_overlap[i].held, s.tp_overlap[i].margin);
-            if (n == 0 || !cfg.has(kUbLayerNames[i])) continue;
-            const Node e = cfg[kUbLayerNames[i]];
-            for (const char* k : {"num_sm", "set_sm_margin", "use_ce"})
-                if (e.has(k))
-                    e[k].fail(fmt::format("{} SMs taken from the GEMMs need the GPU's SM count: give $.cluster.gpu.sms",
-                                          n));
         }
     }
     if (s.distributed_optimizer == "apex" && (s.zero_stage < 1 || s.zero_stage > 2 || (info.pytorch)))

@@ -618,7 +618,7 @@ std::vector<std::string> prediction_caveats(const Config& c, const Workload& wor
                            : "no userbuffers overlap here (it needs tp_comm_overlap, sequence_parallel and tp > 1)"));
     // Tensor parallelism's collectives against what the frameworks do (calibration.md, "What the
     // Megatron-Core H100 misses point to").
-    if (s.tp > 1 && s.tp_comm_overlap && te_userbuffers(s))
+    if (te_userbuffers(s))
         out.push_back(gpu.sms > 0
                           ? fmt::format("tensor-parallel collectives overlapped with their GEMMs by Transformer "
                                         "Engine's userbuffers: each takes the SMs strategy.tp_comm_overlap_cfg gives "
