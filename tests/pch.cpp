@@ -1,0 +1,1 @@
+// The object that holds the test programs' precompiled headers (tests/CMakeLists.txt).
