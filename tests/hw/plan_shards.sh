@@ -2,14 +2,15 @@
 # dtsim plan split into shards gives what one process gives (docs/planning.md): for N = 1, 2, 3
 # and 7 shards, `--shard I/N --out FILE` for each I, then `--merge` of the files (in reverse
 # order), byte for byte the one process's output, as text and as JSON (less host times), with
-# the one process's exit status. Usage: plan_shards.sh DTSIM CONFIG WORKDIR [plan options...]
+# the one process's exit status (DTSIM_PLAN_SHARD_COUNTS, if set, gives other counts than 1 2 3 7).
+# Usage: plan_shards.sh DTSIM CONFIG WORKDIR [plan options...]
 set -euo pipefail
 dtsim=$1 config=$2 work=$3
 shift 3
 rm -rf "$work" && mkdir -p "$work"
 "$dtsim" plan "$config" "$@" --no-timings >"$work/one.txt" && rc=0 || rc=$?
 "$dtsim" plan "$config" "$@" --no-timings --json >"$work/one.json" || true
-for n in 1 2 3 7; do
+for n in ${DTSIM_PLAN_SHARD_COUNTS:-1 2 3 7}; do
   files=()
   for ((i = n - 1; i >= 0; i--)); do
     "$dtsim" plan "$config" "$@" -j 1 --shard "$i/$n" --out "$work/s$n-$i.json" >/dev/null
