@@ -8,6 +8,7 @@
 
 #include "dtsim/detail/output_file.hpp"
 #include "dtsim/hw/calibrate.hpp"
+#include "dtsim/hw/run.hpp"
 #include "dtsim/hw/units.hpp"
 
 #include <fmt/format.h>
@@ -36,6 +37,7 @@ struct ValidateArgs {
     std::vector<std::string> clusters;
     bool json = false, holdout = false, check = false, summary = false;
     double min_bytes = 1024 * 1024;
+    int jobs = 0;  // end-to-end rows simulated at once; 0: hw::default_sweep_jobs()
 };
 
 // The sizes --min-bytes takes (a collective row's size in bytes; nccl-tests sweeps reach 16 GiB).
@@ -158,6 +160,7 @@ void validate(const ValidateArgs& a) {
     o.data_dir = data_dir(false);  // for data of a GPU family no --cluster covers
     o.min_bytes = a.min_bytes;
     o.holdout = a.holdout;
+    o.jobs = a.jobs > 0 ? a.jobs : hw::default_sweep_jobs();
     const auto sets = cal::validate(data, o);
     const auto missed = missed_targets(sets, a.min_bytes);
     if (a.json) {
@@ -227,6 +230,10 @@ void register_calibrate_commands(CLI::App& app) {
     val->add_flag("--summary", va->summary, "Print only the table of data sets");
     val->add_flag("--json", va->json, "Print the results as JSON");
     val->add_flag("--check", va->check, "Exit 1 when a validation target is not met");
+    val->add_option("-j,--jobs", va->jobs,
+                    "End-to-end rows simulated at once, on as many threads (default: one per hardware thread; 1: "
+                    "one after another); the output is the same")
+        ->transform(whole_number(1, hw::kMaxSweepJobs));
     val->callback([va] { validate(*va); });
 }
 

@@ -285,6 +285,9 @@ TEST_CASE("a row is predicted in the unit it was measured in") {
     // Every row fits on the test cluster: no wrong out-of-memory verdict to count.
     CHECK(sets[0].out_of_memory == 0);
     CHECK(j[0]["out_of_memory"] == 0);
+    // The rows simulated three at once: the same sets, figure for figure.
+    o.jobs = 3;
+    CHECK(cal::to_json(cal::validate(data, o)).dump() == j.dump());
 }
 
 TEST_CASE("an end-to-end set runs on the shipped cluster it names, with its overrides") {
@@ -371,4 +374,12 @@ TEST_CASE("a row that is not a valid run config is an error at the row's own key
     broken.cluster_overrides["gpu"]["hbm_GiB"] = -1;
     const auto hbm = config_error([&] { (void)cal::parse_end_to_end_row(broken, broken.rows[2], cluster); });
     CHECK(hbm.path == "$.sets[0].cluster_overrides.gpu.hbm_GiB");
+    // validate stops at the first bad row in the data's order, however many rows it simulates at once.
+    for (int jobs : {1, 3}) {
+        CAPTURE(jobs);
+        cal::ValidateOptions o;
+        o.clusters = {test_data + "/test-cluster.json"};
+        o.jobs = jobs;
+        CHECK(config_error([&] { (void)cal::validate(data, o); }).path == "$.sets[0].rows[0].strategy.tp");
+    }
 }

@@ -275,6 +275,7 @@ struct ValidateOptions {
     bool holdout = false;               // collectives: fit on the other data sets; GEMM: leave one shape out
     int max_lines = 3;
     double calibrate_min_bytes = 64 * 1024;
+    int jobs = 1;  // end-to-end rows simulated at once (run_in_order); the results do not depend on it
 };
 
 // FLOPs and measured seconds of a point's pass: forward (F), backward (2.5 F, fwd_bwd - fwd) or

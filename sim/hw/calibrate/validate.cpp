@@ -15,10 +15,14 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <exception>
 #include <filesystem>
 #include <map>
 #include <numeric>
 #include <set>
+#include <stdexcept>
+#include <unordered_map>
+#include <utility>
 
 namespace dtsim::hw::calib {
 
@@ -482,7 +486,48 @@ const ClusterDoc& end_to_end_cluster(const EndToEndSet& s, Clusters& clusters) {
 // in the unit of the measurement; the rows with a measured peak memory again as "<id>:memory".
 // Nothing is fitted to these rows; a cluster parameter fitted to the set (or to one of its rows,
 // "<id>:<row>") would make the point in-sample.
-std::vector<ValidationSet> end_to_end_sets(const EndToEndSet& s, Clusters& clusters) {
+// The end-to-end rows' predictions, made ahead (several at once) and read in the sets' order: each
+// row's prediction, or what predicting it threw, thrown again where the row is read.
+struct Predicted {
+    EndToEndPrediction prediction;
+    std::exception_ptr failure;
+};
+using Predictions = std::unordered_map<const EndToEndRow*, Predicted>;
+
+Predictions predict_rows(const std::vector<EndToEndSet>& sets, Clusters& clusters, int jobs) {
+    std::vector<std::pair<const EndToEndSet*, const EndToEndRow*>> rows;
+    std::vector<const json*> docs;
+    for (const auto& s : sets) {
+        const ClusterDoc* cd = nullptr;
+        try {
+            cd = &end_to_end_cluster(s, clusters);
+        } catch (const ConfigError&) {
+            continue;  // end_to_end_sets throws it again, in its turn
+        }
+        for (const auto& r : s.rows) {
+            if (!r.expressible()) continue;
+            rows.emplace_back(&s, &r);
+            docs.push_back(&cd->doc);
+        }
+    }
+    std::vector<Predicted> out(rows.size());
+    run_in_order(
+        rows.size(), jobs,
+        [&](std::size_t i) {
+            try {
+                out[i].prediction = predict_end_to_end(*rows[i].first, *rows[i].second, *docs[i]);
+            } catch (...) {
+                out[i].failure = std::current_exception();
+            }
+            return SweepOutcome{};
+        },
+        [](std::size_t, SweepOutcome&) {});
+    Predictions by_row;
+    for (std::size_t i = 0; i < rows.size(); ++i) by_row.emplace(rows[i].second, std::move(out[i]));
+    return by_row;
+}
+
+std::vector<ValidationSet> end_to_end_sets(const EndToEndSet& s, Clusters& clusters, const Predictions& predicted) {
     const ClusterDoc& cd = end_to_end_cluster(s, clusters);
     const Cluster c = make_cluster(cd.doc, cd.file);
     std::vector<std::string> fitted;
@@ -510,7 +555,10 @@ std::vector<ValidationSet> end_to_end_sets(const EndToEndSet& s, Clusters& clust
             v.skipped.push_back(fmt::format("{}: not expressible yet: {}", r.id, r.not_expressible));
             continue;
         }
-        const EndToEndPrediction p = predict_end_to_end(s, r, cd.doc);
+        const auto found = predicted.find(&r);
+        if (found == predicted.end()) throw std::logic_error("validate: a row was not predicted ahead");
+        if (found->second.failure) std::rethrow_exception(found->second.failure);
+        const EndToEndPrediction& p = found->second.prediction;
         const bool in = in_sample(r);
         any_in_sample |= in;
         const std::string label = fmt::format("{} [{}]{}", r.id, p.layout, p.out_of_memory ? " (dtsim: out of memory)" : "");
@@ -545,8 +593,9 @@ std::vector<ValidationSet> validate(const GroundTruth& data, const ValidateOptio
     for (const auto& s : data.collectives) out.push_back(collective_set(s, data, clusters, o));
     for (const auto& s : data.gemms) out.push_back(gemm_set(s, clusters, o));
     for (const auto& s : data.megatron) out.push_back(megatron_set(s, clusters));
+    const Predictions predicted = predict_rows(data.end_to_end, clusters, o.jobs);
     for (const auto& s : data.end_to_end)
-        for (auto& v : end_to_end_sets(s, clusters)) out.push_back(std::move(v));
+        for (auto& v : end_to_end_sets(s, clusters, predicted)) out.push_back(std::move(v));
     for (const auto& s : data.kernels) {
         const ClusterDoc* cd = clusters.get(gpu_family(s.gpu));
         if (!cd)
