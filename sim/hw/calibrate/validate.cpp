@@ -482,10 +482,6 @@ const ClusterDoc& end_to_end_cluster(const EndToEndSet& s, Clusters& clusters) {
                                   s.id));
 }
 
-// An end-to-end set: its expressible rows run by dtsim::hw::simulate, measured against predicted
-// in the unit of the measurement; the rows with a measured peak memory again as "<id>:memory".
-// Nothing is fitted to these rows; a cluster parameter fitted to the set (or to one of its rows,
-// "<id>:<row>") would make the point in-sample.
 // The end-to-end rows' predictions, made ahead (several at once) and read in the sets' order: each
 // row's prediction, or what predicting it threw, thrown again where the row is read.
 struct Predicted {
@@ -501,7 +497,7 @@ Predictions predict_rows(const std::vector<EndToEndSet>& sets, Clusters& cluster
         const ClusterDoc* cd = nullptr;
         try {
             cd = &end_to_end_cluster(s, clusters);
-        } catch (const ConfigError&) {
+        } catch (...) {
             continue;  // end_to_end_sets throws it again, in its turn
         }
         for (const auto& r : s.rows) {
@@ -527,6 +523,10 @@ Predictions predict_rows(const std::vector<EndToEndSet>& sets, Clusters& cluster
     return by_row;
 }
 
+// An end-to-end set: its expressible rows run by dtsim::hw::simulate, measured against predicted
+// in the unit of the measurement; the rows with a measured peak memory again as "<id>:memory".
+// Nothing is fitted to these rows; a cluster parameter fitted to the set (or to one of its rows,
+// "<id>:<row>") would make the point in-sample.
 std::vector<ValidationSet> end_to_end_sets(const EndToEndSet& s, Clusters& clusters, const Predictions& predicted) {
     const ClusterDoc& cd = end_to_end_cluster(s, clusters);
     const Cluster c = make_cluster(cd.doc, cd.file);
