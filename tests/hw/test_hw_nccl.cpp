@@ -357,13 +357,31 @@ TEST_CASE("the CTAs NCCL launches: its NVLS channels, the collective channels, f
     CHECK(pat.ctas == 4);
 }
 
+TEST_CASE("links far faster than NCCL's top speeds: at most MAXCHANNELS (64) collective channels") {
+    // The search asks for at most 32 channels (MAXCHANNELS / 2), doubled once more: 64 CTAs for a
+    // forced ring in one node and across nodes (the channel count was a double cast to int, out of
+    // range at such speeds).
+    Cluster c = h100();
+    c.intra_node = Link{"ideal", 1e21, 1e21, 0, 0};
+    c.inter_node = Link{"ideal", 1e21, 1e21, 0, 0};
+    for (const GroupShape& g : {shape(1, 8), shape(4, 8), shape(64, 1)}) {
+        CAPTURE(g.nodes);
+        const CollectiveCost r = collective_cost(c, Collective::all_reduce, kGiB, g, Algorithm::ring);
+        REQUIRE(r.nccl_algorithm == NcclAlgorithm::ring);
+        CHECK(r.ctas == 64);
+        CHECK(std::isfinite(r.seconds));
+        CHECK(r.seconds > 0);
+    }
+}
+
 TEST_CASE("the collective channels across nodes with fewer GPUs of the group on each, as NCCL sets them") {
     // 1 GiB rings, every channel kept. H100 with 48 GB/s NICs: k GPUs per node give k search channels
     // at 48 GB/s; up to 4 of them are duplicated at 24 GB/s (ncclTopoDupChannels), then doubled
     // (ncclTopoPostset): 4k; from 5 the duplication stops and Hopper's "<8 PPN" rule doubles again
     // instead (48 > 45, fewer than 16): 4k too; at 8, 16 channels, and the rule stops.
     auto check = [](const Cluster& c, const std::vector<std::pair<int, int>>& ctas_by_per_node) {
-        for (const auto& [per_node, ctas] : ctas_by_per_node) {
+        for (const auto& pair : ctas_by_per_node) {
+            const int per_node = pair.first, ctas = pair.second;
             CAPTURE(c.inter_node.name);
             CAPTURE(per_node);
             const CollectiveCost r = collective_cost(c, Collective::all_gather, kGiB, shape(16, per_node), Algorithm::ring);

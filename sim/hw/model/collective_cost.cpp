@@ -174,9 +174,16 @@ Comm comm_of(const Cluster& c, const GroupShape& g) {
 // DGX H100, whose NCCL logs say "24 coll channels" once the rings are doubled
 // again (src/graph/connect.cc). Across nodes: one channel per NIC at up to the
 // highest inter-node speed, 8 on DGX H100 (16 coll channels, nccl#1453).
+// NCCL's MAXCHANNELS (src/include/device.h): the search asks for at most half of it
+// (src/init.cc: ringGraph.maxChannels = MAXCHANNELS/2), connect.cc doubles them up to it. Only
+// links far faster than NCCL's top speeds reach these bounds.
+constexpr double kMaxChannels = 64;
+
 double channels(const Cluster& c, const Comm& m) {
-    if (!m.multi()) return 2 * std::max(1.0, std::round(c.intra_node.bandwidth / kGBps / top_intra_speed(m.gen)));
-    return m.k * std::max(1.0, std::round(c.inter_node.bandwidth / kGBps / top_inter_speed(m.gen)));
+    const double n =
+        m.multi() ? m.k * std::max(1.0, std::round(c.inter_node.bandwidth / kGBps / top_inter_speed(m.gen)))
+                  : 2 * std::max(1.0, std::round(c.intra_node.bandwidth / kGBps / top_intra_speed(m.gen)));
+    return std::min(n, kMaxChannels / 2);
 }
 
 // The bus bandwidth (nChannels x bw, bytes/s) of the graph algorithm `a` runs
@@ -514,12 +521,12 @@ Pick model_at(const Model& md, Collective coll, double bytes) {
 // channels" for two, nccl#1189); with 200 Gb/s NICs (s 24) 2 per GPU.
 int coll_channels(const Cluster& c, const Comm& m) {
     const double search = channels(c, m);
-    if (!m.multi()) return static_cast<int>(2 * search);
+    if (!m.multi()) return static_cast<int>(std::min(2 * search, kMaxChannels));
     double n = search, s = std::min(top_inter_speed(m.gen), c.inter_node.bandwidth / kGBps * m.k / search);
     if (s >= 25 && !(m.gen >= hopper && s < 50 && n > 4)) n *= 2, s /= 2;
     n *= 2;
     if (m.gen >= hopper && s > 45 && n < 16) n *= 2;
-    return static_cast<int>(n);
+    return static_cast<int>(std::min(n, kMaxChannels));
 }
 
 // The CTAs NCCL may launch for the choice at `bytes` (src/enqueue.cc, after the tuner's pick: one per
