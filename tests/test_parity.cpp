@@ -92,8 +92,8 @@ TEST_CASE("the seed's reported figures come out bit for bit") {
 TEST_CASE("a run that keeps only the summary reports the same figures and operation count as one that keeps every event, "
           "and both the figures a pass over the events gives") {
     for (const auto& p : puzzle::puzzles()) {
-        for (auto [layers, batches, ranks] : {std::tuple{p.layers, p.batches, p.ranks}, std::tuple{3, 8, 4},
-                                              std::tuple{4, 16, 8}}) {
+        for (const auto& size : {std::tuple{p.layers, p.batches, p.ranks}, std::tuple{3, 8, 4}, std::tuple{4, 16, 8}}) {
+            const int layers = std::get<0>(size), batches = std::get<1>(size), ranks = std::get<2>(size);
             CAPTURE(p.name);
             CAPTURE(ranks);
             puzzle::RunResult full, lean;

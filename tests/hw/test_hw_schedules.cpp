@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <string>
+#include <tuple>
 
 using namespace dtsim;
 using namespace dtsim::hw;
@@ -29,7 +30,8 @@ namespace {
 }  // namespace
 
 TEST_CASE("interleaved 1F1B with equal stage times: bubble (p-1)/(v m + p - 1)") {
-    for (auto [p, m, v] : {std::tuple{4, 8, 2}, {2, 4, 2}, {4, 4, 3}, {2, 6, 4}, {8, 16, 2}}) {
+    for (const auto& size : {std::tuple{4, 8, 2}, {2, 4, 2}, {4, 4, 3}, {2, 6, 4}, {8, 16, 2}}) {
+        const int p = std::get<0>(size), m = std::get<1>(size), v = std::get<2>(size);
         CAPTURE(p);
         CAPTURE(m);
         CAPTURE(v);
@@ -47,7 +49,8 @@ TEST_CASE("interleaved 1F1B with equal stage times: bubble (p-1)/(v m + p - 1)")
 }
 
 TEST_CASE("interleaved 1F1B holds (v+1)p-1 chunk-microbatches on rank 0: 1+(p-1)/(p v) times 1F1B's activations") {
-    for (auto [p, m, v] : {std::tuple{4, 8, 2}, {2, 8, 3}, {4, 16, 4}}) {
+    for (const auto& size : {std::tuple{4, 8, 2}, {2, 8, 3}, {4, 16, 4}}) {
+        const int p = std::get<0>(size), m = std::get<1>(size), v = std::get<2>(size);
         CAPTURE(p);
         CAPTURE(m);
         CAPTURE(v);
@@ -71,7 +74,8 @@ TEST_CASE("interleaved 1F1B holds (v+1)p-1 chunk-microbatches on rank 0: 1+(p-1)
 }
 
 TEST_CASE("ZB-H1: every rank idles (p-1)(T_F + T_I - T_W), T_W the weight-gradient GEMMs") {
-    for (auto [p, m] : {std::pair{4, 8}, {2, 4}, {4, 5}}) {
+    for (const auto& size : {std::pair{4, 8}, {2, 4}, {4, 5}}) {
+        const int p = size.first, m = size.second;
         CAPTURE(p);
         CAPTURE(m);
         const int layers = 2 * p;

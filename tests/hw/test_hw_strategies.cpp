@@ -43,7 +43,8 @@ json pipeline(const std::string& schedule, int p, int m) {
 
 TEST_CASE("GPipe and 1F1B with equal stage times have bubble fraction (p-1)/(m+p-1)") {
     for (const char* schedule : {"gpipe", "1f1b"})
-        for (auto [p, m] : {std::pair{4, 8}, {4, 4}, {2, 16}, {8, 3}}) {
+        for (const auto& size : {std::pair{4, 8}, {4, 4}, {2, 16}, {8, 3}}) {
+            const int p = size.first, m = size.second;
             CAPTURE(schedule);
             CAPTURE(p);
             CAPTURE(m);
@@ -54,7 +55,8 @@ TEST_CASE("GPipe and 1F1B with equal stage times have bubble fraction (p-1)/(m+p
 }
 
 TEST_CASE("1F1B stage 0 holds at most min(m, p) microbatches of activations, GPipe all m") {
-    for (auto [p, m] : {std::pair{4, 8}, {4, 2}, {2, 6}}) {
+    for (const auto& size : {std::pair{4, 8}, {4, 2}, {2, 6}}) {
+        const int p = size.first, m = size.second;
         json doc = pipeline("1f1b", p, m);
         const Config c = parse_config(doc, "test.json");
         const double per_microbatch =
@@ -794,10 +796,11 @@ TEST_CASE("ZB-H1 with sequence parallelism: each weight-gradient pass gathers QK
     for (const auto& e : with.ranks[0].events)
         if (e.op.name() == std::string_view("all_gather")) CHECK(e.bytes == doctest::Approx(w.layer.tp_bytes));
     // Without sequence parallelism, with tp_comm_overlap or DTensor's tensor parallelism: none.
-    for (const auto& [key, value] : std::vector<std::pair<std::string, json>>{
+    for (const auto& setting : std::vector<std::pair<std::string, json>>{
              {"sequence_parallel", false}, {"tp_comm_overlap", true}, {"zero_stage", 3}}) {
+        const std::string& key = setting.first;
         json other = zb;
-        other["strategy"][key] = value;
+        other["strategy"][key] = setting.second;
         CAPTURE(key);
         CHECK_FALSE(weight_pass_gathers_input(parse_config(other, "t.json").strategy));
         Trace t;

@@ -121,7 +121,7 @@ TEST_CASE("twins once: slow GPUs, their replicas simulated whole and one replica
 }
 
 TEST_CASE("twins once: the same trace as every rank simulated, event for event, and the same report") {
-    for (const auto& [file, overrides] : std::vector<std::pair<std::string, std::vector<Override>>>{
+    for (const auto& entry : std::vector<std::pair<std::string, std::vector<Override>>>{
              {"llama3-8b-16xh100-zero1.json", {}},
              {"llama3-8b-16xh100-fsdp-tp2.json", {}},
              {"llama3-8b-8xh100-megatron.json", {{"strategy.tp", "2"}, {"strategy.cp", "2"}, {"strategy.dp", "2"}}},
@@ -131,6 +131,8 @@ TEST_CASE("twins once: the same trace as every rank simulated, event for event, 
              {"llama3-8b-16xh100-fsdp-tp2.json", {{"model.layers", "8"}, {"stragglers", R"({"slowdown": {"5": 1.25}})"}}},
              {"llama3-70b-64xh100-1f1b.json",
               {{"model.layers", "16"}, {"cluster.nodes", "16"}, {"strategy.dp", "4"}, {"stragglers", R"({"slowdown": {"40": 1.2}})"}}}}) {
+        const std::string& file = entry.first;
+        const auto& overrides = entry.second;
         const Config c = load_config(kRuns + file, overrides);
         INFO(file);
         RunOptions twins, whole;

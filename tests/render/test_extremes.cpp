@@ -96,10 +96,11 @@ TEST_CASE("a span too narrow for pixels draws a bounded picture") {
 
 TEST_CASE("time ticks over extreme ranges are few, positive and finite") {
     const double big = std::numeric_limits<double>::max();
-    for (auto [t0, t1] : {std::pair{0.0, 1e308}, {-big, big}, {0.0, 1e-320}, {0.0, 5e-324}, {1e300, 1e300 + 1e285},
-                          {-1e-300, 0.0}, {0.0, 0.0}, {0.0, 1e15}})
+    for (const auto& span : {std::pair{0.0, 1e308}, {-big, big}, {0.0, 1e-320}, {0.0, 5e-324}, {1e300, 1e300 + 1e285},
+                             {-1e-300, 0.0}, {0.0, 0.0}, {0.0, 1e15}})
         for (int target : {1, 2, 15})
             for (bool seconds : {false, true}) {
+                const double t0 = span.first, t1 = span.second;
                 CAPTURE(t0);
                 CAPTURE(t1);
                 CAPTURE(target);

@@ -75,7 +75,9 @@ bool has_legend(const Layout& l, const std::string& label) {
 void check_text_apart(const std::string& svg) {
     const auto boxes = testing::read_text_boxes(svg);
     CHECK(boxes.size() > 20);
-    for (const auto& [a, b] : testing::overlapping_text(boxes)) {
+    for (const auto& pair : testing::overlapping_text(boxes)) {
+        const auto& a = pair.first;
+        const auto& b = pair.second;
         CAPTURE(a.x0);
         CAPTURE(a.y0);
         CAPTURE(b.x0);

@@ -52,9 +52,11 @@ TEST_CASE("the image format comes from the extension, in any case") {
 TEST_CASE("write_image writes SVG, PNG and PDF files with the right magic bytes") {
     const Trace t = testing::ddp_trace();
     const auto dir = scratch_dir();
-    for (const auto& [name, magic] :
+    for (const auto& file :
          {std::pair{"ddp.svg", std::string("<?xml")}, std::pair{"ddp.png", std::string("\x89PNG\r\n\x1a\n")},
           std::pair{"ddp.pdf", std::string("%PDF-")}}) {
+        const char* name = file.first;
+        const std::string& magic = file.second;
         CAPTURE(name);
         const auto path = dir / name;
         std::filesystem::remove(path);

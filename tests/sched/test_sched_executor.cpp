@@ -48,9 +48,10 @@ void check_fraction(const RunStats& st, double f) {
 }  // namespace
 
 TEST_CASE("GPipe and 1F1B: bubble fraction (p-1)/(m+p-1) on every rank, exactly") {
-    for (const auto& [tf, tb] : {std::pair{1.0, 2.0}, std::pair{1.0, 1.0}, std::pair{0.7, 2.3}})
+    for (const auto& costs : {std::pair{1.0, 2.0}, std::pair{1.0, 1.0}, std::pair{0.7, 2.3}})
         for (int p = 1; p <= 8; ++p)
             for (int m = 1; m <= 16; ++m) {
+                const double tf = costs.first, tb = costs.second;
                 Costs c;
                 c.forward = tf;
                 c.backward = tb;
