@@ -10,6 +10,7 @@ if(NOT DTSIM_ASIO_FAST_PATH STREQUAL "OFF")
   try_run(_dtsim_fast_run _dtsim_fast_compiles
           SOURCES ${_dtsim_check_dir}/asio_fast_path.cpp
           CMAKE_FLAGS "-DINCLUDE_DIRECTORIES=${_dtsim_check_dir}/stub;${PROJECT_SOURCE_DIR}/include"
+          COMPILE_DEFINITIONS ${DTSIM_ASIO_CO_AWAIT_DEFINITION}
           LINK_LIBRARIES Boost::headers
           CXX_STANDARD 20 CXX_STANDARD_REQUIRED ON
           COMPILE_OUTPUT_VARIABLE _dtsim_fast_log)

@@ -338,7 +338,7 @@ TEST_CASE("a long string or key is quoted shortened") {
 // config file may hold 64 MiB) took 5.5 s, a key of 256 KiB a second in the fuzz target's build.
 // The release build's bound catches that comparison (0.5 s now); under the sanitizers, where the
 // refusal itself took 3.3 s on a loaded 2-core machine, the bound only guards against a hang.
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(DTSIM_SANITIZE)
 constexpr auto kAtOnce = std::chrono::seconds(30);
 #else
 constexpr auto kAtOnce = std::chrono::seconds(3);

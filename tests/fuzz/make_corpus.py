@@ -3,7 +3,7 @@
 
     make_corpus.py              the committed seeds, into tests/fuzz/corpus/<corpus>/
     make_corpus.py --large DIR  the large seeds, into DIR/<corpus>/ (.ci/run writes them into
-                                build-fuzz/corpus beside the committed ones)
+                                build-asan/tests/fuzz/corpus beside the committed ones)
 
 The committed seeds: the run configs of configs/ merged into single documents (corpus/config),
 the same runs as an including file plus its includes (corpus/include, "source"/"note" dropped and
