@@ -227,7 +227,8 @@ void run(const RunArgs& a) {
         const std::string shipped = a.evidence ? data_dir(true) : "";  // found before the run, or a usage error
         const auto result = hw::simulate(c, {.keep_trace = want_trace});
         std::optional<hw::calib::Evidence> evidence;
-        if (a.evidence) evidence = hw::calib::published_evidence(c, shipped);
+        if (a.evidence)
+            evidence = hw::calib::published_evidence(c, shipped, 5, a.jobs > 0 ? a.jobs : hw::default_sweep_jobs());
         if (a.json) {
             nlohmann::json j = hw::to_json(result.report);
             if (evidence) j["evidence"] = hw::calib::to_json(*evidence);
@@ -378,8 +379,8 @@ void register_run_commands(CLI::App& app) {
                       "Also predict the published runs in dtsim's data most like this one (GPU, framework, "
                       "parallelism, recompute, fp8) and print how far off dtsim was on them");
     run_cmd->add_option("-j,--jobs", ra->jobs,
-                        "A sweep's runs at once, on as many threads (default: one per hardware thread; 1: one "
-                        "after another); the output is the same")
+                        "A sweep's runs (or --evidence's published runs) at once, on as many threads (default: one "
+                        "per hardware thread; 1: one after another); the output is the same")
         ->transform(whole_number(1, hw::kMaxSweepJobs));
     run_cmd->callback([ra] { run(*ra); });
 

@@ -803,7 +803,10 @@ TEST_CASE("published_evidence: the shipped runs most like a config, each as dtsi
     for (const auto& f : cal::shipped_data_files(data))
         if (std::filesystem::path(f).filename().string().rfind("end_to_end", 0) == 0) end_to_end.push_back(f);
     // torchtitan's 2D layout on H100: PyTorch's own parallelism with tensor parallelism (tokens/s rows).
-    const cal::Evidence e = cal::published_evidence(load_config(runs + "llama3-8b-16xh100-fsdp-tp2.json"), data);
+    const Config tp2 = load_config(runs + "llama3-8b-16xh100-fsdp-tp2.json");
+    const cal::Evidence e = cal::published_evidence(tp2, data);
+    // Predicted 3 at once: the same rows, errors and figures.
+    CHECK(cal::to_json(cal::published_evidence(tp2, data, 5, 3)).dump() == cal::to_json(e).dump());
     // An interleaved Megatron-LM layout with the overlap: among its rows some measured as step
     // times (DGX Cloud's recipes), where dtsim's shorter step is the error's positive side.
     const Config gpt3 = load_config(runs + "llama3-70b-64xh100-interleaved.json",

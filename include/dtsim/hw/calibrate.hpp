@@ -318,7 +318,8 @@ struct Evidence {
     std::vector<EvidenceRow> rows;     // in the data's order
     double median = 0, low = 0, high = 0;  // of the rows' errors; meaningless without rows (null in to_json)
 };
-Evidence published_evidence(const Config& run, const std::string& data_dir, std::size_t min_rows = 5);
+// The rows are predicted `jobs` at once (run_in_order); the result does not depend on it.
+Evidence published_evidence(const Config& run, const std::string& data_dir, std::size_t min_rows = 5, int jobs = 1);
 nlohmann::json to_json(const Evidence& e);
 
 // median, mean and maximum of |error| over the counted points.

@@ -647,7 +647,7 @@ constexpr std::size_t kRelaxOrder[] = {8, 7, 6, 5, 4, 3, 2};
 
 }  // namespace
 
-Evidence published_evidence(const Config& run, const std::string& data_dir, std::size_t min_rows) {
+Evidence published_evidence(const Config& run, const std::string& data_dir, std::size_t min_rows, int jobs) {
     const GroundTruth data = load_ground_truth(shipped_data_files(data_dir));
     Clusters clusters({}, data_dir);
     const std::vector<Trait> mine = evidence_traits(run);
@@ -692,9 +692,18 @@ Evidence published_evidence(const Config& run, const std::string& data_dir, std:
                                         [&](const Candidate* c) { return c->traits[i].value == mine[i].value; });
         (shared ? e.traits : e.relaxed).push_back(mine[i].words);
     }
+    std::vector<EndToEndPrediction> predicted(rows.size());
+    run_in_order(
+        rows.size(), jobs,
+        [&](std::size_t i) {
+            predicted[i] = predict_end_to_end(*rows[i]->set, *rows[i]->row, rows[i]->cluster->doc);
+            return SweepOutcome{};
+        },
+        [](std::size_t, SweepOutcome&) {});
     std::vector<double> errors;
-    for (const Candidate* c : rows) {
-        const EndToEndPrediction p = predict_end_to_end(*c->set, *c->row, c->cluster->doc);
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+        const Candidate* c = rows[i];
+        const EndToEndPrediction& p = predicted[i];
         const double err = p.unit == "s" ? p.measured / p.predicted - 1 : p.predicted / p.measured - 1;
         e.rows.push_back({c->set->id, c->row->id, p.layout, err, p.out_of_memory});
         errors.push_back(err);
