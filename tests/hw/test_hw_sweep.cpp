@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <functional>
 #include <mutex>
@@ -168,6 +169,26 @@ TEST_CASE("an exception an item lets through stops the sweep after the items bef
                                           }),
                              "cannot print", std::runtime_error);
         CHECK(order == first(2));
+    }
+}
+
+TEST_CASE("run_each evaluates every item once, and throws what the first item in index order to throw threw") {
+    for (const int jobs : {1, 3}) {
+        CAPTURE(jobs);
+        std::vector<int> seen(20, 0);
+        run_each(20, jobs, [&](std::size_t i) { seen[i] += static_cast<int>(i) + 1; });
+        for (std::size_t i = 0; i < seen.size(); ++i) CHECK(seen[i] == static_cast<int>(i) + 1);
+        // Items 4 and 9 both throw: item 4's, however the threads ran them.
+        for (int repeat = 0; repeat < 20; ++repeat)
+            CHECK_THROWS_WITH_AS(run_each(12, jobs,
+                                          [&](std::size_t i) {
+                                              if (i == 9) throw std::runtime_error("item 9");
+                                              if (i == 4) {
+                                                  std::this_thread::sleep_for(std::chrono::microseconds(200));
+                                                  throw std::logic_error("item 4");
+                                              }
+                                          }),
+                                 "item 4", std::logic_error);
     }
 }
 

@@ -275,7 +275,7 @@ struct ValidateOptions {
     bool holdout = false;               // collectives: fit on the other data sets; GEMM: leave one shape out
     int max_lines = 3;
     double calibrate_min_bytes = 64 * 1024;
-    int jobs = 1;  // end-to-end rows simulated at once (run_in_order); the results do not depend on it
+    int jobs = 1;  // end-to-end rows simulated at once (run_each); the results do not depend on it
 };
 
 // FLOPs and measured seconds of a point's pass: forward (F), backward (2.5 F, fwd_bwd - fwd) or
@@ -318,7 +318,7 @@ struct Evidence {
     std::vector<EvidenceRow> rows;     // in the data's order
     double median = 0, low = 0, high = 0;  // of the rows' errors; meaningless without rows (null in to_json)
 };
-// The rows are predicted `jobs` at once (run_in_order); the result does not depend on it.
+// The rows are predicted `jobs` at once (run_each); the result does not depend on it.
 Evidence published_evidence(const Config& run, const std::string& data_dir, std::size_t min_rows = 5, int jobs = 1);
 nlohmann::json to_json(const Evidence& e);
 

@@ -203,5 +203,8 @@ int default_sweep_jobs();
 // after another.
 void run_in_order(std::size_t count, int jobs, const std::function<SweepOutcome(std::size_t)>& evaluate,
                   const std::function<void(std::size_t, SweepOutcome&)>& done);
+// Items 0 to count - 1, `jobs` at once, each keeping its own result where `evaluate` puts it: run_in_order
+// with nothing handed on. What the first item in index order to throw threw is thrown again.
+void run_each(std::size_t count, int jobs, const std::function<void(std::size_t)>& evaluate);
 
 }  // namespace dtsim::hw

@@ -507,17 +507,13 @@ Predictions predict_rows(const std::vector<EndToEndSet>& sets, Clusters& cluster
         }
     }
     std::vector<Predicted> out(rows.size());
-    run_in_order(
-        rows.size(), jobs,
-        [&](std::size_t i) {
-            try {
-                out[i].prediction = predict_end_to_end(*rows[i].first, *rows[i].second, *docs[i]);
-            } catch (...) {
-                out[i].failure = std::current_exception();
-            }
-            return SweepOutcome{};
-        },
-        [](std::size_t, SweepOutcome&) {});
+    run_each(rows.size(), jobs, [&](std::size_t i) {
+        try {
+            out[i].prediction = predict_end_to_end(*rows[i].first, *rows[i].second, *docs[i]);
+        } catch (...) {
+            out[i].failure = std::current_exception();
+        }
+    });
     Predictions by_row;
     for (std::size_t i = 0; i < rows.size(); ++i) by_row.emplace(rows[i].second, std::move(out[i]));
     return by_row;
@@ -693,13 +689,9 @@ Evidence published_evidence(const Config& run, const std::string& data_dir, std:
         (shared ? e.traits : e.relaxed).push_back(mine[i].words);
     }
     std::vector<EndToEndPrediction> predicted(rows.size());
-    run_in_order(
-        rows.size(), jobs,
-        [&](std::size_t i) {
-            predicted[i] = predict_end_to_end(*rows[i]->set, *rows[i]->row, rows[i]->cluster->doc);
-            return SweepOutcome{};
-        },
-        [](std::size_t, SweepOutcome&) {});
+    run_each(rows.size(), jobs, [&](std::size_t i) {
+        predicted[i] = predict_end_to_end(*rows[i]->set, *rows[i]->row, rows[i]->cluster->doc);
+    });
     std::vector<double> errors;
     for (std::size_t i = 0; i < rows.size(); ++i) {
         const Candidate* c = rows[i];

@@ -29,6 +29,16 @@ int default_sweep_jobs() {
     return n == 0 ? 1 : static_cast<int>(std::min<unsigned>(n, kMaxSweepJobs));
 }
 
+void run_each(std::size_t count, int jobs, const std::function<void(std::size_t)>& evaluate) {
+    run_in_order(
+        count, jobs,
+        [&](std::size_t i) {
+            evaluate(i);
+            return SweepOutcome{};
+        },
+        [](std::size_t, SweepOutcome&) {});
+}
+
 void run_in_order(std::size_t count, int jobs, const std::function<SweepOutcome(std::size_t)>& evaluate,
                   const std::function<void(std::size_t, SweepOutcome&)>& done) {
     if (jobs <= 1 || count <= 1) {
