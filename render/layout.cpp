@@ -21,6 +21,10 @@
 namespace dtsim::render::detail {
 namespace {
 
+// A span so narrow that its pixels would be infinitely wide (below 1e-300 units): a trace's is drawn
+// as 1e-300, a failure's window is not drawn again.
+constexpr double kMinSpan = 1e-300;
+
 constexpr int kMinWidth = 320;
 constexpr int kMaxWidth = 30000;  // Cairo image surfaces stop at 32767 pixels
 constexpr double kMinPlotWidth = 100;
@@ -433,8 +437,6 @@ void set_scales(Layout& l, const Trace& trace, const Census& c) {
     if (!std::isfinite(l.t1 - l.t0))
         throw std::invalid_argument(fmt::format(
             "cannot draw the trace: its times run from {} to {}, a span a double cannot hold", l.t0, l.t1));
-    // A span so narrow that its pixels would be infinitely wide (below 1e-300 units) is drawn as 1e-300.
-    constexpr double kMinSpan = 1e-300;
     if (l.t1 - l.t0 < kMinSpan) l.t1 = l.t0 + kMinSpan;
     l.memory_scale = std::max(c.max_memory, trace.memory_capacity.value_or(0.0));
     if (!(l.memory_scale > 0)) l.memory_scale = 0;
@@ -849,8 +851,9 @@ void add_zoom(Layout& l, const Trace& trace, const RowSizes& z, double plot_w) {
     const double pad = 0.04 * (b - a);
     a = std::max(l.t0, a - pad);
     b = std::min(l.t1, b + pad);
-    // Nothing to gain where the window already fills half the plot.
-    if (!(b > a) || (b - a) * l.px_per_time > 0.5 * plot_w) return;
+    // Nothing to gain where the window already fills half the plot; none to draw where its pixels
+    // would be infinitely wide.
+    if (!(b - a >= kMinSpan) || (b - a) * l.px_per_time > 0.5 * plot_w) return;
     Layout zl;
     zl.width = l.width;
     zl.margin = l.margin;

@@ -78,6 +78,26 @@ Trace failed_run() {
 
 }  // namespace
 
+// A failure and its restart 1e-320 s apart: the window would be so narrow that its pixels would be
+// infinitely wide (every x NaN, cast to a pixel column). It is not drawn again.
+TEST_CASE("a failure whose window is narrower than any scale is not drawn again under the plot") {
+    Trace t;
+    t.time_unit = "s";
+    t.memory_unit = "byte";
+    RankTrace rt;
+    rt.rank = 0;
+    rt.events.push_back(testing::make_event(OpCode::of("failure"), kNoLayer, 0, 0, 0));
+    rt.events.push_back(testing::make_event(OpCode::of("restart"), kNoLayer, 1e-320, 0, 0));
+    rt.events.push_back(testing::make_event(OpCode::of("train"), kNoLayer, 1e-320, 10, 0));
+    t.ranks.push_back(std::move(rt));
+    summarize(t);
+    const Layout l = detail::make_layout(t, {});
+    CHECK(l.zoom.empty());
+    const std::string svg = render_svg(t);
+    CHECK(svg.find("nan") == std::string::npos);
+    CHECK(svg.find("inf") == std::string::npos);
+}
+
 TEST_CASE("the first failure is drawn again under the plot, from the write before it to the write after") {
     const Trace t = failed_run();
     const Layout l = detail::make_layout(t, {});
