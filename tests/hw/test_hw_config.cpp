@@ -122,6 +122,15 @@ TEST_CASE("--set parses one value or a sweep, and a sweep runs every combination
     CHECK(c.strategy.zero_stage == 1);
 }
 
+TEST_CASE("a hidden size whose default ffn (4 x hidden) an int cannot hold is refused, and taken with its ffn") {
+    CHECK(error_of("run.json", {parse_override("model.hidden=536870912"), parse_override("model.heads=1")}) ==
+          "--set model.hidden=536870912: $.model.hidden: hidden 536870912: the default ffn, 4 x hidden, is more than "
+          "2147483647; give \"ffn\"");
+    const Config c = load_config(kData + "/run.json", {parse_override("model.hidden=536870912"),
+                                                        parse_override("model.heads=2"), parse_override("model.ffn=1024")});
+    CHECK(c.model.spec.ffn == 1024);
+}
+
 TEST_CASE("an unknown key is rejected with a did-you-mean, naming the file and the JSON path") {
     CHECK(error_of("typo.json") ==
           kData + "/typo.json: $.strategy.microbatch: unknown key \"microbatch\"; did you mean \"microbatches\"?");

@@ -374,6 +374,15 @@ TEST_CASE("links far faster than NCCL's top speeds: at most MAXCHANNELS (64) col
     }
 }
 
+TEST_CASE("sizes past what a long holds (a config's integers multiply past 2^63 bytes) are priced, finite") {
+    for (const GroupShape& g : {shape(1, 8), shape(4, 8)})
+        for (const Collective coll : {Collective::all_reduce, Collective::all_gather}) {
+            const CollectiveCost r = collective_cost(h100(), coll, 1e20, g);
+            CHECK(std::isfinite(r.seconds));
+            CHECK(r.seconds > 1e20 / 1e12);  // no link moves a terabyte a second
+        }
+}
+
 TEST_CASE("the collective channels across nodes with fewer GPUs of the group on each, as NCCL sets them") {
     // 1 GiB rings, every channel kept. H100 with 48 GB/s NICs: k GPUs per node give k search channels
     // at 48 GB/s; up to 4 of them are duplicated at 24 GB/s (ncclTopoDupChannels), then doubled

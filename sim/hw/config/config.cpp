@@ -406,6 +406,9 @@ void from_json(const Node& n, ModelConfig& m) {
         s.hidden = n["hidden"].integer(1);
         s.heads = n["heads"].integer(1);
         s.kv_heads = n.has("kv_heads") ? n["kv_heads"].integer(1) : s.heads;
+        if (!n.has("ffn") && s.hidden > INT_MAX / 4)
+            n["hidden"].fail(fmt::format("hidden {}: the default ffn, 4 x hidden, is more than {}; give \"ffn\"",
+                                         s.hidden, INT_MAX));
         s.ffn = n.has("ffn") ? n["ffn"].integer(1) : 4 * s.hidden;
         s.seq = n["seq"].integer(1);
         s.vocab = n["vocab"].integer(0);

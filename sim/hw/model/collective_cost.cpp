@@ -392,7 +392,8 @@ Line line_of(const Cluster& c, const Comm& m, Collective coll, Choice ch) {
 double pair_seconds(const Comm& m, Collective coll, Choice ch, const Line& l, double nch, double bytes,
                     double* latency) {
     double bw = l.bandwidth;
-    const long chunks = static_cast<long>(bytes) >> 6;
+    // Sizes past 2^62 bytes (a config's integers multiply past a long) take no correction either way.
+    const long chunks = static_cast<long>(std::min(0x1p62, bytes)) >> 6;
     const int log_size = chunks > 0 ? static_cast<int>(std::floor(std::log2(static_cast<double>(chunks)))) : -1;
     if (coll == Collective::all_reduce && log_size >= 0 && log_size < kTreeCorrectionSizes &&
         (ch.algo == TREE || (ch.algo == NVLS_TREE && m.gen == blackwell && !amd_host(m.gen))))
