@@ -274,7 +274,7 @@ TEST_CASE("best first finds what simulating every candidate finds, on 1 and 3 th
     }
 }
 
-// Under the sanitizers, which run a search 20 to 40 times slower, two of the four splits.
+// Under the sanitizers, which run a search 9 to 13 times slower, two of the four splits.
 #if defined(DTSIM_SANITIZE)
 constexpr int kShardCounts[] = {3, 8};
 #else
