@@ -327,6 +327,27 @@ TEST_CASE("config: attention_kernel names a known kernel; a curve's keys and ran
                          doctest::Contains("$.cluster.gpu.attention.flash1[0].from_sums"), ConfigError);
 }
 
+TEST_CASE("a run whose allocated peak is within the allocator's measured reserve of capacity says it may not fit") {
+    auto report = [](const std::string& run, const std::vector<std::string>& sets) {
+        std::vector<Override> o;
+        for (const auto& t : sets) o.push_back(parse_override(t));
+        return simulate(load_config(std::string(DTSIM_CONFIGS) + "/runs/" + run, o), {.keep_trace = false}).report;
+    };
+    auto says = [](const RunReport& r) {
+        return std::any_of(r.caveats.begin(), r.caveats.end(),
+                           [](const std::string& s) { return s.find("the run may not fit") != std::string::npos; });
+    };
+    // ZeRO-1 with a straggler: 78.1 of 80 GiB allocated, 1.9 GiB left, under the 9.8 GiB measured.
+    const RunReport tight = report("llama3-8b-16xh100-zero1-straggler.json", {});
+    REQUIRE_FALSE(tight.oom);
+    CHECK(tight.capacity - tight.peak.bytes < 9.8 * kGiB);
+    CHECK(says(tight));
+    // The same with 16 GiB more memory: 17.9 GiB left, no word.
+    const RunReport roomy = report("llama3-8b-16xh100-zero1-straggler.json", {"cluster.gpu.hbm_GiB=96"});
+    CHECK(roomy.capacity - roomy.peak.bytes > 9.8 * kGiB);
+    CHECK_FALSE(says(roomy));
+}
+
 TEST_CASE("a run says where its prediction is weakest") {
     auto caveats = [](const std::string& run, const std::vector<std::string>& sets) {
         std::vector<Override> o;
