@@ -223,14 +223,15 @@ RunResult simulate_world(const Config& c, const RunOptions& options, const Twins
     // to 9.8 GiB above its allocated peak in the single-GPU steps of
     // calibration/data/h100_dtsim_torch_steps.json (max_reserved_GiB - max_allocated_GiB); the CUDA
     // context and NCCL's buffers are outside it.
-    constexpr double kMeasuredReserveMax = 9.8 * kGiB;
-    if (!r.oom && c.cluster.gpu.memory_bytes > 0 && c.cluster.gpu.memory_bytes - r.peak.bytes < kMeasuredReserveMax)
+    constexpr double kMeasuredReserveMin = 2.1 * kGiB, kMeasuredReserveMax = 9.8 * kGiB;
+    const double capacity = c.cluster.gpu.memory_bytes, left = capacity - r.peak.bytes;
+    if (!r.oom && capacity > 0 && left < kMeasuredReserveMax)
         r.caveats.push_back(fmt::format(
             "the peak is {:.2f} GiB under the GPU's {:.2f} GiB, and it is of allocated bytes: PyTorch's caching "
-            "allocator reserved 2.1 to 9.8 GiB above its allocated peak in measured steps "
+            "allocator reserved {:.1f} to {:.1f} GiB above its allocated peak in measured steps "
             "(calibration/data/h100_dtsim_torch_steps.json), and the CUDA context and NCCL's buffers come on top: "
             "the run may not fit",
-            (c.cluster.gpu.memory_bytes - r.peak.bytes) / kGiB, c.cluster.gpu.memory_bytes / kGiB));
+            left / kGiB, capacity / kGiB, kMeasuredReserveMin / kGiB, kMeasuredReserveMax / kGiB));
     const CriticalPath path = world.critical_path();
     r.critical_rank = world.placement(path.rank);
     r.simulated_ranks = world.ranks();
