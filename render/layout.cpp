@@ -27,6 +27,8 @@ constexpr double kMinSpan = 1e-300;
 
 constexpr int kMinWidth = 320;
 constexpr int kMaxWidth = 30000;  // Cairo image surfaces stop at 32767 pixels
+// A picture taller than this is refused (some 27,000 rows of the ranks view): its height must stay an int.
+constexpr double kMaxHeight = 1e6;
 constexpr double kMinPlotWidth = 100;
 constexpr double kAutoPxPerEvent = 26;
 constexpr double kAutoMinPlot = 700, kAutoMaxPlot = 1800, kOverviewPlot = 1400;
@@ -818,7 +820,13 @@ void place_vertically(Layout& l, const RowSizes& z, double plot_w, double y) {
     }
     l.plot_bottom = y - z.row_gap + 8;
     l.axis_title_y = l.plot_bottom + 14 + 18;
-    l.height = static_cast<int>(std::ceil(l.axis_title_y + l.margin));
+    const double height = std::ceil(l.axis_title_y + l.margin);
+    if (!(height <= kMaxHeight))
+        throw std::invalid_argument(fmt::format(
+            "the picture would be {:.3g} pixels tall for its {} rows, more than the {:.0f} that can be drawn: "
+            "select fewer ranks, or let the overview group them (the ranks view)",
+            height, l.rows.size(), kMaxHeight));
+    l.height = static_cast<int>(height);
 }
 
 // The zoom around the first failure (Layout::zoom), under the plot; grows the picture's height.

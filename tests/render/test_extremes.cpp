@@ -11,6 +11,7 @@
 #include "units.hpp"
 
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include <cmath>
 #include <filesystem>
@@ -208,6 +209,48 @@ TEST_CASE("memory by kind far beyond the events, or impossible, is clipped or re
     bad = t;
     bad.ranks[0].memory_by_kind.push_back(0);
     CHECK_THROWS_WITH_AS(detail::make_layout(bad, {}), doctest::Contains("not whole samples"), std::invalid_argument);
+}
+
+TEST_CASE("a picture too tall to draw is refused, naming its height and rows") {
+    // N ranks of one event each, every one a row of the ranks view (max_rows N, so no overview).
+    const auto many_ranks = [](int n) {
+        Trace t;
+        t.time_unit = "s";
+        t.memory_unit = "byte";
+        t.ranks.resize(static_cast<std::size_t>(n));
+        for (int r = 0; r < n; ++r) {
+            t.ranks[static_cast<std::size_t>(r)].rank = r;
+            t.ranks[static_cast<std::size_t>(r)].events.push_back(make_event(ops::forward, 0, 0, 1, 1 << 20));
+        }
+        summarize(t);
+        return t;
+    };
+    Options o;
+    o.view = View::ranks;
+    o.max_rows = 1000;
+    const detail::Layout fits = detail::make_layout(many_ranks(1000), o);
+    CHECK(fits.rows.size() == 1000);
+    CHECK(fits.height > 1000);
+    // Rows enough for 40,000 pixels: laid out, and refused as PNG before anything is written.
+    const int tall = static_cast<int>(40000 / (fits.height / 1000.0));
+    o.max_rows = tall;
+    const Trace t = many_ranks(tall);
+    const int height = detail::make_layout(t, o).height;
+    CHECK(height > 32767);
+    std::ostringstream png;
+    CHECK_THROWS_WITH_AS(
+        write_image(t, png, Format::png, o),
+        fmt::format("a PNG is at most 32767 pixels tall and this picture is {}: "
+                    "write SVG or PDF, or select fewer ranks",
+                    height)
+            .c_str(),
+        std::invalid_argument);
+    CHECK(png.str().empty());
+    // Rows enough for 1.5 million pixels.
+    const int n = static_cast<int>(1.5e6 / (fits.height / 1000.0));
+    o.max_rows = n;
+    const std::string says = fmt::format("pixels tall for its {} rows, more than the 1000000 that can be drawn", n);
+    CHECK_THROWS_WITH_AS(detail::make_layout(many_ranks(n), o), doctest::Contains(says.c_str()), std::invalid_argument);
 }
 
 }  // namespace dtsim::render
