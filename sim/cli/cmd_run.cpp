@@ -57,6 +57,9 @@ struct CompareArgs {
 std::string percent(double part, double whole) { return whole > 0 ? fmt::format("{:.1f} %", 100 * part / whole) : "-"; }
 
 std::string memory_verdict(const hw::RunReport& r) {
+    if (r.tight_memory)
+        return fmt::format("fits, but only {} to spare: PyTorch's allocator may reserve more (weakest, below)",
+                           Bytes{r.capacity - r.peak.bytes});
     if (!r.oom) return "fits";
     return fmt::format("OUT OF MEMORY: rank {} passes {} at {} in {}", r.oom->rank, Bytes{r.capacity},
                        Seconds{r.oom->time}, r.oom->op);
@@ -156,7 +159,7 @@ void table_row(const std::vector<std::string>& cells, const hw::RunReport& r, st
     fmt::print("{:>11} {:>5.1f}% {:>11.0f} {:>8} {:>8} {:>8} {:>11} {}{}\n", fmt::format("{}", Seconds{r.step_time}),
                100 * r.mfu, r.tokens_per_second, percent(r.split.compute, r.step_time),
                percent(r.split.comm, r.step_time), percent(r.split.idle, r.step_time),
-               fmt::format("{}", Bytes{r.peak.bytes}), r.oom ? "OOM" : "fits",
+               fmt::format("{}", Bytes{r.peak.bytes}), r.oom ? "OOM" : r.tight_memory ? "tight" : "fits",
                r.correct && !*r.correct ? "  INCORRECT" : "");
 }
 

@@ -342,10 +342,19 @@ TEST_CASE("a run whose allocated peak is within the allocator's measured reserve
     REQUIRE_FALSE(tight.oom);
     CHECK(tight.capacity - tight.peak.bytes < 9.8 * kGiB);
     CHECK(says(tight));
+    CHECK(tight.tight_memory);
+    CHECK(to_json(tight)["memory"]["tight"] == true);
     // The same with 16 GiB more memory: 17.9 GiB left, no word.
     const RunReport roomy = report("llama3-8b-16xh100-zero1-straggler.json", {"cluster.gpu.hbm_GiB=96"});
     CHECK(roomy.capacity - roomy.peak.bytes > 9.8 * kGiB);
     CHECK_FALSE(says(roomy));
+    CHECK_FALSE(roomy.tight_memory);
+    CHECK(to_json(roomy)["memory"]["tight"] == false);
+    // Out of memory is not tight: 60 GiB.
+    const RunReport over = report("llama3-8b-16xh100-zero1-straggler.json", {"cluster.gpu.hbm_GiB=60"});
+    REQUIRE(over.oom);
+    CHECK_FALSE(over.tight_memory);
+    CHECK_FALSE(says(over));
 }
 
 TEST_CASE("a run says where its prediction is weakest") {

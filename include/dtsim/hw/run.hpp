@@ -58,6 +58,9 @@ struct RunReport {
     MemoryVerdict peak;          // the worst rank's peak
     std::vector<double> rank_peaks;    // every rank's peak, bytes
     std::optional<MemoryVerdict> oom;  // the first allocation past capacity, if any
+    // Fits, but with less to spare than PyTorch's caching allocator was measured to reserve above its
+    // allocated peak (a caveat says how much): the run may not fit.
+    bool tight_memory = false;
     std::optional<bool> correct;       // puzzle strategies: the final-weights check
     std::string check_error;
     std::size_t events = 0;

@@ -225,7 +225,8 @@ RunResult simulate_world(const Config& c, const RunOptions& options, const Twins
     // context and NCCL's buffers are outside it.
     constexpr double kMeasuredReserveMin = 2.1 * kGiB, kMeasuredReserveMax = 9.8 * kGiB;
     const double capacity = c.cluster.gpu.memory_bytes, left = capacity - r.peak.bytes;
-    if (!r.oom && capacity > 0 && left < kMeasuredReserveMax)
+    r.tight_memory = !r.oom && capacity > 0 && left < kMeasuredReserveMax;
+    if (r.tight_memory)
         r.caveats.push_back(fmt::format(
             "the peak is {:.2f} GiB under the GPU's {:.2f} GiB, and it is of allocated bytes: PyTorch's caching "
             "allocator reserved {:.1f} to {:.1f} GiB above its allocated peak in measured steps "
@@ -703,7 +704,8 @@ nlohmann::json to_json(const RunReport& r) {
                      {"model_flops", r.model_flops},
                      {"hardware_flops", r.hardware_flops},
                      {"time_split_s", {{"compute", r.split.compute}, {"exposed_comm", r.split.comm}, {"idle", r.split.idle}}},
-                     {"memory", {{"capacity_bytes", r.capacity}, {"peak", verdict(r.peak)}, {"oom", nullptr}}},
+                     {"memory",
+                      {{"capacity_bytes", r.capacity}, {"peak", verdict(r.peak)}, {"oom", nullptr}, {"tight", r.tight_memory}}},
                      {"events", r.events},
                      {"simulated_ranks", r.simulated_ranks},
                      {"wall_s", r.wall_seconds}};
