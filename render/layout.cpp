@@ -824,7 +824,7 @@ void place_vertically(Layout& l, const RowSizes& z, double plot_w, double y) {
     if (!(height <= kMaxHeight))
         throw std::invalid_argument(fmt::format(
             "the picture would be {:.3g} pixels tall for its {} rows, more than the {:.0f} that can be drawn: "
-            "select fewer ranks, or let the overview group them (the ranks view)",
+            "select fewer ranks, or group them into fewer rows (max_rows)",
             height, l.rows.size(), kMaxHeight));
     l.height = static_cast<int>(height);
 }
