@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <stdexcept>
+#include <utility>
 
 namespace dtsim::render::detail {
 namespace {
@@ -12,6 +13,15 @@ namespace {
 constexpr const char* kFontFamily = "DejaVu Sans";
 
 }  // namespace
+
+Surface png_surface(double width, double height, const char* instead) {
+    constexpr double kMaxSide = 32767;  // Cairo's image surfaces
+    for (const auto& [side, size] : {std::pair{"wide", width}, std::pair{"tall", height}})
+        if (!(size <= kMaxSide))
+            throw std::invalid_argument(
+                fmt::format("a PNG is at most {} pixels {} and this picture is {}: {}", kMaxSide, side, size, instead));
+    return Surface(cairo_image_surface_create(CAIRO_FORMAT_RGB24, static_cast<int>(width), static_cast<int>(height)));
+}
 
 void check(cairo_surface_t* surface, const char* what) {
     if (const auto st = cairo_surface_status(surface); st != CAIRO_STATUS_SUCCESS)

@@ -18,6 +18,11 @@ struct ContextDeleter {
 using Surface = std::unique_ptr<cairo_surface_t, SurfaceDeleter>;
 using Context = std::unique_ptr<cairo_t, ContextDeleter>;
 
+// A PNG's surface (RGB24, Cairo's image surface), `width` x `height` pixels. Throws
+// std::invalid_argument where a side passes the 32767 pixels Cairo allows, saying which and how
+// far, then `instead` (what to do instead: "write SVG or PDF, or ..."), before anything is drawn.
+Surface png_surface(double width, double height, const char* instead);
+
 // Throws std::runtime_error naming `what` when the surface or context is in error.
 void check(cairo_surface_t* surface, const char* what);
 void check(cairo_t* cr, const char* what);

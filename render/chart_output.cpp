@@ -64,8 +64,7 @@ void write_chart(const std::string& path, double width, double height, const cha
             break;
         }
         case Format::png: {
-            const Surface s(
-                cairo_image_surface_create(CAIRO_FORMAT_RGB24, static_cast<int>(width), static_cast<int>(height)));
+            const Surface s = png_surface(width, height, "write SVG or PDF, or chart fewer rows");
             render(s.get(), what, draw);
             if (cairo_surface_write_to_png_stream(s.get(), append, &data) != CAIRO_STATUS_SUCCESS)
                 throw std::runtime_error(fmt::format("{}: writing PNG failed", path));

@@ -47,8 +47,6 @@ void draw_and_finish(cairo_surface_t* surface, const Trace& trace, const detail:
     detail::check(surface, what);
 }
 
-constexpr int kMaxImageSide = 32767;  // Cairo's image surfaces
-
 void write_laid_out(const Trace& trace, const detail::Layout& layout, std::ostream& out, Format format) {
     const double w = layout.width, h = layout.height;
     switch (format) {
@@ -67,12 +65,8 @@ void write_laid_out(const Trace& trace, const detail::Layout& layout, std::ostre
             break;
         }
         case Format::png: {
-            if (layout.height > kMaxImageSide)
-                throw std::invalid_argument(fmt::format(
-                    "a PNG is at most {} pixels tall and this picture is {}: write SVG or PDF, or select fewer ranks",
-                    kMaxImageSide, layout.height));
-            const detail::Surface surface(
-                cairo_image_surface_create(CAIRO_FORMAT_RGB24, layout.width, layout.height));
+            const detail::Surface surface =
+                detail::png_surface(layout.width, layout.height, "write SVG or PDF, or select fewer ranks");
             draw_and_finish(surface.get(), trace, layout, "writing PNG");
             if (const auto st = cairo_surface_write_to_png_stream(surface.get(), write_to_ostream, &out);
                 st != CAIRO_STATUS_SUCCESS)

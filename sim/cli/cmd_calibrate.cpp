@@ -160,7 +160,7 @@ void validate(const ValidateArgs& a) {
     o.data_dir = data_dir(false);  // for data of a GPU family no --cluster covers
     o.min_bytes = a.min_bytes;
     o.holdout = a.holdout;
-    o.jobs = a.jobs > 0 ? a.jobs : hw::default_sweep_jobs();
+    o.jobs = hw::sweep_jobs(a.jobs);
     const auto sets = cal::validate(data, o);
     const auto missed = missed_targets(sets, a.min_bytes);
     if (a.json) {

@@ -273,7 +273,7 @@ void plan(const PlanArgs& a) {
         write_slurm(a);
         return;
     }
-    request.jobs = a.jobs > 0 ? a.jobs : hw::default_sweep_jobs();
+    request.jobs = hw::sweep_jobs(a.jobs);
     // On a terminal: the rows simulated, how many more the search may simulate (the candidates
     // whose bound still beats the top), the best so far, and the time that would take at most.
     Progress bar;

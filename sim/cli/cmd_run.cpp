@@ -231,7 +231,7 @@ void run(const RunArgs& a) {
         const auto result = hw::simulate(c, {.keep_trace = want_trace});
         std::optional<hw::calib::Evidence> evidence;
         if (a.evidence)
-            evidence = hw::calib::published_evidence(c, shipped, 5, a.jobs > 0 ? a.jobs : hw::default_sweep_jobs());
+            evidence = hw::calib::published_evidence(c, shipped, hw::sweep_jobs(a.jobs));
         if (a.json) {
             nlohmann::json j = hw::to_json(result.report);
             if (evidence) j["evidence"] = hw::calib::to_json(*evidence);
@@ -294,7 +294,7 @@ void run(const RunArgs& a) {
     };
     try {
         hw::run_in_order(
-            combos.size(), a.jobs > 0 ? a.jobs : hw::default_sweep_jobs(),
+            combos.size(), hw::sweep_jobs(a.jobs),
             [&](std::size_t i) { return hw::run_combination(a.config, combos[i]); }, print_row);
     } catch (const Interrupted&) {
         // What the sweep has: the rows done before the first unfinished one are printed already; as
@@ -339,7 +339,7 @@ void compare(const CompareArgs& a) {
     try {
         // `jobs` at once, the reports kept in the configs' order; a run that fails stops the comparison.
         hw::run_in_order(
-            configs.size(), a.jobs > 0 ? a.jobs : hw::default_sweep_jobs(),
+            configs.size(), hw::sweep_jobs(a.jobs),
             [&](std::size_t i) { return hw::SweepOutcome{hw::simulate(configs[i], {.keep_trace = false}).report, {}}; },
             [&](std::size_t, hw::SweepOutcome& o) {
                 any_error |= failed(*o.report);

@@ -806,7 +806,7 @@ TEST_CASE("published_evidence: the shipped runs most like a config, each as dtsi
     const Config tp2 = load_config(runs + "llama3-8b-16xh100-fsdp-tp2.json");
     const cal::Evidence e = cal::published_evidence(tp2, data);
     // Predicted 3 at once: the same rows, errors and figures.
-    CHECK(cal::to_json(cal::published_evidence(tp2, data, 5, 3)).dump() == cal::to_json(e).dump());
+    CHECK(cal::to_json(cal::published_evidence(tp2, data, 3)).dump() == cal::to_json(e).dump());
     // An interleaved Megatron-LM layout with the overlap: among its rows some measured as step
     // times (DGX Cloud's recipes), where dtsim's shorter step is the error's positive side.
     const Config gpt3 = load_config(runs + "llama3-70b-64xh100-interleaved.json",

@@ -3,6 +3,9 @@
 
 #include "dtsim/trace.hpp"
 
+#include <utility>
+#include <vector>
+
 namespace dtsim::render::testing {
 
 inline Event make_event(OpCode op, std::int32_t layer, double start, double duration, double memory,
@@ -16,6 +19,20 @@ inline Event make_event(OpCode op, std::int32_t layer, double start, double dura
     e.batches = std::move(batches);
     e.stream = stream;
     return e;
+}
+
+// A hardware-world trace (seconds, bytes) of ranks 0, 1, ... holding these events each, summarized.
+inline Trace seconds_trace(std::vector<std::vector<Event>> ranks) {
+    Trace t;
+    t.time_unit = "s";
+    t.memory_unit = "byte";
+    t.ranks.resize(ranks.size());
+    for (std::size_t r = 0; r < ranks.size(); ++r) {
+        t.ranks[r].rank = static_cast<int>(r);
+        t.ranks[r].events = std::move(ranks[r]);
+    }
+    summarize(t);
+    return t;
 }
 
 // The ddp puzzle as the reference library ran it (tests/data/golden/ddp.json): 2 layers,

@@ -214,16 +214,8 @@ TEST_CASE("memory by kind far beyond the events, or impossible, is clipped or re
 TEST_CASE("a picture too tall to draw is refused, naming its height and rows") {
     // N ranks of one event each, every one a row of the ranks view (max_rows N, so no overview).
     const auto many_ranks = [](int n) {
-        Trace t;
-        t.time_unit = "s";
-        t.memory_unit = "byte";
-        t.ranks.resize(static_cast<std::size_t>(n));
-        for (int r = 0; r < n; ++r) {
-            t.ranks[static_cast<std::size_t>(r)].rank = r;
-            t.ranks[static_cast<std::size_t>(r)].events.push_back(make_event(ops::forward, 0, 0, 1, 1 << 20));
-        }
-        summarize(t);
-        return t;
+        return testing::seconds_trace(std::vector<std::vector<Event>>(static_cast<std::size_t>(n),
+                                                                      {make_event(ops::forward, 0, 0, 1, 1 << 20)}));
     };
     Options o;
     o.view = View::ranks;

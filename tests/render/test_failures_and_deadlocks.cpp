@@ -81,16 +81,9 @@ Trace failed_run() {
 // A failure and its restart 1e-320 s apart: the window would be so narrow that its pixels would be
 // infinitely wide (every x NaN, cast to a pixel column). It is not drawn again.
 TEST_CASE("a failure whose window is narrower than any scale is not drawn again under the plot") {
-    Trace t;
-    t.time_unit = "s";
-    t.memory_unit = "byte";
-    RankTrace rt;
-    rt.rank = 0;
-    rt.events.push_back(testing::make_event(OpCode::of("failure"), kNoLayer, 0, 0, 0));
-    rt.events.push_back(testing::make_event(OpCode::of("restart"), kNoLayer, 1e-320, 0, 0));
-    rt.events.push_back(testing::make_event(OpCode::of("train"), kNoLayer, 1e-320, 10, 0));
-    t.ranks.push_back(std::move(rt));
-    summarize(t);
+    const Trace t = testing::seconds_trace({{testing::make_event(OpCode::of("failure"), kNoLayer, 0, 0, 0),
+                                             testing::make_event(OpCode::of("restart"), kNoLayer, 1e-320, 0, 0),
+                                             testing::make_event(OpCode::of("train"), kNoLayer, 1e-320, 10, 0)}});
     const Layout l = detail::make_layout(t, {});
     CHECK(l.zoom.empty());
     const std::string svg = render_svg(t);

@@ -319,7 +319,7 @@ struct Evidence {
     double median = 0, low = 0, high = 0;  // of the rows' errors; meaningless without rows (null in to_json)
 };
 // The rows are predicted `jobs` at once (run_each); the result does not depend on it.
-Evidence published_evidence(const Config& run, const std::string& data_dir, std::size_t min_rows = 5, int jobs = 1);
+Evidence published_evidence(const Config& run, const std::string& data_dir, int jobs = 1, std::size_t min_rows = 5);
 nlohmann::json to_json(const Evidence& e);
 
 // median, mean and maximum of |error| over the counted points.

@@ -193,6 +193,8 @@ inline constexpr int kMaxSweepJobs = 1024;
 // The runs a sweep makes at once when none are asked for: one per hardware thread, at least 1
 // (at most kMaxSweepJobs).
 int default_sweep_jobs();
+// `asked`, or default_sweep_jobs() where it is 0 (the command line's default for -j).
+int sweep_jobs(int asked);
 
 // Evaluates items 0..count-1 with `evaluate`, up to `jobs` at once on threads of their own, and
 // hands each outcome to `done` on the calling thread in index order: item i as soon as items 0 to

@@ -643,7 +643,7 @@ constexpr std::size_t kRelaxOrder[] = {8, 7, 6, 5, 4, 3, 2};
 
 }  // namespace
 
-Evidence published_evidence(const Config& run, const std::string& data_dir, std::size_t min_rows, int jobs) {
+Evidence published_evidence(const Config& run, const std::string& data_dir, int jobs, std::size_t min_rows) {
     const GroundTruth data = load_ground_truth(shipped_data_files(data_dir));
     Clusters clusters({}, data_dir);
     const std::vector<Trait> mine = evidence_traits(run);

@@ -29,6 +29,8 @@ int default_sweep_jobs() {
     return n == 0 ? 1 : static_cast<int>(std::min<unsigned>(n, kMaxSweepJobs));
 }
 
+int sweep_jobs(int asked) { return asked > 0 ? asked : default_sweep_jobs(); }
+
 void run_each(std::size_t count, int jobs, const std::function<void(std::size_t)>& evaluate) {
     run_in_order(
         count, jobs,
