@@ -22,7 +22,7 @@ if(DTSIM_SANITIZE)
                          -fno-sanitize-recover=undefined $<$<CXX_COMPILER_ID:Clang>:-fno-sanitize=function>)
   target_link_options(dtsim_warnings INTERFACE -fsanitize=address,undefined)
 endif()
-# DTSIM_FUZZ: every dtsim source carries libFuzzer's coverage (the fuzz targets in tests/fuzz link
+# DTSIM_FUZZ: every dtsim library source carries libFuzzer's coverage (the fuzz targets in tests/fuzz link
 # libFuzzer itself); the other programs run with it unused. A driver's own code does not (below).
 if(DTSIM_FUZZ)
   target_compile_options(dtsim_warnings INTERFACE
