@@ -22,8 +22,8 @@ if(DTSIM_SANITIZE)
                          -fno-sanitize-recover=undefined $<$<CXX_COMPILER_ID:Clang>:-fno-sanitize=function>)
   target_link_options(dtsim_warnings INTERFACE -fsanitize=address,undefined)
 endif()
-# DTSIM_FUZZ: every dtsim library source carries libFuzzer's coverage (the fuzz targets in tests/fuzz link
-# libFuzzer itself); the other programs run with it unused. A driver's own code does not (below).
+# DTSIM_FUZZ: the libraries' sources carry libFuzzer's coverage (the fuzz targets in tests/fuzz link
+# libFuzzer itself; the other programs run with it unused); a driver's own code does not (below).
 if(DTSIM_FUZZ)
   target_compile_options(dtsim_warnings INTERFACE
                          $<$<NOT:$<BOOL:$<TARGET_PROPERTY:DTSIM_DRIVER_CODE>>>:-fsanitize=fuzzer-no-link>)
@@ -33,9 +33,9 @@ endif()
 # compiles at -O0 and without libFuzzer's coverage, where the libraries keep the build type's
 # optimisation and the coverage (what a fuzzer explores). ASan and UBSan check both alike. Such code
 # is most of what the sanitizer build compiles, and clang compiles it at -O0 in about a third of the
-# time -O1 takes. The price: templates and inline functions a driver shares with a library (the
-# standard library's, fmt's, JSON's) are linked from the driver's -O0 copy, which the libraries
-# then run too.
+# time -O1 takes. The price: of the templates and inline functions a driver shares with a library
+# (the standard library's, fmt's, JSON's), the linker keeps the copy it meets first, the driver's
+# -O0 one, and the libraries run that copy too.
 function(dtsim_driver_code target)
   if(DTSIM_SANITIZE)
     target_compile_options(${target} PRIVATE -O0)
