@@ -156,20 +156,15 @@ TEST_CASE("the Chrome trace names a process per rank and a thread per stream") {
 
 TEST_CASE("point-to-point passes get flow arrows from each send to its receive, peers found on the grid") {
     // Grid tp 2 x pp 2: ranks 0 and 1 (stage 0) send microbatch 0 at the same moment to ranks 2 and 3.
-    Trace t;
-    t.time_unit = "s";
-    t.memory_unit = "byte";
-    t.meta = {{"config", "p2p"}, {"grid", {{"tp", 2}, {"pp", 2}}}};
     const auto send = OpCode::of("send"), recv = OpCode::of("recv");
+    std::vector<std::vector<Event>> ranks;
     for (int r = 0; r < 4; ++r) {
-        RankTrace rt;
-        rt.rank = r;
         auto e = testing::make_event(r < 2 ? send : recv, r < 2 ? 1 : 2, 1e-3, 1e-4, 0, IdSet::single(0), Stream::comm);
         e.bytes = 1 << 20;
-        rt.events = {testing::make_event(ops::forward, r < 2 ? 1 : 2, 0, 1e-3, 0, IdSet::single(0)), e};
-        t.ranks.push_back(std::move(rt));
+        ranks.push_back({testing::make_event(ops::forward, r < 2 ? 1 : 2, 0, 1e-3, 0, IdSet::single(0)), e});
     }
-    summarize(t);
+    Trace t = testing::seconds_trace(std::move(ranks));
+    t.meta = {{"config", "p2p"}, {"grid", {{"tp", 2}, {"pp", 2}}}};
     const json j = export_json(t);
     const auto threads = thread_names(j);
     const auto starts = with_phase(j, "s"), ends = with_phase(j, "f");
@@ -257,17 +252,9 @@ TEST_CASE("memory by kind is a counter per rank with an argument per kind, in Gi
 
 TEST_CASE("a trace without memory has no memory counters") {
     // `dtsim failures` records no memory: every event's is 0.
-    Trace t;
-    t.time_unit = "s";
-    t.memory_unit = "byte";
-    for (int r = 0; r < 2; ++r) {
-        RankTrace rt;
-        rt.rank = r;
-        rt.events = {testing::make_event(OpCode::of("train"), kNoLayer, 0, 3600, 0),
-                     testing::make_event(OpCode::of("checkpoint"), kNoLayer, 3600, 4.5, 0)};
-        t.ranks.push_back(std::move(rt));
-    }
-    summarize(t);
+    Trace t = testing::seconds_trace(std::vector<std::vector<Event>>(
+        2, {testing::make_event(OpCode::of("train"), kNoLayer, 0, 3600, 0),
+            testing::make_event(OpCode::of("checkpoint"), kNoLayer, 3600, 4.5, 0)}));
     const json j = export_json(t);
     CHECK(with_phase(j, "C").empty());
     CHECK(with_phase(j, "X").size() == 4);
@@ -286,13 +273,8 @@ TEST_CASE("events of one stream that overlap go to threads of their own, named a
     // do), a second send after the first, a collective after both; on the compute stream a forward
     // whose end, 0.1 + 0.2, is a rounding past the next start (0.3): the same thread; then two
     // compute events that do overlap.
-    Trace t;
-    t.time_unit = "s";
-    t.memory_unit = "byte";
-    RankTrace rt;
-    rt.rank = 0;
     const auto send = OpCode::of("send"), recv = OpCode::of("recv"), all_reduce = OpCode::of("all_reduce");
-    rt.events = {
+    std::vector<Event> events = {
         testing::make_event(ops::forward, 0, 0.1, 0.2, 0),
         testing::make_event(ops::forward, 1, 0.3, 0.7, 0),
         testing::make_event(send, 1, 1.0, 0.4, 0, IdSet::single(0), Stream::comm),
@@ -302,9 +284,8 @@ TEST_CASE("events of one stream that overlap go to threads of their own, named a
         testing::make_event(ops::backward, 1, 5, 2, 0),
         testing::make_event(ops::backward, 0, 6, 2, 0),
     };
-    REQUIRE(rt.events[0].end() > rt.events[1].start);  // the rounding
-    t.ranks.push_back(std::move(rt));
-    summarize(t);
+    REQUIRE(events[0].end() > events[1].start);  // the rounding
+    const Trace t = testing::seconds_trace({std::move(events)});
     const json j = export_json(t);
     const auto threads = thread_names(j);
     const auto xs = with_phase(j, "X");

@@ -28,15 +28,11 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // One hardware-world rank per list of (start, duration), memory rising by one GiB an event.
 Trace trace_of(std::initializer_list<std::pair<double, double>> events) {
-    Trace t;
-    t.time_unit = "s";
-    t.memory_unit = "byte";
-    t.ranks.resize(1);
+    std::vector<Event> rank;
     double memory = 0;
     for (auto [start, duration] : events)
-        t.ranks[0].events.push_back(make_event(ops::forward, 0, start, duration, memory += 1 << 30));
-    summarize(t);
-    return t;
+        rank.push_back(make_event(ops::forward, 0, start, duration, memory += 1 << 30));
+    return testing::seconds_trace({std::move(rank)});
 }
 
 // Renders SVG and PNG and exports the Chrome trace; returns the SVG's size.
