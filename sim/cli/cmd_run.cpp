@@ -85,14 +85,15 @@ void print_report(const hw::Config& c, const hw::RunReport& r) {
     if (s.name == "puzzle")
         fmt::print("{}: puzzle strategy {} on {} x {} ({} layers, {} batches)\n", r.name, s.puzzle, r.gpus,
                    c.cluster.gpu.name, c.model.spec.layers, c.training.global_batch);
-    else
+    else {
+        const hw::RunLayout& l = r.layout;
         fmt::print("{}: {} on {} x {}, dp {} x tp {} x pp {}{}, {} microbatches of {}, recompute {}{}{}{}\n", r.name,
-                   strategy_label(c), r.gpus, c.cluster.gpu.name, s.dp, s.tp, s.pp,
-                   s.cp > 1 ? fmt::format(" x cp {}", s.cp) : "", c.microbatches(),
-                   c.training.micro_batch, hw::recompute_text(s),
-                   s.zero_stage && s.name != "fsdp" ? fmt::format(", ZeRO-{}", s.zero_stage) : "",
-                   s.fp8 != hw::Fp8::none ? fmt::format(", fp8 linears ({})", hw::fp8_name(s.fp8)) : "",
-                   s.compile ? ", compiled blocks" : "");
+                   strategy_label(c), r.gpus, l.gpu, l.dp, l.tp, l.pp, l.cp > 1 ? fmt::format(" x cp {}", l.cp) : "",
+                   r.microbatches, r.micro_batch, l.recompute,
+                   l.zero_stage && s.name != "fsdp" ? fmt::format(", ZeRO-{}", l.zero_stage) : "",
+                   l.fp8 != "none" ? fmt::format(", fp8 linears ({})", l.fp8) : "",
+                   l.compile ? ", compiled blocks" : "");
+    }
     fmt::print("  step time     {}\n", Seconds{r.step_time});
     fmt::print("  MFU           {:.1f} %   (hardware FLOPs incl. recompute: {:.1f} %, {:.1f} TFLOP/s per GPU)\n",
                100 * r.mfu, 100 * r.hfu, r.tflops_per_gpu);

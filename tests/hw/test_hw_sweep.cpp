@@ -215,6 +215,48 @@ TEST_CASE("a sweep on several threads gives, row for row, what it gives one run 
     }
 }
 
+// A sweep's rows and compare's reports are read without their configs: each report says what ran,
+// defaults resolved, in its JSON and its first line alike.
+TEST_CASE("a report gives the layout it ran, each row of a sweep its own") {
+    const std::string config = kRuns + "llama3-8b-16xh100-zero1.json";
+    const auto combos = combinations(parse_settings({"strategy.zero_stage=1,2", "strategy.recompute=none,full"}));
+    REQUIRE(combos.size() == 4);
+    for (std::size_t i = 0; i < combos.size(); ++i) {
+        const SweepOutcome o = run_combination(config, combos[i]);
+        REQUIRE(o.report);
+        const auto l = to_json(*o.report)["layout"];
+        CAPTURE(l.dump());
+        CHECK(l["zero_stage"] == (i < 2 ? 1 : 2));
+        CHECK(l["recompute"] == (i % 2 == 0 ? "none" : "full"));
+        CHECK(l["dp"] == 16);
+        CHECK(l["tp"] == 1);
+        CHECK(l["pp"] == 1);
+        CHECK(l["cp"] == 1);
+        CHECK(l["chunks"] == 1);
+        CHECK(l["model"] == "llama3-8b");
+        CHECK(l["cluster"] == "dgx-h100");
+        CHECK(l["gpu"] == "H100-SXM");
+        CHECK(l["seq"] == 8192);
+        CHECK(l["dtype"] == "bf16");
+        CHECK_FALSE(l.contains("sharding"));
+    }
+    const SweepOutcome tp = run_combination(kRuns + "llama3-8b-8xh100-megatron.json",
+                                            combinations(parse_settings({"strategy.tp=2", "strategy.dp=4"}))[0]);
+    REQUIRE(tp.report);
+    CHECK(to_json(*tp.report)["layout"]["tp"] == 2);
+    CHECK(to_json(*tp.report)["layout"]["dp"] == 4);
+    const auto l = to_json(simulate(load_config(kRuns + "llama3-70b-64xh100-interleaved.json")).report)["layout"];
+    CHECK(l["chunks"] == 5);
+    CHECK(l["pp"] == 4);
+    CHECK(l["sequence_parallel"] == true);
+    CHECK(l["recompute"] == "selective");
+    CHECK(l["fp8"] == "none");
+    CHECK(l["compile"] == false);
+    const auto fsdp = to_json(simulate(load_config(kRuns + "llama3-8b-16xh100-fsdp-grad-op.json")).report)["layout"];
+    CHECK(fsdp["sharding"] == "grad_op");
+    CHECK(fsdp["zero_stage"] == 3);
+}
+
 TEST_CASE("simulations on several threads at once give what each gives alone") {
     // The hardware strategies and schedules (the world, the network, the schedule executor's
     // operation names), the puzzle strategy (its stores, arenas and frames), stragglers (their

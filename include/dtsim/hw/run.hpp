@@ -27,9 +27,28 @@ struct MemoryVerdict {
     std::optional<MemoryParts> by_kind;
 };
 
+// What ran, defaults resolved: the names and the layout that the report's first line gives, for a
+// program that reads the JSON report without the config (a sweep's row, compare's reports).
+struct RunLayout {
+    std::string model;    // model.name
+    std::string cluster;  // cluster.name
+    std::string gpu;      // cluster.gpu.name
+    int seq = 0;
+    std::string dtype;
+    int dp = 1, tp = 1, pp = 1, cp = 1;
+    int chunks = 1;              // model chunks (virtual stages) per pipeline rank
+    int zero_stage = 0;
+    std::string sharding;        // "fsdp": full, grad_op or hybrid; empty for the others
+    bool sequence_parallel = false;
+    std::string recompute;       // recompute_text
+    std::string fp8;             // fp8_name
+    bool compile = false;
+};
+
 struct RunReport {
     std::string name;
     std::string strategy;
+    RunLayout layout;
     int gpus = 0;
     // The batch as run: sequences per step (training.global_batch, which follows a --set of
     // strategy.microbatches: config.hpp), per microbatch on one GPU, and microbatches per pipeline.

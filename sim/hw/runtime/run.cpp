@@ -529,6 +529,23 @@ RunResult simulate(const Config& c, const RunOptions& options) {
     }
     r.name = c.name;
     r.strategy = c.strategy.name == "puzzle" ? "puzzle " + c.strategy.puzzle : c.strategy.name;
+    const StrategyConfig& s = c.strategy;
+    r.layout = {.model = c.model.spec.name,
+                .cluster = c.cluster.name,
+                .gpu = c.cluster.gpu.name,
+                .seq = c.model.spec.seq,
+                .dtype = std::string(dtype_name(c.model.spec.dtype)),
+                .dp = s.dp,
+                .tp = s.tp,
+                .pp = s.pp,
+                .cp = s.cp,
+                .chunks = s.chunks,
+                .zero_stage = s.zero_stage,
+                .sharding = s.name == "fsdp" ? s.sharding : "",
+                .sequence_parallel = s.sequence_parallel,
+                .recompute = recompute_text(s),
+                .fp8 = std::string(fp8_name(s.fp8)),
+                .compile = s.compile};
     r.gpus = c.gpus();
     r.global_batch = c.training.global_batch;
     r.micro_batch = c.training.micro_batch;
@@ -680,6 +697,30 @@ std::vector<std::string> prediction_caveats(const Config& c, const Workload& wor
     return out;
 }
 
+namespace {
+
+nlohmann::json layout_json(const RunLayout& l) {
+    nlohmann::json j{{"model", l.model},
+                     {"cluster", l.cluster},
+                     {"gpu", l.gpu},
+                     {"seq", l.seq},
+                     {"dtype", l.dtype},
+                     {"dp", l.dp},
+                     {"tp", l.tp},
+                     {"pp", l.pp},
+                     {"cp", l.cp},
+                     {"chunks", l.chunks},
+                     {"zero_stage", l.zero_stage},
+                     {"sequence_parallel", l.sequence_parallel},
+                     {"recompute", l.recompute},
+                     {"fp8", l.fp8},
+                     {"compile", l.compile}};
+    if (!l.sharding.empty()) j["sharding"] = l.sharding;
+    return j;
+}
+
+}  // namespace
+
 nlohmann::json to_json(const RunReport& r) {
     auto verdict = [](const MemoryVerdict& v) {
         nlohmann::json j{{"rank", v.rank}, {"time_s", v.time}, {"op", v.op}, {"bytes", v.bytes}, {"by_kind", nullptr}};
@@ -692,6 +733,7 @@ nlohmann::json to_json(const RunReport& r) {
     };
     nlohmann::json j{{"name", r.name},
                      {"strategy", r.strategy},
+                     {"layout", layout_json(r.layout)},
                      {"gpus", r.gpus},
                      {"global_batch", r.global_batch},
                      {"micro_batch", r.micro_batch},
