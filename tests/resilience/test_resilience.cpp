@@ -56,6 +56,16 @@ TEST_CASE("Young and Daly intervals") {
     CHECK(daly_interval(100, 40) == 40);  // d >= 2M: checkpoint every MTBF
 }
 
+TEST_CASE("durations print in a unit that shows them") {
+    CHECK(duration_text(3 * 3600.0 + 360) == "3.10 h");
+    CHECK(duration_text(750) == "12.5 min");
+    CHECK(duration_text(2.25) == "2.25 s");
+    CHECK(duration_text(0.1) == "0.10 s");
+    CHECK(duration_text(0.0125) == "12.5 ms");
+    CHECK(duration_text(1.8e-6) == "1.8 us");
+    CHECK(duration_text(0) == "0.00 s");
+}
+
 TEST_CASE("DDP saves from rank 0 alone; FSDP saves every shard in parallel") {
     const Config ddp = config(doc("ddp", 16));
     const CheckpointPlan a = plan_checkpoint(ddp);

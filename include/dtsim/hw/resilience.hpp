@@ -216,7 +216,8 @@ const SweepRow& run_sweep(Sweep& sweep, const std::function<void(double)>& progr
 // or its timeline would hold more events than the sweep's limit (at most kMaxTimelineEvents).
 FaultOptions timeline_options(const Sweep& sweep, long long k);
 
-// A duration as the command and the sweep's messages print it: "2.25 s", "12.5 min", "3.10 h".
+// A duration as the command and the sweep's messages print it: "2.25 s", "12.5 min", "3.10 h", and
+// below 0.1 s "12.5 ms", "1.8 us".
 std::string duration_text(double seconds);
 
 // Young (1974) first-order optimum checkpoint interval, in seconds of work

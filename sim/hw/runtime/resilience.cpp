@@ -396,6 +396,13 @@ namespace {
 
 std::string duration(double s) { return duration_text(s); }
 
+// An expected count of failures as the messages print it. The closed form overflows where a step and a
+// checkpoint far outlast the time between failures.
+std::string failures_text(double f) {
+    return std::isfinite(f) ? fmt::format("{:.3g}", f)
+                            : fmt::format("more than {:.3g}", std::numeric_limits<double>::max());
+}
+
 // Checkpoint intervals to try: 1, then about 12 % apart, up to the whole run.
 std::vector<long long> sweep_intervals(long long steps) {
     std::vector<long long> ks;
@@ -460,10 +467,10 @@ std::vector<long long> sweep_intervals(long long steps) {
                                     : fmt::format("{} failures are given", o.fail_at.size());
     throw SweepError(fmt::format(
         "failures: the run cannot finish: {}, a step takes {}, a checkpoint {} and a restart {}, so at best "
-        "(checkpointing every {} steps) a run expects {:.3g} failures (Daly 2006's closed form), more than the {:g} "
+        "(checkpointing every {} steps) a run expects {} failures (Daly 2006's closed form), more than the {:g} "
         "this command simulates; it becomes feasible with {}",
         failing, duration(s.step_time), duration(s.plan.write_time),
-        duration(o.restart_overhead + s.plan.read_time), best->k, best->expected.failures,
+        duration(o.restart_overhead + s.plan.read_time), best->k, failures_text(best->expected.failures),
         kMaxExpectedFailuresPerRun, remedy));
 }
 
@@ -472,9 +479,9 @@ std::vector<long long> sweep_intervals(long long steps) {
 void check_timeline(const Sweep& s, const FaultOptions& o) {
     const LongRunEstimate e = estimate_long_run(s.step_time, s.plan, s.nodes, o);
     if (!(e.failures <= kMaxExpectedFailuresPerRun))
-        throw SweepError(fmt::format("failures: the timeline at --checkpoint-every {} expects {:.3g} failures, "
+        throw SweepError(fmt::format("failures: the timeline at --checkpoint-every {} expects {} failures, "
                                      "more than the {:g} simulated; give a smaller --checkpoint-every",
-                                     o.checkpoint_every, e.failures, kMaxExpectedFailuresPerRun));
+                                     o.checkpoint_every, failures_text(e.failures), kMaxExpectedFailuresPerRun));
     const double events = timeline_events(e, s.plan.write_bytes.size());
     const double limit = std::min(s.limits.timeline_events, kMaxTimelineEvents);  // simulate_long_run's own
     if (!(events <= limit))
@@ -585,7 +592,9 @@ const SweepRow& run_sweep(Sweep& s, const std::function<void(double)>& progress)
 std::string duration_text(double s) {
     if (s >= 3600) return fmt::format("{:.2f} h", s / 3600);
     if (s >= 60) return fmt::format("{:.1f} min", s / 60);
-    return fmt::format("{:.2f} s", s);
+    if (s >= 0.1 || s == 0) return fmt::format("{:.2f} s", s);
+    if (s >= 1e-4) return fmt::format("{:.3g} ms", s * 1e3);
+    return fmt::format("{:.3g} us", s * 1e6);
 }
 
 FaultOptions timeline_options(const Sweep& s, long long k) {
