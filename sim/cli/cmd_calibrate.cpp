@@ -151,6 +151,14 @@ std::vector<std::string> missed_targets(const std::vector<cal::ValidationSet>& s
     return missed;
 }
 
+// validate's closing line for every end-to-end row together (calib::summarize_end_to_end).
+std::string summary_text(const cal::EndToEndSummary& s, const char* what) {
+    return fmt::format("{} over {} row{} of {} set{}{}: mean |error| {:.1f} %, median {:.1f} %, worst {:.1f} % ({})",
+                       what, s.rows, s.rows == 1 ? "" : "s", s.sets, s.sets == 1 ? "" : "s",
+                       s.in_sample ? fmt::format(" ({} in-sample)", s.in_sample) : "", 100 * s.mean, 100 * s.median,
+                       100 * s.worst, s.worst_row);
+}
+
 void validate(const ValidateArgs& a) {
     if (validate_only()) return;
     const std::vector<std::string> files = a.data.empty() ? cal::shipped_data_files(data_dir()) : a.data;
@@ -163,9 +171,12 @@ void validate(const ValidateArgs& a) {
     o.jobs = hw::sweep_jobs(a.jobs);
     const auto sets = cal::validate(data, o);
     const auto missed = missed_targets(sets, a.min_bytes);
+    const cal::EndToEndSummary time = cal::summarize_end_to_end(sets, false);
+    const cal::EndToEndSummary memory = cal::summarize_end_to_end(sets, true);
     if (a.json) {
         nlohmann::json j{{"files", files}, {"holdout", a.holdout}, {"min_bytes", a.min_bytes},
-                         {"sets", cal::to_json(sets)}, {"targets_missed", missed}};
+                         {"sets", cal::to_json(sets)}, {"targets_missed", missed},
+                         {"end_to_end", {{"time", cal::to_json(time)}, {"memory", cal::to_json(memory)}}}};
         // A file name that is not UTF-8 is printed with U+FFFD in its place.
         fmt::print("{}\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
     } else {
@@ -182,6 +193,12 @@ void validate(const ValidateArgs& a) {
                            100 * s.held_median, 100 * s.held_max);
         }
         for (const auto& s : data.skipped) fmt::print("skipped {}\n", s);
+        if (time.rows > 0 || memory.rows > 0) {
+            fmt::print("end to end, validation only (nothing fitted to these rows; the goal: step time or throughput "
+                       "within a mean of 5 % and a worst of 10 %, peak memory within 5 %):\n");
+            if (time.rows > 0) fmt::print("  {}\n", summary_text(time, "step time or throughput"));
+            if (memory.rows > 0) fmt::print("  {}\n", summary_text(memory, "peak memory"));
+        }
         if (missed.empty())
             fmt::print("targets (collectives >= 1 MiB: median <= 10 % per data set; Megatron: every row <= 15 %, "
                        "median <= 8 %): met\n");

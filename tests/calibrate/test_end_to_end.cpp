@@ -285,9 +285,54 @@ TEST_CASE("a row is predicted in the unit it was measured in") {
     // Every row fits on the test cluster: no wrong out-of-memory verdict to count.
     CHECK(sets[0].out_of_memory == 0);
     CHECK(j[0]["out_of_memory"] == 0);
+    // All rows together (validate's closing lines): the throughput set's six, the memory set's one apart.
+    const cal::EndToEndSummary together = cal::summarize_end_to_end(sets, false);
+    CHECK(together.rows == 6);
+    CHECK(together.sets == 1);
+    CHECK(together.mean == doctest::Approx(sets[0].mean));
+    CHECK(together.median == doctest::Approx(sets[0].median));
+    CHECK(together.worst == doctest::Approx(sets[0].max));
+    CHECK(cal::summarize_end_to_end(sets, true).rows == 1);
     // The rows simulated three at once: the same sets, figure for figure.
     o.jobs = 3;
     CHECK(cal::to_json(cal::validate(data, o)).dump() == j.dump());
+}
+
+TEST_CASE("every end-to-end row together: mean, median and worst |error|, time and memory apart") {
+    auto set = [](std::string id, std::string kind, std::vector<cal::ValidationPoint> points) {
+        cal::ValidationSet s;
+        s.id = std::move(id);
+        s.kind = std::move(kind);
+        s.points = std::move(points);
+        return s;
+    };
+    auto point = [](std::string label, double measured, double predicted, std::string unit, bool counted = true) {
+        return cal::ValidationPoint{std::move(label), 0, measured, predicted, std::move(unit), counted, false};
+    };
+    const std::vector<cal::ValidationSet> sets = {
+        set("a", "end_to_end", {point("r1", 100, 110, "tokens/s/GPU"), point("r2", 100, 80, "tokens/s/GPU")}),
+        set("a:memory", "end_to_end", {point("r1", 50, 35, "GiB")}),
+        set("sc21", "megatron", {point("1T", 100, 105, "TFLOP/s")}),
+        set("nccl", "collective", {point("1 GiB", 100, 150, "us")}),                    // not end to end
+        set("b", "end_to_end", {point("r3", 100, 300, "s", false)}),                     // not counted
+    };
+    const cal::EndToEndSummary time = cal::summarize_end_to_end(sets, false);
+    CHECK(time.rows == 3);
+    CHECK(time.sets == 2);
+    CHECK(time.in_sample == 0);
+    CHECK(time.mean == doctest::Approx((0.10 + 0.20 + 0.05) / 3));
+    CHECK(time.median == doctest::Approx(0.10));
+    CHECK(time.worst == doctest::Approx(0.20));
+    CHECK(time.worst_row == "a: r2");
+    const cal::EndToEndSummary memory = cal::summarize_end_to_end(sets, true);
+    CHECK(memory.rows == 1);
+    CHECK(memory.sets == 1);
+    CHECK(memory.worst == doctest::Approx(0.30));
+    CHECK(memory.worst_row == "a:memory: r1");
+    const cal::EndToEndSummary none = cal::summarize_end_to_end({}, false);
+    CHECK(none.rows == 0);
+    CHECK(none.worst_row.empty());
+    CHECK(cal::to_json(time)["worst_row"] == "a: r2");
 }
 
 TEST_CASE("an end-to-end set runs on the shipped cluster it names, with its overrides") {

@@ -327,6 +327,18 @@ void summarize(ValidationSet& s);
 
 nlohmann::json to_json(const std::vector<ValidationSet>& sets);
 
+// Every counted end-to-end row together (sets of kind end_to_end and megatron): their step time or
+// throughput (memory false) or their peak memory (true, the "<id>:memory" sets), against the fidelity
+// goal (step time or throughput within a mean |error| of 5 % and a worst of 10 %, peak memory within
+// 5 %). Validation only: nothing is fitted to these rows, and no target holds them to the goal.
+struct EndToEndSummary {
+    int rows = 0, sets = 0, in_sample = 0;
+    double mean = 0, median = 0, worst = 0;  // of |error|
+    std::string worst_row;                   // "set: row"
+};
+EndToEndSummary summarize_end_to_end(const std::vector<ValidationSet>& sets, bool memory);
+nlohmann::json to_json(const EndToEndSummary& s);
+
 // Reads a cluster config file ({"cluster": ...}, "include" allowed) as a document.
 nlohmann::json read_cluster_file(const std::string& path);
 // The Cluster of a cluster document with `nodes` nodes of `gpus_per_node` (0: as in the document).

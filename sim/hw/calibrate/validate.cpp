@@ -122,6 +122,32 @@ void summarize(ValidationSet& s) {
     median_max(held, s.held_median, s.held_max, s.held_counted, s.held_mean);
 }
 
+EndToEndSummary summarize_end_to_end(const std::vector<ValidationSet>& sets, bool memory) {
+    EndToEndSummary out;
+    std::vector<double> errors;
+    double worst = -1;
+    for (const auto& s : sets) {
+        if (s.kind != "end_to_end" && s.kind != "megatron") continue;
+        bool any = false;
+        for (const auto& p : s.points) {
+            if (!p.counted || (p.unit == "GiB") != memory) continue;
+            const double e = std::abs(p.error());
+            errors.push_back(e);
+            out.in_sample += p.in_sample;
+            any = true;
+            if (e > worst) worst = e, out.worst_row = s.id + ": " + p.label;
+        }
+        out.sets += any;
+    }
+    median_max(std::move(errors), out.median, out.worst, out.rows, out.mean);
+    return out;
+}
+
+nlohmann::json to_json(const EndToEndSummary& s) {
+    return {{"rows", s.rows},     {"sets", s.sets},   {"in_sample", s.in_sample}, {"mean", s.mean},
+            {"median", s.median}, {"worst", s.worst}, {"worst_row", s.worst_row}};
+}
+
 namespace {
 
 struct ClusterDoc {
