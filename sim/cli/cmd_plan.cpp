@@ -25,6 +25,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -177,18 +178,45 @@ void write_slurm(const PlanArgs& a) {
 
 std::string cell_percent(double part, double whole) { return whole > 0 ? fmt::format("{:.1f}%", 100 * part / whole) : "-"; }
 
+// A CSV cell (RFC 4180): quoted, its quotes doubled, where it holds a comma, a quote or a line break.
+std::string csv_cell(const std::string& v) {
+    if (v.find_first_of(",\"\r\n") == std::string::npos) return v;
+    std::string q = "\"";
+    for (const char ch : v) q += ch == '"' ? std::string("\"\"") : std::string(1, ch);
+    return q + "\"";
+}
+
+// Every fitting layout simulated, fastest first: its figures, then one column per setting the search
+// made (the JSON's `set`: strategy.tp, training.micro_batch, ...), in the order the rows first give
+// them, empty where a row's layout does not set it.
 void write_csv(const hw::PlanResult& r, const std::string& path) {
     std::ofstream out(path);
     if (!out) throw std::runtime_error(fmt::format("--csv {}: cannot write the file", path));
+    std::vector<std::string> settings;
+    for (const std::size_t b : r.best)
+        for (const auto& o : r.enumeration.candidates[r.simulated[b].candidate].overrides)
+            if (std::find(settings.begin(), settings.end(), o.path) == settings.end()) settings.push_back(o.path);
     out << "rank,gpus,layout,step_time_s,mfu,tokens_per_s,peak_bytes,capacity_bytes,compute_s,comm_s,idle_s,"
-           "step_time_bound_s,memory_bound_bytes\n";
+           "step_time_bound_s,memory_bound_bytes";
+    for (const auto& s : settings) out << ',' << csv_cell(s);
+    out << '\n';
     for (std::size_t i = 0; i < r.best.size(); ++i) {
         const auto& row = r.simulated[r.best[i]];
         const auto& c = r.enumeration.candidates[row.candidate];
         const auto& p = *row.figures;
-        out << fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{}\n", i + 1, c.gpus, c.label, p.step_time, p.mfu,
-                           p.tokens_per_second, p.peak_bytes, p.capacity, p.split.compute, p.split.comm, p.split.idle,
-                           c.time_bound, c.memory_bound);
+        out << fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{}", i + 1, c.gpus, csv_cell(c.label), p.step_time,
+                           p.mfu, p.tokens_per_second, p.peak_bytes, p.capacity, p.split.compute, p.split.comm,
+                           p.split.idle, c.time_bound, c.memory_bound);
+        for (const auto& s : settings) {
+            out << ',';
+            for (const auto& o : c.overrides) {
+                if (o.path != s) continue;
+                // A value as --set gives it: a JSON string without its quotes.
+                const nlohmann::json v = nlohmann::json::parse(o.value, nullptr, false);
+                out << csv_cell(v.is_string() ? v.get<std::string>() : o.value);
+            }
+        }
+        out << '\n';
     }
     if (!out.flush()) throw std::runtime_error(fmt::format("--csv {}: writing failed", path));
 }

@@ -90,3 +90,26 @@ def test_plan_where_nothing_fits_and_a_bad_knob():
     with pytest.raises(dtsim.DtsimError, match="unknown knob") as e:
         dtsim.plan(MEGATRON, space=["tpp=1"])
     assert e.value.status == 2
+
+
+def test_plan_csv_has_the_json_rows_figures_and_settings(tmp_path):
+    # Every fitting layout simulated, fastest first: the JSON's top rows, figure for figure, with a column per
+    # setting the search made (its `set`), empty where a layout leaves one out.
+    import csv
+    path = tmp_path / "plan.csv"
+    args = ["plan", str(MEGATRON), "--space", "strategy=megatron,1f1b,fsdp", "--space", "tp=2,4", "--space",
+            "recompute=none,full", "--top", "4", "-j", "1", "--csv", str(path)]
+    result = cli_json(*args)
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) >= len(result["top"]) == 4
+    settings = [c for c in rows[0].keys() if "." in c]
+    assert "strategy.tp" in settings and "strategy.name" in settings
+    for row, top in zip(rows, result["top"]):
+        assert int(row["rank"]) == top["rank"] and row["layout"] == top["layout"]
+        assert float(row["step_time_s"]) == pytest.approx(top["report"]["step_time_s"], rel=1e-12)
+        assert float(row["peak_bytes"]) == pytest.approx(top["report"]["memory"]["peak"]["bytes"], rel=1e-12)
+        for s in settings:
+            want = top["set"].get(s)
+            assert row[s] == ("" if want is None else want if isinstance(want, str) else json.dumps(want))
+        assert int(row["strategy.tp"]) == top["report"]["layout"]["tp"]
