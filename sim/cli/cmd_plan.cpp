@@ -207,14 +207,12 @@ void write_csv(const hw::PlanResult& r, const std::string& path) {
         out << fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{}", i + 1, c.gpus, csv_cell(c.label), p.step_time,
                            p.mfu, p.tokens_per_second, p.peak_bytes, p.capacity, p.split.compute, p.split.comm,
                            p.split.idle, c.time_bound, c.memory_bound);
+        const nlohmann::json set = hw::settings_json(c);
         for (const auto& s : settings) {
             out << ',';
-            for (const auto& o : c.overrides) {
-                if (o.path != s) continue;
-                // A value as --set gives it: a JSON string without its quotes.
-                const nlohmann::json v = nlohmann::json::parse(o.value, nullptr, false);
-                out << csv_cell(v.is_string() ? v.get<std::string>() : o.value);
-            }
+            // A value as --set gives it: a string without its quotes.
+            if (const auto v = set.find(s); v != set.end())
+                out << csv_cell(v->is_string() ? v->get<std::string>() : v->dump());
         }
         out << '\n';
     }

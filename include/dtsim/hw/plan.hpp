@@ -230,6 +230,8 @@ PlanResult plan(const PlanRequest& request, const std::function<void(const PlanP
 
 // The result as JSON (docs/planning.md); without host times where `timings` is false.
 nlohmann::json to_json(const PlanResult& r, std::size_t top, bool timings = true);
+// A candidate's settings as the JSON's `set` gives them: {"strategy.tp": 2, "strategy.name": "fsdp", ...}.
+nlohmann::json settings_json(const Candidate& c);
 
 // A digest of everything a search's rows depend on: the prepared base document, the overrides,
 // the GPU count, the space, `top` and the candidates (labels and bounds). Shards of one search

@@ -911,6 +911,12 @@ PlanResult merge_shards(const PlanRequest& request, const std::vector<nlohmann::
     return r;
 }
 
+nlohmann::json settings_json(const Candidate& c) {
+    nlohmann::json set = nlohmann::json::object();
+    for (const auto& o : c.overrides) set[o.path] = nlohmann::json::parse(o.value);
+    return set;
+}
+
 nlohmann::json to_json(const PlanResult& r, std::size_t top, bool timings) {
     const auto& e = r.enumeration;
     nlohmann::json rejected = nlohmann::json::object();
@@ -919,14 +925,12 @@ nlohmann::json to_json(const PlanResult& r, std::size_t top, bool timings) {
     for (std::size_t i = 0; i < r.best.size() && i < top; ++i) {
         const PlanRow& row = r.simulated[r.best[i]];
         const Candidate& c = e.candidates[row.candidate];
-        nlohmann::json set = nlohmann::json::object();
-        for (const auto& o : c.overrides) set[o.path] = nlohmann::json::parse(o.value);
         nlohmann::json report = row.report;
         if (!timings) report.erase("wall_s");
         rows.push_back({{"rank", i + 1},
                         {"gpus", c.gpus},
                         {"layout", c.label},
-                        {"set", set},
+                        {"set", settings_json(c)},
                         {"step_time_bound_s", c.time_bound},
                         {"memory_bound_bytes", c.memory_bound},
                         {"report", report}});
