@@ -60,7 +60,7 @@ std::vector<std::size_t> front_of(const std::vector<ParetoPoint>& points) {
 
 }  // namespace
 
-void write(const std::vector<ParetoPoint>& points, double capacity, const std::string& path,
+void write(const std::vector<ParetoPoint>& points, double capacity, double headroom, const std::string& path,
            const std::string& title) {
     for (const auto& p : points)
         if (!std::isfinite(p.step_time) || !std::isfinite(p.peak_memory) || p.step_time < 0 || p.peak_memory < 0)
@@ -69,6 +69,9 @@ void write(const std::vector<ParetoPoint>& points, double capacity, const std::s
                             p.step_time, p.peak_memory));
     if (!std::isfinite(capacity) || capacity < 0)
         throw std::invalid_argument(fmt::format("cannot draw the Pareto chart: capacity {}", capacity));
+    if (!std::isfinite(headroom) || headroom < 0 || (capacity > 0 && headroom >= capacity))
+        throw std::invalid_argument(
+            fmt::format("cannot draw the Pareto chart: headroom {} with capacity {}", headroom, capacity));
     const std::vector<std::size_t> front = front_of(points);
     // Fastest first in the list and in the numbers drawn beside the points.
     std::vector<std::size_t> listed(front.rbegin(), front.rend());
@@ -101,9 +104,10 @@ void write(const std::vector<ParetoPoint>& points, double capacity, const std::s
     for (std::size_t k = 0; k < shown; ++k)
         list_width = std::max(list_width, kLabelX + measure.width(points[listed[k]].label, kFont - 1));
     const std::string subtitle =
-        fmt::format("{} layouts simulated: {} fit, {} out of memory; blue: the Pareto front ({} layouts: none "
+        fmt::format("{} layouts simulated: {} fit, {} out of memory{}; blue: the Pareto front ({} layouts: none "
                     "other is both faster and smaller)",
-                    points.size(), points.size() - oom, oom, front.size());
+                    points.size(), points.size() - oom, oom, capacity > 0 && headroom > 0 ? " or into the headroom" : "",
+                    front.size());
     const double width = std::max({left + kPlotW + 40, kMargin + measure.width(title, kTitle, detail::Weight::bold),
                                    kMargin + measure.width(subtitle, kFont), kMargin + list_width}) +
                          kMargin;
@@ -150,6 +154,21 @@ void write(const std::vector<ParetoPoint>& points, double capacity, const std::s
             cairo_set_dash(cr, nullptr, 0, 0);
             text(cr, cx - 4, top + 12, fmt::format("capacity {:g} GiB", capacity / kGiB), kFont - 1,
                  detail::Weight::normal, kOom, true);
+        }
+        // The capacity less the headroom (plan --headroom), dotted: a layout fits left of it.
+        if (capacity > 0 && headroom > 0) {
+            const double hx = x_of(capacity - headroom);
+            ink(cr, kOom);
+            const double dots[] = {1.5, 3};
+            cairo_set_dash(cr, dots, 2, 0);
+            cairo_set_line_width(cr, 1.5);
+            cairo_move_to(cr, hx, top);
+            cairo_line_to(cr, hx, top + kPlotH);
+            cairo_stroke(cr);
+            cairo_set_dash(cr, nullptr, 0, 0);
+            text(cr, hx - 4, top + 28,
+                 fmt::format("fits up to {:g} GiB (headroom {:g} GiB)", (capacity - headroom) / kGiB, headroom / kGiB),
+                 kFont - 1, detail::Weight::normal, kOom, true);
         }
         // Every layout: fitting ones as grey dots, the others as red crosses.
         for (const auto& p : points) {
@@ -216,8 +235,8 @@ void write(const std::vector<ParetoPoint>& points, double capacity, const std::s
 std::vector<std::size_t> pareto_front(const std::vector<ParetoPoint>& points) { return pareto::front_of(points); }
 
 void write_pareto_chart(const std::vector<ParetoPoint>& points, double capacity, const std::string& path,
-                        const std::string& title) {
-    pareto::write(points, capacity, path, title);
+                        const std::string& title, double headroom) {
+    pareto::write(points, capacity, headroom, path, title);
 }
 
 }  // namespace dtsim::render

@@ -172,9 +172,10 @@ void write_compare_chart(const std::vector<CompareRow>& rows, const std::string&
 
 // The chart of `dtsim plan --svg`: each layout simulated as a point of step time against peak
 // memory per GPU (grey when it fits, a red cross when it does not), the GPU's capacity as a dashed
-// line, and the Pareto front (the layouts that fit and that no other that fits beats in both
-// step time and memory) as a blue staircase, its layouts numbered and listed fastest first (the
-// first 15). SVG, PNG or PDF by the path's extension; deterministic output.
+// line (with a headroom, plan --headroom, the capacity less it as a dotted one), and the Pareto
+// front (the layouts that fit and that no other that fits beats in both step time and memory) as
+// a blue staircase, its layouts numbered and listed fastest first (the first 15). SVG, PNG or PDF
+// by the path's extension; deterministic output.
 struct ParetoPoint {
     std::string label;
     double step_time = 0;    // s
@@ -186,9 +187,9 @@ struct ParetoPoint {
 // the same figures, the first given.
 std::vector<std::size_t> pareto_front(const std::vector<ParetoPoint>& points);
 
-// Throws std::invalid_argument for an unknown extension or a figure that is not finite,
-// std::runtime_error when writing fails.
+// Throws std::invalid_argument for an unknown extension, a figure that is not finite or a headroom
+// not below the capacity, std::runtime_error when writing fails.
 void write_pareto_chart(const std::vector<ParetoPoint>& points, double capacity, const std::string& path,
-                        const std::string& title);
+                        const std::string& title, double headroom = 0);
 
 }  // namespace dtsim::render

@@ -52,6 +52,7 @@ struct PlanArgs {
     std::string csv;
     int jobs = 0;
     double time_budget = 0;
+    double headroom = 0;  // GiB (PlanRequest::headroom)
     bool no_timings = false;
     std::string shard, out;         // --shard I/N --out FILE
     std::vector<std::string> merge; // --merge FILE...
@@ -93,6 +94,7 @@ std::vector<std::string> search_words(const PlanArgs& a) {
     w.insert(w.end(), {"--top", std::to_string(a.top)});
     if (a.rank_by != "step_time") w.insert(w.end(), {"--rank-by", a.rank_by});
     if (a.time_budget > 0) w.insert(w.end(), {"--time-budget", fmt::format("{}", a.time_budget)});
+    if (a.headroom > 0) w.insert(w.end(), {"--headroom", fmt::format("{}", a.headroom)});
     return w;
 }
 
@@ -219,12 +221,24 @@ void write_csv(const hw::PlanResult& r, const std::string& path) {
     if (!out.flush()) throw std::runtime_error(fmt::format("--csv {}: writing failed", path));
 }
 
+// ", 3 into the headroom" where a search keeps a headroom (--headroom): rows whose peak fits the
+// GPU but passes its capacity less the headroom.
+std::string over_headroom_text(const hw::PlanResult& r) {
+    return r.headroom > 0 ? fmt::format(", {} into the headroom", r.over_headroom) : "";
+}
+
 void print_plan(const hw::PlanResult& r, std::size_t top, bool timings) {
     const auto& e = r.enumeration;
-    fmt::print("layouts: {} enumerated, {} rejected, {} candidates; {} simulated ({} out of memory, {} failed), "
+    fmt::print("layouts: {} enumerated, {} rejected, {} candidates; {} simulated ({} out of memory{}, {} failed), "
                "{} pruned by the step-time bound{}\n",
-               e.enumerated, e.rejected_total(), e.candidates.size(), r.simulated.size(), r.out_of_memory, r.failed,
-               r.pruned, r.budget_hit ? fmt::format(", {} left unsimulated: time budget reached", r.left) : "");
+               e.enumerated, e.rejected_total(), e.candidates.size(), r.simulated.size(), r.out_of_memory,
+               over_headroom_text(r), r.failed, r.pruned,
+               r.budget_hit ? fmt::format(", {} left unsimulated: time budget reached", r.left) : "");
+    if (r.headroom > 0 && !e.candidates.empty()) {
+        const double capacity = e.candidates.front().capacity;
+        fmt::print("headroom: {} per GPU left free: a layout fits when its peak is at most {} of {}\n", Bytes{r.headroom},
+                   Bytes{capacity - r.headroom}, Bytes{capacity});
+    }
     for (const auto& [why, n] : e.rejected) fmt::print("  rejected {:>6}  {}\n", n, why);
     const bool gpu_seconds = r.rank_by == hw::RankBy::gpu_seconds;
     if (r.best.empty()) {
@@ -271,6 +285,7 @@ void plan(const PlanArgs& a) {
         throw UsageError(e.what());
     }
     request.time_budget = a.time_budget;
+    request.headroom = a.headroom * hw::kGiB;
     for (const auto& s : hw::parse_settings(a.sets)) {
         if (s.values.size() > 1)
             throw UsageError(fmt::format("--set {}: plan does not sweep; give one value (or search it with --space)",
@@ -315,10 +330,11 @@ void plan(const PlanArgs& a) {
         const hw::PlanResult r = hw::plan(request, show);
         bar.clear();
         detail::write_output_file(a.out, hw::shard_to_json(r, request).dump() + "\n");
-        fmt::print("shard {} of {}: {} of {} candidates; {} simulated ({} out of memory, {} failed), {} pruned by the "
-                   "step-time bound{}; wrote {}\n",
+        fmt::print("shard {} of {}: {} of {} candidates; {} simulated ({} out of memory{}, {} failed), {} pruned by "
+                   "the step-time bound{}; wrote {}\n",
                    request.shard, request.shards, r.simulated.size() + r.pruned + r.left,
-                   r.enumeration.candidates.size(), r.simulated.size(), r.out_of_memory, r.failed, r.pruned,
+                   r.enumeration.candidates.size(), r.simulated.size(), r.out_of_memory, over_headroom_text(r),
+                   r.failed, r.pruned,
                    r.budget_hit ? fmt::format(", {} left unsimulated: time budget reached", r.left) : "", a.out);
         return;
     }
@@ -345,7 +361,7 @@ void plan(const PlanArgs& a) {
         const nlohmann::json& name = r.enumeration.base.contains("name") ? r.enumeration.base["name"] : nullptr;
         const std::string title = fmt::format("dtsim plan: {}: step time against peak memory per GPU",
                                               name.is_string() ? name.get<std::string>() : a.config);
-        for (const auto& path : charts) render::write_pareto_chart(points, capacity, path, title);
+        for (const auto& path : charts) render::write_pareto_chart(points, capacity, path, title, r.headroom);
     }
     if (a.json)
         fmt::print("{}\n", hw::to_json(r, top, !a.no_timings).dump(2));
@@ -385,6 +401,10 @@ void register_plan_command(CLI::App& app) {
     cmd->add_option("--time-budget", pa->time_budget,
                     "Stop simulating after this many seconds and say what was left (default: none)")
         ->transform(number_in(0, 1e9));
+    cmd->add_option("--headroom", pa->headroom,
+                    "GiB each layout must leave free per GPU: one whose memory bound or simulated peak passes the "
+                    "capacity less this does not fit (default 0)")
+        ->transform(number_in(0, 1e6));
     cmd->add_flag("--json", pa->json, "Print the result as JSON");
     cmd->add_option("--csv", pa->csv, "Write every fitting layout simulated, fastest first, as CSV")
         ->transform(output_file());

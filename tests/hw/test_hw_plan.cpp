@@ -361,6 +361,95 @@ TEST_CASE("a search split into shards and merged is one process's search, row fo
     CHECK(partial.left == partial.enumeration.candidates.size() - partial.simulated.size());
 }
 
+// --headroom: a layout fits when its peak leaves the headroom free. Against every candidate
+// simulated: the search's best are the fastest of those whose peak is at most the capacity less the
+// headroom; the memory bound rejects against that limit (never a layout whose simulation stays within
+// it); the rows that ran into the headroom are counted apart; shards merge to the same answer.
+TEST_CASE("a headroom: the fastest layouts that leave it free, as simulating every candidate finds them") {
+    json doc = base_document(3);
+    doc["training"]["global_batch"] = 16;
+    const std::vector<std::string> space = {"strategy=megatron,1f1b,interleaved,fsdp", "micro_batch=1,2,4",
+                                            "recompute=none,full", "zero_stage=0,1,3"};
+    PlanRequest req = request_for(doc, space);
+    const auto e = enumerate_layouts(req);
+    const double capacity = 3 * kGiB;
+    std::vector<std::pair<double, double>> peaks;  // (peak, step time) of each candidate that fits the GPU
+    std::map<std::string, double> peak_of;
+    for (const auto& c : e.candidates) {
+        const RunReport r = simulate(candidate_config(e, req, c), {.keep_trace = false}).report;
+        if (!r.oom) peaks.push_back({r.peak.bytes, r.step_time});
+        peak_of[c.label] = r.oom ? capacity + 1 : r.peak.bytes;
+    }
+    REQUIRE(peaks.size() >= 6);
+    // The headroom leaves the smaller half of the fitting peaks.
+    std::vector<double> sorted;
+    for (const auto& [peak, t] : peaks) sorted.push_back(peak);
+    std::sort(sorted.begin(), sorted.end());
+    const double limit = sorted[sorted.size() / 2];
+    req.headroom = capacity - limit;
+    std::vector<double> within;  // step times of the layouts whose peak leaves the headroom free, fastest first
+    for (const auto& [peak, t] : peaks)
+        if (peak <= limit) within.push_back(t);
+    std::sort(within.begin(), within.end());
+    REQUIRE(within.size() >= 3);
+    REQUIRE(within.size() < peaks.size());
+
+    const auto h = enumerate_layouts(req);
+    // The bound rejects against the limit, and only layouts that do not stay within it.
+    CHECK(h.candidates.size() < e.candidates.size());
+    CHECK((h.rejected.count(reject::states_headroom) + h.rejected.count(reject::activations_headroom)) > 0);
+    CHECK(h.rejected.count(reject::states) + h.rejected.count(reject::activations) == 0);
+    std::set<std::string> kept;
+    for (const auto& c : h.candidates) kept.insert(c.label);
+    for (const auto& [label, peak] : peak_of)
+        if (peak <= limit) CHECK_MESSAGE(kept.count(label) == 1, label);
+
+    for (int top : {1, 3}) {
+        req.top = top;
+        req.jobs = 2;
+        const PlanResult r = plan(req);
+        INFO("top ", top);
+        REQUIRE(r.best.size() >= static_cast<std::size_t>(top));
+        for (int i = 0; i < top; ++i) CHECK(r.simulated[r.best[i]].figures->step_time == within[i]);
+        for (const std::size_t b : r.best) CHECK(r.simulated[b].figures->peak_bytes <= limit);
+        std::size_t into = 0;
+        for (const auto& row : r.simulated) {
+            const bool over = row.figures && !row.figures->oom && row.figures->peak_bytes > limit;
+            CHECK(row.over_headroom == over);
+            into += over ? 1 : 0;
+        }
+        CHECK(r.over_headroom == into);
+        CHECK(r.best.size() + r.out_of_memory + r.over_headroom + r.failed == r.simulated.size());
+        const json j = to_json(r, static_cast<std::size_t>(top), false);
+        CHECK(j["headroom_bytes"] == req.headroom);
+        CHECK(j["counts"]["over_headroom_in_simulation"] == into);
+
+        // Two shards merged: the same answer, row for row.
+        std::vector<json> files;
+        for (int i = 0; i < 2; ++i) {
+            PlanRequest part = req;
+            part.shard = i;
+            part.shards = 2;
+            files.push_back(json::parse(shard_to_json(plan(part), part).dump()));
+        }
+        const PlanResult merged = merge_shards(req, files, {"a.json", "b.json"});
+        CHECK(to_json(merged, static_cast<std::size_t>(top), false).dump() == j.dump());
+        // Shards of the search without the headroom are another search's.
+        PlanRequest without = req;
+        without.headroom = 0;
+        CHECK_THROWS_WITH_AS(merge_shards(without, files, {"a.json", "b.json"}),
+                             doctest::Contains("a.json: $.fingerprint:"), PlanError);
+    }
+
+    // A headroom of the whole capacity, or below zero, is refused.
+    req.headroom = capacity;
+    CHECK_THROWS_WITH_AS(enumerate_layouts(req), doctest::Contains("--headroom 3 GiB: expected at least 0 and below "
+                                                                   "the GPU's 3 GiB"),
+                         PlanError);
+    req.headroom = -1;
+    CHECK_THROWS_AS(enumerate_layouts(req), PlanError);
+}
+
 TEST_CASE("fp8 is searched only when asked for, each layout with each recipe") {
     json doc = base_document();
     // fp8 needs the GPU's fp8 peak (H100 SXM, dense: NVIDIA's H100 datasheet).

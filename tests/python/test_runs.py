@@ -84,6 +84,17 @@ def test_plan_gives_what_plan_json_prints_and_the_pareto_chart():
     assert without_host_times(again) == without_host_times(result) and again.svg is None
 
 
+def test_plan_with_a_headroom_is_plan_headroom():
+    space = ["strategy=megatron,fsdp", "tp=2", "recompute=none,full", "micro_batch=1,2"]
+    result = dtsim.plan(MEGATRON, space=space, top=3, jobs=1, headroom=10, chart=False)
+    cli = cli_json("plan", str(MEGATRON), *[w for s in space for w in ("--space", s)], "--top", "3", "-j", "1",
+                   "--headroom", "10")
+    assert without_host_times(result) == without_host_times(cli)
+    assert result["headroom_bytes"] == 10 * 2**30
+    for row in result["top"]:
+        assert row["report"]["memory"]["peak"]["bytes"] <= 70 * 2**30
+
+
 def test_plan_where_nothing_fits_and_a_bad_knob():
     none = dtsim.plan(MEGATRON, space={"strategy": "megatron"}, set="cluster.gpu.hbm_GiB=4", chart=False)
     assert none["top"] == [] and none["counts"]["candidates"] == 0

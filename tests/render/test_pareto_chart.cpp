@@ -63,8 +63,15 @@ TEST_CASE("the Pareto chart is the same bytes each time, in each format") {
         write_pareto_chart(sample(), 80 * kGiB, p.string(), "plan test");
         CHECK(std::filesystem::file_size(p) > 100);
     }
+    // A headroom (plan --headroom) adds its line, where the layouts that fit end.
+    write_pareto_chart(sample(), 80 * kGiB, again.string(), "plan test", 10 * kGiB);
+    const std::string with_headroom = read_file(again);
+    CHECK(with_headroom != bytes);
+    CHECK(with_headroom.find("stroke-dasharray:1.5,3;") != std::string::npos);
+    CHECK(bytes.find("stroke-dasharray:1.5,3;") == std::string::npos);
     // Nothing simulated, or nothing that fits: axes and an empty list, no error.
     CHECK_NOTHROW(write_pareto_chart({}, 80 * kGiB, svg.string(), "nothing"));
+    CHECK_NOTHROW(write_pareto_chart({}, 0, svg.string(), "nothing, no capacity known", 10 * kGiB));
     CHECK_NOTHROW(write_pareto_chart({{"oom", 1, 90 * kGiB, true}}, 80 * kGiB, svg.string(), "nothing fits"));
 }
 
@@ -75,6 +82,10 @@ TEST_CASE("a figure the Pareto chart cannot draw is named") {
     CHECK_THROWS_WITH_AS(write_pareto_chart({{"y", 1, std::numeric_limits<double>::infinity(), false}}, kGiB, path, "t"),
                          doctest::Contains("\"y\" has step time 1 and peak memory inf"), std::invalid_argument);
     CHECK_THROWS_AS(write_pareto_chart({}, kGiB, scratch("pareto.txt").string(), "t"), std::invalid_argument);
+    CHECK_THROWS_WITH_AS(write_pareto_chart({}, kGiB, path, "t", kGiB), doctest::Contains("headroom 1073741824 with "
+                                                                                           "capacity 1073741824"),
+                         std::invalid_argument);
+    CHECK_THROWS_AS(write_pareto_chart({}, kGiB, path, "t", -1), std::invalid_argument);
 }
 
 }  // namespace dtsim::render

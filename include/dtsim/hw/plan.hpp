@@ -126,6 +126,9 @@ struct PlanRequest {
     int top = 5;                // rows wanted: the search is exact for the best `top`
     RankBy rank_by = RankBy::step_time;
     double time_budget = 0;     // seconds of search; 0: none
+    // Bytes per GPU a layout must leave free (--headroom): one whose memory bound or simulated peak
+    // passes the GPU's capacity less this does not fit. 0: the whole capacity; below the capacity.
+    double headroom = 0;
     int jobs = 1;               // simulations at once (run_in_order)
     int shard = 0, shards = 1;  // search only the share `shard` of `shards` (see the top)
 };
@@ -138,7 +141,7 @@ struct Candidate {
     std::string label;      // "1f1b tp=2 pp=2 dp=2 zero_stage=1 micro_batch=1 recompute=full sp"
     double memory_bound = 0;     // bytes per GPU
     double time_bound = 0;       // s
-    double capacity = 0;         // bytes per GPU
+    double capacity = 0;         // bytes per GPU: the GPU's memory (a layout's peak may reach capacity - headroom)
 };
 
 // Why layouts were rejected before simulation: counts by category (stable texts, sorted).
@@ -155,6 +158,10 @@ inline constexpr const char* hybrid_full =
 inline constexpr const char* states = "does not fit: model states alone exceed memory";
 inline constexpr const char* activations =
     "does not fit: model states and the activations held at the first backward exceed memory";
+// The same with PlanRequest::headroom > 0: against the memory less the headroom.
+inline constexpr const char* states_headroom = "does not fit: model states alone exceed memory less the headroom";
+inline constexpr const char* activations_headroom =
+    "does not fit: model states and the activations held at the first backward exceed memory less the headroom";
 inline constexpr const char* too_large = "too large to simulate (event estimate above the limit)";
 // Any other check of the config: "config check: $.strategy.microbatches".
 inline constexpr const char* config_prefix = "config check: ";
@@ -199,7 +206,8 @@ struct PlanRow {
     std::optional<PlanFigures> figures;
     nlohmann::json report;      // to_json(RunReport) of the simulation; null when it failed
     std::string error;          // a simulation that failed
-    [[nodiscard]] bool fits() const { return figures && !figures->oom && error.empty(); }
+    bool over_headroom = false;  // ran, but its peak is within PlanRequest::headroom of the capacity
+    [[nodiscard]] bool fits() const { return figures && !figures->oom && !over_headroom && error.empty(); }
 };
 
 struct PlanResult {
@@ -210,6 +218,8 @@ struct PlanResult {
     std::size_t left = 0;            // not simulated: the time budget ran out first
     bool budget_hit = false;
     std::size_t out_of_memory = 0, failed = 0;  // simulated rows that did not fit / failed
+    std::size_t over_headroom = 0;   // simulated rows that fit the GPU but not its memory less the headroom
+    double headroom = 0;             // PlanRequest::headroom
     double wall_seconds = 0;         // host time of the search (merged: the sum of the shards')
     int shard = 0, shards = 1;       // a share of the search (PlanRequest), or the whole
     int merged = 0;                  // merge_shards: the shard files it merged

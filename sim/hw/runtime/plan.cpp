@@ -5,6 +5,7 @@
 
 #include "dtsim/hw/job.hpp"
 #include "dtsim/hw/strategies.hpp"
+#include "dtsim/hw/units.hpp"
 #include "dtsim/hw/workload.hpp"
 #include "dtsim/interrupt.hpp"
 #include "dtsim/sched/generators.hpp"
@@ -341,6 +342,9 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
         return parse_config(doc, file, o);
     }();
     const int per_node = probe.cluster.gpus_per_node;
+    if (!(request.headroom >= 0 && request.headroom < probe.cluster.gpu.memory_bytes))
+        throw PlanError(fmt::format("--headroom {:.6g} GiB: expected at least 0 and below the GPU's {:.6g} GiB",
+                                    request.headroom / kGiB, probe.cluster.gpu.memory_bytes / kGiB));
     const TransformerSpec& m = probe.model.spec;
     // The GPU counts, slowest in the enumeration: the cluster's own (its config as it is), or each
     // count asked for as whole nodes, or one node of fewer GPUs (the candidate sets the cluster).
@@ -552,12 +556,20 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
                                                 continue;
                                             }
                                             c.capacity = config.cluster.gpu.memory_bytes;
+                                            const double limit = c.capacity - request.headroom;
+                                            const bool margin = request.headroom > 0;
                                             const double states = model_states_bound(config, size);
-                                            if (states > c.capacity) { rejected(reject::states); continue; }
+                                            if (states > limit) {
+                                                rejected(margin ? reject::states_headroom : reject::states);
+                                                continue;
+                                            }
                                             const Workload work =
                                                 make_workload(config.model.spec, layer_split(config), config.cluster.gpu);
                                             c.memory_bound = memory_bound(states, activations_bound(config, work, schedule ? &*schedule : nullptr));
-                                            if (c.memory_bound > c.capacity) { rejected(reject::activations); continue; }
+                                            if (c.memory_bound > limit) {
+                                                rejected(margin ? reject::activations_headroom : reject::activations);
+                                                continue;
+                                            }
                                             c.time_bound = step_time_bound(config, work);
                                             ++index;
                                             e.candidates.push_back(std::move(c));
@@ -594,12 +606,19 @@ std::vector<std::size_t> best_first(const std::vector<Candidate>& cands, RankBy 
     return order;
 }
 
-PlanRow make_row(std::size_t candidate, std::optional<RunReport> report, std::string error) {
+// Whether a row that ran within the GPU's memory passes it less the headroom.
+void mark_headroom(PlanRow& row, double headroom) {
+    row.over_headroom = headroom > 0 && row.figures && !row.figures->oom &&
+                        row.figures->peak_bytes > row.figures->capacity - headroom;
+}
+
+PlanRow make_row(std::size_t candidate, std::optional<RunReport> report, std::string error, double headroom) {
     PlanRow row{candidate, std::nullopt, nullptr, std::move(error)};
     if (report) {
         row.report = to_json(*report);
         row.figures = plan_figures(row.report, "report");
     }
+    mark_headroom(row, headroom);
     return row;
 }
 
@@ -636,6 +655,7 @@ struct TopSoFar {
 void count_row(PlanResult& r, const PlanRow& row) {
     if (row.fits()) return;
     if (!row.error.empty()) ++r.failed;
+    else if (row.over_headroom) ++r.over_headroom;
     else ++r.out_of_memory;
 }
 
@@ -675,6 +695,7 @@ PlanResult plan(const PlanRequest& request, const std::function<void(const PlanP
     r.shard = request.shard;
     r.shards = request.shards;
     r.rank_by = request.rank_by;
+    r.headroom = request.headroom;
     r.enumeration = enumerate_layouts(request);
     const auto& cands = r.enumeration.candidates;
     const RankBy by = request.rank_by;
@@ -720,7 +741,7 @@ PlanResult plan(const PlanRequest& request, const std::function<void(const PlanP
                     stopped = true;
                     return;
                 }
-                PlanRow row = make_row(order[pos + k], std::move(o.report), o.error);
+                PlanRow row = make_row(order[pos + k], std::move(o.report), o.error, request.headroom);
                 if (row.fits()) {
                     so_far.add(row.figures->step_time, c);
                     if (so_far.fitting.size() >= so_far.top) threshold.store(so_far.fitting[so_far.top - 1]);
@@ -768,8 +789,8 @@ std::string plan_fingerprint(const Enumeration& e, const PlanRequest& request) {
     std::string gpus;
     if (!request.gpus.empty())
         for (const int n : e.gpu_counts) gpus += fmt::format("{}{}", gpus.empty() ? "" : ",", n);
-    add(fmt::format("gpus {} top {} rank_by {} enumerated {}", gpus, std::max(1, request.top),
-                    rank_by_name(request.rank_by), e.enumerated));
+    add(fmt::format("gpus {} top {} rank_by {} headroom {:.17g} enumerated {}", gpus, std::max(1, request.top),
+                    rank_by_name(request.rank_by), request.headroom, e.enumerated));
     for (const auto& c : e.candidates)
         add(fmt::format("{} {} {:.17g} {:.17g}", c.gpus, c.label, c.time_bound, c.memory_bound));
     return fmt::format("{:016x}", h);
@@ -811,6 +832,7 @@ PlanResult merge_shards(const PlanRequest& request, const std::vector<nlohmann::
     if (shards.empty() || shards.size() != names.size()) throw PlanError("--merge: expected the shard files");
     PlanResult r;
     r.rank_by = request.rank_by;
+    r.headroom = request.headroom;
     r.enumeration = enumerate_layouts(request);
     const auto& cands = r.enumeration.candidates;
     const std::string fingerprint = plan_fingerprint(r.enumeration, request);
@@ -877,6 +899,7 @@ PlanResult merge_shards(const PlanRequest& request, const std::vector<nlohmann::
                 row.report = field(list[k], "report", where);
                 row.figures = plan_figures(row.report, where + ".report");
             }
+            mark_headroom(row, request.headroom);
             rows[c] = std::move(row);
         }
     }
@@ -942,11 +965,13 @@ nlohmann::json to_json(const PlanResult& r, std::size_t top, bool timings) {
                           {"candidates", e.candidates.size()},
                           {"simulated", r.simulated.size()},
                           {"out_of_memory_in_simulation", r.out_of_memory},
+                          {"over_headroom_in_simulation", r.over_headroom},
                           {"failed_in_simulation", r.failed},
                           {"pruned_by_bound", r.pruned},
                           {"left_by_time_budget", r.left}}},
                         {"time_budget_reached", r.budget_hit},
                         {"rank_by", rank_by_name(r.rank_by)},
+                        {"headroom_bytes", r.headroom},
                         {"top", rows}};
     if (timings) {
         j["wall_s"] = r.wall_seconds;

@@ -178,12 +178,14 @@ def _space(space: Space) -> List[str]:
 
 
 def plan(config: Config, space: Space = None, gpus: Optional[int] = None, set: Union[str, Iterable[str], None] = None,
-         top: int = 5, time_budget: Optional[float] = None, chart: bool = True, jobs: Optional[int] = None) -> Plan:
+         top: int = 5, time_budget: Optional[float] = None, chart: bool = True, jobs: Optional[int] = None,
+         headroom: Optional[float] = None) -> Plan:
     """``dtsim plan CONFIG --json``: the fastest layouts that fit (docs/planning.md).
 
     ``space`` restricts the knobs searched: a dict such as ``{"tp": [1, 2], "strategy": ["fsdp", "1f1b"]}`` or
-    strings "knob=v1,v2"; ``set`` overrides fields that are not searched. The result is the dict ``--json``
-    prints (``counts``, ``top``: each layout's ``set``, bounds and full report), with the Pareto chart as ``svg``.
+    strings "knob=v1,v2"; ``set`` overrides fields that are not searched; ``headroom`` is the GiB per GPU each
+    layout must leave free (``--headroom``). The result is the dict ``--json`` prints (``counts``, ``top``: each
+    layout's ``set``, bounds and full report), with the Pareto chart as ``svg``.
     """
     with tempfile.TemporaryDirectory(prefix="dtsim-") as tmp:
         args = ["plan", _config_path(config, tmp, 0), "--json", "--top", str(top), *_space(space), *_settings(set)]
@@ -191,6 +193,8 @@ def plan(config: Config, space: Space = None, gpus: Optional[int] = None, set: U
             args += ["--gpus", str(gpus)]
         if time_budget is not None:
             args += ["--time-budget", str(time_budget)]
+        if headroom is not None:
+            args += ["--headroom", str(headroom)]
         if jobs is not None:
             args += ["--jobs", str(jobs)]
         return _call_drawn(args, tmp, chart, Plan)
