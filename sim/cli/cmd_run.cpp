@@ -80,20 +80,25 @@ std::string strategy_label(const hw::Config& c) {
     return extra.empty() ? s.name : fmt::format("{} ({})", s.name, extra);
 }
 
-void print_report(const hw::Config& c, const hw::RunReport& r) {
+// What ran, in a line: "1f1b (sequence parallel) on 64 x H100 SXM, dp 2 x tp 8 x pp 4, 32 microbatches
+// of 1, recompute selective, ZeRO-1".
+std::string layout_line(const hw::Config& c, const hw::RunReport& r) {
     const auto& s = c.strategy;
     if (s.name == "puzzle")
-        fmt::print("{}: puzzle strategy {} on {} x {} ({} layers, {} batches)\n", r.name, s.puzzle, r.gpus,
-                   c.cluster.gpu.name, c.model.spec.layers, c.training.global_batch);
-    else {
-        const hw::RunLayout& l = r.layout;
-        fmt::print("{}: {} on {} x {}, dp {} x tp {} x pp {}{}, {} microbatches of {}, recompute {}{}{}{}\n", r.name,
-                   strategy_label(c), r.gpus, l.gpu, l.dp, l.tp, l.pp, l.cp > 1 ? fmt::format(" x cp {}", l.cp) : "",
-                   r.microbatches, r.micro_batch, l.recompute,
-                   l.zero_stage && s.name != "fsdp" ? fmt::format(", ZeRO-{}", l.zero_stage) : "",
-                   l.fp8 != "none" ? fmt::format(", fp8 linears ({})", l.fp8) : "",
-                   l.compile ? ", compiled blocks" : "");
-    }
+        return fmt::format("puzzle strategy {} on {} x {} ({} layers, {} batches)", s.puzzle, r.gpus,
+                           c.cluster.gpu.name, c.model.spec.layers, c.training.global_batch);
+    const hw::RunLayout& l = r.layout;
+    return fmt::format("{} on {} x {}, dp {} x tp {} x pp {}{}, {} microbatches of {}, recompute {}{}{}{}",
+                       strategy_label(c), r.gpus, l.gpu, l.dp, l.tp, l.pp, l.cp > 1 ? fmt::format(" x cp {}", l.cp) : "",
+                       r.microbatches, r.micro_batch, l.recompute,
+                       l.zero_stage && s.name != "fsdp" ? fmt::format(", ZeRO-{}", l.zero_stage) : "",
+                       l.fp8 != "none" ? fmt::format(", fp8 linears ({})", l.fp8) : "",
+                       l.compile ? ", compiled blocks" : "");
+}
+
+void print_report(const hw::Config& c, const hw::RunReport& r) {
+    const auto& s = c.strategy;
+    fmt::print("{}: {}\n", r.name, layout_line(c, r));
     fmt::print("  step time     {}\n", Seconds{r.step_time});
     fmt::print("  MFU           {:.1f} %   (hardware FLOPs incl. recompute: {:.1f} %, {:.1f} TFLOP/s per GPU)\n",
                100 * r.mfu, 100 * r.hfu, r.tflops_per_gpu);
@@ -336,6 +341,10 @@ void compare(const CompareArgs& a) {
             fmt::print("{:<{}} {:>5} ", r.name, width, r.gpus);
             table_row({}, r);
         }
+        // What each config ran, as `dtsim run` words it (the names need not say).
+        fmt::print("layouts:\n");
+        for (std::size_t i = 0; i < reports.size(); ++i)
+            fmt::print("  {:<{}} {}\n", reports[i].name, width, layout_line(configs[i], reports[i]));
     };
     try {
         // `jobs` at once, the reports kept in the configs' order; a run that fails stops the comparison.
