@@ -95,6 +95,34 @@ def test_plan_with_a_headroom_is_plan_headroom():
         assert row["report"]["memory"]["peak"]["bytes"] <= 70 * 2**30
 
 
+def test_rows_flatten_each_report_for_a_table():
+    # compare: one row per config, the layout's fields and the figures at the top level.
+    reports = dtsim.compare([CONFIGS / "llama3-8b-16xh100-ddp.json", CONFIGS / "llama3-8b-16xh100-fsdp.json"],
+                            chart=False)
+    rows = reports.rows()
+    assert [r["name"] for r in rows] == [r["name"] for r in reports]
+    for row, report in zip(rows, reports):
+        assert row["dp"] == report["layout"]["dp"] and row["zero_stage"] == report["layout"]["zero_stage"]
+        assert row["step_time_s"] == report["step_time_s"] and row["tokens_per_s"] == report["tokens_per_s"]
+        assert row["compute_s"] == report["time_split_s"]["compute"]
+        assert row["peak_bytes"] == report["memory"]["peak"]["bytes"]
+        assert row["fits"] == (report["memory"]["oom"] is None)
+        assert all(not isinstance(v, (dict, list)) for v in row.values())
+    assert [r["fits"] for r in rows] == [False, True]  # ddp keeps 18 bytes a parameter on each GPU
+    assert reports[1].get("layout") and dtsim.Report(reports[1]).row() == rows[1]
+    # A sweep: each row's settings, then its figures; a failed run gives its settings and error.
+    sweep = dtsim.run(DDP, set=["training.micro_batch=1,2"], jobs=1).rows()
+    assert [r["training.micro_batch"] for r in sweep] == ["1", "2"] and [r["micro_batch"] for r in sweep] == [1, 2]
+    bad = dtsim.run(DDP, set=["training.micro_batch=1,2", "strategy.zero_stage=5"]).rows()
+    assert all("expected 0, 1, 2 or 3" in r["error"] and r["strategy.zero_stage"] == "5" for r in bad)
+    # A plan: each top layout's rank and settings, then its figures.
+    plan = dtsim.plan(MEGATRON, space=["strategy=megatron,fsdp", "tp=2", "micro_batch=1,2"], top=2, chart=False)
+    prow = plan.rows()
+    assert [r["rank"] for r in prow] == [1, 2]
+    assert [r["step_time_s"] for r in prow] == [t["report"]["step_time_s"] for t in plan["top"]]
+    assert all(r["strategy.tp"] == 2 == r["tp"] for r in prow)
+
+
 def test_plan_where_nothing_fits_and_a_bad_knob():
     none = dtsim.plan(MEGATRON, space={"strategy": "megatron"}, set="cluster.gpu.hbm_GiB=4", chart=False)
     assert none["top"] == [] and none["counts"]["candidates"] == 0

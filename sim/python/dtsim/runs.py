@@ -45,6 +45,29 @@ def executable() -> str:
     return found
 
 
+def _flat(report: Dict[str, Any]) -> Dict[str, Any]:
+    """A report's layout and figures as one flat dict (a table's row): name, strategy, gpus, the ``layout``
+    object's fields (model, cluster, gpu, seq, dp, tp, pp, ...), the batch, step time, MFU, tokens/s, the time
+    split (``compute_s``, ``exposed_comm_s``, ``idle_s``), peak memory, capacity, ``fits`` and ``tight``."""
+    memory = report.get("memory") or {}
+    split = report.get("time_split_s") or {}
+    row: Dict[str, Any] = {"name": report.get("name"), "strategy": report.get("strategy"), "gpus": report.get("gpus")}
+    row.update(report.get("layout") or {})
+    for key in ("global_batch", "micro_batch", "microbatches", "step_time_s", "mfu", "hfu", "tokens_per_s",
+                "tflops_per_gpu"):
+        row[key] = report.get(key)
+    row["compute_s"] = split.get("compute")
+    row["exposed_comm_s"] = split.get("exposed_comm")
+    row["idle_s"] = split.get("idle")
+    row["peak_bytes"] = (memory.get("peak") or {}).get("bytes")
+    row["capacity_bytes"] = memory.get("capacity_bytes")
+    row["fits"] = memory.get("oom") is None
+    row["tight"] = memory.get("tight")
+    if "correct" in report:
+        row["correct"] = report["correct"]
+    return row
+
+
 class Report(dict):
     """One run's report (``dtsim run --json``); ``svg`` is its timeline where drawn (shown inline by Jupyter)."""
 
@@ -52,6 +75,10 @@ class Report(dict):
 
     def _repr_svg_(self) -> Optional[str]:
         return self.svg
+
+    def row(self) -> Dict[str, Any]:
+        """The layout and figures as one flat dict (see ``Reports.rows``)."""
+        return _flat(self)
 
 
 class Reports(list):
@@ -62,6 +89,24 @@ class Reports(list):
     def _repr_svg_(self) -> Optional[str]:
         return self.svg
 
+    def rows(self) -> List[Dict[str, Any]]:
+        """One flat dict per run, for a table (``pandas.DataFrame(reports.rows())``): a sweep's settings
+        ("strategy.tp": 2, ...) first, then the layout and figures (name, strategy, gpus, dp, tp, pp, ...,
+        step_time_s, mfu, tokens_per_s, compute_s, exposed_comm_s, idle_s, peak_bytes, fits); a sweep's run
+        that failed gives its settings and ``error``."""
+        out = []
+        for item in self:
+            if "set" in item:  # a sweep's row
+                row = dict(item["set"])
+                if "report" in item:
+                    row.update(_flat(item["report"]))
+                else:
+                    row["error"] = item.get("error")
+                out.append(row)
+            else:
+                out.append(_flat(item))
+        return out
+
 
 class Plan(dict):
     """A search's result (``dtsim plan --json``): counts, the top layouts with their reports; ``svg`` is the Pareto chart."""
@@ -70,6 +115,11 @@ class Plan(dict):
 
     def _repr_svg_(self) -> Optional[str]:
         return self.svg
+
+    def rows(self) -> List[Dict[str, Any]]:
+        """One flat dict per layout of ``top``, best first: its rank, the settings the search made
+        ("strategy.tp": 2, ...), then its layout and figures as ``Reports.rows`` gives them."""
+        return [{"rank": r["rank"], **r["set"], **_flat(r["report"])} for r in self.get("top", [])]
 
 
 def _config_path(config: Config, tmp: str, index: int) -> str:
