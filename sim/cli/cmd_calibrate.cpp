@@ -199,10 +199,15 @@ void validate(const ValidateArgs& a) {
             if (time.rows > 0) fmt::print("  {}\n", summary_text(time, "step time or throughput"));
             if (memory.rows > 0) fmt::print("  {}\n", summary_text(memory, "peak memory"));
         }
-        if (missed.empty())
+        // The targets judge collective and Megatron sets only: a file of end-to-end runs (one's own,
+        // say) gets no verdict it does not have.
+        const bool judged = std::any_of(sets.begin(), sets.end(), [](const cal::ValidationSet& s) {
+            return s.kind == "collective" || s.kind == "megatron";
+        });
+        if (missed.empty() && judged)
             fmt::print("targets (collectives >= 1 MiB: median <= 10 % per data set; Megatron: every row <= 15 %, "
                        "median <= 8 %): met\n");
-        else
+        else if (!missed.empty())
             fmt::print("targets not met: {}\n", fmt::join(missed, "; "));
     }
     if (a.check && !missed.empty()) exit_status() = 1;
