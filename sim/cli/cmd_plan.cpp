@@ -263,6 +263,13 @@ void print_plan(const hw::PlanResult& r, std::size_t top, bool timings) {
         for (std::size_t i = 0; caveats.is_array() && i < caveats.size(); ++i)
             if (caveats[i].is_string())
                 fmt::print("{}{}\n", i == 0 ? "weakest (#1): " : "              ", caveats[i].get<std::string>());
+        // The fastest may fit only on paper (run.cpp's `tight`: less free than PyTorch's allocator was
+        // measured to reserve above its peak): say how to ask for room.
+        const nlohmann::json& memory = r.simulated[r.best.front()].report["memory"];
+        if (r.headroom == 0 && memory.is_object() && memory.value("tight", false))
+            fmt::print("tight (#1): it leaves {} free; --headroom GIB ranks only layouts that leave GIB free "
+                       "(docs/planning.md#headroom)\n",
+                       Bytes{r.simulated[r.best.front()].figures->capacity - r.simulated[r.best.front()].figures->peak_bytes});
         if (r.pruned > 0 && !r.budget_hit)
             fmt::print("exact: no layout left unsimulated can beat the {} above (its step-time bound{} is no better)\n",
                        std::min(top, r.best.size()), gpu_seconds ? " x GPUs" : "");
