@@ -106,8 +106,8 @@ void write(const std::vector<ParetoPoint>& points, double capacity, double headr
     const std::string subtitle =
         fmt::format("{} layouts simulated: {} fit, {} out of memory{}; blue: the Pareto front ({} layouts: none "
                     "other is both faster and smaller)",
-                    points.size(), points.size() - oom, oom, capacity > 0 && headroom > 0 ? " or into the headroom" : "",
-                    front.size());
+                    points.size(), points.size() - oom, oom,
+                    capacity > 0 && headroom > 0 ? " or into the headroom" : "", front.size());
     const double width = std::max({left + kPlotW + 40, kMargin + measure.width(title, kTitle, detail::Weight::bold),
                                    kMargin + measure.width(subtitle, kFont), kMargin + list_width}) +
                          kMargin;

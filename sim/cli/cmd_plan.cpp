@@ -236,8 +236,8 @@ void print_plan(const hw::PlanResult& r, std::size_t top, bool timings) {
                r.budget_hit ? fmt::format(", {} left unsimulated: time budget reached", r.left) : "");
     if (r.headroom > 0 && !e.candidates.empty()) {
         const double capacity = e.candidates.front().capacity;
-        fmt::print("headroom: {} per GPU left free: a layout fits when its peak is at most {} of {}\n", Bytes{r.headroom},
-                   Bytes{capacity - r.headroom}, Bytes{capacity});
+        fmt::print("headroom: {} per GPU left free: a layout fits when its peak is at most {} of {}\n",
+                   Bytes{r.headroom}, Bytes{capacity - r.headroom}, Bytes{capacity});
     }
     for (const auto& [why, n] : e.rejected) fmt::print("  rejected {:>6}  {}\n", n, why);
     const bool gpu_seconds = r.rank_by == hw::RankBy::gpu_seconds;
@@ -259,17 +259,18 @@ void print_plan(const hw::PlanResult& r, std::size_t top, bool timings) {
                        cell_percent(p.split.idle, p.step_time), e.candidates[row.candidate].label);
         }
         // Where the prediction of the fastest rests on estimates rather than measurements.
-        const nlohmann::json& caveats = r.simulated[r.best.front()].report["caveats"];
+        const hw::PlanRow& first = r.simulated[r.best.front()];
+        const nlohmann::json& caveats = first.report["caveats"];
         for (std::size_t i = 0; caveats.is_array() && i < caveats.size(); ++i)
             if (caveats[i].is_string())
                 fmt::print("{}{}\n", i == 0 ? "weakest (#1): " : "              ", caveats[i].get<std::string>());
         // The fastest may fit only on paper (run.cpp's `tight`: less free than PyTorch's allocator was
         // measured to reserve above its peak): say how to ask for room.
-        const nlohmann::json& memory = r.simulated[r.best.front()].report["memory"];
+        const nlohmann::json& memory = first.report["memory"];
         if (r.headroom == 0 && memory.is_object() && memory.value("tight", false))
             fmt::print("tight (#1): it leaves {} free; --headroom GIB ranks only layouts that leave GIB free "
                        "(docs/planning.md#headroom)\n",
-                       Bytes{r.simulated[r.best.front()].figures->capacity - r.simulated[r.best.front()].figures->peak_bytes});
+                       Bytes{first.figures->capacity - first.figures->peak_bytes});
         if (r.pruned > 0 && !r.budget_hit)
             fmt::print("exact: no layout left unsimulated can beat the {} above (its step-time bound{} is no better)\n",
                        std::min(top, r.best.size()), gpu_seconds ? " x GPUs" : "");

@@ -80,7 +80,7 @@ std::string strategy_label(const hw::Config& c) {
     return extra.empty() ? s.name : fmt::format("{} ({})", s.name, extra);
 }
 
-// What ran, in a line: "1f1b (sequence parallel) on 64 x H100 SXM, dp 2 x tp 8 x pp 4, 32 microbatches
+// What ran, in a line: "1f1b (sequence parallel) on 64 x H100-SXM, dp 2 x tp 8 x pp 4, 32 microbatches
 // of 1, recompute selective, ZeRO-1".
 std::string layout_line(const hw::Config& c, const hw::RunReport& r) {
     const auto& s = c.strategy;
@@ -89,8 +89,8 @@ std::string layout_line(const hw::Config& c, const hw::RunReport& r) {
                            c.cluster.gpu.name, c.model.spec.layers, c.training.global_batch);
     const hw::RunLayout& l = r.layout;
     return fmt::format("{} on {} x {}, dp {} x tp {} x pp {}{}, {} microbatches of {}, recompute {}{}{}{}",
-                       strategy_label(c), r.gpus, l.gpu, l.dp, l.tp, l.pp, l.cp > 1 ? fmt::format(" x cp {}", l.cp) : "",
-                       r.microbatches, r.micro_batch, l.recompute,
+                       strategy_label(c), r.gpus, l.gpu, l.dp, l.tp, l.pp,
+                       l.cp > 1 ? fmt::format(" x cp {}", l.cp) : "", r.microbatches, r.micro_batch, l.recompute,
                        l.zero_stage && s.name != "fsdp" ? fmt::format(", ZeRO-{}", l.zero_stage) : "",
                        l.fp8 != "none" ? fmt::format(", fp8 linears ({})", l.fp8) : "",
                        l.compile ? ", compiled blocks" : "");
