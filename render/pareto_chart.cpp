@@ -141,35 +141,26 @@ void write(const std::vector<ParetoPoint>& points, double capacity, double headr
         }
         text(cr, left + kPlotW / 2 - 60, top + kPlotH + 34, "peak memory per GPU (GiB)", kFont, detail::Weight::bold);
         text(cr, kMargin, top - 8, "step time", kFont, detail::Weight::bold);
-        // The capacity, dashed.
-        if (capacity > 0) {
-            const double cx = x_of(capacity);
+        // A memory limit as a vertical line across the plot, in the out-of-memory colour, its label
+        // right-aligned to its left at `label_y` below the plot's top.
+        const auto limit_line = [&](double bytes, double on, double off, double label_y, const std::string& label) {
+            const double x = x_of(bytes);
             ink(cr, kOom);
-            const double dash[] = {4, 3};
+            const double dash[] = {on, off};
             cairo_set_dash(cr, dash, 2, 0);
             cairo_set_line_width(cr, 1.5);
-            cairo_move_to(cr, cx, top);
-            cairo_line_to(cr, cx, top + kPlotH);
+            cairo_move_to(cr, x, top);
+            cairo_line_to(cr, x, top + kPlotH);
             cairo_stroke(cr);
             cairo_set_dash(cr, nullptr, 0, 0);
-            text(cr, cx - 4, top + 12, fmt::format("capacity {:g} GiB", capacity / kGiB), kFont - 1,
-                 detail::Weight::normal, kOom, true);
-        }
-        // The capacity less the headroom (plan --headroom), dotted: a layout fits left of it.
-        if (capacity > 0 && headroom > 0) {
-            const double hx = x_of(capacity - headroom);
-            ink(cr, kOom);
-            const double dots[] = {1.5, 3};
-            cairo_set_dash(cr, dots, 2, 0);
-            cairo_set_line_width(cr, 1.5);
-            cairo_move_to(cr, hx, top);
-            cairo_line_to(cr, hx, top + kPlotH);
-            cairo_stroke(cr);
-            cairo_set_dash(cr, nullptr, 0, 0);
-            text(cr, hx - 4, top + 28,
-                 fmt::format("fits up to {:g} GiB (headroom {:g} GiB)", (capacity - headroom) / kGiB, headroom / kGiB),
-                 kFont - 1, detail::Weight::normal, kOom, true);
-        }
+            text(cr, x - 4, top + label_y, label, kFont - 1, detail::Weight::normal, kOom, true);
+        };
+        // The capacity, dashed; less the headroom (plan --headroom), dotted: a layout fits left of it.
+        if (capacity > 0) limit_line(capacity, 4, 3, 12, fmt::format("capacity {:g} GiB", capacity / kGiB));
+        if (capacity > 0 && headroom > 0)
+            limit_line(capacity - headroom, 1.5, 3, 28,
+                       fmt::format("fits up to {:g} GiB (headroom {:g} GiB)", (capacity - headroom) / kGiB,
+                                   headroom / kGiB));
         // Every layout: fitting ones as grey dots, the others as red crosses.
         for (const auto& p : points) {
             const double x = x_of(p.peak_memory), y = y_of(p.step_time);

@@ -42,6 +42,15 @@ PlanRequest request_for(const json& doc, const std::vector<std::string>& space) 
     return r;
 }
 
+// The search the best-first, shard and headroom tests share: 8 GPUs of 3 GiB, 16 sequences, four
+// strategies, three micro-batch sizes, two recompute policies, three ZeRO stages.
+PlanRequest small_search() {
+    json doc = base_document(3);
+    doc["training"]["global_batch"] = 16;
+    return request_for(doc, {"strategy=megatron,1f1b,interleaved,fsdp", "micro_batch=1,2,4", "recompute=none,full",
+                             "zero_stage=0,1,3"});
+}
+
 std::vector<std::string> labels(const Enumeration& e) {
     std::vector<std::string> out;
     for (const auto& c : e.candidates) out.push_back(c.label);
@@ -240,11 +249,7 @@ TEST_CASE("the memory bound never rejects a layout that fits, and the step-time 
 }
 
 TEST_CASE("best first finds what simulating every candidate finds, on 1 and 3 threads alike") {
-    json doc = base_document(3);
-    doc["training"]["global_batch"] = 16;
-    const std::vector<std::string> space = {"strategy=megatron,1f1b,interleaved,fsdp", "micro_batch=1,2,4",
-                                            "recompute=none,full", "zero_stage=0,1,3"};
-    PlanRequest req = request_for(doc, space);
+    PlanRequest req = small_search();
     const auto e = enumerate_layouts(req);
     REQUIRE(e.candidates.size() >= 20);
     // Every candidate simulated: the fitting ones, fastest first (ties in enumeration order).
@@ -283,10 +288,7 @@ constexpr int kShardCounts[] = {1, 2, 3, 8};
 #endif
 
 TEST_CASE("a search split into shards and merged is one process's search, row for row and count for count") {
-    json doc = base_document(3);
-    doc["training"]["global_batch"] = 16;
-    PlanRequest req = request_for(doc, {"strategy=megatron,1f1b,interleaved,fsdp", "micro_batch=1,2,4",
-                                        "recompute=none,full", "zero_stage=0,1,3"});
+    PlanRequest req = small_search();
     req.jobs = 2;
     for (int top : {1, 4}) {
         req.top = top;
@@ -366,11 +368,7 @@ TEST_CASE("a search split into shards and merged is one process's search, row fo
 // headroom; the memory bound rejects against that limit (never a layout whose simulation stays within
 // it); the rows that ran into the headroom are counted apart; shards merge to the same answer.
 TEST_CASE("a headroom: the fastest layouts that leave it free, as simulating every candidate finds them") {
-    json doc = base_document(3);
-    doc["training"]["global_batch"] = 16;
-    const std::vector<std::string> space = {"strategy=megatron,1f1b,interleaved,fsdp", "micro_batch=1,2,4",
-                                            "recompute=none,full", "zero_stage=0,1,3"};
-    PlanRequest req = request_for(doc, space);
+    PlanRequest req = small_search();
     const auto e = enumerate_layouts(req);
     const double capacity = 3 * kGiB;
     std::vector<std::pair<double, double>> peaks;  // (peak, step time) of each candidate that fits the GPU
