@@ -28,6 +28,7 @@ struct ScheduleArgs {
     std::string generate;
     int stages = 0, microbatches = 0, chunks = 0, group = 0;
     bool lower = false;
+    std::string against;  // --against NAMES: built-in schedules to compare with (or "all")
     std::string write;
     TraceOutputs out;
     sched::Costs costs;
@@ -148,9 +149,85 @@ void print_report(const sched::Schedule& s, const std::string& origin, const sch
                "         of its B (or W)\n");
 }
 
+// --against: the generators named ("all": every one), each known, each once, in the order given.
+std::vector<std::string> against_names(const std::string& text) {
+    std::vector<std::string> names;
+    if (text == "all") {
+        for (const auto& g : sched::generators()) names.push_back(g.name);
+        return names;
+    }
+    std::size_t start = 0;
+    while (start <= text.size()) {
+        const std::size_t comma = std::min(text.find(',', start), text.size());
+        const std::string word = text.substr(start, comma - start);
+        const std::string name = sched::canonical_generator(word);
+        if (name.empty())
+            throw UsageError(fmt::format("schedule: --against: unknown generator '{}'; the generators are: {} (or all)",
+                                         word, generator_names()));
+        if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+        start = comma + 1;
+    }
+    return names;
+}
+
+// A schedule's model chunks per rank: its stages over its ranks (1F1B 1, interleaved v, DualPipeV 2).
+int chunks_per_rank(const sched::Schedule& s) { return std::max(1, s.num_stages() / std::max(1, s.num_ranks())); }
+
+// --against: this schedule beside the built-in ones at its ranks and microbatches, each doing the
+// same work per rank and microbatch (a stage's costs and activation scaled by this schedule's chunks
+// per rank over the other's), as makespan, bubble and peak memory; a generator that does not take
+// these sizes says why.
+void print_against(const sched::Schedule& s, const std::string& origin, const sched::RunStats& st,
+                   const std::vector<std::string>& names, const sched::Costs& costs, int chunks) {
+    const int p = s.num_ranks(), m = s.num_microbatches(), v = chunks_per_rank(s);
+    const auto peak_memory = [](const sched::RunStats& r, double activation) {
+        int peak = 0;
+        for (const auto& k : r.ranks) peak = std::max(peak, k.peak_in_flight);
+        return peak * activation;
+    };
+    fmt::print("\nagainst the built-in schedules at p={}, m={}, each with this one's work per rank and microbatch (a "
+               "stage's costs and activation x {}/v, v its chunks per rank):\n",
+               p, m, v);
+    std::size_t w = origin.size();
+    for (const auto& n : names) w = std::max(w, n.size() + 7);
+    fmt::print("  {:<{}} {:>3} {:>12} {:>10} {:>12}\n", "schedule", w, "v", "makespan", "bubble", "peak memory");
+    fmt::print("  {:<{}} {:>3} {:>12} {:>10.6f} {:>12}\n", origin, w, v, short_number(st.makespan), st.bubble_fraction,
+               short_number(peak_memory(st, costs.activation)));
+    for (const auto& name : names) {
+        sched::GenerateParams q;
+        q.p = p;
+        q.m = m;
+        const bool chunked = name == "interleaved" || name == "bfs";
+        q.v = chunked ? (chunks > 0 ? chunks : 2) : 1;
+        const std::string label = chunked ? fmt::format("{} (v={})", name, q.v) : name;
+        sched::Schedule other;
+        try {
+            other = sched::generate(name, q);
+        } catch (const std::invalid_argument& e) {
+            fmt::print("  {:<{}} not for these sizes: {}\n", label, w, e.what());
+            continue;
+        }
+        if (s.lowered()) other = sched::lower(other);
+        const int ov = chunks_per_rank(other);
+        const double scale = static_cast<double>(v) / ov;
+        sched::Costs c = costs;
+        c.forward *= scale;
+        c.backward *= scale;
+        c.backward_input *= scale;
+        c.backward_weight *= scale;
+        if (c.forward_backward >= 0) c.forward_backward *= scale;
+        c.activation *= scale;
+        const sched::RunStats o = sched::run_stats(sched::run_schedule(other, c, nlohmann::json::object()).trace);
+        fmt::print("  {:<{}} {:>3} {:>12} {:>10.6f} {:>12}\n", label, w, ov, short_number(o.makespan), o.bubble_fraction,
+                   short_number(peak_memory(o, c.activation)));
+    }
+    fmt::print("  peak memory: the most activations a rank held at once (x the activation per stage and microbatch)\n");
+}
+
 void run_schedule_command(const ScheduleArgs& a) {
     if (a.file.empty() == a.generate.empty())
         throw UsageError("schedule: give a schedule FILE or --generate NAME (one of them)");
+    const std::vector<std::string> against = a.against.empty() ? std::vector<std::string>{} : against_names(a.against);
     sched::Schedule s;
     std::string origin;
     std::optional<Match> match;
@@ -218,7 +295,9 @@ void run_schedule_command(const ScheduleArgs& a) {
     }
     std::optional<sched::Prediction> pred;
     if (match) pred = sched::predict(match->name, match->params, a.costs);
-    print_report(s, origin, sched::run_stats(result.trace), pred, match, a.costs);
+    const sched::RunStats stats = sched::run_stats(result.trace);
+    print_report(s, origin, stats, pred, match, a.costs);
+    if (!against.empty()) print_against(s, origin, stats, against, a.costs, a.chunks);
     if (!a.write.empty()) fmt::print("schedule written to {}\n", a.write);
 
     a.out.write(result.trace);
@@ -245,6 +324,9 @@ void register_schedule_command(CLI::App& app) {
         ->transform(whole_number(1, 65536));
     cmd->add_flag("--lower", a->lower,
                   "Add SEND/RECV actions as PyTorch's _add_send_recv does (compute_only -> compute_comms)");
+    cmd->add_option("--against", a->against,
+                    "Compare with built-in schedules at the same ranks and microbatches, each doing the same work per "
+                    "rank: NAME,NAME,... or all (makespan, bubble, peak memory)");
     cmd->add_option("--write", a->write, "Write the schedule: FILE.csv (PyTorch's CSV) or any other name (text)")
         ->check(output_file());
     // A schedule's costs, in steps (a forward is 1): up to 1e9 steps each, so that a makespan of
