@@ -188,8 +188,14 @@ void print_against(const sched::Schedule& s, const std::string& origin, const sc
     fmt::print("\nagainst the built-in schedules at p={}, m={}, each with this one's work per rank and microbatch (a "
                "stage's costs and activation x {}/v, v its chunks per rank):\n",
                p, m, v);
+    // Interleaved and BFS at --chunks (2 by default), the others as they come.
+    const int v_chunked = chunks > 0 ? chunks : 2;
+    const auto chunked = [](const std::string& name) { return name == "interleaved" || name == "bfs"; };
+    const auto label_of = [&](const std::string& name) {
+        return chunked(name) ? fmt::format("{} (v={})", name, v_chunked) : name;
+    };
     std::size_t w = origin.size();
-    for (const auto& n : names) w = std::max(w, n.size() + 7);
+    for (const auto& n : names) w = std::max(w, label_of(n).size());
     fmt::print("  {:<{}} {:>3} {:>12} {:>10} {:>12}\n", "schedule", w, "v", "makespan", "bubble", "peak memory");
     fmt::print("  {:<{}} {:>3} {:>12} {:>10.6f} {:>12}\n", origin, w, v, short_number(st.makespan), st.bubble_fraction,
                short_number(peak_memory(st, costs.activation)));
@@ -197,9 +203,8 @@ void print_against(const sched::Schedule& s, const std::string& origin, const sc
         sched::GenerateParams q;
         q.p = p;
         q.m = m;
-        const bool chunked = name == "interleaved" || name == "bfs";
-        q.v = chunked ? (chunks > 0 ? chunks : 2) : 1;
-        const std::string label = chunked ? fmt::format("{} (v={})", name, q.v) : name;
+        q.v = chunked(name) ? v_chunked : 1;
+        const std::string label = label_of(name);
         sched::Schedule other;
         try {
             other = sched::generate(name, q);
@@ -218,8 +223,8 @@ void print_against(const sched::Schedule& s, const std::string& origin, const sc
         if (c.forward_backward >= 0) c.forward_backward *= scale;
         c.activation *= scale;
         const sched::RunStats o = sched::run_stats(sched::run_schedule(other, c, nlohmann::json::object()).trace);
-        fmt::print("  {:<{}} {:>3} {:>12} {:>10.6f} {:>12}\n", label, w, ov, short_number(o.makespan), o.bubble_fraction,
-                   short_number(peak_memory(o, c.activation)));
+        fmt::print("  {:<{}} {:>3} {:>12} {:>10.6f} {:>12}\n", label, w, ov, short_number(o.makespan),
+                   o.bubble_fraction, short_number(peak_memory(o, c.activation)));
     }
     fmt::print("  peak memory: the most activations a rank held at once (x the activation per stage and microbatch)\n");
 }
