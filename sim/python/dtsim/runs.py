@@ -90,8 +90,8 @@ class Reports(list):
         return self.svg
 
     def rows(self) -> List[Dict[str, Any]]:
-        """One flat dict per run, for a table (``pandas.DataFrame(reports.rows())``): a sweep's settings
-        ("strategy.tp": 2, ...) first, then the layout and figures (name, strategy, gpus, dp, tp, pp, ...,
+        """One flat dict per run, for a table (``pandas.DataFrame(reports.rows())``): a sweep's settings as
+        given ("strategy.tp": "2", ...) first, then the layout and figures (name, strategy, gpus, dp, tp, pp, ...,
         step_time_s, mfu, tokens_per_s, compute_s, exposed_comm_s, idle_s, peak_bytes, fits); a sweep's run
         that failed gives its settings and ``error``."""
         out = []
