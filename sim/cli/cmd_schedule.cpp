@@ -29,6 +29,7 @@ struct ScheduleArgs {
     int stages = 0, microbatches = 0, chunks = 0, group = 0;
     bool lower = false;
     std::string against;  // --against NAMES: built-in schedules to compare with (or "all")
+    bool json = false;
     std::string write;
     TraceOutputs out;
     sched::Costs costs;
@@ -173,48 +174,50 @@ std::vector<std::string> against_names(const std::string& text) {
 // A schedule's model chunks per rank: its stages over its ranks (1F1B 1, interleaved v, DualPipeV 2).
 int chunks_per_rank(const sched::Schedule& s) { return std::max(1, s.num_stages() / std::max(1, s.num_ranks())); }
 
-// --against: this schedule beside the built-in ones at its ranks and microbatches, each doing the
+// The most activations a rank of the run held at once, times the activation of one.
+double peak_memory(const sched::RunStats& r, double activation) {
+    int peak = 0;
+    for (const auto& k : r.ranks) peak = std::max(peak, k.peak_in_flight);
+    return peak * activation;
+}
+
+// One built-in schedule of --against, run with the compared schedule's work per rank.
+struct AgainstRow {
+    std::string generator;
+    std::string label;   // "interleaved (v=2)"
+    int v = 0;           // its model chunks per rank
+    std::optional<sched::RunStats> stats;
+    double activation = 0;  // a stage's, scaled
+    std::string error;   // the generator does not take these sizes: why
+};
+
+// --against: the built-in schedules named, at this schedule's ranks and microbatches, each doing the
 // same work per rank and microbatch (a stage's costs and activation scaled by this schedule's chunks
-// per rank over the other's), as makespan, bubble and peak memory; a generator that does not take
-// these sizes says why.
-void print_against(const sched::Schedule& s, const std::string& origin, const sched::RunStats& st,
-                   const std::vector<std::string>& names, const sched::Costs& costs, int chunks) {
-    const int p = s.num_ranks(), m = s.num_microbatches(), v = chunks_per_rank(s);
-    const auto peak_memory = [](const sched::RunStats& r, double activation) {
-        int peak = 0;
-        for (const auto& k : r.ranks) peak = std::max(peak, k.peak_in_flight);
-        return peak * activation;
-    };
-    fmt::print("\nagainst the built-in schedules at p={}, m={}, each with this one's work per rank and microbatch (a "
-               "stage's costs and activation x {}/v, v its chunks per rank):\n",
-               p, m, v);
-    // Interleaved and BFS at --chunks (2 by default), the others as they come.
+// per rank over the other's; interleaved and BFS at --chunks, 2 by default); a generator that does
+// not take these sizes says why.
+std::vector<AgainstRow> against_rows(const sched::Schedule& s, const std::vector<std::string>& names,
+                                     const sched::Costs& costs, int chunks) {
+    const int v = chunks_per_rank(s);
     const int v_chunked = chunks > 0 ? chunks : 2;
-    const auto chunked = [](const std::string& name) { return name == "interleaved" || name == "bfs"; };
-    const auto label_of = [&](const std::string& name) {
-        return chunked(name) ? fmt::format("{} (v={})", name, v_chunked) : name;
-    };
-    std::size_t w = origin.size();
-    for (const auto& n : names) w = std::max(w, label_of(n).size());
-    fmt::print("  {:<{}} {:>3} {:>12} {:>10} {:>12}\n", "schedule", w, "v", "makespan", "bubble", "peak memory");
-    fmt::print("  {:<{}} {:>3} {:>12} {:>10.6f} {:>12}\n", origin, w, v, short_number(st.makespan), st.bubble_fraction,
-               short_number(peak_memory(st, costs.activation)));
+    std::vector<AgainstRow> rows;
     for (const auto& name : names) {
+        const bool chunked = name == "interleaved" || name == "bfs";
         sched::GenerateParams q;
-        q.p = p;
-        q.m = m;
-        q.v = chunked(name) ? v_chunked : 1;
-        const std::string label = label_of(name);
+        q.p = s.num_ranks();
+        q.m = s.num_microbatches();
+        q.v = chunked ? v_chunked : 1;
+        AgainstRow row{name, chunked ? fmt::format("{} (v={})", name, q.v) : name, 0, std::nullopt, 0, {}};
         sched::Schedule other;
         try {
             other = sched::generate(name, q);
         } catch (const std::invalid_argument& e) {
-            fmt::print("  {:<{}} not for these sizes: {}\n", label, w, e.what());
+            row.error = e.what();
+            rows.push_back(std::move(row));
             continue;
         }
         if (s.lowered()) other = sched::lower(other);
-        const int ov = chunks_per_rank(other);
-        const double scale = static_cast<double>(v) / ov;
+        row.v = chunks_per_rank(other);
+        const double scale = static_cast<double>(v) / row.v;
         sched::Costs c = costs;
         c.forward *= scale;
         c.backward *= scale;
@@ -222,11 +225,109 @@ void print_against(const sched::Schedule& s, const std::string& origin, const sc
         c.backward_weight *= scale;
         if (c.forward_backward >= 0) c.forward_backward *= scale;
         c.activation *= scale;
-        const sched::RunStats o = sched::run_stats(sched::run_schedule(other, c, nlohmann::json::object()).trace);
-        fmt::print("  {:<{}} {:>3} {:>12} {:>10.6f} {:>12}\n", label, w, ov, short_number(o.makespan),
-                   o.bubble_fraction, short_number(peak_memory(o, c.activation)));
+        row.activation = c.activation;
+        row.stats = sched::run_stats(sched::run_schedule(other, c, nlohmann::json::object()).trace);
+        rows.push_back(std::move(row));
+    }
+    return rows;
+}
+
+void print_against(const sched::Schedule& s, const std::string& origin, const sched::RunStats& st,
+                   const std::vector<AgainstRow>& rows, const sched::Costs& costs) {
+    const int v = chunks_per_rank(s);
+    fmt::print("\nagainst the built-in schedules at p={}, m={}, each with this one's work per rank and microbatch (a "
+               "stage's costs and activation x {}/v, v its chunks per rank):\n",
+               s.num_ranks(), s.num_microbatches(), v);
+    std::size_t w = origin.size();
+    for (const auto& r : rows) w = std::max(w, r.label.size());
+    fmt::print("  {:<{}} {:>3} {:>12} {:>10} {:>12}\n", "schedule", w, "v", "makespan", "bubble", "peak memory");
+    fmt::print("  {:<{}} {:>3} {:>12} {:>10.6f} {:>12}\n", origin, w, v, short_number(st.makespan), st.bubble_fraction,
+               short_number(peak_memory(st, costs.activation)));
+    for (const auto& r : rows) {
+        if (!r.stats) {
+            fmt::print("  {:<{}} not for these sizes: {}\n", r.label, w, r.error);
+            continue;
+        }
+        fmt::print("  {:<{}} {:>3} {:>12} {:>10.6f} {:>12}\n", r.label, w, r.v, short_number(r.stats->makespan),
+                   r.stats->bubble_fraction, short_number(peak_memory(*r.stats, r.activation)));
     }
     fmt::print("  peak memory: the most activations a rank held at once (x the activation per stage and microbatch)\n");
+}
+
+// `--json`: the report's figures (docs/schedules.md).
+nlohmann::json report_json(const sched::Schedule& s, const std::string& origin, const sched::RunStats& st,
+                           const std::optional<sched::Prediction>& pred, const std::optional<Match>& match,
+                           const sched::Costs& c, const std::optional<std::vector<AgainstRow>>& against) {
+    nlohmann::json ranks = nlohmann::json::array();
+    for (const auto& r : st.ranks)
+        ranks.push_back({{"rank", r.rank},
+                         {"busy", r.busy},
+                         {"idle", r.idle},
+                         {"bubble_fraction", r.bubble_fraction},
+                         {"peak_in_flight", r.peak_in_flight}});
+    nlohmann::json j = {{"schedule", origin},
+                        {"ranks", s.num_ranks()},
+                        {"stages", s.num_stages()},
+                        {"microbatches", s.num_microbatches()},
+                        {"lowered", s.lowered()},
+                        {"generator", match ? nlohmann::json(match->name) : nlohmann::json(nullptr)},
+                        {"costs",
+                         {{"forward", c.forward},
+                          {"backward", c.backward},
+                          {"backward_input", c.backward_input},
+                          {"backward_weight", c.backward_weight},
+                          {"forward_backward", sched::overlapped_cost(c)},
+                          {"p2p", c.p2p},
+                          {"activation", c.activation}}},
+                        {"makespan", st.makespan},
+                        {"bubble_fraction", st.bubble_fraction},
+                        {"peak_memory", peak_memory(st, c.activation)},
+                        {"per_rank", ranks},
+                        {"formulas", nullptr}};
+    if (match) j["params"] = {{"p", match->params.p}, {"m", match->params.m}, {"v", match->params.v}};
+    if (pred) {
+        bool idle_ok = pred->idle.size() == st.ranks.size(), peaks_ok = pred->peak_in_flight.size() == st.ranks.size();
+        for (std::size_t r = 0; r < st.ranks.size(); ++r) {
+            idle_ok = idle_ok && same(st.ranks[r].idle, pred->idle[r]);
+            peaks_ok = peaks_ok && st.ranks[r].peak_in_flight == pred->peak_in_flight[r];
+        }
+        j["formulas"] = {{"reference", pred->reference},
+                         {"makespan", pred->makespan},
+                         {"bubble_time_formula", pred->bubble_time_formula},
+                         {"idle", pred->idle},
+                         {"fraction_formula", pred->fraction_formula},
+                         {"bubble_fraction", pred->bubble_fraction},
+                         {"peak_formula", pred->peak_formula},
+                         {"peak_in_flight", pred->peak_in_flight},
+                         {"exact_expected", pred->exact_expected},
+                         {"conditions", pred->conditions},
+                         {"exact",
+                          {{"makespan", same(st.makespan, pred->makespan)},
+                           {"idle", idle_ok},
+                           {"bubble_fraction", same(st.bubble_fraction, pred->bubble_fraction)},
+                           {"peak_in_flight", peaks_ok}}}};
+        if (!pred->memory_formula.empty()) {
+            j["formulas"]["memory_formula"] = pred->memory_formula;
+            j["formulas"]["memory_ratio"] = pred->memory_ratio;
+        }
+    }
+    if (against) {
+        nlohmann::json rows = nlohmann::json::array();
+        for (const auto& r : *against) {
+            if (!r.stats) {
+                rows.push_back({{"schedule", r.label}, {"generator", r.generator}, {"error", r.error}});
+                continue;
+            }
+            rows.push_back({{"schedule", r.label},
+                            {"generator", r.generator},
+                            {"v", r.v},
+                            {"makespan", r.stats->makespan},
+                            {"bubble_fraction", r.stats->bubble_fraction},
+                            {"peak_memory", peak_memory(*r.stats, r.activation)}});
+        }
+        j["against"] = std::move(rows);
+    }
+    return j;
 }
 
 void run_schedule_command(const ScheduleArgs& a) {
@@ -293,17 +394,25 @@ void run_schedule_command(const ScheduleArgs& a) {
     } catch (const ScheduleError& e) {
         // A schedule that fails (a deadlock): what it did up to the failure still goes to the files asked for.
         if (e.partial_trace && a.out.any()) {
-            fmt::print("schedule {}: failed (the error follows)\n", origin);
-            a.out.write_partial(*e.partial_trace);
+            // With --json, standard output holds JSON or nothing: the lines go to standard error.
+            std::FILE* to = a.json ? stderr : stdout;
+            fmt::print(to, "schedule {}: failed (the error follows)\n", origin);
+            a.out.write_partial(*e.partial_trace, to);
         }
         throw;
     }
     std::optional<sched::Prediction> pred;
     if (match) pred = sched::predict(match->name, match->params, a.costs);
     const sched::RunStats stats = sched::run_stats(result.trace);
-    print_report(s, origin, stats, pred, match, a.costs);
-    if (!against.empty()) print_against(s, origin, stats, against, a.costs, a.chunks);
-    if (!a.write.empty()) fmt::print("schedule written to {}\n", a.write);
+    std::optional<std::vector<AgainstRow>> rows;
+    if (!against.empty()) rows = against_rows(s, against, a.costs, a.chunks);
+    if (a.json) {
+        fmt::print("{}\n", report_json(s, origin, stats, pred, match, a.costs, rows).dump(2));
+    } else {
+        print_report(s, origin, stats, pred, match, a.costs);
+        if (rows) print_against(s, origin, stats, *rows, a.costs);
+        if (!a.write.empty()) fmt::print("schedule written to {}\n", a.write);
+    }
 
     a.out.write(result.trace);
 }
@@ -332,6 +441,7 @@ void register_schedule_command(CLI::App& app) {
     cmd->add_option("--against", a->against,
                     "Compare with built-in schedules at the same ranks and microbatches, each doing the same work per "
                     "rank: NAME,NAME,... or all (makespan, bubble, peak memory)");
+    cmd->add_flag("--json", a->json, "Print the report as JSON");
     cmd->add_option("--write", a->write, "Write the schedule: FILE.csv (PyTorch's CSV) or any other name (text)")
         ->check(output_file());
     // A schedule's costs, in steps (a forward is 1): up to 1e9 steps each, so that a makespan of

@@ -179,8 +179,8 @@ struct TraceOutputs {
     void check_ranks(int nranks, const render::RankGrid& grid = {}) const;
     void write(const Trace& t) const;
     // After a failed run: writes what it did up to the failure and says so (or why it could not)
-    // in an indented line; the run's own error follows.
-    void write_partial(const Trace& t) const;
+    // in an indented line on `to`; the run's own error follows.
+    void write_partial(const Trace& t, std::FILE* to = stdout) const;
 };
 
 // A chart's files (compare): --svg, --png, --pdf, each with its own extension.

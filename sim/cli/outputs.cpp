@@ -67,12 +67,12 @@ void TraceOutputs::write(const Trace& t) const {
     if (!chrome.empty()) render::write_chrome_trace_file(t, chrome);
 }
 
-void TraceOutputs::write_partial(const Trace& t) const {
+void TraceOutputs::write_partial(const Trace& t, std::FILE* to) const {
     try {
         write(t);
-        fmt::print("  the files asked for hold the run up to the failure ({} events)\n", t.event_count());
+        fmt::print(to, "  the files asked for hold the run up to the failure ({} events)\n", t.event_count());
     } catch (const std::exception& e) {
-        fmt::print("  the run up to the failure could not be written: {}\n", e.what());
+        fmt::print(to, "  the run up to the failure could not be written: {}\n", e.what());
     }
 }
 

@@ -152,3 +152,38 @@ def test_plan_csv_has_the_json_rows_figures_and_settings(tmp_path):
             want = top["set"].get(s)
             assert row[s] == ("" if want is None else want if isinstance(want, str) else json.dumps(want))
         assert int(row["strategy.tp"]) == top["report"]["layout"]["tp"]
+
+
+SCHEDULES = pathlib.Path(__file__).resolve().parents[2] / "configs" / "schedules"
+
+
+def test_schedule_gives_what_schedule_json_prints_beside_the_built_in_ones():
+    report = dtsim.schedule(generate="zbh1", stages=4, microbatches=8, against="all")
+    cli = cli_json("schedule", "--generate", "zbh1", "--stages", "4", "--microbatches", "8", "--against", "all")
+    assert dict(report) == cli
+    assert "<svg" in report._repr_svg_()
+    # ZB-H1's own figures against Qi et al.'s formulas, and the others at ZB-H1's work per rank (by hand, in
+    # steps: 1F1B and GPipe (m + p - 1)(T_F + T_B) = 33, interleaved and BFS 24 + 9 / 2, DualPipeV 27).
+    assert report["makespan"] == 27 and report["generator"] == "zbh1"
+    assert all(report["formulas"]["exact"].values())
+    assert [(a["generator"], a["makespan"]) for a in report["against"]] == [
+        ("gpipe", 33), ("1f1b", 33), ("interleaved", 28.5), ("zbh1", 27), ("bfs", 28.5), ("dualpipev", 27)]
+    # Costs by name; a list of generators; a generator that does not take the sizes says why.
+    small = dtsim.schedule(generate="1f1b", stages=2, microbatches=2, against=["1f1b", "dualpipev"],
+                           costs={"forward": 2, "backward": 4}, timeline=False)
+    assert small["makespan"] == 18 and small.svg is None  # (m + p - 1)(T_F + T_B)
+    assert small["against"][0]["makespan"] == 18 and "needs at least 2p microbatches" in small["against"][1]["error"]
+
+
+def test_schedule_of_a_file_without_a_formula_and_one_that_deadlocks(tmp_path):
+    mine = tmp_path / "mine.txt"
+    mine.write_text("rank 0: 0F0 0F1 0B1 0B0\nrank 1: 1F0 1B0 1F1 1B1\n")
+    report = dtsim.schedule(mine, timeline=False)
+    assert report["generator"] is None and report["formulas"] is None and report["makespan"] == 11
+    assert [r["peak_in_flight"] for r in report["per_rank"]] == [2, 1]
+    with pytest.raises(dtsim.DtsimError, match="wait cycle: rank 0 -> rank 1 -> rank 0") as e:
+        dtsim.schedule(SCHEDULES / "deadlock_p2_m2.txt")
+    assert e.value.status == 1
+    with pytest.raises(dtsim.DtsimError, match="unknown cost 'fwd'") as e:
+        dtsim.schedule(generate="1f1b", stages=2, microbatches=2, costs={"fwd": 1})
+    assert e.value.status == 2

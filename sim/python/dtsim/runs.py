@@ -17,7 +17,8 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
 
 Config = Union[str, "os.PathLike[str]", Dict[str, Any]]
 
-__all__ = ["run", "compare", "plan", "Report", "Reports", "Plan", "DtsimError", "executable"]
+__all__ = ["run", "compare", "plan", "schedule", "Report", "Reports", "Plan", "ScheduleReport", "DtsimError",
+           "executable"]
 
 
 class DtsimError(RuntimeError):
@@ -120,6 +121,16 @@ class Plan(dict):
         """One flat dict per layout of ``top``, best first: its rank, the settings the search made
         ("strategy.tp": 2, ...), then its layout and figures as ``Reports.rows`` gives them."""
         return [{"rank": r["rank"], **r["set"], **_flat(r["report"])} for r in self.get("top", [])]
+
+
+class ScheduleReport(dict):
+    """A pipeline schedule's run (``dtsim schedule --json``): makespan, bubbles, memory, the published formulas'
+    figures and ``against`` rows; ``svg`` is its timeline where drawn."""
+
+    svg: Optional[str] = None
+
+    def _repr_svg_(self) -> Optional[str]:
+        return self.svg
 
 
 def _config_path(config: Config, tmp: str, index: int) -> str:
@@ -248,3 +259,38 @@ def plan(config: Config, space: Space = None, gpus: Optional[int] = None, set: U
         if jobs is not None:
             args += ["--jobs", str(jobs)]
         return _call_drawn(args, tmp, chart, Plan)
+
+
+_SCHEDULE_COSTS = ("forward", "backward", "backward_input", "backward_weight", "forward_backward", "p2p", "activation")
+
+
+def schedule(file: Union[str, "os.PathLike[str]", None] = None, generate: Optional[str] = None,
+             stages: Optional[int] = None, microbatches: Optional[int] = None, chunks: Optional[int] = None,
+             group: Optional[int] = None, against: Union[str, Iterable[str], None] = None,
+             costs: Optional[Dict[str, float]] = None, timeline: bool = True) -> ScheduleReport:
+    """``dtsim schedule FILE --json`` or ``dtsim schedule --generate NAME --stages P --microbatches M --json``
+    (docs/schedules.md): the schedule run in steps, its bubbles and memory beside the published formulas.
+
+    ``against`` names built-in schedules to run beside it with the same work per rank ("all", or a list such as
+    ``["1f1b", "zbh1"]``); ``costs`` sets the costs in steps and the activation per stage (keys forward,
+    backward, backward_input, backward_weight, forward_backward, p2p, activation). A schedule that deadlocks
+    raises DtsimError (status 1) with the wait cycle.
+    """
+    args: List[str] = ["schedule"]
+    if file is not None:
+        args.append(os.fspath(file))
+    if generate is not None:
+        args += ["--generate", generate]
+    for option, value in (("--stages", stages), ("--microbatches", microbatches), ("--chunks", chunks),
+                          ("--group", group)):
+        if value is not None:
+            args += [option, str(value)]
+    if against is not None:
+        args += ["--against", against if isinstance(against, str) else ",".join(against)]
+    for key, value in (costs or {}).items():
+        if key not in _SCHEDULE_COSTS:
+            raise DtsimError(f"schedule: unknown cost {key!r}; the costs are: {', '.join(_SCHEDULE_COSTS)}", 2)
+        args += ["--" + key.replace("_", "-"), str(value)]
+    args.append("--json")
+    with tempfile.TemporaryDirectory(prefix="dtsim-") as tmp:
+        return _call_drawn(args, tmp, timeline, ScheduleReport)
