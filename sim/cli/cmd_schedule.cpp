@@ -28,7 +28,7 @@ struct ScheduleArgs {
     std::string generate;
     int stages = 0, microbatches = 0, chunks = 0, group = 0;
     bool lower = false;
-    std::string against;  // --against NAMES: built-in schedules to compare with (or "all")
+    std::vector<std::string> against;  // --against NAME,NAME,... or all: built-in schedules to compare with
     bool json = false;
     std::string write;
     TraceOutputs out;
@@ -66,6 +66,20 @@ std::optional<Match> find_generator(const sched::Schedule& s) {
     return std::nullopt;
 }
 
+// Whether each measured figure equals the published formula's.
+struct Exactness {
+    bool makespan = false, idle = false, bubble_fraction = false, peak_in_flight = false;
+};
+Exactness exactness(const sched::RunStats& st, const sched::Prediction& pred) {
+    Exactness e{same(st.makespan, pred.makespan), pred.idle.size() == st.ranks.size(),
+                same(st.bubble_fraction, pred.bubble_fraction), pred.peak_in_flight.size() == st.ranks.size()};
+    for (std::size_t r = 0; r < st.ranks.size(); ++r) {
+        e.idle = e.idle && same(st.ranks[r].idle, pred.idle[r]);
+        e.peak_in_flight = e.peak_in_flight && st.ranks[r].peak_in_flight == pred.peak_in_flight[r];
+    }
+    return e;
+}
+
 void print_report(const sched::Schedule& s, const std::string& origin, const sched::RunStats& st,
                   const std::optional<sched::Prediction>& pred, const std::optional<Match>& match,
                   const sched::Costs& c) {
@@ -96,22 +110,20 @@ void print_report(const sched::Schedule& s, const std::string& origin, const sch
     const std::string idle = same(idle_min, idle_max) ? short_number(idle_min) : short_number(idle_min) + ".." + short_number(idle_max);
     auto verdict = [&](bool ok) { return ok ? "exact" : "differs"; };
     fmt::print("\n  {:<18} {:<12} {:<34} {:<12}\n", "", "measured", "published formula", "predicted");
+    const Exactness exact = pred ? exactness(st, *pred) : Exactness{};
     if (pred) {
         fmt::print("  {:<18} {:<12} {:<34} {:<12} {}\n", "makespan", short_number(st.makespan), "busy + bubble",
-                   short_number(pred->makespan), verdict(same(st.makespan, pred->makespan)));
-        bool idle_ok = pred->idle.size() == st.ranks.size();
+                   short_number(pred->makespan), verdict(exact.makespan));
         double pmin = pred->bubble_time, pmax = pmin;
-        for (std::size_t r = 0; idle_ok && r < st.ranks.size(); ++r) {
-            idle_ok = same(st.ranks[r].idle, pred->idle[r]);
-            pmin = std::min(pmin, pred->idle[r]);
-            pmax = std::max(pmax, pred->idle[r]);
+        for (const double idle_r : pred->idle) {
+            pmin = std::min(pmin, idle_r);
+            pmax = std::max(pmax, idle_r);
         }
         const std::string pidle = same(pmin, pmax) ? short_number(pmin) : short_number(pmin) + ".." + short_number(pmax);
         fmt::print("  {:<18} {:<12} {:<34} {:<12} {}\n", "bubble per rank", idle, pred->bubble_time_formula, pidle,
-                   verdict(idle_ok));
+                   verdict(exact.idle));
         fmt::print("  {:<18} {:<12.6f} {:<34} {:<12.6f} {}\n", "bubble fraction", st.bubble_fraction,
-                   pred->fraction_formula,
-                   pred->bubble_fraction, verdict(same(st.bubble_fraction, pred->bubble_fraction)));
+                   pred->fraction_formula, pred->bubble_fraction, verdict(exact.bubble_fraction));
         if (!pred->memory_formula.empty()) {
             const double ratio = st.ranks.front().peak_in_flight / pred->memory_scale;
             fmt::print("  {:<18} {:<12.6g} {:<34} {:<12.6g} {}   (rank 0's peak {} / (v*p = {}))\n", "memory vs 1F1B",
@@ -139,34 +151,29 @@ void print_report(const sched::Schedule& s, const std::string& origin, const sch
     }
     fmt::print("  {:>5} {:>9} {:>9} {:>10.6f} {:>10}\n", "all", "", "", st.bubble_fraction,
                pred ? fmt::format("{:.6f}", pred->bubble_fraction) : std::string("-"));
-    if (pred) {
-        bool peaks_ok = true;
-        for (const auto& r : st.ranks)
-            peaks_ok = peaks_ok && r.peak_in_flight == pred->peak_in_flight[static_cast<std::size_t>(r.rank)];
-        fmt::print("  peak in-flight per rank: predicted {} -- {}\n", pred->peak_formula, peaks_ok ? "exact" : "differs");
-    }
+    if (pred)
+        fmt::print("  peak in-flight per rank: predicted {} -- {}\n", pred->peak_formula, verdict(exact.peak_in_flight));
     fmt::print("  bubble = idle / makespan per rank (idle = makespan - busy); all = total idle / (ranks x makespan)\n"
                "  peak = most (stage, microbatch) activations held at once, each from the end of its F to the end\n"
                "         of its B (or W)\n");
 }
 
-// --against: the generators named ("all": every one), each known, each once, in the order given.
-std::vector<std::string> against_names(const std::string& text) {
+// --against: the generators named (CLI11 splits the list at its commas and drops empty words;
+// "all": every one), each
+// known, each once, in the order given.
+std::vector<std::string> against_names(const std::vector<std::string>& words) {
     std::vector<std::string> names;
-    if (text == "all") {
-        for (const auto& g : sched::generators()) names.push_back(g.name);
-        return names;
-    }
-    std::size_t start = 0;
-    while (start <= text.size()) {
-        const std::size_t comma = std::min(text.find(',', start), text.size());
-        const std::string word = text.substr(start, comma - start);
+    for (const auto& word : words) {
+        if (word == "all") {
+            for (const auto& g : sched::generators())
+                if (std::find(names.begin(), names.end(), g.name) == names.end()) names.push_back(g.name);
+            continue;
+        }
         const std::string name = sched::canonical_generator(word);
         if (name.empty())
             throw UsageError(fmt::format("schedule: --against: unknown generator '{}'; the generators are: {} (or all)",
                                          word, generator_names()));
         if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
-        start = comma + 1;
     }
     return names;
 }
@@ -286,11 +293,7 @@ nlohmann::json report_json(const sched::Schedule& s, const std::string& origin, 
                         {"formulas", nullptr}};
     if (match) j["params"] = {{"p", match->params.p}, {"m", match->params.m}, {"v", match->params.v}};
     if (pred) {
-        bool idle_ok = pred->idle.size() == st.ranks.size(), peaks_ok = pred->peak_in_flight.size() == st.ranks.size();
-        for (std::size_t r = 0; r < st.ranks.size(); ++r) {
-            idle_ok = idle_ok && same(st.ranks[r].idle, pred->idle[r]);
-            peaks_ok = peaks_ok && st.ranks[r].peak_in_flight == pred->peak_in_flight[r];
-        }
+        const Exactness e = exactness(st, *pred);
         j["formulas"] = {{"reference", pred->reference},
                          {"makespan", pred->makespan},
                          {"bubble_time_formula", pred->bubble_time_formula},
@@ -302,10 +305,10 @@ nlohmann::json report_json(const sched::Schedule& s, const std::string& origin, 
                          {"exact_expected", pred->exact_expected},
                          {"conditions", pred->conditions},
                          {"exact",
-                          {{"makespan", same(st.makespan, pred->makespan)},
-                           {"idle", idle_ok},
-                           {"bubble_fraction", same(st.bubble_fraction, pred->bubble_fraction)},
-                           {"peak_in_flight", peaks_ok}}}};
+                          {{"makespan", e.makespan},
+                           {"idle", e.idle},
+                           {"bubble_fraction", e.bubble_fraction},
+                           {"peak_in_flight", e.peak_in_flight}}}};
         if (!pred->memory_formula.empty()) {
             j["formulas"]["memory_formula"] = pred->memory_formula;
             j["formulas"]["memory_ratio"] = pred->memory_ratio;
@@ -333,7 +336,7 @@ nlohmann::json report_json(const sched::Schedule& s, const std::string& origin, 
 void run_schedule_command(const ScheduleArgs& a) {
     if (a.file.empty() == a.generate.empty())
         throw UsageError("schedule: give a schedule FILE or --generate NAME (one of them)");
-    const std::vector<std::string> against = a.against.empty() ? std::vector<std::string>{} : against_names(a.against);
+    const std::vector<std::string> against = against_names(a.against);
     sched::Schedule s;
     std::string origin;
     std::optional<Match> match;
@@ -440,7 +443,9 @@ void register_schedule_command(CLI::App& app) {
                   "Add SEND/RECV actions as PyTorch's _add_send_recv does (compute_only -> compute_comms)");
     cmd->add_option("--against", a->against,
                     "Compare with built-in schedules at the same ranks and microbatches, each doing the same work per "
-                    "rank: NAME,NAME,... or all (makespan, bubble, peak memory)");
+                    "rank: NAME,NAME,... or all (makespan, bubble, peak memory)")
+        ->delimiter(',')
+        ->allow_extra_args(false);
     cmd->add_flag("--json", a->json, "Print the report as JSON");
     cmd->add_option("--write", a->write, "Write the schedule: FILE.csv (PyTorch's CSV) or any other name (text)")
         ->check(output_file());

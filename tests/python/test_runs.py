@@ -109,7 +109,11 @@ def test_rows_flatten_each_report_for_a_table():
         assert row["fits"] == (report["memory"]["oom"] is None)
         assert all(not isinstance(v, (dict, list)) for v in row.values())
     assert [r["fits"] for r in rows] == [False, True]  # ddp keeps 18 bytes a parameter on each GPU
-    assert reports[1].get("layout") and dtsim.Report(reports[1]).row() == rows[1]
+    # A single run's row, from its own report.
+    single = dtsim.run(DDP, timeline=False)
+    row = single.row()
+    assert row["dp"] == single["layout"]["dp"] == 16 and row["step_time_s"] == single["step_time_s"]
+    assert row["name"] == rows[0]["name"] and row["tokens_per_s"] == rows[0]["tokens_per_s"]
     # A sweep: each row's settings, then its figures; a failed run gives its settings and error.
     sweep = dtsim.run(DDP, set=["training.micro_batch=1,2"], jobs=1).rows()
     assert [r["training.micro_batch"] for r in sweep] == ["1", "2"] and [r["micro_batch"] for r in sweep] == [1, 2]
