@@ -13,6 +13,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 #include <string>
@@ -651,6 +653,114 @@ TEST_CASE("microbatch_group is searched only when asked for, and the bounds hold
     CHECK_THROWS_WITH_AS(enumerate_layouts(twice), doctest::Contains("--space microbatch_group=..."), PlanError);
 }
 
+TEST_CASE("schedule files are searched when asked, each at the sizes it fixes, and the bounds hold") {
+    // 8 GPUs, 4 layers, 16 sequences: a 4-rank, 8-microbatch file runs at dp 1 (tp 2, micro-batch 2)
+    // or dp 2 (tp 1, micro-batch 1). The interleaved file's 8 stages do not divide the 4 layers.
+    json doc = base_document();
+    doc["training"]["global_batch"] = 16;
+    const std::string dir = std::string(DTSIM_CONFIGS) + "/schedules/";
+    const std::string zbh1 = dir + "zbh1_p4_m8.txt", onef1b = dir + "1f1b_p4_m8.csv",
+                      looped = dir + "interleaved_p4_m8_v2.csv";
+    const std::vector<std::string> space = {"strategy=1f1b,zbh1", "tp=1,2", "recompute=none,full",
+                                            "sequence_parallel=false", "zero_stage=1"};
+    auto with = space;
+    with.push_back(fmt::format("schedule_file={},{},{}", zbh1, onef1b, looped));
+    const PlanRequest req = request_for(doc, with);
+    const auto e = enumerate_layouts(req);
+    const auto plain = enumerate_layouts(request_for(doc, space));
+    // The strategies' own layouts as before; each file's at pp 4 only, with its micro-batch.
+    std::map<std::string, const Candidate*> by_label;
+    for (const auto& c : e.candidates) by_label[c.label] = &c;
+    for (const auto& c : plain.candidates) REQUIRE(by_label.count(c.label) == 1);
+    std::vector<std::string> files;
+    for (const auto& c : e.candidates)
+        if (c.label.starts_with("schedule ")) files.push_back(c.label);
+    // 2 files x (tp 1: dp 2, tp 2: dp 1) x 2 recompute policies.
+    CHECK(files.size() == 8);
+    CHECK(e.candidates.size() == plain.candidates.size() + files.size());
+    CHECK(e.rejected.at(reject::schedule_layers) == 4);  // the interleaved file's 4
+    for (const auto& label : files) {
+        INFO(label);
+        CHECK(label.find(" pp=4 ") != std::string::npos);
+        const bool dp1 = label.find(" dp=1 ") != std::string::npos;
+        CHECK(label.find(dp1 ? " micro_batch=2 " : " micro_batch=1 ") != std::string::npos);
+    }
+    // Each simulated: the bounds hold, and the zbh1 and 1F1B files run as their generated schedules do
+    // (the files are the generators' output).
+    std::size_t same = 0;
+    for (const auto& c : e.candidates) {
+        const Config config = candidate_config(e, req, c);
+        const RunReport r = simulate(config, {.keep_trace = false}).report;
+        INFO(c.label);
+        CHECK(c.memory_bound <= r.peak.bytes);
+        if (!r.oom) CHECK(c.time_bound <= r.step_time);
+        if (!c.label.starts_with("schedule ")) continue;
+        CHECK(config.strategy.name == "schedule");
+        const bool is_zbh1 = c.label.starts_with("schedule " + zbh1);
+        CHECK(config.strategy.schedule_file == (is_zbh1 ? zbh1 : onef1b));
+        std::string generated = c.label;
+        generated.replace(0, ("schedule " + (is_zbh1 ? zbh1 : onef1b)).size(), is_zbh1 ? "zbh1" : "1f1b");
+        REQUIRE(by_label.count(generated) == 1);
+        const RunReport g =
+            simulate(candidate_config(e, req, *by_label[generated]), {.keep_trace = false}).report;
+        CHECK(r.step_time == g.step_time);
+        CHECK(r.peak.bytes == g.peak.bytes);
+        ++same;
+    }
+    CHECK(same == 8);
+    // Best first finds what simulating every candidate finds.
+    std::vector<std::pair<double, std::size_t>> all;
+    for (const auto& c : e.candidates) {
+        const RunReport r = simulate(candidate_config(e, req, c), {.keep_trace = false}).report;
+        if (!r.oom) all.push_back({r.step_time, c.index});
+    }
+    std::sort(all.begin(), all.end());
+    PlanRequest top = req;
+    top.top = 3;
+    const PlanResult p = plan(top);
+    REQUIRE(p.best.size() >= 3);
+    for (std::size_t i = 0; i < 3; ++i) {
+        CHECK(p.simulated[p.best[i]].figures->step_time == all[i].first);
+        CHECK(p.simulated[p.best[i]].candidate == all[i].second);
+    }
+    // --space pp and micro_batch restrict a file too: pp 2 leaves its layouts out.
+    auto pp2 = with;
+    pp2.push_back("pp=2");
+    for (const auto& c : enumerate_layouts(request_for(doc, pp2)).candidates)
+        CHECK_FALSE(c.label.starts_with("schedule "));
+    // --space strategy=schedule alone runs only the files.
+    auto alone = with;
+    alone[0] = "strategy=schedule";
+    CHECK(enumerate_layouts(request_for(doc, alone)).candidates.size() == 8);
+}
+
+TEST_CASE("bad schedule files in a plan are named") {
+    json doc = base_document();
+    doc["training"]["global_batch"] = 16;
+    const std::string dir = std::string(DTSIM_CONFIGS) + "/schedules/";
+    CHECK_THROWS_WITH_AS(enumerate_layouts(request_for(doc, {"strategy=schedule"})),
+                         doctest::Contains("--space strategy=schedule: name the schedule files with --space "
+                                           "schedule_file=F1,F2"),
+                         PlanError);
+    CHECK_THROWS_WITH_AS(enumerate_layouts(request_for(doc, {"schedule_file=" + dir + "missing.txt"})),
+                         doctest::Contains(("--space schedule_file=" + dir + "missing.txt: ").c_str()), PlanError);
+    CHECK_THROWS_WITH_AS(enumerate_layouts(request_for(doc, {"schedule_file=" + dir + "deadlock_p2_m2.txt"})),
+                         doctest::Contains("deadlock"), PlanError);
+    // Rank 0 holds stages 0 and 1, rank 1 stage 2 only.
+    const auto uneven = std::filesystem::temp_directory_path() / "dtsim_plan_uneven_p2_m1.txt";
+    std::ofstream(uneven) << "rank 0: 0F0 1F0 1B0 0B0\nrank 1: 2F0 2B0\n";
+    CHECK_THROWS_WITH_AS(enumerate_layouts(request_for(doc, {"schedule_file=" + uneven.string()})),
+                         doctest::Contains("rank 0 holds 2 stage(s) and rank 1 holds 1; plan searches schedules "
+                                           "whose ranks hold as many stages each"),
+                         PlanError);
+    std::filesystem::remove(uneven);
+    PlanSpace s;
+    CHECK_THROWS_WITH_AS(set_space(s, "schedule_file=a.txt,"), doctest::Contains("found an empty one"), PlanError);
+    PlanRequest r = request_for(doc, {});
+    r.overrides = {{"strategy.schedule_file", "\"a.txt\""}};
+    CHECK_THROWS_WITH_AS(enumerate_layouts(r), doctest::Contains("--space schedule_file=..."), PlanError);
+}
+
 TEST_CASE("FSDP's sharding is searched by default, and the bounds hold for each") {
     // Two nodes of 8, so that hybrid sharding shards inside a node and replicates across the two.
     json doc = base_document();
@@ -932,7 +1042,7 @@ TEST_CASE("a value given twice in --space is searched once, where it first appea
 
 TEST_CASE("bad plan requests are named") {
     PlanSpace s;
-    CHECK_THROWS_WITH_AS(set_space(s, "tpp=1,2"), doctest::Contains("--space tpp: unknown knob (the knobs are: strategy, tp"),
+    CHECK_THROWS_WITH_AS(set_space(s, "tpp=1,2"), doctest::Contains("--space tpp: unknown knob (the knobs are: strategy, schedule_file, tp"),
                          PlanError);
     CHECK_THROWS_WITH_AS(set_space(s, "tp=two"), doctest::Contains("--space tp: 'two' is not a whole number"), PlanError);
     CHECK_THROWS_WITH_AS(set_space(s, "tp=0"), doctest::Contains("'0' is not a whole number from 1"), PlanError);

@@ -78,6 +78,9 @@ public:
 //                     ("even" or n layers on the first / last pipeline rank) with each pipeline but
 //                     dualpipev, and then pp runs over every value from 2 (the layers need not split
 //                     evenly: the config check says which splits work)
+//   schedule_file     not searched; asked for, the "schedule" strategy joins the strategies and runs
+//                     each file, at the pp and microbatches the file fixes (the micro-batch follows
+//                     from them), each of its ranks holding as many stages as the others
 struct PlanSpace {
     std::vector<std::string> strategies;
     std::vector<int> tp, pp, chunks, cp, zero_stage, micro_batch;
@@ -89,6 +92,9 @@ struct PlanSpace {
     std::vector<int> first_stage_layers, last_stage_layers;  // 0: even stages ("even"); empty: not searched
     std::vector<int> microbatch_group;  // interleaved; 0: pp (the key unset); empty: not searched
     std::vector<std::string> sharding;  // fsdp: full, grad_op, hybrid; empty: all three
+    // The "schedule" strategy's files (PyTorch's action notation or CSV), as given: relative to the
+    // working directory, as `--set strategy.schedule_file=` is. Empty: the strategy is not searched.
+    std::vector<std::string> schedule_files;
 };
 
 // The GPU counts `spec` names (PlanRequest::gpus) on nodes of `per_node` GPUs: each count is whole
@@ -153,6 +159,9 @@ inline constexpr const char* gpus = "tp x cp x pp does not divide the GPU count"
 inline constexpr const char* chunks = "pp x chunks does not divide the layers";
 inline constexpr const char* batch = "micro_batch x dp does not divide the global batch";
 inline constexpr const char* schedule = "the pipeline schedule does not take these sizes (interleaved: pp <= microbatch_group <= microbatches)";
+inline constexpr const char* schedule_layers = "the schedule file's stages do not divide the layers";
+inline constexpr const char* schedule_batch =
+    "dp x the schedule file's microbatches does not divide the global batch";
 inline constexpr const char* hybrid_full =
     "hybrid sharding runs as full sharding here (the data-parallel ranks are not whole nodes of two or more)";
 inline constexpr const char* states = "does not fit: model states alone exceed memory";

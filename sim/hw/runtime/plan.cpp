@@ -8,7 +8,11 @@
 #include "dtsim/hw/units.hpp"
 #include "dtsim/hw/workload.hpp"
 #include "dtsim/interrupt.hpp"
+#include "dtsim/sched/executor.hpp"
+#include "dtsim/sched/format.hpp"
 #include "dtsim/sched/generators.hpp"
+#include "dtsim/sched/lowering.hpp"
+#include "dtsim/sched/schedule.hpp"
 #include "json/reader.hpp"
 
 #include <fmt/format.h>
@@ -96,6 +100,45 @@ int int_or(const nlohmann::json& object, const char* key, int fallback) {
 
 bool pipeline(const StrategyInfo& info) { return info.pipeline != PipelineKind::none; }
 
+// A schedule file the search runs (--space schedule_file): the sizes it fixes.
+struct FileSchedule {
+    std::string given;  // as --space named it
+    int ranks = 0, microbatches = 0, stages = 0;
+};
+
+// Each file read, checked (its static rules, and a run of its steps, which names a deadlock) and
+// measured once. The bounds take the stages as a generated looped schedule places them (the last on
+// the last rank, every rank as many layers: plan_bounds.cpp), so a file must give each of its ranks as
+// many stages; the layers then split evenly over the ranks whatever the file's placement, and rank 0
+// (the first stage's) holds the embedding.
+std::vector<FileSchedule> read_schedule_files(const std::vector<std::string>& files) {
+    std::vector<FileSchedule> out;
+    for (const std::string& f : files) {
+        const auto fail = [&](const std::string& why) {
+            return PlanError(fmt::format("--space schedule_file={}: {}", f, why));
+        };
+        sched::Schedule sc;
+        try {
+            sc = sched::read_schedule_file(f);
+            if (sc.lowered()) sc = sched::strip_comms(sc);
+            (void)sched::run_schedule(sc);  // validates it first
+        } catch (const std::exception& e) {
+            throw fail(e.what());
+        }
+        std::vector<int> held(static_cast<std::size_t>(sc.num_ranks()), 0);
+        for (int owner : sched::stage_owners(sc))
+            if (owner >= 0 && owner < sc.num_ranks()) ++held[static_cast<std::size_t>(owner)];
+        for (int r = 1; r < sc.num_ranks(); ++r)
+            if (held[static_cast<std::size_t>(r)] != held[0])
+                throw fail(fmt::format("rank 0 holds {} stage(s) and rank {} holds {}; plan searches schedules whose "
+                                       "ranks hold as many stages each (its bounds assume it): run this one with "
+                                       "dtsim run",
+                                       held[0], r, held[static_cast<std::size_t>(r)]));
+        out.push_back({f, sc.num_ranks(), sc.num_microbatches(), sc.num_stages()});
+    }
+    return out;
+}
+
 template <class T>
 const std::vector<T>& or_default(const std::vector<T>& given, const std::vector<T>& fallback) {
     return given.empty() ? fallback : given;
@@ -166,7 +209,7 @@ std::vector<int> gpu_counts(const std::string& spec, int per_node) {
 }
 
 const std::vector<std::string>& plan_knobs() {
-    static const std::vector<std::string> knobs = {"strategy", "tp", "pp", "chunks", "cp", "zero_stage",
+    static const std::vector<std::string> knobs = {"strategy", "schedule_file", "tp", "pp", "chunks", "cp", "zero_stage",
                                                    "micro_batch", "recompute", "sequence_parallel",
                                                    "tp_comm_overlap", "fp8", "compile",
                                                    "recompute_num_layers", "recompute_every",
@@ -187,7 +230,7 @@ void keep_first(std::vector<T>& values) {
 }
 
 void keep_first(PlanSpace& s) {
-    for (auto* v : {&s.strategies, &s.recompute, &s.fp8, &s.sharding}) keep_first(*v);
+    for (auto* v : {&s.strategies, &s.recompute, &s.fp8, &s.sharding, &s.schedule_files}) keep_first(*v);
     for (auto* v : {&s.tp, &s.pp, &s.chunks, &s.cp, &s.zero_stage, &s.micro_batch, &s.sequence_parallel,
                     &s.tp_comm_overlap, &s.compile, &s.recompute_num_layers, &s.recompute_every,
                     &s.first_stage_layers, &s.last_stage_layers, &s.microbatch_group})
@@ -223,12 +266,17 @@ void set_space(PlanSpace& space, const std::string& text) {
         space.strategies.clear();
         for (const auto& v : values) {
             const StrategyInfo* info = find_hw_strategy(v);
-            if (!info || info->puzzle || info->schedule_file)
+            if (!info || info->puzzle)
                 throw PlanError(fmt::format("--space strategy: '{}' is not a strategy plan searches (expected "
-                                            "ddp, fsdp, megatron, gpipe, 1f1b, interleaved, zbh1, bfs or dualpipev)",
+                                            "ddp, fsdp, megatron, gpipe, 1f1b, interleaved, zbh1, bfs, dualpipev "
+                                            "or schedule)",
                                             v));
             space.strategies.push_back(v);
         }
+    } else if (key == "schedule_file") {
+        for (const auto& v : values)
+            if (v.empty()) throw PlanError("--space schedule_file: expected file names, found an empty one");
+        space.schedule_files = values;
     } else if (key == "tp") ints(space.tp, 1);
     else if (key == "pp") ints(space.pp, 1);
     else if (key == "chunks") ints(space.chunks, 1);
@@ -295,7 +343,7 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
     static const std::vector<std::string> searched = {
         "name", "tp", "pp", "cp", "zero_stage", "chunks", "microbatch_group", "sharding", "sequence_parallel",
         "tp_comm_overlap", "recompute", "recompute_every", "recompute_num_layers", "first_stage_layers",
-        "last_stage_layers"};
+        "last_stage_layers", "schedule_file"};
     for (const auto& o : request.overrides)
         for (const auto& k : kLayoutKeys)
             if (strip(o.path) == k && o.path.find("training") == std::string::npos) {
@@ -368,8 +416,19 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
     static const std::vector<int> both = {0, 1};
     std::size_t index = 0;
     const bool uneven_searched = !sp.first_stage_layers.empty() || !sp.last_stage_layers.empty();
+    // The schedule files: the "schedule" strategy runs each (and joins the strategies when they are named).
+    std::vector<std::string> names = or_default(sp.strategies, kDefaultStrategies);
+    const bool schedule_named = std::find(names.begin(), names.end(), "schedule") != names.end();
+    if (schedule_named && sp.schedule_files.empty())
+        throw PlanError("--space strategy=schedule: name the schedule files with --space schedule_file=F1,F2");
+    if (!schedule_named && !sp.schedule_files.empty()) names.push_back("schedule");
+    const std::vector<FileSchedule> files = read_schedule_files(sp.schedule_files);
+    std::vector<const FileSchedule*> each_file;
+    for (const auto& f : files) each_file.push_back(&f);
+    static const std::vector<const FileSchedule*> no_file = {nullptr};
     for (const int gpus : counts)
-    for (const auto& name : or_default(sp.strategies, kDefaultStrategies)) {
+    for (const auto& name : names)
+    for (const FileSchedule* sf : name == "schedule" ? each_file : no_file) {
         const int node = gpus < per_node ? gpus : per_node;
         std::vector<Override> cluster;
         if (!request.gpus.empty()) {
@@ -381,7 +440,10 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
         if (!info.tensor_parallel) tps = one;
         std::vector<int> pps;
         if (!pipeline(info)) pps = one;
-        else if (!sp.pp.empty()) {
+        else if (sf) {
+            // The file fixes pp: its ranks, where --space pp (if given) holds them.
+            if (sp.pp.empty() || std::find(sp.pp.begin(), sp.pp.end(), sf->ranks) != sp.pp.end()) pps = {sf->ranks};
+        } else if (!sp.pp.empty()) {
             for (int p : sp.pp)
                 if (p >= 2) pps.push_back(p);
         } else if (uneven_searched) {
@@ -428,7 +490,7 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
         const std::vector<std::string>& shardings = info.sharding ? or_default(sp.sharding, kShardings) : unsharded;
         // Uneven stages (Megatron-LM's first/last pipeline stage layers): pipelines that take them only,
         // even (0) unless searched.
-        const bool takes_uneven = pipeline(info) && name != "dualpipev";
+        const bool takes_uneven = pipeline(info) && name != "dualpipev" && !sf;
         const std::vector<int>& firsts = takes_uneven ? or_default(sp.first_stage_layers, no) : no;
         const std::vector<int>& lasts = takes_uneven ? or_default(sp.last_stage_layers, no) : no;
         for (int tp : tps)
@@ -451,6 +513,16 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
                             const int dp = mp > 0 && gpus % mp == 0 ? static_cast<int>(gpus / mp) : 0;
                             const int replica = dp > 0 && global_batch % dp == 0 ? global_batch / dp : 0;
                             std::vector<int> mbs = sp.micro_batch.empty() ? divisors(std::max(1, replica)) : sp.micro_batch;
+                            if (sf) {
+                                // The file fixes the microbatches, and so the micro-batch (0: none whole).
+                                const int mb = replica > 0 && replica % sf->microbatches == 0
+                                                   ? replica / sf->microbatches
+                                                   : 0;
+                                const bool asked = sp.micro_batch.empty() || mb == 0 ||
+                                                   std::find(sp.micro_batch.begin(), sp.micro_batch.end(), mb) !=
+                                                       sp.micro_batch.end();
+                                mbs = asked ? std::vector<int>{mb} : std::vector<int>{};
+                            }
                             for (int mb : mbs)
                                 for (const auto& rc : or_default(sp.recompute, kRecompute))
                                 for (const auto& [part_key, part] : partials(rc)) {
@@ -473,8 +545,13 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
                                                 continue;
                                             }
                                             const bool uneven = first > 0 || last > 0;
+                                            if (sf && m.layers % sf->stages != 0) {
+                                                rejected(reject::schedule_layers);
+                                                continue;
+                                            }
                                             if (!uneven && m.layers % pp != 0) { rejected(reject::pp_layers); continue; }
                                             if (dp == 0) { rejected(reject::gpus); continue; }
+                                            if (mb == 0) { rejected(reject::schedule_batch); continue; }
                                             if (!uneven && m.layers % (pp * v) != 0) { rejected(reject::chunks); continue; }
                                             if (global_batch % (static_cast<long long>(mb) * dp) != 0) {
                                                 rejected(reject::batch);
@@ -486,6 +563,7 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
                                             auto& o = c.overrides;
                                             o = cluster;
                                             o.push_back({"strategy.name", fmt::format("\"{}\"", name)});
+                                            if (sf) o.push_back({"strategy.schedule_file", nlohmann::json(sf->given).dump()});
                                             o.push_back({"strategy.tp", std::to_string(tp)});
                                             o.push_back({"strategy.pp", std::to_string(pp)});
                                             o.push_back({"strategy.dp", std::to_string(dp)});
@@ -511,7 +589,7 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
                                                                             : "";
                                             c.label = fmt::format("{} tp={} pp={} dp={}{}{}{}{} zero_stage={}{} micro_batch={} "
                                                                   "recompute={}{}{}{}{}{}{}",
-                                                                  name, tp, pp, dp, cp > 1 ? fmt::format(" cp={}", cp) : "",
+                                                                  sf ? "schedule " + sf->given : name, tp, pp, dp, cp > 1 ? fmt::format(" cp={}", cp) : "",
                                                                   info.chunks ? fmt::format(" chunks={}", v) : "",
                                                                   first > 0 ? fmt::format(" first_stage_layers={}", first) : "",
                                                                   last > 0 ? fmt::format(" last_stage_layers={}", last) : "",
