@@ -754,6 +754,16 @@ TEST_CASE("bad schedule files in a plan are named") {
                                            "whose ranks hold as many stages each"),
                          PlanError);
     std::filesystem::remove(uneven);
+    // A file edited between a search's shards and their merge changes the search's fingerprint (the
+    // labels name it alike), so the shards are refused.
+    const auto copy = std::filesystem::temp_directory_path() / "dtsim_plan_1f1b_p4_m8.txt";
+    std::filesystem::copy_file(dir + "1f1b_p4_m8.txt", copy, std::filesystem::copy_options::overwrite_existing);
+    const PlanRequest req = request_for(doc, {"strategy=schedule", "schedule_file=" + copy.string()});
+    const std::string before = plan_fingerprint(enumerate_layouts(req), req);
+    CHECK(plan_fingerprint(enumerate_layouts(req), req) == before);
+    std::ofstream(copy, std::ios::app) << "# edited\n";
+    CHECK(plan_fingerprint(enumerate_layouts(req), req) != before);
+    std::filesystem::remove(copy);
     PlanSpace s;
     CHECK_THROWS_WITH_AS(set_space(s, "schedule_file=a.txt,"), doctest::Contains("found an empty one"), PlanError);
     PlanRequest r = request_for(doc, {});

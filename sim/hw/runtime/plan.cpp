@@ -24,6 +24,8 @@
 #include <optional>
 #include <chrono>
 #include <cstdint>
+#include <fstream>
+#include <iterator>
 #include <limits>
 #include <numeric>
 
@@ -871,6 +873,12 @@ std::string plan_fingerprint(const Enumeration& e, const PlanRequest& request) {
                     rank_by_name(request.rank_by), request.headroom, e.enumerated));
     for (const auto& c : e.candidates)
         add(fmt::format("{} {} {:.17g} {:.17g}", c.gpus, c.label, c.time_bound, c.memory_bound));
+    // A schedule file's actions, which the labels name only by the file (one edited between the shards
+    // and the merge would mix two searches).
+    for (const auto& f : request.space.schedule_files) {
+        std::ifstream in(f, std::ios::binary);
+        add(std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()));
+    }
     return fmt::format("{:016x}", h);
 }
 
