@@ -1052,7 +1052,8 @@ TEST_CASE("a value given twice in --space is searched once, where it first appea
 
 TEST_CASE("bad plan requests are named") {
     PlanSpace s;
-    CHECK_THROWS_WITH_AS(set_space(s, "tpp=1,2"), doctest::Contains("--space tpp: unknown knob (the knobs are: strategy, schedule_file, tp"),
+    CHECK_THROWS_WITH_AS(set_space(s, "tpp=1,2"),
+                         doctest::Contains("--space tpp: unknown knob (the knobs are: strategy, schedule_file, tp"),
                          PlanError);
     CHECK_THROWS_WITH_AS(set_space(s, "tp=two"), doctest::Contains("--space tp: 'two' is not a whole number"), PlanError);
     CHECK_THROWS_WITH_AS(set_space(s, "tp=0"), doctest::Contains("'0' is not a whole number from 1"), PlanError);

@@ -211,8 +211,8 @@ std::vector<int> gpu_counts(const std::string& spec, int per_node) {
 }
 
 const std::vector<std::string>& plan_knobs() {
-    static const std::vector<std::string> knobs = {"strategy", "schedule_file", "tp", "pp", "chunks", "cp", "zero_stage",
-                                                   "micro_batch", "recompute", "sequence_parallel",
+    static const std::vector<std::string> knobs = {"strategy", "schedule_file", "tp", "pp", "chunks", "cp",
+                                                   "zero_stage", "micro_batch", "recompute", "sequence_parallel",
                                                    "tp_comm_overlap", "fp8", "compile",
                                                    "recompute_num_layers", "recompute_every",
                                                    "microbatch_group", "sharding", "first_stage_layers",
@@ -565,7 +565,10 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
                                             auto& o = c.overrides;
                                             o = cluster;
                                             o.push_back({"strategy.name", fmt::format("\"{}\"", name)});
-                                            if (sf) o.push_back({"strategy.schedule_file", nlohmann::json(sf->given).dump()});
+                                            if (sf) {
+                                                const std::string path = nlohmann::json(sf->given).dump();
+                                                o.push_back({"strategy.schedule_file", path});
+                                            }
                                             o.push_back({"strategy.tp", std::to_string(tp)});
                                             o.push_back({"strategy.pp", std::to_string(pp)});
                                             o.push_back({"strategy.dp", std::to_string(dp)});
@@ -591,7 +594,8 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
                                                                             : "";
                                             c.label = fmt::format("{} tp={} pp={} dp={}{}{}{}{} zero_stage={}{} micro_batch={} "
                                                                   "recompute={}{}{}{}{}{}{}",
-                                                                  sf ? "schedule " + sf->given : name, tp, pp, dp, cp > 1 ? fmt::format(" cp={}", cp) : "",
+                                                                  sf ? "schedule " + sf->given : name, tp, pp, dp,
+                                                                  cp > 1 ? fmt::format(" cp={}", cp) : "",
                                                                   info.chunks ? fmt::format(" chunks={}", v) : "",
                                                                   first > 0 ? fmt::format(" first_stage_layers={}", first) : "",
                                                                   last > 0 ? fmt::format(" last_stage_layers={}", last) : "",
