@@ -53,6 +53,8 @@ PlanRequest small_search() {
                              "zero_stage=0,1,3"});
 }
 
+bool label_has(const std::string& label, const char* part) { return label.find(part) != std::string::npos; }
+
 std::vector<std::string> labels(const Enumeration& e) {
     std::vector<std::string> out;
     for (const auto& c : e.candidates) out.push_back(c.label);
@@ -705,9 +707,43 @@ TEST_CASE("schedule files are searched when asked, each at the sizes it fixes, a
             simulate(candidate_config(e, req, *by_label[generated]), {.keep_trace = false}).report;
         CHECK(r.step_time == g.step_time);
         CHECK(r.peak.bytes == g.peak.bytes);
+        // The memory bound too: a file's rank 0 starts with the forwards its generated schedule's does.
+        // The step-time bound is at most the generated one's: 1F1B's adds the fill and drain of its
+        // looped placement, and a file's bound counts no tensor-parallel collective after a backward
+        // block (which Megatron's asynchronous backward runs beside GEMMs: a file may split its
+        // backwards or not), where ZB-H1's, whose backwards are split, does.
+        CHECK(c.memory_bound == by_label[generated]->memory_bound);
+        CHECK(c.time_bound <= by_label[generated]->time_bound);
+        if (is_zbh1 && label_has(c.label, " tp=1 ")) CHECK(c.time_bound == by_label[generated]->time_bound);
         ++same;
     }
     CHECK(same == 8);
+    // DualPipeV's file: two stages a rank (of one layer each, with 8 layers), rank 0 holding the first
+    // and the last; its bounds are the generated DualPipeV's and hold.
+    json eight = doc;
+    eight["model"] = test::small_model(8, 32000);
+    const std::string v = dir + "dualpipev_p4_m8.txt";
+    const PlanRequest vreq =
+        request_for(eight, {"strategy=dualpipev", "tp=1,2", "recompute=none,full", "sequence_parallel=false",
+                            "zero_stage=1", "schedule_file=" + v});
+    const auto ve = enumerate_layouts(vreq);
+    std::map<std::string, const Candidate*> vlabels;
+    for (const auto& c : ve.candidates) vlabels[c.label] = &c;
+    std::size_t twins = 0;
+    for (const auto& c : ve.candidates) {
+        if (!c.label.starts_with("schedule ")) continue;
+        INFO(c.label);
+        const RunReport r = simulate(candidate_config(ve, vreq, c), {.keep_trace = false}).report;
+        CHECK(c.memory_bound <= r.peak.bytes);
+        if (!r.oom) CHECK(c.time_bound <= r.step_time);
+        const std::string generated = "dualpipev" + c.label.substr(("schedule " + v).size());
+        REQUIRE(vlabels.count(generated) == 1);
+        CHECK(c.memory_bound == vlabels[generated]->memory_bound);
+        CHECK(r.peak.bytes ==
+              simulate(candidate_config(ve, vreq, *vlabels[generated]), {.keep_trace = false}).report.peak.bytes);
+        ++twins;
+    }
+    CHECK(twins == 4);
     // Best first finds what simulating every candidate finds.
     std::vector<std::pair<double, std::size_t>> all;
     for (const auto& c : e.candidates) {

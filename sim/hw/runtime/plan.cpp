@@ -106,6 +106,7 @@ bool pipeline(const StrategyInfo& info) { return info.pipeline != PipelineKind::
 struct FileSchedule {
     std::string given;  // as --space named it
     int ranks = 0, microbatches = 0, stages = 0;
+    sched::Schedule schedule;  // without its communication actions
 };
 
 // Each file read, checked (its static rules, and a run of its steps, which names a deadlock) and
@@ -136,7 +137,7 @@ std::vector<FileSchedule> read_schedule_files(const std::vector<std::string>& fi
                                        "ranks hold as many stages each (its bounds assume it): run this one with "
                                        "dtsim run",
                                        held[0], r, held[static_cast<std::size_t>(r)]));
-        out.push_back({f, sc.num_ranks(), sc.num_microbatches(), sc.num_stages()});
+        out.push_back({f, sc.num_ranks(), sc.num_microbatches(), sc.num_stages(), std::move(sc)});
     }
     return out;
 }
@@ -649,7 +650,11 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
                                             }
                                             const Workload work =
                                                 make_workload(config.model.spec, layer_split(config), config.cluster.gpu);
-                                            c.memory_bound = memory_bound(states, activations_bound(config, work, schedule ? &*schedule : nullptr));
+                                            // A file's stages split the layers evenly, so the forwards at the head of
+                                            // its rank 0 hold what a generated schedule's do (plan_bounds.cpp).
+                                            const sched::Schedule* order =
+                                                sf ? &sf->schedule : schedule ? &*schedule : nullptr;
+                                            c.memory_bound = memory_bound(states, activations_bound(config, work, order));
                                             if (c.memory_bound > limit) {
                                                 rejected(margin ? reject::activations_headroom : reject::activations);
                                                 continue;

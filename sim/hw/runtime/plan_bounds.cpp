@@ -79,7 +79,8 @@ double idle_cost(const Config& c, Collective coll, double bytes, const std::vect
 //                       the steady state: one_f_one_b);
 //   GPipe               all m forwards;
 //   generated schedules the forwards of rank 0 before its first other action, each of the fewest
-//                       layers a chunk of rank 0 holds.
+//                       layers a chunk of rank 0 holds (of a schedule file, the fewest of any of its
+//                       stages: which stages rank 0 holds is the file's).
 // Each layer counted at the least a layer keeps (partial recompute: the two kinds differ).
 double held_activations(const Config& c, const Workload& w, const sched::Schedule* schedule) {
     const StrategyConfig& s = c.strategy;
@@ -101,7 +102,14 @@ double held_activations(const Config& c, const Workload& w, const sched::Schedul
             if (a.type != sched::ActionType::forward) break;
             ++forwards;
         }
-        return std::max(1.0, forwards) * first_rank_chunk_layers(c) * kept;
+        // A schedule file's stages are its own (the layers split over them, not over pp chunks), and
+        // which of them rank 0 holds is the file's: the fewest layers of any stage.
+        double each = first_rank_chunk_layers(c);
+        if (s.name == "schedule") {
+            const std::vector<int> split = stage_layers_of(c, schedule->num_stages());
+            each = split.empty() ? 0 : *std::min_element(split.begin(), split.end());
+        }
+        return std::max(1.0, forwards) * each * kept;
     }
     return kept;  // one layer of one microbatch, at least
 }
