@@ -90,7 +90,24 @@ std::vector<std::string> search_words(const PlanArgs& a) {
     std::vector<std::string> w = {absolute(a.config)};
     if (!a.gpus.empty()) w.insert(w.end(), {"--gpus", a.gpus});
     for (const auto& s : a.sets) w.insert(w.end(), {"--set", s});
-    for (const auto& s : a.space) w.insert(w.end(), {"--space", s});
+    for (const auto& s : a.space) {
+        // Schedule files are relative to the working directory, which a job's need not be.
+        const auto eq = s.find('=');
+        const std::string knob = eq == std::string::npos ? s : s.substr(0, eq);
+        if (eq == std::string::npos || (knob != "schedule_file" && knob != "strategy.schedule_file")) {
+            w.insert(w.end(), {"--space", s});
+            continue;
+        }
+        std::string files;
+        for (std::size_t start = eq + 1;;) {
+            const auto comma = s.find(',', start);
+            const std::string f = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+            files += (files.empty() ? "" : ",") + (f.empty() ? f : absolute(f));
+            if (comma == std::string::npos) break;
+            start = comma + 1;
+        }
+        w.insert(w.end(), {"--space", "schedule_file=" + files});
+    }
     w.insert(w.end(), {"--top", std::to_string(a.top)});
     if (a.rank_by != "step_time") w.insert(w.end(), {"--rank-by", a.rank_by});
     if (a.time_budget > 0) w.insert(w.end(), {"--time-budget", fmt::format("{}", a.time_budget)});
