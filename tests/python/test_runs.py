@@ -135,6 +135,23 @@ def test_plan_where_nothing_fits_and_a_bad_knob():
     assert e.value.status == 2
 
 
+def test_plan_searches_a_schedule_file_beside_its_generated_schedule():
+    # The shipped ZB-H1 file is the generator's output: each of its layouts runs as the generated one does.
+    config = MEGATRON.parent / "llama3-70b-32xh100-schedule-file.json"
+    zbh1 = MEGATRON.parent.parent / "schedules" / "zbh1_p4_m8.txt"
+    result = dtsim.plan(config, space={"strategy": "zbh1", "pp": 4, "tp": 8, "schedule_file": [str(zbh1)]}, top=40,
+                        chart=False)
+    rows = {r["layout"]: r for r in result["top"]}
+    files = [label for label in rows if label.startswith(f"schedule {zbh1} ")]
+    assert files and all(rows[label]["set"]["strategy.schedule_file"] == str(zbh1) for label in files)
+    for label in files:
+        twin = rows["zbh1 " + label[len(f"schedule {zbh1} "):]]
+        assert rows[label]["report"]["step_time_s"] == twin["report"]["step_time_s"]
+    with pytest.raises(dtsim.DtsimError, match="name the schedule files") as e:
+        dtsim.plan(config, space={"strategy": "schedule"})
+    assert e.value.status == 2
+
+
 def test_plan_csv_has_the_json_rows_figures_and_settings(tmp_path):
     # Every fitting layout simulated, fastest first: the JSON's top rows, figure for figure, with a column per
     # setting the search made (its `set`), empty where a layout leaves one out.
