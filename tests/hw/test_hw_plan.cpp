@@ -744,6 +744,27 @@ TEST_CASE("schedule files are searched when asked, each at the sizes it fixes, a
         ++twins;
     }
     CHECK(twins == 4);
+    // A file of one rank runs at pp 1, where the bounds are those of one stage; they hold too.
+    const auto one = std::filesystem::temp_directory_path() / "dtsim_plan_one_rank_m8.txt";
+    {
+        std::ofstream f(one);
+        f << "rank 0:";
+        for (int mb = 0; mb < 8; ++mb) f << fmt::format(" 0F{} 0B{}", mb, mb);
+        f << "\n";
+    }
+    const PlanRequest oreq = request_for(doc, {"strategy=schedule", "recompute=none,full", "zero_stage=0,1,3",
+                                               "schedule_file=" + one.string()});
+    const auto oe = enumerate_layouts(oreq);
+    REQUIRE(oe.candidates.size() >= 4);
+    CHECK(oe.rejected.at(reject::schedule_batch) > 0);  // dp 4 and 8: 16 sequences are not 8 microbatches each
+    for (const auto& c : oe.candidates) {
+        INFO(c.label);
+        CHECK(label_has(c.label, " pp=1 "));
+        const RunReport r = simulate(candidate_config(oe, oreq, c), {.keep_trace = false}).report;
+        CHECK(c.memory_bound <= r.peak.bytes);
+        if (!r.oom) CHECK(c.time_bound <= r.step_time);
+    }
+    std::filesystem::remove(one);
     // Best first finds what simulating every candidate finds.
     std::vector<std::pair<double, std::size_t>> all;
     for (const auto& c : e.candidates) {
