@@ -93,8 +93,7 @@ std::vector<std::string> search_words(const PlanArgs& a) {
     for (const auto& s : a.space) {
         // Schedule files are relative to the working directory, which a job's need not be.
         const auto eq = s.find('=');
-        const std::string knob = eq == std::string::npos ? s : s.substr(0, eq);
-        if (eq == std::string::npos || (knob != "schedule_file" && knob != "strategy.schedule_file")) {
+        if (eq == std::string::npos || hw::space_knob(s) != "schedule_file") {
             w.insert(w.end(), {"--space", s});
             continue;
         }

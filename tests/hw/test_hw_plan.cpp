@@ -744,6 +744,39 @@ TEST_CASE("schedule files are searched when asked, each at the sizes it fixes, a
         ++twins;
     }
     CHECK(twins == 4);
+    // recompute_num_layers counts the first layers of each pp chunk, which a file of two stages a rank
+    // does not run: such layouts are rejected, named, not simulated to fail.
+    const auto partial = enumerate_layouts(
+        request_for(eight, {"strategy=schedule", "tp=1,2", "recompute=full", "recompute_num_layers=all,1",
+                            "sequence_parallel=false", "zero_stage=1", "schedule_file=" + v}));
+    CHECK(partial.rejected.at(reject::schedule_recompute) == 2);
+    for (const auto& c : partial.candidates) CHECK_FALSE(label_has(c.label, "recompute_num_layers"));
+    CHECK(partial.candidates.size() == 2);
+    // A file whose first stage is not on rank 0 (rank 1 holds stages 0 and 3, rank 0 stages 1 and 2):
+    // the memory bound counts the forwards of the rank that holds the first stage and the embedding.
+    const auto moved = std::filesystem::temp_directory_path() / "dtsim_plan_moved_p2_m8.txt";
+    {
+        std::ofstream f(moved);
+        f << "rank 0:";
+        for (int mb = 0; mb < 8; ++mb) f << fmt::format(" 1F{} 2F{}", mb, mb);
+        for (int mb = 0; mb < 8; ++mb) f << fmt::format(" 2B{} 1B{}", mb, mb);
+        f << "\nrank 1:";
+        for (int mb = 0; mb < 8; ++mb) f << fmt::format(" 0F{}", mb);
+        for (int mb = 0; mb < 8; ++mb) f << fmt::format(" 3F{} 3B{}", mb, mb);
+        for (int mb = 0; mb < 8; ++mb) f << fmt::format(" 0B{}", mb);
+        f << "\n";
+    }
+    const PlanRequest mreq = request_for(eight, {"strategy=schedule", "tp=1,2", "recompute=none,full",
+                                                 "zero_stage=0,1,3", "schedule_file=" + moved.string()});
+    const auto me = enumerate_layouts(mreq);
+    REQUIRE(me.candidates.size() >= 12);
+    for (const auto& c : me.candidates) {
+        INFO(c.label);
+        const RunReport r = simulate(candidate_config(me, mreq, c), {.keep_trace = false}).report;
+        CHECK(c.memory_bound <= r.peak.bytes);
+        if (!r.oom) CHECK(c.time_bound <= r.step_time);
+    }
+    std::filesystem::remove(moved);
     // A file of one rank runs at pp 1, where the bounds are those of one stage; they hold too.
     const auto one = std::filesystem::temp_directory_path() / "dtsim_plan_one_rank_m8.txt";
     {
@@ -780,11 +813,21 @@ TEST_CASE("schedule files are searched when asked, each at the sizes it fixes, a
         CHECK(p.simulated[p.best[i]].figures->step_time == all[i].first);
         CHECK(p.simulated[p.best[i]].candidate == all[i].second);
     }
-    // --space pp and micro_batch restrict a file too: pp 2 leaves its layouts out.
+    // --space pp and micro_batch restrict a file too: pp 2 leaves its layouts out, micro_batch 2 those
+    // at dp 2 (micro-batch 1).
     auto pp2 = with;
     pp2.push_back("pp=2");
     for (const auto& c : enumerate_layouts(request_for(doc, pp2)).candidates)
         CHECK_FALSE(c.label.starts_with("schedule "));
+    auto mb2 = with;
+    mb2.push_back("micro_batch=2");
+    std::size_t at_mb2 = 0;
+    for (const auto& c : enumerate_layouts(request_for(doc, mb2)).candidates)
+        if (c.label.starts_with("schedule ")) {
+            CHECK(label_has(c.label, " dp=1 "));
+            ++at_mb2;
+        }
+    CHECK(at_mb2 == 4);
     // --space strategy=schedule alone runs only the files.
     auto alone = with;
     alone[0] = "strategy=schedule";

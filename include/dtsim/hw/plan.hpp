@@ -109,6 +109,9 @@ const std::vector<std::string>& plan_knobs();
 // "strategy.tp"). A value given twice is kept once, where it first appears (tp=2,1,2 is tp=2,1).
 // Throws PlanError naming the key or value and what was expected.
 void set_space(PlanSpace& space, const std::string& text);
+// The knob a --space text names, as set_space reads it ("schedule_file" for
+// "$.strategy.schedule_file=a.txt"), or the text before its '=' when that is not a knob.
+std::string space_knob(const std::string& text);
 
 // What the search ranks by (docs/planning.md): the step time, or the GPU-seconds of a step (step
 // time x GPUs: what the same global batch costs), which weighs GPU counts against each other.
@@ -162,6 +165,8 @@ inline constexpr const char* schedule = "the pipeline schedule does not take the
 inline constexpr const char* schedule_layers = "the schedule file's stages do not divide the layers";
 inline constexpr const char* schedule_batch =
     "dp x the schedule file's microbatches does not divide the global batch";
+inline constexpr const char* schedule_recompute =
+    "recompute_num_layers counts the first layers of each of pp chunks, and the schedule file has more stages";
 inline constexpr const char* hybrid_full =
     "hybrid sharding runs as full sharding here (the data-parallel ranks are not whole nodes of two or more)";
 inline constexpr const char* states = "does not fit: model states alone exceed memory";

@@ -110,10 +110,10 @@ struct FileSchedule {
 };
 
 // Each file read, checked (its static rules, and a run of its steps, which names a deadlock) and
-// measured once. The bounds take the stages as a generated looped schedule places them (the last on
-// the last rank, every rank as many layers: plan_bounds.cpp), so a file must give each of its ranks as
-// many stages; the layers then split evenly over the ranks whatever the file's placement, and rank 0
-// (the first stage's) holds the embedding.
+// measured once. The step-time and states bounds take every rank to hold as many layers
+// (plan_bounds.cpp), so a file must give each of its ranks as many stages: the layers then split
+// evenly over the ranks whatever the file's placement. (The activations bound reads the file: the
+// forwards of the rank that holds the first stage.)
 std::vector<FileSchedule> read_schedule_files(const std::vector<std::string>& files) {
     std::vector<FileSchedule> out;
     for (const std::string& f : files) {
@@ -330,6 +330,8 @@ void set_space(PlanSpace& space, const std::string& text) {
     keep_first(space);
 }
 
+std::string space_knob(const std::string& text) { return strip(text.substr(0, text.find('='))); }
+
 std::size_t Enumeration::rejected_total() const {
     std::size_t n = 0;
     for (const auto& [_, count] : rejected) n += count;
@@ -521,9 +523,9 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
                                 const int mb = replica > 0 && replica % sf->microbatches == 0
                                                    ? replica / sf->microbatches
                                                    : 0;
-                                const bool asked = sp.micro_batch.empty() || mb == 0 ||
-                                                   std::find(sp.micro_batch.begin(), sp.micro_batch.end(), mb) !=
-                                                       sp.micro_batch.end();
+                                const bool asked = sp.micro_batch.empty() ||
+                                                   (mb > 0 && std::find(sp.micro_batch.begin(), sp.micro_batch.end(),
+                                                                        mb) != sp.micro_batch.end());
                                 mbs = asked ? std::vector<int>{mb} : std::vector<int>{};
                             }
                             for (int mb : mbs)
@@ -550,6 +552,11 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
                                             const bool uneven = first > 0 || last > 0;
                                             if (sf && m.layers % sf->stages != 0) {
                                                 rejected(reject::schedule_layers);
+                                                continue;
+                                            }
+                                            // (The layers are split into pp chunks before the file is read.)
+                                            if (sf && part_key == "recompute_num_layers" && sf->stages != pp) {
+                                                rejected(reject::schedule_recompute);
                                                 continue;
                                             }
                                             if (!uneven && m.layers % pp != 0) { rejected(reject::pp_layers); continue; }

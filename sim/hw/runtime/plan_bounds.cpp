@@ -5,6 +5,7 @@
 #include "dtsim/hw/strategies.hpp"
 #include "dtsim/hw/collective_cost.hpp"
 #include "dtsim/sched/generators.hpp"
+#include "dtsim/sched/schedule.hpp"
 
 #include <algorithm>
 
@@ -79,8 +80,9 @@ double idle_cost(const Config& c, Collective coll, double bytes, const std::vect
 //                       the steady state: one_f_one_b);
 //   GPipe               all m forwards;
 //   generated schedules the forwards of rank 0 before its first other action, each of the fewest
-//                       layers a chunk of rank 0 holds (of a schedule file, the fewest of any of its
-//                       stages: which stages rank 0 holds is the file's).
+//                       layers a chunk of rank 0 holds; of a schedule file, the forwards of the rank
+//                       that holds its first stage (and the embedding), each of the fewest layers of
+//                       any of its stages (which stages that rank holds is the file's).
 // Each layer counted at the least a layer keeps (partial recompute: the two kinds differ).
 double held_activations(const Config& c, const Workload& w, const sched::Schedule* schedule) {
     const StrategyConfig& s = c.strategy;
@@ -97,13 +99,21 @@ double held_activations(const Config& c, const Workload& w, const sched::Schedul
     if (s.name == "1f1b") return std::min<double>(s.pp, m) * first * kept;
     if (s.name == "gpipe") return m * first * kept;
     if (schedule && !schedule->ranks.empty() && schedule->num_stages() > 0) {
+        // The rank of the first stage, which holds the embedding, whose states model_states_bound
+        // counts: rank 0, or where a schedule file puts that stage.
+        std::size_t head = 0;
+        if (s.name == "schedule") {
+            const std::vector<int> owners = sched::stage_owners(*schedule);
+            if (!owners.empty() && owners.front() >= 0 && owners.front() < schedule->num_ranks())
+                head = static_cast<std::size_t>(owners.front());
+        }
         double forwards = 0;
-        for (const auto& a : schedule->ranks.front()) {
+        for (const auto& a : schedule->ranks[head]) {
             if (a.type != sched::ActionType::forward) break;
             ++forwards;
         }
         // A schedule file's stages are its own (the layers split over them, not over pp chunks), and
-        // which of them rank 0 holds is the file's: the fewest layers of any stage.
+        // which of them that rank holds is the file's: the fewest layers of any stage.
         double each = first_rank_chunk_layers(c);
         if (s.name == "schedule") {
             const std::vector<int> split = stage_layers_of(c, schedule->num_stages());
