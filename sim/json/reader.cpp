@@ -489,8 +489,10 @@ struct Loader {
     bool includes;
     std::vector<fs::path> stack;        // the files being read, outermost first
     std::map<fs::path, Document> done;  // the files read, by canonical path: each is read once
+    std::size_t reads = 0, merges = 0;  // files read, documents merged (Document::LoadCounts)
 
     std::string read(const fs::path& path, const std::string& name) {
+        ++reads;
         std::ifstream in = open_input(path.string(), name, dialect, kMaxFileBytes);
         LimitedInput limited(in.rdbuf(), kMaxFileBytes);
         std::string text;
@@ -563,7 +565,10 @@ struct Loader {
             std::set<const Document*> named_later;
             for (std::size_t i = subs.size(); i-- > 0;) last[i] = named_later.insert(subs[i]).second;
             for (std::size_t i = 0; i < subs.size(); ++i)
-                if (last[i]) doc.merge(doc.root_, *subs[i], subs[i]->root_, "");
+                if (last[i]) {
+                    doc.merge(doc.root_, *subs[i], subs[i]->root_, "");
+                    ++merges;
+                }
             j.erase(inc);
             stack.pop_back();
         }
@@ -571,14 +576,17 @@ struct Loader {
         own.root_ = std::move(j);
         own.origin_[""] = name;
         doc.merge(doc.root_, own, own.root_, "");
+        ++merges;
         return done.emplace(canonical, std::move(doc)).first->second;
     }
 };
 
 Document Document::load(const std::string& path, const Dialect& dialect, bool includes) {
-    Loader loader{dialect, includes, {}, {}};
+    Loader loader{dialect, includes, {}, {}, 0, 0};
     (void)loader.load(path);
-    return std::move(loader.done.at(identity(path)));
+    Document doc = std::move(loader.done.at(identity(path)));
+    doc.counts_ = {loader.reads, loader.merges};
+    return doc;
 }
 
 Document Document::read(std::istream& in, const std::string& name, const Dialect& dialect, std::uint64_t max_bytes) {

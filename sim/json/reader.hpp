@@ -99,6 +99,13 @@ public:
     [[nodiscard]] const Dialect& dialect() const { return *dialect_; }
     // The file (or --set) the value at a JSON pointer ("/strategy/tp") came from.
     [[nodiscard]] std::string origin(std::string pointer) const;
+    // What load() did with includes: the files it read (each once) and the documents it merged (each
+    // file's own keys, and each include where it is last listed), for the tests of that rule.
+    struct LoadCounts {
+        std::size_t files_read = 0;
+        std::size_t merges = 0;
+    };
+    [[nodiscard]] const LoadCounts& load_counts() const { return counts_; }
 
     // Throws the dialect's error.
     [[noreturn]] void fail(const std::string& file, const std::string& path, const std::string& message) const;
@@ -112,6 +119,7 @@ private:
     Json root_ = Json::object();
     std::map<std::string, std::string> origin_;  // JSON pointer -> file; a value without one is its parent's
     const Dialect* dialect_ = nullptr;
+    LoadCounts counts_;
 };
 
 // A value of a Document at a JSON path. Values are cheap to copy and must not outlive
