@@ -57,7 +57,7 @@ int edit_distance(std::string_view a, std::string_view b) {
     return prev[b.size()];
 }
 
-std::string_view nearest(std::string_view word, std::span<const std::string_view> candidates) {
+std::string_view nearest(std::string_view word, std::span<const std::string_view> candidates, std::size_t* compared) {
     const std::size_t most = std::max<std::size_t>(2, word.size() / 3);
     std::string_view best;
     int best_d = INT_MAX;
@@ -66,6 +66,7 @@ std::string_view nearest(std::string_view word, std::span<const std::string_view
         // key of megabytes) is no typo of the candidate, and is not compared letter by letter.
         if (std::max(word.size(), c.size()) - std::min(word.size(), c.size()) > most) continue;
         const int d = edit_distance(word, c);
+        if (compared) ++*compared;
         if (d < best_d) best_d = d, best = c;
     }
     return best_d != INT_MAX && static_cast<std::size_t>(best_d) <= most ? best : std::string_view{};

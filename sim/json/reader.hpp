@@ -217,7 +217,9 @@ std::string shorten(std::string_view text, std::size_t max = 64);
 // Levenshtein distance.
 int edit_distance(std::string_view a, std::string_view b);
 // The candidate nearest to `word` if it is near enough to be a typo of it (at most
-// max(2, length / 3) edits), else "".
-std::string_view nearest(std::string_view word, std::span<const std::string_view> candidates);
+// max(2, length / 3) edits), else "". A candidate whose length differs by more than that is not
+// compared letter by letter; `compared`, if given, counts the candidates that were.
+std::string_view nearest(std::string_view word, std::span<const std::string_view> candidates,
+                         std::size_t* compared = nullptr);
 
 }  // namespace dtsim::json_reader

@@ -12,7 +12,6 @@
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
-#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -347,19 +346,12 @@ TEST_CASE("a long string or key is quoted shortened") {
 // status: File name too long" before the file was opened.
 // A did-you-mean compared an unknown key with each key allowed, letter by letter: a key of 64 MiB (a
 // config file may hold 64 MiB) took 5.5 s, a key of 256 KiB a second in the fuzz target's build.
-// The release build's bound catches that comparison (0.5 s now); under the sanitizers, where the
-// refusal itself took 3.3 s on a loaded 2-core machine, the bound only guards against a hang.
-#if defined(DTSIM_SANITIZE)
-constexpr auto kAtOnce = std::chrono::seconds(30);
-#else
-constexpr auto kAtOnce = std::chrono::seconds(3);
-#endif
+// That the comparison is skipped is counted in test_hw_config ("the reader suggests the nearest key");
+// here, the whole refusal's message.
 TEST_CASE("an unknown key of megabytes is refused at once, without a did-you-mean") {
     json doc = base();
     doc[std::string(64 << 20, 'k')] = 1;
-    const auto t0 = std::chrono::steady_clock::now();
     const std::string error = config_error(doc, {});
-    CHECK(std::chrono::steady_clock::now() - t0 < kAtOnce);
     CHECK(contains(error, "mem.json: $.kkkkkkkk"));
     CHECK(contains(error, "... (67108864 bytes)\"; the keys here are: name, cluster"));
     // A typo still gets its did-you-mean.
