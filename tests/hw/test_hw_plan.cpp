@@ -739,6 +739,8 @@ TEST_CASE("schedule files are searched when asked, each at the sizes it fixes, a
         const std::string generated = "dualpipev" + c.label.substr(("schedule " + v).size());
         REQUIRE(vlabels.count(generated) == 1);
         CHECK(c.memory_bound == vlabels[generated]->memory_bound);
+        // The output layer on rank 0, as DualPipeV's V puts it: the step-time bound prices that rank.
+        CHECK(c.time_bound == vlabels[generated]->time_bound);
         CHECK(r.peak.bytes ==
               simulate(candidate_config(ve, vreq, *vlabels[generated]), {.keep_trace = false}).report.peak.bytes);
         ++twins;

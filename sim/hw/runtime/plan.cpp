@@ -106,6 +106,7 @@ bool pipeline(const StrategyInfo& info) { return info.pipeline != PipelineKind::
 struct FileSchedule {
     std::string given;  // as --space named it
     int ranks = 0, microbatches = 0, stages = 0;
+    int output_rank = -1;      // the owner of its last stage, which holds the output layer
     sched::Schedule schedule;  // without its communication actions
 };
 
@@ -137,7 +138,9 @@ std::vector<FileSchedule> read_schedule_files(const std::vector<std::string>& fi
                                        "ranks hold as many stages each (its bounds assume it): run this one with "
                                        "dtsim run",
                                        held[0], r, held[static_cast<std::size_t>(r)]));
-        out.push_back({f, sc.num_ranks(), sc.num_microbatches(), sc.num_stages(), std::move(sc)});
+        const std::vector<int> owners = sched::stage_owners(sc);
+        const int output_rank = owners.empty() ? -1 : owners.back();
+        out.push_back({f, sc.num_ranks(), sc.num_microbatches(), sc.num_stages(), output_rank, std::move(sc)});
     }
     return out;
 }
@@ -666,7 +669,7 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
                                                 rejected(margin ? reject::activations_headroom : reject::activations);
                                                 continue;
                                             }
-                                            c.time_bound = step_time_bound(config, work);
+                                            c.time_bound = step_time_bound(config, work, sf ? sf->output_rank : -1);
                                             ++index;
                                             e.candidates.push_back(std::move(c));
                                         }

@@ -196,7 +196,7 @@ double activations_bound(const Config& c, const Workload& w, const sched::Schedu
 // With Transformer Engine's userbuffers, the time their SM margins add to the GEMMs they slow.
 // Nothing else: no pipeline transfers, no gradient reductions of the other strategies, no
 // context-parallel ring. 0 with stragglers or jitter (a kernel may run faster than priced).
-double step_time_bound(const Config& c, const Workload& w) {
+double step_time_bound(const Config& c, const Workload& w, int output_rank) {
     if (c.stragglers.any()) return 0;  // jitter may make a kernel faster than priced
     const StrategyConfig& s = c.strategy;
     const auto layer_time = [](const LayerWork& l) {
@@ -205,7 +205,8 @@ double step_time_bound(const Config& c, const Workload& w) {
     };
     // The cheaper of the two layer kinds where only some layers recompute.
     const LayerWork& l = w.split.partial_recompute() && layer_time(w.plain) < layer_time(w.layer) ? w.plain : w.layer;
-    const int critical = logits_rank(c);
+    const bool given = output_rank >= 0 && output_rank < std::max(1, c.strategy.pp);
+    const int critical = given ? output_rank : logits_rank(c);
     const double layers = pipeline_rank_layers(c)[static_cast<std::size_t>(critical)];
     const double m = c.microbatches();
 

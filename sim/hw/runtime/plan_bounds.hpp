@@ -21,7 +21,9 @@ double activations_bound(const Config& c, const Workload& w, const sched::Schedu
 // The two summed, less one part in 10^9 (rounding).
 double memory_bound(double states, double activations);
 // The least step time: the compute of the rank holding the output layer (plan.hpp).
-double step_time_bound(const Config& c, const Workload& w);
+// `output_rank`: the pipeline rank that holds the output layer where the config does not say (a
+// schedule file's owner of its last stage); -1 takes the looped or V-shaped placement's.
+double step_time_bound(const Config& c, const Workload& w, int output_rank = -1);
 // The schedule a generated-pipeline strategy runs (as make_plan generates it), or none; throws
 // std::invalid_argument where the generator does not take the sizes.
 std::optional<sched::Schedule> generated_schedule(const Config& c);
