@@ -91,20 +91,16 @@ std::vector<std::string> search_words(const PlanArgs& a) {
     if (!a.gpus.empty()) w.insert(w.end(), {"--gpus", a.gpus});
     for (const auto& s : a.sets) w.insert(w.end(), {"--set", s});
     for (const auto& s : a.space) {
-        // Schedule files are relative to the working directory, which a job's need not be.
-        const auto eq = s.find('=');
-        if (eq == std::string::npos || hw::space_knob(s) != "schedule_file") {
+        // Schedule files are relative to the working directory, which a job's need not be: read as the
+        // search reads them (set_space), and named by absolute path.
+        if (hw::space_knob(s) != "schedule_file") {
             w.insert(w.end(), {"--space", s});
             continue;
         }
+        hw::PlanSpace one;
+        hw::set_space(one, s);
         std::string files;
-        for (std::size_t start = eq + 1;;) {
-            const auto comma = s.find(',', start);
-            const std::string f = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-            files += (files.empty() ? "" : ",") + (f.empty() ? f : absolute(f));
-            if (comma == std::string::npos) break;
-            start = comma + 1;
-        }
+        for (const auto& f : one.schedule_files) files += (files.empty() ? "" : ",") + absolute(f);
         w.insert(w.end(), {"--space", "schedule_file=" + files});
     }
     w.insert(w.end(), {"--top", std::to_string(a.top)});

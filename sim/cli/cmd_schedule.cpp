@@ -159,8 +159,7 @@ void print_report(const sched::Schedule& s, const std::string& origin, const sch
 }
 
 // --against: the generators named (CLI11 splits the list at its commas and drops empty words;
-// "all": every one), each
-// known, each once, in the order given.
+// "all": every one), each known, each once, in the order given.
 std::vector<std::string> against_names(const std::vector<std::string>& words) {
     std::vector<std::string> names;
     for (const auto& word : words) {

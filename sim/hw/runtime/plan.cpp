@@ -129,8 +129,9 @@ std::vector<FileSchedule> read_schedule_files(const std::vector<std::string>& fi
         } catch (const std::exception& e) {
             throw fail(e.what());
         }
+        const std::vector<int> owners = sched::stage_owners(sc);
         std::vector<int> held(static_cast<std::size_t>(sc.num_ranks()), 0);
-        for (int owner : sched::stage_owners(sc))
+        for (int owner : owners)
             if (owner >= 0 && owner < sc.num_ranks()) ++held[static_cast<std::size_t>(owner)];
         for (int r = 1; r < sc.num_ranks(); ++r)
             if (held[static_cast<std::size_t>(r)] != held[0])
@@ -138,7 +139,6 @@ std::vector<FileSchedule> read_schedule_files(const std::vector<std::string>& fi
                                        "ranks hold as many stages each (its bounds assume it): run this one with "
                                        "dtsim run",
                                        held[0], r, held[static_cast<std::size_t>(r)]));
-        const std::vector<int> owners = sched::stage_owners(sc);
         const int output_rank = owners.empty() ? -1 : owners.back();
         out.push_back({f, sc.num_ranks(), sc.num_microbatches(), sc.num_stages(), output_rank, std::move(sc)});
     }
@@ -660,8 +660,8 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
                                             }
                                             const Workload work =
                                                 make_workload(config.model.spec, layer_split(config), config.cluster.gpu);
-                                            // A file's stages split the layers evenly, so the forwards at the head of
-                                            // its rank 0 hold what a generated schedule's do (plan_bounds.cpp).
+                                            // A generated schedule, or a file: the forwards at the head of the rank
+                                            // that holds the first stage (plan_bounds.cpp, held_activations).
                                             const sched::Schedule* order =
                                                 sf ? &sf->schedule : schedule ? &*schedule : nullptr;
                                             c.memory_bound = memory_bound(states, activations_bound(config, work, order));
