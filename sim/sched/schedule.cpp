@@ -78,6 +78,9 @@ class Checker {
 public:
     Checker(const Schedule& s, std::size_t limit) : s_(s), limit_(limit) {}
 
+    // The actions, stages and (stage, microbatch) pairs the checks have visited, each visit counted once.
+    [[nodiscard]] std::size_t steps() const { return steps_; }
+
     std::vector<std::string> run() {
         if (s_.ranks.empty()) {
             add("the schedule has no ranks");
@@ -124,6 +127,7 @@ private:
             const auto& list = s_.ranks[static_cast<std::size_t>(r)];
             actions += list.size();
             for (std::size_t i = 0; i < list.size(); ++i) {
+                ++steps_;
                 if (list[i].stage == S_ - 1) stage_rank = r, stage_index = i;
                 if (is_compute(list[i].type) && list[i].microbatch == M_ - 1) mb_rank = r, mb_index = i;
             }
@@ -155,6 +159,7 @@ private:
         for (int r = 0; r < s_.num_ranks(); ++r) {
             const auto& list = s_.ranks[static_cast<std::size_t>(r)];
             for (std::size_t i = 0; i < list.size(); ++i) {
+                ++steps_;
                 const Action& a = list[i];
                 Seen& e = seen_[key_of(a.type, a.stage, a.microbatch)];
                 if (e.count == 0) {
@@ -175,9 +180,12 @@ private:
         // actions (a pass per stage took time in stages x actions).
         std::map<int, std::set<int>> ranks_of;
         for (int r = 0; r < s_.num_ranks(); ++r)
-            for (const auto& a : s_.ranks[static_cast<std::size_t>(r)])
+            for (const auto& a : s_.ranks[static_cast<std::size_t>(r)]) {
+                ++steps_;
                 if (is_compute(a.type) && owner(a.stage) < 0) ranks_of[a.stage].insert(r);
+            }
         for (int st = 0; st < S_; ++st) {
+            ++steps_;
             if (owner(st) >= 0) continue;
             const auto it = ranks_of.find(st);
             const std::set<int> none;
@@ -197,6 +205,7 @@ private:
         for (int r = 0; r < s_.num_ranks(); ++r) {
             const auto& list = s_.ranks[static_cast<std::size_t>(r)];
             for (std::size_t i = 0; i < list.size(); ++i) {
+                ++steps_;
                 const Action& a = list[i];
                 if (is_compute(a.type)) continue;
                 const int o = owner(a.stage);
@@ -231,6 +240,7 @@ private:
         for (int r = 0; r < s_.num_ranks(); ++r) {
             const auto& list = s_.ranks[static_cast<std::size_t>(r)];
             for (std::size_t i = 0; i < list.size(); ++i) {
+                ++steps_;
                 const Action& a = list[i];
                 const Seen* e = find(a.type, a.stage, a.microbatch);
                 if (e->count > 1 && e->rank == r && e->index == i)
@@ -243,9 +253,11 @@ private:
     // Exactly one F and one backward (B, or I and W) per (stage, microbatch), in order.
     void check_pairs() {
         for (int st = 0; st < S_; ++st) {
+            ++steps_;
             const int o = owner(st);
             if (o < 0) continue;
             for (int mb = 0; mb < M_; ++mb) {
+                ++steps_;
                 const Seen* f = find(ActionType::forward, st, mb);
                 const Seen* b = find(ActionType::full_backward, st, mb);
                 const Seen* in = find(ActionType::backward_input, st, mb);
@@ -292,6 +304,7 @@ private:
         for (int r = 0; r < s_.num_ranks(); ++r) {
             const auto& list = s_.ranks[static_cast<std::size_t>(r)];
             for (std::size_t i = 0; i < list.size(); ++i) {
+                ++steps_;
                 const Action& a = list[i];
                 if (!a.overlap_next) continue;
                 if (a.type != ActionType::forward) {
@@ -341,9 +354,11 @@ private:
 
     void check_comms() {
         for (int st = 0; st < S_; ++st) {
+            ++steps_;
             const int o = owner(st);
             if (o < 0) continue;
             for (int mb = 0; mb < M_; ++mb) {
+                ++steps_;
                 if (st > 0 && owner(st - 1) >= 0 && owner(st - 1) != o) {
                     need_one(ActionType::recv_f, st, mb, o, find(ActionType::forward, st, mb), true,
                              "consumes the activation");
@@ -366,12 +381,16 @@ private:
     std::unordered_map<std::uint64_t, Seen> seen_;
     std::vector<std::string> problems_;
     std::size_t more_ = 0;  // problems past the limit, counted
+    std::size_t steps_ = 0;
 };
 
 }  // namespace
 
-std::vector<std::string> find_problems(const Schedule& schedule, std::size_t limit) {
-    return Checker(schedule, limit).run();
+std::vector<std::string> find_problems(const Schedule& schedule, std::size_t limit, std::size_t* steps) {
+    Checker checker(schedule, limit);
+    auto problems = checker.run();
+    if (steps) *steps = checker.steps();
+    return problems;
 }
 
 void validate(const Schedule& schedule) {

@@ -77,8 +77,11 @@ public:
 //  - UNSHARD/RESHARD/REDUCE_GRAD name a stage of the rank they are on;
 //  - an F with overlap_next (OVERLAP_F_B) is followed by a full B on its rank,
 //    not the backward of the same stage and microbatch.
-// Returns the problems (empty when the schedule is valid); at most `limit`.
-std::vector<std::string> find_problems(const Schedule& schedule, std::size_t limit = 50);
+// Returns the problems (empty when the schedule is valid); at most `limit`. `steps`, if given, is
+// set to the actions, stages and (stage, microbatch) pairs the checks visited: the work done, which
+// grows with the actions and pairs, never with their product.
+std::vector<std::string> find_problems(const Schedule& schedule, std::size_t limit = 50,
+                                       std::size_t* steps = nullptr);
 // Throws InvalidScheduleError listing the problems, if any.
 void validate(const Schedule& schedule);
 
