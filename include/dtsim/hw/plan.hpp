@@ -15,16 +15,18 @@
 //                        with one stage, min(pp, m) forwards of its layers for 1F1B, m for GPipe,
 //                        the leading forwards of rank 0's generated schedule; every layer counted
 //                        at the least a layer keeps;
-//   step_time_lower_bound  the larger of two chains the simulation runs one thing after another:
+//   step_time_lower_bound  the largest of the chains the simulation runs one thing after another:
 //                        the compute stream of the rank holding the output layer (its layers x
 //                        microbatches x a layer's priced forward, backward and recompute with the
 //                        tensor-parallel collectives that block it, each at its cost on idle links;
 //                        the logits and loss of every microbatch; the optimizer step and the
 //                        distributed optimizer's blocking gather of the parameters; for 1F1B, GPipe
 //                        and interleaved pipelines the forwards of the model chunks before the last
-//                        rank and the backwards after it), and FSDP's data-parallel stream (each
-//                        layer's gathers and reduce-scatters of every microbatch, one after
-//                        another). 0 with stragglers.
+//                        rank and the backwards after it), a pipeline schedule's actions (generated
+//                        or a file: every rank's actions in order, each after the actions of other
+//                        ranks it needs, each at its layers' priced passes), and FSDP's
+//                        data-parallel stream (each layer's gathers and reduce-scatters of every
+//                        microbatch, one after another). 0 with stragglers.
 //
 // A search can be split over processes or machines (docs/planning.md): shard I of N takes the
 // candidates at positions I, I + N, I + 2N, ... of the best-first order and searches them alone,

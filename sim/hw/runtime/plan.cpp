@@ -669,7 +669,8 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
                                                 rejected(margin ? reject::activations_headroom : reject::activations);
                                                 continue;
                                             }
-                                            c.time_bound = step_time_bound(config, work, sf ? sf->output_rank : -1);
+                                            c.time_bound =
+                                                step_time_bound(config, work, sf ? sf->output_rank : -1, order);
                                             ++index;
                                             e.candidates.push_back(std::move(c));
                                         }

@@ -166,8 +166,8 @@ double activations_bound(const Config& c, const Workload& w, const sched::Schedu
     return std::max(0.0, held * states_share(c, 0) + acts - held * most_share(c));
 }
 
-// The least step time of a layout (plan.hpp: step_time_lower_bound), the larger of two chains that
-// the simulation runs one thing after another:
+// The least step time of a layout (plan.hpp: step_time_lower_bound), the largest of the chains
+// that the simulation runs one thing after another:
 //
 // The compute stream of the rank holding the output layer. Its layers x microbatches x one layer's
 // forward, backward and recompute as the simulation prices them, and every microbatch's logits and
@@ -186,6 +186,11 @@ double activations_bound(const Config& c, const Workload& w, const sched::Schedu
 // tensor-parallel collectives; or, where it is longer, any rank's layers between the forwards of
 // the chunks before its first and their backwards after its last (uneven stages).
 //
+// A pipeline schedule's actions (`schedule`, generated or a file; schedule_ends): every rank's
+// actions in order, each after those of other ranks it needs, each at its layers' passes with the
+// blocking collectives and margins above; the latest rank's end, and the output layer's rank's end
+// followed by its optimizer step. It counts the fill and drain of any schedule.
+//
 // FSDP's data-parallel stream (pp = 1): every microbatch gathers each layer's weights (twice
 // unless grad_op: forward and backward) and reduce-scatters its gradients, one after another on
 // the rank's data-parallel communication stream (FIFO: each starts after the previous ends), the
@@ -196,7 +201,7 @@ double activations_bound(const Config& c, const Workload& w, const sched::Schedu
 // With Transformer Engine's userbuffers, the time their SM margins add to the GEMMs they slow.
 // Nothing else: no pipeline transfers, no gradient reductions of the other strategies, no
 // context-parallel ring. 0 with stragglers or jitter (a kernel may run faster than priced).
-double step_time_bound(const Config& c, const Workload& w, int output_rank) {
+double step_time_bound(const Config& c, const Workload& w, int output_rank, const sched::Schedule* schedule) {
     if (c.stragglers.any()) return 0;  // jitter may make a kernel faster than priced
     const StrategyConfig& s = c.strategy;
     const auto layer_time = [](const LayerWork& l) {
@@ -305,6 +310,51 @@ double step_time_bound(const Config& c, const Workload& w, int output_rank) {
     // The last rank's optimizer step waits for the drain only through the tied embeddings'
     // all-reduce (finish_step; untied, it runs beside the drain): the larger of the two.
     bound = std::max(bound + std::max(drain, tail), busiest);
+    // A pipeline schedule's actions, fill and drain included; the output layer's rank then steps its
+    // optimizer.
+    if (schedule && s.pp > 1) {
+        // Per layer: the cheaper kind's kernels of each pass (as `l`, the kind whose layers cost less
+        // in all), with the blocking tensor-parallel collectives above. A split backward's I runs
+        // each block as a forward does (gather before, reduce after: block), its recompute's
+        // collectives included; W none, or more where it gathers its inputs again.
+        const bool two_kinds = w.split.partial_recompute();
+        const auto least = [&](auto part) {
+            return two_kinds ? std::min(part(w.layer), part(w.plain)) : part(w.layer);
+        };
+        ActionSeconds a;
+        a.forward = least([](const LayerWork& x) { return x.attention_forward.seconds + x.mlp_forward.seconds; }) +
+                    2 * tp_forward;
+        const double redo =
+            least([](const LayerWork& x) { return x.attention_recompute.seconds + x.mlp_recompute.seconds; });
+        a.backward = redo +
+                     least([](const LayerWork& x) { return x.attention_backward.seconds + x.mlp_backward.seconds; }) +
+                     2 * tp_backward + recompute_tp;
+        a.input = redo +
+                  least([](const LayerWork& x) {
+                      return x.attention_backward_input.seconds + x.mlp_backward_input.seconds;
+                  }) +
+                  2 * tp_forward + recompute_tp;
+        a.weight = least([](const LayerWork& x) {
+            return x.attention_backward_weight.seconds + x.mlp_backward_weight.seconds;
+        });
+        // Userbuffers' margins as overlapped_block adds them: an F's first and last GEMMs', a B's or
+        // I's gathered GEMM's, a B's bulk overlaps' (a whole backward always runs them), a full
+        // recompute's forward's again in B and I; a W's GEMMs have none.
+        if (w.split.userbuffers) {
+            const auto& u = l.ub_margin;
+            const double forward_margins = u[0] + u[1] + u[5] + u[6];
+            const double redo_margins =
+                l.recompute == Recompute::full ? forward_margins - (l.recompute_early_stop ? u[6] : 0) : 0;
+            a.forward += forward_margins;
+            a.backward += u[2] + u[7] + u[3] + u[4] + u[8] + u[9] + redo_margins;
+            a.input += u[2] + u[7] + redo_margins;
+        }
+        const std::vector<double> ends = schedule_ends(c, w, *schedule, a);
+        if (static_cast<int>(ends.size()) > critical) {
+            bound = std::max(bound, *std::max_element(ends.begin(), ends.end()));
+            bound = std::max(bound, ends[static_cast<std::size_t>(critical)] + tail);
+        }
+    }
 
     if (s.name == "fsdp" && replicas > 1) {
         const double el = bytes_per_element(c.model.spec.dtype);
@@ -327,6 +377,77 @@ double step_time_bound(const Config& c, const Workload& w, int output_rank) {
     // Less one part in 10^9: the simulation adds the same seconds in another order, and a step
     // that equals the bound must not fall below it by rounding.
     return bound * (1 - 1e-9);
+}
+
+// Each rank's end through a pipeline schedule's actions: a rank runs its actions one after another,
+// each taking at least `per_layer`'s time for each layer of its stage (stage_layers_of) and, on the
+// first and last stage, the model's edges' kernels (as scheduled_pipeline runs them), with no
+// transfer between the ranks; an F starts after the F of the stage before for its microbatch, a B
+// or I after the B or I of the stage after (the last stage's after its own F), a W after its I.
+// Empty where the schedule cannot run so.
+std::vector<double> schedule_ends(const Config& c, const Workload& w, const sched::Schedule& schedule,
+                                  const ActionSeconds& per_layer) {
+    using sched::ActionType;
+    const int stages = schedule.num_stages(), mbs = schedule.num_microbatches();
+    if (stages <= 0 || mbs <= 0) return {};
+    const std::vector<int> split = stage_layers_of(c, stages);
+    if (static_cast<int>(split.size()) != stages) return {};
+    const double forward = per_layer.forward, backward = per_layer.backward, input = per_layer.input,
+                 weight = per_layer.weight;
+    const EdgeWork& e = w.edge;
+    const auto seconds = [&](const sched::Action& a) {
+        const double layers = split[static_cast<std::size_t>(a.stage)];
+        const bool first = a.stage == 0, last = a.stage == stages - 1;
+        switch (a.type) {
+            case ActionType::forward:
+                return layers * forward + (first ? e.embedding_forward.seconds : 0) +
+                       (last ? e.logits_forward.seconds + e.loss_forward.seconds : 0);
+            case ActionType::full_backward:
+            case ActionType::backward_input:
+                return layers * (a.type == ActionType::full_backward ? backward : input) +
+                       (first ? e.embedding_backward.seconds : 0) +
+                       (last ? e.loss_backward.seconds + e.logits_backward.seconds : 0);
+            case ActionType::backward_weight: return layers * weight;
+            default: return 0.0;
+        }
+    };
+    // When each (stage, microbatch)'s F and its B or I end; negative until they have.
+    const auto at = [&](int stage, int mb) { return static_cast<std::size_t>(stage) * static_cast<std::size_t>(mbs) +
+                                                    static_cast<std::size_t>(mb); };
+    std::vector<double> f_end(static_cast<std::size_t>(stages) * static_cast<std::size_t>(mbs), -1);
+    std::vector<double> b_end(f_end.size(), -1), i_end(f_end.size(), -1);
+    const std::size_t ranks = schedule.ranks.size();
+    std::vector<double> clock(ranks, 0);
+    std::vector<std::size_t> next(ranks, 0);
+    for (bool moved = true; moved;) {
+        moved = false;
+        for (std::size_t r = 0; r < ranks; ++r) {
+            const auto& list = schedule.ranks[r];
+            for (; next[r] < list.size(); ++next[r]) {
+                const sched::Action& a = list[next[r]];
+                if (a.stage < 0 || a.stage >= stages || a.microbatch < 0 || a.microbatch >= mbs) return {};
+                double ready = 0;
+                if (a.type == ActionType::forward) {
+                    if (a.stage > 0) ready = f_end[at(a.stage - 1, a.microbatch)];
+                } else if (a.type == ActionType::full_backward || a.type == ActionType::backward_input) {
+                    ready = a.stage + 1 < stages ? b_end[at(a.stage + 1, a.microbatch)]
+                                                 : f_end[at(a.stage, a.microbatch)];
+                } else if (a.type == ActionType::backward_weight) {
+                    ready = i_end[at(a.stage, a.microbatch)];
+                }
+                if (ready < 0) break;  // waits for another rank's action
+                clock[r] = std::max(clock[r], ready) + seconds(a);
+                if (a.type == ActionType::forward) f_end[at(a.stage, a.microbatch)] = clock[r];
+                if (a.type == ActionType::full_backward || a.type == ActionType::backward_input)
+                    b_end[at(a.stage, a.microbatch)] = clock[r];
+                if (a.type == ActionType::backward_input) i_end[at(a.stage, a.microbatch)] = clock[r];
+                moved = true;
+            }
+        }
+    }
+    for (std::size_t r = 0; r < ranks; ++r)
+        if (next[r] < schedule.ranks[r].size()) return {};
+    return clock;
 }
 
 // The two parts summed, less one part in 10^9: the simulation adds the same bytes one allocation
@@ -353,7 +474,9 @@ double memory_lower_bound(const Config& c) {
 }
 
 double step_time_lower_bound(const Config& c) {
-    return step_time_bound(c, make_workload(c.model.spec, layer_split(c), c.cluster.gpu));
+    const auto schedule = generated_schedule(c);
+    return step_time_bound(c, make_workload(c.model.spec, layer_split(c), c.cluster.gpu), -1,
+                           schedule ? &*schedule : nullptr);
 }
 
 }  // namespace dtsim::hw

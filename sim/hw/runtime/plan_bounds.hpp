@@ -8,6 +8,7 @@
 #include "dtsim/sched/schedule.hpp"
 
 #include <optional>
+#include <vector>
 
 namespace dtsim::hw::plan_bounds {
 
@@ -23,7 +24,19 @@ double memory_bound(double states, double activations);
 // The least step time: the compute of the rank holding the output layer (plan.hpp).
 // `output_rank`: the pipeline rank that holds the output layer where the config does not say (a
 // schedule file's owner of its last stage); -1 takes the looped or V-shaped placement's.
-double step_time_bound(const Config& c, const Workload& w, int output_rank = -1);
+// `schedule`: the pipeline schedule it runs (generated or a file), whose fill and drain then count
+// (schedule_compute_ends).
+double step_time_bound(const Config& c, const Workload& w, int output_rank = -1,
+                       const sched::Schedule* schedule = nullptr);
+// The least time of each pass of a pipeline schedule's action on one layer.
+struct ActionSeconds {
+    double forward = 0, backward = 0, input = 0, weight = 0;  // F, B, I, W
+};
+// Each pipeline rank's end through `schedule`'s actions, each at `per_layer` a layer of its stage
+// and the model's edges on the first and last stage (plan_bounds.cpp); empty where the actions
+// cannot run one after another so.
+std::vector<double> schedule_ends(const Config& c, const Workload& w, const sched::Schedule& schedule,
+                                  const ActionSeconds& per_layer);
 // The schedule a generated-pipeline strategy runs (as make_plan generates it), or none; throws
 // std::invalid_argument where the generator does not take the sizes.
 std::optional<sched::Schedule> generated_schedule(const Config& c);
