@@ -145,6 +145,28 @@ TEST_CASE("the memory bound counts the activations the first rank holds when its
     // forwards before its first backward (Megatron-LM's warm-up plus the first steady forward).
     CHECK(bound("interleaved", 2, 8, 2) - bound("interleaved", 2, 2, 2) ==
           doctest::Approx(w.layer.activation_bytes * (5 - 4)).epsilon(1e-6));
+
+    // With full recompute a layer keeps its input (k) and its recompute allocates r before the
+    // backward releases. ZB-H1, pp 2, 3 microbatches, 2 layers a stage; rank 0 runs
+    // 0F0 0F1 0I0 0W0 0F2 0I1 0W1 0I2 0W2 and holds 2k, 4k, 4k + 2r (I0 keeps its recompute until
+    // W0), 2k, 4k, 4k + 2r, 2k, 2k + 2r, 0: at most 4k + 2r. 1F1B: 2 forwards, then its first
+    // backward's first layer's recompute, 4k + r.
+    for (const char* name : {"zbh1", "1f1b"}) {
+        json full = doc;
+        full["training"] = {{"global_batch", 3}, {"micro_batch", 1}};
+        full["strategy"] = {{"name", name}, {"flash_attention", true}, {"tp", 4}, {"pp", 2}, {"dp", 1},
+                            {"recompute", "full"}};
+        const Config f = parse_config(full, "plan test");
+        const Workload fw = make_workload(f.model.spec, layer_split(f), f.cluster.gpu);
+        const double k = fw.layer.activation_bytes, r = fw.layer.recompute_peak_bytes;
+        REQUIRE(r > k);
+        const auto schedule = plan_bounds::generated_schedule(f);
+        const std::string strategy = name;
+        CAPTURE(strategy);
+        CHECK(plan_bounds::activations_bound(f, fw, schedule ? &*schedule : nullptr) ==
+              doctest::Approx(std::string_view(name) == "zbh1" ? 4 * k + 2 * r : 4 * k + r));
+        CHECK(memory_lower_bound(f) <= simulate(f, {.keep_trace = false}).report.peak.bytes);
+    }
 }
 
 TEST_CASE("the step-time bound adds userbuffers' margins as the simulation adds them") {

@@ -173,11 +173,11 @@ inline constexpr const char* hybrid_full =
     "hybrid sharding runs as full sharding here (the data-parallel ranks are not whole nodes of two or more)";
 inline constexpr const char* states = "does not fit: model states alone exceed memory";
 inline constexpr const char* activations =
-    "does not fit: model states and the activations held at the first backward exceed memory";
+    "does not fit: model states and the activations it must hold exceed memory";
 // The same with PlanRequest::headroom > 0: against the memory less the headroom.
 inline constexpr const char* states_headroom = "does not fit: model states alone exceed memory less the headroom";
 inline constexpr const char* activations_headroom =
-    "does not fit: model states and the activations held at the first backward exceed memory less the headroom";
+    "does not fit: model states and the activations it must hold exceed memory less the headroom";
 inline constexpr const char* too_large = "too large to simulate (event estimate above the limit)";
 // Any other check of the config: "config check: $.strategy.microbatches".
 inline constexpr const char* config_prefix = "config check: ";

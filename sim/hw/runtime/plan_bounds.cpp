@@ -24,15 +24,6 @@ int owner_of_chunk(const StrategyConfig& s, int k) {
 // The pipeline rank that holds the output layer: the owner of the last model chunk.
 int logits_rank(const Config& c) { return owner_of_chunk(c.strategy, model_chunks(c) - 1); }
 
-// The fewest layers of any model chunk rank 0 holds.
-double first_rank_chunk_layers(const Config& c) {
-    const std::vector<int> split = stage_layers_of(c, model_chunks(c));
-    int fewest = c.model.spec.layers;
-    for (std::size_t k = 0; k < split.size(); ++k)
-        if (owner_of_chunk(c.strategy, static_cast<int>(k)) == 0) fewest = std::min(fewest, split[k]);
-    return fewest;
-}
-
 // The model states of pipeline rank r as a share of estimate_run_size's, which are those of its
 // layers and one copy of the embedding (embedding_copy_params) on a rank holding the most layers:
 // the states are linear in the parameters (zero_model_states). Rank r holds its layers, and rank 0
@@ -77,12 +68,13 @@ double idle_cost(const Config& c, Collective coll, double bytes, const std::vect
 //   one stage           one microbatch through every layer, and the logits and the loss's
 //                       temporaries (logits_and_loss) on top;
 //   1F1B                min(pp, m) forwards of its layers (the pp - 1 of the warm-up and the first of
-//                       the steady state: one_f_one_b);
-//   GPipe               all m forwards;
-//   generated schedules the forwards of rank 0 before its first other action, each of the fewest
-//                       layers a chunk of rank 0 holds; of a schedule file, the forwards of the rank
-//                       that holds its first stage (and the embedding), each of the fewest layers of
-//                       any of its stages (which stages that rank holds is the file's).
+//                       the steady state: one_f_one_b), and the first backward's first layer's
+//                       recompute on top (it allocates before the backward releases);
+//   GPipe               all m forwards, and that recompute;
+//   generated schedules the most that rank 0 holds through its actions (a schedule file: the rank
+//   and schedule files  that holds its first stage, and the embedding): each F's layers' activations
+//                       until the B or W of its microbatch, each I's recomputed activations until its
+//                       W, and at a B's start one layer's recompute on top.
 // Each layer counted at the least a layer keeps (partial recompute: the two kinds differ).
 double held_activations(const Config& c, const Workload& w, const sched::Schedule* schedule) {
     const StrategyConfig& s = c.strategy;
@@ -94,10 +86,15 @@ double held_activations(const Config& c, const Workload& w, const sched::Schedul
         if (w.edge.logits_forward.seconds > 0) a += w.edge.logits_activation_bytes + w.edge.loss_forward_extra_bytes;
         return a;
     }
+    // What a layer's recompute allocates before its backward releases (recompute_peak_bytes; 0 unless
+    // the policy allocates it), at the less of the two kinds.
+    const double redo =
+        std::min(w.layer.recompute_peak_bytes,
+                 w.split.partial_recompute() ? w.plain.recompute_peak_bytes : w.layer.recompute_peak_bytes);
     const double m = c.microbatches();
     const double first = pipeline_rank_layers(c).front();
-    if (s.name == "1f1b") return std::min<double>(s.pp, m) * first * kept;
-    if (s.name == "gpipe") return m * first * kept;
+    if (s.name == "1f1b") return std::min<double>(s.pp, m) * first * kept + (first > 0 ? redo : 0);
+    if (s.name == "gpipe") return m * first * kept + (first > 0 ? redo : 0);
     if (schedule && !schedule->ranks.empty() && schedule->num_stages() > 0) {
         // The rank of the first stage, which holds the embedding, whose states model_states_bound
         // counts: rank 0, or where a schedule file puts that stage.
@@ -107,19 +104,30 @@ double held_activations(const Config& c, const Workload& w, const sched::Schedul
             if (!owners.empty() && owners.front() >= 0 && owners.front() < schedule->num_ranks())
                 head = static_cast<std::size_t>(owners.front());
         }
-        double forwards = 0;
+        // Its actions in order, as scheduled_pipeline allocates: an F keeps its layers' activations
+        // until the B or W of its microbatch; an I recomputes (recompute_peak_bytes a layer) and keeps
+        // that too until its W; a B recomputes and releases layer by layer, so it holds one layer's
+        // recompute on top at its start. Both kinds of layer counted at the less they keep; a release
+        // takes what its F and I added, so what is held is never more than the simulation holds.
+        const std::vector<int> split = stage_layers_of(c, schedule->num_stages());
+        if (static_cast<int>(split.size()) != schedule->num_stages()) return kept;
+        double held = 0, most = kept;
         for (const auto& a : schedule->ranks[head]) {
-            if (a.type != sched::ActionType::forward) break;
-            ++forwards;
+            if (a.stage < 0 || a.stage >= schedule->num_stages()) continue;
+            const double n = split[static_cast<std::size_t>(a.stage)];
+            switch (a.type) {
+                case sched::ActionType::forward: held += n * kept; break;
+                case sched::ActionType::backward_input: held += n * redo; break;
+                case sched::ActionType::full_backward:
+                    if (n > 0) most = std::max(most, held + redo);
+                    held -= n * kept;
+                    break;
+                case sched::ActionType::backward_weight: held -= n * (kept + redo); break;
+                default: break;
+            }
+            most = std::max(most, held);
         }
-        // A schedule file's stages are its own (the layers split over them, not over pp chunks), and
-        // which of them that rank holds is the file's: the fewest layers of any stage.
-        double each = first_rank_chunk_layers(c);
-        if (s.name == "schedule") {
-            const std::vector<int> split = stage_layers_of(c, schedule->num_stages());
-            each = split.empty() ? 0 : *std::min_element(split.begin(), split.end());
-        }
-        return std::max(1.0, forwards) * each * kept;
+        return most;
     }
     return kept;  // one layer of one microbatch, at least
 }
