@@ -167,6 +167,21 @@ TEST_CASE("the memory bound counts the activations the first rank holds when its
               doctest::Approx(std::string_view(name) == "zbh1" ? 4 * k + 2 * r : 4 * k + r));
         CHECK(memory_lower_bound(f) <= simulate(f, {.keep_trace = false}).report.peak.bytes);
     }
+
+    // The rank of the last stage also keeps each microbatch's logits (g) from its F to its B or I, and
+    // holds the loss's temporaries on top while the loss runs (x forward, y backward). ZB-H1's rank 1
+    // runs 1F0 1I0 1F1 1I1 1W0 1F2 1I2 1W1 1W2: 2k + g + x at the loss, then 2k + g, 2k + g + y,
+    // 2k + 2r, 4k + 2r + g + x, 4k + 2r + g, 4k + 2r + g + y, 4k + 4r, 2k + 2r, ... 0.
+    const auto zb = dtsim::sched::zb_h1(2, 3);
+    EdgeWork e;
+    e.logits_forward.seconds = 1;
+    e.logits_activation_bytes = 100;
+    e.loss_forward_extra_bytes = 30;
+    e.loss_backward_extra_bytes = 20;
+    const double k = 10, r = 5;
+    CHECK(plan_bounds::most_held(zb, 1, {2, 2}, k, r, &e) == 4 * k + 2 * r + 100 + 30);
+    CHECK(plan_bounds::most_held(zb, 1, {2, 2}, k, r, nullptr) == 4 * k + 4 * r);
+    CHECK(plan_bounds::most_held(zb, 0, {2, 2}, k, r, nullptr) == 4 * k + 2 * r);
 }
 
 TEST_CASE("the step-time bound adds userbuffers' margins as the simulation adds them") {

@@ -12,9 +12,11 @@
 //                        uneven stages each rank's share by its layers), and beside them what the
 //                        first rank of the pipeline (every rank, with one stage) holds when its
 //                        first backward starts: one microbatch through all layers and the logits
-//                        with one stage, min(pp, m) forwards of its layers for 1F1B, m for GPipe,
-//                        the leading forwards of rank 0's generated schedule; every layer counted
-//                        at the least a layer keeps;
+//                        with one stage, min(pp, m) forwards of its layers for 1F1B, m for GPipe
+//                        (and the first backward's first recompute), the most it holds through its
+//                        actions for a generated schedule or a file; for those also the rank of the
+//                        last stage (its layers' states, its actions, the logits); every layer
+//                        counted at the least a layer keeps;
 //   step_time_lower_bound  the largest of the chains the simulation runs one thing after another:
 //                        the compute stream of the rank holding the output layer (its layers x
 //                        microbatches x a layer's priced forward, backward and recompute with the

@@ -12,6 +12,62 @@
 namespace dtsim::hw {
 namespace plan_bounds {
 
+// What a layer keeps from its forward to its backward, and what its recompute allocates before its
+// backward releases (recompute_peak_bytes; 0 unless the policy allocates), at the less of the two
+// kinds of layer (partial recompute: they differ).
+double kept_bytes(const Workload& w) {
+    return std::min(w.layer.activation_bytes,
+                    w.split.partial_recompute() ? w.plain.activation_bytes : w.layer.activation_bytes);
+}
+double redo_bytes(const Workload& w) {
+    return std::min(w.layer.recompute_peak_bytes,
+                    w.split.partial_recompute() ? w.plain.recompute_peak_bytes : w.layer.recompute_peak_bytes);
+}
+
+// The most rank `r` holds through its actions of `schedule`, as scheduled_pipeline allocates: an F
+// keeps its layers' activations (`kept` a layer) until the B or W of its microbatch; an I recomputes
+// (`redo` a layer) and keeps that too until its W; a B recomputes and releases layer by layer, so it
+// holds one layer's recompute on top at its start. With `logits` (the rank holds the last stage),
+// the last stage's F also keeps the logits until its B or I, and holds the loss's temporaries on
+// top while the loss runs, forward and backward (logits_and_loss, logits_backward). A release takes
+// what its F and I added, so what is held is never more than the simulation holds.
+double most_held(const sched::Schedule& schedule, std::size_t r, const std::vector<int>& split, double kept,
+                 double redo, const EdgeWork* logits) {
+    const int last = schedule.num_stages() - 1;
+    double held = 0, most = 0;
+    for (const auto& a : schedule.ranks[r]) {
+        if (a.stage < 0 || a.stage > last) continue;
+        const double n = split[static_cast<std::size_t>(a.stage)];
+        const bool loss = logits && a.stage == last && logits->logits_forward.seconds > 0;
+        switch (a.type) {
+            case sched::ActionType::forward:
+                held += n * kept;
+                if (loss) {
+                    most = std::max(most, held + logits->logits_activation_bytes + logits->loss_forward_extra_bytes);
+                    held += logits->logits_activation_bytes;
+                }
+                break;
+            case sched::ActionType::backward_input:
+            case sched::ActionType::full_backward:
+                if (loss) {
+                    most = std::max(most, held + logits->loss_backward_extra_bytes);
+                    held -= logits->logits_activation_bytes;
+                }
+                if (a.type == sched::ActionType::backward_input) {
+                    held += n * redo;
+                } else {
+                    if (n > 0) most = std::max(most, held + redo);
+                    held -= n * kept;
+                }
+                break;
+            case sched::ActionType::backward_weight: held -= n * (kept + redo); break;
+            default: break;
+        }
+        most = std::max(most, held);
+    }
+    return most;
+}
+
 namespace {
 
 // Where a pipeline's model chunks sit: chunk k on rank k mod pp, or V-shaped for "dualpipev"
@@ -78,56 +134,32 @@ double idle_cost(const Config& c, Collective coll, double bytes, const std::vect
 // Each layer counted at the least a layer keeps (partial recompute: the two kinds differ).
 double held_activations(const Config& c, const Workload& w, const sched::Schedule* schedule) {
     const StrategyConfig& s = c.strategy;
-    const double kept = std::min(w.layer.activation_bytes,
-                                 w.split.partial_recompute() ? w.plain.activation_bytes : w.layer.activation_bytes);
+    const double kept = kept_bytes(w);
     const double layers = c.model.spec.layers;
     if (s.pp == 1) {
         double a = layers * kept;
         if (w.edge.logits_forward.seconds > 0) a += w.edge.logits_activation_bytes + w.edge.loss_forward_extra_bytes;
         return a;
     }
-    // What a layer's recompute allocates before its backward releases (recompute_peak_bytes; 0 unless
-    // the policy allocates it), at the less of the two kinds.
-    const double redo =
-        std::min(w.layer.recompute_peak_bytes,
-                 w.split.partial_recompute() ? w.plain.recompute_peak_bytes : w.layer.recompute_peak_bytes);
+    const double redo = redo_bytes(w);
     const double m = c.microbatches();
     const double first = pipeline_rank_layers(c).front();
     if (s.name == "1f1b") return std::min<double>(s.pp, m) * first * kept + (first > 0 ? redo : 0);
     if (s.name == "gpipe") return m * first * kept + (first > 0 ? redo : 0);
     if (schedule && !schedule->ranks.empty() && schedule->num_stages() > 0) {
         // The rank of the first stage, which holds the embedding, whose states model_states_bound
-        // counts: rank 0, or where a schedule file puts that stage.
-        std::size_t head = 0;
-        if (s.name == "schedule") {
-            const std::vector<int> owners = sched::stage_owners(*schedule);
-            if (!owners.empty() && owners.front() >= 0 && owners.front() < schedule->num_ranks())
-                head = static_cast<std::size_t>(owners.front());
-        }
-        // Its actions in order, as scheduled_pipeline allocates: an F keeps its layers' activations
-        // until the B or W of its microbatch; an I recomputes (recompute_peak_bytes a layer) and keeps
-        // that too until its W; a B recomputes and releases layer by layer, so it holds one layer's
-        // recompute on top at its start. Both kinds of layer counted at the less they keep; a release
-        // takes what its F and I added, so what is held is never more than the simulation holds.
+        // counts: rank 0, or where a schedule file puts that stage; the logits too where it holds the
+        // last stage.
+        const std::vector<int> owners = sched::stage_owners(*schedule);
+        const int head = s.name == "schedule" && !owners.empty() && owners.front() >= 0 &&
+                                 owners.front() < schedule->num_ranks()
+                             ? owners.front()
+                             : 0;
         const std::vector<int> split = stage_layers_of(c, schedule->num_stages());
         if (static_cast<int>(split.size()) != schedule->num_stages()) return kept;
-        double held = 0, most = kept;
-        for (const auto& a : schedule->ranks[head]) {
-            if (a.stage < 0 || a.stage >= schedule->num_stages()) continue;
-            const double n = split[static_cast<std::size_t>(a.stage)];
-            switch (a.type) {
-                case sched::ActionType::forward: held += n * kept; break;
-                case sched::ActionType::backward_input: held += n * redo; break;
-                case sched::ActionType::full_backward:
-                    if (n > 0) most = std::max(most, held + redo);
-                    held -= n * kept;
-                    break;
-                case sched::ActionType::backward_weight: held -= n * (kept + redo); break;
-                default: break;
-            }
-            most = std::max(most, held);
-        }
-        return most;
+        const bool output = !owners.empty() && owners.back() == head;
+        return std::max(kept, most_held(*schedule, static_cast<std::size_t>(head), split, kept, redo,
+                                        output ? &w.edge : nullptr));
     }
     return kept;  // one layer of one microbatch, at least
 }
@@ -159,19 +191,48 @@ double model_states_bound(const Config& c, const RunSize& size) { return held_st
 // forward), and beside them at the end of the step the unsharded gradients of those layers, made
 // during the backward (where the states are sharded over dp x cp > 1: make_jobs). Rank 0 holds its
 // layers and the embedding. With uneven stages rank 0 need not hold the most states: what it
-// allocates in all, less the most states, or nothing.
+// allocates in all, less the most states, or nothing. With a generated schedule or a file, also the
+// rank of the last stage, where it is another: what it allocates in all, less the most states.
 double activations_bound(const Config& c, const Workload& w, const sched::Schedule* schedule) {
     const StrategyConfig& s = c.strategy;
     double acts = held_activations(c, w, schedule);
     const StrategyInfo* info = find_hw_strategy(s.name);
-    if (s.pp > 1 && s.zero_stage == 3 && info &&
-        info->gathers_layers(s.zero_stage, false, static_cast<long long>(s.dp) * s.cp)) {
+    const bool zero3 = s.pp > 1 && s.zero_stage == 3 && info &&
+                       info->gathers_layers(s.zero_stage, false, static_cast<long long>(s.dp) * s.cp);
+    if (zero3) {
         const double params = pipeline_rank_layers(c).front() * w.layer.params + w.edge.embedding_params;
         acts = bytes_per_element(c.model.spec.dtype) * params + std::max(acts, w.grad_bytes * params);
     }
-    if (s.pp <= 1 || !uneven_stages(s)) return acts;
+    const bool scheduled = s.pp > 1 && schedule && !schedule->ranks.empty() && schedule->num_stages() > 0 &&
+                           s.name != "1f1b" && s.name != "gpipe";
+    if (!uneven_stages(s) && !scheduled) return acts;
     const double held = held_states(c, estimate_run_size(c, kEstimate));
-    return std::max(0.0, held * states_share(c, 0) + acts - held * most_share(c));
+    if (uneven_stages(s)) acts = std::max(0.0, held * states_share(c, 0) + acts - held * most_share(c));
+    if (!scheduled) return acts;
+    // The rank that holds the last stage, where another rank holds the first: its layers' states (no
+    // embedding copy counted: states_share's rule) and the most it holds through its actions, the
+    // logits and the loss's temporaries included; with ZeRO-3 its layers' gathered weights and
+    // gradients as above. Beyond the most states, or nothing.
+    const std::vector<int> owners = sched::stage_owners(*schedule);
+    const std::vector<int> split = stage_layers_of(c, schedule->num_stages());
+    if (owners.empty() || static_cast<int>(split.size()) != schedule->num_stages()) return acts;
+    const int head = s.name == "schedule" ? owners.front() : 0, tail = owners.back();
+    if (tail < 0 || tail >= schedule->num_ranks() || tail == head) return acts;
+    double layers = 0;
+    for (std::size_t k = 0; k < owners.size(); ++k)
+        if (owners[k] == tail) layers += split[k];
+    const TransformerSpec& m = c.model.spec;
+    const std::vector<double> ranks = pipeline_rank_layers(c);
+    const double whole =
+        *std::max_element(ranks.begin(), ranks.end()) * m.params_per_layer() + embedding_copy_params(m);
+    const double states = whole > 0 ? held * layers * m.params_per_layer() / whole : 0;
+    double tail_acts =
+        most_held(*schedule, static_cast<std::size_t>(tail), split, kept_bytes(w), redo_bytes(w), &w.edge);
+    if (zero3) {
+        const double params = layers * w.layer.params;
+        tail_acts = bytes_per_element(m.dtype) * params + std::max(tail_acts, w.grad_bytes * params);
+    }
+    return std::max(acts, states + tail_acts - held * most_share(c));
 }
 
 // The least step time of a layout (plan.hpp: step_time_lower_bound), the largest of the chains

@@ -19,6 +19,15 @@ inline constexpr RunOptions kEstimate{.keep_trace = false, .straggler_baseline =
 double model_states_bound(const Config& c, const RunSize& size);
 // What that rank allocates beyond its model states, at least, when its first backward starts.
 double activations_bound(const Config& c, const Workload& w, const sched::Schedule* schedule);
+// What a layer keeps from its forward to its backward, and what its recompute allocates before its
+// backward releases, at the less of the two kinds of layer.
+double kept_bytes(const Workload& w);
+double redo_bytes(const Workload& w);
+// The most pipeline rank `r` holds through its actions of `schedule` (plan_bounds.cpp): `split`, the
+// layers of each stage; `kept` and `redo` a layer's; `logits`, the model's edges where it holds the
+// last stage.
+double most_held(const sched::Schedule& schedule, std::size_t r, const std::vector<int>& split, double kept,
+                 double redo, const EdgeWork* logits);
 // The two summed, less one part in 10^9 (rounding).
 double memory_bound(double states, double activations);
 // The least step time: the compute of the rank holding the output layer (plan.hpp).
