@@ -114,7 +114,7 @@ struct FileSchedule {
 // measured once. The step-time and states bounds take every rank to hold as many layers
 // (plan_bounds.cpp), so a file must give each of its ranks as many stages: the layers then split
 // evenly over the ranks whatever the file's placement. (The activations bound reads the file: the
-// forwards of the rank that holds the first stage.)
+// actions of the ranks that hold the first and the last stage.)
 std::vector<FileSchedule> read_schedule_files(const std::vector<std::string>& files) {
     std::vector<FileSchedule> out;
     for (const std::string& f : files) {
@@ -660,8 +660,8 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
                                             }
                                             const Workload work =
                                                 make_workload(config.model.spec, layer_split(config), config.cluster.gpu);
-                                            // A generated schedule, or a file: the forwards at the head of the rank
-                                            // that holds the first stage (plan_bounds.cpp, held_activations).
+                                            // A generated schedule, or a file: the actions of the ranks that hold
+                                            // the first and the last stage (plan_bounds.cpp, activations_bound).
                                             const sched::Schedule* order =
                                                 sf ? &sf->schedule : schedule ? &*schedule : nullptr;
                                             c.memory_bound = memory_bound(states, activations_bound(config, work, order));

@@ -17,7 +17,9 @@ inline constexpr RunOptions kEstimate{.keep_trace = false, .straggler_baseline =
 
 // The model states of the rank holding the most parameters that it keeps all step.
 double model_states_bound(const Config& c, const RunSize& size);
-// What that rank allocates beyond its model states, at least, when its first backward starts.
+// What that rank allocates beyond its model states, at least: at its first backward, or the most it
+// holds through a pipeline schedule's actions; with a schedule, also what the rank of the last
+// stage allocates beyond the most states (plan_bounds.cpp).
 double activations_bound(const Config& c, const Workload& w, const sched::Schedule* schedule);
 // What a layer keeps from its forward to its backward, and what its recompute allocates before its
 // backward releases, at the less of the two kinds of layer.
@@ -34,7 +36,7 @@ double memory_bound(double states, double activations);
 // `output_rank`: the pipeline rank that holds the output layer where the config does not say (a
 // schedule file's owner of its last stage); -1 takes the looped or V-shaped placement's.
 // `schedule`: the pipeline schedule it runs (generated or a file), whose fill and drain then count
-// (schedule_compute_ends).
+// (schedule_ends).
 double step_time_bound(const Config& c, const Workload& w, int output_rank = -1,
                        const sched::Schedule* schedule = nullptr);
 // The least time of each pass of a pipeline schedule's action on one layer.
