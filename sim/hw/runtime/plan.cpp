@@ -662,6 +662,7 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
                                                 make_workload(config.model.spec, layer_split(config), config.cluster.gpu);
                                             // A generated schedule, or a file: the actions of the ranks that hold
                                             // the first and the last stage (plan_bounds.cpp, activations_bound).
+                                            if (!sf && !schedule) schedule = builtin_schedule(config);
                                             const sched::Schedule* order =
                                                 sf ? &sf->schedule : schedule ? &*schedule : nullptr;
                                             c.memory_bound = memory_bound(states, activations_bound(config, work, order));

@@ -203,8 +203,7 @@ double activations_bound(const Config& c, const Workload& w, const sched::Schedu
         const double params = pipeline_rank_layers(c).front() * w.layer.params + w.edge.embedding_params;
         acts = bytes_per_element(c.model.spec.dtype) * params + std::max(acts, w.grad_bytes * params);
     }
-    const bool scheduled = s.pp > 1 && schedule && !schedule->ranks.empty() && schedule->num_stages() > 0 &&
-                           s.name != "1f1b" && s.name != "gpipe";
+    const bool scheduled = s.pp > 1 && schedule && !schedule->ranks.empty() && schedule->num_stages() > 0;
     if (!uneven_stages(s) && !scheduled) return acts;
     const double held = held_states(c, estimate_run_size(c, kEstimate));
     if (uneven_stages(s)) acts = std::max(0.0, held * states_share(c, 0) + acts - held * most_share(c));
@@ -381,7 +380,7 @@ double step_time_bound(const Config& c, const Workload& w, int output_rank, cons
     bound = std::max(bound + std::max(drain, tail), busiest);
     // A pipeline schedule's actions, fill and drain included; the output layer's rank then steps its
     // optimizer.
-    if (schedule && s.pp > 1) {
+    if (schedule && s.pp > 1 && s.name != "gpipe") {
         // Per layer: the cheaper kind's kernels of each pass (as `l`, the kind whose layers cost less
         // in all), with the blocking tensor-parallel collectives above. A split backward's I runs
         // each block as a forward does (gather before, reduce after: block), its recompute's
@@ -531,19 +530,35 @@ std::optional<sched::Schedule> generated_schedule(const Config& c) {
     return sched::generate(s.name, {s.pp, c.microbatches(), s.name == "dualpipev" ? 2 : s.chunks, s.microbatch_group});
 }
 
+// The order the built-in pipelines run their stages' forwards and backwards (pipeline.cpp): 1F1B's
+// warm-up forwards, then one forward and one backward, then the cool-down backwards (the same as
+// sched::one_f_one_b); GPipe's forwards, then its backwards (it runs them in reverse; the memory
+// bound, which walks it, reaches its most before the first backward either way). None otherwise.
+std::optional<sched::Schedule> builtin_schedule(const Config& c) {
+    const StrategyConfig& s = c.strategy;
+    if (s.pp <= 1 || (s.name != "1f1b" && s.name != "gpipe")) return std::nullopt;
+    try {
+        return s.name == "1f1b" ? sched::one_f_one_b(s.pp, c.microbatches()) : sched::gpipe(s.pp, c.microbatches());
+    } catch (const std::invalid_argument&) {
+        return std::nullopt;
+    }
+}
+
 }  // namespace plan_bounds
 
 using namespace plan_bounds;
 
 double memory_lower_bound(const Config& c) {
-    const auto schedule = generated_schedule(c);
+    auto schedule = generated_schedule(c);
+    if (!schedule) schedule = builtin_schedule(c);
     return memory_bound(model_states_bound(c, estimate_run_size(c, kEstimate)),
                         activations_bound(c, make_workload(c.model.spec, layer_split(c), c.cluster.gpu),
                                           schedule ? &*schedule : nullptr));
 }
 
 double step_time_lower_bound(const Config& c) {
-    const auto schedule = generated_schedule(c);
+    auto schedule = generated_schedule(c);
+    if (!schedule) schedule = builtin_schedule(c);
     return step_time_bound(c, make_workload(c.model.spec, layer_split(c), c.cluster.gpu), -1,
                            schedule ? &*schedule : nullptr);
 }
