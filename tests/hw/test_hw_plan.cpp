@@ -182,6 +182,28 @@ TEST_CASE("the memory bound counts the activations the first rank holds when its
     CHECK(plan_bounds::most_held(zb, 1, {2, 2}, k, r, &e) == 4 * k + 2 * r + 100 + 30);
     CHECK(plan_bounds::most_held(zb, 1, {2, 2}, k, r, nullptr) == 4 * k + 4 * r);
     CHECK(plan_bounds::most_held(zb, 0, {2, 2}, k, r, nullptr) == 4 * k + 2 * r);
+    // FSDP holds its root unit gathered all step, and SHARD_GRAD_OP each layer's gathered weights from
+    // its forward through its backward: at the loss of the first microbatch, every layer's.
+    json fsdp = doc;
+    fsdp["training"] = {{"global_batch", 8}, {"micro_batch", 1}};
+    double full_bound = 0;
+    for (const char* sharding : {"full", "grad_op"}) {
+        fsdp["strategy"] = {{"name", "fsdp"}, {"flash_attention", true}, {"sharding", sharding}};
+        const Config f = parse_config(fsdp, "plan test");
+        const Workload fw = make_workload(f.model.spec, layer_split(f), f.cluster.gpu);
+        const double held = plan_bounds::activations_bound(f, fw, nullptr);
+        const std::string shard = sharding;
+        CAPTURE(shard);
+        if (shard == "full") {
+            full_bound = held;
+            CHECK(held == doctest::Approx(4 * fw.layer.activation_bytes + fw.edge.logits_activation_bytes +
+                                           fw.edge.loss_forward_extra_bytes + 2 * fw.edge.embedding_params));
+        } else {
+            CHECK(held - full_bound == doctest::Approx(4 * 2 * fw.layer.params));  // 4 layers of bf16 weights
+        }
+        CHECK(memory_lower_bound(f) <= simulate(f, {.keep_trace = false}).report.peak.bytes);
+    }
+
     // The built-in pipelines' last rank: 1F1B's 1F0 1B0 1F1 1B1 1F2 1B2 holds 2k + g + x at most (each
     // backward starts from 2k + g); GPipe's three forwards 3 (2k + g) + x.
     const auto one_f_one_b = dtsim::sched::one_f_one_b(2, 3);

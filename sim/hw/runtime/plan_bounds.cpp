@@ -122,7 +122,8 @@ double idle_cost(const Config& c, Collective coll, double bytes, const std::vect
 // backward starts: each forward before it keeps its layers' activations until that microbatch's
 // backward (release_activations), so they are all allocated at once, on top of the model states.
 //   one stage           one microbatch through every layer, and the logits and the loss's
-//                       temporaries (logits_and_loss) on top;
+//                       temporaries (logits_and_loss) on top; FSDP's gathered root unit, and with
+//                       SHARD_GRAD_OP every layer's gathered weights;
 //   1F1B                min(pp, m) forwards of its layers (the pp - 1 of the warm-up and the first of
 //                       the steady state: one_f_one_b), and the first backward's first layer's
 //                       recompute on top (it allocates before the backward releases);
@@ -139,6 +140,13 @@ double held_activations(const Config& c, const Workload& w, const sched::Schedul
     if (s.pp == 1) {
         double a = layers * kept;
         if (w.edge.logits_forward.seconds > 0) a += w.edge.logits_activation_bytes + w.edge.loss_forward_extra_bytes;
+        // FSDP's gathered weights at that moment (fsdp.cpp): the root unit's (one copy of the
+        // embedding at least), gathered for the whole step, and with SHARD_GRAD_OP every layer's,
+        // gathered for its forward and kept through its backward.
+        if (s.name == "fsdp") {
+            const double el = bytes_per_element(c.model.spec.dtype);
+            a += el * w.edge.embedding_params + (s.sharding == "grad_op" ? layers * el * w.layer.params : 0);
+        }
         return a;
     }
     const double redo = redo_bytes(w);
