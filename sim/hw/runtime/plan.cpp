@@ -665,7 +665,8 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
                                             if (!sf && !schedule) schedule = builtin_schedule(config);
                                             const sched::Schedule* order =
                                                 sf ? &sf->schedule : schedule ? &*schedule : nullptr;
-                                            c.memory_bound = memory_bound(states, activations_bound(config, work, order));
+                                            c.memory_bound =
+                                                memory_bound(states, activations_bound(config, work, order, size));
                                             if (c.memory_bound > limit) {
                                                 rejected(margin ? reject::activations_headroom : reject::activations);
                                                 continue;

@@ -12,16 +12,22 @@
 namespace dtsim::hw {
 namespace plan_bounds {
 
+namespace {
+// `part` of a layer at the less of the two kinds of layer (partial recompute: they differ).
+template <class Part>
+double least(const Workload& w, Part part) {
+    return w.split.partial_recompute() ? std::min(part(w.layer), part(w.plain)) : part(w.layer);
+}
+}  // namespace
+
 // What a layer keeps from its forward to its backward, and what its recompute allocates before its
 // backward releases (recompute_peak_bytes; 0 unless the policy allocates), at the less of the two
-// kinds of layer (partial recompute: they differ).
+// kinds of layer.
 double kept_bytes(const Workload& w) {
-    return std::min(w.layer.activation_bytes,
-                    w.split.partial_recompute() ? w.plain.activation_bytes : w.layer.activation_bytes);
+    return least(w, [](const LayerWork& l) { return l.activation_bytes; });
 }
 double redo_bytes(const Workload& w) {
-    return std::min(w.layer.recompute_peak_bytes,
-                    w.split.partial_recompute() ? w.plain.recompute_peak_bytes : w.layer.recompute_peak_bytes);
+    return least(w, [](const LayerWork& l) { return l.recompute_peak_bytes; });
 }
 
 // The most rank `r` holds through its actions of `schedule`, as scheduled_pipeline allocates: an F
@@ -33,7 +39,7 @@ double redo_bytes(const Workload& w) {
 // what its F and I added, so what is held is never more than the simulation holds.
 double most_held(const sched::Schedule& schedule, std::size_t r, const std::vector<int>& split, double kept,
                  double redo, const EdgeWork* logits) {
-    const int last = schedule.num_stages() - 1;
+    const int last = static_cast<int>(split.size()) - 1;
     double held = 0, most = 0;
     for (const auto& a : schedule.ranks[r]) {
         if (a.stage < 0 || a.stage > last) continue;
@@ -133,7 +139,28 @@ double idle_cost(const Config& c, Collective coll, double bytes, const std::vect
 //                       until the B or W of its microbatch, each I's recomputed activations until its
 //                       W, and at a B's start one layer's recompute on top.
 // Each layer counted at the least a layer keeps (partial recompute: the two kinds differ).
-double held_activations(const Config& c, const Workload& w, const sched::Schedule* schedule) {
+// A pipeline schedule's placement: each stage's owner (sched::stage_owners) and layers
+// (stage_layers_of), and the ranks of the first stage (rank 0, or where a schedule file puts it) and of
+// the last.
+struct Placement {
+    std::vector<int> owners, split;
+    int head = 0, tail = -1;
+};
+std::optional<Placement> placement_of(const Config& c, const sched::Schedule* schedule) {
+    if (!schedule || schedule->ranks.empty()) return std::nullopt;
+    Placement p;
+    p.owners = sched::stage_owners(*schedule);
+    if (p.owners.empty()) return std::nullopt;
+    p.split = stage_layers_of(c, static_cast<int>(p.owners.size()));
+    if (p.split.size() != p.owners.size()) return std::nullopt;
+    const auto rank = [&](int r) { return r >= 0 && r < schedule->num_ranks() ? r : -1; };
+    if (c.strategy.name == "schedule" && rank(p.owners.front()) >= 0) p.head = p.owners.front();
+    p.tail = rank(p.owners.back());
+    return p;
+}
+
+double held_activations(const Config& c, const Workload& w, const sched::Schedule* schedule,
+                        const std::optional<Placement>& place) {
     const StrategyConfig& s = c.strategy;
     const double kept = kept_bytes(w);
     const double layers = c.model.spec.layers;
@@ -154,20 +181,11 @@ double held_activations(const Config& c, const Workload& w, const sched::Schedul
     const double first = pipeline_rank_layers(c).front();
     if (s.name == "1f1b") return std::min<double>(s.pp, m) * first * kept + (first > 0 ? redo : 0);
     if (s.name == "gpipe") return m * first * kept + (first > 0 ? redo : 0);
-    if (schedule && !schedule->ranks.empty() && schedule->num_stages() > 0) {
+    if (place) {
         // The rank of the first stage, which holds the embedding, whose states model_states_bound
-        // counts: rank 0, or where a schedule file puts that stage; the logits too where it holds the
-        // last stage.
-        const std::vector<int> owners = sched::stage_owners(*schedule);
-        const int head = s.name == "schedule" && !owners.empty() && owners.front() >= 0 &&
-                                 owners.front() < schedule->num_ranks()
-                             ? owners.front()
-                             : 0;
-        const std::vector<int> split = stage_layers_of(c, schedule->num_stages());
-        if (static_cast<int>(split.size()) != schedule->num_stages()) return kept;
-        const bool output = !owners.empty() && owners.back() == head;
-        return std::max(kept, most_held(*schedule, static_cast<std::size_t>(head), split, kept, redo,
-                                        output ? &w.edge : nullptr));
+        // counts; the logits too where it holds the last stage.
+        return std::max(kept, most_held(*schedule, static_cast<std::size_t>(place->head), place->split, kept, redo,
+                                        place->tail == place->head ? &w.edge : nullptr));
     }
     return kept;  // one layer of one microbatch, at least
 }
@@ -201,9 +219,10 @@ double model_states_bound(const Config& c, const RunSize& size) { return held_st
 // layers and the embedding. With uneven stages rank 0 need not hold the most states: what it
 // allocates in all, less the most states, or nothing. With a generated schedule or a file, also the
 // rank of the last stage, where it is another: what it allocates in all, less the most states.
-double activations_bound(const Config& c, const Workload& w, const sched::Schedule* schedule) {
+double activations_bound(const Config& c, const Workload& w, const sched::Schedule* schedule, const RunSize& size) {
     const StrategyConfig& s = c.strategy;
-    double acts = held_activations(c, w, schedule);
+    const std::optional<Placement> place = s.pp > 1 ? placement_of(c, schedule) : std::nullopt;
+    double acts = held_activations(c, w, schedule, place);
     const StrategyInfo* info = find_hw_strategy(s.name);
     const bool zero3 = s.pp > 1 && s.zero_stage == 3 && info &&
                        info->gathers_layers(s.zero_stage, false, static_cast<long long>(s.dp) * s.cp);
@@ -211,30 +230,24 @@ double activations_bound(const Config& c, const Workload& w, const sched::Schedu
         const double params = pipeline_rank_layers(c).front() * w.layer.params + w.edge.embedding_params;
         acts = bytes_per_element(c.model.spec.dtype) * params + std::max(acts, w.grad_bytes * params);
     }
-    const bool scheduled = s.pp > 1 && schedule && !schedule->ranks.empty() && schedule->num_stages() > 0;
-    if (!uneven_stages(s) && !scheduled) return acts;
-    const double held = held_states(c, estimate_run_size(c, kEstimate));
-    if (uneven_stages(s)) acts = std::max(0.0, held * states_share(c, 0) + acts - held * most_share(c));
-    if (!scheduled) return acts;
+    const double held = held_states(c, size);
+    if (s.pp > 1 && uneven_stages(s)) acts = std::max(0.0, held * states_share(c, 0) + acts - held * most_share(c));
+    if (!place) return acts;
     // The rank that holds the last stage, where another rank holds the first: its layers' states (no
     // embedding copy counted: states_share's rule) and the most it holds through its actions, the
     // logits and the loss's temporaries included; with ZeRO-3 its layers' gathered weights and
     // gradients as above. Beyond the most states, or nothing.
-    const std::vector<int> owners = sched::stage_owners(*schedule);
-    const std::vector<int> split = stage_layers_of(c, schedule->num_stages());
-    if (owners.empty() || static_cast<int>(split.size()) != schedule->num_stages()) return acts;
-    const int head = s.name == "schedule" ? owners.front() : 0, tail = owners.back();
-    if (tail < 0 || tail >= schedule->num_ranks() || tail == head) return acts;
+    if (place->tail < 0 || place->tail == place->head) return acts;
     double layers = 0;
-    for (std::size_t k = 0; k < owners.size(); ++k)
-        if (owners[k] == tail) layers += split[k];
+    for (std::size_t k = 0; k < place->owners.size(); ++k)
+        if (place->owners[k] == place->tail) layers += place->split[k];
     const TransformerSpec& m = c.model.spec;
     const std::vector<double> ranks = pipeline_rank_layers(c);
     const double whole =
         *std::max_element(ranks.begin(), ranks.end()) * m.params_per_layer() + embedding_copy_params(m);
     const double states = whole > 0 ? held * layers * m.params_per_layer() / whole : 0;
-    double tail_acts =
-        most_held(*schedule, static_cast<std::size_t>(tail), split, kept_bytes(w), redo_bytes(w), &w.edge);
+    double tail_acts = most_held(*schedule, static_cast<std::size_t>(place->tail), place->split, kept_bytes(w),
+                                 redo_bytes(w), &w.edge);
     if (zero3) {
         const double params = layers * w.layer.params;
         tail_acts = bytes_per_element(m.dtype) * params + std::max(tail_acts, w.grad_bytes * params);
@@ -393,24 +406,22 @@ double step_time_bound(const Config& c, const Workload& w, int output_rank, cons
         // in all), with the blocking tensor-parallel collectives above. A split backward's I runs
         // each block as a forward does (gather before, reduce after: block), its recompute's
         // collectives included; W none, or more where it gathers its inputs again.
-        const bool two_kinds = w.split.partial_recompute();
-        const auto least = [&](auto part) {
-            return two_kinds ? std::min(part(w.layer), part(w.plain)) : part(w.layer);
-        };
         ActionSeconds a;
-        a.forward = least([](const LayerWork& x) { return x.attention_forward.seconds + x.mlp_forward.seconds; }) +
+        a.forward = least(w, [](const LayerWork& x) { return x.attention_forward.seconds + x.mlp_forward.seconds; }) +
                     2 * tp_forward;
         const double redo =
-            least([](const LayerWork& x) { return x.attention_recompute.seconds + x.mlp_recompute.seconds; });
+            least(w, [](const LayerWork& x) { return x.attention_recompute.seconds + x.mlp_recompute.seconds; });
         a.backward = redo +
-                     least([](const LayerWork& x) { return x.attention_backward.seconds + x.mlp_backward.seconds; }) +
+                     least(w, [](const LayerWork& x) {
+                         return x.attention_backward.seconds + x.mlp_backward.seconds;
+                     }) +
                      2 * tp_backward + recompute_tp;
         a.input = redo +
-                  least([](const LayerWork& x) {
+                  least(w, [](const LayerWork& x) {
                       return x.attention_backward_input.seconds + x.mlp_backward_input.seconds;
                   }) +
                   2 * tp_forward + recompute_tp;
-        a.weight = least([](const LayerWork& x) {
+        a.weight = least(w, [](const LayerWork& x) {
             return x.attention_backward_weight.seconds + x.mlp_backward_weight.seconds;
         });
         // Userbuffers' margins as overlapped_block adds them: an F's first and last GEMMs', a B's or
@@ -556,17 +567,24 @@ std::optional<sched::Schedule> builtin_schedule(const Config& c) {
 
 using namespace plan_bounds;
 
-double memory_lower_bound(const Config& c) {
+namespace {
+// The actions the bounds walk: the generated schedule, or the built-in pipeline's order.
+std::optional<sched::Schedule> walked_schedule(const Config& c) {
     auto schedule = generated_schedule(c);
-    if (!schedule) schedule = builtin_schedule(c);
-    return memory_bound(model_states_bound(c, estimate_run_size(c, kEstimate)),
+    return schedule ? schedule : builtin_schedule(c);
+}
+}  // namespace
+
+double memory_lower_bound(const Config& c) {
+    const auto schedule = walked_schedule(c);
+    const RunSize size = estimate_run_size(c, kEstimate);
+    return memory_bound(model_states_bound(c, size),
                         activations_bound(c, make_workload(c.model.spec, layer_split(c), c.cluster.gpu),
-                                          schedule ? &*schedule : nullptr));
+                                          schedule ? &*schedule : nullptr, size));
 }
 
 double step_time_lower_bound(const Config& c) {
-    auto schedule = generated_schedule(c);
-    if (!schedule) schedule = builtin_schedule(c);
+    const auto schedule = walked_schedule(c);
     return step_time_bound(c, make_workload(c.model.spec, layer_split(c), c.cluster.gpu), -1,
                            schedule ? &*schedule : nullptr);
 }

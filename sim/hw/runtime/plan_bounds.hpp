@@ -20,7 +20,8 @@ double model_states_bound(const Config& c, const RunSize& size);
 // What that rank allocates beyond its model states, at least: at its first backward, or the most it
 // holds through a pipeline schedule's actions; with a schedule, also what the rank of the last
 // stage allocates beyond the most states (plan_bounds.cpp).
-double activations_bound(const Config& c, const Workload& w, const sched::Schedule* schedule);
+// `size`: estimate_run_size's, as model_states_bound takes it.
+double activations_bound(const Config& c, const Workload& w, const sched::Schedule* schedule, const RunSize& size);
 // What a layer keeps from its forward to its backward, and what its recompute allocates before its
 // backward releases, at the less of the two kinds of layer.
 double kept_bytes(const Workload& w);
