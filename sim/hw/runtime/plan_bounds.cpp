@@ -401,7 +401,7 @@ double step_time_bound(const Config& c, const Workload& w, int output_rank, cons
     bound = std::max(bound + std::max(drain, tail), busiest);
     // A pipeline schedule's actions, fill and drain included; the output layer's rank then steps its
     // optimizer.
-    if (schedule && s.pp > 1 && s.name != "gpipe") {
+    if (schedule && s.pp > 1) {
         // Per layer: the cheaper kind's kernels of each pass (as `l`, the kind whose layers cost less
         // in all), with the blocking tensor-parallel collectives above. A split backward's I runs
         // each block as a forward does (gather before, reduce after: block), its recompute's
@@ -551,13 +551,17 @@ std::optional<sched::Schedule> generated_schedule(const Config& c) {
 
 // The order the built-in pipelines run their stages' forwards and backwards (pipeline.cpp): 1F1B's
 // warm-up forwards, then one forward and one backward, then the cool-down backwards (the same as
-// sched::one_f_one_b); GPipe's forwards, then its backwards (it runs them in reverse; the memory
-// bound, which walks it, reaches its most before the first backward either way). None otherwise.
+// sched::one_f_one_b); GPipe's forwards, then its backwards from the last microbatch to the first.
+// None otherwise.
 std::optional<sched::Schedule> builtin_schedule(const Config& c) {
     const StrategyConfig& s = c.strategy;
     if (s.pp <= 1 || (s.name != "1f1b" && s.name != "gpipe")) return std::nullopt;
+    const int m = c.microbatches();
     try {
-        return s.name == "1f1b" ? sched::one_f_one_b(s.pp, c.microbatches()) : sched::gpipe(s.pp, c.microbatches());
+        if (s.name == "1f1b") return sched::one_f_one_b(s.pp, m);
+        sched::Schedule order = sched::gpipe(s.pp, m);
+        for (auto& actions : order.ranks) std::reverse(actions.begin() + m, actions.end());
+        return order;
     } catch (const std::invalid_argument&) {
         return std::nullopt;
     }

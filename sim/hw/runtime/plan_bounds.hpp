@@ -52,8 +52,8 @@ std::vector<double> schedule_ends(const Config& c, const Workload& w, const sche
 // The schedule a generated-pipeline strategy runs (as make_plan generates it), or none; throws
 // std::invalid_argument where the generator does not take the sizes.
 std::optional<sched::Schedule> generated_schedule(const Config& c);
-// The order the built-in 1F1B and GPipe pipelines run their actions in, for the bounds to walk (GPipe's
-// backwards listed in order, which only the memory bound walks); none for other strategies.
+// The order the built-in 1F1B and GPipe pipelines run their actions in (GPipe's backwards from the
+// last microbatch to the first), for the bounds to walk; none for other strategies.
 std::optional<sched::Schedule> builtin_schedule(const Config& c);
 
 }  // namespace dtsim::hw::plan_bounds
