@@ -171,14 +171,8 @@ void table_row(const std::vector<std::string>& cells, const hw::RunReport& r, st
 
 bool failed(const hw::RunReport& r) { return r.correct && !*r.correct; }
 
-// A signed error in words: dtsim's throughput against the published one.
-std::string fast_or_slow(double error) {
-    return fmt::format("{:.1f} % {}", 100 * std::abs(error), error >= 0 ? "fast" : "slow");
-}
-
 void print_evidence(const hw::calib::Evidence& e, const hw::RunReport& r) {
-    std::string traits = fmt::format("{}", fmt::join(e.traits, ", "));
-    if (!e.relaxed.empty()) traits += fmt::format("; not matched: {}", fmt::join(e.relaxed, ", "));
+    const std::string traits = evidence_traits(e);
     if (e.rows.empty()) {
         fmt::print("  evidence      no published run in dtsim's data is like this one ({})\n", traits);
         return;
@@ -186,15 +180,8 @@ void print_evidence(const hw::calib::Evidence& e, const hw::RunReport& r) {
     fmt::print("  evidence      {} published run{} like this one ({}): dtsim's throughput {} to {}, median {}\n",
                e.rows.size(), e.rows.size() == 1 ? "" : "s", traits, fast_or_slow(e.low), fast_or_slow(e.high),
                fast_or_slow(e.median));
-    std::vector<std::pair<std::string, int>> sets;
-    for (const auto& row : e.rows) {
-        if (sets.empty() || sets.back().first != row.set) sets.emplace_back(row.set, 0);
-        ++sets.back().second;
-    }
-    std::string from;
-    for (const auto& [set, n] : sets) from += fmt::format("{}{} ({})", from.empty() ? "" : ", ", set, n);
     const auto oom = std::count_if(e.rows.begin(), e.rows.end(), [](const auto& row) { return row.out_of_memory; });
-    fmt::print("                from {}{}\n", from,
+    fmt::print("                from {}{}\n", evidence_sources(e),
                oom > 0 ? fmt::format("; {} of them predicted out of memory (their time compared all the same)", oom) : "");
     // Measured step = predicted step x (1 + error), for either kind of error (calibrate.hpp).
     fmt::print("                if this run errs as they did, its step is {} to {} (median {}), not {}\n",

@@ -22,6 +22,10 @@
 #include <string>
 #include <vector>
 
+namespace dtsim::hw::calib {
+struct Evidence;
+}
+
 namespace dtsim::cli {
 
 class UsageError : public std::runtime_error {
@@ -196,6 +200,13 @@ std::string puzzle_names();
 // The folder of the data dtsim ships (configs/, calibration/data/): see data_dir.cpp. Not found:
 // an error, or "" where not `required`.
 std::string data_dir(bool required = true);
+
+// The words for the published runs most like a layout (evidence.cpp): an error of dtsim's
+// throughput as "3.5 % fast" or "2.0 % slow"; what the runs share with the layout ("H100, ...;
+// not matched: ..."); and their data sets with their counts ("set (8), other (3)").
+std::string fast_or_slow(double error);
+std::string evidence_traits(const hw::calib::Evidence& e);
+std::string evidence_sources(const hw::calib::Evidence& e);
 
 // The dtsim command line: the app with every command registered (app.cpp).
 std::unique_ptr<CLI::App> build_app();
