@@ -15,6 +15,7 @@
 #include "progress.hpp"
 
 #include "dtsim/detail/output_file.hpp"
+#include "dtsim/hw/calibrate.hpp"
 #include "dtsim/hw/config.hpp"
 #include "dtsim/hw/plan.hpp"
 #include "dtsim/hw/resilience.hpp"
@@ -30,6 +31,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <tuple>
@@ -49,6 +51,7 @@ struct PlanArgs {
     int top = 5;
     std::string rank_by = "step_time";
     bool json = false;
+    bool evidence = false;  // how far dtsim was off on the published runs most like each printed layout
     std::string csv;
     int jobs = 0;
     double time_budget = 0;
@@ -155,6 +158,7 @@ void write_slurm(const PlanArgs& a) {
     for (int i = 0; i < n; ++i) files.push_back(fmt::format("{}/shard-{}.json", dir, i));
     std::vector<std::string> outputs;
     if (a.json) outputs.push_back("--json");
+    if (a.evidence) outputs.push_back("--evidence");
     if (!a.csv.empty()) outputs.insert(outputs.end(), {"--csv", absolute(a.csv)});
     for (const auto& [option, path] : {std::pair{"--svg", &a.chart.svg}, {"--png", &a.chart.png}, {"--pdf", &a.chart.pdf}})
         if (!path->empty()) outputs.insert(outputs.end(), {option, absolute(*path)});
@@ -239,7 +243,75 @@ std::string over_headroom_text(const hw::PlanResult& r) {
     return r.headroom > 0 ? fmt::format(", {} into the headroom", r.over_headroom) : "";
 }
 
-void print_plan(const hw::PlanResult& r, std::size_t top, bool timings) {
+// The published runs most like each printed layout, best first (--evidence).
+std::vector<hw::calib::Evidence> top_evidence(const hw::PlanResult& r, const hw::PlanRequest& request,
+                                              std::size_t top, const std::string& data) {
+    std::vector<hw::calib::Evidence> out;
+    for (std::size_t i = 0; i < r.best.size() && i < top; ++i) {
+        const hw::Candidate& c = r.enumeration.candidates[r.simulated[r.best[i]].candidate];
+        out.push_back(
+            hw::calib::published_evidence(hw::candidate_config(r.enumeration, request, c), data, request.jobs));
+    }
+    return out;
+}
+
+// The figure the search ranks by (step time or GPU-seconds) of the i-th best.
+double rank_figure(const hw::PlanResult& r, std::size_t i) {
+    const hw::PlanRow& row = r.simulated[r.best[i]];
+    const double step = row.figures->step_time;
+    return r.rank_by == hw::RankBy::gpu_seconds ? step * r.enumeration.candidates[row.candidate].gpus : step;
+}
+
+// The rows a layout's evidence rests on, to tell two layouts judged on the same runs.
+bool same_rows(const hw::calib::Evidence& a, const hw::calib::Evidence& b) {
+    return a.rows.size() == b.rows.size() &&
+           std::equal(a.rows.begin(), a.rows.end(), b.rows.begin(),
+                      [](const auto& x, const auto& y) { return x.set == y.set && x.row == y.row; });
+}
+
+// Each layout's runs, and its step had dtsim erred on it as on them (measured = predicted x
+// (1 + error)); then whether the order holds with each ranking figure corrected by its runs'
+// median error (a layout without runs keeps its figure).
+void print_evidence(const hw::PlanResult& r, const std::vector<hw::calib::Evidence>& layouts) {
+    fmt::print("evidence: dtsim's error on the published runs most like each layout (its throughput: fast, the runs "
+               "were slower), and the step had the layout erred as they did\n");
+    for (std::size_t i = 0; i < layouts.size(); ++i) {
+        const auto& e = layouts[i];
+        const double step = r.simulated[r.best[i]].figures->step_time;
+        if (e.rows.empty()) {
+            fmt::print("  #{:<2} no published run in dtsim's data is like it ({})\n", i + 1, evidence_traits(e));
+            continue;
+        }
+        const auto before = layouts.begin() + static_cast<std::ptrdiff_t>(i);
+        const auto earlier = std::find_if(layouts.begin(), before, [&](const auto& x) { return same_rows(x, e); });
+        const std::string runs =
+            earlier != before
+                ? fmt::format("the runs of #{}", earlier - layouts.begin() + 1)
+                : fmt::format("{} run{} ({}) from {}", e.rows.size(), e.rows.size() == 1 ? "" : "s", evidence_traits(e),
+                              evidence_sources(e));
+        fmt::print("  #{:<2} {}: {} to {}, median {}: step {} to {} (median {})\n", i + 1, runs, fast_or_slow(e.low),
+                   fast_or_slow(e.high), fast_or_slow(e.median), Seconds{step * (1 + e.low)},
+                   Seconds{step * (1 + e.high)}, Seconds{step * (1 + e.median)});
+    }
+    std::vector<std::size_t> order(layouts.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    const auto corrected = [&](std::size_t i) { return rank_figure(r, i) * (1 + layouts[i].median); };
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::size_t a, std::size_t b) { return corrected(a) < corrected(b); });
+    if (order.size() < 2) return;
+    if (std::is_sorted(order.begin(), order.end())) {
+        fmt::print("  corrected by its runs' median error, each layout keeps its place\n");
+        return;
+    }
+    std::string by;
+    for (const std::size_t i : order) by += fmt::format("{}#{}", by.empty() ? "" : ", ", i + 1);
+    fmt::print("  corrected by its runs' median error, the order would be {}: dtsim errs differently on these kinds "
+               "of layout, by more than the gaps between their predictions\n",
+               by);
+}
+
+void print_plan(const hw::PlanResult& r, std::size_t top, bool timings,
+                const std::vector<hw::calib::Evidence>* evidence) {
     const auto& e = r.enumeration;
     fmt::print("layouts: {} enumerated, {} rejected, {} candidates; {} simulated ({} out of memory{}, {} failed), "
                "{} pruned by the step-time bound{}\n",
@@ -286,6 +358,7 @@ void print_plan(const hw::PlanResult& r, std::size_t top, bool timings) {
         if (r.pruned > 0 && !r.budget_hit)
             fmt::print("exact: no layout left unsimulated can beat the {} above (its step-time bound{} is no better)\n",
                        std::min(top, r.best.size()), gpu_seconds ? " x GPUs" : "");
+        if (evidence) print_evidence(r, *evidence);
     }
     if (timings && r.merged > 0)
         fmt::print("merged {} shards, which searched for {:.2f} s in all\n", r.merged, r.wall_seconds);
@@ -322,8 +395,9 @@ void plan(const PlanArgs& a) {
     if (!a.shard.empty()) {
         std::tie(request.shard, request.shards) = parse_shard(a.shard);
         if (a.out.empty()) throw UsageError("--shard: give the file to write with --out FILE");
-        if (a.json || !a.csv.empty() || !a.chart.paths().empty())
-            throw UsageError("--shard writes its share to --out; --json, --csv and the chart are the merge's");
+        if (a.json || a.evidence || !a.csv.empty() || !a.chart.paths().empty())
+            throw UsageError("--shard writes its share to --out; --json, --evidence, --csv and the chart are the "
+                             "merge's");
     } else if (!a.out.empty()) {
         throw UsageError("--out: only with --shard I/N");
     }
@@ -335,6 +409,8 @@ void plan(const PlanArgs& a) {
         return;
     }
     request.jobs = hw::sweep_jobs(a.jobs);
+    // Found before the search, or a usage error.
+    const std::string shipped = a.evidence ? data_dir(true) : "";
     // On a terminal: the rows simulated, how many more the search may simulate (the candidates
     // whose bound still beats the top), the best so far, and the time that would take at most.
     Progress bar;
@@ -383,10 +459,25 @@ void plan(const PlanArgs& a) {
                                               name.is_string() ? name.get<std::string>() : a.config);
         for (const auto& path : charts) render::write_pareto_chart(points, capacity, path, title, r.headroom);
     }
-    if (a.json)
-        fmt::print("{}\n", hw::to_json(r, top, !a.no_timings).dump(2));
-    else
-        print_plan(r, top, !a.no_timings);
+    std::optional<std::vector<hw::calib::Evidence>> evidence;
+    if (a.evidence) evidence = top_evidence(r, request, top, shipped);
+    if (a.json) {
+        nlohmann::json j = hw::to_json(r, top, !a.no_timings);
+        for (std::size_t i = 0; evidence && i < evidence->size(); ++i) {
+            const auto& e = (*evidence)[i];
+            nlohmann::json& row = j["top"][i];
+            row["evidence"] = hw::calib::to_json(e);
+            const double step = r.simulated[r.best[i]].figures->step_time;
+            row["step_time_if_erred_s"] =
+                e.rows.empty() ? nlohmann::json(nullptr)
+                               : nlohmann::json{{"min", step * (1 + e.low)},
+                                                {"median", step * (1 + e.median)},
+                                                {"max", step * (1 + e.high)}};
+        }
+        fmt::print("{}\n", j.dump(2));
+    } else {
+        print_plan(r, top, !a.no_timings, evidence ? &*evidence : nullptr);
+    }
     if (!a.csv.empty()) write_csv(r, a.csv);
     if (!a.json)
         for (const auto& path : charts) fmt::print("chart {}\n", path);
@@ -427,6 +518,10 @@ void register_plan_command(CLI::App& app) {
                     "capacity less this does not fit (default 0)")
         ->transform(number_in(0, 1e6));
     cmd->add_flag("--json", pa->json, "Print the result as JSON");
+    cmd->add_flag("--evidence", pa->evidence,
+                  "Also predict the published runs in dtsim's data most like each layout printed, say how far off "
+                  "dtsim was on them, and whether the order holds once each layout is corrected by its runs' "
+                  "median error");
     cmd->add_option("--csv", pa->csv, "Write every fitting layout simulated, fastest first, as CSV")
         ->transform(output_file());
     pa->chart.add_options(cmd, "the Pareto chart (step time against peak memory of the layouts simulated)");
