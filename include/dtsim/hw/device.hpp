@@ -20,6 +20,7 @@
 #include "dtsim/hw/network.hpp"
 
 #include <array>
+#include <coroutine>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -172,22 +173,36 @@ public:
     // CTAs, one per channel (where GpuSpec::collectives_take_sms), or as many as given
     // (Transformer Engine's userbuffers: UbSms::held; 0 for copies by the copy engines and for
     // SMs the GEMM leaves by a margin).
-    Task<Transfer> start(Collective c, Group& g, double bytes, int layer = kNoLayer, CommStream stream = CommStream::data,
-                         int sms = kNcclCtas);
+    //
+    // start(), wait() and run() are awaited at once (`co_await gpu.run(...)`), and do their work
+    // when awaited. On the engine's fast path (DTSIM_FRAMELESS_AWAIT) they return awaiters that
+    // live in the awaiting coroutine's frame (Starting, Waiting, Running, below): a rank's
+    // collectives take no coroutine frame of their own. Otherwise they are coroutines.
+#if DTSIM_FRAMELESS_AWAIT
+    class Starting;
+    class Waiting;
+    class Running;
+#else
+    using Starting = Task<Transfer>;
+    using Waiting = Task<>;
+    using Running = Task<Transfer>;
+#endif
+    Starting start(Collective c, Group& g, double bytes, int layer = kNoLayer, CommStream stream = CommStream::data,
+                   int sms = kNcclCtas);
     // (Not a flag: true would hold one SM.)
-    Task<Transfer> start(Collective c, Group& g, double bytes, int layer, CommStream stream, bool sms) = delete;
-    Task<Transfer> all_reduce_start(Group& g, double bytes, int layer = kNoLayer) {
+    Starting start(Collective c, Group& g, double bytes, int layer, CommStream stream, bool sms) = delete;
+    Starting all_reduce_start(Group& g, double bytes, int layer = kNoLayer) {
         return start(Collective::all_reduce, g, bytes, layer);
     }
-    Task<Transfer> all_gather_start(Group& g, double bytes, int layer = kNoLayer) {
+    Starting all_gather_start(Group& g, double bytes, int layer = kNoLayer) {
         return start(Collective::all_gather, g, bytes, layer);
     }
-    Task<Transfer> reduce_scatter_start(Group& g, double bytes, int layer = kNoLayer) {
+    Starting reduce_scatter_start(Group& g, double bytes, int layer = kNoLayer) {
         return start(Collective::reduce_scatter, g, bytes, layer);
     }
     // The compute stream waits for a transfer: clock = max(clock, end).
     // Suspends until the network knows the end.
-    Task<> wait(Transfer t);
+    Waiting wait(Transfer t);
     // Whether `t` has ended by the compute clock; may suspend until the
     // network has reached the clock (every end before it known).
     Task<bool> done(Transfer t);
@@ -196,16 +211,83 @@ public:
     // all-reduces): starts when every member's compute stream reaches it; the
     // rank suspends until the network knows its end, and the compute clock
     // moves there.
-    Task<Transfer> run(Collective c, Group& g, double bytes, int layer = kNoLayer);
-    Task<Transfer> all_reduce(Group& g, double bytes, int layer = kNoLayer) {
+    Running run(Collective c, Group& g, double bytes, int layer = kNoLayer);
+    Running all_reduce(Group& g, double bytes, int layer = kNoLayer) {
         return run(Collective::all_reduce, g, bytes, layer);
     }
-    Task<Transfer> all_gather(Group& g, double bytes, int layer = kNoLayer) {
+    Running all_gather(Group& g, double bytes, int layer = kNoLayer) {
         return run(Collective::all_gather, g, bytes, layer);
     }
-    Task<Transfer> reduce_scatter(Group& g, double bytes, int layer = kNoLayer) {
+    Running reduce_scatter(Group& g, double bytes, int layer = kNoLayer) {
         return run(Collective::reduce_scatter, g, bytes, layer);
     }
+
+#if DTSIM_FRAMELESS_AWAIT
+    // start(): joins the collective and starts it when awaited; never suspends.
+    class Starting {
+    public:
+        using dtsim_awaiter = void;
+        using dtsim_awaited_at_once = void;
+        Starting(Device& d, Collective c, Group& g, double bytes, int layer, CommStream stream, int sms)
+            : d_(&d), g_(&g), bytes_(bytes), layer_(layer), sms_(sms), c_(c), stream_(stream) {}
+        bool await_ready() const noexcept { return true; }
+        void await_suspend(std::coroutine_handle<>) const noexcept {}
+        Transfer await_resume() { return d_->begin(c_, *g_, bytes_, layer_, stream_, sms_); }
+
+    private:
+        Device* d_;
+        Group* g_;
+        double bytes_;
+        int layer_, sms_;
+        Collective c_;
+        CommStream stream_;
+    };
+    // wait(): parks the rank until the network knows the transfer's end, unless it does already.
+    class Waiting {
+    public:
+        using dtsim_awaiter = void;
+        using dtsim_awaited_at_once = void;
+        Waiting(Device& d, Transfer t) : d_(&d), t_(std::move(t)) {}
+        bool await_ready() const noexcept { return t_.ended(); }
+        template <class P>
+        void await_suspend(std::coroutine_handle<P> h) {
+            d_->park_on(t_, OpCode(t_.record()->op)).await_suspend(h);
+        }
+        void await_resume() { d_->block_on(t_); }
+
+    private:
+        Device* d_;
+        Transfer t_;  // held while parked: the record is not reused
+    };
+    // run(): joins the collective when awaited and parks the rank until the network knows its end.
+    class Running {
+    public:
+        using dtsim_awaiter = void;
+        using dtsim_awaited_at_once = void;
+        Running(Device& d, Collective c, Group& g, double bytes, int layer)
+            : d_(&d), g_(&g), bytes_(bytes), layer_(layer), c_(c) {}
+        bool await_ready() {
+            t_ = Transfer(d_->join(c_, *g_, bytes_, layer_, false));
+            return t_.ended();
+        }
+        template <class P>
+        void await_suspend(std::coroutine_handle<P> h) {
+            d_->park_on(t_, ops::of(c_)).await_suspend(h);
+        }
+        Transfer await_resume() {
+            d_->end_run(t_, c_, bytes_, layer_);
+            return std::move(t_);
+        }
+
+    private:
+        Device* d_;
+        Group* g_;
+        double bytes_;
+        int layer_;
+        Collective c_;
+        Transfer t_;  // held while parked: the record is not reused
+    };
+#endif
 
     // ---- point to point. `send` is eager (an isend): the transfer starts when
     // this rank's data and its send stream are ready, and the sender goes on
@@ -231,6 +313,16 @@ private:
     // (armed by the last member to join). Never suspends.
     TransferRecord* join(Collective c, Group& g, double bytes, int layer, bool async,
                          CommStream stream = CommStream::data);
+    // start()'s work: joins, records the operation on the communication stream, holds SMs.
+    Transfer begin(Collective c, Group& g, double bytes, int layer, CommStream stream, int sms);
+    // run()'s end, once `t` has ended: the compute stream blocks on it and records the operation.
+    void end_run(const Transfer& t, Collective c, double bytes, int layer);
+    // Parks this rank until the network knows when `t` ends (its wait described as `op`'s).
+#if DTSIM_FRAMELESS_AWAIT
+    dtsim::detail::Park park_on(const Transfer& t, OpCode op);
+#else
+    Task<> park_on(const Transfer& t, OpCode op);
+#endif
     // The compute stream blocks until `t` (ended) ends: split the wait into
     // idle and comm, and remember where the critical path jumps when it passes here.
     void block_on(const Transfer& t);

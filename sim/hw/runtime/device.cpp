@@ -162,11 +162,22 @@ void Device::block_on(const Transfer& t) {
     gpu_->set_clock(end);
 }
 
+#if DTSIM_FRAMELESS_AWAIT
+dtsim::detail::Park Device::park_on(const Transfer& t, OpCode op) {
+    return world_->simulation().park(*gpu_, world_->wait_end(*this, t.record(), op));
+}
+
+Device::Waiting Device::wait(Transfer t) { return Waiting(*this, std::move(t)); }
+#else
+Task<> Device::park_on(const Transfer& t, OpCode op) {
+    return world_->simulation().park(*gpu_, world_->wait_end(*this, t.record(), op));
+}
+
 Task<> Device::wait(Transfer t) {
-    if (!t.ended())
-        co_await world_->simulation().park(*gpu_, world_->wait_end(*this, t.record(), OpCode(t.record()->op)));
+    if (!t.ended()) co_await park_on(t, OpCode(t.record()->op));
     block_on(t);
 }
+#endif
 
 Task<bool> Device::done(Transfer t) {
     if (!t.ended()) {
@@ -221,12 +232,22 @@ TransferRecord* Device::join(Collective c, Group& g, double bytes, int layer, bo
     return t;
 }
 
-Task<Transfer> Device::start(Collective c, Group& g, double bytes, int layer, CommStream stream, int sms) {
+Transfer Device::begin(Collective c, Group& g, double bytes, int layer, CommStream stream, int sms) {
     TransferRecord* t = join(c, g, bytes, layer, true, stream);
     record_transfer(ops::of(c), layer, t, bytes);
     hold_sms(c, g, bytes, stream, sms);
-    co_return Transfer(t);
+    return Transfer(t);
 }
+
+#if DTSIM_FRAMELESS_AWAIT
+Device::Starting Device::start(Collective c, Group& g, double bytes, int layer, CommStream stream, int sms) {
+    return Starting(*this, c, g, bytes, layer, stream, sms);
+}
+#else
+Task<Transfer> Device::start(Collective c, Group& g, double bytes, int layer, CommStream stream, int sms) {
+    co_return begin(c, g, bytes, layer, stream, sms);
+}
+#endif
 
 // NCCL launches a collective's kernel on its stream when the host reaches it; its CTAs, one per
 // channel, then occupy SMs until the collective ends, waiting for the other members included.
@@ -278,15 +299,24 @@ double Device::contended(double t, double work) {
     return clock - t;
 }
 
-Task<Transfer> Device::run(Collective c, Group& g, double bytes, int layer) {
-    const OpCode op = ops::of(c);
-    const Transfer tr(join(c, g, bytes, layer, false));  // held while parked: the record is not reused
-    const TransferRecord* t = tr.record();
-    if (!t->ended) co_await world_->simulation().park(*gpu_, world_->wait_end(*this, t, op));
-    block_on(tr);
-    record(op, layer, Stream::compute, t->start, t->end - t->start).bytes = bytes;
-    co_return tr;
+void Device::end_run(const Transfer& t, Collective c, double bytes, int layer) {
+    block_on(t);
+    const TransferRecord* r = t.record();
+    record(ops::of(c), layer, Stream::compute, r->start, r->end - r->start).bytes = bytes;
 }
+
+#if DTSIM_FRAMELESS_AWAIT
+Device::Running Device::run(Collective c, Group& g, double bytes, int layer) {
+    return Running(*this, c, g, bytes, layer);
+}
+#else
+Task<Transfer> Device::run(Collective c, Group& g, double bytes, int layer) {
+    const Transfer t(join(c, g, bytes, layer, false));  // held while parked: the record is not reused
+    if (!t.ended()) co_await park_on(t, ops::of(c));
+    end_run(t, c, bytes, layer);
+    co_return t;
+}
+#endif
 
 Transfer Device::send(int dst, double bytes, int tag, int layer, IdSet microbatches) {
     if (dst < 0 || dst >= world_->ranks())

@@ -19,11 +19,11 @@ bool sp(const Job& job) { return job.strategy().sequence_parallel; }
 // Megatron's collectives around a block, for a rank with a tensor-parallel
 // group. Forward: an all-reduce after it, or with sequence parallelism an
 // all-gather before and a reduce-scatter after; the backward mirrors them.
-// Plain functions returning the collective's task: no coroutine frame of their own.
-Task<Transfer> tp_before(Device& gpu, const Job& job, int layer) {
+// Plain functions returning the collective's awaiter (or task): no coroutine frame of their own.
+Device::Running tp_before(Device& gpu, const Job& job, int layer) {
     return gpu.all_gather(*job.tp_group, job.work->layer.tp_bytes, layer);
 }
-Task<Transfer> tp_after(Device& gpu, const Job& job, int layer) {
+Device::Running tp_after(Device& gpu, const Job& job, int layer) {
     if (sp(job)) return gpu.reduce_scatter(*job.tp_group, job.work->layer.tp_bytes, layer);
     return gpu.all_reduce(*job.tp_group, job.work->layer.tp_bytes, layer);
 }
