@@ -210,13 +210,20 @@ BlockUb mlp_ub(const Job& job) {
     return {job.work->split.ub.data() + kUbRoles, job.work->layer.ub_margin.data() + kUbRoles};
 }
 
-Task<> attention_block(Device& gpu, const Job& job, OpCode op, int layer, const Work& w, int mb) {
+// With context parallelism: the block with its ring, which this frame keeps while the block runs.
+Task<> attention_block_ring(Device& gpu, const Job& job, OpCode op, int layer, const Work& w, int mb) {
     const LayerWork& L = job.work->layer;
     const bool backward = op == ops::backward || op == ops::backward_input;
     const Ring ring{backward ? L.cp_core_backward : L.cp_core_forward, (backward ? 2 : 1) * L.cp_kv_bytes, backward};
-    // (Awaited here: block reads `ring` after this frame would otherwise have ended.)
     co_await block(gpu, job, op, layer, w, mb, L.attention_first_gemm, L.attention_last_gemm, L.attention_chunking,
-                   L.attention_first_linear, attention_ub(job), job.cp_group ? &ring : nullptr);
+                   L.attention_first_linear, attention_ub(job), &ring);
+}
+// Without, the block's own task: no frame of its own.
+Task<> attention_block(Device& gpu, const Job& job, OpCode op, int layer, const Work& w, int mb) {
+    if (job.cp_group) return attention_block_ring(gpu, job, op, layer, w, mb);
+    const LayerWork& L = job.work->layer;
+    return block(gpu, job, op, layer, w, mb, L.attention_first_gemm, L.attention_last_gemm, L.attention_chunking,
+                 L.attention_first_linear, attention_ub(job));
 }
 Task<> mlp_block(Device& gpu, const Job& job, OpCode op, int layer, const Work& w, int mb) {
     const LayerWork& L = job.work->layer;
