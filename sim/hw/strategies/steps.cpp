@@ -188,20 +188,22 @@ Task<> async_backward_block(Device& gpu, const Job& job, OpCode op, int layer, c
 // its first linear's whole GEMM (async_backward_block).
 // `ring`: the attention core's context-parallel ring, run after the rest of the block's work.
 // Without `scatter` the block ends before the collective that follows its last GEMM (overlapped_block).
-Task<> block(Device& gpu, const Job& job, OpCode op, int layer, const Work& w, int mb, double first, double last,
-             double chunking, double linear, BlockUb ub, const Ring* ring = nullptr, bool scatter = true) {
-    if (sp(job) && job.tp_group && job.strategy().tp_comm_overlap) {
-        co_await overlapped_block(gpu, job, op, layer, w, mb, first, last, chunking, linear, ub, ring, scatter);
-        co_return;
-    }
-    if (op == ops::backward && job.tp_group && job.tp_async_backward) {
-        co_await async_backward_block(gpu, job, op, layer, w, mb, linear, ring);
-        co_return;
-    }
+// The block with its collectives blocking the compute stream, before and after it.
+Task<> blocking_block(Device& gpu, const Job& job, OpCode op, int layer, const Work& w, int mb, const Ring* ring,
+                      bool scatter) {
     if (sp(job) && job.tp_group) co_await tp_before(gpu, job, layer);
     run_work(gpu, op, layer, without_ring(w, ring, job.cp), mb);
     if (ring) co_await ring_core(gpu, job, op, layer, *ring, mb);
     if (job.tp_group && scatter) co_await tp_after(gpu, job, layer);
+}
+// Which of the three runs the block: the task of the one chosen, no frame of its own.
+Task<> block(Device& gpu, const Job& job, OpCode op, int layer, const Work& w, int mb, double first, double last,
+             double chunking, double linear, BlockUb ub, const Ring* ring = nullptr, bool scatter = true) {
+    if (sp(job) && job.tp_group && job.strategy().tp_comm_overlap)
+        return overlapped_block(gpu, job, op, layer, w, mb, first, last, chunking, linear, ub, ring, scatter);
+    if (op == ops::backward && job.tp_group && job.tp_async_backward)
+        return async_backward_block(gpu, job, op, layer, w, mb, linear, ring);
+    return blocking_block(gpu, job, op, layer, w, mb, ring, scatter);
 }
 
 // The attention block's overlaps (UbLayer qkv_fprop to qkv_wgrad) and the MLP block's.
