@@ -95,6 +95,20 @@ def test_plan_with_a_headroom_is_plan_headroom():
         assert row["report"]["memory"]["peak"]["bytes"] <= 70 * 2**30
 
 
+def test_run_and_plan_with_evidence_are_their_evidence_options():
+    space = ["strategy=megatron,fsdp", "tp=2", "recompute=none,full", "micro_batch=1,2"]
+    result = dtsim.plan(MEGATRON, space=space, top=3, jobs=1, evidence=True, chart=False)
+    cli = cli_json("plan", str(MEGATRON), *[w for s in space for w in ("--space", s)], "--top", "3", "-j", "1",
+                   "--evidence")
+    assert without_host_times(result) == without_host_times(cli)
+    for row in result["top"]:
+        e, step = row["evidence"], row["report"]["step_time_s"]
+        assert e["rows"] and row["step_time_if_erred_s"]["median"] == pytest.approx(step * (1 + e["median_error"]))
+    report = dtsim.run(FSDP, timeline=False, evidence=True)
+    assert without_wall_time(report) == without_wall_time(cli_json("run", str(FSDP), "--evidence"))
+    assert report["evidence"]["rows"]
+
+
 def test_rows_flatten_each_report_for_a_table():
     # compare: one row per config, the layout's fields and the figures at the top level.
     reports = dtsim.compare([CONFIGS / "llama3-8b-16xh100-ddp.json", CONFIGS / "llama3-8b-16xh100-fsdp.json"],

@@ -184,17 +184,21 @@ def _call_drawn(args: List[str], tmp: str, draw: bool, wrap):
 
 
 def run(config: Config, set: Union[str, Iterable[str], None] = None, timeline: bool = True,
-        jobs: Optional[int] = None) -> Union[Report, Reports]:
+        jobs: Optional[int] = None, evidence: bool = False) -> Union[Report, Reports]:
     """``dtsim run CONFIG --json`` with ``--set`` overrides ("path=value"; "path=v1,v2" sweeps).
 
     ``config`` is a path or a dict (a config document). One run gives a Report
     (with its timeline as ``svg`` when ``timeline``); a sweep gives Reports, one
     dict per combination: ``{"set": {...}, "report": {...}}`` (or ``"error"``).
+    ``evidence`` (a single run) adds ``evidence``: the published runs most like this one and
+    dtsim's error on them (``--evidence``).
     """
     with tempfile.TemporaryDirectory(prefix="dtsim-") as tmp:
         args = ["run", _config_path(config, tmp, 0), "--json", *_settings(set)]
         if jobs is not None:
             args += ["--jobs", str(jobs)]
+        if evidence:
+            args.append("--evidence")
         sweep = any("," in s for s in ([set] if isinstance(set, str) else list(set or [])))
         svg_path = os.path.join(tmp, "timeline.svg")
         if timeline and not sweep:
@@ -240,13 +244,14 @@ def _space(space: Space) -> List[str]:
 
 def plan(config: Config, space: Space = None, gpus: Optional[int] = None, set: Union[str, Iterable[str], None] = None,
          top: int = 5, time_budget: Optional[float] = None, chart: bool = True, jobs: Optional[int] = None,
-         headroom: Optional[float] = None) -> Plan:
+         headroom: Optional[float] = None, evidence: bool = False) -> Plan:
     """``dtsim plan CONFIG --json``: the fastest layouts that fit (docs/planning.md).
 
     ``space`` restricts the knobs searched: a dict such as ``{"tp": [1, 2], "strategy": ["fsdp", "1f1b"]}`` or
     strings "knob=v1,v2"; ``set`` overrides fields that are not searched; ``headroom`` is the GiB per GPU each
     layout must leave free (``--headroom``). The result is the dict ``--json`` prints (``counts``, ``top``: each
-    layout's ``set``, bounds and full report), with the Pareto chart as ``svg``.
+    layout's ``set``, bounds and full report), with the Pareto chart as ``svg``. ``evidence`` adds to each
+    top layout its published runs' errors and ``step_time_if_erred_s`` (``--evidence``).
     """
     with tempfile.TemporaryDirectory(prefix="dtsim-") as tmp:
         args = ["plan", _config_path(config, tmp, 0), "--json", "--top", str(top), *_space(space), *_settings(set)]
@@ -258,6 +263,8 @@ def plan(config: Config, space: Space = None, gpus: Optional[int] = None, set: U
             args += ["--headroom", str(headroom)]
         if jobs is not None:
             args += ["--jobs", str(jobs)]
+        if evidence:
+            args.append("--evidence")
         return _call_drawn(args, tmp, chart, Plan)
 
 
