@@ -337,14 +337,19 @@ private:
     // patched in when the network knows them.
     void record_transfer(OpCode op, int layer, const TransferRecord* t, double bytes, IdSet batches = {});
 
+    // What a rank touches at nearly every event first (its time split and counts, the streams'
+    // last transfers, the holds, the path's jumps, the memory in use), then the rest.
     World* world_;
     Gpu* gpu_;
+    TimeSplit split_;
+    double flops_ = 0;
+    std::size_t events_ = 0;
+    double slowdown_ = 1;
+    std::uint64_t compute_ops_ = 0;
     // The last transfer on each stream (FIFO: the next starts after it ends).
     TransferRef last_comm_;     // collective stream
     TransferRef last_tp_comm_;  // the tensor-parallel overlap's stream
     TransferRef last_p2p_;   // send stream
-    double slowdown_ = 1;
-    std::uint64_t compute_ops_ = 0;
     // The collectives' kernels expected to hold SMs from `start` to `end` (hold_sms), and when each
     // asynchronous stream's last kernel is expected to end.
     struct SmHold {
@@ -365,9 +370,6 @@ private:
 
     MemoryStats memory_;
     std::vector<double> memory_log_;
-    TimeSplit split_;
-    double flops_ = 0;
-    std::size_t events_ = 0;
     Event scratch_;  // where an operation goes when the world does not record
     // recv: what this rank waits for
     int want_src_ = -1;
