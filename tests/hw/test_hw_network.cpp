@@ -62,6 +62,26 @@ TEST_CASE("k equal transfers on one port ready together all end at k d") {
     }
 }
 
+TEST_CASE("k transfers of works d, 2d, ..., kd on one port end as processor sharing says, for k up to 20") {
+    // All ready at 0: the i-th smallest (1-based) ends once the i - 1 smaller have ended and it has
+    // done its own work beside the k - i + 1 still moving: sum_{j<i} j d + (k - i + 1) i d. Past a
+    // port's flows kept in place (8) its list moves to the heap, and the flows leave it in order.
+    const double d = 0.001;
+    for (int k = 1; k <= 20; ++k) {
+        CAPTURE(k);
+        Network net(1);
+        std::vector<TransferRecord*> ts;
+        for (int i = k; i >= 1; --i) ts.push_back(add(net, {0}, i * d));  // booked largest first
+        run_out(net);
+        for (int i = 1; i <= k; ++i) {
+            CAPTURE(i);
+            const TransferRecord* t = ts[static_cast<std::size_t>(k - i)];
+            REQUIRE(t->ended);
+            CHECK(near(t->end, (i - 1) * i / 2.0 * d + (k - i + 1) * i * d));
+        }
+    }
+}
+
 TEST_CASE("a transfer ready midway through another's slows the incumbent too") {
     // Alone over [0, d/2) the first does d/2; then both move at 1/2: the first
     // ends after d more (1.5d), the second has done d/2 by then and ends alone

@@ -78,6 +78,7 @@
 
 #include "dtsim/hw/detail/record_pool.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <limits>
@@ -260,14 +261,69 @@ private:
         int rank;
         bool operator>(const Sync& o) const { return t != o.t ? t > o.t : seq > o.seq; }
     };
-    struct Port {
-        std::vector<std::uint32_t> flows;  // moving flows, in the order they entered
+    // A port's moving flows, in the order they entered: the first kInline in place, more on the
+    // heap. Most ports carry a few flows at a time, so adding and removing one touches only the
+    // port's own cache line (a std::vector's buffer was a second miss at each flow's start).
+    class FlowList {
+    public:
+        static constexpr std::uint32_t kInline = 8;
+        FlowList() = default;
+        FlowList(const FlowList&) = delete;
+        FlowList& operator=(const FlowList&) = delete;
+        FlowList(FlowList&& o) noexcept : n_(o.n_), cap_(o.cap_) {
+            if (o.cap_ > kInline) {
+                heap_ = o.heap_;
+            } else {
+                std::copy(o.in_, o.in_ + o.n_, in_);
+            }
+            o.n_ = 0;
+            o.cap_ = kInline;
+        }
+        FlowList& operator=(FlowList&&) = delete;
+        ~FlowList() {
+            if (cap_ > kInline) delete[] heap_;
+        }
+        [[nodiscard]] std::uint32_t size() const { return n_; }
+        [[nodiscard]] const std::uint32_t* begin() const { return cap_ > kInline ? heap_ : in_; }
+        [[nodiscard]] const std::uint32_t* end() const { return begin() + n_; }
+        void push_back(std::uint32_t f) {
+            if (n_ == cap_) grow();
+            (cap_ > kInline ? heap_ : in_)[n_++] = f;
+        }
+        // Removes `f` (present), keeping the others' order.
+        void erase(std::uint32_t f) {
+            std::uint32_t* d = cap_ > kInline ? heap_ : in_;
+            std::uint32_t* at = std::find(d, d + n_, f);
+            std::copy(at + 1, d + n_, at);
+            --n_;
+        }
+
+    private:
+        void grow() {
+            const std::uint32_t cap = 2 * cap_;
+            auto* bigger = new std::uint32_t[cap];
+            std::copy(begin(), end(), bigger);
+            if (cap_ > kInline) delete[] heap_;
+            heap_ = bigger;
+            cap_ = cap;
+        }
+        std::uint32_t n_ = 0;
+        std::uint32_t cap_ = kInline;
+        union {
+            std::uint32_t in_[kInline];
+            std::uint32_t* heap_;
+        };
+    };
+    // One cache line each.
+    struct alignas(64) Port {
+        FlowList flows;
         std::uint32_t mark = 0;
+        std::uint32_t unfixed = 0;
         // progressive filling scratch
         double cap = 0;
         double weight = 0;  // of its unfixed flows
-        std::uint32_t unfixed = 0;
     };
+    static_assert(sizeof(Port) == 64);
 
     void fold(Live& l, int rank, double clock, const TransferRecord* previous, double ready);
     void resolve(std::uint32_t slot);

@@ -244,10 +244,7 @@ bool Network::step() {
             l.updated = now_;
             for (int p : ports) ports_[static_cast<std::size_t>(p)].flows.push_back(e.slot);
         } else {
-            for (int p : ports) {
-                auto& f = ports_[static_cast<std::size_t>(p)].flows;
-                f.erase(std::find(f.begin(), f.end(), e.slot));
-            }
+            for (int p : ports) ports_[static_cast<std::size_t>(p)].flows.erase(e.slot);
             l.record->end = now_;
             finish(e.slot);
         }
@@ -276,7 +273,7 @@ void Network::recompute() {
         port.mark = epoch_;
         port.cap = 1;
         port.weight = 0;
-        port.unfixed = static_cast<std::uint32_t>(port.flows.size());
+        port.unfixed = port.flows.size();
         comp_ports_.push_back(q);
     };
     for (int p : touched_) join(p);
