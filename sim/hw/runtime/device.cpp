@@ -169,8 +169,9 @@ dtsim::detail::Park Device::park_on(const Transfer& t, OpCode op) {
 
 Device::Waiting Device::wait(Transfer t) { return Waiting(*this, std::move(t)); }
 #else
+// A coroutine, so that the Wait park() keeps a reference to lives until the rank is parked.
 Task<> Device::park_on(const Transfer& t, OpCode op) {
-    return world_->simulation().park(*gpu_, world_->wait_end(*this, t.record(), op));
+    co_await world_->simulation().park(*gpu_, world_->wait_end(*this, t.record(), op));
 }
 
 Task<> Device::wait(Transfer t) {
