@@ -2,8 +2,9 @@
 
 Runs one search twice, as JSON and as text, and checks what the text says against the JSON:
 each row's step had it erred as its runs did is its simulated step x (1 + their min, median and
-max errors), the median is the median of the rows' errors, a layout judged on the runs of an
-earlier one says so, and the order line follows the corrected figures.
+max errors), in the JSON and in the text's figures (to their printed digits); the median is the
+median of the rows' errors; a layout judged on the runs of an earlier one says so; and the order
+line follows the corrected step times (the search ranks by step time, the default).
 
     plan_evidence.py DTSIM ARGS...   (ARGS: a plan search with --no-timings)
 """
@@ -34,9 +35,14 @@ def main():
         erred = row["step_time_if_erred_s"]
         for key, err in (("min", e["min_error"]), ("median", e["median_error"]), ("max", e["max_error"])):
             assert abs(erred[key] - step * (1 + err)) <= 1e-12 * step, (i, key)
-        # The text: this layout's median step, and whose runs it names.
-        assert re.search(r"median [0-9.]+ % (fast|slow): step [0-9.]+ m?s to [0-9.]+ m?s \(median [0-9.]+ m?s\)$",
-                         lines[i + 1]), lines[i + 1]
+        # The text: the same three steps, to the digits it prints, and whose runs it names.
+        figure = r"([0-9.]+) (m?s)"
+        m = re.search(rf"median [0-9.]+ % (?:fast|slow): step {figure} to {figure} \(median {figure}\)$", lines[i + 1])
+        assert m, lines[i + 1]
+        for (value, unit), key in zip(((m[1], m[2]), (m[3], m[4]), (m[5], m[6])), ("min", "max", "median")):
+            scale = 1e-3 if unit == "ms" else 1.0
+            digits = len(value.split(".")[1]) if "." in value else 0
+            assert abs(float(value) * scale - erred[key]) <= 0.51 * 10 ** -digits * scale, (i, key, value, erred[key])
         same = [j for j in range(i) if [(r["set"], r["row"]) for r in top[j]["evidence"]["rows"]] ==
                 [(r["set"], r["row"]) for r in e["rows"]]]
         if same:

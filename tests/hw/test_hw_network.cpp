@@ -65,19 +65,26 @@ TEST_CASE("k equal transfers on one port ready together all end at k d") {
 TEST_CASE("k transfers of works d, 2d, ..., kd on one port end as processor sharing says, for k up to 20") {
     // All ready at 0: the i-th smallest (1-based) ends once the i - 1 smaller have ended and it has
     // done its own work beside the k - i + 1 still moving: sum_{j<i} j d + (k - i + 1) i d. Past a
-    // port's flows kept in place (8) its list moves to the heap, and the flows leave it in order.
+    // port's flows kept in place (8) its list moves to the heap. Booked largest first, the flows
+    // leave the port's list from its end; smallest first, from its front, the rest moving up.
     const double d = 0.001;
-    for (int k = 1; k <= 20; ++k) {
-        CAPTURE(k);
-        Network net(1);
-        std::vector<TransferRecord*> ts;
-        for (int i = k; i >= 1; --i) ts.push_back(add(net, {0}, i * d));  // booked largest first
-        run_out(net);
-        for (int i = 1; i <= k; ++i) {
-            CAPTURE(i);
-            const TransferRecord* t = ts[static_cast<std::size_t>(k - i)];
-            REQUIRE(t->ended);
-            CHECK(near(t->end, (i - 1) * i / 2.0 * d + (k - i + 1) * i * d));
+    for (const bool largest_first : {true, false}) {
+        for (int k = 1; k <= 20; ++k) {
+            CAPTURE(largest_first);
+            CAPTURE(k);
+            Network net(1);
+            std::vector<TransferRecord*> by_size(static_cast<std::size_t>(k));  // by_size[i - 1]: work i d
+            for (int n = 0; n < k; ++n) {
+                const int i = largest_first ? k - n : n + 1;
+                by_size[static_cast<std::size_t>(i - 1)] = add(net, {0}, i * d);
+            }
+            run_out(net);
+            for (int i = 1; i <= k; ++i) {
+                CAPTURE(i);
+                const TransferRecord* t = by_size[static_cast<std::size_t>(i - 1)];
+                REQUIRE(t->ended);
+                CHECK(near(t->end, (i - 1) * i / 2.0 * d + (k - i + 1) * i * d));
+            }
         }
     }
 }
