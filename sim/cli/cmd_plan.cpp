@@ -262,9 +262,10 @@ double rank_figure(const hw::PlanResult& r, std::size_t i) {
     return r.rank_by == hw::RankBy::gpu_seconds ? step * r.enumeration.candidates[row.candidate].gpus : step;
 }
 
-// The rows a layout's evidence rests on, to tell two layouts judged on the same runs.
-bool same_rows(const hw::calib::Evidence& a, const hw::calib::Evidence& b) {
-    return a.rows.size() == b.rows.size() &&
+// Two layouts judged on the same runs, described alike (what the runs share with the layout, and
+// what they do not).
+bool same_runs(const hw::calib::Evidence& a, const hw::calib::Evidence& b) {
+    return a.traits == b.traits && a.relaxed == b.relaxed && a.rows.size() == b.rows.size() &&
            std::equal(a.rows.begin(), a.rows.end(), b.rows.begin(),
                       [](const auto& x, const auto& y) { return x.set == y.set && x.row == y.row; });
 }
@@ -283,7 +284,7 @@ void print_evidence(const hw::PlanResult& r, const std::vector<hw::calib::Eviden
             continue;
         }
         const auto before = layouts.begin() + static_cast<std::ptrdiff_t>(i);
-        const auto earlier = std::find_if(layouts.begin(), before, [&](const auto& x) { return same_rows(x, e); });
+        const auto earlier = std::find_if(layouts.begin(), before, [&](const auto& x) { return same_runs(x, e); });
         const std::string runs =
             earlier != before
                 ? fmt::format("the runs of #{}", earlier - layouts.begin() + 1)
@@ -404,13 +405,13 @@ void plan(const PlanArgs& a) {
     if (!a.slurm.empty() && a.shards < 1) throw UsageError("--slurm: give the number of shards with --shards N");
     if (a.slurm.empty() && a.shards > 0) throw UsageError("--shards: only with --slurm DIR");
     if (validate_only()) return;
+    // Found before the search (or before a Slurm search is written), or a usage error.
+    const std::string shipped = a.evidence ? data_dir(true) : "";
     if (!a.slurm.empty()) {
         write_slurm(a);
         return;
     }
     request.jobs = hw::sweep_jobs(a.jobs);
-    // Found before the search, or a usage error.
-    const std::string shipped = a.evidence ? data_dir(true) : "";
     // On a terminal: the rows simulated, how many more the search may simulate (the candidates
     // whose bound still beats the top), the best so far, and the time that would take at most.
     Progress bar;
