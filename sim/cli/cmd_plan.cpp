@@ -246,13 +246,11 @@ std::string over_headroom_text(const hw::PlanResult& r) {
 // The published runs most like each printed layout, best first (--evidence).
 std::vector<hw::calib::Evidence> top_evidence(const hw::PlanResult& r, const hw::PlanRequest& request,
                                               std::size_t top, const std::string& data) {
-    std::vector<hw::calib::Evidence> out;
-    for (std::size_t i = 0; i < r.best.size() && i < top; ++i) {
-        const hw::Candidate& c = r.enumeration.candidates[r.simulated[r.best[i]].candidate];
-        out.push_back(
-            hw::calib::published_evidence(hw::candidate_config(r.enumeration, request, c), data, request.jobs));
-    }
-    return out;
+    std::vector<hw::Config> layouts;
+    for (std::size_t i = 0; i < r.best.size() && i < top; ++i)
+        layouts.push_back(
+            hw::candidate_config(r.enumeration, request, r.enumeration.candidates[r.simulated[r.best[i]].candidate]));
+    return hw::calib::published_evidence(layouts, data, request.jobs);
 }
 
 // The figure the search ranks by (step time or GPU-seconds) of the i-th best.

@@ -320,6 +320,10 @@ struct Evidence {
 };
 // The rows are predicted `jobs` at once (run_each); the result does not depend on it.
 Evidence published_evidence(const Config& run, const std::string& data_dir, int jobs = 1, std::size_t min_rows = 5);
+// The same for several runs at once, in order: the data read once, and each row any of them needs
+// predicted once.
+std::vector<Evidence> published_evidence(const std::vector<Config>& runs, const std::string& data_dir, int jobs = 1,
+                                         std::size_t min_rows = 5);
 nlohmann::json to_json(const Evidence& e);
 
 // median, mean and maximum of |error| over the counted points.

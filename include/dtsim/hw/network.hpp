@@ -268,18 +268,9 @@ private:
     public:
         static constexpr std::uint32_t kInline = 8;
         FlowList() = default;
+        // A port stays where the network made it (its ports are made once, never moved).
         FlowList(const FlowList&) = delete;
         FlowList& operator=(const FlowList&) = delete;
-        FlowList(FlowList&& o) noexcept : n_(o.n_), cap_(o.cap_) {
-            if (o.cap_ > kInline) {
-                heap_ = o.heap_;
-            } else {
-                std::copy(o.in_, o.in_ + o.n_, in_);
-            }
-            o.n_ = 0;
-            o.cap_ = kInline;
-        }
-        FlowList& operator=(FlowList&&) = delete;
         ~FlowList() {
             if (cap_ > kInline) delete[] heap_;
         }

@@ -669,10 +669,10 @@ constexpr std::size_t kRelaxOrder[] = {8, 7, 6, 5, 4, 3, 2};
 
 }  // namespace
 
-Evidence published_evidence(const Config& run, const std::string& data_dir, int jobs, std::size_t min_rows) {
+std::vector<Evidence> published_evidence(const std::vector<Config>& runs, const std::string& data_dir, int jobs,
+                                         std::size_t min_rows) {
     const GroundTruth data = load_ground_truth(shipped_data_files(data_dir));
     Clusters clusters({}, data_dir);
-    const std::vector<Trait> mine = evidence_traits(run);
     struct Candidate {
         const EndToEndSet* set;
         const EndToEndRow* row;
@@ -682,58 +682,75 @@ Evidence published_evidence(const Config& run, const std::string& data_dir, int 
     std::vector<Candidate> all;
     for (const auto& s : data.end_to_end) {
         const ClusterDoc& cd = end_to_end_cluster(s, clusters);
-        for (const auto& r : s.rows) {
-            if (!r.expressible()) continue;
-            Candidate c{&s, &r, &cd, evidence_traits(parse_end_to_end_row(s, r, cd.doc))};
-            if (c.traits[0].value == mine[0].value && c.traits[1].value == mine[1].value) all.push_back(std::move(c));
+        for (const auto& r : s.rows)
+            if (r.expressible()) all.push_back({&s, &r, &cd, evidence_traits(parse_end_to_end_row(s, r, cd.doc))});
+    }
+    // Each run's rows (indices into `all`) and its description; every row any run needs is then
+    // predicted once.
+    std::vector<Evidence> out(runs.size());
+    std::vector<std::vector<std::size_t>> picked(runs.size());
+    std::vector<std::size_t> needed;
+    std::vector<bool> need(all.size(), false);
+    for (std::size_t k = 0; k < runs.size(); ++k) {
+        const std::vector<Trait> mine = evidence_traits(runs[k]);
+        // Let go of traits until enough rows share the rest (the GPU and framework always).
+        std::vector<bool> used(mine.size(), true);
+        auto matching = [&] {
+            std::vector<std::size_t> rows;
+            for (std::size_t j = 0; j < all.size(); ++j) {
+                const auto& t = all[j].traits;
+                bool same = t[0].value == mine[0].value && t[1].value == mine[1].value;
+                for (std::size_t i = 2; i < mine.size() && same; ++i) same = !used[i] || t[i].value == mine[i].value;
+                if (same) rows.push_back(j);
+            }
+            return rows;
+        };
+        std::vector<std::size_t> rows = matching();
+        for (std::size_t i : kRelaxOrder) {
+            if (rows.size() >= min_rows) break;
+            used[i] = false;
+            rows = matching();
         }
-    }
-    // Let go of traits until enough rows share the rest.
-    std::vector<bool> used(mine.size(), true);
-    auto matching = [&] {
-        std::vector<const Candidate*> out;
-        for (const auto& c : all) {
-            bool same = true;
-            for (std::size_t i = 0; i < mine.size() && same; ++i) same = !used[i] || c.traits[i].value == mine[i].value;
-            if (same) out.push_back(&c);
+        // Described by what the rows found share with the run, and what some of them do not; with
+        // none, by the GPU and framework no published run has.
+        Evidence& e = out[k];
+        for (std::size_t i = 0; i < (rows.empty() ? 2 : mine.size()); ++i) {
+            if (mine[i].words.empty()) continue;
+            const bool shared = std::all_of(rows.begin(), rows.end(),
+                                            [&](std::size_t j) { return all[j].traits[i].value == mine[i].value; });
+            (shared ? e.traits : e.relaxed).push_back(mine[i].words);
         }
-        return out;
-    };
-    std::vector<const Candidate*> rows = matching();
-    for (std::size_t i : kRelaxOrder) {
-        if (rows.size() >= min_rows) break;
-        used[i] = false;
-        rows = matching();
+        for (std::size_t j : rows)
+            if (!need[j]) need[j] = true, needed.push_back(j);
+        picked[k] = std::move(rows);
     }
-    // Described by what the rows found share with the run, and what some of them do not; with
-    // none, by the GPU and framework no published run has.
-    Evidence e;
-    for (std::size_t i = 0; i < (rows.empty() ? 2 : mine.size()); ++i) {
-        if (mine[i].words.empty()) continue;
-        const bool shared = std::all_of(rows.begin(), rows.end(),
-                                        [&](const Candidate* c) { return c->traits[i].value == mine[i].value; });
-        (shared ? e.traits : e.relaxed).push_back(mine[i].words);
-    }
-    std::vector<EndToEndPrediction> predicted(rows.size());
-    run_each(rows.size(), jobs, [&](std::size_t i) {
-        predicted[i] = predict_end_to_end(*rows[i]->set, *rows[i]->row, rows[i]->cluster->doc);
+    std::vector<EndToEndPrediction> predicted(all.size());
+    run_each(needed.size(), jobs, [&](std::size_t i) {
+        const Candidate& c = all[needed[i]];
+        predicted[needed[i]] = predict_end_to_end(*c.set, *c.row, c.cluster->doc);
     });
-    std::vector<double> errors;
-    for (std::size_t i = 0; i < rows.size(); ++i) {
-        const Candidate* c = rows[i];
-        const EndToEndPrediction& p = predicted[i];
-        const double err = p.unit == "s" ? p.measured / p.predicted - 1 : p.predicted / p.measured - 1;
-        e.rows.push_back({c->set->id, c->row->id, p.layout, err, p.out_of_memory});
-        errors.push_back(err);
+    for (std::size_t k = 0; k < runs.size(); ++k) {
+        Evidence& e = out[k];
+        std::vector<double> errors;
+        for (std::size_t j : picked[k]) {
+            const EndToEndPrediction& p = predicted[j];
+            const double err = p.unit == "s" ? p.measured / p.predicted - 1 : p.predicted / p.measured - 1;
+            e.rows.push_back({all[j].set->id, all[j].row->id, p.layout, err, p.out_of_memory});
+            errors.push_back(err);
+        }
+        if (!errors.empty()) {
+            std::sort(errors.begin(), errors.end());
+            const std::size_t n = errors.size();
+            e.median = n % 2 ? errors[n / 2] : (errors[n / 2 - 1] + errors[n / 2]) / 2;
+            e.low = errors.front();
+            e.high = errors.back();
+        }
     }
-    if (!errors.empty()) {
-        std::sort(errors.begin(), errors.end());
-        const std::size_t n = errors.size();
-        e.median = n % 2 ? errors[n / 2] : (errors[n / 2 - 1] + errors[n / 2]) / 2;
-        e.low = errors.front();
-        e.high = errors.back();
-    }
-    return e;
+    return out;
+}
+
+Evidence published_evidence(const Config& run, const std::string& data_dir, int jobs, std::size_t min_rows) {
+    return published_evidence(std::vector<Config>{run}, data_dir, jobs, min_rows).front();
 }
 
 json to_json(const Evidence& e) {

@@ -124,21 +124,6 @@ double idle_cost(const Config& c, Collective coll, double bytes, const std::vect
         .seconds;
 }
 
-// The activations the first rank of the pipeline (with one stage: every rank) holds when its first
-// backward starts: each forward before it keeps its layers' activations until that microbatch's
-// backward (release_activations), so they are all allocated at once, on top of the model states.
-//   one stage           one microbatch through every layer, and the logits and the loss's
-//                       temporaries (logits_and_loss) on top; FSDP's gathered root unit, and with
-//                       SHARD_GRAD_OP every layer's gathered weights;
-//   1F1B                min(pp, m) forwards of its layers (the pp - 1 of the warm-up and the first of
-//                       the steady state: one_f_one_b), and the first backward's first layer's
-//                       recompute on top (it allocates before the backward releases);
-//   GPipe               all m forwards, and that recompute;
-//   generated schedules the most that rank 0 holds through its actions (a schedule file: the rank
-//   and schedule files  that holds its first stage, and the embedding): each F's layers' activations
-//                       until the B or W of its microbatch, each I's recomputed activations until its
-//                       W, and at a B's start one layer's recompute on top.
-// Each layer counted at the least a layer keeps (partial recompute: the two kinds differ).
 // A pipeline schedule's placement: each stage's owner (sched::stage_owners) and layers
 // (stage_layers_of), and the ranks of the first stage (rank 0, or where a schedule file puts it) and of
 // the last.
@@ -159,6 +144,20 @@ std::optional<Placement> placement_of(const Config& c, const sched::Schedule* sc
     return p;
 }
 
+// The activations the first rank of the pipeline (with one stage: every rank) holds when its first
+// backward starts: each forward before it keeps its layers' activations until that microbatch's
+// backward (release_activations), so they are all allocated at once, on top of the model states.
+//   one stage           one microbatch through every layer, and the logits and the loss's
+//                       temporaries (logits_and_loss) on top; FSDP's gathered root unit, and with
+//                       SHARD_GRAD_OP every layer's gathered weights;
+//   a pipeline          the most that rank 0 holds through its actions (a schedule file: the rank
+//                       that holds its first stage, and the embedding), in the order it runs them
+//                       (the generated schedule, or 1F1B's and GPipe's own: builtin_schedule): each
+//                       F's layers' activations until the B or W of its microbatch, each I's
+//                       recomputed activations until its W, and at a B's start one layer's recompute
+//                       on top. For 1F1B that is min(pp, m) forwards and that recompute; for GPipe all
+//                       m forwards and that recompute.
+// Each layer counted at the least a layer keeps (partial recompute: the two kinds differ).
 double held_activations(const Config& c, const Workload& w, const sched::Schedule* schedule,
                         const std::optional<Placement>& place) {
     const StrategyConfig& s = c.strategy;
@@ -176,17 +175,11 @@ double held_activations(const Config& c, const Workload& w, const sched::Schedul
         }
         return a;
     }
-    const double redo = redo_bytes(w);
-    const double m = c.microbatches();
-    const double first = pipeline_rank_layers(c).front();
-    if (s.name == "1f1b") return std::min<double>(s.pp, m) * first * kept + (first > 0 ? redo : 0);
-    if (s.name == "gpipe") return m * first * kept + (first > 0 ? redo : 0);
-    if (place) {
-        // The rank of the first stage, which holds the embedding, whose states model_states_bound
-        // counts; the logits too where it holds the last stage.
-        return std::max(kept, most_held(*schedule, static_cast<std::size_t>(place->head), place->split, kept, redo,
-                                        place->tail == place->head ? &w.edge : nullptr));
-    }
+    // The rank of the first stage, which holds the embedding, whose states model_states_bound
+    // counts; the logits too where it holds the last stage.
+    if (place)
+        return most_held(*schedule, static_cast<std::size_t>(place->head), place->split, kept, redo_bytes(w),
+                         place->tail == place->head ? &w.edge : nullptr);
     return kept;  // one layer of one microbatch, at least
 }
 
