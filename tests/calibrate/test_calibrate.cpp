@@ -420,15 +420,19 @@ TEST_CASE("every shipped data file loads; only the datasheets and the bandwidth 
     CHECK(by_shape == 1 + 5 + 2 * 2 + 2 + 1);  // and the published 500 W H100 table
     CHECK(data.megatron.size() == 1);
     // The published FlashAttention charts (A100, H100: the causal FlashAttention 1 and 2 rows, 12
-    // each) and the kernel files of calibration/pytorch/dtsim_kernels.py (H100, H200), by file name.
-    REQUIRE(data.kernels.size() == 4);
+    // each), the kernel files of calibration/pytorch/dtsim_kernels.py (H100, H200) and the
+    // FlashAttention-3 paper's forward chart (its causal FlashAttention-2 and cuDNN rows, 18 each),
+    // by file name.
+    REQUIRE(data.kernels.size() == 5);
     CHECK(data.kernels[0].id == "a100_attention_published:attention");
     CHECK(data.kernels[0].attention.size() == 24);
     CHECK(data.kernels[1].id == "h100_attention_published:attention");
     CHECK(data.kernels[1].attention.size() == 24);
     CHECK(data.kernels[2].id == "h100_dtsim_torch_kernels:attention");
     CHECK(data.kernels[2].attention.size() == 60);
-    CHECK(data.kernels[3].gpu == "NVIDIA H200");
+    CHECK(data.kernels[3].id == "h100_flash3_paper_attention:attention");
+    CHECK(data.kernels[3].attention.size() == 36);
+    CHECK(data.kernels[4].gpu == "NVIDIA H200");
     // The end-to-end runs: 16 sets and the 14 of DGX Cloud's recipes; each row dtsim cannot express
     // yet is a line of data.skipped.
     CHECK(data.end_to_end.size() == 30);
@@ -877,6 +881,41 @@ TEST_CASE("published_evidence: the shipped runs most like a config, each as dtsi
     CHECK(none.rows.empty());
     CHECK(none.traits == std::vector<std::string>{"MI300", "PyTorch's own parallelism"});
     CHECK(cal::to_json(none)["median_error"].is_null());
+}
+
+TEST_CASE("a published chart of forwards alone checks the curves: calibrating with it fits and claims nothing") {
+    const std::string data = std::string(DTSIM_CONFIGS) + "/../calibration/data/";
+    const std::string base_file = std::string(DTSIM_CONFIGS) + "/clusters/dgx-h100.json";
+    const nlohmann::json base = cal::read_cluster_file(base_file);
+    const auto chart = cal::load_ground_truth({data + "h100_flash3_paper_attention.json"});
+    CHECK_THROWS_WITH_AS(cal::calibrate(base, base_file, chart, {}),
+                         doctest::Contains("skipped attention (h100_flash3_paper_attention:attention): forwards timed "
+                                           "alone check the curves, none is fitted to them"),
+                         std::invalid_argument);
+    // Together with the data the curves were fitted to, the same curves, and its id not among their data.
+    const auto both = cal::load_ground_truth({data + "h100_dtsim_torch_kernels.json",
+                                              data + "h100_flash3_paper_attention.json"});
+    const auto alone = cal::load_ground_truth({data + "h100_dtsim_torch_kernels.json"});
+    const auto with = cal::calibrate(base, base_file, both, {}).cluster["cluster"]["gpu"]["attention"];
+    const auto without = cal::calibrate(base, base_file, alone, {}).cluster["cluster"]["gpu"]["attention"];
+    CHECK(with == without);
+    const auto& ids = with["datasets"];
+    CHECK(std::find(ids.begin(), ids.end(), "h100_flash3_paper_attention:attention") == ids.end());
+    // In validate its points are all held out, forward only, and named so with --holdout too.
+    cal::ValidateOptions o;
+    o.data_dir = std::string(DTSIM_CONFIGS) + "/..";
+    for (const bool holdout : {false, true}) {
+        o.holdout = holdout;
+        const auto v = cal::validate(chart, o);
+        REQUIRE(v.size() == 1);
+        CHECK(v[0].fit == "held out: curves fitted to h100_attention_published:attention, "
+                          "h100_dtsim_torch_kernels:attention");
+        CHECK(v[0].points.size() == 36);
+        for (const auto& p : v[0].points) {
+            CHECK_FALSE(p.in_sample);
+            CHECK(p.label.find(" fwd ") != std::string::npos);
+        }
+    }
 }
 
 TEST_CASE("a published chart of forward + backward sums neither replaces nor claims curves fitted to passes apart") {

@@ -134,13 +134,67 @@ TEST_CASE("a published chart's causal FlashAttention rows are read as forward + 
     CHECK(pts[0].forward_backward_us == doctest::Approx(5561.11).epsilon(1e-5));
     CHECK(calib::attention_passes(pts[0]) == std::vector<calib::AttentionPass>{calib::AttentionPass::both});
     CHECK(calib::attention_measured_seconds(pts[0], calib::AttentionPass::both) == doctest::Approx(5561.11e-6).epsilon(1e-5));
-    // Only the sum is known: one direction alone is not a measurement.
-    CHECK_THROWS_WITH_AS(calib::load_ground_truth({file(R"(["flash_attention_2", true, 128, 4096, 4, 16, "fwd", 173])")}),
+    CHECK_THROWS_WITH_AS(calib::load_ground_truth({file(R"(["flash_attention_2", true, 128, 4096, 4, 16, "bwd", 173])")}),
                          doctest::Contains("fwd_bwd"), ConfigError);
-    CHECK_THROWS_WITH_AS(calib::load_ground_truth({file(R"(["flash_attention_3", true, 128, 4096, 4, 16, "fwd_bwd", 173])")}),
+    CHECK_THROWS_WITH_AS(calib::load_ground_truth({file(R"(["flash_attention_4", true, 128, 4096, 4, 16, "fwd_bwd", 173])")}),
                          doctest::Contains("flash_attention_2"), ConfigError);
-    CHECK_THROWS_WITH_AS(calib::load_ground_truth({file(R"(["pytorch_standard", true, 128, 4096, 4, 16, "fwd_bwd", 61])")}),
+    // Backends dtsim names no kernel for are read and left out: a file of nothing else has no point.
+    CHECK_THROWS_WITH_AS(calib::load_ground_truth({file(R"(["pytorch_standard", true, 128, 4096, 4, 16, "fwd_bwd", 61],
+        ["flash_attention_3", true, 128, 4096, 4, 16, "fwd", 579])")}),
                          doctest::Contains("expected at least one causal row"), ConfigError);
+}
+
+TEST_CASE("a published chart's forward rows check the forward curve and fit none") {
+    const std::string file = write_temp("dtsim_attention_forward.json",
+                                        R"({"source": "s", "meta": {"gpu": "NVIDIA H100 80GB HBM3"}, "attention_published": {
+            "columns": ["backend", "causal", "head_dim", "seq", "batch", "heads", "direction", "tflops"],
+            "rows": [["cudnn", true, 128, 4096, 4, 16, "fwd", 518], ["cudnn", true, 128, 8192, 2, 16, "fwd", 529],
+                     ["flash_attention_3", true, 128, 4096, 4, 16, "fwd", 579]]}})");
+    const auto data = calib::load_ground_truth({file});
+    REQUIRE(data.kernels.size() == 1);
+    const auto& pts = data.kernels[0].attention;
+    REQUIRE(pts.size() == 2);  // FlashAttention-3 has no kernel in dtsim
+    CHECK(pts[0].backend == "cudnn");
+    CHECK(pts[0].forward_only);
+    CHECK_FALSE(pts[0].combined);
+    // The forward alone: 4 x 4 x 4096^2 x 16 x 128 / 2 = 2.7487791e11 FLOPs at 518e12 FLOP/s: 530.652 us.
+    CHECK(pts[0].forward_us == doctest::Approx(530.652).epsilon(1e-5));
+    CHECK(calib::attention_passes(pts[0]) == std::vector<calib::AttentionPass>{calib::AttentionPass::forward});
+    // Predicted by the forward curve alone: with efficiency 0.5 and half at 1,000 tokens, at 8,192
+    // tokens 2 x 2 x 8192^2 x 16 x 128 / 2 = 5.4975581e11 FLOPs at 989.4e12 x 0.5 x 8192 / 9192 FLOP/s.
+    GpuSpec g;
+    g.peak_flops[static_cast<std::size_t>(DType::bf16)] = 989.4e12;
+    AttentionKernel k;
+    k.head_dim = 128;
+    k.forward = {0.5, 1000};
+    k.backward = {0.1, 1000};
+    g.attention.backends["cudnn"].push_back(k);
+    const auto t = calib::attention_predicted_seconds(g, pts[1], calib::AttentionPass::forward, DType::bf16);
+    REQUIRE(t);
+    CHECK(*t == doctest::Approx(5.4975581e11 / (989.4e12 * 0.5 * 8192 / 9192)).epsilon(1e-6));
+    // No curve comes of forwards alone (nothing is known of the backward), nor do they move one
+    // fitted to passes measured apart, which does not count them as its own.
+    CHECK(calib::fit_attention(pts, 989.4e12).backends.empty());
+    std::vector<calib::AttentionPoint> apart;
+    for (double s : {2048.0, 8192.0}) {
+        calib::AttentionPoint p = pts[0];
+        p.forward_only = false;
+        p.batch = 1;
+        p.heads = 32;
+        p.seq = s;
+        const double f = 2 * 32 * s * s * 128;
+        p.forward_us = f / (989.4e12 * 0.6 * s / (s + 550)) * 1e6;
+        p.forward_backward_us = p.forward_us + 2.5 * f / (989.4e12 * 0.55 * s / (s + 1400)) * 1e6;
+        apart.push_back(p);
+    }
+    std::vector<calib::AttentionPoint> both = apart;
+    both.insert(both.end(), pts.begin(), pts.end());
+    const AttentionModel m = calib::fit_attention(both, 989.4e12);
+    REQUIRE(m.backends.count("cudnn") == 1);
+    CHECK(m.backends.at("cudnn").at(0).forward.efficiency == doctest::Approx(0.6).epsilon(1e-3));
+    CHECK(m.backends.at("cudnn").at(0).forward.half_seq == doctest::Approx(550).epsilon(2e-3));
+    CHECK(calib::attention_fitted_from(m, apart[0]));
+    CHECK_FALSE(calib::attention_fitted_from(m, pts[0]));
 }
 
 TEST_CASE("fit_attention: forward + backward sums give one curve for both passes; passes measured apart win") {

@@ -106,7 +106,8 @@ struct AttentionPoint {
     std::string backend;  // "flash2" (the file's "flash"), "cudnn" or "flash1"
     double batch = 1, heads = 1, head_dim = 128, seq = 0;
     double forward_us = 0, forward_backward_us = 0;
-    bool combined = false;  // only forward_backward_us is known
+    bool combined = false;      // only forward_backward_us is known
+    bool forward_only = false;  // only forward_us is known: a check of a curve, never fitted
 };
 
 // What a point's time covers: the forward, the backward (fwd_bwd - fwd), or both together.

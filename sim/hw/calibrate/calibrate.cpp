@@ -909,12 +909,18 @@ namespace {
 void fit_attention_model(json& gpu_doc, const GpuSpec& gpu, const std::string& family, const GroundTruth& data,
                          const CalibrateOptions& o, CalibrateResult& out, std::vector<std::string>& sources) {
     std::vector<AttentionPoint> points;
-    std::vector<std::string> ids;
+    std::vector<std::string> ids, forwards;
     for (const auto& s : data.kernels) {
-        if (!wanted(s.id, o) || !same_family(s.gpu, family) || s.attention.empty()) continue;
-        points.insert(points.end(), s.attention.begin(), s.attention.end());
-        ids.push_back(s.id);
+        if (!wanted(s.id, o) || !same_family(s.gpu, family)) continue;
+        const auto before = points.size();
+        for (const AttentionPoint& p : s.attention)
+            if (!p.forward_only) points.push_back(p);  // a forward alone checks a curve (fit_attention)
+        (points.size() > before ? ids : forwards).push_back(s.id);
     }
+    if (!forwards.empty())
+        out.log.push_back(fmt::format("skipped attention ({}): forwards timed alone check the curves, none is fitted "
+                                      "to them",
+                                      fmt::join(forwards, ", ")));
     if (points.empty()) return;
     const DType d = gpu.peak_flops[static_cast<std::size_t>(DType::bf16)] > 0 ? DType::bf16 : DType::fp16;
     AttentionModel m = fit_attention(points, gpu.peak(d));

@@ -3,7 +3,7 @@
 // fitted and predicted; the file's other sections (element-wise kernels, cross-entropy,
 // optimizer, launch) are checked for form and kept as documentation until a cost model
 // uses them. Published attention benchmarks ("attention_published": a chart's TFLOP/s of
-// forward and backward together) are read into the same kind of set.
+// forward and backward together, or of the forward alone) are read into the same kind of set.
 #include "kernels.hpp"
 
 #include "hw/config/reading.hpp"
@@ -79,10 +79,12 @@ constexpr std::string_view kPublishedFileKeys[] = {"source", "note", "descriptio
 constexpr std::string_view kPublishedColumns[] = {"backend", "causal", "head_dim", "seq",
                                                   "batch",   "heads",  "direction", "tflops"};
 
-// A published chart of fused attention, forward and backward together, counted as FlashAttention's
-// benchmark counts them (benchmarks/benchmark_flash_attention.py: 3.5 x the forward's
-// 4 batch heads s^2 d, halved under a causal mask). dtsim prices causal attention only, so the
-// rows without a mask are left out, and so are the backends it has no kernel for.
+// A published chart of fused attention, forward and backward together ("fwd_bwd") or the forward
+// alone ("fwd"), counted as FlashAttention's benchmarks count them (benchmarks/
+// benchmark_flash_attention.py: 3.5 x the forward's 4 batch heads s^2 d, halved under a causal
+// mask; the forward alone 1 x). dtsim prices causal attention only, so the rows without a mask are
+// left out, and so are the backends it has no kernel for. A forward alone checks a curve: no
+// curve is fitted to it (fit_attention).
 void read_published_attention(const Value& root, const std::string& file, const std::string& stem, GroundTruth& out) {
     for (const auto& [key, v] : root.members())
         if (std::find(std::begin(kPublishedFileKeys), std::end(kPublishedFileKeys), key) == std::end(kPublishedFileKeys))
@@ -96,25 +98,36 @@ void read_published_attention(const Value& root, const std::string& file, const 
     for (std::size_t i = 0; i < rows.size(); ++i) {
         const Value r = rows.at(i);
         if (r.size() != sec["columns"].size()) r.fail(fmt::format("expected {} values, one per column", sec["columns"].size()));
-        const std::string backend = r.at(at.at("backend")).choice(
-            {"flash_attention_2", "flash_attention_1", "flash_attention_triton", "pytorch_standard", "xformers_cutlass"});
-        (void)r.at(at.at("direction")).choice({"fwd_bwd"});
+        const std::string backend = r.at(at.at("backend")).choice({"flash_attention_2", "flash_attention_1", "cudnn",
+                                                                     "flash_attention_3", "flash_attention_triton",
+                                                                     "triton", "pytorch_standard", "xformers_cutlass"});
+        const bool forward = r.at(at.at("direction")).choice({"fwd_bwd", "fwd"}) == "fwd";
         if (!r.at(at.at("causal")).boolean()) continue;
         AttentionPoint p;
         p.gpu = gpu;
         if (backend == "flash_attention_2") p.backend = "flash2";
         else if (backend == "flash_attention_1") p.backend = "flash1";
-        else continue;  // unfused PyTorch is priced as its GEMMs; xformers and Triton's tutorial kernel are not kernels dtsim names
+        else if (backend == "cudnn") p.backend = "cudnn";
+        // Unfused PyTorch is priced as its GEMMs; FlashAttention-3, xformers and Triton's kernels
+        // are not kernels dtsim names.
+        else continue;
         auto col = [&](const char* c, const Range& range) { return r.at(at.at(c)).real(range); };
         p.batch = col("batch", ranges::dimension);
         p.heads = col("heads", ranges::dimension);
         p.head_dim = col("head_dim", ranges::dimension);
         p.seq = col("seq", ranges::tokens);
-        p.combined = true;
-        p.forward_backward_us = attention_flops(p, AttentionPass::both) / (col("tflops", ranges::throughput_tflops) * 1e12) * 1e6;
+        const double throughput = col("tflops", ranges::throughput_tflops) * 1e12;
+        if (forward) {
+            p.forward_only = true;
+            p.forward_us = attention_flops(p, AttentionPass::forward) / throughput * 1e6;
+        } else {
+            p.combined = true;
+            p.forward_backward_us = attention_flops(p, AttentionPass::both) / throughput * 1e6;
+        }
         set.attention.push_back(p);
     }
-    if (set.attention.empty()) sec.fail("expected at least one causal row of flash_attention_1 or flash_attention_2");
+    if (set.attention.empty())
+        sec.fail("expected at least one causal row of flash_attention_1, flash_attention_2 or cudnn");
     out.kernels.push_back(std::move(set));
 }
 
@@ -204,6 +217,7 @@ double attention_measured_seconds(const AttentionPoint& p, AttentionPass pass) {
 }
 
 std::vector<AttentionPass> attention_passes(const AttentionPoint& p) {
+    if (p.forward_only) return {AttentionPass::forward};
     if (p.combined) return {AttentionPass::both};
     return {AttentionPass::forward, AttentionPass::backward};
 }
@@ -220,7 +234,7 @@ std::optional<double> attention_predicted_seconds(const GpuSpec& gpu, const Atte
 
 bool attention_fitted_from(const AttentionModel& m, const AttentionPoint& p) {
     const auto it = m.backends.find(p.backend);
-    if (it == m.backends.end()) return false;
+    if (p.forward_only || it == m.backends.end()) return false;
     for (const AttentionKernel& k : it->second)
         if (k.head_dim == static_cast<int>(p.head_dim)) return k.from_sums == p.combined;
     return false;
@@ -230,7 +244,9 @@ AttentionModel fit_attention(const std::vector<AttentionPoint>& points, double p
     AttentionModel m;
     // A group is one backend and head dimension, and points measured apart or together.
     std::map<std::tuple<std::string, int, bool>, std::vector<const AttentionPoint*>> groups;
-    for (const auto& p : points) groups[{p.backend, static_cast<int>(p.head_dim), p.combined}].push_back(&p);
+    // (A forward timed alone says nothing of the backward: such points are left out.)
+    for (const auto& p : points)
+        if (!p.forward_only) groups[{p.backend, static_cast<int>(p.head_dim), p.combined}].push_back(&p);
     for (const auto& [key, pts] : groups) {
         const auto& [backend, head_dim, combined] = key;
         if (pts.size() < 2) continue;  // two unknowns per curve
@@ -271,7 +287,7 @@ ValidationSet validate_attention(const KernelSet& s, const GpuSpec& gpu, const s
     const auto& ds = gpu.attention.datasets;
     const bool listed = std::find(ds.begin(), ds.end(), s.id) != ds.end();
     std::set<std::string> missing;
-    bool any_in = false, any_out = false, any_elsewhere = false;
+    bool any_in = false, any_out = false, any_here = false, any_elsewhere = false;
     for (std::size_t i = 0; i < s.attention.size(); ++i) {
         const AttentionPoint& p = s.attention[i];
         // Whether the cluster's curve for this point was fitted to this set (attention_fitted_from):
@@ -288,6 +304,7 @@ ValidationSet validate_attention(const KernelSet& s, const GpuSpec& gpu, const s
         }
         const GpuSpec& g = refit ? *refit : gpu;
         const bool in_sample = from_here && !holdout;
+        any_here |= from_here;
         any_elsewhere |= !from_here;
         for (const AttentionPass pass : attention_passes(p)) {
             const auto t = attention_predicted_seconds(g, p, pass, d);
@@ -308,9 +325,11 @@ ValidationSet validate_attention(const KernelSet& s, const GpuSpec& gpu, const s
                           fmt::format("data set \"{}\" cannot be predicted: {} has no attention curve for {}", s.id,
                                       cluster_file, fmt::join(missing, ", ")));
     const std::string others = ds.empty() ? std::string("nothing") : fmt::format("{}", fmt::join(ds, ", "));
-    v.fit = holdout ? (any_elsewhere ? "held out: each shape of a curve fitted to this set predicted from a fit to the "
-                                       "set's other shapes (leave one out), the others from curves fitted to other data"
-                                     : "held out: each shape predicted from a fit to the other shapes (leave one out)")
+    // (A set none of whose curves were fitted to it is held out as it is, with or without --holdout.)
+    v.fit = holdout && any_here
+                ? (any_elsewhere ? "held out: each shape of a curve fitted to this set predicted from a fit to the "
+                                   "set's other shapes (leave one out), the others from curves fitted to other data"
+                                 : "held out: each shape predicted from a fit to the other shapes (leave one out)")
             : any_in && any_out
                 ? "in-sample where fitted: its rows of kernels whose curves were fitted to other data (passes "
                   "measured apart) are held out"
