@@ -370,7 +370,6 @@ private:
 
     MemoryStats memory_;
     std::vector<double> memory_log_;
-    Event scratch_;  // where an operation goes when the world does not record
     // recv: what this rank waits for
     int want_src_ = -1;
     int want_tag_ = 0;

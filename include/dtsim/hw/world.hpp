@@ -153,6 +153,8 @@ private:
     bool recording_ = true;
     bool started_ = false;
     Stragglers stragglers_;
+    // Where every rank's operation goes when the world does not record: one event, in cache.
+    Event scratch_;
 };
 
 }  // namespace dtsim::hw

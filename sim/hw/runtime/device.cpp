@@ -31,8 +31,8 @@ const GpuSpec& Device::spec() const { return world_->cluster().gpu; }
 Event& Device::record(OpCode op, int layer, Stream stream, double start, double duration, IdSet batches) {
     ++events_;
     if (!world_->recording()) {
-        scratch_ = Event{};
-        return scratch_;
+        world_->scratch_ = Event{};
+        return world_->scratch_;
     }
     return gpu_->record_at(op, layer, stream, start, duration, memory_.current, std::move(batches));
 }
