@@ -274,11 +274,22 @@ TEST_CASE("a row is predicted in the unit it was measured in") {
         sum += std::abs(p.error());
     }
     CHECK(sets[0].mean == doctest::Approx(sum / 6));
+    // Which way dtsim errs on average: a step time predicted short counts as a throughput predicted
+    // high (row 1 is the set's step time, the others throughputs).
+    double speed = 0;
+    for (const auto& p : sets[0].points) speed += p.unit == "s" ? -p.error() : p.error();
+    CHECK(sets[0].points[1].unit == "s");
+    speed /= 6;
+    CHECK(sets[0].fit.find(fmt::format("dtsim {:.1f} % {} on average", 100 * std::abs(speed),
+                                       speed >= 0 ? "fast" : "slow")) != std::string::npos);
     CHECK(sets[1].id == "tiny:memory");
     REQUIRE(sets[1].points.size() == 1);
     CHECK(sets[1].points[0].unit == "GiB");
     CHECK(sets[1].points[0].measured == 20);
     CHECK(sets[1].points[0].predicted == doctest::Approx(tokens.memory_GiB));
+    const double over = tokens.memory_GiB / 20 - 1;
+    CHECK(sets[1].fit.find(fmt::format("dtsim {:.1f} % {} on average", 100 * std::abs(over),
+                                       over >= 0 ? "over" : "under")) != std::string::npos);
     const auto j = cal::to_json(sets);
     CHECK(j[0]["mean_abs_error"].get<double>() == doctest::Approx(sets[0].mean));
     CHECK(j[0]["skipped"].size() == 1);

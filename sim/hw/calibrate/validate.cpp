@@ -628,10 +628,24 @@ std::vector<ValidationSet> validate(const GroundTruth& data, const ValidateOptio
         out.push_back(validate_attention(s, make_cluster(cd->doc, cd->file).gpu, cd->file, o.holdout));
     }
     for (auto& s : out) summarize(s);
-    // End to end: the mean |error| with the fit, where `dtsim validate --summary` shows it.
+    // End to end: the mean |error| with the fit, where `dtsim validate --summary` shows it, and which
+    // way dtsim errs on average: the mean of the errors signed so that a step time predicted short
+    // and a throughput predicted high count alike (fast), or over or under the published memory.
     // A published run ran: dtsim's out-of-memory verdict on one is a wrong answer to "does it fit?".
     for (auto& s : out) {
-        if (s.kind == "end_to_end" && s.counted > 0) s.fit += fmt::format("; mean |error| {:.1f} %", 100 * s.mean);
+        if (s.kind == "end_to_end" && s.counted > 0) {
+            double sum = 0;
+            bool memory = false;
+            for (const auto& p : s.points) {
+                if (!p.counted) continue;
+                memory = p.unit == "GiB";
+                sum += p.unit == "s" ? -p.error() : p.error();
+            }
+            const double mean = sum / s.counted;
+            s.fit += fmt::format("; mean |error| {:.1f} %, dtsim {:.1f} % {} on average", 100 * s.mean,
+                                 100 * std::abs(mean),
+                                 memory ? (mean >= 0 ? "over" : "under") : (mean >= 0 ? "fast" : "slow"));
+        }
         if (s.out_of_memory > 0)
             s.fit += fmt::format("; {} of {} runs predicted out of memory", s.out_of_memory, s.points.size());
     }
