@@ -939,6 +939,14 @@ TEST_CASE("float8 weight casts: once a step with Megatron-LM and Transformer Eng
     CHECK(casts(doc) == 4);
     doc["strategy"]["fp8"] = "torchao";
     CHECK(casts(doc) == 8);
+    // torchao's backward cast under Megatron-LM's data parallelism and in the pipelines too.
+    doc["strategy"] = {{"name", "megatron"}, {"dp", 8}, {"fp8", "torchao"}};
+    CHECK(casts(doc) == 8);
+    doc["strategy"] = {{"name", "1f1b"}, {"pp", 2}, {"dp", 4}, {"fp8", "torchao"}};
+    CHECK(casts(doc) == 16);  // 8 microbatches a pipeline
+    doc["model"] = small_model(4);
+    doc["strategy"]["name"] = "dualpipev";  // a scheduled pipeline whose backward is not split
+    CHECK(casts(doc) == 16);
 }
 
 TEST_CASE("recompute of some layers: every k-th (torchtitan), the first n of each stage (Megatron-LM's block)") {

@@ -22,8 +22,9 @@ Task<> attention_forward(Device& gpu, const Job& job, int layer, int mb, OpCode 
 Task<> mlp_forward(Device& gpu, const Job& job, int layer, int mb, OpCode op = ops::forward);
 // Both halves, after allocating the activations the layer keeps for `mb`.
 Task<> layer_forward(Device& gpu, const Job& job, int layer, int mb);
-// The recompute the policy asks for before the backward (nothing for none).
-Task<> recompute(Device& gpu, const Job& job, int layer, int mb);
+// What a layer's backward needs first: the recompute the policy asks for (nothing for none), and
+// the fp8 weights cast again where the recipe casts them for the backward too (torchao).
+Task<> before_backward(Device& gpu, const Job& job, int layer, int mb);
 Task<> mlp_backward(Device& gpu, const Job& job, int layer, int mb);
 Task<> attention_backward(Device& gpu, const Job& job, int layer, int mb);
 // Recompute, both halves backward, then frees the layer's activations for `mb`.
@@ -73,7 +74,7 @@ void optimizer_step(Device& gpu, const Job& job, double params);
 // gradients accumulate over the microbatches and are reduce-scattered with the last one's
 // backward (GradientSync). With zero_stage 3 the gathered bf16 weights (2 bytes a parameter) are
 // allocated when their gather starts and each layer's unsharded gradients (G bytes a parameter)
-// when its first backward runs (recompute calls `backward`); finish_step frees both.
+// when its first backward runs (before_backward calls `backward`); finish_step frees both.
 class ParamGather {
 public:
     // Waits (the first time `layer` is forwarded) for its weights.

@@ -48,7 +48,7 @@ Task<> backward_step(Device& gpu, const Job& job, int mb, GradientSync* grads) {
         co_await gpu.recv(job.next, kGradient, exit_layer(job), IdSet::single(mb));
     }
     for (int l = last_layer(job); l >= job.first_layer; --l) {
-        co_await recompute(gpu, job, l, mb);
+        co_await before_backward(gpu, job, l, mb);
         co_await mlp_backward(gpu, job, l, mb);
         if (grads) co_await grads->ready(w.mlp_grad_tensors, l);
         co_await attention_backward(gpu, job, l, mb);

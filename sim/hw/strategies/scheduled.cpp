@@ -102,7 +102,7 @@ Task<> backward(Device& gpu, const Stage& st, int mb, bool weights, GradientSync
     if (weights) co_await edge_gradients(st, grads, true);
     for (int l = st.last_layer(); l >= st.first_layer(); --l) {
         if (weights) {
-            co_await recompute(gpu, job, l, mb);
+            co_await before_backward(gpu, job, l, mb);
             co_await mlp_backward(gpu, job, l, mb);
             if (grads) co_await grads->ready(w.mlp_grad_tensors, l);
             co_await attention_backward(gpu, job, l, mb);

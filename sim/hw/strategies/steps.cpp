@@ -273,7 +273,7 @@ Task<> layer_forward(Device& gpu, const Job& job, int layer, int mb) {
     co_await mlp_forward(gpu, job, layer, mb);
 }
 
-Task<> recompute(Device& gpu, const Job& job, int layer, int mb) {
+Task<> before_backward(Device& gpu, const Job& job, int layer, int mb) {
     const LayerWork& w = job.work->at(layer);
     if (job.param_gather) job.param_gather->backward(gpu, job, layer);
     switch (w.recompute) {
@@ -294,6 +294,7 @@ Task<> recompute(Device& gpu, const Job& job, int layer, int mb) {
                 co_await mlp_forward(gpu, job, layer, mb, ops::recompute);
             break;
     }
+    fp8_weight_cast(gpu, job, layer, mb, true);
 }
 
 Task<> mlp_backward(Device& gpu, const Job& job, int layer, int mb) {
@@ -305,8 +306,7 @@ Task<> attention_backward(Device& gpu, const Job& job, int layer, int mb) {
 }
 
 Task<> layer_backward(Device& gpu, const Job& job, int layer, int mb) {
-    co_await recompute(gpu, job, layer, mb);
-    fp8_weight_cast(gpu, job, layer, mb, true);
+    co_await before_backward(gpu, job, layer, mb);
     co_await mlp_backward(gpu, job, layer, mb);
     co_await attention_backward(gpu, job, layer, mb);
     release_activations(gpu, job, layer);
@@ -319,8 +319,7 @@ void release_activations(Device& gpu, const Job& job, int layer) {
 
 Task<> layer_backward_input(Device& gpu, const Job& job, int layer, int mb) {
     const LayerWork& w = job.work->layer;
-    co_await recompute(gpu, job, layer, mb);
-    fp8_weight_cast(gpu, job, layer, mb, true);
+    co_await before_backward(gpu, job, layer, mb);
     co_await mlp_block(gpu, job, ops::backward_input, layer, w.mlp_backward_input, mb);
     co_await attention_block(gpu, job, ops::backward_input, layer, w.attention_backward_input, mb);
 }
