@@ -274,22 +274,13 @@ TEST_CASE("a row is predicted in the unit it was measured in") {
         sum += std::abs(p.error());
     }
     CHECK(sets[0].mean == doctest::Approx(sum / 6));
-    // Which way dtsim errs on average: a step time predicted short counts as a throughput predicted
-    // high (row 1 is the set's step time, the others throughputs).
-    double speed = 0;
-    for (const auto& p : sets[0].points) speed += p.unit == "s" ? -p.error() : p.error();
-    CHECK(sets[0].points[1].unit == "s");
-    speed /= 6;
-    CHECK(sets[0].fit.find(fmt::format("dtsim {:.1f} % {} on average", 100 * std::abs(speed),
-                                       speed >= 0 ? "fast" : "slow")) != std::string::npos);
+    CHECK(sets[0].fit.find("dtsim " + cal::mean_direction(sets[0]) + " on average") != std::string::npos);
     CHECK(sets[1].id == "tiny:memory");
     REQUIRE(sets[1].points.size() == 1);
     CHECK(sets[1].points[0].unit == "GiB");
     CHECK(sets[1].points[0].measured == 20);
     CHECK(sets[1].points[0].predicted == doctest::Approx(tokens.memory_GiB));
-    const double over = tokens.memory_GiB / 20 - 1;
-    CHECK(sets[1].fit.find(fmt::format("dtsim {:.1f} % {} on average", 100 * std::abs(over),
-                                       over >= 0 ? "over" : "under")) != std::string::npos);
+    CHECK(sets[1].fit.find("dtsim " + cal::mean_direction(sets[1]) + " on average") != std::string::npos);
     const auto j = cal::to_json(sets);
     CHECK(j[0]["mean_abs_error"].get<double>() == doctest::Approx(sets[0].mean));
     CHECK(j[0]["skipped"].size() == 1);
@@ -438,4 +429,24 @@ TEST_CASE("a row that is not a valid run config is an error at the row's own key
         o.jobs = jobs;
         CHECK(config_error([&] { (void)cal::validate(data, o); }).path == "$.sets[0].rows[0].strategy.tp");
     }
+}
+
+TEST_CASE("mean_direction: a step time predicted short and a throughput predicted high are both dtsim fast") {
+    cal::ValidationSet s;
+    s.kind = "end_to_end";
+    // Step 10 s predicted 8 s: 10 / 8 - 1 = +25 % fast. 100 tokens/s predicted 110: +10 % fast.
+    // 50 TFLOP/s predicted 45: -10 %. Not counted: a row predicted 10 times too fast.
+    s.points = {{"step", 0, 10, 8, "s"}, {"tokens", 0, 100, 110, "tokens/s/GPU"}, {"tflops", 0, 50, 45, "TFLOP/s"},
+                {"skipped", 0, 1, 10, "s", false}};
+    CHECK(cal::speed_error("s", 10, 8) == doctest::Approx(0.25));
+    CHECK(cal::speed_error("tokens/s/GPU", 100, 110) == doctest::Approx(0.10));
+    CHECK(cal::mean_direction(s) == "8.3 % fast");  // (25 + 10 - 10) / 3
+    s.points[0].predicted = 12.5;                    // 10 / 12.5 - 1 = -20 %
+    CHECK(cal::mean_direction(s) == "6.7 % slow");  // (-20 + 10 - 10) / 3
+    // Peak memory: over or under what was published. 80 GiB predicted 60 (-25 %) and 40 predicted 44 (+10 %).
+    cal::ValidationSet m;
+    m.kind = "end_to_end";
+    m.points = {{"a", 0, 80, 60, "GiB"}, {"b", 0, 40, 44, "GiB"}};
+    CHECK(cal::mean_direction(m) == "7.5 % under");
+    CHECK(cal::mean_direction(cal::ValidationSet{}).empty());
 }

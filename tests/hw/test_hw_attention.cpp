@@ -145,8 +145,8 @@ TEST_CASE("a published chart's causal FlashAttention rows are read as forward + 
 }
 
 TEST_CASE("a published chart's forward rows check the forward curve and fit none") {
-    const std::string file = write_temp("dtsim_attention_forward.json",
-                                        R"({"source": "s", "meta": {"gpu": "NVIDIA H100 80GB HBM3"}, "attention_published": {
+    const std::string file = write_temp("dtsim_attention_forward.json", R"({"source": "s",
+            "meta": {"gpu": "NVIDIA H100 80GB HBM3"}, "attention_published": {
             "columns": ["backend", "causal", "head_dim", "seq", "batch", "heads", "direction", "tflops"],
             "rows": [["cudnn", true, 128, 4096, 4, 16, "fwd", 518], ["cudnn", true, 128, 8192, 2, 16, "fwd", 529],
                      ["flash_attention_3", true, 128, 4096, 4, 16, "fwd", 579]]}})");

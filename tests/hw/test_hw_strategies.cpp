@@ -945,7 +945,7 @@ TEST_CASE("float8 weight casts: once a step with Megatron-LM and Transformer Eng
     doc["strategy"] = {{"name", "1f1b"}, {"pp", 2}, {"dp", 4}, {"fp8", "torchao"}};
     CHECK(casts(doc) == 16);  // 8 microbatches a pipeline
     doc["model"] = small_model(4);
-    doc["strategy"]["name"] = "dualpipev";  // a scheduled pipeline whose backward is not split
+    doc["strategy"]["name"] = "dualpipev";  // a scheduled pipeline: some backwards whole, some split
     CHECK(casts(doc) == 16);
 }
 

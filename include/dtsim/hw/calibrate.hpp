@@ -330,6 +330,15 @@ nlohmann::json to_json(const Evidence& e);
 // median, mean and maximum of |error| over the counted points.
 void summarize(ValidationSet& s);
 
+// How much faster than measured dtsim ran a published run, as `run --evidence` and `validate` word
+// it: a throughput's predicted / measured - 1, a step time's (unit "s") measured / predicted - 1;
+// > 0: dtsim fast.
+double speed_error(const std::string& unit, double measured, double predicted);
+// Which way an end-to-end set errs on average, in words: the mean speed_error of its counted points
+// ("12.3 % fast", "2.0 % slow"), or for a set of peak memories (unit "GiB") their mean error
+// ("21.2 % under", "14.9 % over"). Empty without counted points.
+std::string mean_direction(const ValidationSet& s);
+
 nlohmann::json to_json(const std::vector<ValidationSet>& sets);
 
 // Every counted end-to-end row together (sets of kind end_to_end and megatron): their step time or

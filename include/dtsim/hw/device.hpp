@@ -326,6 +326,8 @@ private:
     // The compute stream blocks until `t` (ended) ends: split the wait into
     // idle and comm, and remember where the critical path jumps when it passes here.
     void block_on(const Transfer& t);
+    // The event kept in the rank's log; in a world that records nothing, the world's one scratch
+    // event, shared by every rank: fill it at once, never hold it across a co_await.
     Event& record(OpCode op, int layer, Stream stream, double start, double duration, IdSet batches = {});
     // A collective started on `stream` at the compute clock: when its kernel is expected to run
     // (from the clock, or once the stream's previous kernel is expected to end, for the group's

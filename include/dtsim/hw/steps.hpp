@@ -71,7 +71,7 @@ void optimizer_step(Device& gpu, const Job& job, double params);
 // gradients accumulate over the microbatches and are reduce-scattered with the last one's
 // backward (GradientSync). With zero_stage 3 the gathered bf16 weights (2 bytes a parameter) are
 // allocated when their gather starts and each layer's unsharded gradients (G bytes a parameter)
-// when its first backward runs (the backward's recompute calls `backward`); finish_step frees both.
+// when its first backward runs (`backward`, called before the backward's recompute); finish_step frees both.
 class ParamGather {
 public:
     // Waits (the first time `layer` is forwarded) for its weights.

@@ -153,7 +153,8 @@ private:
     bool recording_ = true;
     bool started_ = false;
     Stragglers stragglers_;
-    // Where every rank's operation goes when the world does not record: one event, in cache.
+    // Where every rank's operation goes when the world does not record (Device::record): one event,
+    // in cache. (The engine's own, Simulation::scratch_, serves Gpu::record.)
     Event scratch_;
 };
 

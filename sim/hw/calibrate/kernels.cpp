@@ -286,7 +286,7 @@ ValidationSet validate_attention(const KernelSet& s, const GpuSpec& gpu, const s
     const DType d = gpu.peak_flops[static_cast<std::size_t>(DType::bf16)] > 0 ? DType::bf16 : DType::fp16;
     const auto& ds = gpu.attention.datasets;
     const bool listed = std::find(ds.begin(), ds.end(), s.id) != ds.end();
-    std::set<std::string> missing;
+    std::set<std::string> missing, nearest;
     bool any_in = false, any_out = false, any_here = false, any_elsewhere = false;
     for (std::size_t i = 0; i < s.attention.size(); ++i) {
         const AttentionPoint& p = s.attention[i];
@@ -304,6 +304,10 @@ ValidationSet validate_attention(const KernelSet& s, const GpuSpec& gpu, const s
         }
         const GpuSpec& g = refit ? *refit : gpu;
         const bool in_sample = from_here && !holdout;
+        if (const AttentionKernel* k = g.attention.find(p.backend, p.head_dim);
+            k && k->head_dim != static_cast<int>(p.head_dim))
+            nearest.insert(
+                fmt::format("{} head dimension {:g} by the curve of {}", p.backend, p.head_dim, k->head_dim));
         any_here |= from_here;
         any_elsewhere |= !from_here;
         for (const AttentionPass pass : attention_passes(p)) {
@@ -337,6 +341,7 @@ ValidationSet validate_attention(const KernelSet& s, const GpuSpec& gpu, const s
                      : "held out: curves fitted to " + others;
     v.note = "GpuSpec::attention_seconds (saturating in the sequence length, per backend and head dimension)";
     if (!missing.empty()) v.note += fmt::format("; not predicted (no curve): {}", fmt::join(missing, ", "));
+    if (!nearest.empty()) v.note += fmt::format("; priced by the nearest curve: {}", fmt::join(nearest, ", "));
     return v;
 }
 

@@ -609,6 +609,25 @@ std::vector<ValidationSet> end_to_end_sets(const EndToEndSet& s, Clusters& clust
 
 }  // namespace
 
+double speed_error(const std::string& unit, double measured, double predicted) {
+    if (!(measured > 0) || !(predicted > 0)) return 0;
+    return unit == "s" ? measured / predicted - 1 : predicted / measured - 1;
+}
+
+std::string mean_direction(const ValidationSet& s) {
+    const bool memory = std::any_of(s.points.begin(), s.points.end(), [](const ValidationPoint& p) {
+        return p.counted && p.unit == "GiB";
+    });
+    double sum = 0;
+    int n = 0;
+    for (const ValidationPoint& p : s.points)
+        if (p.counted) sum += memory ? p.error() : speed_error(p.unit, p.measured, p.predicted), ++n;
+    if (n == 0) return {};
+    const double mean = sum / n;
+    return fmt::format("{:.1f} % {}", 100 * std::abs(mean),
+                       memory ? (mean >= 0 ? "over" : "under") : (mean >= 0 ? "fast" : "slow"));
+}
+
 std::vector<ValidationSet> validate(const GroundTruth& data, const ValidateOptions& o) {
     Clusters clusters(o.clusters, o.data_dir);
     std::vector<ValidationSet> out;
@@ -629,23 +648,11 @@ std::vector<ValidationSet> validate(const GroundTruth& data, const ValidateOptio
     }
     for (auto& s : out) summarize(s);
     // End to end: the mean |error| with the fit, where `dtsim validate --summary` shows it, and which
-    // way dtsim errs on average: the mean of the errors signed so that a step time predicted short
-    // and a throughput predicted high count alike (fast), or over or under the published memory.
+    // way dtsim errs on average (mean_direction).
     // A published run ran: dtsim's out-of-memory verdict on one is a wrong answer to "does it fit?".
     for (auto& s : out) {
-        if (s.kind == "end_to_end" && s.counted > 0) {
-            double sum = 0;
-            bool memory = false;
-            for (const auto& p : s.points) {
-                if (!p.counted) continue;
-                memory = p.unit == "GiB";
-                sum += p.unit == "s" ? -p.error() : p.error();
-            }
-            const double mean = sum / s.counted;
-            s.fit += fmt::format("; mean |error| {:.1f} %, dtsim {:.1f} % {} on average", 100 * s.mean,
-                                 100 * std::abs(mean),
-                                 memory ? (mean >= 0 ? "over" : "under") : (mean >= 0 ? "fast" : "slow"));
-        }
+        if (s.kind == "end_to_end" && s.counted > 0)
+            s.fit += fmt::format("; mean |error| {:.1f} %, dtsim {} on average", 100 * s.mean, mean_direction(s));
         if (s.out_of_memory > 0)
             s.fit += fmt::format("; {} of {} runs predicted out of memory", s.out_of_memory, s.points.size());
     }
@@ -748,7 +755,7 @@ std::vector<Evidence> published_evidence(const std::vector<Config>& runs, const 
         std::vector<double> errors;
         for (std::size_t j : picked[k]) {
             const EndToEndPrediction& p = predicted[j];
-            const double err = p.unit == "s" ? p.measured / p.predicted - 1 : p.predicted / p.measured - 1;
+            const double err = speed_error(p.unit, p.measured, p.predicted);
             e.rows.push_back({all[j].set->id, all[j].row->id, p.layout, err, p.out_of_memory});
             errors.push_back(err);
         }
