@@ -1,13 +1,13 @@
-// Building blocks of transformer strategies in the hardware world: layers
-// whose two halves carry the tensor-parallel collectives Megatron-LM puts
-// around them (an all-reduce after the attention block and after the MLP
-// block, forward and backward; all-gather before and reduce-scatter after with
-// sequence parallelism), the model's edges, model states, the optimizer step
-// and DDP-style gradient buckets.
+// Building blocks of transformer strategies in the hardware world: half
+// layers with the tensor-parallel collectives Megatron-LM puts around them
+// (an all-reduce after the attention block and after the MLP block, forward
+// and backward; all-gather before and reduce-scatter after with sequence
+// parallelism), the model's edges, model states, the optimizer step and
+// DDP-style gradient buckets.
 //
 // Every function takes the GPU first and the rank's job; microbatch `mb`
 // goes into the trace. Memory: layer_forward allocates the activations a
-// layer keeps, release_activations frees them after its backward.
+// layer keeps, layer_backward frees them.
 #pragma once
 
 #include "dtsim/hw/device.hpp"
@@ -17,15 +17,22 @@
 
 namespace dtsim::hw {
 
-// Both halves (attention, MLP) forward, after the layer's weights (ParamGather) and allocating the
-// activations the layer keeps for `mb`.
+// One half of a layer, forward (op is forward, or recompute when re-run).
+Task<> attention_forward(Device& gpu, const Job& job, int layer, int mb, OpCode op = ops::forward);
+Task<> mlp_forward(Device& gpu, const Job& job, int layer, int mb, OpCode op = ops::forward);
+// Both halves, after allocating the activations the layer keeps for `mb`.
 Task<> layer_forward(Device& gpu, const Job& job, int layer, int mb);
-class GradientSync;
-// The recompute the policy asks for (nothing for none) and, where the recipe casts them for the
-// backward too (torchao), the fp8 weights cast again; then both halves backward (the MLP first),
-// each half's gradient tensors joining `grads`'s buckets as it ends (none without). The
-// activations stay until release_activations.
-Task<> layer_backward(Device& gpu, const Job& job, int layer, int mb, GradientSync* grads = nullptr);
+// What a layer's backward needs first: the recompute the policy asks for (nothing for none), and
+// the fp8 weights cast again where the recipe casts them for the backward too (torchao).
+Task<> before_backward(Device& gpu, const Job& job, int layer, int mb);
+Task<> mlp_backward(Device& gpu, const Job& job, int layer, int mb);
+Task<> attention_backward(Device& gpu, const Job& job, int layer, int mb);
+// before_backward, both halves backward, then frees the layer's activations for `mb`. The
+// strategies whose gradients join buckets as each half ends (Megatron-LM's data parallelism, the
+// pipelines) write this sequence out with GradientSync::ready between the halves rather than call a
+// coroutine that does: at scale a resumed rank reads each coroutine level's frame back from memory,
+// and that one more level cost 17 % per event at 65,536 GPUs.
+Task<> layer_backward(Device& gpu, const Job& job, int layer, int mb);
 // Frees what `layer` kept for one microbatch (and what its recompute brought back).
 void release_activations(Device& gpu, const Job& job, int layer);
 // The zero-bubble split of the backward (Qi et al. 2023): recompute, then the
@@ -71,7 +78,7 @@ void optimizer_step(Device& gpu, const Job& job, double params);
 // gradients accumulate over the microbatches and are reduce-scattered with the last one's
 // backward (GradientSync). With zero_stage 3 the gathered bf16 weights (2 bytes a parameter) are
 // allocated when their gather starts and each layer's unsharded gradients (G bytes a parameter)
-// when its first backward runs (`backward`, called before the backward's recompute); finish_step frees both.
+// when its first backward runs (before_backward calls `backward`); finish_step frees both.
 class ParamGather {
 public:
     // Waits (the first time `layer` is forwarded) for its weights.

@@ -31,7 +31,11 @@ Task<> ddp(Device& gpu, const Job& job) {
         logits_backward(gpu, job, mb);
         if (sync && !job.work->model.tied_embeddings) co_await grads.ready(embedding_grad, kNoLayer);
         for (int l = job.layers - 1; l >= 0; --l) {
-            co_await layer_backward(gpu, job, l, mb, sync ? &grads : nullptr);
+            co_await before_backward(gpu, job, l, mb);
+            co_await mlp_backward(gpu, job, l, mb);
+            if (sync) co_await grads.ready(w.mlp_grad_tensors, l);
+            co_await attention_backward(gpu, job, l, mb);
+            if (sync) co_await grads.ready(w.attention_grad_tensors, l);
             if (mb == 0) allocate_grads(gpu, job, w.params, l);
             release_activations(gpu, job, l);
         }

@@ -135,7 +135,6 @@ Task<> fsdp(Device& gpu, const Job& job) {
                 copy(ops::backward, l, mb, 2 * layer_bytes);
             }
             co_await layer_backward(gpu, job, l, mb);
-            release_activations(gpu, job, l);
             gpu.release(layer_bytes, MemoryKind::weights);
             copy(ops::backward, l, mb, (1 + grad_scale) * layer_bytes);
             co_await scatter(gpu, job, scatters, grad_scale * layer_bytes, l);

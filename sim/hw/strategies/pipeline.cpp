@@ -37,6 +37,7 @@ Task<> forward_step(Device& gpu, const Job& job, int mb) {
 
 // `grads` is given for the last microbatch: its gradients join the buckets.
 Task<> backward_step(Device& gpu, const Job& job, int mb, GradientSync* grads) {
+    const LayerWork& w = job.work->layer;
     // The embeddings' gradient, one tensor (g++ 12 cannot take a braced list inside co_await).
     const std::vector<double> embedding_grad{job.work->grad_bytes * job.work->edge.embedding_params};
     if (job.last_stage()) {
@@ -47,7 +48,11 @@ Task<> backward_step(Device& gpu, const Job& job, int mb, GradientSync* grads) {
         co_await gpu.recv(job.next, kGradient, exit_layer(job), IdSet::single(mb));
     }
     for (int l = last_layer(job); l >= job.first_layer; --l) {
-        co_await layer_backward(gpu, job, l, mb, grads);
+        co_await before_backward(gpu, job, l, mb);
+        co_await mlp_backward(gpu, job, l, mb);
+        if (grads) co_await grads->ready(w.mlp_grad_tensors, l);
+        co_await attention_backward(gpu, job, l, mb);
+        if (grads) co_await grads->ready(w.attention_grad_tensors, l);
         release_activations(gpu, job, l);
     }
     if (job.first_stage()) {

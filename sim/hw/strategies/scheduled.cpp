@@ -94,6 +94,7 @@ Task<> edge_gradients(const Stage& st, GradientSync* grads, bool output) {
 Task<> backward(Device& gpu, const Stage& st, int mb, bool weights, GradientSync* grads) {
     const Job& job = st.job;
     const PipelinePlan& plan = st.plan();
+    const LayerWork& w = job.work->layer;
     if (st.last())
         logits_backward(gpu, job, mb);
     else if (const int from = st.peer(st.stage + 1, gpu.rank()); from >= 0)
@@ -101,7 +102,11 @@ Task<> backward(Device& gpu, const Stage& st, int mb, bool weights, GradientSync
     if (weights) co_await edge_gradients(st, grads, true);
     for (int l = st.last_layer(); l >= st.first_layer(); --l) {
         if (weights) {
-            co_await layer_backward(gpu, job, l, mb, grads);
+            co_await before_backward(gpu, job, l, mb);
+            co_await mlp_backward(gpu, job, l, mb);
+            if (grads) co_await grads->ready(w.mlp_grad_tensors, l);
+            co_await attention_backward(gpu, job, l, mb);
+            if (grads) co_await grads->ready(w.attention_grad_tensors, l);
             release_activations(gpu, job, l);
         } else {
             co_await layer_backward_input(gpu, job, l, mb);

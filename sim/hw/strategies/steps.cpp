@@ -233,14 +233,17 @@ Task<> mlp_block(Device& gpu, const Job& job, OpCode op, int layer, const Work& 
                  mlp_ub(job));
 }
 
-// One half of a layer forward: op forward, or recompute when re-run.
-Task<> attention_forward(Device& gpu, const Job& job, int layer, int mb, OpCode op = ops::forward) {
+}  // namespace
+
+Task<> attention_forward(Device& gpu, const Job& job, int layer, int mb, OpCode op) {
     return attention_block(gpu, job, op, layer, job.work->layer.attention_forward, mb);
 }
-Task<> mlp_forward(Device& gpu, const Job& job, int layer, int mb, OpCode op = ops::forward) {
+
+Task<> mlp_forward(Device& gpu, const Job& job, int layer, int mb, OpCode op) {
     return mlp_block(gpu, job, op, layer, job.work->layer.mlp_forward, mb);
 }
 
+namespace {
 // The MLP block recomputed up to fc2's input (LayerWork::recompute_early_stop): the block as its
 // forward runs it (the gather before it, pipelined with fc1's chunks under tp_comm_overlap) but
 // for fc2, its chunks and the collective after it.
@@ -249,18 +252,27 @@ Task<> mlp_recompute_early_stop(Device& gpu, const Job& job, int layer, const Wo
     return block(gpu, job, ops::recompute, layer, w, mb, L.mlp_first_gemm, 0,
                  std::max(0.0, L.mlp_first_gemm - L.mlp_first_linear), L.mlp_first_linear, mlp_ub(job), nullptr, false);
 }
+}  // namespace
 
 // Float8 linears: the weights cast to fp8 before the forward (every microbatch, or the first of a
 // step with Transformer Engine's weight cache) and, with torchao, again before the backward.
+namespace {
 void fp8_weight_cast(Device& gpu, const Job& job, int layer, int mb, bool backward) {
     const LayerSplit& s = job.work->split;
     if (s.fp8 == Fp8::none) return;
     if (backward ? job.work->layer.fp8_weight_casts < 2 : s.fp8_weight_cache && mb != 0) return;
     run_work(gpu, backward ? ops::backward : ops::forward, layer, job.work->layer.fp8_weight_cast, mb);
 }
+}  // namespace
 
-// What a layer's backward needs first, whole or split: the recompute the policy asks for (nothing
-// for none), and the fp8 weights cast again where the recipe casts them for the backward (torchao).
+Task<> layer_forward(Device& gpu, const Job& job, int layer, int mb) {
+    if (job.param_gather) co_await job.param_gather->wait(gpu, job, layer);
+    gpu.allocate(job.work->at(layer).activation_bytes, MemoryKind::activations, ops::forward, layer);
+    fp8_weight_cast(gpu, job, layer, mb, false);
+    co_await attention_forward(gpu, job, layer, mb);
+    co_await mlp_forward(gpu, job, layer, mb);
+}
+
 Task<> before_backward(Device& gpu, const Job& job, int layer, int mb) {
     const LayerWork& w = job.work->at(layer);
     if (job.param_gather) job.param_gather->backward(gpu, job, layer);
@@ -285,23 +297,19 @@ Task<> before_backward(Device& gpu, const Job& job, int layer, int mb) {
     fp8_weight_cast(gpu, job, layer, mb, true);
 }
 
-}  // namespace
-
-Task<> layer_forward(Device& gpu, const Job& job, int layer, int mb) {
-    if (job.param_gather) co_await job.param_gather->wait(gpu, job, layer);
-    gpu.allocate(job.work->at(layer).activation_bytes, MemoryKind::activations, ops::forward, layer);
-    fp8_weight_cast(gpu, job, layer, mb, false);
-    co_await attention_forward(gpu, job, layer, mb);
-    co_await mlp_forward(gpu, job, layer, mb);
+Task<> mlp_backward(Device& gpu, const Job& job, int layer, int mb) {
+    return mlp_block(gpu, job, ops::backward, layer, job.work->layer.mlp_backward, mb);
 }
 
-Task<> layer_backward(Device& gpu, const Job& job, int layer, int mb, GradientSync* grads) {
-    const LayerWork& w = job.work->layer;
+Task<> attention_backward(Device& gpu, const Job& job, int layer, int mb) {
+    return attention_block(gpu, job, ops::backward, layer, job.work->layer.attention_backward, mb);
+}
+
+Task<> layer_backward(Device& gpu, const Job& job, int layer, int mb) {
     co_await before_backward(gpu, job, layer, mb);
-    co_await mlp_block(gpu, job, ops::backward, layer, w.mlp_backward, mb);
-    if (grads) co_await grads->ready(w.mlp_grad_tensors, layer);
-    co_await attention_block(gpu, job, ops::backward, layer, w.attention_backward, mb);
-    if (grads) co_await grads->ready(w.attention_grad_tensors, layer);
+    co_await mlp_backward(gpu, job, layer, mb);
+    co_await attention_backward(gpu, job, layer, mb);
+    release_activations(gpu, job, layer);
 }
 
 void release_activations(Device& gpu, const Job& job, int layer) {
