@@ -31,7 +31,7 @@ Task<> attention_backward(Device& gpu, const Job& job, int layer, int mb);
 // strategies whose gradients join buckets as each half ends (Megatron-LM's data parallelism, the
 // pipelines) write this sequence out with GradientSync::ready between the halves rather than call a
 // coroutine that does: at scale a resumed rank reads each coroutine level's frame back from memory,
-// and that one more level cost 17 % per event at 65,536 GPUs.
+// and one more level shows in the cost per event (docs/performance.md).
 Task<> layer_backward(Device& gpu, const Job& job, int layer, int mb);
 // Frees what `layer` kept for one microbatch (and what its recompute brought back).
 void release_activations(Device& gpu, const Job& job, int layer);

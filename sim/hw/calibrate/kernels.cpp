@@ -100,7 +100,7 @@ void read_published_attention(const Value& root, const std::string& file, const 
         if (r.size() != sec["columns"].size()) r.fail(fmt::format("expected {} values, one per column", sec["columns"].size()));
         const std::string backend = r.at(at.at("backend")).choice({"flash_attention_2", "flash_attention_1", "cudnn",
                                                                      "flash_attention_3", "flash_attention_triton",
-                                                                     "triton", "pytorch_standard", "xformers_cutlass"});
+                                                                     "pytorch_standard", "xformers_cutlass"});
         const bool forward = r.at(at.at("direction")).choice({"fwd_bwd", "fwd"}) == "fwd";
         if (!r.at(at.at("causal")).boolean()) continue;
         AttentionPoint p;
