@@ -420,10 +420,11 @@ TEST_CASE("every shipped data file loads; only the datasheets and the bandwidth 
     CHECK(by_shape == 1 + 5 + 2 * 2 + 2 + 1);  // and the published 500 W H100 table
     CHECK(data.megatron.size() == 1);
     // The published FlashAttention charts (A100, H100: the causal FlashAttention 1 and 2 rows, 12
-    // each), the kernel files of calibration/pytorch/dtsim_kernels.py (H100, H200) and the
-    // FlashAttention-3 paper's forward chart (its causal FlashAttention-2 and cuDNN rows, 18 each),
-    // by file name.
-    REQUIRE(data.kernels.size() == 5);
+    // each), the kernel files of calibration/pytorch/dtsim_kernels.py (H100, H200), the
+    // FlashAttention-3 paper's forward chart (its causal FlashAttention-2 and cuDNN rows, 18 each)
+    // and the cuDNN frontend's two H200 tables (5 causal shapes of each backend, their passes
+    // apart), by file name.
+    REQUIRE(data.kernels.size() == 7);
     CHECK(data.kernels[0].id == "a100_attention_published:attention");
     CHECK(data.kernels[0].attention.size() == 24);
     CHECK(data.kernels[1].id == "h100_attention_published:attention");
@@ -432,7 +433,11 @@ TEST_CASE("every shipped data file loads; only the datasheets and the bandwidth 
     CHECK(data.kernels[2].attention.size() == 60);
     CHECK(data.kernels[3].id == "h100_flash3_paper_attention:attention");
     CHECK(data.kernels[3].attention.size() == 36);
-    CHECK(data.kernels[4].gpu == "NVIDIA H200");
+    CHECK(data.kernels[4].id == "h200_cudnn_frontend_2024_05_attention:attention");
+    CHECK(data.kernels[4].attention.size() == 10);
+    CHECK(data.kernels[5].id == "h200_cudnn_frontend_2024_09_attention:attention");
+    CHECK(data.kernels[5].attention.size() == 10);
+    CHECK(data.kernels[6].gpu == "NVIDIA H200");
     // The end-to-end runs: 16 sets and the 14 of DGX Cloud's recipes; each row dtsim cannot express
     // yet is a line of data.skipped.
     CHECK(data.end_to_end.size() == 30);
@@ -915,6 +920,47 @@ TEST_CASE("a published chart of forwards alone checks the curves: calibrating wi
             CHECK_FALSE(p.in_sample);
             CHECK(p.label.find(" fwd ") != std::string::npos);
         }
+    }
+}
+
+TEST_CASE("a published table its file holds out (another cuDNN) checks both passes of the curves and fits none") {
+    const std::string data = std::string(DTSIM_CONFIGS) + "/../calibration/data/";
+    const std::string base_file = std::string(DTSIM_CONFIGS) + "/clusters/dgx-h200.json";
+    const nlohmann::json base = cal::read_cluster_file(base_file);
+    const std::string table = data + "h200_cudnn_frontend_2024_09_attention.json";
+    const auto held = cal::load_ground_truth({table});
+    REQUIRE(held.kernels.size() == 1);
+    CHECK(held.kernels[0].held_out.find("cuDNN 9.4.0") != std::string::npos);
+    CHECK_THROWS_WITH_AS(cal::calibrate(base, base_file, held, {}),
+                         doctest::Contains("skipped attention (h200_cudnn_frontend_2024_09_attention:attention): its "
+                                           "file holds it out (cuDNN 9.4.0"),
+                         std::invalid_argument);
+    // Beside the data the curves were fitted to: the same curves, and not among their data.
+    const auto both = cal::load_ground_truth({data + "h200_dtsim_torch_kernels.json", table});
+    const auto alone = cal::load_ground_truth({data + "h200_dtsim_torch_kernels.json"});
+    const auto with = cal::calibrate(base, base_file, both, {}).cluster["cluster"]["gpu"]["attention"];
+    const auto without = cal::calibrate(base, base_file, alone, {}).cluster["cluster"]["gpu"]["attention"];
+    CHECK(with == without);
+    const auto& ids = with["datasets"];
+    CHECK(std::find(ids.begin(), ids.end(), "h200_cudnn_frontend_2024_09_attention:attention") == ids.end());
+    // validate predicts each shape's forward and backward apart, all held out, and says why.
+    cal::ValidateOptions o;
+    o.data_dir = std::string(DTSIM_CONFIGS) + "/..";
+    for (const bool holdout : {false, true}) {
+        o.holdout = holdout;
+        const auto v = cal::validate(held, o);
+        REQUIRE(v.size() == 1);
+        CHECK(v[0].fit == "held out: curves fitted to h200_dtsim_torch_kernels:attention");
+        CHECK(v[0].note.find("its file fits no curve: cuDNN 9.4.0") != std::string::npos);
+        REQUIRE(v[0].points.size() == 20);
+        std::size_t forwards = 0, backwards = 0;
+        for (const auto& p : v[0].points) {
+            CHECK_FALSE(p.in_sample);
+            forwards += p.label.find(" fwd ") != std::string::npos;
+            backwards += p.label.find(" bwd ") != std::string::npos;
+        }
+        CHECK(forwards == 10);
+        CHECK(backwards == 10);
     }
 }
 

@@ -134,7 +134,7 @@ TEST_CASE("a published chart's causal FlashAttention rows are read as forward + 
     CHECK(pts[0].forward_backward_us == doctest::Approx(5561.11).epsilon(1e-5));
     CHECK(calib::attention_passes(pts[0]) == std::vector<calib::AttentionPass>{calib::AttentionPass::both});
     CHECK(calib::attention_measured_seconds(pts[0], calib::AttentionPass::both) == doctest::Approx(5561.11e-6).epsilon(1e-5));
-    CHECK_THROWS_WITH_AS(calib::load_ground_truth({file(R"(["flash_attention_2", true, 128, 4096, 4, 16, "bwd", 173])")}),
+    CHECK_THROWS_WITH_AS(calib::load_ground_truth({file(R"(["flash_attention_2", true, 128, 4096, 4, 16, "back", 173])")}),
                          doctest::Contains("fwd_bwd"), ConfigError);
     CHECK_THROWS_WITH_AS(calib::load_ground_truth({file(R"(["flash_attention_4", true, 128, 4096, 4, 16, "fwd_bwd", 173])")}),
                          doctest::Contains("flash_attention_2"), ConfigError);
@@ -178,7 +178,7 @@ TEST_CASE("a published chart's forward rows check the forward curve and fit none
     std::vector<calib::AttentionPoint> apart;
     for (double s : {2048.0, 8192.0}) {
         calib::AttentionPoint p = pts[0];
-        p.forward_only = false;
+        p.forward_only = p.check_only = false;
         p.batch = 1;
         p.heads = 32;
         p.seq = s;
@@ -195,6 +195,64 @@ TEST_CASE("a published chart's forward rows check the forward curve and fit none
     CHECK(m.backends.at("cudnn").at(0).forward.half_seq == doctest::Approx(550).epsilon(2e-3));
     CHECK(calib::attention_fitted_from(m, apart[0]));
     CHECK_FALSE(calib::attention_fitted_from(m, pts[0]));
+}
+
+TEST_CASE("a published table's backward row joins its forward row: one point, the passes timed apart") {
+    auto file = [](const std::string& held_out, const std::string& rows) {
+        return write_temp("dtsim_attention_passes.json",
+                          R"({"source": "s", )" + held_out + R"("meta": {"gpu": "NVIDIA H200"}, "attention_published": {
+            "columns": ["backend", "causal", "head_dim", "seq", "batch", "heads", "direction", "tflops"],
+            "rows": [)" + rows + "]}}");
+    };
+    const std::string rows = R"(["cudnn", true, 128, 8192, 2, 16, "fwd", 500], ["cudnn", true, 128, 8192, 2, 16, "bwd", 400],
+        ["cudnn", false, 128, 8192, 2, 16, "bwd", 450], ["flash_attention_2", true, 128, 8192, 2, 16, "fwd", 300],
+        ["cudnn", true, 128, 16384, 1, 16, "bwd", 410], ["cudnn", true, 128, 16384, 1, 16, "fwd", 520])";
+    const auto data = calib::load_ground_truth({file("", rows)});
+    REQUIRE(data.kernels.size() == 1);
+    CHECK(data.kernels[0].held_out.empty());
+    const auto& pts = data.kernels[0].attention;
+    REQUIRE(pts.size() == 3);  // the row without a mask is left out; a backward may come before its forward
+    // 2 x 16 x 8192^2 x 128 x 2 / 2 = 5.4975581e11 FLOPs: the forward at 500e12 FLOP/s takes
+    // 1,099.51 us, the backward (2.5 times the FLOPs) at 400e12 3,435.97 us.
+    CHECK(pts[0].backend == "cudnn");
+    CHECK_FALSE(pts[0].forward_only);
+    CHECK_FALSE(pts[0].combined);
+    CHECK_FALSE(pts[0].check_only);
+    CHECK(pts[0].forward_us == doctest::Approx(1099.51).epsilon(1e-5));
+    CHECK(calib::attention_measured_seconds(pts[0], calib::AttentionPass::backward) ==
+          doctest::Approx(3435.97e-6).epsilon(1e-5));
+    CHECK(calib::attention_passes(pts[0]) ==
+          std::vector<calib::AttentionPass>{calib::AttentionPass::forward, calib::AttentionPass::backward});
+    CHECK(pts[1].backend == "flash2");
+    CHECK(pts[1].forward_only);  // no backward row: a check of the forward curve
+    CHECK(pts[1].check_only);
+    CHECK(pts[2].seq == 16384);
+    CHECK_FALSE(pts[2].forward_only);
+    // Two shapes of passes apart fit a cuDNN curve; the lone forward fits none.
+    const AttentionModel fitted = calib::fit_attention(pts, 989.4e12);
+    CHECK(fitted.backends.count("cudnn") == 1);
+    CHECK(fitted.backends.count("flash2") == 0);
+    CHECK(calib::attention_fitted_from(fitted, pts[0]));
+    // The same rows in a file that says why it is held out: every point a check, none fitted.
+    const auto held = calib::load_ground_truth({file(R"("held_out": "another cuDNN", )", rows)});
+    REQUIRE(held.kernels.size() == 1);
+    CHECK(held.kernels[0].held_out == "another cuDNN");
+    for (const auto& p : held.kernels[0].attention) CHECK(p.check_only);
+    CHECK(calib::fit_attention(held.kernels[0].attention, 989.4e12).backends.empty());
+    CHECK_FALSE(calib::attention_fitted_from(fitted, held.kernels[0].attention[0]));
+    // A backward without its forward, a pass twice, and a held_out without a reason are errors.
+    CHECK_THROWS_WITH_AS(calib::load_ground_truth({file("", R"(["cudnn", true, 128, 8192, 2, 16, "bwd", 400],
+        ["cudnn", true, 128, 16384, 1, 16, "fwd", 520])")}),
+                         doctest::Contains("a backward row needs the forward row (\"fwd\") of the same backend and shape"),
+                         ConfigError);
+    CHECK_THROWS_WITH_AS(calib::load_ground_truth({file("", R"(["cudnn", true, 128, 8192, 2, 16, "fwd", 500],
+        ["cudnn", true, 128, 8192, 2, 16, "fwd", 510])")}),
+                         doctest::Contains("repeats the forward of an earlier row"), ConfigError);
+    CHECK_THROWS_WITH_AS(calib::load_ground_truth({file("", R"(["cudnn", true, 128, 8192, 2, 16, "fwd", 500],
+        ["cudnn", true, 128, 8192, 2, 16, "bwd", 400], ["cudnn", true, 128, 8192, 2, 16, "bwd", 410])")}),
+                         doctest::Contains("repeats the backward of an earlier row"), ConfigError);
+    CHECK_THROWS_WITH_AS(calib::load_ground_truth({file(R"("held_out": "", )", rows)}),
+                         doctest::Contains("$.held_out"), ConfigError);
 }
 
 TEST_CASE("fit_attention: forward + backward sums give one curve for both passes; passes measured apart win") {

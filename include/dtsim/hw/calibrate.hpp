@@ -100,14 +100,16 @@ struct MegatronSet {
 };
 
 // One fused causal attention call as calibration/pytorch/dtsim_kernels.py measured it, or as a
-// published benchmark gives it (forward and backward together only: `combined`).
+// published benchmark gives it (forward and backward together only: `combined`; the forward
+// alone: `forward_only`; or the two passes apart).
 struct AttentionPoint {
     std::string gpu;
     std::string backend;  // "flash2" (the file's "flash"), "cudnn" or "flash1"
     double batch = 1, heads = 1, head_dim = 128, seq = 0;
     double forward_us = 0, forward_backward_us = 0;
     bool combined = false;      // only forward_backward_us is known
-    bool forward_only = false;  // only forward_us is known: a check of a curve, never fitted
+    bool forward_only = false;  // only forward_us is known
+    bool check_only = false;    // a check of a curve, never fitted: a forward alone, or its file's held_out
 };
 
 // What a point's time covers: the forward, the backward (fwd_bwd - fwd), or both together.
@@ -116,6 +118,7 @@ enum class AttentionPass { forward, backward, both };
 struct KernelSet {
     std::string id;  // "<file stem>:attention"
     std::string source, file, gpu;
+    std::string held_out;  // why its file fits no curve (a published chart's "held_out"); "" when it may
     std::vector<AttentionPoint> attention;
 };
 

@@ -912,9 +912,15 @@ void fit_attention_model(json& gpu_doc, const GpuSpec& gpu, const std::string& f
     std::vector<std::string> ids, forwards;
     for (const auto& s : data.kernels) {
         if (!wanted(s.id, o) || !same_family(s.gpu, family)) continue;
+        if (!s.held_out.empty()) {
+            out.log.push_back(fmt::format("skipped attention ({}): its file holds it out ({}); it checks the curves, "
+                                          "none is fitted to it",
+                                          s.id, s.held_out));
+            continue;
+        }
         const auto before = points.size();
         for (const AttentionPoint& p : s.attention)
-            if (!p.forward_only) points.push_back(p);  // a forward alone checks a curve (fit_attention)
+            if (!p.check_only) points.push_back(p);  // a forward alone checks a curve (fit_attention)
         (points.size() > before ? ids : forwards).push_back(s.id);
     }
     if (!forwards.empty())

@@ -75,33 +75,43 @@ KernelSet kernel_set(const Value& root, const std::string& file, const std::stri
 }
 
 constexpr std::string_view kPublishedFileKeys[] = {"source", "note", "description", "meta", "attention_published",
-                                                   "not_transcribed"};
+                                                   "not_transcribed", "held_out"};
 constexpr std::string_view kPublishedColumns[] = {"backend", "causal", "head_dim", "seq",
                                                   "batch",   "heads",  "direction", "tflops"};
 
-// A published chart of fused attention, forward and backward together ("fwd_bwd") or the forward
-// alone ("fwd"), counted as FlashAttention's benchmarks count them (benchmarks/
-// benchmark_flash_attention.py: 3.5 x the forward's 4 batch heads s^2 d, halved under a causal
-// mask; the forward alone 1 x). dtsim prices causal attention only, so the rows without a mask are
-// left out, and so are the backends it has no kernel for. A forward alone checks a curve: no
-// curve is fitted to it (fit_attention).
+// A published chart of fused attention: forward and backward together ("fwd_bwd"), the forward
+// alone ("fwd"), or the backward ("bwd"), which needs the forward row of the same backend and
+// shape (the two are one point, its passes timed apart). Counted as FlashAttention's benchmarks
+// count them (benchmarks/benchmark_flash_attention.py: the forward 4 batch heads s^2 d, halved
+// under a causal mask; the backward 2.5 times that, both together 3.5 times). dtsim prices causal
+// attention only, so the rows without a mask are left out, and so are the backends it has no
+// kernel for. A forward alone checks a curve, and so does every row of a file that says why it is
+// "held_out" (another library version than the curves', for one): no curve is fitted to them.
 void read_published_attention(const Value& root, const std::string& file, const std::string& stem, GroundTruth& out) {
     for (const auto& [key, v] : root.members())
         if (std::find(std::begin(kPublishedFileKeys), std::end(kPublishedFileKeys), key) == std::end(kPublishedFileKeys))
             root.unknown_key(key, kPublishedFileKeys);
     KernelSet set = kernel_set(root, file, stem);
+    if (root.has("held_out")) {
+        set.held_out = root["held_out"].string();
+        if (set.held_out.empty()) root["held_out"].fail("expected why no curve is fitted to this file, not an empty string");
+    }
     const std::string gpu = set.gpu;
     const Value sec = root["attention_published"];
     sec.keys(kSectionKeys);
     const auto at = column_index(sec["columns"], kPublishedColumns);
     const Value rows = sec["rows"];
+    using Shape = std::tuple<std::string, double, double, double, double>;  // backend, head_dim, seq, batch, heads
+    std::map<Shape, std::size_t> forwards;                                   // the point of each forward row
+    std::set<Shape> backwards;
+    std::vector<std::tuple<std::size_t, Shape, double>> pending;  // each backward row, until every forward is read
     for (std::size_t i = 0; i < rows.size(); ++i) {
         const Value r = rows.at(i);
         if (r.size() != sec["columns"].size()) r.fail(fmt::format("expected {} values, one per column", sec["columns"].size()));
         const std::string backend = r.at(at.at("backend")).choice({"flash_attention_2", "flash_attention_1", "cudnn",
                                                                      "flash_attention_3", "flash_attention_triton",
                                                                      "pytorch_standard", "xformers_cutlass"});
-        const bool forward = r.at(at.at("direction")).choice({"fwd_bwd", "fwd"}) == "fwd";
+        const std::string direction = r.at(at.at("direction")).choice({"fwd_bwd", "fwd", "bwd"});
         if (!r.at(at.at("causal")).boolean()) continue;
         AttentionPoint p;
         p.gpu = gpu;
@@ -116,15 +126,34 @@ void read_published_attention(const Value& root, const std::string& file, const 
         p.heads = col("heads", ranges::dimension);
         p.head_dim = col("head_dim", ranges::dimension);
         p.seq = col("seq", ranges::tokens);
+        p.check_only = !set.held_out.empty();
         const double throughput = col("tflops", ranges::throughput_tflops) * 1e12;
-        if (forward) {
-            p.forward_only = true;
+        const Shape shape{p.backend, p.head_dim, p.seq, p.batch, p.heads};
+        if (direction == "bwd") {
+            if (!backwards.insert(shape).second) r.fail("repeats the backward of an earlier row of the same backend and shape");
+            pending.emplace_back(i, shape, attention_flops(p, AttentionPass::backward) / throughput * 1e6);
+            continue;
+        }
+        if (direction == "fwd") {
+            if (!forwards.emplace(shape, set.attention.size()).second)
+                r.fail("repeats the forward of an earlier row of the same backend and shape");
+            p.forward_only = p.check_only = true;
             p.forward_us = attention_flops(p, AttentionPass::forward) / throughput * 1e6;
         } else {
             p.combined = true;
             p.forward_backward_us = attention_flops(p, AttentionPass::both) / throughput * 1e6;
         }
         set.attention.push_back(p);
+    }
+    for (const auto& [i, shape, backward_us] : pending) {
+        const Value r = rows.at(i);
+        const auto f = forwards.find(shape);
+        if (f == forwards.end())
+            r.fail("a backward row needs the forward row (\"fwd\") of the same backend and shape");
+        AttentionPoint& p = set.attention[f->second];
+        p.forward_only = false;
+        p.check_only = !set.held_out.empty();
+        p.forward_backward_us = p.forward_us + backward_us;
     }
     if (set.attention.empty())
         sec.fail("expected at least one causal row of flash_attention_1, flash_attention_2 or cudnn");
@@ -234,7 +263,7 @@ std::optional<double> attention_predicted_seconds(const GpuSpec& gpu, const Atte
 
 bool attention_fitted_from(const AttentionModel& m, const AttentionPoint& p) {
     const auto it = m.backends.find(p.backend);
-    if (p.forward_only || it == m.backends.end()) return false;
+    if (p.check_only || it == m.backends.end()) return false;
     for (const AttentionKernel& k : it->second)
         if (k.head_dim == static_cast<int>(p.head_dim)) return k.from_sums == p.combined;
     return false;
@@ -244,9 +273,9 @@ AttentionModel fit_attention(const std::vector<AttentionPoint>& points, double p
     AttentionModel m;
     // A group is one backend and head dimension, and points measured apart or together.
     std::map<std::tuple<std::string, int, bool>, std::vector<const AttentionPoint*>> groups;
-    // (A forward timed alone says nothing of the backward: such points are left out.)
+    // (A check of a curve is left out: a forward timed alone says nothing of the backward.)
     for (const auto& p : points)
-        if (!p.forward_only) groups[{p.backend, static_cast<int>(p.head_dim), p.combined}].push_back(&p);
+        if (!p.check_only) groups[{p.backend, static_cast<int>(p.head_dim), p.combined}].push_back(&p);
     for (const auto& [key, pts] : groups) {
         const auto& [backend, head_dim, combined] = key;
         if (pts.size() < 2) continue;  // two unknowns per curve
@@ -340,6 +369,7 @@ ValidationSet validate_attention(const KernelSet& s, const GpuSpec& gpu, const s
             : any_in ? "in-sample: the attention curves were fitted to this set"
                      : "held out: curves fitted to " + others;
     v.note = "GpuSpec::attention_seconds (saturating in the sequence length, per backend and head dimension)";
+    if (!s.held_out.empty()) v.note += fmt::format("; its file fits no curve: {}", s.held_out);
     if (!missing.empty()) v.note += fmt::format("; not predicted (no curve): {}", fmt::join(missing, ", "));
     if (!nearest.empty()) v.note += fmt::format("; priced by the nearest curve: {}", fmt::join(nearest, ", "));
     return v;
