@@ -422,9 +422,9 @@ TEST_CASE("every shipped data file loads; only the datasheets and the bandwidth 
     // The published FlashAttention charts (A100, H100: the causal FlashAttention 1 and 2 rows, 12
     // each), the kernel files of calibration/pytorch/dtsim_kernels.py (H100, H200), the
     // FlashAttention-3 paper's forward chart (its causal FlashAttention-2 and cuDNN rows, 18 each)
-    // and the cuDNN frontend's two H200 tables (5 causal shapes of each backend, their passes
-    // apart), by file name.
-    REQUIRE(data.kernels.size() == 7);
+    // and the cuDNN frontend's H200 tables (2024: 5 causal shapes of each backend; 2026: 5 of
+    // cuDNN; their passes apart), by file name.
+    REQUIRE(data.kernels.size() == 8);
     CHECK(data.kernels[0].id == "a100_attention_published:attention");
     CHECK(data.kernels[0].attention.size() == 24);
     CHECK(data.kernels[1].id == "h100_attention_published:attention");
@@ -437,7 +437,9 @@ TEST_CASE("every shipped data file loads; only the datasheets and the bandwidth 
     CHECK(data.kernels[4].attention.size() == 10);
     CHECK(data.kernels[5].id == "h200_cudnn_frontend_2024_09_attention:attention");
     CHECK(data.kernels[5].attention.size() == 10);
-    CHECK(data.kernels[6].gpu == "NVIDIA H200");
+    CHECK(data.kernels[6].id == "h200_cudnn_frontend_2026_03_attention:attention");
+    CHECK(data.kernels[6].attention.size() == 5);
+    CHECK(data.kernels[7].gpu == "NVIDIA H200");
     // The end-to-end runs: 16 sets and the 14 of DGX Cloud's recipes; each row dtsim cannot express
     // yet is a line of data.skipped.
     CHECK(data.end_to_end.size() == 30);

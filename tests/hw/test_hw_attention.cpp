@@ -255,6 +255,74 @@ TEST_CASE("a published table's backward row joins its forward row: one point, th
                          doctest::Contains("$.held_out"), ConfigError);
 }
 
+TEST_CASE("attention's tile term: a hand computation, and fit_attention finds it where tile counts differ") {
+    // 8 heads (batch 1) at 8,192 tokens: 8 x ceil(8192 / 128) = 512 query tiles. With efficiency
+    // 0.6, half at 500 tokens and at 200 tiles on a 989.4 TFLOP/s peak, the forward's
+    // 2 x 8 x 8192^2 x 128 = 1.37438953e11 FLOPs take 1.37438953e11 / (989.4e12 x 0.6 x 8192 / 8692
+    // x 512 / 712) = 3.41640e-4 s.
+    GpuSpec g;
+    const double peak = 989.4e12;
+    g.peak_flops[static_cast<std::size_t>(DType::bf16)] = peak;
+    AttentionKernel k;
+    k.head_dim = 128;
+    k.forward = {0.6, 500, 200};
+    k.backward = {0.55, 1200, 100};
+    g.attention.backends["cudnn"].push_back(k);
+    const auto t = g.attention_seconds("cudnn", 8, 8192, 128, DType::bf16, false);
+    REQUIRE(t);
+    CHECK(*t == doctest::Approx(3.41640e-4).epsilon(1e-5));
+    // 64 heads at 8,192 tokens are 4,096 tiles: 4,296 / 4,096 times the time without the tile term.
+    AttentionKernel none = k;
+    none.forward.half_tiles = 0;
+    GpuSpec g0 = g;
+    g0.attention.backends["cudnn"] = {none};
+    CHECK(*g.attention_seconds("cudnn", 64, 8192, 128, DType::bf16, false) /
+              *g0.attention_seconds("cudnn", 64, 8192, 128, DType::bf16, false) ==
+          doctest::Approx(4296.0 / 4096).epsilon(1e-9));
+    // A part of a tile counts as a tile: 100 tokens are one tile per head.
+    CHECK(*g.attention_seconds("cudnn", 8, 100, 128, DType::bf16, false) /
+              *g0.attention_seconds("cudnn", 8, 100, 128, DType::bf16, false) ==
+          doctest::Approx(1 + 200.0 / 8).epsilon(1e-9));
+    // Exact points of several head counts and lengths give the three parameters back, to the grid's 10 tiles.
+    std::vector<calib::AttentionPoint> pts;
+    for (double heads : {8.0, 16.0, 32.0})
+        for (double s : {1024.0, 4096.0, 16384.0}) {
+            calib::AttentionPoint p;
+            p.backend = "cudnn";
+            p.heads = heads;
+            p.seq = s;
+            p.forward_us = *g.attention_seconds("cudnn", heads, s, 128, DType::bf16, false) * 1e6;
+            p.forward_backward_us = p.forward_us + *g.attention_seconds("cudnn", heads, s, 128, DType::bf16, true) * 1e6;
+            pts.push_back(p);
+        }
+    const AttentionModel m = calib::fit_attention(pts, peak);
+    REQUIRE(m.backends.count("cudnn") == 1);
+    const AttentionKernel& f = m.backends.at("cudnn").at(0);
+    CHECK(f.forward.half_tiles == 200);
+    CHECK(f.backward.half_tiles == 100);
+    CHECK(f.forward.efficiency == doctest::Approx(0.6).epsilon(1e-3));
+    CHECK(f.forward.half_seq == doctest::Approx(500).epsilon(2e-3));
+    CHECK(f.backward.half_seq == doctest::Approx(1200).epsilon(2e-3));
+    // One tile count throughout (16k tokens a call, as the published charts time them) cannot tell
+    // the tile term from the efficiency: it stays 0.
+    std::vector<calib::AttentionPoint> same;
+    for (double s : {1024.0, 4096.0, 16384.0}) {
+        calib::AttentionPoint p;
+        p.backend = "cudnn";
+        p.heads = 16;
+        p.batch = 16384 / s;
+        p.seq = s;
+        p.forward_us = *g.attention_seconds("cudnn", p.batch * 16, s, 128, DType::bf16, false) * 1e6;
+        p.forward_backward_us =
+            p.forward_us + *g.attention_seconds("cudnn", p.batch * 16, s, 128, DType::bf16, true) * 1e6;
+        same.push_back(p);
+    }
+    const AttentionModel ms = calib::fit_attention(same, peak);
+    REQUIRE(ms.backends.count("cudnn") == 1);
+    CHECK(ms.backends.at("cudnn").at(0).forward.half_tiles == 0);
+    CHECK(ms.backends.at("cudnn").at(0).backward.half_tiles == 0);
+}
+
 TEST_CASE("fit_attention: forward + backward sums give one curve for both passes; passes measured apart win") {
     const double peak = 312e12;
     std::vector<calib::AttentionPoint> sums, apart;
@@ -429,6 +497,13 @@ TEST_CASE("config: attention_kernel names a known kernel; a curve's keys and ran
     CHECK_THROWS_AS(load_config(run, {curve(R"({"efficiency": 0.3, "half_seq": -1})")}), ConfigError);
     CHECK_THROWS_WITH_AS(load_config(run, {curve(R"({"efficiency": 0.3, "half_sq": 600})")}),
                          doctest::Contains("half_seq"), ConfigError);
+    // The tile term is optional (0 without it) and not negative.
+    CHECK(load_config(run, {curve(R"({"efficiency": 0.3, "half_seq": 600, "half_tiles": 150})")})
+              .cluster.gpu.attention.backends.at("flash2").at(0).forward.half_tiles == 150);
+    CHECK(load_config(run, {curve(R"({"efficiency": 0.3, "half_seq": 600})")})
+              .cluster.gpu.attention.backends.at("flash2").at(0).forward.half_tiles == 0);
+    CHECK_THROWS_WITH_AS(load_config(run, {curve(R"({"efficiency": 0.3, "half_seq": 600, "half_tiles": -5})")}),
+                         doctest::Contains("$.cluster.gpu.attention.flash2[0].forward.half_tiles"), ConfigError);
     // A curve fitted to forward + backward sums says so, as a boolean.
     const auto sums = [](const std::string& flag) {
         return parse_override(R"(cluster.gpu.attention={"flash1": [{"head_dim": 128, "from_sums": )" + flag +

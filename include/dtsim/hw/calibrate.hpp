@@ -291,7 +291,9 @@ std::vector<AttentionPass> attention_passes(const AttentionPoint& p);
 // dtsim's time for a point's pass on `gpu` (nullopt: no curve for its backend).
 std::optional<double> attention_predicted_seconds(const GpuSpec& gpu, const AttentionPoint& p, AttentionPass pass, DType d);
 // One curve per backend and head dimension (AttentionModel), by least squares on the relative
-// error of t = F / (peak e) x (1 + half_seq / s); a group of fewer than two points is left out.
+// error of t = F / (peak e) x (1 + half_seq / s) x (1 + half_tiles / n), n the point's query
+// tiles (GpuSpec::attention_seconds), half_tiles the best of a grid; a group of fewer than two
+// points is left out.
 // A group of combined points (forward and backward together) gets one curve for both passes,
 // fitted to their sum: it splits a call's time 1 : 2.5 between them, as their FLOPs.
 AttentionModel fit_attention(const std::vector<AttentionPoint>& points, double peak_flops);

@@ -62,11 +62,15 @@ struct GemmModel {
 //
 //   forward FLOPs  F = 4 heads s^2 d / 2      (QK^T and PV, causal half)
 //   backward FLOPs 2.5 F                     (dQ, dK, dV, dP and the recomputed QK^T)
-//   t = FLOPs / (peak x efficiency x s / (s + half_seq))
+//   tiles n = heads x ceil(s / 128)          (the query blocks the kernel's blocks work on)
+//   t = FLOPs / (peak x efficiency x s / (s + half_seq) x n / (n + half_tiles))
 //
 // The products grow as s^2 per head while the work per query row that is not a product
 // (loading Q, the softmax statistics, the diagonal block under the mask) grows as s: the
-// throughput saturates at `efficiency` and reaches half of it at s = half_seq. Fitted per
+// throughput saturates at `efficiency` and reaches half of it at s = half_seq. The tiles share
+// the SMs in waves, and under the mask their work differs (the last query block of a sequence
+// has the most): the last wave leaves SMs idle for about one tile's time whatever their number,
+// which costs the more the fewer tiles there are; half_tiles is where it halves the rate. Fitted per
 // backend and head dimension to measured kernels (dtsim calibrate on
 // calibration/data/h100_dtsim_torch_kernels.json "attention"); the backend is the
 // strategy's attention_kernel ("flash2": FlashAttention-2 as PyTorch's SDPA runs it,
@@ -75,7 +79,13 @@ struct GemmModel {
 struct AttentionCurve {
     double efficiency = 0;  // of the GPU's peak for the model's data type
     double half_seq = 0;    // tokens
+    double half_tiles = 0;  // query tiles of 128 rows (batch x heads x ceil(s / 128)); 0: not measured
 };
+
+// The rows of a query tile in AttentionCurve's tile count: FlashAttention-2's forward block for
+// head dimensions up to 128 (kBlockM of the Hopper/Ampere launch in csrc/flash_attn/src/
+// flash_fwd_launch_template.h). A unit of the count: half_tiles is fitted in it.
+inline constexpr double kAttentionTileRows = 128;
 
 struct AttentionKernel {
     int head_dim = 128;

@@ -975,10 +975,14 @@ void fit_attention_model(json& gpu_doc, const GpuSpec& gpu, const std::string& f
                     errs.push_back(std::abs(*attention_predicted_seconds(g, p, pass, d) / attention_measured_seconds(p, pass) - 1));
             }
             std::sort(errs.begin(), errs.end());
+            auto tiles = [](const AttentionCurve& c) {
+                return c.half_tiles > 0 ? fmt::format(" and {:.0f} tiles", c.half_tiles) : std::string();
+            };
             out.log.push_back(fmt::format(
-                "attention {}: forward efficiency {:.4f} half at {:.0f} tokens, backward {:.4f} at {:.0f}{} "
+                "attention {}: forward efficiency {:.4f} half at {:.0f} tokens{}, backward {:.4f} at {:.0f}{}{} "
                 "({} points; |error| median {:.1f} %, max {:.1f} %)",
-                name, k.forward.efficiency, k.forward.half_seq, k.backward.efficiency, k.backward.half_seq,
+                name, k.forward.efficiency, k.forward.half_seq, tiles(k.forward), k.backward.efficiency,
+                k.backward.half_seq, tiles(k.backward),
                 k.from_sums ? " (one curve, fitted to forward + backward sums)" : "", errs.size(),
                 errs.empty() ? 0.0 : 100 * errs[errs.size() / 2], errs.empty() ? 0.0 : 100 * errs.back()));
         }

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -51,6 +52,10 @@ std::pair<double, double> fit_two(const std::vector<std::array<double, 3>>& pts)
     if (!(std::abs(det) > 0)) return {0, 0};
     return {(b0 * a11 - b1 * a01) / det, (a00 * b1 - a01 * b0) / det};
 }
+
+// The grid of AttentionCurve::half_tiles: 0 to 2,000 query tiles (15 waves of an H100's 132
+// SMs) by 10.
+constexpr double kMaxHalfTiles = 2000, kHalfTilesStep = 10;
 
 }  // namespace
 
@@ -286,16 +291,31 @@ AttentionModel fit_attention(const std::vector<AttentionPoint>& points, double p
         k.head_dim = head_dim;
         k.from_sums = combined;
         for (const AttentionPass pass : attention_passes(*pts.front())) {
-            std::vector<std::array<double, 3>> xy;
-            for (const AttentionPoint* p : pts) {
-                const double f = attention_flops(*p, pass);
-                xy.push_back({f, f / p->seq, attention_measured_seconds(*p, pass)});
+            // For each tile count at half rate (the grid), the two linear unknowns; the best of all
+            // by the same relative error. Points of one tile count alone cannot tell it from the
+            // efficiency: then, as whenever it does not lower the error, it stays 0.
+            double best_error = std::numeric_limits<double>::infinity(), a = 0, c = 0, half_tiles = 0;
+            for (double half = 0; half <= kMaxHalfTiles; half += kHalfTilesStep) {
+                std::vector<std::array<double, 3>> xy;
+                for (const AttentionPoint* p : pts) {
+                    const double tiles = p->batch * p->heads * std::ceil(p->seq / kAttentionTileRows);
+                    const double f = attention_flops(*p, pass) * (1 + half / tiles);
+                    xy.push_back({f, f / p->seq, attention_measured_seconds(*p, pass)});
+                }
+                const auto [ka, kc] = fit_two(xy);
+                if (!(ka > 0) || !(kc >= 0)) continue;
+                double error = 0;
+                for (const auto& [x0, x1, y] : xy) error += std::pow((ka * x0 + kc * x1) / y - 1, 2);
+                // (Only a real gain moves it off 0: not one rounding makes where all fit alike.)
+                const double gain = std::max(1e-9 * best_error, 1e-12 * static_cast<double>(xy.size()));
+                if (std::isinf(best_error) || error < best_error - gain)
+                    best_error = error, a = ka, c = kc, half_tiles = half;
             }
-            const auto [a, c] = fit_two(xy);
-            if (!(a > 0) || !(c >= 0)) continue;  // no saturating curve fits: leave the backend out
+            if (!(a > 0)) continue;  // no saturating curve fits: leave the backend out
             AttentionCurve curve;
             curve.efficiency = std::min(1.0, std::round(1 / (a * peak_flops) * 10000) / 10000);
             curve.half_seq = std::round(c / a);
+            curve.half_tiles = half_tiles;
             if (pass != AttentionPass::backward) k.forward = curve;
             if (pass != AttentionPass::forward) k.backward = curve;
         }
@@ -380,9 +400,12 @@ nlohmann::json attention_json(const AttentionModel& m) {
     for (const auto& [backend, kernels] : m.backends) {
         nlohmann::json list = nlohmann::json::array();
         for (const auto& k : kernels) {
-            nlohmann::json c{{"head_dim", k.head_dim},
-                             {"forward", {{"efficiency", k.forward.efficiency}, {"half_seq", k.forward.half_seq}}},
-                             {"backward", {{"efficiency", k.backward.efficiency}, {"half_seq", k.backward.half_seq}}}};
+            auto curve = [](const AttentionCurve& a) {
+                nlohmann::json one{{"efficiency", a.efficiency}, {"half_seq", a.half_seq}};
+                if (a.half_tiles > 0) one["half_tiles"] = a.half_tiles;
+                return one;
+            };
+            nlohmann::json c{{"head_dim", k.head_dim}, {"forward", curve(k.forward)}, {"backward", curve(k.backward)}};
             if (k.from_sums) c["from_sums"] = true;
             list.push_back(c);
         }

@@ -213,7 +213,7 @@ void from_json(const Node& n, GemmModel& g) {
     if (n.has("datasets")) g.datasets = read_datasets(n["datasets"]);
 }
 
-// "attention": {"flash2": [{"head_dim": 128, "forward": {"efficiency": e, "half_seq": s0},
+// "attention": {"flash2": [{"head_dim": 128, "forward": {"efficiency": e, "half_seq": s0, "half_tiles": n0},
 //                            "backward": {...}}, ...], "cudnn": [...], "flash1": [...], "datasets": [...]}
 void from_json(const Node& n, AttentionModel& a) {
     n.keys({"flash2", "cudnn", "flash1", "datasets"});
@@ -232,9 +232,10 @@ void from_json(const Node& n, AttentionModel& a) {
             if (k.has("from_sums")) kernel.from_sums = k["from_sums"].boolean();
             for (const auto& [dir, curve] : {std::pair{"forward", &kernel.forward}, {"backward", &kernel.backward}}) {
                 const Node c = k[dir];
-                c.keys({"efficiency", "half_seq"});
+                c.keys({"efficiency", "half_seq", "half_tiles"});
                 curve->efficiency = c["efficiency"].fraction();
                 curve->half_seq = c["half_seq"].real(ranges::tokens);
+                if (c.has("half_tiles")) curve->half_tiles = c["half_tiles"].real(ranges::count);
             }
             out.push_back(kernel);
         }
