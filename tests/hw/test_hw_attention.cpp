@@ -298,6 +298,8 @@ TEST_CASE("attention's tile term: a hand computation, and fit_attention finds it
     const AttentionModel m = calib::fit_attention(pts, peak);
     REQUIRE(m.backends.count("cudnn") == 1);
     const AttentionKernel& f = m.backends.at("cudnn").at(0);
+    CHECK(f.min_tiles == 64);  // 8 heads at 1,024 tokens, the fewest tiles fitted to
+    CHECK(calib::attention_json(m)["cudnn"][0]["min_tiles"] == 64);
     CHECK(f.forward.half_tiles == 200);
     CHECK(f.backward.half_tiles == 100);
     CHECK(f.forward.efficiency == doctest::Approx(0.6).epsilon(1e-3));
@@ -321,6 +323,8 @@ TEST_CASE("attention's tile term: a hand computation, and fit_attention finds it
     REQUIRE(ms.backends.count("cudnn") == 1);
     CHECK(ms.backends.at("cudnn").at(0).forward.half_tiles == 0);
     CHECK(ms.backends.at("cudnn").at(0).backward.half_tiles == 0);
+    CHECK(ms.backends.at("cudnn").at(0).min_tiles == 0);  // no tile term: nothing to extrapolate
+    CHECK_FALSE(calib::attention_json(ms)["cudnn"][0].contains("min_tiles"));
 }
 
 TEST_CASE("fit_attention: forward + backward sums give one curve for both passes; passes measured apart win") {
@@ -580,6 +584,14 @@ TEST_CASE("a run says where its prediction is weakest") {
     CHECK(has(caveats("llama3-8b-16xh100-fsdp.json", {"cluster.gpu.attention={}"}), "fused attention priced as two GEMMs"));
     // 8 nodes against curves measured on 2.
     CHECK(has(caveats("llama3-70b-64xh100-1f1b.json", {}), "measured on at most 2 nodes, the cluster has 8"));
+    // Fewer query tiles a call than the attention curve was measured at (DGX H100's flash2 at head
+    // dimension 128: from 512, half at 230 forward and 140 backward): 8 heads of 70B at TP 8 and
+    // 2,048 tokens are 8 x 16 = 128 tiles, x(1 + 230/128) = x2.80 forward, x2.09 backward; at
+    // 8,192 tokens 512, no longer fewer.
+    CHECK(has(caveats("llama3-70b-64xh100-1f1b.json", {"model.seq=2048"}),
+              "attention calls of 128 query tiles (batch x heads on a GPU x seq / 128), fewer than the 512 the "
+              "\"flash2\" curve was measured at: the slowdown of few tiles (forward x2.80, backward x2.09) extrapolated"));
+    CHECK_FALSE(has(caveats("llama3-70b-64xh100-1f1b.json", {}), "query tiles"));
     // Tensor parallelism: userbuffers' overlap on the SMs its configuration takes, AsyncTP's as
     // free; the backward's collectives beside the first
     // linear's GEMMs priced on the SMs their kernels leave (with sequence parallelism, also the

@@ -93,6 +93,9 @@ struct AttentionKernel {
     // Fitted to forward + backward times together (a published chart): one curve for both
     // passes, their split taken as their FLOPs' (1 : 2.5). The cluster file's "from_sums".
     bool from_sums = false;
+    // The fewest query tiles of a call the curves were fitted to, where they have a tile term
+    // (0: not known): below it half_tiles is extrapolated. The cluster file's "min_tiles".
+    double min_tiles = 0;
 };
 
 struct AttentionModel {

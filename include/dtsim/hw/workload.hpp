@@ -106,6 +106,8 @@ struct Workload {
     // The attention core was priced from a measured fused-attention curve (GpuSpec's
     // AttentionModel), not as GEMMs.
     bool measured_attention = false;
+    // Query tiles of one fused-attention call (AttentionCurve::half_tiles' count) where measured.
+    double attention_tiles = 0;
     double grad_bytes = 4;  // bytes per gradient element (split.grad_dtype)
     double weight_bytes = 2;  // bytes per weight (model.dtype)
     AdamStateBytes adam;      // Adam's state per parameter (split.optimizer_dtype, model.dtype)

@@ -319,6 +319,11 @@ AttentionModel fit_attention(const std::vector<AttentionPoint>& points, double p
             if (pass != AttentionPass::backward) k.forward = curve;
             if (pass != AttentionPass::forward) k.backward = curve;
         }
+        if (k.forward.half_tiles > 0 || k.backward.half_tiles > 0) {
+            k.min_tiles = std::numeric_limits<double>::infinity();
+            for (const AttentionPoint* p : pts)
+                k.min_tiles = std::min(k.min_tiles, p->batch * p->heads * std::ceil(p->seq / kAttentionTileRows));
+        }
         if (k.forward.efficiency > 0 && k.backward.efficiency > 0) m.backends[backend].push_back(k);
     }
     return m;
@@ -407,6 +412,7 @@ nlohmann::json attention_json(const AttentionModel& m) {
             };
             nlohmann::json c{{"head_dim", k.head_dim}, {"forward", curve(k.forward)}, {"backward", curve(k.backward)}};
             if (k.from_sums) c["from_sums"] = true;
+            if (k.min_tiles > 0) c["min_tiles"] = k.min_tiles;
             list.push_back(c);
         }
         j[backend] = list;

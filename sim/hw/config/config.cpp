@@ -226,10 +226,11 @@ void from_json(const Node& n, AttentionModel& a) {
         std::vector<AttentionKernel>& out = a.backends[std::string(name)];
         for (std::size_t i = 0; i < list.size(); ++i) {
             const Node k = list.at(i);
-            k.keys({"head_dim", "forward", "backward", "from_sums"});
+            k.keys({"head_dim", "forward", "backward", "from_sums", "min_tiles"});
             AttentionKernel kernel;
             kernel.head_dim = static_cast<int>(k["head_dim"].integer(1));
             if (k.has("from_sums")) kernel.from_sums = k["from_sums"].boolean();
+            if (k.has("min_tiles")) kernel.min_tiles = k["min_tiles"].real(ranges::count);
             for (const auto& [dir, curve] : {std::pair{"forward", &kernel.forward}, {"backward", &kernel.backward}}) {
                 const Node c = k[dir];
                 c.keys({"efficiency", "half_seq", "half_tiles"});
