@@ -220,7 +220,7 @@ TEST_CASE("a published table's backward row joins its forward row: one point, th
     CHECK_FALSE(pts[0].check_only);
     CHECK(pts[0].forward_us == doctest::Approx(1099.51).epsilon(1e-5));
     CHECK(calib::attention_measured_seconds(pts[0], calib::AttentionPass::backward) ==
-          doctest::Approx(3435.97e-6).epsilon(1e-5));
+          doctest::Approx(3435.97e-6).epsilon(1e-5).scale(0));
     CHECK(calib::attention_passes(pts[0]) ==
           std::vector<calib::AttentionPass>{calib::AttentionPass::forward, calib::AttentionPass::backward});
     CHECK(pts[1].backend == "flash2");
@@ -253,13 +253,16 @@ TEST_CASE("a published table's backward row joins its forward row: one point, th
                          doctest::Contains("repeats the backward of an earlier row"), ConfigError);
     CHECK_THROWS_WITH_AS(calib::load_ground_truth({file(R"("held_out": "", )", rows)}),
                          doctest::Contains("$.held_out"), ConfigError);
+    // A call of no tokens is no timing: its row is named.
+    CHECK_THROWS_WITH_AS(calib::load_ground_truth({file("", R"(["cudnn", true, 128, 0, 2, 16, "fwd", 500])")}),
+                         doctest::Contains("$.attention_published.rows[0][3]"), ConfigError);
 }
 
 TEST_CASE("attention's tile term: a hand computation, and fit_attention finds it where tile counts differ") {
     // 8 heads (batch 1) at 8,192 tokens: 8 x ceil(8192 / 128) = 512 query tiles. With efficiency
     // 0.6, half at 500 tokens and at 200 tiles on a 989.4 TFLOP/s peak, the forward's
     // 2 x 8 x 8192^2 x 128 = 1.37438953e11 FLOPs take 1.37438953e11 / (989.4e12 x 0.6 x 8192 / 8692
-    // x 512 / 712) = 3.41640e-4 s.
+    // x 512 / 712) = 3.41607e-4 s.
     GpuSpec g;
     const double peak = 989.4e12;
     g.peak_flops[static_cast<std::size_t>(DType::bf16)] = peak;
@@ -270,7 +273,7 @@ TEST_CASE("attention's tile term: a hand computation, and fit_attention finds it
     g.attention.backends["cudnn"].push_back(k);
     const auto t = g.attention_seconds("cudnn", 8, 8192, 128, DType::bf16, false);
     REQUIRE(t);
-    CHECK(*t == doctest::Approx(3.41640e-4).epsilon(1e-5));
+    CHECK(*t == doctest::Approx(3.41607e-4).epsilon(1e-5).scale(0));
     // 64 heads at 8,192 tokens are 4,096 tiles: 4,296 / 4,096 times the time without the tile term.
     AttentionKernel none = k;
     none.forward.half_tiles = 0;
@@ -325,6 +328,22 @@ TEST_CASE("attention's tile term: a hand computation, and fit_attention finds it
     CHECK(ms.backends.at("cudnn").at(0).backward.half_tiles == 0);
     CHECK(ms.backends.at("cudnn").at(0).min_tiles == 0);  // no tile term: nothing to extrapolate
     CHECK_FALSE(calib::attention_json(ms)["cudnn"][0].contains("min_tiles"));
+    // Nor where the tile count follows the length, one call shape a length (16 heads, batch 1, at
+    // 4,096 to 32,768 tokens: 512 to 4,096 tiles): the term would only bend the length's curve.
+    std::vector<calib::AttentionPoint> follows;
+    for (double s : {4096.0, 8192.0, 16384.0, 32768.0}) {
+        calib::AttentionPoint p;
+        p.backend = "cudnn";
+        p.heads = 16;
+        p.seq = s;
+        p.forward_us = *g.attention_seconds("cudnn", 16, s, 128, DType::bf16, false) * 1e6;
+        p.forward_backward_us = p.forward_us + *g.attention_seconds("cudnn", 16, s, 128, DType::bf16, true) * 1e6;
+        follows.push_back(p);
+    }
+    const AttentionModel mf = calib::fit_attention(follows, peak);
+    REQUIRE(mf.backends.count("cudnn") == 1);
+    CHECK(mf.backends.at("cudnn").at(0).forward.half_tiles == 0);
+    CHECK(mf.backends.at("cudnn").at(0).backward.half_tiles == 0);
 }
 
 TEST_CASE("fit_attention: forward + backward sums give one curve for both passes; passes measured apart win") {
@@ -508,6 +527,14 @@ TEST_CASE("config: attention_kernel names a known kernel; a curve's keys and ran
               .cluster.gpu.attention.backends.at("flash2").at(0).forward.half_tiles == 0);
     CHECK_THROWS_WITH_AS(load_config(run, {curve(R"({"efficiency": 0.3, "half_seq": 600, "half_tiles": -5})")}),
                          doctest::Contains("$.cluster.gpu.attention.flash2[0].forward.half_tiles"), ConfigError);
+    // The fewest tiles a curve was fitted to, a key of the kernel beside head_dim.
+    const auto tiles = [](const std::string& min) {
+        return parse_override(R"(cluster.gpu.attention={"flash2": [{"head_dim": 128, "min_tiles": )" + min +
+                              R"(, "forward": {"efficiency": 0.3, "half_seq": 300, "half_tiles": 100}, "backward": {"efficiency": 0.3, "half_seq": 300}}]})");
+    };
+    CHECK(load_config(run, {tiles("512")}).cluster.gpu.attention.backends.at("flash2").at(0).min_tiles == 512);
+    CHECK_THROWS_WITH_AS(load_config(run, {tiles("-1")}), doctest::Contains("$.cluster.gpu.attention.flash2[0].min_tiles"),
+                         ConfigError);
     // A curve fitted to forward + backward sums says so, as a boolean.
     const auto sums = [](const std::string& flag) {
         return parse_override(R"(cluster.gpu.attention={"flash1": [{"head_dim": 128, "from_sums": )" + flag +
@@ -589,7 +616,7 @@ TEST_CASE("a run says where its prediction is weakest") {
     // 2,048 tokens are 8 x 16 = 128 tiles, x(1 + 230/128) = x2.80 forward, x2.09 backward; at
     // 8,192 tokens 512, no longer fewer.
     CHECK(has(caveats("llama3-70b-64xh100-1f1b.json", {"model.seq=2048"}),
-              "attention calls of 128 query tiles (batch x heads on a GPU x seq / 128), fewer than the 512 the "
+              "attention calls of 128 query tiles (batch x heads on a GPU x ceil(seq / 128)), fewer than the 512 the "
               "\"flash2\" curve was measured at: the slowdown of few tiles (forward x2.80, backward x2.09) extrapolated"));
     CHECK_FALSE(has(caveats("llama3-70b-64xh100-1f1b.json", {}), "query tiles"));
     // Tensor parallelism: userbuffers' overlap on the SMs its configuration takes, AsyncTP's as

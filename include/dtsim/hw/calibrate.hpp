@@ -292,11 +292,13 @@ std::vector<AttentionPass> attention_passes(const AttentionPoint& p);
 std::optional<double> attention_predicted_seconds(const GpuSpec& gpu, const AttentionPoint& p, AttentionPass pass, DType d);
 // One curve per backend and head dimension (AttentionModel), by least squares on the relative
 // error of t = F / (peak e) x (1 + half_seq / s) x (1 + half_tiles / n), n the point's query
-// tiles (GpuSpec::attention_seconds), half_tiles the best of a grid; a group of fewer than two
-// points is left out.
+// tiles (GpuSpec::attention_seconds), half_tiles the best of a grid from 0 to
+// kMaxAttentionHalfTiles (15 waves of an H100's 132 SMs), fitted only where some length was
+// measured at two tile counts; a group of fewer than two points is left out.
 // A group of combined points (forward and backward together) gets one curve for both passes,
 // fitted to their sum: it splits a call's time 1 : 2.5 between them, as their FLOPs.
 AttentionModel fit_attention(const std::vector<AttentionPoint>& points, double peak_flops);
+inline constexpr double kMaxAttentionHalfTiles = 2000;
 // Whether `m`'s curve for a point could have been fitted to it: a curve of its backend and exact
 // head dimension, fitted to sums (from_sums) where the point is one, to passes apart where not.
 bool attention_fitted_from(const AttentionModel& m, const AttentionPoint& p);

@@ -82,9 +82,11 @@ struct AttentionCurve {
     double half_tiles = 0;  // query tiles of 128 rows (batch x heads x ceil(s / 128)); 0: not measured
 };
 
-// The rows of a query tile in AttentionCurve's tile count: FlashAttention-2's forward block for
-// head dimensions up to 128 (kBlockM of the Hopper/Ampere launch in csrc/flash_attn/src/
-// flash_fwd_launch_template.h). A unit of the count: half_tiles is fitted in it.
+// The rows of a query tile in AttentionCurve's tile count: FlashAttention-2's forward block at
+// head dimension 128 (Dao-AILab/flash-attention csrc/flash_attn/src/flash_fwd_launch_template.h
+// at 01afd16d, run_mha_fwd_hdim128: Flash_fwd_kernel_traits<128, 128, 64, 4, ...> but on sm86 and
+// sm89; the kernel PyTorch's SDPA ran in calibration/data/h100_dtsim_torch_steps.json's
+// top_kernels). A unit of the count: half_tiles is fitted in it.
 inline constexpr double kAttentionTileRows = 128;
 
 struct AttentionKernel {

@@ -976,7 +976,9 @@ void fit_attention_model(json& gpu_doc, const GpuSpec& gpu, const std::string& f
             }
             std::sort(errs.begin(), errs.end());
             auto tiles = [](const AttentionCurve& c) {
-                return c.half_tiles > 0 ? fmt::format(" and {:.0f} tiles", c.half_tiles) : std::string();
+                if (!(c.half_tiles > 0)) return std::string();
+                return fmt::format(" and {:.0f} tiles{}", c.half_tiles,
+                                   c.half_tiles >= kMaxAttentionHalfTiles ? " (the end of the grid searched)" : "");
             };
             out.log.push_back(fmt::format(
                 "attention {}: forward efficiency {:.4f} half at {:.0f} tokens{}, backward {:.4f} at {:.0f}{}{} "

@@ -53,9 +53,8 @@ std::pair<double, double> fit_two(const std::vector<std::array<double, 3>>& pts)
     return {(b0 * a11 - b1 * a01) / det, (a00 * b1 - a01 * b0) / det};
 }
 
-// The grid of AttentionCurve::half_tiles: 0 to 2,000 query tiles (15 waves of an H100's 132
-// SMs) by 10.
-constexpr double kMaxHalfTiles = 2000, kHalfTilesStep = 10;
+// The grid of AttentionCurve::half_tiles by 10 query tiles (to kMaxAttentionHalfTiles).
+constexpr double kHalfTilesStep = 10;
 
 }  // namespace
 
@@ -130,7 +129,7 @@ void read_published_attention(const Value& root, const std::string& file, const 
         p.batch = col("batch", ranges::dimension);
         p.heads = col("heads", ranges::dimension);
         p.head_dim = col("head_dim", ranges::dimension);
-        p.seq = col("seq", ranges::tokens);
+        p.seq = col("seq", ranges::timed_tokens);
         p.check_only = !set.held_out.empty();
         const double throughput = col("tflops", ranges::throughput_tflops) * 1e12;
         const Shape shape{p.backend, p.head_dim, p.seq, p.batch, p.heads};
@@ -195,7 +194,7 @@ void read_kernels(const json_reader::Value& root, const std::string& file, const
         p.batch = col("batch", ranges::dimension);
         p.heads = col("heads", ranges::dimension);
         p.head_dim = col("head_dim", ranges::dimension);
-        p.seq = col("seq", ranges::tokens);
+        p.seq = col("seq", ranges::timed_tokens);
         p.forward_us = col("fwd_us", ranges::time_us);
         p.forward_backward_us = col("fwd_bwd_us", ranges::time_us);
         if (!(p.forward_backward_us > p.forward_us))
@@ -290,15 +289,22 @@ AttentionModel fit_attention(const std::vector<AttentionPoint>& points, double p
         AttentionKernel k;
         k.head_dim = head_dim;
         k.from_sums = combined;
+        const auto tiles_of = [](const AttentionPoint& p) { return p.batch * p.heads * std::ceil(p.seq / kAttentionTileRows); };
+        // The tile term is told apart from the length's only where some length was measured at two
+        // tile counts or more; where the count follows the length (one call shape a length, as the
+        // published charts and the head dimension 64 timings), it stays 0.
+        std::map<double, std::set<double>> tiles_by_seq;
+        for (const AttentionPoint* p : pts) tiles_by_seq[p->seq].insert(tiles_of(*p));
+        const bool tiles_vary = std::any_of(tiles_by_seq.begin(), tiles_by_seq.end(),
+                                            [](const auto& e) { return e.second.size() > 1; });
         for (const AttentionPass pass : attention_passes(*pts.front())) {
             // For each tile count at half rate (the grid), the two linear unknowns; the best of all
-            // by the same relative error. Points of one tile count alone cannot tell it from the
-            // efficiency: then, as whenever it does not lower the error, it stays 0.
+            // by the same relative error; it stays 0 unless it lowers the error.
             double best_error = std::numeric_limits<double>::infinity(), a = 0, c = 0, half_tiles = 0;
-            for (double half = 0; half <= kMaxHalfTiles; half += kHalfTilesStep) {
+            for (double half = 0; half <= (tiles_vary ? kMaxAttentionHalfTiles : 0); half += kHalfTilesStep) {
                 std::vector<std::array<double, 3>> xy;
                 for (const AttentionPoint* p : pts) {
-                    const double tiles = p->batch * p->heads * std::ceil(p->seq / kAttentionTileRows);
+                    const double tiles = tiles_of(*p);
                     const double f = attention_flops(*p, pass) * (1 + half / tiles);
                     xy.push_back({f, f / p->seq, attention_measured_seconds(*p, pass)});
                 }
@@ -320,9 +326,8 @@ AttentionModel fit_attention(const std::vector<AttentionPoint>& points, double p
             if (pass != AttentionPass::forward) k.backward = curve;
         }
         if (k.forward.half_tiles > 0 || k.backward.half_tiles > 0) {
-            k.min_tiles = std::numeric_limits<double>::infinity();
-            for (const AttentionPoint* p : pts)
-                k.min_tiles = std::min(k.min_tiles, p->batch * p->heads * std::ceil(p->seq / kAttentionTileRows));
+            k.min_tiles = tiles_of(*pts.front());
+            for (const AttentionPoint* p : pts) k.min_tiles = std::min(k.min_tiles, tiles_of(*p));
         }
         if (k.forward.efficiency > 0 && k.backward.efficiency > 0) m.backends[backend].push_back(k);
     }
@@ -393,7 +398,8 @@ ValidationSet validate_attention(const KernelSet& s, const GpuSpec& gpu, const s
                   "measured apart) are held out"
             : any_in ? "in-sample: the attention curves were fitted to this set"
                      : "held out: curves fitted to " + others;
-    v.note = "GpuSpec::attention_seconds (saturating in the sequence length, per backend and head dimension)";
+    v.note = "GpuSpec::attention_seconds (saturating in the sequence length and in the query tiles, per backend and "
+             "head dimension)";
     if (!s.held_out.empty()) v.note += fmt::format("; its file fits no curve: {}", s.held_out);
     if (!missing.empty()) v.note += fmt::format("; not predicted (no curve): {}", fmt::join(missing, ", "));
     if (!nearest.empty()) v.note += fmt::format("; priced by the nearest curve: {}", fmt::join(nearest, ", "));

@@ -213,7 +213,7 @@ void from_json(const Node& n, GemmModel& g) {
     if (n.has("datasets")) g.datasets = read_datasets(n["datasets"]);
 }
 
-// "attention": {"flash2": [{"head_dim": 128, "forward": {"efficiency": e, "half_seq": s0, "half_tiles": n0},
+// "attention": {"flash2": [{"head_dim": 128, "min_tiles": n1, "forward": {"efficiency": e, "half_seq": s0, "half_tiles": n0},
 //                            "backward": {...}}, ...], "cudnn": [...], "flash1": [...], "datasets": [...]}
 void from_json(const Node& n, AttentionModel& a) {
     n.keys({"flash2", "cudnn", "flash1", "datasets"});

@@ -35,6 +35,7 @@ inline constexpr Range count{"a count", "", 0, 1e18};
 inline constexpr Range bucket_MiB{"a bucket size", "MiB", 0, 1e9, true};
 inline constexpr Range dimension{"a matrix dimension", "", 0, 1e9, true};
 inline constexpr Range tokens{"a sequence length", "tokens", 0, 1e9};
+inline constexpr Range timed_tokens{"a sequence length", "tokens", 0, 1e9, true};  // a timed call's: > 0
 inline constexpr Range slowdown{"a slowdown factor", "", 0, 1e3, true};
 inline constexpr Range jitter_cv{"a coefficient of variation", "", 0, 100};
 inline constexpr Range jitter_sigma{"a lognormal sigma", "", 0, 3};  // a cv of 90

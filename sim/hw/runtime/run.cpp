@@ -594,11 +594,12 @@ std::vector<std::string> prediction_caveats(const Config& c, const Workload& wor
             out.push_back(fmt::format("attention curve measured at head dimension {}, used for {:g}", k->head_dim,
                                       c.model.spec.head_dim()));
         // Fewer query tiles a call than the curve was measured at: its tile term extrapolated.
-        if (k && k->min_tiles > 0 && work.attention_tiles < k->min_tiles)
-            out.push_back(fmt::format("attention calls of {:g} query tiles (batch x heads on a GPU x seq / 128), fewer "
-                                      "than the {:g} the \"{}\" curve was measured at: the slowdown of few tiles "
+        if (k && k->min_tiles > 0 && work.attention_tiles < k->min_tiles &&
+            (k->forward.half_tiles > 0 || k->backward.half_tiles > 0))
+            out.push_back(fmt::format("attention calls of {:g} query tiles (batch x heads on a GPU x ceil(seq / {:g})), "
+                                      "fewer than the {:g} the \"{}\" curve was measured at: the slowdown of few tiles "
                                       "(forward x{:.2f}, backward x{:.2f}) extrapolated",
-                                      work.attention_tiles, k->min_tiles, s.attention_kernel,
+                                      work.attention_tiles, kAttentionTileRows, k->min_tiles, s.attention_kernel,
                                       1 + k->forward.half_tiles / work.attention_tiles,
                                       1 + k->backward.half_tiles / work.attention_tiles));
         // A curve fitted to forward + backward sums (a published chart) serves both passes alike.
