@@ -890,6 +890,24 @@ TEST_CASE("published_evidence: the shipped runs most like a config, each as dtsi
     CHECK(cal::to_json(none)["median_error"].is_null());
 }
 
+namespace {
+
+// Calibrating `base_file`'s GPU with the kernel file `fitted` and the check `check` beside it gives
+// the attention curves `fitted` gives alone, and does not list `check`'s set among their data.
+void check_fits_nothing(const std::string& base_file, const std::string& fitted, const std::string& check,
+                        const std::string& check_id) {
+    const nlohmann::json base = cal::read_cluster_file(base_file);
+    const auto both = cal::load_ground_truth({fitted, check});
+    const auto alone = cal::load_ground_truth({fitted});
+    const auto with = cal::calibrate(base, base_file, both, {}).cluster["cluster"]["gpu"]["attention"];
+    const auto without = cal::calibrate(base, base_file, alone, {}).cluster["cluster"]["gpu"]["attention"];
+    CHECK(with == without);
+    const auto& ids = with["datasets"];
+    CHECK(std::find(ids.begin(), ids.end(), check_id) == ids.end());
+}
+
+}  // namespace
+
 TEST_CASE("a published chart of forwards alone checks the curves: calibrating with it fits and claims nothing") {
     const std::string data = std::string(DTSIM_CONFIGS) + "/../calibration/data/";
     const std::string base_file = std::string(DTSIM_CONFIGS) + "/clusters/dgx-h100.json";
@@ -900,14 +918,8 @@ TEST_CASE("a published chart of forwards alone checks the curves: calibrating wi
                                            "alone check the curves, none is fitted to them"),
                          std::invalid_argument);
     // Together with the data the curves were fitted to, the same curves, and its id not among their data.
-    const auto both = cal::load_ground_truth({data + "h100_dtsim_torch_kernels.json",
-                                              data + "h100_flash3_paper_attention.json"});
-    const auto alone = cal::load_ground_truth({data + "h100_dtsim_torch_kernels.json"});
-    const auto with = cal::calibrate(base, base_file, both, {}).cluster["cluster"]["gpu"]["attention"];
-    const auto without = cal::calibrate(base, base_file, alone, {}).cluster["cluster"]["gpu"]["attention"];
-    CHECK(with == without);
-    const auto& ids = with["datasets"];
-    CHECK(std::find(ids.begin(), ids.end(), "h100_flash3_paper_attention:attention") == ids.end());
+    check_fits_nothing(base_file, data + "h100_dtsim_torch_kernels.json", data + "h100_flash3_paper_attention.json",
+                       "h100_flash3_paper_attention:attention");
     // In validate its points are all held out, forward only, and named so with --holdout too.
     cal::ValidateOptions o;
     o.data_dir = std::string(DTSIM_CONFIGS) + "/..";
@@ -938,13 +950,8 @@ TEST_CASE("a published table its file holds out (another cuDNN) checks both pass
                                            "file holds it out (cuDNN 9.4.0"),
                          std::invalid_argument);
     // Beside the data the curves were fitted to: the same curves, and not among their data.
-    const auto both = cal::load_ground_truth({data + "h200_dtsim_torch_kernels.json", table});
-    const auto alone = cal::load_ground_truth({data + "h200_dtsim_torch_kernels.json"});
-    const auto with = cal::calibrate(base, base_file, both, {}).cluster["cluster"]["gpu"]["attention"];
-    const auto without = cal::calibrate(base, base_file, alone, {}).cluster["cluster"]["gpu"]["attention"];
-    CHECK(with == without);
-    const auto& ids = with["datasets"];
-    CHECK(std::find(ids.begin(), ids.end(), "h200_cudnn_frontend_2024_09_attention:attention") == ids.end());
+    check_fits_nothing(base_file, data + "h200_dtsim_torch_kernels.json", table,
+                       "h200_cudnn_frontend_2024_09_attention:attention");
     // validate predicts each shape's forward and backward apart, all held out, and says why.
     cal::ValidateOptions o;
     o.data_dir = std::string(DTSIM_CONFIGS) + "/..";

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -79,7 +80,9 @@ struct GemmModel {
 struct AttentionCurve {
     double efficiency = 0;  // of the GPU's peak for the model's data type
     double half_seq = 0;    // tokens
-    double half_tiles = 0;  // query tiles of 128 rows (batch x heads x ceil(s / 128)); 0: not measured
+    double half_tiles = 0;  // query tiles of 128 rows (attention_tiles); 0: not measured
+    // How much longer a call of `tiles` query tiles takes than one of very many.
+    [[nodiscard]] double tile_factor(double tiles) const { return 1 + half_tiles / tiles; }
 };
 
 // The rows of a query tile in AttentionCurve's tile count: FlashAttention-2's forward block at
@@ -88,6 +91,9 @@ struct AttentionCurve {
 // sm89; the kernel PyTorch's SDPA ran in calibration/data/h100_dtsim_torch_steps.json's
 // top_kernels). A unit of the count: half_tiles is fitted in it.
 inline constexpr double kAttentionTileRows = 128;
+
+// The query tiles of a fused-attention call over `heads` (batch x heads on a GPU) of `seq` tokens.
+inline double attention_tiles(double heads, double seq) { return heads * std::ceil(seq / kAttentionTileRows); }
 
 struct AttentionKernel {
     int head_dim = 128;

@@ -106,9 +106,8 @@ void read_published_attention(const Value& root, const std::string& file, const 
     const auto at = column_index(sec["columns"], kPublishedColumns);
     const Value rows = sec["rows"];
     using Shape = std::tuple<std::string, double, double, double, double>;  // backend, head_dim, seq, batch, heads
-    std::map<Shape, std::size_t> forwards;                                   // the point of each forward row
-    std::set<Shape> backwards;
-    std::vector<std::tuple<std::size_t, Shape, double>> pending;  // each backward row, until every forward is read
+    std::map<Shape, std::size_t> forwards;  // the point of each forward row
+    std::map<Shape, std::pair<std::size_t, double>> backwards;  // each backward row and its microseconds
     for (std::size_t i = 0; i < rows.size(); ++i) {
         const Value r = rows.at(i);
         if (r.size() != sec["columns"].size()) r.fail(fmt::format("expected {} values, one per column", sec["columns"].size()));
@@ -134,8 +133,8 @@ void read_published_attention(const Value& root, const std::string& file, const 
         const double throughput = col("tflops", ranges::throughput_tflops) * 1e12;
         const Shape shape{p.backend, p.head_dim, p.seq, p.batch, p.heads};
         if (direction == "bwd") {
-            if (!backwards.insert(shape).second) r.fail("repeats the backward of an earlier row of the same backend and shape");
-            pending.emplace_back(i, shape, attention_flops(p, AttentionPass::backward) / throughput * 1e6);
+            if (!backwards.emplace(shape, std::pair{i, attention_flops(p, AttentionPass::backward) / throughput * 1e6}).second)
+                r.fail("repeats the backward of an earlier row of the same backend and shape");
             continue;
         }
         if (direction == "fwd") {
@@ -149,12 +148,14 @@ void read_published_attention(const Value& root, const std::string& file, const 
         }
         set.attention.push_back(p);
     }
-    for (const auto& [i, shape, backward_us] : pending) {
-        const Value r = rows.at(i);
-        const auto f = forwards.find(shape);
-        if (f == forwards.end())
-            r.fail("a backward row needs the forward row (\"fwd\") of the same backend and shape");
-        AttentionPoint& p = set.attention[f->second];
+    // Each backward joins its forward, whichever row came first; the first row without one is named.
+    std::optional<std::size_t> lone;
+    for (const auto& [shape, row] : backwards)
+        if (!forwards.count(shape) && (!lone || row.first < *lone)) lone = row.first;
+    if (lone) rows.at(*lone).fail("a backward row needs the forward row (\"fwd\") of the same backend and shape");
+    for (const auto& [shape, row] : backwards) {
+        AttentionPoint& p = set.attention[forwards.at(shape)];
+        const double backward_us = row.second;
         p.forward_only = false;
         p.check_only = !set.held_out.empty();
         p.forward_backward_us = p.forward_us + backward_us;
@@ -289,12 +290,13 @@ AttentionModel fit_attention(const std::vector<AttentionPoint>& points, double p
         AttentionKernel k;
         k.head_dim = head_dim;
         k.from_sums = combined;
-        const auto tiles_of = [](const AttentionPoint& p) { return p.batch * p.heads * std::ceil(p.seq / kAttentionTileRows); };
+        std::vector<double> tiles;  // each point's query tiles
+        for (const AttentionPoint* p : pts) tiles.push_back(attention_tiles(p->batch * p->heads, p->seq));
         // The tile term is told apart from the length's only where some length was measured at two
         // tile counts or more; where the count follows the length (one call shape a length, as the
         // published charts and the head dimension 64 timings), it stays 0.
         std::map<double, std::set<double>> tiles_by_seq;
-        for (const AttentionPoint* p : pts) tiles_by_seq[p->seq].insert(tiles_of(*p));
+        for (std::size_t i = 0; i < pts.size(); ++i) tiles_by_seq[pts[i]->seq].insert(tiles[i]);
         const bool tiles_vary = std::any_of(tiles_by_seq.begin(), tiles_by_seq.end(),
                                             [](const auto& e) { return e.second.size() > 1; });
         for (const AttentionPass pass : attention_passes(*pts.front())) {
@@ -302,11 +304,11 @@ AttentionModel fit_attention(const std::vector<AttentionPoint>& points, double p
             // by the same relative error; it stays 0 unless it lowers the error.
             double best_error = std::numeric_limits<double>::infinity(), a = 0, c = 0, half_tiles = 0;
             for (double half = 0; half <= (tiles_vary ? kMaxAttentionHalfTiles : 0); half += kHalfTilesStep) {
+                const AttentionCurve trial{0, 0, half};
                 std::vector<std::array<double, 3>> xy;
-                for (const AttentionPoint* p : pts) {
-                    const double tiles = tiles_of(*p);
-                    const double f = attention_flops(*p, pass) * (1 + half / tiles);
-                    xy.push_back({f, f / p->seq, attention_measured_seconds(*p, pass)});
+                for (std::size_t i = 0; i < pts.size(); ++i) {
+                    const double f = attention_flops(*pts[i], pass) * trial.tile_factor(tiles[i]);
+                    xy.push_back({f, f / pts[i]->seq, attention_measured_seconds(*pts[i], pass)});
                 }
                 const auto [ka, kc] = fit_two(xy);
                 if (!(ka > 0) || !(kc >= 0)) continue;
@@ -325,10 +327,7 @@ AttentionModel fit_attention(const std::vector<AttentionPoint>& points, double p
             if (pass != AttentionPass::backward) k.forward = curve;
             if (pass != AttentionPass::forward) k.backward = curve;
         }
-        if (k.forward.half_tiles > 0 || k.backward.half_tiles > 0) {
-            k.min_tiles = tiles_of(*pts.front());
-            for (const AttentionPoint* p : pts) k.min_tiles = std::min(k.min_tiles, tiles_of(*p));
-        }
+        if (k.forward.half_tiles > 0 || k.backward.half_tiles > 0) k.min_tiles = *std::min_element(tiles.begin(), tiles.end());
         if (k.forward.efficiency > 0 && k.backward.efficiency > 0) m.backends[backend].push_back(k);
     }
     return m;

@@ -95,8 +95,8 @@ std::optional<double> GpuSpec::attention_seconds(std::string_view backend, doubl
     const double flops = (backward ? 2.5 : 1.0) * 2 * heads * seq * seq * head_dim;
     // fp8 runs attention in bf16 (Transformer Engine and torchao keep it there).
     const double p = peak(d == DType::fp8 ? DType::bf16 : d);
-    const double tiles = heads * std::ceil(seq / kAttentionTileRows);
-    return flops / (p * tensor_clock_scale() * c.efficiency * seq / (seq + c.half_seq)) * (1 + c.half_tiles / tiles);
+    return flops / (p * tensor_clock_scale() * c.efficiency * seq / (seq + c.half_seq)) *
+           c.tile_factor(attention_tiles(heads, seq));
 }
 
 std::string_view algorithm_name(Algorithm a) {

@@ -1,7 +1,6 @@
 #include "dtsim/hw/workload.hpp"
 
 #include <algorithm>
-#include <cmath>
 
 namespace dtsim::hw {
 
@@ -51,7 +50,7 @@ Workload make_workload(const TransformerSpec& model, const LayerSplit& s, const 
             core = *fwd;
             core_backward = *bwd;
             w.measured_attention = true;
-            w.attention_tiles = b * a / t * std::ceil(S / kAttentionTileRows);
+            w.attention_tiles = attention_tiles(b * a / t, S);
         }
     }
     // Context parallelism: one step's core is a causal call on this GPU's seq / cp tokens; the

@@ -600,8 +600,8 @@ std::vector<std::string> prediction_caveats(const Config& c, const Workload& wor
                                       "fewer than the {:g} the \"{}\" curve was measured at: the slowdown of few tiles "
                                       "(forward x{:.2f}, backward x{:.2f}) extrapolated",
                                       work.attention_tiles, kAttentionTileRows, k->min_tiles, s.attention_kernel,
-                                      1 + k->forward.half_tiles / work.attention_tiles,
-                                      1 + k->backward.half_tiles / work.attention_tiles));
+                                      k->forward.tile_factor(work.attention_tiles),
+                                      k->backward.tile_factor(work.attention_tiles)));
         // A curve fitted to forward + backward sums (a published chart) serves both passes alike.
         if (k && k->from_sums)
             out.push_back(fmt::format("\"{}\" attention fitted to forward + backward times together (a published "
