@@ -173,10 +173,13 @@ void validate(const ValidateArgs& a) {
     const auto missed = missed_targets(sets, a.min_bytes);
     const cal::EndToEndSummary time = cal::summarize_end_to_end(sets, false);
     const cal::EndToEndSummary memory = cal::summarize_end_to_end(sets, true);
+    const cal::EndToEndSummary step_time = cal::summarize_rows(sets, false, {"step"});
+    const cal::EndToEndSummary step_memory = cal::summarize_rows(sets, true, {"step"});
     if (a.json) {
         nlohmann::json j{{"files", files}, {"holdout", a.holdout}, {"min_bytes", a.min_bytes},
                          {"sets", cal::to_json(sets)}, {"targets_missed", missed},
-                         {"end_to_end", {{"time", cal::to_json(time)}, {"memory", cal::to_json(memory)}}}};
+                         {"end_to_end", {{"time", cal::to_json(time)}, {"memory", cal::to_json(memory)}}},
+                         {"one_gpu_steps", {{"time", cal::to_json(step_time)}, {"memory", cal::to_json(step_memory)}}}};
         // A file name that is not UTF-8 is printed with U+FFFD in its place.
         fmt::print("{}\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
     } else {
@@ -198,6 +201,12 @@ void validate(const ValidateArgs& a) {
                        "within a mean of 5 % and a worst of 10 %, peak memory within 5 %):\n");
             if (time.rows > 0) fmt::print("  {}\n", summary_text(time, "step time or throughput"));
             if (memory.rows > 0) fmt::print("  {}\n", summary_text(memory, "peak memory"));
+        }
+        if (step_time.rows > 0 || step_memory.rows > 0) {
+            fmt::print("one-GPU steps timed with this repository's harness (calibration/pytorch/dtsim_step.py; no "
+                       "communication; validation only):\n");
+            if (step_time.rows > 0) fmt::print("  {}\n", summary_text(step_time, "step time"));
+            if (step_memory.rows > 0) fmt::print("  {}\n", summary_text(step_memory, "allocated peak memory"));
         }
         // The targets judge collective and Megatron sets only: a file of end-to-end runs (one's own,
         // say) gets no verdict it does not have.

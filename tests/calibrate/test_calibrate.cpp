@@ -440,13 +440,17 @@ TEST_CASE("every shipped data file loads; only the datasheets and the bandwidth 
     CHECK(data.kernels[6].id == "h200_cudnn_frontend_2026_03_attention:attention");
     CHECK(data.kernels[6].attention.size() == 5);
     CHECK(data.kernels[7].gpu == "NVIDIA H200");
-    // The end-to-end runs: 16 sets and the 14 of DGX Cloud's recipes; each row dtsim cannot express
-    // yet is a line of data.skipped.
-    CHECK(data.end_to_end.size() == 30);
+    // The end-to-end runs: 16 sets and the 14 of DGX Cloud's recipes, then the harness's one-GPU
+    // steps (H100, H200); each row dtsim cannot express yet is a line of data.skipped.
+    REQUIRE(data.end_to_end.size() == 32);
+    CHECK(std::count_if(data.end_to_end.begin(), data.end_to_end.end(), [](const auto& s) { return s.harness(); }) == 2);
+    CHECK(data.end_to_end[30].id == "h100_dtsim_torch_steps");
+    CHECK(data.end_to_end[30].rows.size() == 9);
+    CHECK(data.end_to_end[31].id == "h200_dtsim_torch_steps");
+    CHECK(data.end_to_end[31].rows.size() == 4);
     std::size_t rows_skipped = 0;
     // Not predicted (yet): the datasheets, the bandwidth sweeps, whole-layer timings,
-    // compiled blocks, activation memory, the output layer's memory, whole one-GPU steps and
-    // kernels beside held SMs.
+    // compiled blocks, activation memory, the output layer's memory and kernels beside held SMs.
     std::vector<std::string> skipped;
     for (const auto& line : data.skipped) {
         if (line.find(": not expressible yet: ") != std::string::npos) {
@@ -460,8 +464,7 @@ TEST_CASE("every shipped data file loads; only the datasheets and the bandwidth 
                                               "h100_dtsim_membw.json", "h100_dtsim_torch_compile.json",
                                               "h100_dtsim_torch_layers.json",
                                               "h100_dtsim_torch_memory.json", "h100_dtsim_torch_output_layer.json",
-                                              "h100_dtsim_torch_steps.json", "h200_dtsim_sustained.json",
-                                              "h200_dtsim_torch_steps.json"});
+                                              "h200_dtsim_sustained.json"});
 }
 
 TEST_CASE("the harness's collective sweep is read as the published tables are") {
@@ -829,6 +832,11 @@ TEST_CASE("published_evidence: the shipped runs most like a config, each as dtsi
                                    {parse_override("strategy.recompute=selective"), parse_override("strategy.cp=2"),
                                     parse_override("strategy.dp=1"), parse_override("strategy.fp8=te")});
     const cal::Evidence o = cal::published_evidence(odd, data);
+    // Published runs only: the harness's one-GPU steps (H100, PyTorch, no tensor parallelism, some
+    // with full recompute, as this data-parallel run) are not among them.
+    const cal::Evidence ddp = cal::published_evidence(load_config(runs + "llama3-8b-16xh100-ddp.json"), data);
+    REQUIRE(ddp.rows.size() >= 5);
+    for (const auto& r : ddp.rows) CHECK(r.set.find("dtsim_torch_steps") == std::string::npos);
     // validate on the data sets those rows come from (all of them would take minutes under the sanitizers).
     std::set<std::string> wanted;
     for (const auto* ev : {&e, &g, &o})

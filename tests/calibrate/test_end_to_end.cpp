@@ -450,3 +450,109 @@ TEST_CASE("mean_direction: a step time predicted short and a throughput predicte
     CHECK(cal::mean_direction(m) == "7.5 % under");
     CHECK(cal::mean_direction(cal::ValidationSet{}).empty());
 }
+
+namespace {
+
+// A harness step file (calibration/pytorch/dtsim_step.py's layout) on the test cluster's family.
+std::string step_file(const std::string& name, const std::string& columns, const std::string& rows,
+                      const std::string& gpu = "NVIDIA H100 80GB HBM3") {
+    return write_temp(name, R"({"source": "made up", "meta": {"gpu": ")" + gpu + R"("},
+        "training_steps": {"description": "d", "columns": )" + columns + R"(, "rows": )" + rows + "}}");
+}
+
+constexpr const char* kStepColumns =
+    R"(["name", "kind", "hidden", "heads", "kv_heads", "ffn", "layers", "vocab", "seq", "batch", "recompute", "params",
+        "step_ms", "max_allocated_GiB", "compile"])";
+
+}  // namespace
+
+TEST_CASE("one-GPU steps timed with the harness run as the harness ran them, apart from the published runs") {
+    const std::string file = step_file("dtsim_harness_steps.json", kStepColumns, R"([
+        ["tiny-llama", "llama", 1024, 8, 2, 3584, 4, 32000, 2048, 2, "op", 1, 150.0, 20.5, false],
+        ["tiny-mpt", "gpt", 1024, 8, 8, 4096, 4, 32000, 1024, 4, "full", 1, 90.0, 10.25, true]])");
+    const auto data = cal::load_ground_truth({file});
+    REQUIRE(data.end_to_end.size() == 1);
+    const cal::EndToEndSet& set = data.end_to_end[0];
+    CHECK(set.harness());
+    CHECK(set.id == "dtsim_harness_steps");
+    CHECK(set.gpu == "NVIDIA H100 80GB HBM3");
+    REQUIRE(set.rows.size() == 2);
+    CHECK(set.rows[0].id == "tiny-llama seq 2048 batch 2 recompute op");
+    CHECK(set.rows[1].id == "tiny-mpt seq 1024 batch 4 recompute full compiled");
+    CHECK(set.rows[0].measured.metric == cal::EndToEndMetric::step_time_s);
+    CHECK(set.rows[0].measured.value == doctest::Approx(0.150));
+    CHECK(*set.rows[1].measured.peak_memory_GiB == 10.25);
+
+    // Each row is the config written out by hand: one GPU, ddp, the row's model and batch.
+    const auto cluster = cal::read_cluster_file(test_data + "/test-cluster.json");
+    const std::string by_hand = write_temp("dtsim_harness_step_config.json", R"({"include": ")" + test_data +
+        R"(/test-cluster.json", "cluster": {"nodes": 1, "gpus_per_node": 1},
+        "model": {"name": "tiny-llama", "layers": 4, "hidden": 1024, "heads": 8, "kv_heads": 2, "ffn": 3584, "vocab": 32000,
+                  "seq": 2048, "dropout": false, "dtype": "bf16", "mlp": "swiglu", "tied_embeddings": false},
+        "training": {"global_batch": 2, "micro_batch": 2},
+        "strategy": {"name": "ddp", "dp": 1, "flash_attention": true, "grad_dtype": "fp32", "recompute": "selective_op",
+                     "compile": false, "repeat_kv": true}})");
+    const RunResult expected = simulate(load_config(by_hand), {.keep_trace = false, .straggler_baseline = false});
+    const auto llama = cal::predict_end_to_end(set, set.rows[0], cluster);
+    CHECK(llama.unit == "s");
+    CHECK(llama.predicted == expected.report.step_time);
+    CHECK(llama.memory_GiB == expected.report.peak.bytes / kGiB);
+    CHECK(llama.layout == "ddp dp1, recompute selective_op, repeat_kv");
+    const Config mpt = cal::parse_end_to_end_row(set, set.rows[1], cluster);
+    CHECK(mpt.gpus() == 1);
+    CHECK(mpt.model.spec.mlp == Mlp::gelu);
+    CHECK(mpt.model.spec.tied_embeddings);
+    CHECK(mpt.strategy.compile);
+    CHECK_FALSE(mpt.strategy.repeat_kv);
+    CHECK(mpt.strategy.recompute == Recompute::full);
+    CHECK(mpt.training.global_batch == 4);
+    CHECK(mpt.training.micro_batch == 4);
+
+    // validate: kind "step", with the allocated peaks as its memory set; the published runs' summary
+    // leaves them out, and the harness's own counts them.
+    cal::ValidateOptions o;
+    o.clusters = {test_data + "/test-cluster.json"};
+    const auto sets = cal::validate(data, o);
+    REQUIRE(sets.size() == 2);
+    CHECK(sets[0].id == "dtsim_harness_steps");
+    CHECK(sets[0].kind == "step");
+    CHECK(sets[0].points[0].measured == doctest::Approx(0.150));
+    CHECK(sets[0].points[0].predicted == expected.report.step_time);
+    CHECK(sets[1].id == "dtsim_harness_steps:memory");
+    CHECK(sets[1].kind == "step");
+    CHECK(sets[1].points[0].measured == 20.5);
+    CHECK(sets[1].note.find("max_memory_allocated") != std::string::npos);
+    CHECK(cal::summarize_end_to_end(sets, false).rows == 0);
+    CHECK(cal::summarize_end_to_end(sets, true).rows == 0);
+    CHECK(cal::summarize_rows(sets, false, {"step"}).rows == 2);
+    CHECK(cal::summarize_rows(sets, true, {"step"}).rows == 2);
+}
+
+TEST_CASE("a malformed harness step file is an error naming the file and the JSON path") {
+    const auto e = [](const std::string& f) { return config_error([&] { (void)cal::load_ground_truth({f}); }); };
+    const std::string row = R"(["m", "llama", 1024, 8, 2, 3584, 4, 32000, 2048, 2, "none", 1, 150.0, 20.5, false])";
+    // A missing column.
+    const auto missing = e(step_file("dtsim_steps_missing.json", R"(["name", "kind"])", "[]"));
+    CHECK(missing.path == "$.training_steps.columns");
+    CHECK(std::string(missing.what()).ends_with("missing column \"hidden\""));
+    // A recompute the harness does not write, a kind it does not know.
+    auto bad = std::string(row);
+    bad.replace(bad.find("\"none\""), 6, "\"selective\"");
+    const auto recompute = e(step_file("dtsim_steps_recompute.json", kStepColumns, "[" + bad + "]"));
+    CHECK(recompute.path == "$.training_steps.rows[0][10]");
+    CHECK(std::string(recompute.what()).ends_with("expected one of \"none\", \"full\", \"op\", found \"selective\""));
+    bad = row;
+    bad.replace(bad.find("\"llama\""), 7, "\"moe\"");
+    CHECK(e(step_file("dtsim_steps_kind.json", kStepColumns, "[" + bad + "]")).path == "$.training_steps.rows[0][1]");
+    // A row short of a value, a step time that is not positive, a GPU of no family.
+    CHECK(e(step_file("dtsim_steps_short.json", kStepColumns, R"([["m", "llama"]])")).path == "$.training_steps.rows[0]");
+    bad = row;
+    bad.replace(bad.find("150.0"), 5, "-1");
+    CHECK(e(step_file("dtsim_steps_time.json", kStepColumns, "[" + bad + "]")).path == "$.training_steps.rows[0][12]");
+    CHECK(e(step_file("dtsim_steps_gpu.json", kStepColumns, "[" + row + "]", "some gpu")).path == "$.meta.gpu");
+    // Two rows of the same step, a misspelt section.
+    CHECK(e(step_file("dtsim_steps_twice.json", kStepColumns, "[" + row + ", " + row + "]")).path ==
+          "$.training_steps.rows[1]");
+    const auto typo = e(write_temp("dtsim_steps_typo.json", R"({"meta": {"gpu": "NVIDIA H100"}, "training_step": {}})"));
+    CHECK(std::string(typo.what()).find("did you mean \"training_steps\"?") != std::string::npos);
+}

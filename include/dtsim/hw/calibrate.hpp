@@ -30,8 +30,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <initializer_list>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace dtsim::hw::calib {
@@ -254,7 +256,7 @@ struct ValidationPoint {
 };
 
 struct ValidationSet {
-    std::string id, kind, source, file;  // kind: collective, gemm, megatron, end_to_end
+    std::string id, kind, source, file;  // kind: collective, gemm, megatron, end_to_end, step, attention
     std::string cluster;                 // the cluster config it ran on
     std::string fit;                     // "in-sample (fitted to it)", "held out", ...
     std::string note;                    // what the prediction assumes
@@ -358,6 +360,10 @@ struct EndToEndSummary {
     std::string worst_row;                   // "set: row"
 };
 EndToEndSummary summarize_end_to_end(const std::vector<ValidationSet>& sets, bool memory);
+// The same over the sets of the given kinds (summarize_end_to_end: "end_to_end" and "megatron"; the
+// harness's one-GPU steps: "step").
+EndToEndSummary summarize_rows(const std::vector<ValidationSet>& sets, bool memory,
+                               std::initializer_list<std::string_view> kinds);
 nlohmann::json to_json(const EndToEndSummary& s);
 
 // Reads a cluster config file ({"cluster": ...}, "include" allowed) as a document.

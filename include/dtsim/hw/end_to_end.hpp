@@ -69,6 +69,10 @@ struct EndToEndSet {
     std::string id, source, note, file;
     std::size_t index = 0;  // in the file's "sets"
     std::string cluster;    // a shipped cluster's name: configs/clusters/<cluster>.json
+    // One-GPU steps timed with this repository's harness (read_harness_steps): the GPU they ran on
+    // (its family's cluster runs them, as for kernel sets); empty for a published set.
+    std::string gpu;
+    [[nodiscard]] bool harness() const { return !gpu.empty(); }
     nlohmann::json cluster_overrides = nlohmann::json::object();
     nlohmann::json defaults = nlohmann::json::object();  // {"model"?, "training"?, "strategy"?}
     std::vector<EndToEndRow> rows;
@@ -79,6 +83,18 @@ struct EndToEndSet {
 // not expressible yet: why"). Throws ConfigError. A set id must be unique among `out`.
 void read_end_to_end(const nlohmann::json& root, const std::string& file, std::vector<EndToEndSet>& out,
                      std::vector<std::string>& skipped);
+
+// Reads the "training_steps" section of a harness step file (calibration/pytorch/dtsim_step.py:
+// whole steps on one GPU, no communication; "meta": {"gpu"}, "training_steps": {"columns", "rows"})
+// into one set, `stem`, whose rows are run configs as that script's steps are: the row's model
+// ("llama": torchtitan's Llama 3, SwiGLU, untied, the keys and values repeated before SDPA; "gpt":
+// MPT's form, GeLU 4h, tied), dropout off, bf16; global and micro batch the row's batch; strategy
+// ddp on one GPU with fused attention, fp32 gradients (the harness keeps an fp32 master and its
+// gradient per parameter) and the row's recompute (none, full, op: selective_op) and compile;
+// measured step_ms and max_allocated_GiB (dtsim's peak counts allocated bytes). Throws ConfigError
+// naming the file and the JSON path of a bad value.
+void read_harness_steps(const nlohmann::json& root, const std::string& file, const std::string& stem,
+                        std::vector<EndToEndSet>& out);
 
 // The run config of a row ({"name", "cluster", "model", "training", "strategy"}) on a cluster
 // document ({"cluster": ...}): the set's cluster_overrides merged in, gpus_per_node and nodes for

@@ -53,7 +53,7 @@ constexpr std::string_view kMegatronColumns[] = {"model",       "params_B",     
                                                  "micro_batch", "tflops_per_gpu", "percent_peak",
                                                  "layers_per_virtual_stage", "ddp"};
 // The keys that tell the kind of a file.
-constexpr std::string_view kKindKeys[] = {"datasets", "max_achievable", "columns", "rows"};
+constexpr std::string_view kKindKeys[] = {"datasets", "max_achievable", "columns", "rows", "training_steps"};
 
 const std::vector<std::string>& op_names() {
     static const std::vector<std::string> ops{"all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce",
@@ -364,6 +364,8 @@ GroundTruth load_ground_truth(const std::vector<std::string>& files) {
         for (const auto& [k, v] : j.items()) by_shape |= by_shape_section(k);
         if (j.contains("sets")) {
             read_end_to_end(j, file, out.end_to_end, out.skipped);  // end_to_end.cpp
+        } else if (j.contains("training_steps")) {
+            read_harness_steps(j, file, stem, out.end_to_end);
         } else if (is_kernel_file(j)) {
             read_kernels(root, file, stem, out);
         } else if (j.contains("datasets")) {
@@ -376,7 +378,7 @@ GroundTruth load_ground_truth(const std::vector<std::string>& files) {
             // A key a letter or two from one that tells the kind is a typo, not another kind of file.
             for (const auto& [k, v] : root.members())
                 if (!json_reader::nearest(k, kKindKeys).empty()) root.unknown_key(k, kKindKeys);
-            out.skipped.push_back(fmt::format("{}: no collective \"datasets\", GEMM sections or Megatron \"rows\"; "
+            out.skipped.push_back(fmt::format("{}: no collective \"datasets\", GEMM sections, Megatron \"rows\" or \"training_steps\"; "
                                                   "not ground truth the simulator predicts",
                                                   file));
         }

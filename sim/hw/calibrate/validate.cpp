@@ -123,11 +123,16 @@ void summarize(ValidationSet& s) {
 }
 
 EndToEndSummary summarize_end_to_end(const std::vector<ValidationSet>& sets, bool memory) {
+    return summarize_rows(sets, memory, {"end_to_end", "megatron"});
+}
+
+EndToEndSummary summarize_rows(const std::vector<ValidationSet>& sets, bool memory,
+                               std::initializer_list<std::string_view> kinds) {
     EndToEndSummary out;
     std::vector<double> errors;
     double worst = -1;
     for (const auto& s : sets) {
-        if (s.kind != "end_to_end" && s.kind != "megatron") continue;
+        if (std::find(kinds.begin(), kinds.end(), s.kind) == kinds.end()) continue;
         bool any = false;
         for (const auto& p : s.points) {
             if (!p.counted || (p.unit == "GiB") != memory) continue;
@@ -489,6 +494,13 @@ ValidationSet megatron_set(const MegatronSet& s, Clusters& clusters) {
 // The cluster an end-to-end set runs on: a --cluster of the GPU family and network of the one it
 // names, else the shipped one it names (configs/clusters/<name>.json).
 const ClusterDoc& end_to_end_cluster(const EndToEndSet& s, Clusters& clusters) {
+    if (s.harness()) {
+        if (const ClusterDoc* cd = clusters.get(gpu_family(s.gpu))) return *cd;
+        throw ConfigError(s.file, "$.meta.gpu",
+                          fmt::format("no cluster config for GPU family \"{}\", so data set \"{}\" cannot be "
+                                      "predicted; give one with --cluster",
+                                      gpu_family(s.gpu), s.id));
+    }
     const fs::path shipped =
         clusters.data_dir().empty() ? fs::path() : fs::path(clusters.data_dir()) / "configs" / "clusters" / (s.cluster + ".json");
     if (!shipped.empty() && fs::is_regular_file(shipped)) {
@@ -565,7 +577,7 @@ std::vector<ValidationSet> end_to_end_sets(const EndToEndSet& s, Clusters& clust
     };
     ValidationSet v;
     v.id = s.id;
-    v.kind = "end_to_end";
+    v.kind = s.harness() ? "step" : "end_to_end";
     v.source = s.source;
     v.file = s.file;
     v.cluster = cd.file + (s.cluster_overrides.empty() ? "" : " with the set's cluster_overrides");
@@ -593,14 +605,20 @@ std::vector<ValidationSet> end_to_end_sets(const EndToEndSet& s, Clusters& clust
                                     : "held out: validation only";
     const std::string params = fitted.empty() ? "the cluster's parameters are from its sources"
                                               : fmt::format("the cluster's parameters were fitted to {}", join(fitted));
-    v.note = fmt::format("each row run as a dtsim config (dtsim::hw::simulate) on {}; measured as {}; {}", v.cluster,
+    v.note = fmt::format("{}each row run as a dtsim config (dtsim::hw::simulate) on {}; measured as {}; {}",
+                         s.harness() ? s.note + " (calibration/pytorch/dtsim_step.py); " : "", v.cluster,
                          v.points.empty() ? std::string("-") : v.points.front().unit, params);
     if (!v.skipped.empty())
         v.note += fmt::format("; {} of {} rows skipped, not expressible yet (listed with the reasons after the table)",
                               v.skipped.size(), s.rows.size());
-    mem.note = fmt::format("the peak memory of the worst GPU as dtsim::hw::simulate reports it, against the published "
-                           "peak (the data file's note says what the publisher measured: allocated or reserved); {}",
-                           params);
+    mem.note = s.harness()
+                   ? fmt::format("the peak memory as dtsim::hw::simulate reports it, against PyTorch's "
+                                 "max_memory_allocated over the timed steps; {}",
+                                 params)
+                   : fmt::format("the peak memory of the worst GPU as dtsim::hw::simulate reports it, against the "
+                                 "published peak (the data file's note says what the publisher measured: allocated "
+                                 "or reserved); {}",
+                                 params);
     std::vector<ValidationSet> out;
     if (!v.points.empty()) out.push_back(std::move(v));
     if (!mem.points.empty()) out.push_back(std::move(mem));
@@ -651,7 +669,7 @@ std::vector<ValidationSet> validate(const GroundTruth& data, const ValidateOptio
     // way dtsim errs on average (mean_direction).
     // A published run ran: dtsim's out-of-memory verdict on one is a wrong answer to "does it fit?".
     for (auto& s : out) {
-        if (s.kind == "end_to_end" && s.counted > 0)
+        if ((s.kind == "end_to_end" || s.kind == "step") && s.counted > 0)
             s.fit += fmt::format("; mean |error| {:.1f} %, dtsim {} on average", 100 * s.mean, mean_direction(s));
         if (s.out_of_memory > 0)
             s.fit += fmt::format("; {} of {} runs predicted out of memory", s.out_of_memory, s.points.size());
@@ -702,6 +720,7 @@ std::vector<Evidence> published_evidence(const std::vector<Config>& runs, const 
     };
     std::vector<Candidate> all;
     for (const auto& s : data.end_to_end) {
+        if (s.harness()) continue;  // published runs only
         const ClusterDoc& cd = end_to_end_cluster(s, clusters);
         for (const auto& r : s.rows)
             if (r.expressible()) all.push_back({&s, &r, &cd, evidence_traits(parse_end_to_end_row(s, r, cd.doc))});
