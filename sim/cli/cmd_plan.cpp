@@ -322,7 +322,11 @@ void print_plan(const hw::PlanResult& r, std::size_t top, bool timings,
         fmt::print("headroom: {} per GPU left free: a layout fits when its peak is at most {} of {}\n",
                    Bytes{r.headroom}, Bytes{capacity - r.headroom}, Bytes{capacity});
     }
-    for (const auto& [why, n] : e.rejected) fmt::print("  rejected {:>6}  {}\n", n, why);
+    for (const auto& [why, n] : e.rejected) {
+        fmt::print("  rejected {:>6}  {}\n", n, why);
+        if (const auto ex = e.config_examples.find(why); ex != e.config_examples.end())
+            fmt::print("{:>17}  e.g. {}\n", "", ex->second);
+    }
     const bool gpu_seconds = r.rank_by == hw::RankBy::gpu_seconds;
     if (r.best.empty()) {
         fmt::print("no layout fits\n");

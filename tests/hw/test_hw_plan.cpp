@@ -1124,6 +1124,16 @@ TEST_CASE("FSDP's sharding is searched by default, and the bounds hold for each"
     const auto cp = enumerate_layouts(cp_req);
     CHECK(cp.candidates.empty());
     CHECK(cp.rejected.count(std::string(reject::config_prefix) + "$.strategy.cp") == 1);
+    // The category names the path; its first layout says what the check said, without the file and path.
+    const std::string example = cp.config_examples.at(std::string(reject::config_prefix) + "$.strategy.cp");
+    CAPTURE(example);
+    CHECK(example.starts_with("fsdp tp="));
+    CHECK(example.find(" cp=2 ") != std::string::npos);
+    CHECK(example.find(" sharding=hybrid ") != std::string::npos);
+    CHECK(example.find("hybrid sharding") != std::string::npos);
+    CHECK(example.find("$.strategy.cp") == std::string::npos);
+    CHECK(example.find(cp_req.file) == std::string::npos);
+    CHECK(cp.config_examples.size() == 1);
     PlanSpace bad;
     CHECK_THROWS_WITH_AS(set_space(bad, "sharding=half"), doctest::Contains("--space sharding: 'half' is not an FSDP"),
                          PlanError);

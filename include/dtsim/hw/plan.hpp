@@ -194,6 +194,9 @@ struct Enumeration {
     std::vector<Candidate> candidates;
     std::map<std::string, std::size_t> rejected;  // category -> count
     std::string example_error;    // the first config-check message, for "nothing fits"
+    // Each config-check category's first layout and what the check said of it ("fsdp tp=8 ...: hybrid
+    // sharding shards over ..."): the category names only the JSON path.
+    std::map<std::string, std::string> config_examples;
     [[nodiscard]] std::size_t rejected_total() const;
 };
 

@@ -624,9 +624,18 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
                                                 all.insert(all.end(), o.begin(), o.end());
                                                 config = parse_config(doc, file, all);
                                             } catch (const ConfigError& err) {
-                                                rejected(reject::config_prefix + (err.path.empty() ? err.file : err.path));
+                                                const std::string category =
+                                                    reject::config_prefix + (err.path.empty() ? err.file : err.path);
+                                                rejected(category);
                                                 if (e.example_error.empty())
                                                     e.example_error = fmt::format("{}: {}", c.label, err.what());
+                                                if (!e.config_examples.count(category)) {
+                                                    // What the check said, without the file and path the category names.
+                                                    std::string said = err.what();
+                                                    const std::string where = err.file + ": " + err.path + ": ";
+                                                    if (!err.path.empty() && said.starts_with(where)) said.erase(0, where.size());
+                                                    e.config_examples.emplace(category, fmt::format("{}: {}", c.label, said));
+                                                }
                                                 continue;
                                             }
                                             // HYBRID_SHARD shards inside a node and replicates across nodes only
@@ -1070,6 +1079,7 @@ nlohmann::json to_json(const PlanResult& r, std::size_t top, bool timings) {
                          {{"enumerated", e.enumerated},
                           {"rejected", e.rejected_total()},
                           {"rejected_by_reason", rejected},
+                          {"config_check_examples", e.config_examples},
                           {"candidates", e.candidates.size()},
                           {"simulated", r.simulated.size()},
                           {"out_of_memory_in_simulation", r.out_of_memory},
