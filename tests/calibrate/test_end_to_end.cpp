@@ -3,7 +3,9 @@
 // the prediction's arithmetic; validate's report; and malformed rows are errors naming their path.
 #include "dtsim/hw/calibrate.hpp"
 #include "dtsim/hw/end_to_end.hpp"
+#include "dtsim/hw/transformer.hpp"
 #include "dtsim/hw/units.hpp"
+#include "dtsim/hw/workload.hpp"
 
 #include <doctest/doctest.h>
 
@@ -555,4 +557,115 @@ TEST_CASE("a malformed harness step file is an error naming the file and the JSO
           "$.training_steps.rows[1]");
     const auto typo = e(write_temp("dtsim_steps_typo.json", R"({"meta": {"gpu": "NVIDIA H100"}, "training_step": {}})"));
     CHECK(std::string(typo.what()).find("did you mean \"training_steps\"?") != std::string::npos);
+}
+
+TEST_CASE("the harness's blocks: each priced as dtsim prices a layer of the one-GPU run that holds it") {
+    const std::string times = write_temp("dtsim_harness_layers.json", R"({"source": "made up",
+        "meta": {"gpu": "NVIDIA H100 80GB HBM3"},
+        "layers": {"columns": ["name", "kind", "attention", "hidden", "heads", "kv_heads", "ffn", "seq", "batch",
+                               "nograd_ms", "fwd_ms", "fwd_bwd_ms"],
+                   "rows": [["tiny-llama", "llama", "cudnn", 1024, 8, 2, 3584, 2048, 2, 1.0, 1.1, 3.3],
+                            ["tiny-mpt", "gpt", "flash2", 1024, 8, 8, 4096, 1024, 4, null, null, null]]},
+        "output_layer": {"columns": [], "rows": []}})");
+    const std::string memory = write_temp("dtsim_harness_memory.json", R"({"source": "made up",
+        "meta": {"gpu": "NVIDIA H100 80GB HBM3"},
+        "memory": {"columns": ["name", "policy", "hidden", "heads", "kv_heads", "ffn", "seq", "batch", "saved_bytes"],
+                   "rows": [["llama-tiny", "op", 1024, 8, 2, 3584, 2048, 2, 30000000],
+                            ["llama-tiny-enable_gqa", "none", 1024, 8, 2, 3584, 2048, 2, 90000000],
+                            ["mpt-tiny", "full", 1024, 8, 8, 4096, 1024, 4, 8388608]]},
+        "saved_tensors": {}})");
+    const auto data = cal::load_ground_truth({times, memory});
+    REQUIRE(data.layers.size() == 2);
+    // A backend that refused its shape (null times) is left out.
+    REQUIRE(data.layers[0].rows.size() == 1);
+    CHECK(data.layers[0].id == "dtsim_harness_layers:layers");
+    CHECK(data.layers[1].id == "dtsim_harness_memory:memory");
+    // On the shipped H100 cluster, whose fused-attention curves tell cuDNN's kernel from FlashAttention-2's.
+    const std::string h100 = std::string(DTSIM_CONFIGS) + "/clusters/dgx-h100.json";
+    cal::ValidateOptions o;
+    o.clusters = {h100};
+    const auto sets = cal::validate(data, o);
+    REQUIRE(sets.size() == 2);
+    CHECK(sets[0].kind == "layer");
+    CHECK(sets[1].kind == "layer");
+
+    // The timed block by hand: its one-GPU run config, then the layer make_workload prices for it.
+    const auto config = [&](const std::string& name, const std::string& model, const std::string& strategy) {
+        return load_config(write_temp(name, R"({"include": ")" + h100 + R"(",
+            "cluster": {"nodes": 1, "gpus_per_node": 1}, "model": )" + model + R"(, "strategy": )" + strategy + "}"));
+    };
+    const Config llama = config("dtsim_block_llama.json",
+        R"({"layers": 1, "hidden": 1024, "heads": 8, "kv_heads": 2, "ffn": 3584, "seq": 2048, "vocab": 32000,
+            "dropout": false, "dtype": "bf16", "mlp": "swiglu", "tied_embeddings": false},
+            "training": {"global_batch": 2, "micro_batch": 2})",
+        R"({"name": "ddp", "dp": 1, "flash_attention": true, "attention_kernel": "cudnn", "recompute": "none"})");
+    const LayerWork L = make_workload(llama.model.spec, layer_split(llama), llama.cluster.gpu).layer;
+    const double forward = L.attention_forward.seconds + L.mlp_forward.seconds;
+    const double both = forward + L.attention_backward.seconds + L.mlp_backward.seconds;
+    REQUIRE(sets[0].points.size() == 2);
+    CHECK(sets[0].points[0].label == "tiny-llama seq 2048 batch 2 cudnn forward");
+    CHECK(sets[0].points[0].unit == "ms");
+    CHECK(sets[0].points[0].measured == doctest::Approx(1.1));
+    CHECK(sets[0].points[0].predicted == doctest::Approx(1e3 * forward).epsilon(1e-12));
+    CHECK(sets[0].points[1].label == "tiny-llama seq 2048 batch 2 cudnn forward+backward");
+    CHECK(sets[0].points[1].predicted == doctest::Approx(1e3 * both).epsilon(1e-12));
+    // A block slower than measured is "slow" (a time, not a throughput).
+    CHECK(cal::speed_error("ms", 2.0, 2.5) == doctest::Approx(-0.2));
+
+    // What a block keeps: torchtitan's per-op policy with the keys and values repeated, the same
+    // block reading them with enable_gqa, and a fully recomputed MPT block, which keeps its input:
+    // 2 bytes x 1024 tokens x 4 x 1024 hidden = 8 MiB.
+    REQUIRE(sets[1].points.size() == 3);
+    CHECK(sets[1].points[0].label == "llama-tiny seq 2048 batch 2 recompute op");
+    CHECK(sets[1].points[0].unit == "MiB");
+    const std::string llama_model = R"({"layers": 1, "hidden": 1024, "heads": 8, "kv_heads": 2, "ffn": 3584, "seq": 2048,
+        "vocab": 32000, "dropout": false, "dtype": "bf16", "mlp": "swiglu", "tied_embeddings": false},
+        "training": {"global_batch": 2, "micro_batch": 2})";
+    const Config op = config("dtsim_block_op.json", llama_model,
+        R"({"name": "ddp", "dp": 1, "flash_attention": true, "recompute": "selective_op", "repeat_kv": true})");
+    const Config gqa = config("dtsim_block_gqa.json", llama_model,
+        R"({"name": "ddp", "dp": 1, "flash_attention": true, "recompute": "none", "repeat_kv": false})");
+    CHECK(sets[1].points[0].predicted == doctest::Approx(layer_activation_bytes(op.model.spec, layer_split(op)) / kMiB));
+    CHECK(sets[1].points[1].predicted == doctest::Approx(layer_activation_bytes(gqa.model.spec, layer_split(gqa)) / kMiB));
+    CHECK(sets[1].points[2].label == "mpt-tiny seq 1024 batch 4 recompute full");
+    CHECK(sets[1].points[2].measured == 8);
+    CHECK(sets[1].points[2].predicted == doctest::Approx(8));
+    CHECK(sets[1].fit.find("mean |error|") != std::string::npos);
+    // Memory is worded over or under, not fast or slow.
+    const std::string direction = cal::mean_direction(sets[1]);
+    CHECK((direction.ends_with(" over") || direction.ends_with(" under")));
+    CHECK(sets[1].fit.find("dtsim " + direction + " on average") != std::string::npos);
+}
+
+TEST_CASE("a malformed block file is an error naming the file and the JSON path") {
+    const auto e = [](const std::string& f) { return config_error([&] { (void)cal::load_ground_truth({f}); }); };
+    const auto block = [](const std::string& name, const std::string& columns, const std::string& rows) {
+        return write_temp(name, R"({"meta": {"gpu": "NVIDIA H100"}, "memory": {"columns": )" + columns +
+                                    R"(, "rows": )" + rows + "}}");
+    };
+    const std::string cols = R"(["name", "policy", "hidden", "heads", "kv_heads", "ffn", "seq", "batch", "saved_bytes"])";
+    const auto missing = e(block("dtsim_block_missing.json", R"(["name", "policy"])", "[]"));
+    CHECK(missing.path == "$.memory.columns");
+    CHECK(std::string(missing.what()).ends_with("missing column \"hidden\""));
+    const auto form = e(block("dtsim_block_form.json", cols, R"([["moe-1b", "none", 1024, 8, 8, 4096, 1024, 1, 1]])"));
+    CHECK(form.path == "$.memory.rows[0][0]");
+    CHECK(std::string(form.what()).find("starting with \"llama\"") != std::string::npos);
+    CHECK(e(block("dtsim_block_policy.json", cols, R"([["mpt-1b", "sac", 1024, 8, 8, 4096, 1024, 1, 1]])")).path ==
+          "$.memory.rows[0][1]");
+    CHECK(e(block("dtsim_block_bytes.json", cols, R"([["mpt-1b", "none", 1024, 8, 8, 4096, 1024, 1, -5]])")).path ==
+          "$.memory.rows[0][8]");
+    // A block the config reader refuses (heads that do not divide the hidden size) names its row.
+    const auto odd = cal::load_ground_truth(
+        {block("dtsim_block_shape.json", cols, R"([["mpt-1b", "none", 1000, 7, 7, 4096, 1024, 1, 1]])")});
+    cal::ValidateOptions o;
+    o.clusters = {test_data + "/test-cluster.json"};
+    const auto shape = config_error([&] { (void)cal::validate(odd, o); });
+    CHECK(shape.path == "$.memory.rows[0]");
+    CHECK(std::string(shape.what()).find("the block \"mpt-1b seq 1024 batch 1 recompute none\" as a run config: ") !=
+          std::string::npos);
+    const std::string times = write_temp("dtsim_block_times.json", R"({"meta": {"gpu": "NVIDIA H100"},
+        "layers": {"columns": ["name", "kind", "attention", "hidden", "heads", "kv_heads", "ffn", "seq", "batch",
+                               "fwd_ms", "fwd_bwd_ms"],
+                   "rows": [["m", "gpt", "flash2", 1024, 8, 8, 4096, 1024, 1, 2.0, 1.5]]}})");
+    CHECK(e(times).path == "$.layers.rows[0][10]");
 }

@@ -124,12 +124,31 @@ struct KernelSet {
     std::vector<AttentionPoint> attention;
 };
 
+// One transformer block on one GPU as the harness measured it (calibration/pytorch/dtsim_layer.py:
+// its times; dtsim_memory.py: what it keeps for its backward), and the run config sections of a
+// one-GPU ddp run of that block (model with 1 layer, training, strategy) that dtsim prices it in.
+struct LayerRow {
+    std::string label;  // "llama3-8b seq 8192 batch 1 flash2", "mpt-1b seq 2048 batch 4 recompute op"
+    std::string path;   // its JSON path in the file ("$.layers.rows[2]")
+    nlohmann::json model, training, strategy;
+    double forward_s = 0, forward_backward_s = 0;  // a timed block (0 in a memory set)
+    double saved_bytes = 0;                        // a memory set's: what one block keeps
+};
+
+struct LayerSet {
+    std::string id;  // "<file stem>:layers" (times) or "<file stem>:memory" (what a block keeps)
+    std::string source, file, gpu;
+    bool memory = false;  // saved_bytes rows, not times
+    std::vector<LayerRow> rows;
+};
+
 struct GroundTruth {
     std::vector<CollectiveSet> collectives;
     std::vector<GemmSet> gemms;
     std::vector<MegatronSet> megatron;
     std::vector<EndToEndSet> end_to_end;
     std::vector<KernelSet> kernels;
+    std::vector<LayerSet> layers;
     // Files of no kind read here (e.g. gpus.json), and why; and end-to-end rows dtsim cannot
     // express yet ("FILE: set S, row \"R\": not expressible yet: why").
     std::vector<std::string> skipped;
@@ -340,11 +359,11 @@ nlohmann::json to_json(const Evidence& e);
 void summarize(ValidationSet& s);
 
 // How much faster than measured dtsim ran a published run, as `run --evidence` and `validate` word
-// it: a throughput's predicted / measured - 1, a step time's (unit "s") measured / predicted - 1;
-// > 0: dtsim fast.
+// it: a throughput's predicted / measured - 1, a time's (unit "s", "ms" or "us") measured / predicted
+// - 1; > 0: dtsim fast.
 double speed_error(const std::string& unit, double measured, double predicted);
 // Which way an end-to-end set errs on average, in words: the mean speed_error of its counted points
-// ("12.3 % fast", "2.0 % slow"), or for a set of peak memories (unit "GiB") their mean error
+// ("12.3 % fast", "2.0 % slow"), or for a set of memory sizes (unit "GiB" or "MiB") their mean error
 // ("21.2 % under", "14.9 % over"). Empty without counted points.
 std::string mean_direction(const ValidationSet& s);
 

@@ -5,6 +5,7 @@
 #include "dtsim/hw/units.hpp"
 #include "hw/config/reading.hpp"
 #include "kernels.hpp"
+#include "layers.hpp"
 
 #include <fmt/format.h>
 
@@ -53,7 +54,7 @@ constexpr std::string_view kMegatronColumns[] = {"model",       "params_B",     
                                                  "micro_batch", "tflops_per_gpu", "percent_peak",
                                                  "layers_per_virtual_stage", "ddp"};
 // The keys that tell the kind of a file.
-constexpr std::string_view kKindKeys[] = {"datasets", "max_achievable", "columns", "rows", "training_steps"};
+constexpr std::string_view kKindKeys[] = {"datasets", "max_achievable", "columns", "rows", "training_steps", "layers", "memory"};
 
 const std::vector<std::string>& op_names() {
     static const std::vector<std::string> ops{"all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce",
@@ -350,6 +351,7 @@ std::vector<std::string> data_set_ids(const GroundTruth& data) {
     for (const auto& s : data.megatron) ids.push_back(s.id);
     for (const auto& s : data.end_to_end) ids.push_back(s.id);
     for (const auto& s : data.kernels) ids.push_back(s.id);
+    for (const auto& s : data.layers) ids.push_back(s.id);
     return ids;
 }
 
@@ -368,6 +370,8 @@ GroundTruth load_ground_truth(const std::vector<std::string>& files) {
             read_harness_steps(j, file, stem, out.end_to_end);
         } else if (is_kernel_file(j)) {
             read_kernels(root, file, stem, out);
+        } else if (is_layer_file(j)) {
+            read_layers(root, file, stem, out);  // layers.cpp
         } else if (j.contains("datasets")) {
             read_collectives(root, file, out);
         } else if (by_shape) {
@@ -378,7 +382,7 @@ GroundTruth load_ground_truth(const std::vector<std::string>& files) {
             // A key a letter or two from one that tells the kind is a typo, not another kind of file.
             for (const auto& [k, v] : root.members())
                 if (!json_reader::nearest(k, kKindKeys).empty()) root.unknown_key(k, kKindKeys);
-            out.skipped.push_back(fmt::format("{}: no collective \"datasets\", GEMM sections, Megatron \"rows\" or \"training_steps\"; "
+            out.skipped.push_back(fmt::format("{}: no collective \"datasets\", GEMM sections, Megatron \"rows\", \"training_steps\", \"layers\" or \"memory\"; "
                                                   "not ground truth the simulator predicts",
                                                   file));
         }

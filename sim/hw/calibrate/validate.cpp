@@ -8,6 +8,7 @@
 #include "dtsim/hw/collective_cost.hpp"
 #include "dtsim/hw/run.hpp"
 #include "dtsim/hw/strategies.hpp"
+#include "dtsim/hw/transformer.hpp"
 #include "dtsim/hw/units.hpp"
 
 #include <fmt/format.h>
@@ -629,12 +630,13 @@ std::vector<ValidationSet> end_to_end_sets(const EndToEndSet& s, Clusters& clust
 
 double speed_error(const std::string& unit, double measured, double predicted) {
     if (!(measured > 0) || !(predicted > 0)) return 0;
-    return unit == "s" ? measured / predicted - 1 : predicted / measured - 1;
+    const bool time = unit == "s" || unit == "ms" || unit == "us";
+    return time ? measured / predicted - 1 : predicted / measured - 1;
 }
 
 std::string mean_direction(const ValidationSet& s) {
     const bool memory = std::any_of(s.points.begin(), s.points.end(), [](const ValidationPoint& p) {
-        return p.counted && p.unit == "GiB";
+        return p.counted && (p.unit == "GiB" || p.unit == "MiB");
     });
     double sum = 0;
     int n = 0;
@@ -645,6 +647,63 @@ std::string mean_direction(const ValidationSet& s) {
     return fmt::format("{:.1f} % {}", 100 * std::abs(mean),
                        memory ? (mean >= 0 ? "over" : "under") : (mean >= 0 ? "fast" : "slow"));
 }
+
+namespace {
+
+// The harness's blocks on one GPU: each row's block priced as dtsim prices a layer of the run that
+// holds it (make_workload's LayerWork: forward, forward and backward; layer_activation_bytes: what
+// it keeps), on the cluster of the file's GPU family. Nothing is fitted to them.
+ValidationSet layer_set(const LayerSet& s, Clusters& clusters) {
+    const ClusterDoc* cd = clusters.get(gpu_family(s.gpu));
+    if (!cd)
+        throw ConfigError(s.file, "$.meta.gpu",
+                          fmt::format("no cluster config for GPU family \"{}\", so data set \"{}\" cannot be "
+                                      "predicted; give one with --cluster",
+                                      gpu_family(s.gpu), s.id));
+    ValidationSet v;
+    v.id = s.id;
+    v.kind = "layer";
+    v.source = s.source;
+    v.file = s.file;
+    v.cluster = cd->file;
+    v.fit = "held out: validation only";
+    v.note = s.memory ? fmt::format("what one block keeps for its backward on one {} (calibration/pytorch/dtsim_memory.py: "
+                                    "memory_allocated after its forward less before, its output included) against "
+                                    "layer_activation_bytes of that block as a one-GPU ddp run holds it",
+                                    s.gpu)
+                      : fmt::format("one block timed on one {} (calibration/pytorch/dtsim_layer.py: its forward with "
+                                    "autograd, and forward then backward) against dtsim's layer of a one-GPU ddp run of it "
+                                    "(make_workload: the attention and MLP blocks, their memory-bound work included)",
+                                    s.gpu);
+    json cluster = cd->doc.contains("cluster") ? cd->doc.at("cluster") : json::object();
+    cluster["nodes"] = 1;
+    cluster["gpus_per_node"] = 1;
+    for (const LayerRow& r : s.rows) {
+        const json doc = {{"name", r.label}, {"cluster", cluster}, {"model", r.model}, {"training", r.training},
+                          {"strategy", r.strategy}};
+        Config c;
+        try {
+            c = parse_config(doc, r.label);
+        } catch (const ConfigError& e) {
+            throw ConfigError(s.file, r.path, fmt::format("the block \"{}\" as a run config: {}", r.label, e.what()));
+        }
+        const LayerSplit split = layer_split(c);
+        if (s.memory) {
+            v.points.push_back({r.label, 1, r.saved_bytes / kMiB, layer_activation_bytes(c.model.spec, split) / kMiB,
+                                "MiB", true, false});
+            continue;
+        }
+        const LayerWork& L = make_workload(c.model.spec, split, c.cluster.gpu).layer;
+        const double forward = L.attention_forward.seconds + L.mlp_forward.seconds;
+        const double backward = L.attention_backward.seconds + L.mlp_backward.seconds;
+        v.points.push_back({r.label + " forward", 1, 1e3 * r.forward_s, 1e3 * forward, "ms", true, false});
+        v.points.push_back(
+            {r.label + " forward+backward", 1, 1e3 * r.forward_backward_s, 1e3 * (forward + backward), "ms", true, false});
+    }
+    return v;
+}
+
+}  // namespace
 
 std::vector<ValidationSet> validate(const GroundTruth& data, const ValidateOptions& o) {
     Clusters clusters(o.clusters, o.data_dir);
@@ -664,12 +723,13 @@ std::vector<ValidationSet> validate(const GroundTruth& data, const ValidateOptio
                                           gpu_family(s.gpu), s.id));
         out.push_back(validate_attention(s, make_cluster(cd->doc, cd->file).gpu, cd->file, o.holdout));
     }
+    for (const auto& s : data.layers) out.push_back(layer_set(s, clusters));
     for (auto& s : out) summarize(s);
     // End to end: the mean |error| with the fit, where `dtsim validate --summary` shows it, and which
     // way dtsim errs on average (mean_direction).
     // A published run ran: dtsim's out-of-memory verdict on one is a wrong answer to "does it fit?".
     for (auto& s : out) {
-        if ((s.kind == "end_to_end" || s.kind == "step") && s.counted > 0)
+        if ((s.kind == "end_to_end" || s.kind == "step" || s.kind == "layer") && s.counted > 0)
             s.fit += fmt::format("; mean |error| {:.1f} %, dtsim {} on average", 100 * s.mean, mean_direction(s));
         if (s.out_of_memory > 0)
             s.fit += fmt::format("; {} of {} runs predicted out of memory", s.out_of_memory, s.points.size());
