@@ -518,8 +518,12 @@ TEST_CASE("one-GPU steps timed with the harness run as the harness ran them, apa
     REQUIRE(sets.size() == 2);
     CHECK(sets[0].id == "dtsim_harness_steps");
     CHECK(sets[0].kind == "step");
-    CHECK(sets[0].points[0].measured == doctest::Approx(0.150));
-    CHECK(sets[0].points[0].predicted == expected.report.step_time);
+    // A step's time in milliseconds.
+    CHECK(sets[0].points[0].unit == "ms");
+    CHECK(sets[0].points[0].measured == doctest::Approx(150));
+    CHECK(sets[0].points[0].predicted == doctest::Approx(1e3 * expected.report.step_time).epsilon(1e-12));
+    // dtsim's step shorter than measured is "fast", as for a published step time.
+    CHECK(cal::mean_direction(sets[0]).ends_with(sets[0].points[0].predicted < 150 ? " fast" : " slow"));
     CHECK(sets[1].id == "dtsim_harness_steps:memory");
     CHECK(sets[1].kind == "step");
     CHECK(sets[1].points[0].measured == 20.5);
@@ -528,6 +532,17 @@ TEST_CASE("one-GPU steps timed with the harness run as the harness ran them, apa
     CHECK(cal::summarize_end_to_end(sets, true).rows == 0);
     CHECK(cal::summarize_rows(sets, false, {"step"}).rows == 2);
     CHECK(cal::summarize_rows(sets, true, {"step"}).rows == 2);
+
+    // A set's memory set is named "<id>:memory": a block file of that name (another folder, the same
+    // stem) would make two sets of one id.
+    fs::create_directories(fs::temp_directory_path() / "dtsim_other");
+    const std::string blocks = write_temp("dtsim_other/dtsim_harness_steps.json", R"({"meta": {"gpu": "NVIDIA H100"},
+        "memory": {"columns": ["name", "policy", "hidden", "heads", "kv_heads", "ffn", "seq", "batch", "saved_bytes"],
+                   "rows": [["mpt-1b", "full", 1024, 8, 8, 4096, 1024, 1, 2097152]]}})");
+    const auto twice = config_error([&] { (void)cal::load_ground_truth({file, blocks}); });
+    CHECK(twice.file == blocks);
+    CHECK(std::string(twice.what()).ends_with("data set id \"dtsim_harness_steps:memory\" appears twice (also in " +
+                                              file + ")"));
 }
 
 TEST_CASE("a malformed harness step file is an error naming the file and the JSON path") {
@@ -663,9 +678,46 @@ TEST_CASE("a malformed block file is an error naming the file and the JSON path"
     CHECK(shape.path == "$.memory.rows[0]");
     CHECK(std::string(shape.what()).find("the block \"mpt-1b seq 1024 batch 1 recompute none\" as a run config: ") !=
           std::string::npos);
-    const std::string times = write_temp("dtsim_block_times.json", R"({"meta": {"gpu": "NVIDIA H100"},
+    // Nothing kept is not a measurement (full recompute keeps the block's input).
+    CHECK(e(block("dtsim_block_zero.json", cols, R"([["mpt-1b", "none", 1024, 8, 8, 4096, 1024, 1, 0]])")).path ==
+          "$.memory.rows[0][8]");
+    // The same block twice.
+    const auto twice = e(block("dtsim_block_twice.json", cols,
+                               R"([["mpt-1b", "full", 1024, 8, 8, 4096, 1024, 1, 1], ["mpt-1b", "full", 1024, 8, 8, 4096, 1024, 1, 2]])"));
+    CHECK(twice.path == "$.memory.rows[1]");
+    CHECK(std::string(twice.what()).ends_with("a second row of mpt-1b seq 1024 batch 1 recompute full (also $.memory.rows[0])"));
+    // A row that is not an array of one value per column.
+    CHECK(e(block("dtsim_block_row.json", cols, R"([{"name": "mpt-1b"}])")).path == "$.memory.rows[0]");
+    const auto timed = [](const std::string& name, const std::string& times) {
+        return write_temp(name, R"({"meta": {"gpu": "NVIDIA H100"},
+            "layers": {"columns": ["name", "kind", "attention", "hidden", "heads", "kv_heads", "ffn", "seq", "batch",
+                                   "fwd_ms", "fwd_bwd_ms"],
+                       "rows": [["m", "gpt", "flash2", 1024, 8, 8, 4096, 1024, 1, )" + times + "]]}}");
+    };
+    CHECK(e(timed("dtsim_block_times.json", "2.0, 1.5")).path == "$.layers.rows[0][10]");
+    // One time of the two: an error; neither (the backend refused the shape): the row is left out and
+    // said so, and a file with no row left is an error.
+    CHECK(e(timed("dtsim_block_half.json", "null, 1.5")).path == "$.layers.rows[0][9]");
+    const std::string none = timed("dtsim_block_none.json", "null, null");
+    CHECK(e(none).path == "$.layers.rows");
+    // A GPU whose family has no cluster: the data set cannot be predicted, at $.meta.gpu.
+    const auto b200 = cal::load_ground_truth({write_temp("dtsim_block_b200.json", R"({"meta": {"gpu": "NVIDIA B200"},
+        "memory": {"columns": ["name", "policy", "hidden", "heads", "kv_heads", "ffn", "seq", "batch", "saved_bytes"],
+                   "rows": [["mpt-1b", "full", 1024, 8, 8, 4096, 1024, 1, 2097152]]}})")});
+    const auto family = config_error([&] { (void)cal::validate(b200, o); });
+    CHECK(family.path == "$.meta.gpu");
+    CHECK(std::string(family.what()).find("no cluster config for GPU family \"B200\"") != std::string::npos);
+}
+
+TEST_CASE("a timed block a backend refused is left out with a line saying so") {
+    const std::string file = write_temp("dtsim_block_refused.json", R"({"meta": {"gpu": "NVIDIA H100"},
         "layers": {"columns": ["name", "kind", "attention", "hidden", "heads", "kv_heads", "ffn", "seq", "batch",
                                "fwd_ms", "fwd_bwd_ms"],
-                   "rows": [["m", "gpt", "flash2", 1024, 8, 8, 4096, 1024, 1, 2.0, 1.5]]}})");
-    CHECK(e(times).path == "$.layers.rows[0][10]");
+                   "rows": [["m", "gpt", "flash2", 1024, 8, 8, 4096, 1024, 1, 1.0, 3.0],
+                            ["m", "gpt", "cudnn", 1024, 8, 8, 4096, 1024, 1, null, null]]}})");
+    const auto data = cal::load_ground_truth({file});
+    REQUIRE(data.layers.size() == 1);
+    CHECK(data.layers[0].rows.size() == 1);
+    REQUIRE(data.skipped.size() == 1);
+    CHECK(data.skipped[0] == file + ": $.layers.rows[1]: not timed (both times null: the backend refused the shape)");
 }

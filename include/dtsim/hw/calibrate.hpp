@@ -268,14 +268,14 @@ struct ValidationPoint {
     std::string label;          // "1 MiB", "1024x1024x1024 bf16", "175B"
     double x = 0;               // size in bytes, FLOPs or GPUs (for ordering)
     double measured = 0, predicted = 0;
-    std::string unit;           // "us" or "TFLOP/s"
+    std::string unit;           // "us", "ms", "s", "TFLOP/s", "tokens/s/GPU", "% MFU", "GiB" or "MiB"
     bool counted = true;        // in the set's median and maximum
     bool in_sample = false;     // a parameter was fitted to this very point
     [[nodiscard]] double error() const { return measured != 0 ? predicted / measured - 1 : 0; }
 };
 
 struct ValidationSet {
-    std::string id, kind, source, file;  // kind: collective, gemm, megatron, end_to_end, step, attention
+    std::string id, kind, source, file;  // kind: collective, gemm, megatron, end_to_end, step, attention, layer
     std::string cluster;                 // the cluster config it ran on
     std::string fit;                     // "in-sample (fitted to it)", "held out", ...
     std::string note;                    // what the prediction assumes

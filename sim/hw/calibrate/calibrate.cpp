@@ -387,6 +387,26 @@ GroundTruth load_ground_truth(const std::vector<std::string>& files) {
                                                   file));
         }
     }
+    // Every set's id names it in validate's output and in --only and --exclude: one set each, across
+    // kinds and files (two files of one stem in different folders would otherwise share theirs), an
+    // end-to-end or step set's memory set "<id>:memory" included.
+    std::map<std::string, std::string> seen;  // id -> file
+    const auto once = [&](const std::string& id, const std::string& file) {
+        const auto [it, fresh] = seen.emplace(id, file);
+        if (!fresh)
+            throw ConfigError(file, "$", fmt::format("data set id \"{}\" appears twice (also in {})",
+                                                     json_reader::shorten(id), it->second));
+    };
+    for (const auto& s : out.collectives) once(s.id, s.file);
+    for (const auto& s : out.gemms) once(s.id, s.file);
+    for (const auto& s : out.megatron) once(s.id, s.file);
+    for (const auto& s : out.end_to_end) {
+        once(s.id, s.file);
+        if (std::any_of(s.rows.begin(), s.rows.end(), [](const EndToEndRow& r) { return r.measured.peak_memory_GiB; }))
+            once(s.id + ":memory", s.file);
+    }
+    for (const auto& s : out.kernels) once(s.id, s.file);
+    for (const auto& s : out.layers) once(s.id, s.file);
     return out;
 }
 

@@ -6,6 +6,8 @@
 #include "dtsim/hw/calibrate.hpp"
 #include "dtsim/hw/units.hpp"
 #include "hw/config/reading.hpp"
+#include "layers.hpp"
+#include "tables.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -13,7 +15,6 @@
 #include <cctype>
 #include <climits>
 #include <exception>
-#include <map>
 #include <stdexcept>
 #include <string_view>
 
@@ -136,7 +137,9 @@ std::string first_key(std::string_view rest) {
 // Where in the data file a config path ("$.strategy.tp") of a row's config came from.
 std::string data_path(const EndToEndSet& set, const EndToEndRow& row, const std::string& config_path) {
     const std::string r = row_path(set, row);
-    if (set.harness() || config_path.rfind("$.", 0) != 0) return r;  // a step row's config is all made from the row
+    if (config_path.rfind("$.", 0) != 0) return r;
+    // A step row's config is made from the row, but for its cluster, the GPU family's.
+    if (set.harness()) return config_path.rfind("$.cluster", 0) == 0 ? std::string("$.meta.gpu") : r;
     const std::string_view p = std::string_view(config_path).substr(2);
     const auto cut = p.find_first_of(".[");
     const std::string section(p.substr(0, cut));
@@ -260,7 +263,6 @@ namespace {
 
 constexpr std::string_view kStepFileKeys[] = {"description", "meta", "training_steps", "kernels", "top_kernels",
                                               "details"};
-constexpr std::string_view kStepSectionKeys[] = {"description", "columns", "rows"};
 constexpr std::string_view kStepColumns[] = {"name",  "kind",  "hidden", "heads",     "kv_heads",        "ffn",
                                              "layers", "vocab", "seq",    "batch",     "recompute",       "step_ms",
                                              "max_allocated_GiB"};
@@ -276,49 +278,33 @@ void read_harness_steps(const json& root_json, const std::string& file, const st
     EndToEndSet s;
     s.file = file;
     s.id = stem;
-    for (const auto& other : out)
-        if (other.id == s.id)
-            root.fail(fmt::format("data set id \"{}\" appears twice (also in {})", json_reader::shorten(s.id), other.file));
     s.source = root.has("source") ? root["source"].string() : "";
-    const Value gpu = root["meta"]["gpu"];
-    s.gpu = gpu.string();
-    if (gpu_family(s.gpu).empty())
-        gpu.fail(fmt::format("cannot tell the GPU family of \"{}\" (expected a name such as \"NVIDIA H100 80GB HBM3\")",
-                             json_reader::shorten(s.gpu)));
+    s.gpu = measured_gpu(root);
     s.note = fmt::format("one-GPU steps timed on an {} with this repository's harness", s.gpu);
     const Value sec = root["training_steps"];
-    sec.keys(kStepSectionKeys);
+    sec.keys(kTableKeys);
     const Value cols = sec["columns"], rows = sec["rows"];
-    std::map<std::string, std::size_t> at;
-    for (std::size_t i = 0; i < cols.size(); ++i) at.emplace(cols.at(i).string(), i);
-    for (auto w : kStepColumns)
-        if (!at.count(std::string(w))) cols.fail(fmt::format("missing column \"{}\"", w));
+    const auto at = table_columns(cols, kStepColumns);
     if (rows.size() == 0) rows.fail("expected at least one row");
     for (std::size_t j = 0; j < rows.size(); ++j) {
-        const Value r = rows.at(j);
-        if (r.size() != cols.size()) r.fail(fmt::format("expected {} values, one per column", cols.size()));
+        const Value r = table_row(rows, j, cols.size());
         const auto col = [&](std::string_view name) { return r.at(at.at(std::string(name))); };
-        EndToEndRow row;
-        row.index = j;
-        const std::string name = col("name").string();
-        const std::string kind = col("kind").choice({"llama", "gpt"});
-        const int heads = col("heads").integer(1), kv = col("kv_heads").integer(1), batch = col("batch").integer(1);
+        const HarnessShape shape = harness_shape(r, at, col("kind").choice({"llama", "gpt"}));
+        const int batch = col("batch").integer(1);
         const std::string recompute = col("recompute").choice({"none", "full", "op"});
         const bool compiled = at.count("compile") && col("compile").boolean();
-        row.model = {{"name", name},        {"layers", col("layers").integer(1)}, {"hidden", col("hidden").integer(1)},
-                     {"heads", heads},      {"kv_heads", kv},                     {"ffn", col("ffn").integer(1)},
-                     {"vocab", col("vocab").integer(1)}, {"seq", col("seq").integer(1)}, {"dropout", false},
-                     {"dtype", "bf16"},     {"mlp", kind == "llama" ? "swiglu" : "gelu"},
-                     {"tied_embeddings", kind != "llama"}};
+        EndToEndRow row;
+        row.index = j;
+        row.model = harness_model(shape);
         row.training = {{"global_batch", batch}, {"micro_batch", batch}};
         row.strategy = {{"name", "ddp"},
                         {"dp", 1},
                         {"flash_attention", true},
                         {"grad_dtype", "fp32"},
-                        {"recompute", recompute == "op" ? "selective_op" : recompute},
+                        {"recompute", harness_recompute(recompute)},
                         {"compile", compiled},
-                        {"repeat_kv", kind == "llama"}};
-        row.id = fmt::format("{} seq {} batch {} recompute {}{}", name, row.model["seq"].get<int>(), batch, recompute,
+                        {"repeat_kv", shape.kind == "llama"}};
+        row.id = fmt::format("{} seq {} batch {} recompute {}{}", shape.name, shape.seq, batch, recompute,
                              compiled ? " compiled" : "");
         for (const auto& other : s.rows)
             if (other.id == row.id) r.fail(fmt::format("a second row of {}", row.id));

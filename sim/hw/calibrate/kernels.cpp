@@ -6,6 +6,8 @@
 // forward and backward together, or of the forward alone) are read into the same kind of set.
 #include "kernels.hpp"
 
+#include "tables.hpp"
+
 #include "hw/config/reading.hpp"
 
 #include <fmt/format.h>
@@ -27,18 +29,8 @@ using Value = json_reader::Value;
 constexpr std::string_view kKernelFileKeys[] = {"source",        "note",      "description", "meta",
                                                 "gemm",          "attention", "elementwise", "cross_entropy",
                                                 "optimizer",     "launch"};
-constexpr std::string_view kSectionKeys[] = {"description", "columns", "rows"};
 constexpr std::string_view kAttentionColumns[] = {"backend", "batch",      "heads",     "kv_heads",      "head_dim",
                                                   "seq",     "fwd_us",     "fwd_bwd_us", "tflops_fwd", "tflops_fwd_bwd"};
-
-// Index of each named column; all of `want` must be there, in any order.
-std::map<std::string, std::size_t> column_index(const Value& cols, std::span<const std::string_view> want) {
-    std::map<std::string, std::size_t> at;
-    for (std::size_t i = 0; i < cols.size(); ++i) at.emplace(cols.at(i).string(), i);
-    for (auto w : want)
-        if (!at.count(std::string(w))) cols.fail(fmt::format("missing column \"{}\"", w));
-    return at;
-}
 
 // Unknowns a, c of t = a F + c F / s (a = 1 / (peak e), c = half_seq / (peak e)), by least
 // squares on the relative error: every shape counts alike, short kernels as much as long.
@@ -66,12 +58,8 @@ namespace {
 
 // The attention set of a kernel file: its id, file, source and the GPU its meta.gpu names.
 KernelSet kernel_set(const Value& root, const std::string& file, const std::string& stem) {
-    const Value gpu_name = root["meta"]["gpu"];
     KernelSet set;
-    set.gpu = gpu_name.string();
-    if (gpu_family(set.gpu).empty())
-        gpu_name.fail(fmt::format("cannot tell the GPU family of \"{}\" (expected a name such as \"NVIDIA H100 80GB HBM3\")",
-                                  json_reader::shorten(set.gpu)));
+    set.gpu = measured_gpu(root);
     set.id = stem + ":attention";
     set.file = file;
     set.source = root.has("source") ? root["source"].string() : "";
@@ -102,15 +90,14 @@ void read_published_attention(const Value& root, const std::string& file, const 
     }
     const std::string gpu = set.gpu;
     const Value sec = root["attention_published"];
-    sec.keys(kSectionKeys);
-    const auto at = column_index(sec["columns"], kPublishedColumns);
+    sec.keys(kTableKeys);
+    const auto at = table_columns(sec["columns"], kPublishedColumns);
     const Value rows = sec["rows"];
     using Shape = std::tuple<std::string, double, double, double, double>;  // backend, head_dim, seq, batch, heads
     std::map<Shape, std::size_t> forwards;  // the point of each forward row
     std::map<Shape, std::pair<std::size_t, double>> backwards;  // each backward row and its microseconds
     for (std::size_t i = 0; i < rows.size(); ++i) {
-        const Value r = rows.at(i);
-        if (r.size() != sec["columns"].size()) r.fail(fmt::format("expected {} values, one per column", sec["columns"].size()));
+        const Value r = table_row(rows, i, sec["columns"].size());
         const std::string backend = r.at(at.at("backend")).choice({"flash_attention_2", "flash_attention_1", "cudnn",
                                                                      "flash_attention_3", "flash_attention_triton",
                                                                      "pytorch_standard", "xformers_cutlass"});
@@ -173,16 +160,14 @@ void read_kernels(const json_reader::Value& root, const std::string& file, const
         if (std::find(std::begin(kKernelFileKeys), std::end(kKernelFileKeys), key) == std::end(kKernelFileKeys))
             root.unknown_key(key, kKernelFileKeys);
         if (key == "source" || key == "note" || key == "description" || key == "meta") continue;
-        sec.keys(kSectionKeys);
+        sec.keys(kTableKeys);
         const Value cols = sec["columns"], rows = sec["rows"];
-        for (std::size_t i = 0; i < rows.size(); ++i)
-            if (rows.at(i).size() != cols.size())
-                rows.at(i).fail(fmt::format("expected {} values, one per column", cols.size()));
+        for (std::size_t i = 0; i < rows.size(); ++i) (void)table_row(rows, i, cols.size());
     }
     KernelSet set = kernel_set(root, file, stem);
     const std::string gpu = set.gpu;
     const Value sec = root["attention"];
-    const auto at = column_index(sec["columns"], kAttentionColumns);
+    const auto at = table_columns(sec["columns"], kAttentionColumns);
     const Value rows = sec["rows"];
     for (std::size_t i = 0; i < rows.size(); ++i) {
         const Value r = rows.at(i);
@@ -211,7 +196,7 @@ void read_kernels(const json_reader::Value& root, const std::string& file, const
     const Value g = root["gemm"];
     constexpr std::string_view kGemmColumns[] = {"m", "n", "k", "dtype", "tflops"};
     constexpr double kMinKernelMicroseconds = 50;
-    const auto gat = column_index(g["columns"], kGemmColumns);
+    const auto gat = table_columns(g["columns"], kGemmColumns);
     std::map<DType, GemmSet> by_dtype;
     const Value grows = g["rows"];
     for (std::size_t i = 0; i < grows.size(); ++i) {

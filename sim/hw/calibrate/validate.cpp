@@ -112,6 +112,11 @@ void median_max(std::vector<double> e, double& median, double& max, int& count, 
 }
 }  // namespace
 
+namespace {
+// A point of memory (GiB, MiB), not of time or throughput.
+bool is_memory_unit(const std::string& unit) { return unit == "GiB" || unit == "MiB"; }
+}  // namespace
+
 void summarize(ValidationSet& s) {
     std::vector<double> all, held;
     for (const auto& p : s.points)
@@ -136,7 +141,7 @@ EndToEndSummary summarize_rows(const std::vector<ValidationSet>& sets, bool memo
         if (std::find(kinds.begin(), kinds.end(), s.kind) == kinds.end()) continue;
         bool any = false;
         for (const auto& p : s.points) {
-            if (!p.counted || (p.unit == "GiB") != memory) continue;
+            if (!p.counted || is_memory_unit(p.unit) != memory) continue;
             const double e = std::abs(p.error());
             errors.push_back(e);
             out.in_sample += p.in_sample;
@@ -184,6 +189,15 @@ public:
     // The cluster for a GPU family: given with --cluster, else the shipped one; null if none.
     // With a network (multi-node data), a given cluster whose inter_node link is of that kind
     // ("EFA", "InfiniBand") comes first.
+    // The cluster for the family of the GPU a measurement file names (get), or an error at its
+    // $.meta.gpu naming the data set that cannot be predicted.
+    const ClusterDoc& require(const std::string& gpu, const std::string& file, const std::string& id) {
+        if (const ClusterDoc* cd = get(gpu_family(gpu))) return *cd;
+        throw ConfigError(file, "$.meta.gpu",
+                          fmt::format("no cluster config for GPU family \"{}\", so data set \"{}\" cannot be "
+                                      "predicted; give one with --cluster",
+                                      gpu_family(gpu), id));
+    }
     const ClusterDoc* get(const std::string& family, const std::string& network = "") {
         if (!network.empty())
             for (const auto& d : given_)
@@ -495,13 +509,7 @@ ValidationSet megatron_set(const MegatronSet& s, Clusters& clusters) {
 // The cluster an end-to-end set runs on: a --cluster of the GPU family and network of the one it
 // names, else the shipped one it names (configs/clusters/<name>.json).
 const ClusterDoc& end_to_end_cluster(const EndToEndSet& s, Clusters& clusters) {
-    if (s.harness()) {
-        if (const ClusterDoc* cd = clusters.get(gpu_family(s.gpu))) return *cd;
-        throw ConfigError(s.file, "$.meta.gpu",
-                          fmt::format("no cluster config for GPU family \"{}\", so data set \"{}\" cannot be "
-                                      "predicted; give one with --cluster",
-                                      gpu_family(s.gpu), s.id));
-    }
+    if (s.harness()) return clusters.require(s.gpu, s.file, s.id);
     const fs::path shipped =
         clusters.data_dir().empty() ? fs::path() : fs::path(clusters.data_dir()) / "configs" / "clusters" / (s.cluster + ".json");
     if (!shipped.empty() && fs::is_regular_file(shipped)) {
@@ -597,7 +605,10 @@ std::vector<ValidationSet> end_to_end_sets(const EndToEndSet& s, Clusters& clust
         const bool in = in_sample(r);
         any_in_sample |= in;
         const std::string label = fmt::format("{} [{}]{}", r.id, p.layout, p.out_of_memory ? " (dtsim: out of memory)" : "");
-        v.points.push_back({label, static_cast<double>(r.gpus), p.measured, p.predicted, p.unit, true, in});
+        // A one-GPU step lasts a fraction of a second: in milliseconds.
+        const double scale = s.harness() ? 1e3 : 1;
+        v.points.push_back({label, static_cast<double>(r.gpus), scale * p.measured, scale * p.predicted,
+                            s.harness() ? "ms" : p.unit, true, in});
         if (p.out_of_memory) ++v.out_of_memory;
         if (r.measured.peak_memory_GiB)
             mem.points.push_back({label, static_cast<double>(r.gpus), *r.measured.peak_memory_GiB, p.memory_GiB, "GiB", true, in});
@@ -636,7 +647,7 @@ double speed_error(const std::string& unit, double measured, double predicted) {
 
 std::string mean_direction(const ValidationSet& s) {
     const bool memory = std::any_of(s.points.begin(), s.points.end(), [](const ValidationPoint& p) {
-        return p.counted && (p.unit == "GiB" || p.unit == "MiB");
+        return p.counted && is_memory_unit(p.unit);
     });
     double sum = 0;
     int n = 0;
@@ -654,12 +665,7 @@ namespace {
 // holds it (make_workload's LayerWork: forward, forward and backward; layer_activation_bytes: what
 // it keeps), on the cluster of the file's GPU family. Nothing is fitted to them.
 ValidationSet layer_set(const LayerSet& s, Clusters& clusters) {
-    const ClusterDoc* cd = clusters.get(gpu_family(s.gpu));
-    if (!cd)
-        throw ConfigError(s.file, "$.meta.gpu",
-                          fmt::format("no cluster config for GPU family \"{}\", so data set \"{}\" cannot be "
-                                      "predicted; give one with --cluster",
-                                      gpu_family(s.gpu), s.id));
+    const ClusterDoc* cd = &clusters.require(s.gpu, s.file, s.id);
     ValidationSet v;
     v.id = s.id;
     v.kind = "layer";
@@ -681,24 +687,23 @@ ValidationSet layer_set(const LayerSet& s, Clusters& clusters) {
     for (const LayerRow& r : s.rows) {
         const json doc = {{"name", r.label}, {"cluster", cluster}, {"model", r.model}, {"training", r.training},
                           {"strategy", r.strategy}};
-        Config c;
         try {
-            c = parse_config(doc, r.label);
+            const Config c = parse_config(doc, r.label);
+            const LayerSplit split = layer_split(c);
+            if (s.memory) {
+                v.points.push_back({r.label, 1, r.saved_bytes / kMiB, layer_activation_bytes(c.model.spec, split) / kMiB,
+                                    "MiB", true, false});
+                continue;
+            }
+            const LayerWork L = make_workload(c.model.spec, split, c.cluster.gpu).layer;
+            const double forward = L.attention_forward.seconds + L.mlp_forward.seconds;
+            const double backward = L.attention_backward.seconds + L.mlp_backward.seconds;
+            v.points.push_back({r.label + " forward", 1, 1e3 * r.forward_s, 1e3 * forward, "ms", true, false});
+            v.points.push_back({r.label + " forward+backward", 1, 1e3 * r.forward_backward_s, 1e3 * (forward + backward),
+                                "ms", true, false});
         } catch (const ConfigError& e) {
             throw ConfigError(s.file, r.path, fmt::format("the block \"{}\" as a run config: {}", r.label, e.what()));
         }
-        const LayerSplit split = layer_split(c);
-        if (s.memory) {
-            v.points.push_back({r.label, 1, r.saved_bytes / kMiB, layer_activation_bytes(c.model.spec, split) / kMiB,
-                                "MiB", true, false});
-            continue;
-        }
-        const LayerWork& L = make_workload(c.model.spec, split, c.cluster.gpu).layer;
-        const double forward = L.attention_forward.seconds + L.mlp_forward.seconds;
-        const double backward = L.attention_backward.seconds + L.mlp_backward.seconds;
-        v.points.push_back({r.label + " forward", 1, 1e3 * r.forward_s, 1e3 * forward, "ms", true, false});
-        v.points.push_back(
-            {r.label + " forward+backward", 1, 1e3 * r.forward_backward_s, 1e3 * (forward + backward), "ms", true, false});
     }
     return v;
 }
@@ -715,13 +720,8 @@ std::vector<ValidationSet> validate(const GroundTruth& data, const ValidateOptio
     for (const auto& s : data.end_to_end)
         for (auto& v : end_to_end_sets(s, clusters, predicted)) out.push_back(std::move(v));
     for (const auto& s : data.kernels) {
-        const ClusterDoc* cd = clusters.get(gpu_family(s.gpu));
-        if (!cd)
-            throw ConfigError(s.file, "$.meta.gpu",
-                              fmt::format("no cluster config for GPU family \"{}\", so data set \"{}\" cannot be "
-                                          "predicted; give one with --cluster",
-                                          gpu_family(s.gpu), s.id));
-        out.push_back(validate_attention(s, make_cluster(cd->doc, cd->file).gpu, cd->file, o.holdout));
+        const ClusterDoc& cd = clusters.require(s.gpu, s.file, s.id);
+        out.push_back(validate_attention(s, make_cluster(cd.doc, cd.file).gpu, cd.file, o.holdout));
     }
     for (const auto& s : data.layers) out.push_back(layer_set(s, clusters));
     for (auto& s : out) summarize(s);

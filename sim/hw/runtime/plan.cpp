@@ -632,8 +632,9 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
                                                 if (!e.config_examples.count(category)) {
                                                     // What the check said, without the file and path the category names.
                                                     std::string said = err.what();
-                                                    const std::string where = err.file + ": " + err.path + ": ";
-                                                    if (!err.path.empty() && said.starts_with(where)) said.erase(0, where.size());
+                                                    const std::string where =
+                                                        err.file + ": " + (err.path.empty() ? "" : err.path + ": ");
+                                                    if (said.starts_with(where)) said.erase(0, where.size());
                                                     e.config_examples.emplace(category, fmt::format("{}: {}", c.label, said));
                                                 }
                                                 continue;
