@@ -570,6 +570,21 @@ TEST_CASE("a malformed harness step file is an error naming the file and the JSO
     // Two rows of the same step, a misspelt section.
     CHECK(e(step_file("dtsim_steps_twice.json", kStepColumns, "[" + row + ", " + row + "]")).path ==
           "$.training_steps.rows[1]");
+    // A case the script could not run (out of memory) has neither figure: left out, and said so. With
+    // one of the two, the other is an error; a file of failed cases alone has nothing to predict.
+    auto failed = std::string(row);
+    failed.replace(failed.find("150.0, 20.5"), 11, "null, null");
+    const std::string one_failed = step_file("dtsim_steps_failed.json", kStepColumns, "[" + row + ", " + failed + "]");
+    const auto data = cal::load_ground_truth({one_failed});
+    REQUIRE(data.end_to_end.size() == 1);
+    CHECK(data.end_to_end[0].rows.size() == 1);
+    REQUIRE(data.skipped.size() == 1);
+    CHECK(data.skipped[0] == one_failed + ": $.training_steps.rows[1]: not measured (no step time nor peak: the case "
+                                          "failed, its \"details\" entry says why)");
+    auto half = std::string(row);
+    half.replace(half.find("150.0"), 5, "null");
+    CHECK(e(step_file("dtsim_steps_half.json", kStepColumns, "[" + half + "]")).path == "$.training_steps.rows[0][12]");
+    CHECK(e(step_file("dtsim_steps_all_failed.json", kStepColumns, "[" + failed + "]")).path == "$.training_steps.rows");
     const auto typo = e(write_temp("dtsim_steps_typo.json", R"({"meta": {"gpu": "NVIDIA H100"}, "training_step": {}})"));
     CHECK(std::string(typo.what()).find("did you mean \"training_steps\"?") != std::string::npos);
 }

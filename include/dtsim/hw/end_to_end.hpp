@@ -91,10 +91,11 @@ void read_end_to_end(const nlohmann::json& root, const std::string& file, std::v
 // MPT's form, GeLU 4h, tied), dropout off, bf16; global and micro batch the row's batch; strategy
 // ddp on one GPU with fused attention, fp32 gradients (the harness keeps an fp32 master and its
 // gradient per parameter) and the row's recompute (none, full, op: selective_op) and compile;
-// measured step_ms and max_allocated_GiB (dtsim's peak counts allocated bytes). Throws ConfigError
-// naming the file and the JSON path of a bad value.
+// measured step_ms and max_allocated_GiB (dtsim's peak counts allocated bytes). A case the script
+// could not run (both figures null) is left out with a line in `skipped`. Throws ConfigError naming
+// the file and the JSON path of a bad value.
 void read_harness_steps(const nlohmann::json& root, const std::string& file, const std::string& stem,
-                        std::vector<EndToEndSet>& out);
+                        std::vector<EndToEndSet>& out, std::vector<std::string>& skipped);
 
 // The run config of a row ({"name", "cluster", "model", "training", "strategy"}) on a cluster
 // document ({"cluster": ...}): the set's cluster_overrides merged in, gpus_per_node and nodes for

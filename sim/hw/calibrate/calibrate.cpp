@@ -367,7 +367,7 @@ GroundTruth load_ground_truth(const std::vector<std::string>& files) {
         if (j.contains("sets")) {
             read_end_to_end(j, file, out.end_to_end, out.skipped);  // end_to_end.cpp
         } else if (j.contains("training_steps")) {
-            read_harness_steps(j, file, stem, out.end_to_end);
+            read_harness_steps(j, file, stem, out.end_to_end, out.skipped);
         } else if (is_kernel_file(j)) {
             read_kernels(root, file, stem, out);
         } else if (is_layer_file(j)) {

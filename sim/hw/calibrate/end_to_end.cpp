@@ -271,7 +271,7 @@ constexpr Range kStepMilliseconds{"a step time", "ms", 0, 1e10, true};
 }  // namespace
 
 void read_harness_steps(const json& root_json, const std::string& file, const std::string& stem,
-                        std::vector<EndToEndSet>& out) {
+                        std::vector<EndToEndSet>& out, std::vector<std::string>& skipped) {
     const json_reader::Document doc(root_json, file, config_dialect());
     const Value root = doc.root();
     root.keys(kStepFileKeys);
@@ -289,6 +289,13 @@ void read_harness_steps(const json& root_json, const std::string& file, const st
     for (std::size_t j = 0; j < rows.size(); ++j) {
         const Value r = table_row(rows, j, cols.size());
         const auto col = [&](std::string_view name) { return r.at(at.at(std::string(name))); };
+        // A case the script could not run (out of memory, say) has neither figure; its details say why.
+        if (col("step_ms").json().is_null() && col("max_allocated_GiB").json().is_null()) {
+            skipped.push_back(fmt::format("{}: {}: not measured (no step time nor peak: the case failed, its "
+                                          "\"details\" entry says why)",
+                                          file, r.path()));
+            continue;
+        }
         const HarnessShape shape = harness_shape(r, at, col("kind").choice({"llama", "gpt"}));
         const int batch = col("batch").integer(1);
         const std::string recompute = col("recompute").choice({"none", "full", "op"});
@@ -313,6 +320,7 @@ void read_harness_steps(const json& root_json, const std::string& file, const st
         row.measured.peak_memory_GiB = col("max_allocated_GiB").real(ranges::memory_GiB);
         s.rows.push_back(std::move(row));
     }
+    if (s.rows.empty()) rows.fail("expected at least one measured step");
     out.push_back(std::move(s));
 }
 
