@@ -140,7 +140,7 @@ TEST_CASE("an unknown key is rejected with a did-you-mean, naming the file and t
           "--set strategy.zzzzzzzz=1: $.strategy.zzzzzzzz: unknown key \"zzzzzzzz\"; the keys here are: name, dp, tp, pp, cp, cp_comm, "
           "microbatches, zero_stage, bucket_MiB, first_bucket_MiB, overlap, prefetch, recompute, sequence_parallel, "
           "flash_attention, attention_kernel, algorithm, puzzle, chunks, microbatch_group, schedule_file, sharding, fsdp_impl, "
-          "grad_dtype, optimizer_dtype, distributed_optimizer, overlap_param_gather, cross_entropy, tp_comm_overlap, tp_comm_overlap_cfg, tp_async_backward, recompute_early_stop, compile, repeat_kv, norm_kernel, fp8, "
+          "grad_dtype, optimizer_dtype, distributed_optimizer, overlap_param_gather, cross_entropy, tp_comm_overlap, tp_comm_overlap_cfg, tp_async_backward, recompute_early_stop, compile, repeat_kv, norm_kernel, rope_kernel, fp8, "
           "recompute_every, recompute_num_layers, stage_layers, first_stage_layers, last_stage_layers, account_for_embedding, "
           "account_for_loss");
 }
@@ -460,6 +460,26 @@ TEST_CASE("strategy.norm_kernel is fused or composed, and reaches the layer spli
     CHECK_FALSE(layer_split(load_config(kData + "/run.json", {parse_override("strategy.norm_kernel=fused")})).composed_norm);
     CHECK(error_of("run.json", {parse_override("strategy.norm_kernel=fusd")}).find("$.strategy.norm_kernel") !=
           std::string::npos);
+}
+
+TEST_CASE("strategy.rope_kernel: given, or by the model's MLP and the strategy's code") {
+    const auto rope = [](std::vector<Override> o) {
+        return layer_split(load_config(kData + "/run.json", std::move(o))).rope;
+    };
+    // A GeLU model has no rotary embedding (GPT-3's learned positions, MPT's ALiBi); a SwiGLU one (the
+    // Llama form) rotates, as torchtitan does it under PyTorch's strategies, fused under Megatron's.
+    CHECK(rope({parse_override("model.mlp=gelu")}) == RopeKernel::none);
+    CHECK(rope({parse_override("model.mlp=swiglu")}) == RopeKernel::fused);  // 1f1b: Megatron's
+    CHECK(rope({parse_override("model.mlp=swiglu"), parse_override("strategy.name=fsdp"), parse_override("strategy.tp=1"),
+                parse_override("strategy.pp=1"), parse_override("strategy.dp=16")}) == RopeKernel::complex);
+    // Megatron-FSDP is Megatron-Core's code: Transformer Engine's kernel.
+    CHECK(rope({parse_override("model.mlp=swiglu"), parse_override("strategy.name=fsdp"), parse_override("strategy.tp=1"),
+                parse_override("strategy.pp=1"), parse_override("strategy.dp=16"),
+                parse_override("strategy.fsdp_impl=megatron")}) == RopeKernel::fused);
+    CHECK(rope({parse_override("model.mlp=swiglu"), parse_override("strategy.rope_kernel=none")}) == RopeKernel::none);
+    CHECK(rope({parse_override("model.mlp=gelu"), parse_override("strategy.rope_kernel=complex")}) == RopeKernel::complex);
+    CHECK(error_of("run.json", {parse_override("strategy.rope_kernel=real")})
+              .ends_with("$.strategy.rope_kernel: expected one of \"complex\", \"fused\", \"none\", found \"real\""));
 }
 
 TEST_CASE("strategy.repeat_kv reaches the layer split; it is a boolean") {

@@ -178,6 +178,48 @@ TEST_CASE("context parallelism by all-gather: keys and values gathered before th
     CHECK(config_error(doc).find("$.strategy.cp_comm: expected \"ring\" or \"allgather\", found \"p2p\"") != std::string::npos);
 }
 
+TEST_CASE("the rotary embedding: its kernel's bytes on the query and key heads of this GPU, forward, backward and again") {
+    // 16 heads over 4 kv heads of 128, 4,096 tokens, context parallel over 4: 1,024 tokens here.
+    const TransformerSpec m = gqa_model();
+    const GpuSpec gpu = plain_gpu();
+    LayerSplit none{1, 1, false, Recompute::none, true};
+    none.cp = 4;
+    LayerSplit complex = none, fused = none;
+    complex.rope = RopeKernel::complex;
+    fused.rope = RopeKernel::fused;
+    const Workload w0 = make_workload(m, none, gpu), wc = make_workload(m, complex, gpu), wf = make_workload(m, fused, gpu);
+    // 1,024 tokens x (16 + 4) heads x 128: torchtitan's complex kernels at 18.5 and 18.8 bytes an
+    // element (forward, backward), a fused kernel's read and write of 2 bytes each way.
+    const double rotated = 1024.0 * (16 + 4) * 128;
+    CHECK(wc.layer.attention_forward.bytes - w0.layer.attention_forward.bytes == doctest::Approx(18.5 * rotated));
+    CHECK(wc.layer.attention_backward.bytes - w0.layer.attention_backward.bytes == doctest::Approx(18.8 * rotated));
+    CHECK(wc.layer.attention_forward.seconds - w0.layer.attention_forward.seconds ==
+          doctest::Approx(gpu.memory_seconds(18.5 * rotated)));
+    CHECK(wf.layer.attention_forward.bytes - w0.layer.attention_forward.bytes == doctest::Approx(4 * rotated));
+    CHECK(wf.layer.attention_backward.bytes - w0.layer.attention_backward.bytes == doctest::Approx(4 * rotated));
+    // The MLP and the FLOPs do not change.
+    CHECK(wc.layer.mlp_forward.bytes == w0.layer.mlp_forward.bytes);
+    CHECK(wc.layer.attention_forward.flops == w0.layer.attention_forward.flops);
+    // Tensor parallelism over 8: 2 query heads and the one kv head each GPU holds (4 kv heads < 8).
+    LayerSplit t8 = complex, t8_none = none;
+    t8.tp = t8_none.tp = 8;
+    CHECK(make_workload(m, t8, gpu).layer.attention_forward.bytes - make_workload(m, t8_none, gpu).layer.attention_forward.bytes ==
+          doctest::Approx(18.5 * 1024 * (2 + 1) * 128));
+    // Recomputed with the layer's forward (full) and with torchtitan's per-op policy, which keeps no rotated tensor.
+    for (const Recompute r : {Recompute::full, Recompute::selective_op}) {
+        LayerSplit a = none, b = complex;
+        a.recompute = b.recompute = r;
+        CHECK(make_workload(m, b, gpu).layer.attention_recompute.bytes -
+                  make_workload(m, a, gpu).layer.attention_recompute.bytes ==
+              doctest::Approx(18.5 * rotated));
+    }
+    // Compiled blocks count it in their fitted classes.
+    LayerSplit compiled = none, compiled_complex = complex;
+    compiled.compiled = compiled_complex.compiled = true;
+    CHECK(make_workload(m, compiled_complex, gpu).layer.attention_forward.bytes ==
+          make_workload(m, compiled, gpu).layer.attention_forward.bytes);
+}
+
 TEST_CASE("repeat_kv: the keys and values copied to every query head, kept for the backward and sent round the ring") {
     // 16 heads over 4 kv heads of 128, 4,096 tokens, context parallel over 4: 1,024 tokens here.
     const TransformerSpec m = gqa_model();

@@ -126,6 +126,12 @@ struct StrategyConfig {
     // Apex, PyTorch's nn.RMSNorm from 2.8), or "composed", its tensor operations one kernel each
     // (torchtitan's RMSNorm module through March 2025, nn.RMSNorm before 2.8: kComposedRmsNormBytes).
     bool composed_norm = false;
+    // How the rotary embedding runs in eager blocks (RopeKernel in transformer.hpp): "complex",
+    // "fused" or "none". Unless given: none for a GeLU model (GPT-3's learned positions, MPT's
+    // ALiBi), and for a SwiGLU one (the Llama form, whose models rotate) complex under PyTorch's
+    // strategies, ddp and fsdp (torchtitan), and fused under the others and with fsdp_impl
+    // "megatron" (Transformer Engine): layer_split.
+    std::optional<RopeKernel> rope_kernel;
     bool flash_attention = false;          // fused attention: no s x s scores kept
     std::string attention_kernel = "flash2";  // which fused kernel: "flash2", "cudnn" or "flash1" (AttentionModel)
     // The dtype gradients are accumulated in and reduced across data-parallel ranks: fp32 as

@@ -28,6 +28,28 @@ std::string_view recompute_name(Recompute r);
 enum class CrossEntropy : std::uint8_t { pytorch, megatron, fused };
 std::string_view cross_entropy_name(CrossEntropy c);
 
+// How the rotary position embedding of the queries and keys runs in an eager block
+// (StrategyConfig::rope_kernel), per element of the heads / t + max(1, kv heads / t) heads of
+// head_dim it rotates on each token, as the bytes GpuSpec::memory_seconds prices:
+//   none     no rotary embedding (learned or ALiBi positions: GPT-3, MPT);
+//   complex  torchtitan's apply_rotary_emb (torchtitan/models/llama3/model.py): view_as_complex of
+//            the fp32 upcast, a complex multiply and view_as_real, several eager kernels:
+//            kComplexRopeForwardBytes, kComplexRopeBackwardBytes;
+//   fused    one kernel that reads and writes each element (Transformer Engine's
+//            fused_apply_rotary_pos_emb, Megatron's apply_rope_fusion; flash-attn's rotary):
+//            2 + 2 bytes forward, as many backward.
+// Compiled blocks count their rotary embedding in their fitted classes (kCompiledRotaryBytes).
+enum class RopeKernel : std::uint8_t { none, complex, fused };
+std::string_view rope_kernel_name(RopeKernel r);
+// torchtitan's complex rotary embedding timed on one H100 in eager PyTorch 2.11
+// (calibration/data/h100_dtsim_torch_kernels.json, elementwise rows "rotary_torchtitan": bf16
+// [tokens, width], 4,096 and 16,384 tokens x 2,048 to 16,384 wide), each row's time as bytes at
+// the H100 cluster's memory_seconds rate (3.35 TB/s x 0.687) per element: the median of the eight
+// rows, forward and backward (fwd_bwd_us less fwd_us) apart.
+inline constexpr double kComplexRopeForwardBytes = 18.5;
+inline constexpr double kComplexRopeBackwardBytes = 18.8;
+inline constexpr double kFusedRopeBytes = 2 + 2;
+
 // Float8 linears (StrategyConfig::fp8): the GEMMs of a layer's linear layers (QKV, projection,
 // MLP) run in fp8, forward and backward; everything else (attention core, norms, the output
 // layer, gradients, collectives) stays in the model's dtype.
@@ -178,6 +200,8 @@ struct LayerSplit {
     // (StrategyConfig::repeat_kv): the core, context parallelism's exchanges and the tensors
     // kept for the backward see a / t heads of keys and values, not kv / t.
     bool repeat_kv = false;
+    // The rotary embedding's kernel in eager blocks (RopeKernel; layer_split resolves the default).
+    RopeKernel rope = RopeKernel::none;
     // Each block's norm as separate eager kernels (StrategyConfig::norm_kernel "composed"):
     // kComposedRmsNormBytes per element instead of a fused kernel's read and write. No effect on
     // compiled blocks, whose norms Inductor fuses.

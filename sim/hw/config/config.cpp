@@ -77,6 +77,13 @@ LayerSplit layer_split(const Config& c) {
     split.compiled = s.compile;
     split.repeat_kv = s.repeat_kv;
     split.composed_norm = s.composed_norm;
+    // A SwiGLU model (the Llama form) rotates its queries and keys: in PyTorch's code as torchtitan
+    // does, in Megatron-Core's (its strategies, and Megatron-FSDP) with Transformer Engine's kernel.
+    const bool rotates = c.model.spec.mlp == Mlp::swiglu;
+    const bool pytorch_code = info && info->pytorch && s.fsdp_impl != "megatron";
+    split.rope = s.rope_kernel.value_or(!rotates       ? RopeKernel::none
+                                        : pytorch_code ? RopeKernel::complex
+                                                       : RopeKernel::fused);
     split.userbuffers = te_userbuffers(s);
     if (split.userbuffers) split.ub = s.tp_overlap;
     split.optimizer_dtype = s.optimizer_dtype;
@@ -513,7 +520,7 @@ UbConfig ub_config(const Node& n) {
 void from_json(const Node& n, StrategyConfig& s) {
     n.keys({"name", "dp", "tp", "pp", "cp", "cp_comm", "microbatches", "zero_stage", "bucket_MiB", "first_bucket_MiB", "overlap",
             "prefetch", "recompute", "sequence_parallel", "flash_attention", "attention_kernel", "algorithm", "puzzle",
-            "chunks", "microbatch_group", "schedule_file", "sharding", "fsdp_impl", "grad_dtype", "optimizer_dtype", "distributed_optimizer", "overlap_param_gather", "cross_entropy", "tp_comm_overlap", "tp_comm_overlap_cfg", "tp_async_backward", "recompute_early_stop", "compile", "repeat_kv", "norm_kernel", "fp8", "recompute_every", "recompute_num_layers",
+            "chunks", "microbatch_group", "schedule_file", "sharding", "fsdp_impl", "grad_dtype", "optimizer_dtype", "distributed_optimizer", "overlap_param_gather", "cross_entropy", "tp_comm_overlap", "tp_comm_overlap_cfg", "tp_async_backward", "recompute_early_stop", "compile", "repeat_kv", "norm_kernel", "rope_kernel", "fp8", "recompute_every", "recompute_num_layers",
             "stage_layers", "first_stage_layers", "last_stage_layers", "account_for_embedding", "account_for_loss"});
     s.name = n["name"].choice(strategy_names());
     if (n.has("dp")) s.dp = n["dp"].integer(1);
@@ -558,6 +565,10 @@ void from_json(const Node& n, StrategyConfig& s) {
     if (n.has("compile")) s.compile = n["compile"].boolean();
     if (n.has("repeat_kv")) s.repeat_kv = n["repeat_kv"].boolean();
     if (n.has("norm_kernel")) s.composed_norm = n["norm_kernel"].choice({"fused", "composed"}) == "composed";
+    if (n.has("rope_kernel")) {
+        const std::string r = n["rope_kernel"].choice({"complex", "fused", "none"});
+        s.rope_kernel = r == "complex" ? RopeKernel::complex : r == "fused" ? RopeKernel::fused : RopeKernel::none;
+    }
     if (n.has("flash_attention")) s.flash_attention = n["flash_attention"].boolean();
     if (n.has("attention_kernel")) s.attention_kernel = n["attention_kernel"].choice({"flash2", "cudnn", "flash1"});
     if (n.has("fp8")) {

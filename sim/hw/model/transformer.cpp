@@ -20,6 +20,10 @@ std::string_view cross_entropy_name(CrossEntropy c) {
     return c == CrossEntropy::megatron ? "megatron" : c == CrossEntropy::fused ? "fused" : "pytorch";
 }
 
+std::string_view rope_kernel_name(RopeKernel r) {
+    return r == RopeKernel::complex ? "complex" : r == RopeKernel::fused ? "fused" : "none";
+}
+
 std::string_view fp8_name(Fp8 f) {
     switch (f) {
         case Fp8::none: return "none";

@@ -113,6 +113,19 @@ Workload make_workload(const TransformerSpec& model, const LayerSplit& s, const 
         add(L.attention_forward, kv_copies);
         add(L.attention_backward, kv_copies);
     }
+    // The rotary embedding of this GPU's query and key heads (RopeKernel), before the core.
+    // Compiled blocks count it in their fitted classes.
+    const double rotated = s.compiled ? 0 : tokens * (a / t + kv_here) * hd;
+    const double rope_forward = s.rope == RopeKernel::complex ? kComplexRopeForwardBytes * rotated
+                                : s.rope == RopeKernel::fused ? kFusedRopeBytes * rotated
+                                                              : 0;
+    const double rope_backward = s.rope == RopeKernel::complex ? kComplexRopeBackwardBytes * rotated
+                                 : s.rope == RopeKernel::fused ? kFusedRopeBytes * rotated
+                                                               : 0;
+    if (rope_forward > 0) {
+        add(L.attention_forward, rope_forward);
+        add(L.attention_backward, rope_backward);
+    }
     // Float8 linears' casts: memory-bound bytes split between the blocks by their linears' share
     // (QKV and projection against fc1 and fc2, by weight), and the weight casts (fp8_cast_bytes).
     if (s.fp8 != Fp8::none) {
@@ -162,12 +175,12 @@ Workload make_workload(const TransformerSpec& model, const LayerSplit& s, const 
             if (m.mlp == Mlp::swiglu) {
                 const double wk = gpu.gemm_seconds(tokens, h * kv / a / t, h, ld);
                 const double w3 = gpu.gemm_seconds(tokens, ffn / t, h, ld);
-                // repeat_kv's copies are not kept by the policy either: they run again.
-                const double again = attn_bytes + kv_copies;
+                // repeat_kv's copies and the rotary embedding are not kept by the policy either: they run again.
+                const double again = attn_bytes + kv_copies + rope_forward;
                 L.attention_recompute = {wk + proj + gpu.memory_seconds(again), kv_flops + f.projection, again};
                 L.mlp_recompute = {w3 + gpu.memory_seconds(mlp_bytes), f.mlp / 3, mlp_bytes};
             } else {
-                const double again = attn_bytes + kv_copies;
+                const double again = attn_bytes + kv_copies + rope_forward;
                 L.attention_recompute = {proj + gpu.memory_seconds(again), f.projection, again};
                 L.mlp_recompute = {fc2 + gpu.memory_seconds(mlp_bytes), f.mlp / 2, mlp_bytes};
             }
