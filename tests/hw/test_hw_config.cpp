@@ -472,6 +472,11 @@ TEST_CASE("strategy.rope_kernel: given, or by the model's MLP and the strategy's
     CHECK(rope({parse_override("model.mlp=swiglu")}) == RopeKernel::fused);  // 1f1b: Megatron's
     CHECK(rope({parse_override("model.mlp=swiglu"), parse_override("strategy.name=fsdp"), parse_override("strategy.tp=1"),
                 parse_override("strategy.pp=1"), parse_override("strategy.dp=16")}) == RopeKernel::complex);
+    CHECK(rope({parse_override("model.mlp=swiglu"), parse_override("strategy.name=ddp"), parse_override("strategy.tp=1"),
+                parse_override("strategy.pp=1"), parse_override("strategy.dp=16")}) == RopeKernel::complex);
+    // torchtitan's 3D: a pipeline with ZeRO-3 in its stages runs PyTorch's code; with ZeRO-1 Megatron's.
+    CHECK(rope({parse_override("model.mlp=swiglu"), parse_override("strategy.zero_stage=3")}) == RopeKernel::complex);
+    CHECK(rope({parse_override("model.mlp=swiglu"), parse_override("strategy.zero_stage=1")}) == RopeKernel::fused);
     // Megatron-FSDP is Megatron-Core's code: Transformer Engine's kernel.
     CHECK(rope({parse_override("model.mlp=swiglu"), parse_override("strategy.name=fsdp"), parse_override("strategy.tp=1"),
                 parse_override("strategy.pp=1"), parse_override("strategy.dp=16"),

@@ -197,9 +197,27 @@ TEST_CASE("the rotary embedding: its kernel's bytes on the query and key heads o
           doctest::Approx(gpu.memory_seconds(18.5 * rotated)));
     CHECK(wf.layer.attention_forward.bytes - w0.layer.attention_forward.bytes == doctest::Approx(4 * rotated));
     CHECK(wf.layer.attention_backward.bytes - w0.layer.attention_backward.bytes == doctest::Approx(4 * rotated));
+    CHECK(wf.layer.attention_backward.seconds - w0.layer.attention_backward.seconds ==
+          doctest::Approx(gpu.memory_seconds(4 * rotated)));
+    // The backward's part is the input gradient's: the weight gradients' GEMMs do not change.
+    CHECK(wc.layer.attention_backward_input.bytes - w0.layer.attention_backward_input.bytes ==
+          doctest::Approx(18.8 * rotated));
+    CHECK(wc.layer.attention_backward_weight.seconds == w0.layer.attention_backward_weight.seconds);
     // The MLP and the FLOPs do not change.
     CHECK(wc.layer.mlp_forward.bytes == w0.layer.mlp_forward.bytes);
     CHECK(wc.layer.attention_forward.flops == w0.layer.attention_forward.flops);
+    // The keys are rotated before repeat_kv copies them (4 key heads, not 16), and with sequence
+    // parallelism after the input's all-gather (every token: nothing divided by t).
+    LayerSplit repeat = complex, repeat_none = none;
+    repeat.repeat_kv = repeat_none.repeat_kv = true;
+    CHECK(make_workload(m, repeat, gpu).layer.attention_forward.bytes -
+              make_workload(m, repeat_none, gpu).layer.attention_forward.bytes ==
+          doctest::Approx(18.5 * rotated));
+    LayerSplit sp = complex, sp_none = none;
+    sp.tp = sp_none.tp = 2;
+    sp.sequence_parallel = sp_none.sequence_parallel = true;
+    CHECK(make_workload(m, sp, gpu).layer.attention_forward.bytes - make_workload(m, sp_none, gpu).layer.attention_forward.bytes ==
+          doctest::Approx(18.5 * 1024 * (8 + 2) * 128));
     // Tensor parallelism over 8: 2 query heads and the one kv head each GPU holds (4 kv heads < 8).
     LayerSplit t8 = complex, t8_none = none;
     t8.tp = t8_none.tp = 8;
@@ -213,6 +231,20 @@ TEST_CASE("the rotary embedding: its kernel's bytes on the query and key heads o
                   make_workload(m, a, gpu).layer.attention_recompute.bytes ==
               doctest::Approx(18.5 * rotated));
     }
+    // Megatron-LM's selective recompute reruns the attention core alone, not the rotary embedding.
+    LayerSplit sel = none, sel_complex = complex;
+    sel.recompute = sel_complex.recompute = Recompute::selective;
+    sel.flash_attention = sel_complex.flash_attention = false;
+    CHECK(make_workload(m, sel_complex, gpu).layer.attention_recompute.bytes ==
+          make_workload(m, sel, gpu).layer.attention_recompute.bytes);
+    // A GeLU model's per-op recompute runs it again too, where one is given.
+    TransformerSpec gelu = m;
+    gelu.mlp = Mlp::gelu;
+    LayerSplit op = none, op_complex = complex;
+    op.recompute = op_complex.recompute = Recompute::selective_op;
+    CHECK(make_workload(gelu, op_complex, gpu).layer.attention_recompute.bytes -
+              make_workload(gelu, op, gpu).layer.attention_recompute.bytes ==
+          doctest::Approx(18.5 * rotated));
     // Compiled blocks count it in their fitted classes.
     LayerSplit compiled = none, compiled_complex = complex;
     compiled.compiled = compiled_complex.compiled = true;

@@ -35,9 +35,9 @@ std::string_view cross_entropy_name(CrossEntropy c);
 //   complex  torchtitan's apply_rotary_emb (torchtitan/models/llama3/model.py): view_as_complex of
 //            the fp32 upcast, a complex multiply and view_as_real, several eager kernels:
 //            kComplexRopeForwardBytes, kComplexRopeBackwardBytes;
-//   fused    one kernel that reads and writes each element (Transformer Engine's
-//            fused_apply_rotary_pos_emb, Megatron's apply_rope_fusion; flash-attn's rotary):
-//            2 + 2 bytes forward, as many backward.
+//   fused    one kernel that reads and writes each element in the model's dtype (Transformer
+//            Engine's fused_apply_rotary_pos_emb, Megatron's apply_rope_fusion; flash-attn's
+//            rotary): kFusedRopeReads x its bytes per element, forward and backward alike.
 // Compiled blocks count their rotary embedding in their fitted classes (kCompiledRotaryBytes).
 enum class RopeKernel : std::uint8_t { none, complex, fused };
 std::string_view rope_kernel_name(RopeKernel r);
@@ -45,10 +45,10 @@ std::string_view rope_kernel_name(RopeKernel r);
 // (calibration/data/h100_dtsim_torch_kernels.json, elementwise rows "rotary_torchtitan": bf16
 // [tokens, width], 4,096 and 16,384 tokens x 2,048 to 16,384 wide), each row's time as bytes at
 // the H100 cluster's memory_seconds rate (3.35 TB/s x 0.687) per element: the median of the eight
-// rows, forward and backward (fwd_bwd_us less fwd_us) apart.
+// rows, forward and backward (fwd_bwd_us less fwd_us) apart; bf16 tensors, as those rows were.
 inline constexpr double kComplexRopeForwardBytes = 18.5;
 inline constexpr double kComplexRopeBackwardBytes = 18.8;
-inline constexpr double kFusedRopeBytes = 2 + 2;
+inline constexpr double kFusedRopeReads = 2;  // a read and a write
 
 // Float8 linears (StrategyConfig::fp8): the GEMMs of a layer's linear layers (QKV, projection,
 // MLP) run in fp8, forward and backward; everything else (attention core, norms, the output

@@ -116,11 +116,12 @@ Workload make_workload(const TransformerSpec& model, const LayerSplit& s, const 
     // The rotary embedding of this GPU's query and key heads (RopeKernel), before the core.
     // Compiled blocks count it in their fitted classes.
     const double rotated = s.compiled ? 0 : tokens * (a / t + kv_here) * hd;
+    const double fused_rope = kFusedRopeReads * el * rotated;
     const double rope_forward = s.rope == RopeKernel::complex ? kComplexRopeForwardBytes * rotated
-                                : s.rope == RopeKernel::fused ? kFusedRopeBytes * rotated
+                                : s.rope == RopeKernel::fused ? fused_rope
                                                               : 0;
     const double rope_backward = s.rope == RopeKernel::complex ? kComplexRopeBackwardBytes * rotated
-                                 : s.rope == RopeKernel::fused ? kFusedRopeBytes * rotated
+                                 : s.rope == RopeKernel::fused ? fused_rope
                                                                : 0;
     if (rope_forward > 0) {
         add(L.attention_forward, rope_forward);
