@@ -206,45 +206,39 @@ TEST_CASE("the rotary embedding: its kernel's bytes on the query and key heads o
     // The MLP and the FLOPs do not change.
     CHECK(wc.layer.mlp_forward.bytes == w0.layer.mlp_forward.bytes);
     CHECK(wc.layer.attention_forward.flops == w0.layer.attention_forward.flops);
+    // What torchtitan's form adds to a layer split otherwise as `base`, in one of the layer's works.
+    const auto added = [&](const TransformerSpec& model, LayerSplit base, Work LayerWork::*work) {
+        LayerSplit with = base;
+        with.rope = RopeKernel::complex;
+        base.rope = RopeKernel::none;
+        return (make_workload(model, with, gpu).layer.*work).bytes - (make_workload(model, base, gpu).layer.*work).bytes;
+    };
     // The keys are rotated before repeat_kv copies them (4 key heads, not 16), and with sequence
     // parallelism after the input's all-gather (every token: nothing divided by t).
-    LayerSplit repeat = complex, repeat_none = none;
-    repeat.repeat_kv = repeat_none.repeat_kv = true;
-    CHECK(make_workload(m, repeat, gpu).layer.attention_forward.bytes -
-              make_workload(m, repeat_none, gpu).layer.attention_forward.bytes ==
-          doctest::Approx(18.5 * rotated));
-    LayerSplit sp = complex, sp_none = none;
-    sp.tp = sp_none.tp = 2;
-    sp.sequence_parallel = sp_none.sequence_parallel = true;
-    CHECK(make_workload(m, sp, gpu).layer.attention_forward.bytes - make_workload(m, sp_none, gpu).layer.attention_forward.bytes ==
-          doctest::Approx(18.5 * 1024 * (8 + 2) * 128));
+    LayerSplit repeat = none;
+    repeat.repeat_kv = true;
+    CHECK(added(m, repeat, &LayerWork::attention_forward) == doctest::Approx(18.5 * rotated));
+    LayerSplit sp = none;
+    sp.tp = 2;
+    sp.sequence_parallel = true;
+    CHECK(added(m, sp, &LayerWork::attention_forward) == doctest::Approx(18.5 * 1024 * (8 + 2) * 128));
     // Tensor parallelism over 8: 2 query heads and the one kv head each GPU holds (4 kv heads < 8).
-    LayerSplit t8 = complex, t8_none = none;
-    t8.tp = t8_none.tp = 8;
-    CHECK(make_workload(m, t8, gpu).layer.attention_forward.bytes - make_workload(m, t8_none, gpu).layer.attention_forward.bytes ==
-          doctest::Approx(18.5 * 1024 * (2 + 1) * 128));
-    // Recomputed with the layer's forward (full) and with torchtitan's per-op policy, which keeps no rotated tensor.
-    for (const Recompute r : {Recompute::full, Recompute::selective_op}) {
-        LayerSplit a = none, b = complex;
-        a.recompute = b.recompute = r;
-        CHECK(make_workload(m, b, gpu).layer.attention_recompute.bytes -
-                  make_workload(m, a, gpu).layer.attention_recompute.bytes ==
-              doctest::Approx(18.5 * rotated));
-    }
-    // Megatron-LM's selective recompute reruns the attention core alone, not the rotary embedding.
-    LayerSplit sel = none, sel_complex = complex;
-    sel.recompute = sel_complex.recompute = Recompute::selective;
-    sel.flash_attention = sel_complex.flash_attention = false;
-    CHECK(make_workload(m, sel_complex, gpu).layer.attention_recompute.bytes ==
-          make_workload(m, sel, gpu).layer.attention_recompute.bytes);
-    // A GeLU model's per-op recompute runs it again too, where one is given.
+    LayerSplit t8 = none;
+    t8.tp = 8;
+    CHECK(added(m, t8, &LayerWork::attention_forward) == doctest::Approx(18.5 * 1024 * (2 + 1) * 128));
+    // Recomputed with the layer's forward (full) and with torchtitan's per-op policy, which keeps no
+    // rotated tensor, in a SwiGLU model and a GeLU one; not by Megatron-LM's selective recompute,
+    // which reruns the attention core alone.
     TransformerSpec gelu = m;
     gelu.mlp = Mlp::gelu;
-    LayerSplit op = none, op_complex = complex;
-    op.recompute = op_complex.recompute = Recompute::selective_op;
-    CHECK(make_workload(gelu, op_complex, gpu).layer.attention_recompute.bytes -
-              make_workload(gelu, op, gpu).layer.attention_recompute.bytes ==
-          doctest::Approx(18.5 * rotated));
+    for (const Recompute r : {Recompute::full, Recompute::selective_op, Recompute::selective}) {
+        LayerSplit again = none;
+        again.recompute = r;
+        again.flash_attention = r != Recompute::selective;
+        const double expected = r == Recompute::selective ? 0 : 18.5 * rotated;
+        CHECK(added(m, again, &LayerWork::attention_recompute) == doctest::Approx(expected));
+        CHECK(added(gelu, again, &LayerWork::attention_recompute) == doctest::Approx(expected));
+    }
     // Compiled blocks count it in their fitted classes.
     LayerSplit compiled = none, compiled_complex = complex;
     compiled.compiled = compiled_complex.compiled = true;
