@@ -3,6 +3,7 @@
 // arithmetic on a hand-made set, and bad files get errors with file and path.
 #include "dtsim/hw/calibrate.hpp"
 #include "dtsim/hw/collective_cost.hpp"
+#include "dtsim/hw/transformer.hpp"
 #include "dtsim/hw/units.hpp"
 
 #include <doctest/doctest.h>
@@ -405,6 +406,37 @@ TEST_CASE("gpu families and Megatron's FLOP count") {
     const double f = cal::megatron_flops(1536, 2048, 96, 12288, 51200);
     CHECK(f == doctest::Approx(4.511e18).epsilon(0.001));
     CHECK(f / 1024 / 32 == doctest::Approx(138e12).epsilon(0.01));
+}
+
+TEST_CASE("torchtitan's complex rotary embedding: its bytes are the medians of its timed kernels at the H100's rate") {
+    // kComplexRopeForwardBytes and kComplexRopeBackwardBytes, recomputed from their source: the
+    // "rotary_torchtitan" rows of the H100 kernel file, each time over the elements at the shipped
+    // H100 cluster's memory_seconds rate.
+    std::ifstream in(std::string(DTSIM_CONFIGS) + "/../calibration/data/h100_dtsim_torch_kernels.json");
+    const auto file = nlohmann::json::parse(in);
+    const auto& section = file.at("elementwise");
+    std::map<std::string, std::size_t> at;
+    for (std::size_t i = 0; i < section.at("columns").size(); ++i) at[section.at("columns")[i].get<std::string>()] = i;
+    const GpuSpec gpu = cal::make_cluster(cal::read_cluster_file(std::string(DTSIM_CONFIGS) + "/clusters/dgx-h100.json"),
+                                          "dgx-h100.json")
+                            .gpu;
+    const double rate = gpu.memory_seconds(1.0);  // seconds a byte
+    std::vector<double> forward, backward;
+    for (const auto& r : section.at("rows")) {
+        if (r[at["kernel"]] != "rotary_torchtitan") continue;
+        const double elements = r[at["tokens"]].get<double>() * r[at["width"]].get<double>();
+        const double fwd = r[at["fwd_us"]].get<double>() * 1e-6, both = r[at["fwd_bwd_us"]].get<double>() * 1e-6;
+        forward.push_back(fwd / rate / elements);
+        backward.push_back((both - fwd) / rate / elements);
+    }
+    REQUIRE(forward.size() == 8);
+    const auto median = [](std::vector<double> v) {
+        std::sort(v.begin(), v.end());
+        return (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+    };
+    // The constants are the medians rounded to 0.1 byte.
+    CHECK(median(forward) == doctest::Approx(kComplexRopeForwardBytes).epsilon(0.05 / kComplexRopeForwardBytes));
+    CHECK(median(backward) == doctest::Approx(kComplexRopeBackwardBytes).epsilon(0.05 / kComplexRopeBackwardBytes));
 }
 
 TEST_CASE("every shipped data file loads; only the datasheets and the bandwidth sweeps are skipped") {

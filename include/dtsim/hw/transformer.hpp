@@ -40,7 +40,6 @@ std::string_view cross_entropy_name(CrossEntropy c);
 //            rotary): kFusedRopeReads x its bytes per element, forward and backward alike.
 // Compiled blocks count their rotary embedding in their fitted classes (kCompiledRotaryBytes).
 enum class RopeKernel : std::uint8_t { none, complex, fused };
-std::string_view rope_kernel_name(RopeKernel r);
 // torchtitan's complex rotary embedding timed on one H100 in eager PyTorch 2.11
 // (calibration/data/h100_dtsim_torch_kernels.json, elementwise rows "rotary_torchtitan": bf16
 // [tokens, width], 4,096 and 16,384 tokens x 2,048 to 16,384 wide), each row's time as bytes at
@@ -49,6 +48,12 @@ std::string_view rope_kernel_name(RopeKernel r);
 inline constexpr double kComplexRopeForwardBytes = 18.5;
 inline constexpr double kComplexRopeBackwardBytes = 18.8;
 inline constexpr double kFusedRopeReads = 2;  // a read and a write
+// The bytes `kernel` moves per element rotated, forward and backward, for elements of
+// `element_bytes` (the fused kernel's; the complex form's constants are bf16's).
+struct RopeBytes {
+    double forward = 0, backward = 0;
+};
+RopeBytes rope_bytes(RopeKernel kernel, double element_bytes);
 
 // Float8 linears (StrategyConfig::fp8): the GEMMs of a layer's linear layers (QKV, projection,
 // MLP) run in fp8, forward and backward; everything else (attention core, norms, the output

@@ -80,9 +80,7 @@ constexpr std::string_view kPublishedColumns[] = {"backend", "causal", "head_dim
 // kernel for. A forward alone checks a curve, and so does every row of a file that says why it is
 // "held_out" (another library version than the curves', for one): no curve is fitted to them.
 void read_published_attention(const Value& root, const std::string& file, const std::string& stem, GroundTruth& out) {
-    for (const auto& [key, v] : root.members())
-        if (std::find(std::begin(kPublishedFileKeys), std::end(kPublishedFileKeys), key) == std::end(kPublishedFileKeys))
-            root.unknown_key(key, kPublishedFileKeys);
+    root.keys(kPublishedFileKeys);
     KernelSet set = kernel_set(root, file, stem);
     if (root.has("held_out")) {
         set.held_out = root["held_out"].string();

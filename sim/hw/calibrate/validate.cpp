@@ -186,9 +186,6 @@ public:
             if (!by_family_.count(fam)) by_family_[fam] = std::move(d);
         }
     }
-    // The cluster for a GPU family: given with --cluster, else the shipped one; null if none.
-    // With a network (multi-node data), a given cluster whose inter_node link is of that kind
-    // ("EFA", "InfiniBand") comes first.
     // The cluster for the family of the GPU a measurement file names (get), or an error at its
     // $.meta.gpu naming the data set that cannot be predicted.
     const ClusterDoc& require(const std::string& gpu, const std::string& file, const std::string& id) {
@@ -198,6 +195,9 @@ public:
                                       "predicted; give one with --cluster",
                                       gpu_family(gpu), id));
     }
+    // The cluster for a GPU family: given with --cluster, else the shipped one; null if none.
+    // With a network (multi-node data), a given cluster whose inter_node link is of that kind
+    // ("EFA", "InfiniBand") comes first.
     const ClusterDoc* get(const std::string& family, const std::string& network = "") {
         if (!network.empty())
             for (const auto& d : given_)
@@ -665,13 +665,13 @@ namespace {
 // holds it (make_workload's LayerWork: forward, forward and backward; layer_activation_bytes: what
 // it keeps), on the cluster of the file's GPU family. Nothing is fitted to them.
 ValidationSet layer_set(const LayerSet& s, Clusters& clusters) {
-    const ClusterDoc* cd = &clusters.require(s.gpu, s.file, s.id);
+    const ClusterDoc& cd = clusters.require(s.gpu, s.file, s.id);
     ValidationSet v;
     v.id = s.id;
     v.kind = "layer";
     v.source = s.source;
     v.file = s.file;
-    v.cluster = cd->file;
+    v.cluster = cd.file;
     v.fit = "held out: validation only";
     v.note = s.memory ? fmt::format("what one block keeps for its backward on one {} (calibration/pytorch/dtsim_memory.py: "
                                     "memory_allocated after its forward less before, its output included) against "
@@ -681,7 +681,7 @@ ValidationSet layer_set(const LayerSet& s, Clusters& clusters) {
                                     "autograd, and forward then backward) against dtsim's layer of a one-GPU ddp run of it "
                                     "(make_workload: the attention and MLP blocks, their memory-bound work included)",
                                     s.gpu);
-    json cluster = cd->doc.contains("cluster") ? cd->doc.at("cluster") : json::object();
+    json cluster = cd.doc.contains("cluster") ? cd.doc.at("cluster") : json::object();
     cluster["nodes"] = 1;
     cluster["gpus_per_node"] = 1;
     for (const LayerRow& r : s.rows) {

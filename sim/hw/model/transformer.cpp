@@ -20,8 +20,13 @@ std::string_view cross_entropy_name(CrossEntropy c) {
     return c == CrossEntropy::megatron ? "megatron" : c == CrossEntropy::fused ? "fused" : "pytorch";
 }
 
-std::string_view rope_kernel_name(RopeKernel r) {
-    return r == RopeKernel::complex ? "complex" : r == RopeKernel::fused ? "fused" : "none";
+RopeBytes rope_bytes(RopeKernel kernel, double element_bytes) {
+    switch (kernel) {
+        case RopeKernel::complex: return {kComplexRopeForwardBytes, kComplexRopeBackwardBytes};
+        case RopeKernel::fused: return {kFusedRopeReads * element_bytes, kFusedRopeReads * element_bytes};
+        case RopeKernel::none: break;
+    }
+    return {};
 }
 
 std::string_view fp8_name(Fp8 f) {

@@ -116,16 +116,11 @@ Workload make_workload(const TransformerSpec& model, const LayerSplit& s, const 
     // The rotary embedding of this GPU's query and key heads (RopeKernel), before the core.
     // Compiled blocks count it in their fitted classes.
     const double rotated = s.compiled ? 0 : tokens * (a / t + kv_here) * hd;
-    const double fused_rope = kFusedRopeReads * el * rotated;
-    const double rope_forward = s.rope == RopeKernel::complex ? kComplexRopeForwardBytes * rotated
-                                : s.rope == RopeKernel::fused ? fused_rope
-                                                              : 0;
-    const double rope_backward = s.rope == RopeKernel::complex ? kComplexRopeBackwardBytes * rotated
-                                 : s.rope == RopeKernel::fused ? fused_rope
-                                                               : 0;
+    const RopeBytes rope = rope_bytes(s.rope, el);
+    const double rope_forward = rope.forward * rotated;
     if (rope_forward > 0) {
         add(L.attention_forward, rope_forward);
-        add(L.attention_backward, rope_backward);
+        add(L.attention_backward, rope.backward * rotated);
     }
     // Float8 linears' casts: memory-bound bytes split between the blocks by their linears' share
     // (QKV and projection against fc1 and fc2, by weight), and the weight casts (fp8_cast_bytes).
