@@ -140,7 +140,7 @@ TEST_CASE("an unknown key is rejected with a did-you-mean, naming the file and t
           "--set strategy.zzzzzzzz=1: $.strategy.zzzzzzzz: unknown key \"zzzzzzzz\"; the keys here are: name, dp, tp, pp, cp, cp_comm, "
           "microbatches, zero_stage, bucket_MiB, first_bucket_MiB, overlap, prefetch, recompute, sequence_parallel, "
           "flash_attention, attention_kernel, algorithm, puzzle, chunks, microbatch_group, schedule_file, sharding, fsdp_impl, "
-          "grad_dtype, optimizer_dtype, distributed_optimizer, overlap_param_gather, cross_entropy, tp_comm_overlap, tp_comm_overlap_cfg, tp_async_backward, recompute_early_stop, compile, repeat_kv, norm_kernel, rope_kernel, fp8, "
+          "grad_dtype, optimizer_dtype, distributed_optimizer, overlap_param_gather, cross_entropy, tp_comm_overlap, tp_comm_overlap_cfg, tp_async_backward, recompute_early_stop, compile, repeat_kv, norm_kernel, rope_kernel, elementwise_kernels, fp8, "
           "recompute_every, recompute_num_layers, stage_layers, first_stage_layers, last_stage_layers, account_for_embedding, "
           "account_for_loss");
 }

@@ -124,11 +124,19 @@ inline constexpr double kPowerClockSxmTflops = 989.4, kPowerClockSxmWatts = 700;
 inline constexpr double kPowerClockNvlTflops = 835.5, kPowerClockNvlWatts = 400;
 double power_clock_exponent();
 
+// The fraction of HBM bandwidth that memory-bound kernels reach when they stream (each element read
+// or written once, no reduction across it), as STREAM's copy and triad measure it. H100 SXM: the
+// median of the fourteen copy and triad rows with arrays of 64 MiB to 4 GiB (beyond the 50 MB L2)
+// in calibration/data/h100_dtsim_membw.json, 2,892.8 GB/s, over the datasheet's 3.35 TB/s
+// (calibration/data/gpus.json): 0.863. The default where a cluster gives no gpu.stream_fraction.
+inline constexpr double kStreamFraction = 0.863;
+
 struct GpuSpec {
     std::string name;
     std::array<double, kDTypes> peak_flops{};  // dense FLOP/s by DType; 0 = not supported
     double memory_bytes = 0;                   // HBM capacity
     double memory_bandwidth = 0;               // HBM bytes/s
+    double stream_fraction = kStreamFraction;  // of memory_bandwidth, for memory-bound kernels (cluster.gpu.stream_fraction)
     GemmModel gemm;
     AttentionModel attention;
     // Board power (cluster.gpu.tdp_W, power_limit_W): a part run below its TDP (nvidia-smi -pl)
@@ -164,8 +172,10 @@ struct GpuSpec {
     [[nodiscard]] double gemm_seconds(double m, double n, double k, DType d, double count = 1) const;
     // Achieved / peak FLOP/s for one such GEMM.
     [[nodiscard]] double gemm_efficiency(double m, double n, double k, DType d) const;
-    // Memory-bound work (norms, element-wise ops, the optimizer step): bytes
-    // read plus written at the effective bandwidth of the GEMM fit.
+    // Memory-bound work (norms, element-wise ops, the loss, the optimizer step): bytes read plus
+    // written at the streaming bandwidth, memory_bandwidth x stream_fraction. A kernel that does
+    // not stream (a norm's reduction, torchtitan's complex rotary embedding) is priced by bytes
+    // fitted to its measured time at that rate.
     [[nodiscard]] double memory_seconds(double bytes) const;
     // Seconds of one fused causal attention call (see AttentionModel) over `heads`
     // (batch x heads on this GPU) of sequence `seq` and head dimension `head_dim`,

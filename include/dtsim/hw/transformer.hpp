@@ -43,10 +43,10 @@ enum class RopeKernel : std::uint8_t { none, complex, fused };
 // torchtitan's complex rotary embedding timed on one H100 in eager PyTorch 2.11
 // (calibration/data/h100_dtsim_torch_kernels.json, elementwise rows "rotary_torchtitan": bf16
 // [tokens, width], 4,096 and 16,384 tokens x 2,048 to 16,384 wide), each row's time as bytes at
-// the H100 cluster's memory_seconds rate (3.35 TB/s x 0.687) per element: the median of the eight
+// the H100 cluster's memory_seconds rate (3.35 TB/s x 0.863) per element: the median of the eight
 // rows, forward and backward (fwd_bwd_us less fwd_us) apart; bf16 tensors, as those rows were.
-inline constexpr double kComplexRopeForwardBytes = 18.5;
-inline constexpr double kComplexRopeBackwardBytes = 18.8;
+inline constexpr double kComplexRopeForwardBytes = 23.2;
+inline constexpr double kComplexRopeBackwardBytes = 23.7;
 inline constexpr double kFusedRopeReads = 2;  // a read and a write
 // The bytes `kernel` moves per element rotated, forward and backward, for elements of
 // `element_bytes` (the fused kernel's; the complex form's constants are bf16's).
@@ -54,6 +54,13 @@ struct RopeBytes {
     double forward = 0, backward = 0;
 };
 RopeBytes rope_bytes(RopeKernel kernel, double element_bytes);
+
+// How an eager block's element-wise work runs (StrategyConfig::elementwise_kernels;
+// layer_elementwise_bytes): `eager`, PyTorch's modules with one kernel an operation (torchtitan,
+// llm-foundry), or `fused`, Megatron-Core's fused kernels (bias_dropout_add, bias_swiglu,
+// Transformer Engine's fused QKV and fc1 linears).
+enum class ElementwiseKernels : std::uint8_t { eager, fused };
+std::string_view elementwise_kernels_name(ElementwiseKernels k);
 
 // Float8 linears (StrategyConfig::fp8): the GEMMs of a layer's linear layers (QKV, projection,
 // MLP) run in fp8, forward and backward; everything else (attention core, norms, the output
@@ -93,9 +100,14 @@ std::string_view fp8_name(Fp8 f);
 //             inplace_backward is off) = 4. Keeps the logits (2); forward peak 2, backward peak 4.
 // Measured in eager PyTorch 2.11 on an H100 (calibration/data/h100_dtsim_torch_output_layer.json):
 // kept / forward peak / backward peak 4.06 / 10.06 / 12.06 bytes (pytorch), 4.06 / 6.06 / 6.06
-// (megatron), the .06 being the final norm's output; the time of pytorch's loss at 8,192 x 128,256
-// (calibration/data/h100_dtsim_torch_kernels.json cross_entropy) 17.8 ms forward and backward,
-// 40 bytes a logit at the memory-bound kernels' fitted bandwidth giving 18.2 ms.
+// (megatron), the .06 being the final norm's output. pytorch's kernels reduce over each row and
+// move more than its 18 and 22 bytes at the streaming rate: it is priced by its time, timed on the
+// same H100 (calibration/data/h100_dtsim_torch_kernels.json cross_entropy, 12 rows, 2,048 to 16,384
+// tokens x 16,032 to 128,256 logits), each row's as bytes a logit at the H100 cluster's
+// memory_seconds rate: the medians, kPytorchLossForwardBytes and kPytorchLossBackwardBytes.
+// megatron's and fused's are their counts (no kernel of theirs was timed).
+inline constexpr double kPytorchLossForwardBytes = 23.4;
+inline constexpr double kPytorchLossBackwardBytes = 25.2;
 struct LossBytes {
     double forward = 0, backward = 0;            // moved
     double kept = 0, forward_peak = 0, backward_peak = 0;  // alive
@@ -207,6 +219,8 @@ struct LayerSplit {
     bool repeat_kv = false;
     // The rotary embedding's kernel in eager blocks (RopeKernel; layer_split resolves the default).
     RopeKernel rope = RopeKernel::none;
+    // How eager blocks run their element-wise work (layer_split resolves the default).
+    ElementwiseKernels elementwise = ElementwiseKernels::fused;
     // Each block's norm as separate eager kernels (StrategyConfig::norm_kernel "composed"):
     // kComposedRmsNormBytes per element instead of a fused kernel's read and write. No effect on
     // compiled blocks, whose norms Inductor fuses.
@@ -328,11 +342,44 @@ double layer_recompute_peak_bytes(const TransformerSpec& m, const LayerSplit& s)
 // (fp32 log-probabilities or softmax, loss_bytes_per_logit).
 double logits_activation_bytes(const TransformerSpec& m, const LayerSplit& s);
 
-// Bytes read and written by one layer's memory-bound forward work (norms,
-// residual adds, dropout, the MLP activation) for one microbatch: two bytes
-// per element, per token 10 h-wide passes (/t with SP) and 2 ffn-wide passes
-// for GeLU (read, write) or 5 for SwiGLU (/t).
-double layer_elementwise_bytes(const TransformerSpec& m, const LayerSplit& s);
+// The memory-bound work of one eager layer (norms, residual adds, hidden dropout, the MLP's
+// activation, and the gradient sums of the backward) for one microbatch, by block and pass, as the
+// bytes GpuSpec::memory_seconds prices. Per token, with h' = h (/t with SP), f = ffn / t and e the
+// bytes of an element:
+//   norm            kNormForwardBytes, kNormBackwardBytes x h' each block (x e / 2; measured)
+//   residual add    forward 3e x h' each block (two reads, a write); backward, the sum of the two
+//                   gradients where the residual stream branches, 3e x h'
+//   hidden dropout  (TransformerSpec::dropout) eager: kDropoutForwardBytes, kDropoutBackwardBytes
+//                   x h' (x e / 2); fused into the residual add (Megatron's bias_dropout_add):
+//                   a one-byte mask written more forward, the gradient times the mask backward
+//                   (2e + 1) x h'
+//   activation      GeLU 2e forward, 3e backward x f; SwiGLU eager (silu, then its product with
+//                   the up projection; backward two products and silu's gradient) 5e, 9e x f,
+//                   fused (one kernel over the gate and up halves) 3e, 5e x f
+//   gradient sums   eager SwiGLU models (torchtitan's Llama: wq, wk and wv, and w1 and w3, are
+//                   separate linears on one input): autograd sums their input gradients, 2 + 1
+//                   adds of 3e x h a layer; fused code (one QKV and one fc1 GEMM) has none
+// The streaming kinds' pass counts are checked against the eager kernels timed on an H100
+// (calibration/data/h100_dtsim_torch_kernels.json elementwise: residual_add, gelu_tanh, swiglu,
+// at 2.89 TB/s within 4 %). Compiled blocks use compiled_elementwise_bytes instead.
+struct ElementwiseBytes {
+    double attention_forward = 0, mlp_forward = 0;
+    double attention_backward = 0, mlp_backward = 0;
+    double residual = 0;  // one block's residual add forward, hidden dropout included
+};
+ElementwiseBytes layer_elementwise_bytes(const TransformerSpec& m, const LayerSplit& s);
+// A fused norm (RMSNorm or LayerNorm, one kernel each way, as PyTorch's nn.RMSNorm and
+// nn.LayerNorm, Transformer Engine and Apex run it) and hidden dropout (PyTorch's native_dropout),
+// timed on one H100 in eager PyTorch 2.11 (h100_dtsim_torch_kernels.json elementwise rows rms_norm
+// and layer_norm, 16 rows; dropout, 8 rows: bf16 [tokens, width], 4,096 and 16,384 tokens x 2,048
+// to 16,384 wide), each row's time as bytes at the H100 cluster's memory_seconds rate (3.35 TB/s x
+// 0.863) per element: the medians, forward and backward (fwd_bwd_us less fwd_us) apart. A norm's
+// reductions keep it below the streaming rate: its forward reads and writes 4 bytes, its backward
+// (the input's gradient, then the weight's) about 10.
+inline constexpr double kNormForwardBytes = 6.07;
+inline constexpr double kNormBackwardBytes = 14.95;
+inline constexpr double kDropoutForwardBytes = 6.02;
+inline constexpr double kDropoutBackwardBytes = 4.94;
 
 // RMSNorm written as tensor operations and run eagerly, one kernel each: torchtitan's RMSNorm
 // module until March 2025 (torchtitan/models/norms.py: x.float(), pow(2), mean(-1), + eps,
@@ -341,10 +388,9 @@ double layer_elementwise_bytes(const TransformerSpec& m, const LayerSplit& s);
 // element of a bf16 input, forward: the upcast reads 2 bytes and writes 4, the square and the
 // normalising product read and write 4 each, the mean reads 4, the downcast reads 4 and writes 2,
 // the weight's product reads and writes 2 (the per-token mean and rsqrt are negligible): 36
-// bytes, where a fused kernel reads and writes 2 each (the 4 of layer_elementwise_bytes' norm
-// passes). The backward is priced as twice the forward, as all memory-bound work is.
+// bytes, in place of a fused norm's kNormForwardBytes; the backward twice that, in place of
+// kNormBackwardBytes.
 inline constexpr double kComposedRmsNormBytes = 2 + 4 + 4 + 4 + 4 + 4 + 4 + 4 + 2 + 2 + 2;
-inline constexpr double kFusedNormBytes = 2 + 2;
 
 // The memory-bound work of one compiled layer (LayerSplit::compiled: torch.compile of each block,
 // as torchtitan does), forward and backward together for one microbatch, as the bytes
@@ -357,7 +403,7 @@ inline constexpr double kFusedNormBytes = 2 + 2;
 //                             models (torchtitan's complex rotary embedding, partly left to eager
 //                             kernels, and repeat_kv), kCompiledQkvBytes x (heads + 2 kv heads) x
 //                             head_dim / t for GeLU ones (the fused QKV gradient's stacking)
-// Fitted to the kernels' GPU time (bytes = time x the H100's memory_seconds bandwidth, 2.30 TB/s)
+// Fitted to the kernels' GPU time (bytes = time x the H100's memory_seconds bandwidth, 2.89 TB/s)
 // of compiled blocks profiled on one H100 (PyTorch 2.11, calibration/data/
 // h100_dtsim_torch_compile.json): Llama 3 8B, TP8 shares of 70B and 405B, an MPT-style 1B block.
 // Class by class the shapes lie within -18 to +27 % of the fitted coefficient (norms) and 2 %
@@ -365,17 +411,18 @@ inline constexpr double kFusedNormBytes = 2 + 2;
 struct CompiledElementwiseBytes {
     double attention = 0, mlp = 0;
 };
-inline constexpr double kCompiledNormBytes = 43.3;
-inline constexpr double kCompiledSwigluBytes = 11.8;
-inline constexpr double kCompiledGeluBytes = 7.58;
-inline constexpr double kCompiledRotaryBytes = 34.5;
-inline constexpr double kCompiledQkvBytes = 3.03;
+inline constexpr double kCompiledNormBytes = 54.4;
+inline constexpr double kCompiledSwigluBytes = 14.8;
+inline constexpr double kCompiledGeluBytes = 9.52;
+inline constexpr double kCompiledRotaryBytes = 43.3;
+inline constexpr double kCompiledQkvBytes = 3.81;
 CompiledElementwiseBytes compiled_elementwise_bytes(const TransformerSpec& m, const LayerSplit& s);
 // torchao's float8 casts in compiled blocks: this share of what Fp8CastBytes counts for torchao
 // (activations and weights). Fitted as above to the compiled float8 blocks' memory-bound time
-// less the compiled bf16 blocks': 0.62 (Llama 3 8B), 0.74 and 0.75 (70B's and 405B's TP8
-// shares), 0.98 (MPT-style 1B); their geometric mean.
-inline constexpr double kCompiledTorchaoCastShare = 0.76;
+// less the compiled bf16 blocks': 0.78 (Llama 3 8B), 0.93 and 0.94 (70B's and 405B's TP8
+// shares), 1.23 (MPT-style 1B); their geometric mean. (Over 1 where Inductor's cast kernels reach
+// less of the streaming rate than the count's fused casts would.)
+inline constexpr double kCompiledTorchaoCastShare = 0.957;
 
 // Adam's state per parameter, in bytes: its two moments (exp_avg, exp_avg_sq) and a master copy
 // of the weights, each in the optimizer's dtype; no master where the weights already are in it.
@@ -414,6 +461,14 @@ AdamStateBytes adam_state_bytes(DType weights, DType optimizer, bool apex = fals
 // ShardedState.SHARDED, "the only contributor to parameter memory", pytorch/pytorch commit
 // 007472c8; FSDP1's FlatParameter shard likewise), kept in the dtype the model was built in,
 // which is the master's under mixed precision; the bf16 weights exist only gathered. So 16P/N with
+// The Adam step as one fused multi-tensor kernel (torch.optim.AdamW(fused=True), torchtitan's
+// default; Apex's and Transformer Engine's FusedAdam in Megatron-LM) moves its bytes below the
+// streaming rate: timed on one H100 in PyTorch 2.11 over 25, 100 and 400 million fp32 parameters
+// (calibration/data/h100_dtsim_torch_kernels.json optimizer, the three fused rows: 28 bytes moved
+// per parameter), 33.8, 31.3 and 31.3 bytes a parameter at the H100 cluster's memory_seconds rate:
+// the median over the 28 counted, 1.12. (The foreach form took 2.8-3.2 times the fused one.)
+inline constexpr double kAdamKernelBytes = 1.12;
+
 // fp32 gradients, not DeepSpeed's ZeRO-3 figure with its extra bf16 shard.
 struct ModelStateBytes {
     double weights = 0, grads = 0, optimizer = 0;
@@ -425,7 +480,8 @@ ModelStateBytes zero_model_states(double params, int stage, int dp, double grad_
 // Bytes the Adam step reads and writes per parameter it updates: its state read and written
 // (2A), the gradient read (G) and the weights written (W), or read and written where there is no
 // master copy or the master is a remainder of them (the step updates them in place). fp32 state,
-// bf16 weights: 24 + G + 2; Apex with remainders: 16 + 2 (2 + 2) + G.
+// bf16 weights: 24 + G + 2; Apex with remainders: 16 + 2 (2 + 2) + G. All x kAdamKernelBytes, as
+// GpuSpec::memory_seconds prices the fused kernel.
 double adam_bytes_per_param(double grad_bytes, AdamStateBytes adam = {}, double weight_bytes = 2);
 
 }  // namespace dtsim::hw

@@ -86,6 +86,8 @@ LayerSplit layer_split(const Config& c) {
     split.rope = s.rope_kernel.value_or(!rotates       ? RopeKernel::none
                                         : pytorch_code ? RopeKernel::complex
                                                        : RopeKernel::fused);
+    split.elementwise =
+        s.elementwise_kernels.value_or(pytorch_code ? ElementwiseKernels::eager : ElementwiseKernels::fused);
     split.userbuffers = te_userbuffers(s);
     if (split.userbuffers) split.ub = s.tp_overlap;
     split.optimizer_dtype = s.optimizer_dtype;
@@ -253,8 +255,8 @@ void from_json(const Node& n, AttentionModel& a) {
 }
 
 void from_json(const Node& n, GpuSpec& g) {
-    n.keys({"name", "peak_tflops", "hbm_GiB", "hbm_TBps", "tdp_W", "power_limit_W", "power_clock", "sms",
-            "collectives_take_sms", "gemm", "attention"});
+    n.keys({"name", "peak_tflops", "hbm_GiB", "hbm_TBps", "stream_fraction", "tdp_W", "power_limit_W", "power_clock",
+            "sms", "collectives_take_sms", "gemm", "attention"});
     g.name = n.has("name") ? n["name"].string() : "gpu";
     const Node peaks = n["peak_tflops"];
     peaks.keys({"fp32", "tf32", "bf16", "fp16", "fp8"});
@@ -262,6 +264,7 @@ void from_json(const Node& n, GpuSpec& g) {
         g.peak_flops[static_cast<std::size_t>(*parse_dtype(k))] = v.real(ranges::peak_tflops) * kTera;
     g.memory_bytes = n["hbm_GiB"].real(ranges::memory_GiB) * kGiB;
     g.memory_bandwidth = n["hbm_TBps"].real(ranges::memory_TBps) * kTera;
+    g.stream_fraction = n.has("stream_fraction") ? n["stream_fraction"].fraction() : kStreamFraction;
     g.tdp_watts = n.has("tdp_W") ? n["tdp_W"].real(ranges::power_W) : 0;
     g.power_limit_watts = 0;
     if (n.has("power_limit_W")) {
@@ -522,7 +525,7 @@ UbConfig ub_config(const Node& n) {
 void from_json(const Node& n, StrategyConfig& s) {
     n.keys({"name", "dp", "tp", "pp", "cp", "cp_comm", "microbatches", "zero_stage", "bucket_MiB", "first_bucket_MiB", "overlap",
             "prefetch", "recompute", "sequence_parallel", "flash_attention", "attention_kernel", "algorithm", "puzzle",
-            "chunks", "microbatch_group", "schedule_file", "sharding", "fsdp_impl", "grad_dtype", "optimizer_dtype", "distributed_optimizer", "overlap_param_gather", "cross_entropy", "tp_comm_overlap", "tp_comm_overlap_cfg", "tp_async_backward", "recompute_early_stop", "compile", "repeat_kv", "norm_kernel", "rope_kernel", "fp8", "recompute_every", "recompute_num_layers",
+            "chunks", "microbatch_group", "schedule_file", "sharding", "fsdp_impl", "grad_dtype", "optimizer_dtype", "distributed_optimizer", "overlap_param_gather", "cross_entropy", "tp_comm_overlap", "tp_comm_overlap_cfg", "tp_async_backward", "recompute_early_stop", "compile", "repeat_kv", "norm_kernel", "rope_kernel", "elementwise_kernels", "fp8", "recompute_every", "recompute_num_layers",
             "stage_layers", "first_stage_layers", "last_stage_layers", "account_for_embedding", "account_for_loss"});
     s.name = n["name"].choice(strategy_names());
     if (n.has("dp")) s.dp = n["dp"].integer(1);
@@ -567,6 +570,10 @@ void from_json(const Node& n, StrategyConfig& s) {
     if (n.has("compile")) s.compile = n["compile"].boolean();
     if (n.has("repeat_kv")) s.repeat_kv = n["repeat_kv"].boolean();
     if (n.has("norm_kernel")) s.composed_norm = n["norm_kernel"].choice({"fused", "composed"}) == "composed";
+    if (n.has("elementwise_kernels"))
+        s.elementwise_kernels = n["elementwise_kernels"].choice({"eager", "fused"}) == "eager"
+                                    ? ElementwiseKernels::eager
+                                    : ElementwiseKernels::fused;
     if (n.has("rope_kernel")) {
         const std::string r = n["rope_kernel"].choice({"complex", "fused", "none"});
         s.rope_kernel = r == "complex" ? RopeKernel::complex : r == "fused" ? RopeKernel::fused : RopeKernel::none;

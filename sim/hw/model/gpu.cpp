@@ -71,7 +71,7 @@ double GpuSpec::gemm_efficiency(double m, double n, double k, DType d) const {
 }
 
 double GpuSpec::memory_seconds(double bytes) const {
-    return bytes <= 0 ? 0 : bytes / (memory_bandwidth * gemm.bandwidth_fraction);
+    return bytes <= 0 ? 0 : bytes / (memory_bandwidth * stream_fraction);
 }
 
 const AttentionKernel* AttentionModel::find(std::string_view backend, double head_dim) const {

@@ -29,6 +29,10 @@ RopeBytes rope_bytes(RopeKernel kernel, double element_bytes) {
     return {};
 }
 
+std::string_view elementwise_kernels_name(ElementwiseKernels k) {
+    return k == ElementwiseKernels::eager ? "eager" : "fused";
+}
+
 std::string_view fp8_name(Fp8 f) {
     switch (f) {
         case Fp8::none: return "none";
@@ -41,7 +45,7 @@ std::string_view fp8_name(Fp8 f) {
 LossBytes loss_bytes_per_logit(CrossEntropy c) {
     if (c == CrossEntropy::megatron) return LossBytes{38, 14, 4, 6, 6};
     if (c == CrossEntropy::fused) return LossBytes{2, 4, 2, 2, 4};
-    return LossBytes{18, 22, 4, 10, 12};
+    return LossBytes{kPytorchLossForwardBytes, kPytorchLossBackwardBytes, 4, 10, 12};
 }
 
 namespace {
@@ -140,11 +144,30 @@ double logits_activation_bytes(const TransformerSpec& m, const LayerSplit& s) {
     return loss_bytes_per_logit(s.cross_entropy).kept * m.seq * s.micro_batch * m.vocab / s.tp;
 }
 
-double layer_elementwise_bytes(const TransformerSpec& m, const LayerSplit& s) {
-    const double tokens = static_cast<double>(s.micro_batch) * m.seq;
-    const double h_passes = 10.0 * m.hidden / (s.sequence_parallel ? s.tp : 1);
-    const double f_passes = (m.mlp == Mlp::gelu ? 2.0 : 5.0) * m.ffn / s.tp;
-    return 2 * tokens * (h_passes + f_passes);
+ElementwiseBytes layer_elementwise_bytes(const TransformerSpec& m, const LayerSplit& s) {
+    const double tokens = static_cast<double>(s.micro_batch) * m.seq, e = bytes_per_element(m.dtype);
+    const double hp = tokens * m.hidden / (s.sequence_parallel ? s.tp : 1), f = tokens * m.ffn / s.tp;
+    const bool eager = s.elementwise == ElementwiseKernels::eager;
+    const double norm_forward = s.composed_norm ? kComposedRmsNormBytes : kNormForwardBytes * e / 2;
+    const double norm_backward = s.composed_norm ? 2 * kComposedRmsNormBytes : kNormBackwardBytes * e / 2;
+    double residual_forward = 3 * e, residual_backward = 3 * e;
+    if (m.dropout) {
+        residual_forward += eager ? kDropoutForwardBytes * e / 2 : 1;
+        residual_backward += eager ? kDropoutBackwardBytes * e / 2 : 2 * e + 1;
+    }
+    double act_forward = 2 * e, act_backward = 3 * e, sums = 0;
+    if (m.mlp == Mlp::swiglu) {
+        act_forward = eager ? 5 * e : 3 * e;
+        act_backward = eager ? 9 * e : 5 * e;
+        sums = eager ? 3 * e * tokens * m.hidden : 0;  // per layer: two in the attention block, one in the MLP's
+    }
+    ElementwiseBytes b;
+    b.residual = residual_forward * hp;
+    b.attention_forward = (norm_forward + residual_forward) * hp;
+    b.mlp_forward = b.attention_forward + act_forward * f;
+    b.attention_backward = (norm_backward + residual_backward) * hp + 2 * sums;
+    b.mlp_backward = (norm_backward + residual_backward) * hp + act_backward * f + sums;
+    return b;
 }
 
 CompiledElementwiseBytes compiled_elementwise_bytes(const TransformerSpec& m, const LayerSplit& s) {
@@ -235,8 +258,9 @@ ModelStateBytes zero_model_states(double params, int stage, int dp, double grad_
 }
 
 double adam_bytes_per_param(double grad_bytes, AdamStateBytes adam, double weight_bytes) {
-    if (adam.remainders) return 2 * adam.moments + 2 * (weight_bytes + adam.master) + grad_bytes;
-    return 2 * adam.total() + grad_bytes + (adam.master > 0 ? weight_bytes : 2 * weight_bytes);
+    const double moved = adam.remainders ? 2 * adam.moments + 2 * (weight_bytes + adam.master) + grad_bytes
+                                         : 2 * adam.total() + grad_bytes + (adam.master > 0 ? weight_bytes : 2 * weight_bytes);
+    return kAdamKernelBytes * moved;
 }
 
 }  // namespace dtsim::hw

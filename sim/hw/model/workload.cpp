@@ -63,20 +63,19 @@ Workload make_workload(const TransformerSpec& model, const LayerSplit& s, const 
     const double fc1 = gpu.gemm_seconds(tokens, mlp_in * ffn / t, h, ld);
     const double fc2 = gpu.gemm_seconds(tokens, h, ffn / t, ld);
 
-    const double elementwise = layer_elementwise_bytes(m, s);
-    const double h_bytes = 2 * tokens * 10 * h / (s.sequence_parallel ? t : 1);
+    // The element-wise work (layer_elementwise_bytes), or in compiled blocks Inductor's kernels:
+    // a third of their bytes in the forward, two thirds in the backward.
     // Without fused attention the s x s scores go through HBM: softmax reads and
     // writes them, dropout reads them and writes its output and mask (9 bytes
     // per score, the full matrix: Megatron's fused masked softmax covers it all).
     const double scores = s.flash_attention ? 0 : 9 * b * (a / t) * S * S;
-    // Compiled blocks: a third of their memory-bound bytes in the forward, as the backward below is twice it.
-    const CompiledElementwiseBytes compiled = s.compiled ? compiled_elementwise_bytes(m, s) : CompiledElementwiseBytes{};
-    // A composed norm (LayerSplit::composed_norm) moves kComposedRmsNormBytes where the fused one
-    // of h_bytes moves kFusedNormBytes: one norm in front of each block.
-    const double norm_extra = s.composed_norm && !s.compiled
-                                  ? (kComposedRmsNormBytes - kFusedNormBytes) * tokens * h / (s.sequence_parallel ? t : 1)
-                                  : 0;
-    const double attn_bytes = (s.compiled ? compiled.attention / 3 : h_bytes / 2 + norm_extra) + scores;
+    ElementwiseBytes elementwise = layer_elementwise_bytes(m, s);
+    if (s.compiled) {
+        const CompiledElementwiseBytes c = compiled_elementwise_bytes(m, s);
+        elementwise = {c.attention / 3, c.mlp / 3, 2 * c.attention / 3, 2 * c.mlp / 3, 0};
+    }
+    const double attn_bytes = elementwise.attention_forward + scores;
+    const double mlp_bytes = elementwise.mlp_forward;
     // This GPU's heads of keys and values: kv heads / t (one when the kv heads are fewer than t),
     // or, with repeat_kv, as many as its query heads.
     const double kv_here = std::max(1.0, kv / t);
@@ -87,14 +86,22 @@ Workload make_workload(const TransformerSpec& model, const LayerSplit& s, const 
     // the fitted kernel bytes (kCompiledRotaryBytes) stand for them: the Llama 3 8B block they were
     // fitted to repeats; the TP8 shares were measured with SDPA's enable_gqa, without copies.
     const double kv_copies = s.repeat_kv && kv < a && !s.compiled ? 2 * tokens * (kv_here + a / t) * hd * el : 0;
-    const double mlp_bytes = s.compiled ? compiled.mlp / 3 : elementwise - h_bytes / 2 + norm_extra;
 
     LayerWork& L = w.layer;
     L.recompute = s.recompute;
     L.attention_forward = {qkv + core + proj + gpu.memory_seconds(attn_bytes), f.qkv + core_total_flops + f.projection,
                            attn_bytes};
     L.mlp_forward = {fc1 + fc2 + gpu.memory_seconds(mlp_bytes), f.mlp, mlp_bytes};
-    L.attention_backward = times(L.attention_forward, 2);
+    // The backward: twice the forward's GEMMs, the core's own backward (below), and the element-wise
+    // work's own bytes in place of twice the forward's.
+    const auto backward_of = [&](const Work& forward, double forward_bytes, double backward_bytes) {
+        Work back = times(forward, 2);
+        back.seconds += gpu.memory_seconds(backward_bytes) - 2 * gpu.memory_seconds(forward_bytes);
+        back.bytes += backward_bytes - 2 * forward_bytes;
+        return back;
+    };
+    L.attention_backward =
+        backward_of(L.attention_forward, elementwise.attention_forward, elementwise.attention_backward);
     L.attention_backward.seconds += core_backward - 2 * core;
     // The scores' backward is not twice their forward: dropout's backward reads
     // the gradient and the mask and writes the gradient (2 + 1 + 2 bytes), the
@@ -104,7 +111,7 @@ Workload make_workload(const TransformerSpec& model, const LayerSplit& s, const 
     const double scores_backward = s.flash_attention ? 0 : 11 * b * (a / t) * S * S;
     L.attention_backward.seconds -= gpu.memory_seconds(2 * scores) - gpu.memory_seconds(scores_backward);
     L.attention_backward.bytes -= 2 * scores - scores_backward;
-    L.mlp_backward = times(L.mlp_forward, 2);
+    L.mlp_backward = backward_of(L.mlp_forward, mlp_bytes, elementwise.mlp_backward);
     const auto add = [&](Work& into, double bytes) {
         into.seconds += gpu.memory_seconds(bytes);
         into.bytes += bytes;
@@ -147,10 +154,9 @@ Workload make_workload(const TransformerSpec& model, const LayerSplit& s, const 
             L.mlp_recompute = L.mlp_forward;
             if (s.recompute_early_stop) {
                 // PyTorch's non-reentrant checkpoint stops once the last tensor the backward saved
-                // exists again: fc2's input (w2's). fc2 and the residual add after it (two h-wide
-                // reads and a write, three of the block's five passes; not counted apart in
-                // compiled blocks) do not run again.
-                const double residual = s.compiled ? 0 : 2 * tokens * 3 * h / (s.sequence_parallel ? t : 1);
+                // exists again: fc2's input (w2's). fc2 and the residual add after it (not counted
+                // apart in compiled blocks) do not run again.
+                const double residual = elementwise.residual;
                 const double fc2_flops = f.mlp / (mlp_in + 1);
                 L.mlp_recompute = {L.mlp_forward.seconds - fc2 - gpu.memory_seconds(residual),
                                    L.mlp_forward.flops - fc2_flops, L.mlp_forward.bytes - residual};

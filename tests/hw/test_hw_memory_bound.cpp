@@ -1,0 +1,228 @@
+// Memory-bound work: the streaming rate against STREAM's measurements, the element-wise kernels'
+// pass counts and measured constants against the kernels timed on an H100 and an H200
+// (calibration/data), and layer_elementwise_bytes against a hand count.
+#include "dtsim/hw/config.hpp"
+#include "dtsim/hw/gpu.hpp"
+#include "dtsim/hw/transformer.hpp"
+#include "dtsim/hw/workload.hpp"
+
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+using namespace dtsim::hw;
+
+namespace {
+
+nlohmann::json read(const std::string& relative) {
+    std::ifstream in(std::string(DTSIM_CONFIGS) + "/../" + relative);
+    REQUIRE(in.good());
+    return nlohmann::json::parse(in);
+}
+
+double median(std::vector<double> v) {
+    REQUIRE(!v.empty());
+    std::sort(v.begin(), v.end());
+    const std::size_t n = v.size();
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// A table's rows as column name -> value.
+std::vector<std::map<std::string, nlohmann::json>> rows_of(const nlohmann::json& section) {
+    std::vector<std::map<std::string, nlohmann::json>> out;
+    for (const auto& r : section.at("rows")) {
+        std::map<std::string, nlohmann::json> row;
+        for (std::size_t i = 0; i < section.at("columns").size(); ++i) row[section.at("columns")[i]] = r[i];
+        out.push_back(row);
+    }
+    return out;
+}
+
+// Each timed element-wise row of `kernels` (one of `names`) as bytes an element at `gpu`'s
+// memory_seconds rate, forward and backward (fwd_bwd_us less fwd_us; none where not timed).
+struct PerElement {
+    std::vector<double> forward, backward;
+};
+PerElement per_element(const nlohmann::json& file, const std::set<std::string>& names, const GpuSpec& gpu) {
+    const double second_per_byte = gpu.memory_seconds(1.0);
+    PerElement out;
+    for (auto& r : rows_of(file.at("elementwise"))) {
+        if (!names.contains(r["kernel"].get<std::string>())) continue;
+        const double elements = r["tokens"].get<double>() * r["width"].get<double>();
+        const double fwd = r["fwd_us"].get<double>() * 1e-6;
+        out.forward.push_back(fwd / second_per_byte / elements);
+        if (!r["fwd_bwd_us"].is_null())
+            out.backward.push_back((r["fwd_bwd_us"].get<double>() * 1e-6 - fwd) / second_per_byte / elements);
+    }
+    return out;
+}
+
+GpuSpec cluster_gpu(const std::string& name) {
+    nlohmann::json doc = read("configs/clusters/" + name);
+    doc["cluster"]["nodes"] = 1;
+    doc["cluster"]["gpus_per_node"] = 1;
+    doc["model"] = {{"name", "m"}, {"layers", 1}, {"hidden", 64}, {"heads", 1}, {"seq", 8}, {"vocab", 8}};
+    doc["training"] = {{"global_batch", 1}, {"micro_batch", 1}};
+    doc["strategy"] = {{"name", "ddp"}, {"dp", 1}};
+    return parse_config(doc, name).cluster.gpu;
+}
+
+}  // namespace
+
+TEST_CASE("memory-bound kernels stream at the bandwidth STREAM measured: the shipped clusters' stream_fraction") {
+    // H100: the median of dtsim-membw's copy and triad rows with arrays of 64 MiB and more.
+    std::vector<double> h100;
+    const nlohmann::json membw = read("calibration/data/h100_dtsim_membw.json");
+    for (const auto& r : membw.at("memory_bandwidth").at("rows"))
+        if (r.at("bytes_per_array").get<double>() >= 64.0 * (1 << 20)) h100.push_back(r.at("GBps").get<double>());
+    CHECK(h100.size() == 14);
+    const double h100_fraction = median(h100) / 3350;
+    // A100 80GB: BabelStream's streaming kernels (copy, mul, add, triad; not dot, a reduction).
+    std::vector<double> a100;
+    for (auto& r : rows_of(read("calibration/data/a100_membw_published.json").at("a100_sxm4_80gb_babelstream")))
+        if (r["kernel"] != "dot") a100.push_back(r["GBps"].get<double>());
+    CHECK(a100.size() == 4);
+    const double a100_fraction = median(a100) / 2039;
+    // The cluster files carry them rounded to 0.001; the H200's is the H100's (no STREAM run on it).
+    for (const char* name : {"dgx-h100.json", "h100-roce.json", "p5-h100-efa.json", "dgx-h200.json", "h200-roce.json"}) {
+        CAPTURE(name);
+        CHECK(cluster_gpu(name).stream_fraction == doctest::Approx(h100_fraction).epsilon(0.0006));
+    }
+    CHECK(cluster_gpu("selene-a100.json").stream_fraction == doctest::Approx(a100_fraction).epsilon(0.0006));
+    CHECK(kStreamFraction == cluster_gpu("dgx-h100.json").stream_fraction);
+    // A GEMM's memory-bound side keeps the GEMM fit's own fraction.
+    const GpuSpec g = cluster_gpu("dgx-h100.json");
+    CHECK(g.memory_seconds(1e9) == doctest::Approx(1e9 / (3.35e12 * 0.863)));
+    CHECK(g.gemm.bandwidth_fraction != g.stream_fraction);
+}
+
+TEST_CASE("eager kernels that stream move their counted bytes at the streaming rate, on the H100 and held out on the H200") {
+    // Read and written once each, in bf16 (2 bytes): a residual add 2 + 1 tensors, GeLU 1 + 1
+    // forward and 2 + 1 backward, SwiGLU's silu then product 5 forward and its two products and
+    // silu's gradient 9 backward, dropout's backward (gradient, one-byte mask, gradient) 5.
+    struct Count {
+        std::set<std::string> kernels;
+        double forward, backward;
+    };
+    const std::vector<Count> counts{{{"residual_add"}, 6, 0}, {{"gelu_tanh"}, 4, 6}, {{"swiglu"}, 10, 18}, {{"dropout"}, 0, 5}};
+    const GpuSpec h100 = cluster_gpu("dgx-h100.json"), h200 = cluster_gpu("dgx-h200.json");
+    const nlohmann::json on_h100 = read("calibration/data/h100_dtsim_torch_kernels.json");
+    const nlohmann::json on_h200 = read("calibration/data/h200_dtsim_torch_kernels.json");
+    for (const Count& c : counts) {
+        CAPTURE(*c.kernels.begin());
+        const PerElement a = per_element(on_h100, c.kernels, h100);
+        if (c.forward > 0) CHECK(std::abs(median(a.forward) / c.forward - 1) < 0.04);
+        if (c.backward > 0) CHECK(std::abs(median(a.backward) / c.backward - 1) < 0.04);
+    }
+    // The H200 (its fraction the H100's): residual adds and SwiGLU within 4 % as well.
+    for (const Count& c : {counts[0], counts[2]}) {
+        CAPTURE(*c.kernels.begin());
+        const PerElement a = per_element(on_h200, c.kernels, h200);
+        CHECK(std::abs(median(a.forward) / c.forward - 1) < 0.04);
+        if (c.backward > 0) CHECK(std::abs(median(a.backward) / c.backward - 1) < 0.04);
+    }
+}
+
+TEST_CASE("the kernels that do not stream are priced by their timed bytes: norms, dropout, the loss, Adam") {
+    const GpuSpec gpu = cluster_gpu("dgx-h100.json");
+    const nlohmann::json file = read("calibration/data/h100_dtsim_torch_kernels.json");
+    // Each constant is the median of its rows at the H100 cluster's rate, rounded to 0.01 byte.
+    const PerElement norms = per_element(file, {"rms_norm", "layer_norm"}, gpu);
+    CHECK(norms.forward.size() == 16);
+    CHECK(median(norms.forward) == doctest::Approx(kNormForwardBytes).epsilon(0.005 / kNormForwardBytes));
+    CHECK(median(norms.backward) == doctest::Approx(kNormBackwardBytes).epsilon(0.005 / kNormBackwardBytes));
+    const PerElement dropout = per_element(file, {"dropout"}, gpu);
+    CHECK(median(dropout.forward) == doctest::Approx(kDropoutForwardBytes).epsilon(0.005 / kDropoutForwardBytes));
+    CHECK(median(dropout.backward) == doctest::Approx(kDropoutBackwardBytes).epsilon(0.005 / kDropoutBackwardBytes));
+    // PyTorch's loss: bytes a logit, to 0.1 byte.
+    std::vector<double> forward, backward;
+    for (auto& r : rows_of(file.at("cross_entropy"))) {
+        const double logits = r["tokens"].get<double>() * r["vocab"].get<double>();
+        const double fwd = r["fwd_us"].get<double>() * 1e-6, both = r["fwd_bwd_us"].get<double>() * 1e-6;
+        forward.push_back(fwd / gpu.memory_seconds(1.0) / logits);
+        backward.push_back((both - fwd) / gpu.memory_seconds(1.0) / logits);
+    }
+    CHECK(forward.size() == 12);
+    CHECK(median(forward) == doctest::Approx(kPytorchLossForwardBytes).epsilon(0.05 / kPytorchLossForwardBytes));
+    CHECK(median(backward) == doctest::Approx(kPytorchLossBackwardBytes).epsilon(0.05 / kPytorchLossBackwardBytes));
+    CHECK(loss_bytes_per_logit(CrossEntropy::pytorch).forward == kPytorchLossForwardBytes);
+    // Fused AdamW: 28 bytes moved a parameter (fp32 parameter, gradient and moments read; parameter
+    // and moments written), to 0.01 of them.
+    std::vector<double> adam;
+    for (auto& r : rows_of(file.at("optimizer")))
+        if (r["impl"] == "fused")
+            adam.push_back(r["step_us"].get<double>() * 1e-6 / gpu.memory_seconds(1.0) / r["params"].get<double>() / 28);
+    CHECK(adam.size() == 3);
+    CHECK(median(adam) == doctest::Approx(kAdamKernelBytes).epsilon(0.005 / kAdamKernelBytes));
+}
+
+TEST_CASE("layer_elementwise_bytes: a layer's element-wise work by block and pass, counted by hand") {
+    // h 1,024, ffn 4,096, 2 x 512 tokens, bf16, tp 2.
+    TransformerSpec m{"m", 1, 1024, 8, 8, 4096, 512, 0, DType::bf16, Mlp::gelu, false};
+    m.dropout = false;
+    LayerSplit s{2, 2, false, Recompute::none, true};
+    s.elementwise = ElementwiseKernels::fused;
+    const double tokens = 1024, h = 1024 * tokens, f = 2048 * tokens;  // f: the FFN's half on this GPU
+    const double nf = kNormForwardBytes, nb = kNormBackwardBytes;
+    // GeLU, no dropout: a norm and a residual add each block; the activation 4 and 6 bytes.
+    ElementwiseBytes e = layer_elementwise_bytes(m, s);
+    CHECK(e.attention_forward == doctest::Approx((nf + 6) * h));
+    CHECK(e.mlp_forward == doctest::Approx((nf + 6) * h + 4 * f));
+    CHECK(e.attention_backward == doctest::Approx((nb + 6) * h));
+    CHECK(e.mlp_backward == doctest::Approx((nb + 6) * h + 6 * f));
+    CHECK(e.residual == doctest::Approx(6 * h));
+    // The same eagerly: GeLU is one kernel either way, and a GeLU model's linears are fused (no sums).
+    LayerSplit eager = s;
+    eager.elementwise = ElementwiseKernels::eager;
+    CHECK(layer_elementwise_bytes(m, eager).mlp_backward == doctest::Approx(e.mlp_backward));
+    // Sequence parallelism divides the h-wide work by t.
+    LayerSplit sp = s;
+    sp.sequence_parallel = true;
+    CHECK(layer_elementwise_bytes(m, sp).attention_forward == doctest::Approx((nf + 6) * h / 2));
+    // Hidden dropout: eager, its own kernel (kDropoutForwardBytes, kDropoutBackwardBytes); fused into
+    // the add, its one-byte mask written and the gradient times it.
+    TransformerSpec drop = m;
+    drop.dropout = true;
+    CHECK(layer_elementwise_bytes(drop, s).residual == doctest::Approx(7 * h));
+    CHECK(layer_elementwise_bytes(drop, s).attention_backward == doctest::Approx((nb + 6 + 5) * h));
+    CHECK(layer_elementwise_bytes(drop, eager).residual == doctest::Approx((6 + kDropoutForwardBytes) * h));
+    CHECK(layer_elementwise_bytes(drop, eager).attention_backward ==
+          doctest::Approx((nb + 6 + kDropoutBackwardBytes) * h));
+    // SwiGLU: fused 6 and 10 bytes over the FFN width; eager 10 and 18, and autograd's sums of the
+    // separate linears' input gradients, two (wq, wk, wv) and one (w1, w3) h-wide adds over every token.
+    TransformerSpec llama = m;
+    llama.mlp = Mlp::swiglu;
+    const ElementwiseBytes fused = layer_elementwise_bytes(llama, s), torch = layer_elementwise_bytes(llama, eager);
+    CHECK(fused.mlp_forward == doctest::Approx((nf + 6) * h + 6 * f));
+    CHECK(fused.mlp_backward == doctest::Approx((nb + 6) * h + 10 * f));
+    CHECK(fused.attention_backward == doctest::Approx((nb + 6) * h));
+    const double sums = 6 * 1024 * 1024.0;
+    CHECK(torch.mlp_forward == doctest::Approx((nf + 6) * h + 10 * f));
+    CHECK(torch.mlp_backward == doctest::Approx((nb + 6) * h + 18 * f + sums));
+    CHECK(torch.attention_backward == doctest::Approx((nb + 6) * h + 2 * sums));
+    // fp32 activations: every count doubles.
+    TransformerSpec wide = llama;
+    wide.dtype = DType::fp32;
+    CHECK(layer_elementwise_bytes(wide, eager).mlp_backward == doctest::Approx(2 * torch.mlp_backward));
+}
+
+TEST_CASE("elementwise_kernels: eager in PyTorch's code, fused in Megatron-Core's, as given otherwise") {
+    auto kernels = [](const std::string& strategy, std::vector<Override> sets = {}) {
+        sets.push_back({"strategy.name", strategy});
+        const Config c = load_config(std::string(DTSIM_CONFIGS) + "/runs/llama3-8b-16xh100-fsdp.json", sets);
+        return layer_split(c).elementwise;
+    };
+    CHECK(kernels("fsdp") == ElementwiseKernels::eager);
+    CHECK(kernels("ddp") == ElementwiseKernels::eager);
+    CHECK(kernels("fsdp", {{"strategy.fsdp_impl", "megatron"}}) == ElementwiseKernels::fused);
+    CHECK(kernels("megatron") == ElementwiseKernels::fused);
+    CHECK(kernels("megatron", {{"strategy.elementwise_kernels", "eager"}}) == ElementwiseKernels::eager);
+    CHECK(kernels("fsdp", {{"strategy.elementwise_kernels", "fused"}}) == ElementwiseKernels::fused);
+}
