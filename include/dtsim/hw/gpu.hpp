@@ -128,8 +128,8 @@ double power_clock_exponent();
 // or written once, no reduction across it), as STREAM's copy and triad measure it. H100 SXM: the
 // median of the fourteen copy and triad rows with arrays of 64 MiB to 4 GiB (beyond the 50 MB L2)
 // in calibration/data/h100_dtsim_membw.json, 2,892.8 GB/s, over the datasheet's 3.35 TB/s
-// (calibration/data/gpus.json): 0.863. The default where a cluster gives no gpu.stream_fraction.
-inline constexpr double kStreamFraction = 0.863;
+// (calibration/data/gpus.json): 0.8635. The default where a cluster gives no gpu.stream_fraction.
+inline constexpr double kStreamFraction = 0.8635;
 
 struct GpuSpec {
     std::string name;

@@ -43,7 +43,7 @@ enum class RopeKernel : std::uint8_t { none, complex, fused };
 // torchtitan's complex rotary embedding timed on one H100 in eager PyTorch 2.11
 // (calibration/data/h100_dtsim_torch_kernels.json, elementwise rows "rotary_torchtitan": bf16
 // [tokens, width], 4,096 and 16,384 tokens x 2,048 to 16,384 wide), each row's time as bytes at
-// the H100 cluster's memory_seconds rate (3.35 TB/s x 0.863) per element: the median of the eight
+// the H100 cluster's memory_seconds rate (3.35 TB/s x 0.8635) per element: the median of the eight
 // rows, forward and backward (fwd_bwd_us less fwd_us) apart; bf16 tensors, as those rows were.
 inline constexpr double kComplexRopeForwardBytes = 23.2;
 inline constexpr double kComplexRopeBackwardBytes = 23.7;
@@ -60,7 +60,6 @@ RopeBytes rope_bytes(RopeKernel kernel, double element_bytes);
 // llm-foundry), or `fused`, Megatron-Core's fused kernels (bias_dropout_add, bias_swiglu,
 // Transformer Engine's fused QKV and fc1 linears).
 enum class ElementwiseKernels : std::uint8_t { eager, fused };
-std::string_view elementwise_kernels_name(ElementwiseKernels k);
 
 // Float8 linears (StrategyConfig::fp8): the GEMMs of a layer's linear layers (QKV, projection,
 // MLP) run in fp8, forward and backward; everything else (attention core, norms, the output
@@ -222,8 +221,8 @@ struct LayerSplit {
     // How eager blocks run their element-wise work (layer_split resolves the default).
     ElementwiseKernels elementwise = ElementwiseKernels::fused;
     // Each block's norm as separate eager kernels (StrategyConfig::norm_kernel "composed"):
-    // kComposedRmsNormBytes per element instead of a fused kernel's read and write. No effect on
-    // compiled blocks, whose norms Inductor fuses.
+    // kComposedRmsNormBytes per element instead of kNormForwardBytes, twice it instead of
+    // kNormBackwardBytes. No effect on compiled blocks, whose norms Inductor fuses.
     bool composed_norm = false;
     // The SMs Transformer Engine's userbuffers take from each overlapped linear
     // (StrategyConfig::tp_overlap); all zero without it.
@@ -373,13 +372,14 @@ ElementwiseBytes layer_elementwise_bytes(const TransformerSpec& m, const LayerSp
 // timed on one H100 in eager PyTorch 2.11 (h100_dtsim_torch_kernels.json elementwise rows rms_norm
 // and layer_norm, 16 rows; dropout, 8 rows: bf16 [tokens, width], 4,096 and 16,384 tokens x 2,048
 // to 16,384 wide), each row's time as bytes at the H100 cluster's memory_seconds rate (3.35 TB/s x
-// 0.863) per element: the medians, forward and backward (fwd_bwd_us less fwd_us) apart. A norm's
+// 0.8635) per element: the medians, forward and backward (fwd_bwd_us less fwd_us) apart. A norm's
 // reductions keep it below the streaming rate: its forward reads and writes 4 bytes, its backward
-// (the input's gradient, then the weight's) about 10.
+// at least 6 (the input and the output's gradient read, the input's gradient written), 10 where
+// the weight's gradient reads the input and the output's gradient again, as PyTorch's kernels do.
 inline constexpr double kNormForwardBytes = 6.07;
-inline constexpr double kNormBackwardBytes = 14.95;
+inline constexpr double kNormBackwardBytes = 14.96;
 inline constexpr double kDropoutForwardBytes = 6.02;
-inline constexpr double kDropoutBackwardBytes = 4.94;
+inline constexpr double kDropoutBackwardBytes = 4.95;
 
 // RMSNorm written as tensor operations and run eagerly, one kernel each: torchtitan's RMSNorm
 // module until March 2025 (torchtitan/models/norms.py: x.float(), pow(2), mean(-1), + eps,
@@ -406,15 +406,15 @@ inline constexpr double kComposedRmsNormBytes = 2 + 4 + 4 + 4 + 4 + 4 + 4 + 4 + 
 // Fitted to the kernels' GPU time (bytes = time x the H100's memory_seconds bandwidth, 2.89 TB/s)
 // of compiled blocks profiled on one H100 (PyTorch 2.11, calibration/data/
 // h100_dtsim_torch_compile.json): Llama 3 8B, TP8 shares of 70B and 405B, an MPT-style 1B block.
-// Class by class the shapes lie within -18 to +27 % of the fitted coefficient (norms) and 2 %
-// (activation, rotary); the block totals within -18 % (405B's share) to +7 %.
+// Class by class the shapes lie within -12 to +27 % of the fitted coefficient (norms), -3.5 to
+// +7 % (rotary) and 2 % (activation); the block totals within -18 % (405B's share) to +7 %.
 struct CompiledElementwiseBytes {
     double attention = 0, mlp = 0;
 };
 inline constexpr double kCompiledNormBytes = 54.4;
 inline constexpr double kCompiledSwigluBytes = 14.8;
-inline constexpr double kCompiledGeluBytes = 9.52;
-inline constexpr double kCompiledRotaryBytes = 43.3;
+inline constexpr double kCompiledGeluBytes = 9.53;
+inline constexpr double kCompiledRotaryBytes = 43.4;
 inline constexpr double kCompiledQkvBytes = 3.81;
 CompiledElementwiseBytes compiled_elementwise_bytes(const TransformerSpec& m, const LayerSplit& s);
 // torchao's float8 casts in compiled blocks: this share of what Fp8CastBytes counts for torchao
@@ -422,7 +422,7 @@ CompiledElementwiseBytes compiled_elementwise_bytes(const TransformerSpec& m, co
 // less the compiled bf16 blocks': 0.78 (Llama 3 8B), 0.93 and 0.94 (70B's and 405B's TP8
 // shares), 1.23 (MPT-style 1B); their geometric mean. (Over 1 where Inductor's cast kernels reach
 // less of the streaming rate than the count's fused casts would.)
-inline constexpr double kCompiledTorchaoCastShare = 0.957;
+inline constexpr double kCompiledTorchaoCastShare = 0.958;
 
 // Adam's state per parameter, in bytes: its two moments (exp_avg, exp_avg_sq) and a master copy
 // of the weights, each in the optimizer's dtype; no master where the weights already are in it.
@@ -461,14 +461,6 @@ AdamStateBytes adam_state_bytes(DType weights, DType optimizer, bool apex = fals
 // ShardedState.SHARDED, "the only contributor to parameter memory", pytorch/pytorch commit
 // 007472c8; FSDP1's FlatParameter shard likewise), kept in the dtype the model was built in,
 // which is the master's under mixed precision; the bf16 weights exist only gathered. So 16P/N with
-// The Adam step as one fused multi-tensor kernel (torch.optim.AdamW(fused=True), torchtitan's
-// default; Apex's and Transformer Engine's FusedAdam in Megatron-LM) moves its bytes below the
-// streaming rate: timed on one H100 in PyTorch 2.11 over 25, 100 and 400 million fp32 parameters
-// (calibration/data/h100_dtsim_torch_kernels.json optimizer, the three fused rows: 28 bytes moved
-// per parameter), 33.8, 31.3 and 31.3 bytes a parameter at the H100 cluster's memory_seconds rate:
-// the median over the 28 counted, 1.12. (The foreach form took 2.8-3.2 times the fused one.)
-inline constexpr double kAdamKernelBytes = 1.12;
-
 // fp32 gradients, not DeepSpeed's ZeRO-3 figure with its extra bf16 shard.
 struct ModelStateBytes {
     double weights = 0, grads = 0, optimizer = 0;
@@ -476,6 +468,14 @@ struct ModelStateBytes {
 };
 ModelStateBytes zero_model_states(double params, int stage, int dp, double grad_bytes = 2, AdamStateBytes adam = {},
                                   double weight_bytes = 2);
+
+// The Adam step as one fused multi-tensor kernel (torch.optim.AdamW(fused=True), torchtitan's
+// default; Apex's and Transformer Engine's FusedAdam in Megatron-LM) moves its bytes below the
+// streaming rate: timed on one H100 in PyTorch 2.11 over 25, 100 and 400 million fp32 parameters
+// (calibration/data/h100_dtsim_torch_kernels.json optimizer, the three fused rows: 28 bytes moved
+// per parameter), 33.8, 31.3 and 31.3 bytes a parameter at the H100 cluster's memory_seconds rate:
+// the median over the 28 counted, 1.12. (The foreach form took 2.8-2.9 times the fused one.)
+inline constexpr double kAdamKernelBytes = 1.12;
 
 // Bytes the Adam step reads and writes per parameter it updates: its state read and written
 // (2A), the gradient read (G) and the weights written (W), or read and written where there is no

@@ -18,21 +18,23 @@ struct Work {
 struct LayerWork {
     Recompute recompute = Recompute::none;  // the policy this layer's work was priced for
     // Full recompute that stops early (LayerSplit::recompute_early_stop): mlp_recompute is the MLP
-    // block's forward without its last GEMM and the residual add, and no collective follows it.
+    // block's forward without its last GEMM and the residual add (hidden dropout included), and no
+    // collective follows it.
     bool recompute_early_stop = false;
     // The two halves of a layer (Megatron splits a layer into the attention
     // block and the MLP block, each followed by a tensor-parallel collective):
     // their GEMMs on the GPU's GEMM model plus their memory-bound work
     // (layer_elementwise_bytes, and without flash_attention 9 bytes per
-    // attention score for the softmax and its dropout) at the HBM rate. The
+    // attention score for the softmax and its dropout) at the streaming rate. The
     // attention core's two products cover the causal half with flash_attention
     // and the whole s x s matrix without (unfused attention computes it all
     // and masks it in the softmax, as Megatron-LM's baddbmm/bmm); Work::flops
     // counts what runs.
     Work attention_forward, mlp_forward;
-    Work attention_backward, mlp_backward;  // twice the forward GEMMs, twice the element-wise bytes
-                                            // but 11 (not 18) bytes per attention score; a fused
-                                            // attention core with a measured curve: its own backward
+    Work attention_backward, mlp_backward;  // twice the forward GEMMs, the element-wise work's own
+                                            // backward bytes, 11 (not 18) bytes per attention score;
+                                            // a fused attention core with a measured curve: its own
+                                            // backward
     // The backward split as zero-bubble schedules split it (Qi et al. 2023): the
     // weight gradient W is one GEMM per weight matrix with the FLOPs of its
     // forward (QKV and projection; fc1[, fc3] and fc2); the input gradient I is

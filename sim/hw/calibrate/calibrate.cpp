@@ -568,7 +568,8 @@ GemmFitResult fit_gemm(const GpuSpec& gpu, const std::vector<GemmPoint>& points)
     // arithmetic intensity (FLOPs per byte) below half the ridge point of the starting parameters.
     // A table of large shapes cannot tell it (one near the ridge would bend it to absorb the
     // overhead of small GEMMs: 0.15 from Triton's A100 table, whose smallest shape, 512^3, sits at
-    // the ridge), and it prices every memory-bound kernel besides (GpuSpec::memory_seconds).
+    // the ridge). (It prices a GEMM's memory-bound side only: element-wise kernels run at the
+    // GPU's stream_fraction, GpuSpec::memory_seconds.)
     int below = 0;
     for (const auto& p : points) {
         const double intensity = 2 * p.m * p.n * p.k / ((p.m * p.k + p.k * p.n + p.m * p.n) * bytes_per_element(p.dtype));

@@ -1,8 +1,9 @@
 // Kernel measurements as calibration/pytorch/dtsim_kernels.py writes them: the fused
 // attention rows (AttentionModel) and the GEMMs (one by-shape set per data type) are read,
 // fitted and predicted; the file's other sections (element-wise kernels, cross-entropy,
-// optimizer, launch) are checked for form and kept as documentation until a cost model
-// uses them. Published attention benchmarks ("attention_published": a chart's TFLOP/s of
+// optimizer, launch) are checked for form here. The memory-bound constants of transformer.hpp
+// (norms, dropout, the complex rotary embedding, PyTorch's loss, fused Adam) are medians of the
+// first three, which tests/hw/test_hw_memory_bound.cpp recomputes. Published attention benchmarks ("attention_published": a chart's TFLOP/s of
 // forward and backward together, or of the forward alone) are read into the same kind of set.
 #include "kernels.hpp"
 

@@ -29,10 +29,6 @@ RopeBytes rope_bytes(RopeKernel kernel, double element_bytes) {
     return {};
 }
 
-std::string_view elementwise_kernels_name(ElementwiseKernels k) {
-    return k == ElementwiseKernels::eager ? "eager" : "fused";
-}
-
 std::string_view fp8_name(Fp8 f) {
     switch (f) {
         case Fp8::none: return "none";

@@ -154,8 +154,8 @@ Workload make_workload(const TransformerSpec& model, const LayerSplit& s, const 
             L.mlp_recompute = L.mlp_forward;
             if (s.recompute_early_stop) {
                 // PyTorch's non-reentrant checkpoint stops once the last tensor the backward saved
-                // exists again: fc2's input (w2's). fc2 and the residual add after it (not counted
-                // apart in compiled blocks) do not run again.
+                // exists again: fc2's input (w2's). fc2 and the residual add after it, with its hidden
+                // dropout (not counted apart in compiled blocks), do not run again.
                 const double residual = elementwise.residual;
                 const double fc2_flops = f.mlp / (mlp_in + 1);
                 L.mlp_recompute = {L.mlp_forward.seconds - fc2 - gpu.memory_seconds(residual),
