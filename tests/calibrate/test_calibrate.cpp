@@ -439,7 +439,7 @@ TEST_CASE("torchtitan's complex rotary embedding: its bytes are the medians of i
     CHECK(median(backward) == doctest::Approx(kComplexRopeBackwardBytes).epsilon(0.05 / kComplexRopeBackwardBytes));
 }
 
-TEST_CASE("every shipped data file loads; only the datasheets and the bandwidth sweeps are skipped") {
+TEST_CASE("every shipped data file loads; only the datasheets and the documentation-only files are skipped") {
     const auto files = cal::shipped_data_files(std::string(DTSIM_CONFIGS) + "/..");
     REQUIRE(files.size() >= 4);
     const auto data = cal::load_ground_truth(files);
@@ -500,9 +500,72 @@ TEST_CASE("every shipped data file loads; only the datasheets and the bandwidth 
         skipped.push_back(std::filesystem::path(line.substr(0, line.find(':'))).filename().string());
     }
     CHECK(rows_skipped == 0);  // every published row runs
-    CHECK(skipped == std::vector<std::string>{"a100_membw_published.json", "gpus.json",
-                                              "h100_dtsim_membw.json", "h100_dtsim_torch_compile.json",
+    CHECK(skipped == std::vector<std::string>{"a100_membw_published.json", "gpus.json", "h100_dtsim_torch_compile.json",
                                               "h100_dtsim_torch_output_layer.json", "h200_dtsim_sustained.json"});
+}
+
+TEST_CASE("dtsim-membw's bandwidth file: read, fitted into gpu.stream_fraction, and validated against it") {
+    const auto data = cal::load_ground_truth({std::string(DTSIM_CONFIGS) + "/../calibration/data/h100_dtsim_membw.json"});
+    REQUIRE(data.streams.size() == 1);
+    const cal::StreamSet& s = data.streams[0];
+    CHECK(s.id == "h100_dtsim_membw");
+    CHECK(s.rows.size() == 26);
+    CHECK(cal::data_set_ids(data) == std::vector<std::string>{"h100_dtsim_membw"});
+    // The median of the 14 rows with arrays of 64 MiB and more: 2,892.79 GB/s of 3.35 TB/s.
+    CHECK(cal::stream_fraction(s, 3.35e12) == doctest::Approx(2892.795 / 3350).epsilon(1e-5));
+    cal::StreamSet small = s;
+    std::erase_if(small.rows, [](const cal::StreamPoint& p) { return p.array_bytes >= cal::kStreamMinArrayBytes; });
+    CHECK(cal::stream_fraction(small, 3.35e12) == 0);
+    // Calibrated into a cluster of its family, as written to four digits, with the set named.
+    nlohmann::json base;
+    std::ifstream(std::string(DTSIM_CONFIGS) + "/clusters/dgx-h100.json") >> base;
+    base["cluster"]["gpu"]["stream_fraction"] = 0.5;
+    base["cluster"]["gpu"].erase("stream_datasets");
+    const auto r = cal::calibrate(base, "dgx-h100.json", data, {});
+    const auto& gpu = r.cluster["cluster"]["gpu"];
+    CHECK(gpu["stream_fraction"].get<double>() == 0.8635);
+    CHECK(gpu["stream_datasets"] == nlohmann::json::array({"h100_dtsim_membw"}));
+    CHECK(r.fitted == 1);
+    int lines = 0;
+    for (const auto& src : r.cluster["cluster"]["source"]) lines += src.get<std::string>().starts_with("gpu.stream_fraction");
+    CHECK(lines == 1);  // the hand-written line made way for calibrate's
+    // A cluster of another family fits nothing from it.
+    nlohmann::json a100;
+    std::ifstream(std::string(DTSIM_CONFIGS) + "/clusters/selene-a100.json") >> a100;
+    CHECK_THROWS_AS(cal::calibrate(a100, "selene-a100.json", data, {}), std::invalid_argument);
+    // Validated on the shipped H100 cluster, in-sample: the 14 large rows counted against 2.89 TB/s.
+    cal::ValidateOptions o;
+    o.data_dir = std::string(DTSIM_CONFIGS) + "/..";
+    const auto v = cal::validate(data, o);
+    REQUIRE(v.size() == 1);
+    CHECK(v[0].kind == "stream");
+    CHECK(v[0].counted == 14);
+    CHECK(v[0].fit.starts_with("in-sample"));
+    CHECK(v[0].points[0].predicted == doctest::Approx(3350 * 0.8635));
+    CHECK(v[0].median < 0.02);
+}
+
+TEST_CASE("a bandwidth file that is wrong says where") {
+    const auto error = [](const std::string& text) -> std::string {
+        try {
+            cal::load_ground_truth({write_temp("dtsim_bad_membw.json", text)});
+        } catch (const ConfigError& e) {
+            return e.what();
+        }
+        return "no error";
+    };
+    const std::string row = R"({"kernel": "copy", "bytes_per_array": 67108864, "GBps": 2800})";
+    CHECK(error(R"({"memory_bandwidth": {"gpu": "NVIDIA H100 80GB HBM3", "rows": [)" + row + "]}}") == "no error");
+    CHECK(error(R"({"memory_bandwidth": {"gpu": "NVIDIA H100 80GB HBM3", "rows": [)" + row +
+                R"(, {"kernel": "copy", "bytes_per_array": 67108864, "GBps": -1}]}})")
+              .find("$.memory_bandwidth.rows[1].GBps") != std::string::npos);
+    CHECK(error(R"({"memory_bandwidth": {"gpu": "NVIDIA H100 80GB HBM3", "rows": [{"kernel": "scale", "bytes_per_array": 1, "GBps": 1}]}})")
+              .find("$.memory_bandwidth.rows[0].kernel") != std::string::npos);
+    CHECK(error(R"({"memory_bandwidth": {"gpu": "some gpu", "rows": [)" + row + "]}}").find("$.memory_bandwidth.gpu") !=
+          std::string::npos);
+    CHECK(error(R"({"memory_bandwidth": {"gpu": "NVIDIA H100 80GB HBM3", "rows": []}})").find("$.memory_bandwidth.rows") !=
+          std::string::npos);
+    CHECK(error(R"({"memory_bandwith": {}})").find("did you mean \"memory_bandwidth\"") != std::string::npos);
 }
 
 TEST_CASE("the harness's collective sweep is read as the published tables are") {

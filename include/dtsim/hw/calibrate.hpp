@@ -142,6 +142,27 @@ struct LayerSet {
     std::vector<LayerRow> rows;
 };
 
+// Memory-bound kernels' bandwidth on one GPU as dtsim-membw measures it (its "memory_bandwidth"
+// section: STREAM's copy and triad, one array size a row): what gpu.stream_fraction is fitted to.
+struct StreamPoint {
+    std::string kernel;
+    double array_bytes = 0, gbps = 0;  // bytes of each array; bytes moved / time, GB = 1e9 bytes
+};
+
+struct StreamSet {
+    std::string id;  // the file's stem
+    std::string source, file, gpu;
+    std::vector<StreamPoint> rows;
+};
+
+// The rows a fit and a prediction count: arrays of this size or more, beyond the L2 cache of the
+// GPUs measured (50 MB on an H100), where smaller arrays read partly from L2 at more than HBM's
+// bandwidth (h100_dtsim_membw.json: up to 4.6 TB/s at 8 MiB on a 3.35 TB/s part).
+inline constexpr double kStreamMinArrayBytes = 64.0 * 1024 * 1024;
+// The fraction of `hbm_bytes_per_s` the set reaches: the median GB/s of its rows with arrays of
+// kStreamMinArrayBytes or more (0 where there is none).
+double stream_fraction(const StreamSet& s, double hbm_bytes_per_s);
+
 struct GroundTruth {
     std::vector<CollectiveSet> collectives;
     std::vector<GemmSet> gemms;
@@ -149,6 +170,7 @@ struct GroundTruth {
     std::vector<EndToEndSet> end_to_end;
     std::vector<KernelSet> kernels;
     std::vector<LayerSet> layers;
+    std::vector<StreamSet> streams;
     // Files of no kind read here (e.g. gpus.json), and why; and end-to-end rows dtsim cannot
     // express yet ("FILE: set S, row \"R\": not expressible yet: why").
     std::vector<std::string> skipped;
@@ -275,7 +297,7 @@ struct ValidationPoint {
 };
 
 struct ValidationSet {
-    std::string id, kind, source, file;  // kind: collective, gemm, megatron, end_to_end, step, attention, layer
+    std::string id, kind, source, file;  // kind: collective, gemm, megatron, end_to_end, step, attention, layer, stream
     std::string cluster;                 // the cluster config it ran on
     std::string fit;                     // "in-sample (fitted to it)", "held out", ...
     std::string note;                    // what the prediction assumes

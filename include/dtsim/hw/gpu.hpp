@@ -137,6 +137,7 @@ struct GpuSpec {
     double memory_bytes = 0;                   // HBM capacity
     double memory_bandwidth = 0;               // HBM bytes/s
     double stream_fraction = kStreamFraction;  // of memory_bandwidth, for memory-bound kernels (cluster.gpu.stream_fraction)
+    std::vector<std::string> stream_datasets;  // the bandwidth sets dtsim calibrate fitted it to (gpu.stream_datasets)
     GemmModel gemm;
     AttentionModel attention;
     // Board power (cluster.gpu.tdp_W, power_limit_W): a part run below its TDP (nvidia-smi -pl)

@@ -6,6 +6,7 @@
 #include "hw/config/reading.hpp"
 #include "kernels.hpp"
 #include "layers.hpp"
+#include "streams.hpp"
 
 #include <fmt/format.h>
 
@@ -54,7 +55,8 @@ constexpr std::string_view kMegatronColumns[] = {"model",       "params_B",     
                                                  "micro_batch", "tflops_per_gpu", "percent_peak",
                                                  "layers_per_virtual_stage", "ddp"};
 // The keys that tell the kind of a file.
-constexpr std::string_view kKindKeys[] = {"datasets", "max_achievable", "columns", "rows", "training_steps", "layers", "memory"};
+constexpr std::string_view kKindKeys[] = {"datasets", "max_achievable", "columns",         "rows",
+                                           "training_steps", "layers", "memory", "memory_bandwidth"};
 
 const std::vector<std::string>& op_names() {
     static const std::vector<std::string> ops{"all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce",
@@ -352,6 +354,7 @@ std::vector<std::string> data_set_ids(const GroundTruth& data) {
     for (const auto& s : data.end_to_end) ids.push_back(s.id);
     for (const auto& s : data.kernels) ids.push_back(s.id);
     for (const auto& s : data.layers) ids.push_back(s.id);
+    for (const auto& s : data.streams) ids.push_back(s.id);
     return ids;
 }
 
@@ -372,6 +375,8 @@ GroundTruth load_ground_truth(const std::vector<std::string>& files) {
             read_kernels(root, file, stem, out);
         } else if (is_layer_file(j)) {
             read_layers(root, file, stem, out);  // layers.cpp
+        } else if (is_stream_file(j)) {
+            read_streams(root, file, stem, out);  // streams.cpp
         } else if (j.contains("datasets")) {
             read_collectives(root, file, out);
         } else if (by_shape) {
@@ -382,7 +387,7 @@ GroundTruth load_ground_truth(const std::vector<std::string>& files) {
             // A key a letter or two from one that tells the kind is a typo, not another kind of file.
             for (const auto& [k, v] : root.members())
                 if (!json_reader::nearest(k, kKindKeys).empty()) root.unknown_key(k, kKindKeys);
-            out.skipped.push_back(fmt::format("{}: no collective \"datasets\", GEMM sections, Megatron \"rows\", \"training_steps\", \"layers\" or \"memory\"; "
+            out.skipped.push_back(fmt::format("{}: no collective \"datasets\", GEMM sections, Megatron \"rows\", \"training_steps\", \"layers\", \"memory\" or \"memory_bandwidth\"; "
                                                   "not ground truth the simulator predicts",
                                                   file));
         }
@@ -407,6 +412,7 @@ GroundTruth load_ground_truth(const std::vector<std::string>& files) {
     }
     for (const auto& s : out.kernels) once(s.id, s.file);
     for (const auto& s : out.layers) once(s.id, s.file);
+    for (const auto& s : out.streams) once(s.id, s.file);
     return out;
 }
 
@@ -880,6 +886,43 @@ void fit_power_clock(json& gpu_doc, const GpuSpec& gpu, const std::string& famil
     sources.push_back(fmt::format("gpu.power_clock: dtsim calibrate on {}", fmt::join(ids, ", ")));
 }
 
+// gpu.stream_fraction from the bandwidth sets measured on this family (dtsim-membw): the median
+// of their rows with arrays of kStreamMinArrayBytes or more over the base's HBM bandwidth, all the
+// sets' rows together.
+void fit_stream(json& gpu_doc, const GpuSpec& gpu, const std::string& family, const GroundTruth& data,
+                const CalibrateOptions& o, CalibrateResult& out, std::vector<std::string>& sources) {
+    StreamSet all;
+    std::vector<std::string> ids;
+    for (const auto& s : data.streams) {
+        if (!wanted(s.id, o) || !same_family(s.gpu, family)) continue;
+        all.rows.insert(all.rows.end(), s.rows.begin(), s.rows.end());
+        ids.push_back(s.id);
+    }
+    if (ids.empty()) return;
+    const double fraction = stream_fraction(all, gpu.memory_bandwidth);
+    if (!(fraction > 0)) {
+        out.log.push_back(fmt::format("skipped {}: no row with arrays of {:.0f} MiB or more", fmt::join(ids, ", "),
+                                      kStreamMinArrayBytes / (1 << 20)));
+        return;
+    }
+    if (fraction > 1)
+        throw std::invalid_argument(fmt::format(
+            "{} reach {:.3f} of the base's HBM bandwidth ({:g} TB/s): more than the datasheet's; is the base's "
+            "hbm_TBps the measured part's?",
+            fmt::join(ids, ", "), fraction, gpu.memory_bandwidth / kTera));
+    const double rounded = std::round(fraction * 10000) / 10000;  // as written
+    gpu_doc["stream_fraction"] = rounded;
+    gpu_doc["stream_datasets"] = ids;
+    ++out.fitted;
+    std::size_t counted = 0;
+    for (const auto& p : all.rows) counted += p.array_bytes >= kStreamMinArrayBytes;
+    out.log.push_back(fmt::format("stream fraction: {:.4f} of {:g} TB/s ({:.1f} GB/s), the median of {} rows with "
+                                  "arrays of {:.0f} MiB or more from {}",
+                                  rounded, gpu.memory_bandwidth / kTera, fraction * gpu.memory_bandwidth / 1e9, counted,
+                                  kStreamMinArrayBytes / (1 << 20), fmt::join(ids, ", ")));
+    sources.push_back(fmt::format("gpu.stream_fraction: dtsim calibrate on {}", fmt::join(ids, ", ")));
+}
+
 // Megatron rows: the fp16 GEMM ceiling (the SC21 runs are fp16) fitted end to end so that the
 // median error of the named rows is zero, written to gm; returns the rows' ids.
 std::vector<std::string> fit_megatron_ceiling(json& gm, const json& cluster, const std::string& base_file,
@@ -1062,6 +1105,7 @@ CalibrateResult calibrate(const json& base, const std::string& base_file, const 
     }
     fit_power_clock(cl["gpu"], make_cluster(out.cluster, base_file).gpu, family, data, o, out, sources);
     fit_attention_model(cl["gpu"], c.gpu, family, data, o, out, sources);
+    fit_stream(cl["gpu"], c.gpu, family, data, o, out, sources);
     if (out.fitted == 0) {
         // Nothing fitted: the written cluster would be the base, unchanged. Say why.
         std::vector<std::string> used;
@@ -1075,6 +1119,8 @@ CalibrateResult calibrate(const json& base, const std::string& base_file, const 
             }
         for (const auto& s : data.megatron)
             if (wanted(s.id, o)) used.push_back(fmt::format("{} ({})", s.id, s.gpu));
+        for (const auto& s : data.streams)
+            if (wanted(s.id, o)) used.push_back(fmt::format("{} ({})", s.id, gpu_family(s.gpu)));
         std::vector<std::string> skipped;
         for (const auto& line : out.log)
             if (line.rfind("skipped ", 0) == 0) skipped.push_back(line);

@@ -3,8 +3,9 @@
 // fitted and predicted; the file's other sections (element-wise kernels, cross-entropy,
 // optimizer, launch) are checked for form here. The memory-bound constants of transformer.hpp
 // (norms, dropout, the complex rotary embedding, PyTorch's loss, fused Adam) are medians of the
-// first three, which tests/hw/test_hw_memory_bound.cpp recomputes. Published attention benchmarks ("attention_published": a chart's TFLOP/s of
-// forward and backward together, or of the forward alone) are read into the same kind of set.
+// first three, which tests/hw/test_hw_memory_bound.cpp recomputes. Published attention
+// benchmarks ("attention_published": a chart's TFLOP/s of forward and backward together, or of
+// the forward alone) are read into the same kind of set.
 #include "kernels.hpp"
 
 #include "tables.hpp"

@@ -18,6 +18,7 @@
 #include <cmath>
 #include <exception>
 #include <filesystem>
+#include <tuple>
 #include <map>
 #include <numeric>
 #include <set>
@@ -661,17 +662,20 @@ std::string mean_direction(const ValidationSet& s) {
 
 namespace {
 
+// A set's heading: what it is, where it came from and the cluster it ran on.
+ValidationSet heading(const std::string& id, const std::string& kind, const std::string& source,
+                      const std::string& file, const std::string& cluster) {
+    ValidationSet v;
+    std::tie(v.id, v.kind, v.source, v.file, v.cluster) = std::tie(id, kind, source, file, cluster);
+    return v;
+}
+
 // The harness's blocks on one GPU: each row's block priced as dtsim prices a layer of the run that
 // holds it (make_workload's LayerWork: forward, forward and backward; layer_activation_bytes: what
 // it keeps), on the cluster of the file's GPU family. Nothing is fitted to them.
 ValidationSet layer_set(const LayerSet& s, Clusters& clusters) {
     const ClusterDoc& cd = clusters.require(s.gpu, s.file, s.id);
-    ValidationSet v;
-    v.id = s.id;
-    v.kind = "layer";
-    v.source = s.source;
-    v.file = s.file;
-    v.cluster = cd.file;
+    ValidationSet v = heading(s.id, "layer", s.source, s.file, cd.file);
     v.fit = "held out: validation only";
     v.note = s.memory ? fmt::format("what one block keeps for its backward on one {} (calibration/pytorch/dtsim_memory.py: "
                                     "memory_allocated after its forward less before, its output included) against "
@@ -708,6 +712,27 @@ ValidationSet layer_set(const LayerSet& s, Clusters& clusters) {
     return v;
 }
 
+// A bandwidth set: each row of arrays of kStreamMinArrayBytes or more against the rate dtsim prices
+// memory-bound kernels at on its GPU's cluster (HBM x stream_fraction); smaller arrays are shown,
+// not counted (they read partly from L2).
+ValidationSet stream_set(const StreamSet& s, Clusters& clusters) {
+    const ClusterDoc& cd = clusters.require(s.gpu, s.file, s.id);
+    const GpuSpec gpu = make_cluster(cd.doc, cd.file).gpu;
+    ValidationSet v = heading(s.id, "stream", s.source, s.file, cd.file);
+    const bool fitted =
+        std::find(gpu.stream_datasets.begin(), gpu.stream_datasets.end(), s.id) != gpu.stream_datasets.end();
+    v.fit = fitted ? "in-sample: stream_fraction was fitted to this set" : "held out";
+    const double rate_gbps = gpu.memory_bandwidth * gpu.stream_fraction / 1e9;  // what memory_seconds prices at
+    v.note = fmt::format("STREAM's copy and triad on one {} against memory-bound kernels' rate on {}: {:.1f} GB/s "
+                         "(HBM x stream_fraction {:g}); arrays under {:.0f} MiB shown, not counted",
+                         s.gpu, fs::path(cd.file).filename().string(), rate_gbps, gpu.stream_fraction,
+                         kStreamMinArrayBytes / (1 << 20));
+    for (const StreamPoint& p : s.rows)
+        v.points.push_back({fmt::format("{} {}", p.kernel, size_label(p.array_bytes)), p.array_bytes, p.gbps, rate_gbps,
+                            "GB/s", p.array_bytes >= kStreamMinArrayBytes, fitted});
+    return v;
+}
+
 }  // namespace
 
 std::vector<ValidationSet> validate(const GroundTruth& data, const ValidateOptions& o) {
@@ -724,6 +749,7 @@ std::vector<ValidationSet> validate(const GroundTruth& data, const ValidateOptio
         out.push_back(validate_attention(s, make_cluster(cd.doc, cd.file).gpu, cd.file, o.holdout));
     }
     for (const auto& s : data.layers) out.push_back(layer_set(s, clusters));
+    for (const auto& s : data.streams) out.push_back(stream_set(s, clusters));
     for (auto& s : out) summarize(s);
     // End to end: the mean |error| with the fit, where `dtsim validate --summary` shows it, and which
     // way dtsim errs on average (mean_direction).

@@ -255,8 +255,8 @@ void from_json(const Node& n, AttentionModel& a) {
 }
 
 void from_json(const Node& n, GpuSpec& g) {
-    n.keys({"name", "peak_tflops", "hbm_GiB", "hbm_TBps", "stream_fraction", "tdp_W", "power_limit_W", "power_clock",
-            "sms", "collectives_take_sms", "gemm", "attention"});
+    n.keys({"name", "peak_tflops", "hbm_GiB", "hbm_TBps", "stream_fraction", "stream_datasets", "tdp_W", "power_limit_W",
+            "power_clock", "sms", "collectives_take_sms", "gemm", "attention"});
     g.name = n.has("name") ? n["name"].string() : "gpu";
     const Node peaks = n["peak_tflops"];
     peaks.keys({"fp32", "tf32", "bf16", "fp16", "fp8"});
@@ -265,6 +265,7 @@ void from_json(const Node& n, GpuSpec& g) {
     g.memory_bytes = n["hbm_GiB"].real(ranges::memory_GiB) * kGiB;
     g.memory_bandwidth = n["hbm_TBps"].real(ranges::memory_TBps) * kTera;
     g.stream_fraction = n.has("stream_fraction") ? n["stream_fraction"].fraction() : kStreamFraction;
+    g.stream_datasets = n.has("stream_datasets") ? read_datasets(n["stream_datasets"]) : std::vector<std::string>{};
     g.tdp_watts = n.has("tdp_W") ? n["tdp_W"].real(ranges::power_W) : 0;
     g.power_limit_watts = 0;
     if (n.has("power_limit_W")) {
