@@ -7,6 +7,7 @@
 #include "dtsim/hw/units.hpp"
 
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
@@ -528,7 +529,8 @@ TEST_CASE("dtsim-membw's bandwidth file: read, fitted into gpu.stream_fraction, 
     CHECK(r.fitted == 1);
     int lines = 0;
     for (const auto& src : r.cluster["cluster"]["source"]) lines += src.get<std::string>().starts_with("gpu.stream_fraction");
-    CHECK(lines == 1);  // the hand-written line made way for calibrate's
+    CHECK(lines == 1);
+    CHECK(r.log.back().find("stream fraction: 0.8635 of 3.35 TB/s (median 2892.8 GB/s), from 14 rows") != std::string::npos);
     // A cluster of another family fits nothing from it.
     nlohmann::json a100;
     std::ifstream(std::string(DTSIM_CONFIGS) + "/clusters/selene-a100.json") >> a100;
@@ -543,6 +545,96 @@ TEST_CASE("dtsim-membw's bandwidth file: read, fitted into gpu.stream_fraction, 
     CHECK(v[0].fit.starts_with("in-sample"));
     CHECK(v[0].points[0].predicted == doctest::Approx(3350 * 0.8635));
     CHECK(v[0].median < 0.02);
+}
+
+namespace {
+// A dtsim-membw file of `gpu` with one copy row of 64 MiB per bandwidth given (GB/s), and a 1 MiB row.
+std::string membw_file(const std::string& name, const std::string& gpu, const std::vector<double>& gbps) {
+    std::string rows = R"({"kernel": "copy", "bytes_per_array": 1048576, "GBps": 500})";
+    for (double g : gbps) rows += fmt::format(R"(, {{"kernel": "copy", "bytes_per_array": 67108864, "GBps": {}}})", g);
+    return write_temp(name, fmt::format(R"({{"memory_bandwidth": {{"gpu": "{}", "rows": [{}]}}}})", gpu, rows));
+}
+
+nlohmann::json shipped_cluster(const std::string& name) {
+    nlohmann::json doc;
+    std::ifstream(std::string(DTSIM_CONFIGS) + "/clusters/" + name) >> doc;
+    return doc;
+}
+
+int stream_source_lines(const nlohmann::json& cluster, const std::string& text) {
+    int n = 0;
+    for (const auto& src : cluster["cluster"]["source"]) {
+        const std::string line = src.get<std::string>();
+        n += line.starts_with("gpu.stream_fraction") && line.find(text) != std::string::npos;
+    }
+    return n;
+}
+}  // namespace
+
+TEST_CASE("the streaming fraction's fit: pooled sets, --only, provenance, and what it refuses") {
+    const auto two = cal::load_ground_truth({membw_file("dtsim_h200_a.json", "NVIDIA H200", {4000, 4100}),
+                                             membw_file("dtsim_h200_b.json", "NVIDIA H200", {4200})});
+    // Pooled: the median of 4,000, 4,100 and 4,200 GB/s over the H200's 4.8 TB/s, to four digits.
+    const auto both = cal::calibrate(shipped_cluster("dgx-h200.json"), "dgx-h200.json", two, {});
+    CHECK(both.cluster["cluster"]["gpu"]["stream_fraction"].get<double>() == 0.8542);
+    CHECK(both.cluster["cluster"]["gpu"]["stream_datasets"] ==
+          nlohmann::json::array({"dtsim_h200_a", "dtsim_h200_b"}));
+    // The H200 cluster's hand-written line (the H100's fraction carried) gives way to the fit's.
+    CHECK(stream_source_lines(shipped_cluster("dgx-h200.json"), "the H100's") == 1);
+    CHECK(stream_source_lines(both.cluster, "the H100's") == 0);
+    CHECK(stream_source_lines(both.cluster, "dtsim calibrate on dtsim_h200_a, dtsim_h200_b") == 1);
+    cal::CalibrateOptions only;
+    only.only = {"dtsim_h200_b"};
+    CHECK(cal::calibrate(shipped_cluster("dgx-h200.json"), "dgx-h200.json", two, only)
+              .cluster["cluster"]["gpu"]["stream_fraction"]
+              .get<double>() == 0.875);
+    // A base fitted before keeps its sets named when this calibration fits other things only.
+    nlohmann::json base = shipped_cluster("dgx-h100.json");
+    const auto gemm = cal::load_ground_truth({std::string(DTSIM_CONFIGS) + "/../calibration/data/gemm.json"});
+    cal::CalibrateOptions some;
+    some.only = {"gemm:h100_bf16_by_shape"};
+    const auto other = cal::calibrate(base, "dgx-h100.json", gemm, some);
+    CHECK(other.cluster["cluster"]["gpu"]["stream_datasets"] == nlohmann::json::array({"h100_dtsim_membw"}));
+    CHECK(stream_source_lines(other.cluster, "dtsim calibrate on h100_dtsim_membw") == 1);
+    // Faster than the datasheet's HBM: the base's hbm_TBps is named.
+    const auto fast = cal::load_ground_truth({membw_file("dtsim_h200_fast.json", "NVIDIA H200", {5000})});
+    try {
+        (void)cal::calibrate(shipped_cluster("dgx-h200.json"), "dgx-h200.json", fast, {});
+        FAIL("no error");
+    } catch (const ConfigError& e) {
+        const std::string what = e.what();
+        CHECK(what.find("dgx-h200.json: $.cluster.gpu.hbm_TBps") != std::string::npos);
+        CHECK(what.find("1.0417 of this HBM bandwidth (4.8 TB/s)") != std::string::npos);
+    }
+    // No row past the L2: skipped, and with nothing else to fit, nothing is fitted.
+    const auto small = cal::load_ground_truth({membw_file("dtsim_h200_small.json", "NVIDIA H200", {})});
+    try {
+        (void)cal::calibrate(shipped_cluster("dgx-h200.json"), "dgx-h200.json", small, {});
+        FAIL("no error");
+    } catch (const std::invalid_argument& e) {
+        CHECK(std::string(e.what()).find("skipped dtsim_h200_small: no row with arrays of 64 MiB or more") !=
+              std::string::npos);
+    }
+}
+
+TEST_CASE("a bandwidth set is held out on a cluster not fitted to it, and a GPU without a cluster is named") {
+    const auto data = cal::load_ground_truth({membw_file("dtsim_h100_other.json", "NVIDIA H100 80GB HBM3", {2800, 2900})});
+    cal::ValidateOptions o;
+    o.data_dir = std::string(DTSIM_CONFIGS) + "/..";
+    const auto v = cal::validate(data, o);
+    REQUIRE(v.size() == 1);
+    CHECK(v[0].fit == "held out");
+    CHECK(v[0].counted == 2);
+    CHECK(v[0].points.size() == 3);
+    CHECK_FALSE(v[0].points[0].counted);  // the 1 MiB row
+    const auto odd = cal::load_ground_truth({membw_file("dtsim_h800.json", "NVIDIA H800", {2800})});
+    try {
+        (void)cal::validate(odd, o);
+        FAIL("no error");
+    } catch (const ConfigError& e) {
+        CHECK(std::string(e.what()).find("$.memory_bandwidth.gpu: no cluster config for GPU family \"H800\"") !=
+              std::string::npos);
+    }
 }
 
 TEST_CASE("a bandwidth file that is wrong says where") {

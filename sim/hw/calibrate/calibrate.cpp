@@ -887,39 +887,54 @@ void fit_power_clock(json& gpu_doc, const GpuSpec& gpu, const std::string& famil
 }
 
 // gpu.stream_fraction from the bandwidth sets measured on this family (dtsim-membw): the median
-// of their rows with arrays of kStreamMinArrayBytes or more over the base's HBM bandwidth, all the
-// sets' rows together.
-void fit_stream(json& gpu_doc, const GpuSpec& gpu, const std::string& family, const GroundTruth& data,
-                const CalibrateOptions& o, CalibrateResult& out, std::vector<std::string>& sources) {
+// of their rows with arrays of kStreamMinArrayBytes or more, all the sets' rows pooled, over the
+// base's HBM bandwidth. A base fitted before, and not refitted now, keeps its sets named.
+void fit_stream(json& gpu_doc, const GpuSpec& gpu, const std::string& base_file, const std::string& family,
+                const GroundTruth& data, const CalibrateOptions& o, CalibrateResult& out,
+                std::vector<std::string>& sources) {
     StreamSet all;
-    std::vector<std::string> ids;
+    std::vector<std::string> ids, files;
+    std::set<std::string> gpus;
     for (const auto& s : data.streams) {
         if (!wanted(s.id, o) || !same_family(s.gpu, family)) continue;
         all.rows.insert(all.rows.end(), s.rows.begin(), s.rows.end());
         ids.push_back(s.id);
+        files.push_back(s.file);
+        gpus.insert(s.gpu);
     }
-    if (ids.empty()) return;
+    if (ids.empty()) {
+        if (!gpu.stream_datasets.empty())
+            sources.push_back(
+                fmt::format("gpu.stream_fraction: dtsim calibrate on {}", fmt::join(gpu.stream_datasets, ", ")));
+        return;
+    }
     const double fraction = stream_fraction(all, gpu.memory_bandwidth);
     if (!(fraction > 0)) {
         out.log.push_back(fmt::format("skipped {}: no row with arrays of {:.0f} MiB or more", fmt::join(ids, ", "),
                                       kStreamMinArrayBytes / (1 << 20)));
         return;
     }
-    if (fraction > 1)
-        throw std::invalid_argument(fmt::format(
-            "{} reach {:.3f} of the base's HBM bandwidth ({:g} TB/s): more than the datasheet's; is the base's "
-            "hbm_TBps the measured part's?",
-            fmt::join(ids, ", "), fraction, gpu.memory_bandwidth / kTera));
+    const double median_gbps = fraction * gpu.memory_bandwidth / 1e9;
     const double rounded = std::round(fraction * 10000) / 10000;  // as written
+    if (rounded > 1 || !(rounded > 0))
+        throw ConfigError(base_file, "$.cluster.gpu.hbm_TBps",
+                          fmt::format("{} ({}, measured on {}) reach a median of {:.5g} GB/s, {:.5g} of this HBM "
+                                      "bandwidth ({:g} TB/s): a fraction must be in (0, 1]; is hbm_TBps the "
+                                      "measured part's?",
+                                      fmt::join(ids, ", "), fmt::join(files, ", "), fmt::join(gpus, ", "), median_gbps,
+                                      fraction, gpu.memory_bandwidth / kTera));
     gpu_doc["stream_fraction"] = rounded;
     gpu_doc["stream_datasets"] = ids;
     ++out.fitted;
     std::size_t counted = 0;
     for (const auto& p : all.rows) counted += p.array_bytes >= kStreamMinArrayBytes;
-    out.log.push_back(fmt::format("stream fraction: {:.4f} of {:g} TB/s ({:.1f} GB/s), the median of {} rows with "
-                                  "arrays of {:.0f} MiB or more from {}",
-                                  rounded, gpu.memory_bandwidth / kTera, fraction * gpu.memory_bandwidth / 1e9, counted,
-                                  kStreamMinArrayBytes / (1 << 20), fmt::join(ids, ", ")));
+    out.log.push_back(fmt::format("stream fraction: {:.4f} of {:g} TB/s (median {:.1f} GB/s), from {} {} with arrays "
+                                  "of {:.0f} MiB or more of {} ({})",
+                                  rounded, gpu.memory_bandwidth / kTera, median_gbps, counted,
+                                  counted == 1 ? "row" : "rows", kStreamMinArrayBytes / (1 << 20), fmt::join(ids, ", "),
+                                  fmt::join(gpus, ", ")));
+    // What was written by hand about the fraction gives way to what it was fitted to.
+    std::erase_if(sources, [](const std::string& line) { return line.starts_with("gpu.stream_fraction"); });
     sources.push_back(fmt::format("gpu.stream_fraction: dtsim calibrate on {}", fmt::join(ids, ", ")));
 }
 
@@ -1105,7 +1120,7 @@ CalibrateResult calibrate(const json& base, const std::string& base_file, const 
     }
     fit_power_clock(cl["gpu"], make_cluster(out.cluster, base_file).gpu, family, data, o, out, sources);
     fit_attention_model(cl["gpu"], c.gpu, family, data, o, out, sources);
-    fit_stream(cl["gpu"], c.gpu, family, data, o, out, sources);
+    fit_stream(cl["gpu"], c.gpu, base_file, family, data, o, out, sources);
     if (out.fitted == 0) {
         // Nothing fitted: the written cluster would be the base, unchanged. Say why.
         std::vector<std::string> used;

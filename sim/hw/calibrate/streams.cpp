@@ -25,7 +25,10 @@ void read_streams(const Value& root, const std::string& file, const std::string&
     StreamSet set;
     set.id = stem;
     set.file = file;
-    set.source = root.has("source") ? root["source"].string() : "";
+    // dtsim-membw writes a description and no source; one is added where the file is shipped.
+    set.source = root.has("source")        ? root["source"].string()
+                 : root.has("description") ? root["description"].string()
+                                           : "";
     const Value gpu = section["gpu"];
     set.gpu = gpu.string();
     if (gpu_family(set.gpu).empty())

@@ -187,11 +187,12 @@ public:
             if (!by_family_.count(fam)) by_family_[fam] = std::move(d);
         }
     }
-    // The cluster for the family of the GPU a measurement file names (get), or an error at its
-    // $.meta.gpu naming the data set that cannot be predicted.
-    const ClusterDoc& require(const std::string& gpu, const std::string& file, const std::string& id) {
+    // The cluster for the family of the GPU a measurement file names (get), or an error at the
+    // file's GPU (`path`) naming the data set that cannot be predicted.
+    const ClusterDoc& require(const std::string& gpu, const std::string& file, const std::string& id,
+                              const std::string& path = "$.meta.gpu") {
         if (const ClusterDoc* cd = get(gpu_family(gpu))) return *cd;
-        throw ConfigError(file, "$.meta.gpu",
+        throw ConfigError(file, path,
                           fmt::format("no cluster config for GPU family \"{}\", so data set \"{}\" cannot be "
                                       "predicted; give one with --cluster",
                                       gpu_family(gpu), id));
@@ -716,7 +717,7 @@ ValidationSet layer_set(const LayerSet& s, Clusters& clusters) {
 // memory-bound kernels at on its GPU's cluster (HBM x stream_fraction); smaller arrays are shown,
 // not counted (they read partly from L2).
 ValidationSet stream_set(const StreamSet& s, Clusters& clusters) {
-    const ClusterDoc& cd = clusters.require(s.gpu, s.file, s.id);
+    const ClusterDoc& cd = clusters.require(s.gpu, s.file, s.id, "$.memory_bandwidth.gpu");
     const GpuSpec gpu = make_cluster(cd.doc, cd.file).gpu;
     ValidationSet v = heading(s.id, "stream", s.source, s.file, cd.file);
     const bool fitted =
