@@ -505,6 +505,17 @@ TEST_CASE("every shipped data file loads; only the datasheets and the documentat
                                               "h100_dtsim_torch_output_layer.json", "h200_dtsim_sustained.json"});
 }
 
+namespace {
+// `data` validated on the shipped clusters, one set expected.
+cal::ValidationSet validated_alone(const cal::GroundTruth& data) {
+    cal::ValidateOptions o;
+    o.data_dir = std::string(DTSIM_CONFIGS) + "/..";
+    auto v = cal::validate(data, o);
+    REQUIRE(v.size() == 1);
+    return v[0];
+}
+}  // namespace
+
 TEST_CASE("dtsim-membw's bandwidth file: read, fitted into gpu.stream_fraction, and validated against it") {
     const auto data = cal::load_ground_truth({std::string(DTSIM_CONFIGS) + "/../calibration/data/h100_dtsim_membw.json"});
     REQUIRE(data.streams.size() == 1);
@@ -536,15 +547,12 @@ TEST_CASE("dtsim-membw's bandwidth file: read, fitted into gpu.stream_fraction, 
     std::ifstream(std::string(DTSIM_CONFIGS) + "/clusters/selene-a100.json") >> a100;
     CHECK_THROWS_AS(cal::calibrate(a100, "selene-a100.json", data, {}), std::invalid_argument);
     // Validated on the shipped H100 cluster, in-sample: the 14 large rows counted against 2.89 TB/s.
-    cal::ValidateOptions o;
-    o.data_dir = std::string(DTSIM_CONFIGS) + "/..";
-    const auto v = cal::validate(data, o);
-    REQUIRE(v.size() == 1);
-    CHECK(v[0].kind == "stream");
-    CHECK(v[0].counted == 14);
-    CHECK(v[0].fit.starts_with("in-sample"));
-    CHECK(v[0].points[0].predicted == doctest::Approx(3350 * 0.8635));
-    CHECK(v[0].median < 0.02);
+    const cal::ValidationSet v = validated_alone(data);
+    CHECK(v.kind == "stream");
+    CHECK(v.counted == 14);
+    CHECK(v.fit.starts_with("in-sample"));
+    CHECK(v.points[0].predicted == doctest::Approx(3350 * 0.8635));
+    CHECK(v.median < 0.02);
 }
 
 namespace {
@@ -619,17 +627,14 @@ TEST_CASE("the streaming fraction's fit: pooled sets, --only, provenance, and wh
 
 TEST_CASE("a bandwidth set is held out on a cluster not fitted to it, and a GPU without a cluster is named") {
     const auto data = cal::load_ground_truth({membw_file("dtsim_h100_other.json", "NVIDIA H100 80GB HBM3", {2800, 2900})});
-    cal::ValidateOptions o;
-    o.data_dir = std::string(DTSIM_CONFIGS) + "/..";
-    const auto v = cal::validate(data, o);
-    REQUIRE(v.size() == 1);
-    CHECK(v[0].fit == "held out");
-    CHECK(v[0].counted == 2);
-    CHECK(v[0].points.size() == 3);
-    CHECK_FALSE(v[0].points[0].counted);  // the 1 MiB row
+    const cal::ValidationSet v = validated_alone(data);
+    CHECK(v.fit == "held out");
+    CHECK(v.counted == 2);
+    CHECK(v.points.size() == 3);
+    CHECK_FALSE(v.points[0].counted);  // the 1 MiB row
     const auto odd = cal::load_ground_truth({membw_file("dtsim_h800.json", "NVIDIA H800", {2800})});
     try {
-        (void)cal::validate(odd, o);
+        (void)validated_alone(odd);
         FAIL("no error");
     } catch (const ConfigError& e) {
         CHECK(std::string(e.what()).find("$.memory_bandwidth.gpu: no cluster config for GPU family \"H800\"") !=

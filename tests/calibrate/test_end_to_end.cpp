@@ -69,6 +69,15 @@ ConfigError config_error(F&& f) {
     throw std::logic_error("unreachable");
 }
 
+
+// `data` validated on the test cluster: two sets (the times and the peaks) expected.
+std::vector<cal::ValidationSet> validated_on_test_cluster(const cal::GroundTruth& data) {
+    cal::ValidateOptions o;
+    o.clusters = {test_data + "/test-cluster.json"};
+    auto sets = cal::validate(data, o);
+    REQUIRE(sets.size() == 2);
+    return sets;
+}
 }  // namespace
 
 TEST_CASE("the shipped end-to-end files load and every expressible row is a config dtsim accepts") {
@@ -259,10 +268,7 @@ TEST_CASE("a row is predicted in the unit it was measured in") {
     CHECK_THROWS_AS(cal::predict_end_to_end(set, set.rows[6], cluster), std::invalid_argument);
 
     // validate: one throughput set (its skipped row listed) and one memory set.
-    cal::ValidateOptions o;
-    o.clusters = {test_data + "/test-cluster.json"};
-    const auto sets = cal::validate(data, o);
-    REQUIRE(sets.size() == 2);
+    const auto sets = validated_on_test_cluster(data);
     CHECK(sets[0].id == "tiny");
     CHECK(sets[0].kind == "end_to_end");
     CHECK(sets[0].points.size() == 6);
@@ -298,6 +304,8 @@ TEST_CASE("a row is predicted in the unit it was measured in") {
     CHECK(together.worst == doctest::Approx(sets[0].max));
     CHECK(cal::summarize_end_to_end(sets, true).rows == 1);
     // The rows simulated three at once: the same sets, figure for figure.
+    cal::ValidateOptions o;
+    o.clusters = {test_data + "/test-cluster.json"};
     o.jobs = 3;
     CHECK(cal::to_json(cal::validate(data, o)).dump() == j.dump());
 }
@@ -512,10 +520,7 @@ TEST_CASE("one-GPU steps timed with the harness run as the harness ran them, apa
 
     // validate: kind "step", with the allocated peaks as its memory set; the published runs' summary
     // leaves them out, and the harness's own counts them.
-    cal::ValidateOptions o;
-    o.clusters = {test_data + "/test-cluster.json"};
-    const auto sets = cal::validate(data, o);
-    REQUIRE(sets.size() == 2);
+    const auto sets = validated_on_test_cluster(data);
     CHECK(sets[0].id == "dtsim_harness_steps");
     CHECK(sets[0].kind == "step");
     // A step's time in milliseconds.

@@ -65,26 +65,28 @@ TEST_CASE("compiled blocks: three classes of generated kernels, bytes per token 
     const TransformerSpec m = compile_llama8b();
     LayerSplit s{2, 1, false, Recompute::none, true};
     s.compiled = true;
-    // Llama 3 8B at 2 x 8,192 tokens: norms 54.4 x 16,384 x 4,096 = 3,650,722,201.6 bytes, half to
-    // each block; rotary 43.4 x 16,384 x (32 + 8) x 128 = 3,640,655,872; SwiGLU 14.8 x 16,384 x 14,336
-    // = 3,476,239,155.2.
+    // Llama 3 8B at 2 x 8,192 tokens: the norms' class over 16,384 x 4,096, half to each block; the
+    // rotary embedding's over 16,384 x (32 + 8) x 128; SwiGLU's over 16,384 x 14,336.
+    const double norms = kCompiledNormBytes * 16384 * 4096, rotary = kCompiledRotaryBytes * 16384 * 40 * 128,
+                 swiglu = kCompiledSwigluBytes * 16384 * 14336;
     const CompiledElementwiseBytes c = compiled_elementwise_bytes(m, s);
-    CHECK(c.attention == doctest::Approx(3650722201.6 / 2 + 3640655872.0));
-    CHECK(c.mlp == doctest::Approx(3650722201.6 / 2 + 3476239155.2));
+    CHECK(c.attention == doctest::Approx(norms / 2 + rotary));
+    CHECK(c.mlp == doctest::Approx(norms / 2 + swiglu));
     // TP 4 divides the rotary and the FFN; sequence parallelism divides the norms as well.
     LayerSplit tp = s;
     tp.tp = 4;
-    CHECK(compiled_elementwise_bytes(m, tp).mlp == doctest::Approx(3650722201.6 / 2 + 3476239155.2 / 4));
+    CHECK(compiled_elementwise_bytes(m, tp).mlp == doctest::Approx(norms / 2 + swiglu / 4));
     tp.sequence_parallel = true;
-    CHECK(compiled_elementwise_bytes(m, tp).attention == doctest::Approx((3650722201.6 / 2 + 3640655872.0) / 4));
+    CHECK(compiled_elementwise_bytes(m, tp).attention == doctest::Approx((norms / 2 + rotary) / 4));
     // A GeLU block: its activation and the QKV gradient's stacking over q, k and v.
     TransformerSpec gpt{"gpt", 1, 2048, 16, 16, 8192, 2048, 0, DType::bf16, Mlp::gelu, false};
     LayerSplit g{8, 1, false, Recompute::none, true};
     g.compiled = true;
     const double tokens = 8 * 2048.0;
-    CHECK(compiled_elementwise_bytes(gpt, g).mlp == doctest::Approx(54.4 * tokens * 2048 / 2 + 9.53 * tokens * 8192));
+    CHECK(compiled_elementwise_bytes(gpt, g).mlp ==
+          doctest::Approx(kCompiledNormBytes * tokens * 2048 / 2 + kCompiledGeluBytes * tokens * 8192));
     CHECK(compiled_elementwise_bytes(gpt, g).attention ==
-          doctest::Approx(54.4 * tokens * 2048 / 2 + 3.81 * tokens * 3 * 2048));
+          doctest::Approx(kCompiledNormBytes * tokens * 2048 / 2 + kCompiledQkvBytes * tokens * 3 * 2048));
 }
 
 TEST_CASE("a compiled layer prices its memory-bound work as the compiled bytes, a third in the forward") {
@@ -252,7 +254,7 @@ TEST_CASE("torchao's float8 without compile, and compile with Transformer Engine
     CHECK(has(a100("150"), "extrapolated below the lower point's share of the TDP"));
 }
 
-TEST_CASE("an eagerly composed RMSNorm moves 36 bytes an element in place of a fused norm's measured 6.07; compiled blocks fuse it") {
+TEST_CASE("an eagerly composed RMSNorm moves 36 bytes an element in place of a fused norm's measured bytes; compiled blocks fuse it") {
     // The hand count of torchtitan's RMSNorm module (x.float(), pow, mean, x * rsqrt, type_as, * weight):
     // 2 + 4 | 4 + 4 | 4 | 4 + 4 | 4 + 2 | 2 + 2 bytes read + written per element.
     CHECK(kComposedRmsNormBytes == 36);
@@ -264,9 +266,10 @@ TEST_CASE("an eagerly composed RMSNorm moves 36 bytes an element in place of a f
     LayerSplit composed = fused;
     composed.composed_norm = true;
     const LayerWork a = make_workload(m, fused, gpu).layer, b = make_workload(m, composed, gpu).layer;
-    // One norm in front of each block: 36 - 6.07 more bytes per element of 2 x 8,192 tokens x 4,096
-    // forward, 72 - 14.96 backward.
-    const double extra = (36 - 6.07) * 2 * 8192 * 4096, extra_backward = (72 - 14.96) * 2 * 8192 * 4096;
+    // One norm in front of each block: 36 bytes in place of the fused norm's, per element of 2 x 8,192
+    // tokens x 4,096, forward, and twice that backward.
+    const double elements = 2.0 * 8192 * 4096, extra = (36 - kNormForwardBytes) * elements,
+                 extra_backward = (72 - kNormBackwardBytes) * elements;
     CHECK(b.attention_forward.bytes - a.attention_forward.bytes == doctest::Approx(extra));
     CHECK(b.mlp_forward.bytes - a.mlp_forward.bytes == doctest::Approx(extra));
     CHECK(b.attention_backward.bytes - a.attention_backward.bytes == doctest::Approx(extra_backward));

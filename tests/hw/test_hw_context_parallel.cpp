@@ -188,20 +188,20 @@ TEST_CASE("the rotary embedding: its kernel's bytes on the query and key heads o
     complex.rope = RopeKernel::complex;
     fused.rope = RopeKernel::fused;
     const Workload w0 = make_workload(m, none, gpu), wc = make_workload(m, complex, gpu), wf = make_workload(m, fused, gpu);
-    // 1,024 tokens x (16 + 4) heads x 128: torchtitan's complex kernels at 23.2 and 23.7 bytes an
-    // element (forward, backward), a fused kernel's read and write of 2 bytes each way.
+    // 1,024 tokens x (16 + 4) heads x 128: torchtitan's complex kernels at kComplexRopeForwardBytes
+    // and kComplexRopeBackwardBytes an element, a fused kernel's read and write of 2 bytes each way.
     const double rotated = 1024.0 * (16 + 4) * 128;
-    CHECK(wc.layer.attention_forward.bytes - w0.layer.attention_forward.bytes == doctest::Approx(23.2 * rotated));
-    CHECK(wc.layer.attention_backward.bytes - w0.layer.attention_backward.bytes == doctest::Approx(23.7 * rotated));
+    CHECK(wc.layer.attention_forward.bytes - w0.layer.attention_forward.bytes == doctest::Approx(kComplexRopeForwardBytes * rotated));
+    CHECK(wc.layer.attention_backward.bytes - w0.layer.attention_backward.bytes == doctest::Approx(kComplexRopeBackwardBytes * rotated));
     CHECK(wc.layer.attention_forward.seconds - w0.layer.attention_forward.seconds ==
-          doctest::Approx(gpu.memory_seconds(23.2 * rotated)));
+          doctest::Approx(gpu.memory_seconds(kComplexRopeForwardBytes * rotated)));
     CHECK(wf.layer.attention_forward.bytes - w0.layer.attention_forward.bytes == doctest::Approx(4 * rotated));
     CHECK(wf.layer.attention_backward.bytes - w0.layer.attention_backward.bytes == doctest::Approx(4 * rotated));
     CHECK(wf.layer.attention_backward.seconds - w0.layer.attention_backward.seconds ==
           doctest::Approx(gpu.memory_seconds(4 * rotated)));
     // The backward's part is the input gradient's: the weight gradients' GEMMs do not change.
     CHECK(wc.layer.attention_backward_input.bytes - w0.layer.attention_backward_input.bytes ==
-          doctest::Approx(23.7 * rotated));
+          doctest::Approx(kComplexRopeBackwardBytes * rotated));
     CHECK(wc.layer.attention_backward_weight.seconds == w0.layer.attention_backward_weight.seconds);
     // The MLP and the FLOPs do not change.
     CHECK(wc.layer.mlp_forward.bytes == w0.layer.mlp_forward.bytes);
@@ -217,15 +217,15 @@ TEST_CASE("the rotary embedding: its kernel's bytes on the query and key heads o
     // parallelism after the input's all-gather (every token: nothing divided by t).
     LayerSplit repeat = none;
     repeat.repeat_kv = true;
-    CHECK(added(m, repeat, &LayerWork::attention_forward) == doctest::Approx(23.2 * rotated));
+    CHECK(added(m, repeat, &LayerWork::attention_forward) == doctest::Approx(kComplexRopeForwardBytes * rotated));
     LayerSplit sp = none;
     sp.tp = 2;
     sp.sequence_parallel = true;
-    CHECK(added(m, sp, &LayerWork::attention_forward) == doctest::Approx(23.2 * 1024 * (8 + 2) * 128));
+    CHECK(added(m, sp, &LayerWork::attention_forward) == doctest::Approx(kComplexRopeForwardBytes * 1024 * (8 + 2) * 128));
     // Tensor parallelism over 8: 2 query heads and the one kv head each GPU holds (4 kv heads < 8).
     LayerSplit t8 = none;
     t8.tp = 8;
-    CHECK(added(m, t8, &LayerWork::attention_forward) == doctest::Approx(23.2 * 1024 * (2 + 1) * 128));
+    CHECK(added(m, t8, &LayerWork::attention_forward) == doctest::Approx(kComplexRopeForwardBytes * 1024 * (2 + 1) * 128));
     // Recomputed with the layer's forward (full) and with torchtitan's per-op policy, which keeps no
     // rotated tensor, in a SwiGLU model and a GeLU one; not by Megatron-LM's selective recompute,
     // which reruns the attention core alone.
@@ -235,7 +235,7 @@ TEST_CASE("the rotary embedding: its kernel's bytes on the query and key heads o
         LayerSplit again = none;
         again.recompute = r;
         again.flash_attention = r != Recompute::selective;
-        const double expected = r == Recompute::selective ? 0 : 23.2 * rotated;
+        const double expected = r == Recompute::selective ? 0 : kComplexRopeForwardBytes * rotated;
         CHECK(added(m, again, &LayerWork::attention_recompute) == doctest::Approx(expected));
         CHECK(added(gelu, again, &LayerWork::attention_recompute) == doctest::Approx(expected));
     }

@@ -98,6 +98,10 @@ bool te_userbuffers(const StrategyConfig& s);
 // stages: torchtitan, Composer), gradients made during the backward (grads_in_backward), rather
 // than as Megatron-LM's code or DeepSpeed's ZeRO-1/2 buckets.
 bool pytorch_parallelism(const StrategyConfig& s);
+// Whether a config's blocks are PyTorch's modules run eagerly (torchtitan, Composer: ddp, fsdp, and a
+// pipeline with ZeRO-3 in its stages), not Megatron-Core's (its strategies, and fsdp_impl
+// "megatron"): the defaults of rope_kernel and elementwise_kernels (layer_split).
+bool pytorch_modules(const StrategyConfig& s);
 // Whether full recompute stops early (StrategyConfig::recompute_early_stop): as given, or with
 // PyTorch's own parallelism.
 bool recompute_early_stop(const StrategyConfig& s);

@@ -7,6 +7,7 @@
 #include "kernels.hpp"
 #include "layers.hpp"
 #include "streams.hpp"
+#include "tables.hpp"
 
 #include <fmt/format.h>
 
@@ -962,9 +963,7 @@ std::vector<std::string> fit_megatron_ceiling(json& gm, const json& cluster, con
         doc["cluster"]["gpu"]["gemm"]["efficiency_by_dtype"]["fp16"] = e;
         std::vector<double> errs;
         for (const auto& [set, row] : rows) errs.push_back(predict_megatron(*row, doc, base_file) / row->tflops_per_gpu - 1);
-        std::sort(errs.begin(), errs.end());
-        const std::size_t n = errs.size();
-        return n % 2 ? errs[n / 2] : (errs[n / 2 - 1] + errs[n / 2]) / 2;
+        return median_of(std::move(errs));
     };
     // Throughput rises with the ceiling: bisect for a median error of zero.
     double lo = 0.2, hi = 1.0;

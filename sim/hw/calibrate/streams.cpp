@@ -2,10 +2,10 @@
 #include "streams.hpp"
 
 #include "hw/config/reading.hpp"
+#include "tables.hpp"
 
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <string_view>
 
 namespace dtsim::hw::calib {
@@ -29,11 +29,7 @@ void read_streams(const Value& root, const std::string& file, const std::string&
     set.source = root.has("source")        ? root["source"].string()
                  : root.has("description") ? root["description"].string()
                                            : "";
-    const Value gpu = section["gpu"];
-    set.gpu = gpu.string();
-    if (gpu_family(set.gpu).empty())
-        gpu.fail(fmt::format("cannot tell the GPU family of \"{}\" (expected a name such as \"NVIDIA H100 80GB HBM3\")",
-                             json_reader::shorten(set.gpu)));
+    set.gpu = gpu_named(section["gpu"]);
     const Value rows = section["rows"];
     if (rows.size() == 0) rows.fail("no rows: expected one object per kernel and array size");
     for (std::size_t i = 0; i < rows.size(); ++i) {
@@ -50,10 +46,7 @@ double stream_fraction(const StreamSet& s, double hbm_bytes_per_s) {
     for (const auto& p : s.rows)
         if (p.array_bytes >= kStreamMinArrayBytes) rates.push_back(p.gbps * 1e9);
     if (rates.empty() || !(hbm_bytes_per_s > 0)) return 0;
-    std::sort(rates.begin(), rates.end());
-    const std::size_t n = rates.size();
-    const double median = n % 2 ? rates[n / 2] : (rates[n / 2 - 1] + rates[n / 2]) / 2;
-    return median / hbm_bytes_per_s;
+    return median_of(std::move(rates)) / hbm_bytes_per_s;
 }
 
 }  // namespace dtsim::hw::calib

@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace dtsim::hw::calib {
 
 std::map<std::string, std::size_t> table_columns(const json_reader::Value& cols,
@@ -26,13 +28,20 @@ json_reader::Value table_row(const json_reader::Value& rows, std::size_t i, std:
     return r;
 }
 
-std::string measured_gpu(const json_reader::Value& root) {
-    const json_reader::Value gpu = root["meta"]["gpu"];
+std::string gpu_named(const json_reader::Value& gpu) {
     const std::string& name = gpu.string();
     if (gpu_family(name).empty())
         gpu.fail(fmt::format("cannot tell the GPU family of \"{}\" (expected a name such as \"NVIDIA H100 80GB HBM3\")",
                              json_reader::shorten(name)));
     return name;
+}
+
+std::string measured_gpu(const json_reader::Value& root) { return gpu_named(root["meta"]["gpu"]); }
+
+double median_of(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const std::size_t n = v.size();
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 }  // namespace dtsim::hw::calib

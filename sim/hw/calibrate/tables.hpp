@@ -1,6 +1,6 @@
 // The tables the measuring scripts write ({"description"?, "columns": [...], "rows": [[...], ...]})
-// and the GPU their files name, read alike by the kernel, step and block readers; private to
-// dtsim::hw.
+// and the GPU their files name, read alike by the kernel, step, block and bandwidth readers, and the
+// median the fits and validate take; private to dtsim::hw.
 #pragma once
 
 #include "json/reader.hpp"
@@ -10,6 +10,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace dtsim::hw::calib {
 
@@ -24,8 +25,13 @@ std::map<std::string, std::size_t> table_columns(const json_reader::Value& cols,
 // Row i of `rows`, checked to be an array of one value per column.
 json_reader::Value table_row(const json_reader::Value& rows, std::size_t i, std::size_t columns);
 
-// The GPU a measurement file names ("meta": {"gpu"}), whose family must be told
-// (gpu_family: "NVIDIA H100 80GB HBM3" -> H100), else the error names $.meta.gpu.
+// The GPU a measurement names at `gpu`, whose family must be told (gpu_family: "NVIDIA H100 80GB
+// HBM3" -> H100), else the error names that value's path.
+std::string gpu_named(const json_reader::Value& gpu);
+// The GPU a measurement file names ("meta": {"gpu"}): gpu_named at $.meta.gpu.
 std::string measured_gpu(const json_reader::Value& root);
+
+// The median of `v` (the mean of the middle two of an even count); v must not be empty.
+double median_of(std::vector<double> v);
 
 }  // namespace dtsim::hw::calib

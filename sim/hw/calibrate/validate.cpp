@@ -10,6 +10,7 @@
 #include "dtsim/hw/strategies.hpp"
 #include "dtsim/hw/transformer.hpp"
 #include "dtsim/hw/units.hpp"
+#include "tables.hpp"
 
 #include <fmt/format.h>
 
@@ -18,11 +19,11 @@
 #include <cmath>
 #include <exception>
 #include <filesystem>
-#include <tuple>
 #include <map>
 #include <numeric>
 #include <set>
 #include <stdexcept>
+#include <tuple>
 #include <unordered_map>
 #include <utility>
 
@@ -106,10 +107,8 @@ void median_max(std::vector<double> e, double& median, double& max, int& count, 
     median = max = mean = 0;
     if (e.empty()) return;
     mean = std::accumulate(e.begin(), e.end(), 0.0) / static_cast<double>(e.size());
-    std::sort(e.begin(), e.end());
-    const std::size_t n = e.size();
-    median = n % 2 ? e[n / 2] : (e[n / 2 - 1] + e[n / 2]) / 2;
-    max = e.back();
+    max = *std::max_element(e.begin(), e.end());
+    median = median_of(std::move(e));
 }
 }  // namespace
 

@@ -77,12 +77,10 @@ LayerSplit layer_split(const Config& c) {
     split.compiled = s.compile;
     split.repeat_kv = s.repeat_kv;
     split.composed_norm = s.composed_norm;
-    // A SwiGLU model (the Llama form) rotates its queries and keys: in PyTorch's code (ddp, fsdp, and
-    // a pipeline with ZeRO-3 in its stages: torchtitan's 3D) as torchtitan does, in Megatron-Core's
-    // (its strategies, and Megatron-FSDP) with Transformer Engine's kernel.
+    // A SwiGLU model (the Llama form) rotates its queries and keys: in PyTorch's modules as torchtitan
+    // does, in Megatron-Core's with Transformer Engine's kernel.
     const bool rotates = c.model.spec.mlp == Mlp::swiglu;
-    const bool pytorch_code =
-        info && ((info->pytorch && s.fsdp_impl != "megatron") || (info->zero3 && s.zero_stage == 3));
+    const bool pytorch_code = pytorch_modules(s);
     split.rope = s.rope_kernel.value_or(!rotates       ? RopeKernel::none
                                         : pytorch_code ? RopeKernel::complex
                                                        : RopeKernel::fused);

@@ -108,6 +108,11 @@ bool pytorch_parallelism(const StrategyConfig& s) {
     return info && info->grads_in_backward(s.zero_stage);
 }
 
+bool pytorch_modules(const StrategyConfig& s) {
+    const StrategyInfo* info = find_hw_strategy(s.name);
+    return info && ((info->pytorch && s.fsdp_impl != "megatron") || (info->zero3 && s.zero_stage == 3));
+}
+
 bool recompute_early_stop(const StrategyConfig& s) {
     return s.recompute_early_stop ? *s.recompute_early_stop : pytorch_parallelism(s);
 }
