@@ -81,6 +81,8 @@ void calibrate(const CalibrateArgs& a) {
             if (want(s.id) && !s.attention.empty()) fams.insert(cal::gpu_family(s.gpu));
         for (const auto& s : data.streams)
             if (want(s.id)) fams.insert(cal::gpu_family(s.gpu));
+        for (const auto& s : data.eager)
+            if (want(s.id)) fams.insert(cal::gpu_family(s.gpu));
         if (fams.size() != 1)
             throw UsageError(fmt::format("the data covers GPU families {{{}}}; choose the cluster to calibrate with --base",
                                          fmt::join(fams, ", ")));

@@ -342,11 +342,13 @@ TEST_CASE("Adam keeps its moments in the optimizer's dtype and a master copy onl
 
     // The step's traffic: fp32 state read and written (24), an fp32 gradient read (4), bf16 weights
     // written (2); bf16 state (8), a bf16 gradient (2), the weights read and written in place (4);
-    // each at the fused kernel's measured share of the streaming rate (kAdamKernelBytes).
-    CHECK(kAdamKernelBytes == 1.12);
-    CHECK(adam_bytes_per_param(4) == doctest::Approx(30 * 1.12));
-    CHECK(adam_bytes_per_param(2) == doctest::Approx(28 * 1.12));
-    CHECK(adam_bytes_per_param(2, bf16) == doctest::Approx(14 * 1.12));
+    // each times the GPU's timed factor for the fused kernel (EagerKernelBytes::adam), 1 to count.
+    EagerKernelBytes counted;
+    counted.adam = 1;
+    CHECK(adam_bytes_per_param(counted, 4) == doctest::Approx(30));
+    CHECK(adam_bytes_per_param(counted, 2) == doctest::Approx(28));
+    CHECK(adam_bytes_per_param(counted, 2, bf16) == doctest::Approx(14));
+    CHECK(adam_bytes_per_param(EagerKernelBytes{}, 2) == doctest::Approx(28 * kAdamKernelBytes));
 }
 
 TEST_CASE("Apex's distributed Adam keeps 16-bit master remainders and the reduce-scattered gradient shard") {
@@ -370,7 +372,7 @@ TEST_CASE("Apex's distributed Adam keeps 16-bit master remainders and the reduce
     CHECK(s.total() == doctest::Approx(7 * P));
     // The step rebuilds the fp32 master from the bf16 weight and its remainder and writes both
     // back: moments 16, weights and remainders 2 x (2 + 2), a bf16 gradient 2.
-    CHECK(adam_bytes_per_param(2, apex) == doctest::Approx(26 * kAdamKernelBytes));
+    CHECK(adam_bytes_per_param(EagerKernelBytes{}, 2, apex) == doctest::Approx(26 * kAdamKernelBytes));
 }
 
 TEST_CASE("times and sizes print through one formatter each") {

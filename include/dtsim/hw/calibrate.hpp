@@ -124,6 +124,35 @@ struct KernelSet {
     std::vector<AttentionPoint> attention;
 };
 
+// A memory-bound kernel timed alone in eager PyTorch (calibration/pytorch/dtsim_kernels.py: a kernel
+// file's elementwise, cross_entropy and optimizer rows): its kind, the elements of its bf16 input
+// (logits for the loss, parameters for Adam) and its times.
+struct EagerKernelPoint {
+    EagerKernel kind = EagerKernel::norm;
+    std::string label;  // "rms_norm 4096 x 4096", "cross_entropy 8192 x 128256", "adamw fused 1e+08"
+    double elements = 0;
+    double forward_s = 0;  // Adam: its step
+    std::optional<double> backward_s;  // fwd_bwd less fwd, where timed
+};
+
+struct EagerKernelSet {
+    std::string id;  // "<file stem>:eager_kernels"
+    std::string source, file, gpu;
+    std::vector<EagerKernelPoint> rows;
+};
+
+// The kinds priced by their timed bytes (EagerKernelBytes), and each kind's rows as bytes an element
+// at `bytes_per_s` (memory_seconds' rate), forward and backward.
+bool timed_kind(EagerKernel k);
+struct TimedBytes {
+    std::vector<double> forward, backward;
+};
+TimedBytes timed_bytes(const EagerKernelSet& s, EagerKernel kind, double bytes_per_s);
+// The table the sets give at `bytes_per_s`: each timed kind's medians over all of them, rounded to
+// 0.01 (Adam: its factor on the counted bytes); a kind without rows keeps `base`'s.
+EagerKernelBytes fit_eager_kernels(const std::vector<const EagerKernelSet*>& sets, double bytes_per_s,
+                                   EagerKernelBytes base);
+
 // One transformer block on one GPU as the harness measured it (calibration/pytorch/dtsim_layer.py:
 // its times; dtsim_memory.py: what it keeps for its backward), and the run config sections of a
 // one-GPU ddp run of that block (model with 1 layer, training, strategy) that dtsim prices it in.
@@ -171,6 +200,7 @@ struct GroundTruth {
     std::vector<KernelSet> kernels;
     std::vector<LayerSet> layers;
     std::vector<StreamSet> streams;
+    std::vector<EagerKernelSet> eager;
     // Files of no kind read here (e.g. gpus.json), and why; and end-to-end rows dtsim cannot
     // express yet ("FILE: set S, row \"R\": not expressible yet: why").
     std::vector<std::string> skipped;
@@ -297,7 +327,7 @@ struct ValidationPoint {
 };
 
 struct ValidationSet {
-    std::string id, kind, source, file;  // kind: collective, gemm, megatron, end_to_end, step, attention, layer, stream
+    std::string id, kind, source, file;  // kind: collective, gemm, megatron, end_to_end, step, attention, layer, stream, eager
     std::string cluster;                 // the cluster config it ran on
     std::string fit;                     // "in-sample (fitted to it)", "held out", ...
     std::string note;                    // what the prediction assumes

@@ -131,6 +131,46 @@ double power_clock_exponent();
 // (calibration/data/gpus.json): 0.8635. The default where a cluster gives no gpu.stream_fraction.
 inline constexpr double kStreamFraction = 0.8635;
 
+// A kernel's bytes an element, its forward and its backward apart.
+struct PassBytes {
+    double forward = 0, backward = 0;
+};
+
+// The memory-bound kernels that do not stream at stream_fraction (reductions, complex arithmetic,
+// many small launches), priced by their measured time: each kind's time on one GPU as bytes at
+// that GPU's memory_seconds rate, per element of its bf16 input (a logit for the loss; for Adam,
+// a factor on the bytes it counts). `dtsim calibrate` fits them to the eager kernels that
+// calibration/pytorch/dtsim_kernels.py times (cluster.gpu.eager_kernels; the medians, rounded to
+// 0.01, of a kernel file's elementwise rows rms_norm and layer_norm, dropout and
+// rotary_torchtitan, its cross_entropy rows and its fused AdamW rows: forward, and fwd_bwd_us
+// less fwd_us for the backward). The defaults are the H100's, from the kernels timed on one H100
+// in eager PyTorch 2.11 (calibration/data/h100_dtsim_torch_kernels.json: bf16 [tokens, width],
+// 4,096 and 16,384 tokens x 2,048 to 16,384 wide; the loss over 2,048 to 16,384 tokens x 16,032
+// to 128,256 logits; Adam over 25, 100 and 400 million fp32 parameters) at its 3.35 TB/s x 0.8635:
+//   norm      a fused RMSNorm or LayerNorm (PyTorch's nn.RMSNorm and nn.LayerNorm, as Transformer
+//             Engine and Apex run one kernel each way): its reductions keep it below the streaming
+//             rate, where it reads and writes 4 bytes forward and 6 to 10 backward
+//   dropout   PyTorch's native_dropout as a kernel of its own, and its backward
+//   rope      torchtitan's complex rotary embedding (view_as_complex, a complex product,
+//             view_as_real, type_as: several kernels), per element rotated
+//   loss      PyTorch's F.cross_entropy over bf16 logits (log-softmax, then the NLL), per logit
+//   adam      torch.optim.AdamW(fused=True) over the 28 bytes a parameter it counts (fp32 parameter,
+//             gradient and moments read, parameter and moments written): a factor on
+//             adam_bytes_per_param's count (the foreach form took 2.8-2.9 times as long)
+inline constexpr double kNormForwardBytes = 6.07, kNormBackwardBytes = 14.96;
+inline constexpr double kDropoutForwardBytes = 6.02, kDropoutBackwardBytes = 4.95;
+inline constexpr double kComplexRopeForwardBytes = 23.22, kComplexRopeBackwardBytes = 23.68;
+inline constexpr double kPytorchLossForwardBytes = 23.43, kPytorchLossBackwardBytes = 25.19;
+inline constexpr double kAdamKernelBytes = 1.12;
+struct EagerKernelBytes {
+    PassBytes norm{kNormForwardBytes, kNormBackwardBytes};
+    PassBytes dropout{kDropoutForwardBytes, kDropoutBackwardBytes};
+    PassBytes rope{kComplexRopeForwardBytes, kComplexRopeBackwardBytes};
+    PassBytes loss{kPytorchLossForwardBytes, kPytorchLossBackwardBytes};
+    double adam = kAdamKernelBytes;
+    std::vector<std::string> datasets;  // the kernel sets dtsim calibrate fitted them to
+};
+
 struct GpuSpec {
     std::string name;
     std::array<double, kDTypes> peak_flops{};  // dense FLOP/s by DType; 0 = not supported
@@ -138,6 +178,7 @@ struct GpuSpec {
     double memory_bandwidth = 0;               // HBM bytes/s
     double stream_fraction = kStreamFraction;  // of memory_bandwidth, for memory-bound kernels (cluster.gpu.stream_fraction)
     std::vector<std::string> stream_datasets;  // the bandwidth sets dtsim calibrate fitted it to (gpu.stream_datasets)
+    EagerKernelBytes eager_kernels;            // kernels priced by their timed bytes (cluster.gpu.eager_kernels)
     GemmModel gemm;
     AttentionModel attention;
     // Board power (cluster.gpu.tdp_W, power_limit_W): a part run below its TDP (nvidia-smi -pl)
@@ -176,7 +217,7 @@ struct GpuSpec {
     // Memory-bound work (norms, element-wise ops, the loss, the optimizer step): bytes read plus
     // written at the streaming bandwidth, memory_bandwidth x stream_fraction. A kernel that does
     // not stream (a norm's reduction, torchtitan's complex rotary embedding) is priced by bytes
-    // fitted to its measured time at that rate.
+    // fitted to its measured time at that rate (eager_kernels).
     [[nodiscard]] double memory_seconds(double bytes) const;
     // Seconds of one fused causal attention call (see AttentionModel) over `heads`
     // (batch x heads on this GPU) of sequence `seq` and head dimension `head_dim`,

@@ -33,27 +33,18 @@ std::string_view cross_entropy_name(CrossEntropy c);
 // head_dim it rotates on each token, as the bytes GpuSpec::memory_seconds prices:
 //   none     no rotary embedding (learned or ALiBi positions: GPT-3, MPT);
 //   complex  torchtitan's apply_rotary_emb (torchtitan/models/llama3/model.py): view_as_complex of
-//            the fp32 upcast, a complex multiply and view_as_real, several eager kernels:
-//            kComplexRopeForwardBytes, kComplexRopeBackwardBytes;
+//            the fp32 upcast, a complex multiply and view_as_real, several eager kernels: the
+//            GPU's timed bytes (EagerKernelBytes::rope; on an H100 kComplexRopeForwardBytes and
+//            kComplexRopeBackwardBytes);
 //   fused    one kernel that reads and writes each element in the model's dtype (Transformer
 //            Engine's fused_apply_rotary_pos_emb, Megatron's apply_rope_fusion; flash-attn's
 //            rotary): kFusedRopeReads x its bytes per element, forward and backward alike.
 // Compiled blocks count their rotary embedding in their fitted classes (kCompiledRotaryBytes).
 enum class RopeKernel : std::uint8_t { none, complex, fused };
-// torchtitan's complex rotary embedding timed on one H100 in eager PyTorch 2.11
-// (calibration/data/h100_dtsim_torch_kernels.json, elementwise rows "rotary_torchtitan": bf16
-// [tokens, width], 4,096 and 16,384 tokens x 2,048 to 16,384 wide), each row's time as bytes at
-// the H100 cluster's memory_seconds rate (3.35 TB/s x 0.8635) per element: the median of the eight
-// rows, forward and backward (fwd_bwd_us less fwd_us) apart; bf16 tensors, as those rows were.
-inline constexpr double kComplexRopeForwardBytes = 23.2;
-inline constexpr double kComplexRopeBackwardBytes = 23.7;
 inline constexpr double kFusedRopeReads = 2;  // a read and a write
 // The bytes `kernel` moves per element rotated, forward and backward, for elements of
-// `element_bytes` (the fused kernel's; the complex form's constants are bf16's).
-struct RopeBytes {
-    double forward = 0, backward = 0;
-};
-RopeBytes rope_bytes(RopeKernel kernel, double element_bytes);
+// `element_bytes` (the fused kernel's; the complex form's are `timed`'s, bf16's).
+PassBytes rope_bytes(RopeKernel kernel, double element_bytes, const EagerKernelBytes& timed);
 
 // How an eager block's element-wise work runs (StrategyConfig::elementwise_kernels;
 // layer_elementwise_bytes): `eager`, PyTorch's modules with one kernel an operation (torchtitan,
@@ -100,18 +91,14 @@ std::string_view fp8_name(Fp8 f);
 // Measured in eager PyTorch 2.11 on an H100 (calibration/data/h100_dtsim_torch_output_layer.json):
 // kept / forward peak / backward peak 4.06 / 10.06 / 12.06 bytes (pytorch), 4.06 / 6.06 / 6.06
 // (megatron), the .06 being the final norm's output. pytorch's kernels reduce over each row and
-// move more than its 18 and 22 bytes at the streaming rate: it is priced by its time, timed on the
-// same H100 (calibration/data/h100_dtsim_torch_kernels.json cross_entropy, 12 rows, 2,048 to 16,384
-// tokens x 16,032 to 128,256 logits), each row's as bytes a logit at the H100 cluster's
-// memory_seconds rate: the medians, kPytorchLossForwardBytes and kPytorchLossBackwardBytes.
+// move more than its 18 and 22 bytes at the streaming rate: it moves the GPU's timed bytes
+// (EagerKernelBytes::loss; on an H100 kPytorchLossForwardBytes and kPytorchLossBackwardBytes).
 // megatron's and fused's are their counts (no kernel of theirs was timed).
-inline constexpr double kPytorchLossForwardBytes = 23.4;
-inline constexpr double kPytorchLossBackwardBytes = 25.2;
 struct LossBytes {
     double forward = 0, backward = 0;            // moved
     double kept = 0, forward_peak = 0, backward_peak = 0;  // alive
 };
-LossBytes loss_bytes_per_logit(CrossEntropy c);
+LossBytes loss_bytes_per_logit(CrossEntropy c, const EagerKernelBytes& timed);
 
 struct TransformerSpec {
     std::string name;
@@ -221,8 +208,8 @@ struct LayerSplit {
     // How eager blocks run their element-wise work (layer_split resolves the default).
     ElementwiseKernels elementwise = ElementwiseKernels::fused;
     // Each block's norm as separate eager kernels (StrategyConfig::norm_kernel "composed"):
-    // kComposedRmsNormBytes per element instead of kNormForwardBytes, twice it instead of
-    // kNormBackwardBytes. No effect on compiled blocks, whose norms Inductor fuses.
+    // kComposedRmsNormBytes per element instead of the GPU's timed norm bytes (EagerKernelBytes::norm),
+    // twice it in the backward. No effect on compiled blocks, whose norms Inductor fuses.
     bool composed_norm = false;
     // The SMs Transformer Engine's userbuffers take from each overlapped linear
     // (StrategyConfig::tp_overlap); all zero without it.
@@ -341,15 +328,26 @@ double layer_recompute_peak_bytes(const TransformerSpec& m, const LayerSplit& s)
 // (fp32 log-probabilities or softmax, loss_bytes_per_logit).
 double logits_activation_bytes(const TransformerSpec& m, const LayerSplit& s);
 
+// The eager kernels of a layer, the loss and the optimizer step, each as GpuSpec::memory_seconds
+// prices it alone: bytes an element of its input with elements of `e` bytes (the loss: a logit;
+// Adam: a parameter of fp32 state, weights and gradient), forward and backward. The timed kinds
+// are `timed`'s (measured in bf16: x e / 2); the streaming ones their counts, reads and writes
+// of e bytes each: a residual add 3e forward (two reads, a write; its backward, the gradients'
+// sum where the residual stream branches, 3e), GeLU 2e and 3e (the input's gradient from the
+// input and the output's), SwiGLU's silu then product of gate and up (over the width of one of
+// them) 5e and 9e.
+enum class EagerKernel : std::uint8_t { norm, dropout, rope, residual_add, gelu, swiglu, loss, adam };
+PassBytes eager_kernel_bytes(EagerKernel kind, const EagerKernelBytes& timed, double e);
+
 // The memory-bound work of one eager layer (norms, residual adds, hidden dropout, the MLP's
 // activation, and the gradient sums of the backward) for one microbatch, by block and pass, as the
 // bytes GpuSpec::memory_seconds prices. Per token, with h' = h (/t with SP), f = ffn / t and e the
 // bytes of an element:
-//   norm            kNormForwardBytes, kNormBackwardBytes x h' each block (x e / 2; measured)
+//   norm            the GPU's timed norm bytes (EagerKernelBytes::norm) x h' each block (x e / 2)
 //   residual add    forward 3e x h' each block (two reads, a write); backward, the sum of the two
 //                   gradients where the residual stream branches, 3e x h'
-//   hidden dropout  (TransformerSpec::dropout) eager: kDropoutForwardBytes, kDropoutBackwardBytes
-//                   x h' (x e / 2); fused into the residual add (Megatron's bias_dropout_add):
+//   hidden dropout  (TransformerSpec::dropout) eager: the GPU's timed dropout bytes
+//                   (EagerKernelBytes::dropout) x h' (x e / 2); fused into the residual add (Megatron's bias_dropout_add):
 //                   a one-byte mask written more forward, the gradient times the mask backward
 //                   (2e + 1) x h'
 //   activation      GeLU 2e forward, 3e backward x f; SwiGLU eager (silu, then its product with
@@ -366,20 +364,9 @@ struct ElementwiseBytes {
     double attention_backward = 0, mlp_backward = 0;
     double residual = 0;  // one block's residual add forward, hidden dropout included
 };
-ElementwiseBytes layer_elementwise_bytes(const TransformerSpec& m, const LayerSplit& s);
-// A fused norm (RMSNorm or LayerNorm, one kernel each way, as PyTorch's nn.RMSNorm and
-// nn.LayerNorm, Transformer Engine and Apex run it) and hidden dropout (PyTorch's native_dropout),
-// timed on one H100 in eager PyTorch 2.11 (h100_dtsim_torch_kernels.json elementwise rows rms_norm
-// and layer_norm, 16 rows; dropout, 8 rows: bf16 [tokens, width], 4,096 and 16,384 tokens x 2,048
-// to 16,384 wide), each row's time as bytes at the H100 cluster's memory_seconds rate (3.35 TB/s x
-// 0.8635) per element: the medians, forward and backward (fwd_bwd_us less fwd_us) apart. A norm's
-// reductions keep it below the streaming rate: its forward reads and writes 4 bytes, its backward
-// at least 6 (the input and the output's gradient read, the input's gradient written), 10 where
-// the weight's gradient reads the input and the output's gradient again, as PyTorch's kernels do.
-inline constexpr double kNormForwardBytes = 6.07;
-inline constexpr double kNormBackwardBytes = 14.96;
-inline constexpr double kDropoutForwardBytes = 6.02;
-inline constexpr double kDropoutBackwardBytes = 4.95;
+// Norms (fused or eager) and eager hidden dropout are priced by the GPU's timed bytes `timed`
+// (EagerKernelBytes::norm, dropout), scaled from bf16 to the model's element size.
+ElementwiseBytes layer_elementwise_bytes(const TransformerSpec& m, const LayerSplit& s, const EagerKernelBytes& timed);
 
 // RMSNorm written as tensor operations and run eagerly, one kernel each: torchtitan's RMSNorm
 // module until March 2025 (torchtitan/models/norms.py: x.float(), pow(2), mean(-1), + eps,
@@ -388,8 +375,7 @@ inline constexpr double kDropoutBackwardBytes = 4.95;
 // element of a bf16 input, forward: the upcast reads 2 bytes and writes 4, the square and the
 // normalising product read and write 4 each, the mean reads 4, the downcast reads 4 and writes 2,
 // the weight's product reads and writes 2 (the per-token mean and rsqrt are negligible): 36
-// bytes, in place of a fused norm's kNormForwardBytes; the backward twice that, in place of
-// kNormBackwardBytes.
+// bytes, in place of a fused norm's timed bytes (EagerKernelBytes::norm); the backward twice that.
 inline constexpr double kComposedRmsNormBytes = 2 + 4 + 4 + 4 + 4 + 4 + 4 + 4 + 2 + 2 + 2;
 
 // The memory-bound work of one compiled layer (LayerSplit::compiled: torch.compile of each block,
@@ -469,19 +455,14 @@ struct ModelStateBytes {
 ModelStateBytes zero_model_states(double params, int stage, int dp, double grad_bytes = 2, AdamStateBytes adam = {},
                                   double weight_bytes = 2);
 
-// The Adam step as one fused multi-tensor kernel (torch.optim.AdamW(fused=True), torchtitan's
-// default; Apex's and Transformer Engine's FusedAdam in Megatron-LM) moves its bytes below the
-// streaming rate: timed on one H100 in PyTorch 2.11 over 25, 100 and 400 million fp32 parameters
-// (calibration/data/h100_dtsim_torch_kernels.json optimizer, the three fused rows: 28 bytes moved
-// per parameter), 33.8, 31.3 and 31.3 bytes a parameter at the H100 cluster's memory_seconds rate:
-// the median over the 28 counted, 1.12. (The foreach form took 2.8-2.9 times the fused one.)
-inline constexpr double kAdamKernelBytes = 1.12;
-
 // Bytes the Adam step reads and writes per parameter it updates: its state read and written
 // (2A), the gradient read (G) and the weights written (W), or read and written where there is no
 // master copy or the master is a remainder of them (the step updates them in place). fp32 state,
-// bf16 weights: 24 + G + 2; Apex with remainders: 16 + 2 (2 + 2) + G. All x kAdamKernelBytes, as
-// GpuSpec::memory_seconds prices the fused kernel.
-double adam_bytes_per_param(double grad_bytes, AdamStateBytes adam = {}, double weight_bytes = 2);
+// bf16 weights: 24 + G + 2; Apex with remainders: 16 + 2 (2 + 2) + G. All x the GPU's timed factor
+// (EagerKernelBytes::adam), as GpuSpec::memory_seconds prices the Adam step as one fused
+// multi-tensor kernel (torch.optim.AdamW(fused=True), torchtitan's default; Apex's and Transformer
+// Engine's FusedAdam in Megatron-LM), which moves its bytes below the streaming rate.
+double adam_bytes_per_param(const EagerKernelBytes& timed, double grad_bytes, AdamStateBytes adam = {},
+                            double weight_bytes = 2);
 
 }  // namespace dtsim::hw

@@ -356,6 +356,7 @@ std::vector<std::string> data_set_ids(const GroundTruth& data) {
     for (const auto& s : data.kernels) ids.push_back(s.id);
     for (const auto& s : data.layers) ids.push_back(s.id);
     for (const auto& s : data.streams) ids.push_back(s.id);
+    for (const auto& s : data.eager) ids.push_back(s.id);
     return ids;
 }
 
@@ -414,6 +415,7 @@ GroundTruth load_ground_truth(const std::vector<std::string>& files) {
     for (const auto& s : out.kernels) once(s.id, s.file);
     for (const auto& s : out.layers) once(s.id, s.file);
     for (const auto& s : out.streams) once(s.id, s.file);
+    for (const auto& s : out.eager) once(s.id, s.file);
     return out;
 }
 
@@ -939,6 +941,47 @@ void fit_stream(json& gpu_doc, const GpuSpec& gpu, const std::string& base_file,
     sources.push_back(fmt::format("gpu.stream_fraction: dtsim calibrate on {}", fmt::join(ids, ", ")));
 }
 
+// gpu.eager_kernels from the memory-bound kernels timed on this family (kernel files' element-wise,
+// cross-entropy and fused-optimizer rows): each timed kind's median bytes at the streaming rate of
+// `gpu` (the fraction fitted in this run, or the base's). A base fitted before, and not refitted
+// now, keeps its sets named.
+void fit_eager(json& gpu_doc, const GpuSpec& gpu, const std::string& family, const GroundTruth& data,
+               const CalibrateOptions& o, CalibrateResult& out, std::vector<std::string>& sources) {
+    std::vector<const EagerKernelSet*> sets;
+    std::vector<std::string> ids;
+    std::set<std::string> gpus;
+    std::size_t rows = 0;
+    for (const auto& s : data.eager) {
+        if (!wanted(s.id, o) || !same_family(s.gpu, family)) continue;
+        const auto timed = std::count_if(s.rows.begin(), s.rows.end(), [](const auto& p) { return timed_kind(p.kind); });
+        if (timed == 0) continue;
+        rows += static_cast<std::size_t>(timed);
+        sets.push_back(&s);
+        ids.push_back(s.id);
+        gpus.insert(s.gpu);
+    }
+    if (sets.empty()) {
+        if (!gpu.eager_kernels.datasets.empty())
+            sources.push_back(
+                fmt::format("gpu.eager_kernels: dtsim calibrate on {}", fmt::join(gpu.eager_kernels.datasets, ", ")));
+        return;
+    }
+    const double rate = 1 / gpu.memory_seconds(1.0);
+    const EagerKernelBytes k = fit_eager_kernels(sets, rate, gpu.eager_kernels);
+    const auto pass = [](const PassBytes& p) { return json{{"forward", p.forward}, {"backward", p.backward}}; };
+    gpu_doc["eager_kernels"] = {{"norm", pass(k.norm)}, {"dropout", pass(k.dropout)}, {"rope", pass(k.rope)},
+                                {"loss", pass(k.loss)}, {"adam", k.adam}, {"datasets", ids}};
+    ++out.fitted;
+    out.log.push_back(fmt::format("eager kernels: bytes an element at {:.1f} GB/s, norm {:g} / {:g}, dropout {:g} / "
+                                  "{:g}, rotary {:g} / {:g}, loss {:g} / {:g} a logit, Adam {:g} x its count; from {} "
+                                  "timed {} of {} ({})",
+                                  rate / 1e9, k.norm.forward, k.norm.backward, k.dropout.forward, k.dropout.backward,
+                                  k.rope.forward, k.rope.backward, k.loss.forward, k.loss.backward, k.adam, rows,
+                                  rows == 1 ? "row" : "rows", fmt::join(ids, ", "), fmt::join(gpus, ", ")));
+    std::erase_if(sources, [](const std::string& line) { return line.starts_with("gpu.eager_kernels"); });
+    sources.push_back(fmt::format("gpu.eager_kernels: dtsim calibrate on {}", fmt::join(ids, ", ")));
+}
+
 // Megatron rows: the fp16 GEMM ceiling (the SC21 runs are fp16) fitted end to end so that the
 // median error of the named rows is zero, written to gm; returns the rows' ids.
 std::vector<std::string> fit_megatron_ceiling(json& gm, const json& cluster, const std::string& base_file,
@@ -1120,6 +1163,7 @@ CalibrateResult calibrate(const json& base, const std::string& base_file, const 
     fit_power_clock(cl["gpu"], make_cluster(out.cluster, base_file).gpu, family, data, o, out, sources);
     fit_attention_model(cl["gpu"], c.gpu, family, data, o, out, sources);
     fit_stream(cl["gpu"], c.gpu, base_file, family, data, o, out, sources);
+    fit_eager(cl["gpu"], make_cluster(out.cluster, base_file).gpu, family, data, o, out, sources);
     if (out.fitted == 0) {
         // Nothing fitted: the written cluster would be the base, unchanged. Say why.
         std::vector<std::string> used;
@@ -1134,6 +1178,8 @@ CalibrateResult calibrate(const json& base, const std::string& base_file, const 
         for (const auto& s : data.megatron)
             if (wanted(s.id, o)) used.push_back(fmt::format("{} ({})", s.id, s.gpu));
         for (const auto& s : data.streams)
+            if (wanted(s.id, o)) used.push_back(fmt::format("{} ({})", s.id, gpu_family(s.gpu)));
+        for (const auto& s : data.eager)
             if (wanted(s.id, o)) used.push_back(fmt::format("{} ({})", s.id, gpu_family(s.gpu)));
         std::vector<std::string> skipped;
         for (const auto& line : out.log)

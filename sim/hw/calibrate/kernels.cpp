@@ -1,9 +1,8 @@
 // Kernel measurements as calibration/pytorch/dtsim_kernels.py writes them: the fused
-// attention rows (AttentionModel) and the GEMMs (one by-shape set per data type) are read,
-// fitted and predicted; the file's other sections (element-wise kernels, cross-entropy,
-// optimizer, launch) are checked for form here. The memory-bound constants of transformer.hpp
-// (norms, dropout, the complex rotary embedding, PyTorch's loss, fused Adam) are medians of the
-// first three, which tests/hw/test_hw_memory_bound.cpp recomputes. Published attention
+// attention rows (AttentionModel), the GEMMs (one by-shape set per data type) and the
+// memory-bound kernels (element-wise, cross-entropy and the fused optimizer: one set, whose timed
+// kinds give EagerKernelBytes) are read, fitted and predicted; the "launch" section is checked
+// for form only. Published attention
 // benchmarks ("attention_published": a chart's TFLOP/s of forward and backward together, or of
 // the forward alone) are read into the same kind of set.
 #include "kernels.hpp"
@@ -190,6 +189,7 @@ void read_kernels(const json_reader::Value& root, const std::string& file, const
     if (set.attention.empty()) sec.fail("expected at least one measured attention row");
     const std::string source = set.source;
     out.kernels.push_back(std::move(set));
+    read_eager_kernels(root, file, stem, out);
 
     // "gemm": [m, n, k, dtype, tflops, time_us] rows, one GEMM set per data type.
     if (!root.has("gemm")) return;
@@ -219,6 +219,128 @@ void read_kernels(const json_reader::Value& root, const std::string& file, const
                            col("tflops", ranges::throughput_tflops)});
     }
     for (auto& [d, gs] : by_dtype) out.gemms.push_back(std::move(gs));
+}
+
+namespace {
+// The elementwise section's kernels, by the names the script gives them.
+constexpr std::string_view kEagerNames[] = {"rms_norm", "layer_norm", "dropout", "rotary_torchtitan",
+                                            "residual_add", "gelu_tanh", "swiglu"};
+EagerKernel eager_kind(std::string_view name) {
+    if (name == "rms_norm" || name == "layer_norm") return EagerKernel::norm;
+    if (name == "dropout") return EagerKernel::dropout;
+    if (name == "rotary_torchtitan") return EagerKernel::rope;
+    if (name == "residual_add") return EagerKernel::residual_add;
+    if (name == "gelu_tanh") return EagerKernel::gelu;
+    return EagerKernel::swiglu;
+}
+}  // namespace
+
+void read_eager_kernels(const Value& root, const std::string& file, const std::string& stem, GroundTruth& out) {
+    EagerKernelSet set;
+    set.gpu = measured_gpu(root);
+    set.id = stem + ":eager_kernels";
+    set.file = file;
+    set.source = root.has("source") ? root["source"].string() : "";
+    // A backward timed with its forward: fwd_bwd_us less fwd_us, which must be positive.
+    const auto backward = [](const Value& r, double fwd_us, const Value& both) -> std::optional<double> {
+        if (both.json().is_null()) return std::nullopt;
+        const double us = both.real(ranges::time_us);
+        if (!(us > fwd_us)) r.fail(fmt::format("fwd_bwd_us ({}) must exceed fwd_us ({})", us, fwd_us));
+        return (us - fwd_us) * 1e-6;
+    };
+    if (root.has("elementwise")) {
+        const Value sec = root["elementwise"];
+        constexpr std::string_view kColumns[] = {"kernel", "tokens", "width", "fwd_us", "fwd_bwd_us"};
+        const auto at = table_columns(sec["columns"], kColumns);
+        const Value rows = sec["rows"];
+        for (std::size_t i = 0; i < rows.size(); ++i) {
+            const Value r = rows.at(i);
+            const std::string name = r.at(at.at("kernel")).choice(kEagerNames);
+            const double tokens = r.at(at.at("tokens")).real(ranges::timed_tokens);
+            const double width = r.at(at.at("width")).real(ranges::dimension);
+            const double fwd_us = r.at(at.at("fwd_us")).real(ranges::time_us);
+            set.rows.push_back({eager_kind(name), fmt::format("{} {:g} x {:g}", name, tokens, width), tokens * width,
+                                fwd_us * 1e-6, backward(r, fwd_us, r.at(at.at("fwd_bwd_us")))});
+        }
+    }
+    if (root.has("cross_entropy")) {
+        const Value sec = root["cross_entropy"];
+        constexpr std::string_view kColumns[] = {"tokens", "vocab", "fwd_us", "fwd_bwd_us"};
+        const auto at = table_columns(sec["columns"], kColumns);
+        const Value rows = sec["rows"];
+        for (std::size_t i = 0; i < rows.size(); ++i) {
+            const Value r = rows.at(i);
+            const double tokens = r.at(at.at("tokens")).real(ranges::timed_tokens);
+            const double vocab = r.at(at.at("vocab")).real(ranges::dimension);
+            const double fwd_us = r.at(at.at("fwd_us")).real(ranges::time_us);
+            set.rows.push_back({EagerKernel::loss, fmt::format("cross_entropy {:g} x {:g}", tokens, vocab),
+                                tokens * vocab, fwd_us * 1e-6, backward(r, fwd_us, r.at(at.at("fwd_bwd_us")))});
+        }
+    }
+    if (root.has("optimizer")) {
+        // torch.optim.AdamW over fp32 parameters: the fused kernel's rows (the foreach form is not
+        // what dtsim prices).
+        const Value sec = root["optimizer"];
+        constexpr std::string_view kColumns[] = {"optimizer", "impl", "dtype", "params", "step_us"};
+        const auto at = table_columns(sec["columns"], kColumns);
+        const Value rows = sec["rows"];
+        for (std::size_t i = 0; i < rows.size(); ++i) {
+            const Value r = rows.at(i);
+            (void)r.at(at.at("optimizer")).choice({"adamw"});
+            if (r.at(at.at("impl")).choice({"fused", "foreach"}) != "fused") continue;
+            (void)r.at(at.at("dtype")).choice({"fp32"});
+            const double params = r.at(at.at("params")).real(ranges::dimension);
+            set.rows.push_back({EagerKernel::adam, fmt::format("adamw fused {:g} parameters", params), params,
+                                r.at(at.at("step_us")).real(ranges::time_us) * 1e-6, std::nullopt});
+        }
+    }
+    if (!set.rows.empty()) out.eager.push_back(std::move(set));
+}
+
+bool timed_kind(EagerKernel k) {
+    return k == EagerKernel::norm || k == EagerKernel::dropout || k == EagerKernel::rope || k == EagerKernel::loss ||
+           k == EagerKernel::adam;
+}
+
+TimedBytes timed_bytes(const EagerKernelSet& s, EagerKernel kind, double bytes_per_s) {
+    // Adam's rows give its factor: bytes at the rate over the bytes counted.
+    EagerKernelBytes counted;
+    counted.adam = 1;
+    const double per = kind == EagerKernel::adam ? eager_kernel_bytes(EagerKernel::adam, counted, 2).forward : 1;
+    TimedBytes out;
+    for (const auto& p : s.rows) {
+        if (p.kind != kind) continue;
+        out.forward.push_back(p.forward_s * bytes_per_s / p.elements / per);
+        if (p.backward_s) out.backward.push_back(*p.backward_s * bytes_per_s / p.elements);
+    }
+    return out;
+}
+
+EagerKernelBytes fit_eager_kernels(const std::vector<const EagerKernelSet*>& sets, double bytes_per_s,
+                                   EagerKernelBytes base) {
+    const auto fit = [&](EagerKernel kind, PassBytes& into, double& adam) {
+        TimedBytes all;
+        for (const EagerKernelSet* s : sets) {
+            TimedBytes t = timed_bytes(*s, kind, bytes_per_s);
+            all.forward.insert(all.forward.end(), t.forward.begin(), t.forward.end());
+            all.backward.insert(all.backward.end(), t.backward.begin(), t.backward.end());
+        }
+        const auto rounded = [](double v) { return std::round(v * 100) / 100; };
+        if (kind == EagerKernel::adam) {
+            if (!all.forward.empty()) adam = rounded(median_of(all.forward));
+            return;
+        }
+        if (!all.forward.empty()) into.forward = rounded(median_of(all.forward));
+        if (!all.backward.empty()) into.backward = rounded(median_of(all.backward));
+    };
+    double unused = 0;
+    fit(EagerKernel::norm, base.norm, unused);
+    fit(EagerKernel::dropout, base.dropout, unused);
+    fit(EagerKernel::rope, base.rope, unused);
+    fit(EagerKernel::loss, base.loss, unused);
+    PassBytes none;
+    fit(EagerKernel::adam, none, base.adam);
+    return base;
 }
 
 double attention_flops(const AttentionPoint& p, AttentionPass pass) {

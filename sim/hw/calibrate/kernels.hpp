@@ -12,7 +12,12 @@ namespace dtsim::hw::calib {
 
 // A file with an "attention" section.
 bool is_kernel_file(const nlohmann::json& j);
-// Its "attention" rows become a KernelSet; the other sections are checked for form only.
+// Its "attention" rows become a KernelSet, its GEMMs a set per data type; "launch" is checked for
+// form only.
 void read_kernels(const json_reader::Value& root, const std::string& file, const std::string& stem, GroundTruth& out);
+// Its memory-bound kernels (the elementwise, cross_entropy and optimizer sections, any of them)
+// become an EagerKernelSet "<stem>:eager_kernels", where it has any.
+void read_eager_kernels(const json_reader::Value& root, const std::string& file, const std::string& stem,
+                        GroundTruth& out);
 
 }  // namespace dtsim::hw::calib

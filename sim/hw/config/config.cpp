@@ -253,8 +253,8 @@ void from_json(const Node& n, AttentionModel& a) {
 }
 
 void from_json(const Node& n, GpuSpec& g) {
-    n.keys({"name", "peak_tflops", "hbm_GiB", "hbm_TBps", "stream_fraction", "stream_datasets", "tdp_W", "power_limit_W",
-            "power_clock", "sms", "collectives_take_sms", "gemm", "attention"});
+    n.keys({"name", "peak_tflops", "hbm_GiB", "hbm_TBps", "stream_fraction", "stream_datasets", "eager_kernels", "tdp_W",
+            "power_limit_W", "power_clock", "sms", "collectives_take_sms", "gemm", "attention"});
     g.name = n.has("name") ? n["name"].string() : "gpu";
     const Node peaks = n["peak_tflops"];
     peaks.keys({"fp32", "tf32", "bf16", "fp16", "fp8"});
@@ -264,6 +264,27 @@ void from_json(const Node& n, GpuSpec& g) {
     g.memory_bandwidth = n["hbm_TBps"].real(ranges::memory_TBps) * kTera;
     g.stream_fraction = n.has("stream_fraction") ? n["stream_fraction"].fraction() : kStreamFraction;
     g.stream_datasets = n.has("stream_datasets") ? read_datasets(n["stream_datasets"]) : std::vector<std::string>{};
+    g.eager_kernels = EagerKernelBytes{};
+    if (n.has("eager_kernels")) {
+        // {"norm": {"forward": b, "backward": b}, "dropout", "rope", "loss": the same, "adam": factor,
+        //  "datasets": [...]}: any kind left out keeps the H100's figures.
+        const Node ek = n["eager_kernels"];
+        if (!ek.is_object()) ek.expected("an object of timed kernel bytes (norm, dropout, rope, loss, adam) and datasets");
+        ek.keys({"norm", "dropout", "rope", "loss", "adam", "datasets"});
+        const auto pass = [&](const char* key, PassBytes& into) {
+            if (!ek.has(key)) return;
+            const Node p = ek[key];
+            if (!p.is_object()) p.expected("an object of forward and backward bytes an element");
+            p.keys({"forward", "backward"});
+            into = {p["forward"].real(ranges::kernel_bytes), p["backward"].real(ranges::kernel_bytes)};
+        };
+        pass("norm", g.eager_kernels.norm);
+        pass("dropout", g.eager_kernels.dropout);
+        pass("rope", g.eager_kernels.rope);
+        pass("loss", g.eager_kernels.loss);
+        if (ek.has("adam")) g.eager_kernels.adam = ek["adam"].real(ranges::kernel_factor);
+        if (ek.has("datasets")) g.eager_kernels.datasets = read_datasets(ek["datasets"]);
+    }
     g.tdp_watts = n.has("tdp_W") ? n["tdp_W"].real(ranges::power_W) : 0;
     g.power_limit_watts = 0;
     if (n.has("power_limit_W")) {

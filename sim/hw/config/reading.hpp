@@ -38,6 +38,8 @@ inline constexpr Range tokens{"a sequence length", "tokens", 0, 1e9};
 inline constexpr Range timed_tokens{"a sequence length", "tokens", 0, 1e9, true};  // a timed call's: > 0
 inline constexpr Range slowdown{"a slowdown factor", "", 0, 1e3, true};
 inline constexpr Range jitter_cv{"a coefficient of variation", "", 0, 100};
+inline constexpr Range kernel_bytes{"bytes an element", "bytes", 0, 1e4, true};  // (0, 10 kB]
+inline constexpr Range kernel_factor{"a factor on counted bytes", "", 0, 100, true};
 inline constexpr Range jitter_sigma{"a lognormal sigma", "", 0, 3};  // a cv of 90
 }  // namespace ranges
 

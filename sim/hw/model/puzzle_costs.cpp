@@ -35,7 +35,7 @@ double HardwareCosts::loss(const IdSet& batches) const {
 
 double HardwareCosts::update(int, std::int64_t shards, int total) const {
     const double params = static_cast<double>(hidden_ * hidden_) * static_cast<double>(shards) / total;
-    return cluster_.gpu.memory_seconds(params * adam_bytes_per_param(2));
+    return cluster_.gpu.memory_seconds(params * adam_bytes_per_param(cluster_.gpu.eager_kernels, 2));
 }
 
 double HardwareCosts::collective(OpCode op, int, puzzle::Size size, int ranks) const {

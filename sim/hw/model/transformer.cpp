@@ -20,9 +20,9 @@ std::string_view cross_entropy_name(CrossEntropy c) {
     return c == CrossEntropy::megatron ? "megatron" : c == CrossEntropy::fused ? "fused" : "pytorch";
 }
 
-RopeBytes rope_bytes(RopeKernel kernel, double element_bytes) {
+PassBytes rope_bytes(RopeKernel kernel, double element_bytes, const EagerKernelBytes& timed) {
     switch (kernel) {
-        case RopeKernel::complex: return {kComplexRopeForwardBytes, kComplexRopeBackwardBytes};
+        case RopeKernel::complex: return eager_kernel_bytes(EagerKernel::rope, timed, 2);
         case RopeKernel::fused: return {kFusedRopeReads * element_bytes, kFusedRopeReads * element_bytes};
         case RopeKernel::none: break;
     }
@@ -38,10 +38,11 @@ std::string_view fp8_name(Fp8 f) {
     return "?";
 }
 
-LossBytes loss_bytes_per_logit(CrossEntropy c) {
+LossBytes loss_bytes_per_logit(CrossEntropy c, const EagerKernelBytes& timed) {
     if (c == CrossEntropy::megatron) return LossBytes{38, 14, 4, 6, 6};
     if (c == CrossEntropy::fused) return LossBytes{2, 4, 2, 2, 4};
-    return LossBytes{kPytorchLossForwardBytes, kPytorchLossBackwardBytes, 4, 10, 12};
+    const PassBytes moved = eager_kernel_bytes(EagerKernel::loss, timed, 2);
+    return LossBytes{moved.forward, moved.backward, 4, 10, 12};
 }
 
 namespace {
@@ -137,24 +138,47 @@ double layer_recompute_peak_bytes(const TransformerSpec& m, const LayerSplit& s)
 }
 
 double logits_activation_bytes(const TransformerSpec& m, const LayerSplit& s) {
-    return loss_bytes_per_logit(s.cross_entropy).kept * m.seq * s.micro_batch * m.vocab / s.tp;
+    return loss_bytes_per_logit(s.cross_entropy, EagerKernelBytes{}).kept * m.seq * s.micro_batch * m.vocab / s.tp;
 }
 
-ElementwiseBytes layer_elementwise_bytes(const TransformerSpec& m, const LayerSplit& s) {
+PassBytes eager_kernel_bytes(EagerKernel kind, const EagerKernelBytes& timed, double e) {
+    const auto measured = [&](PassBytes p) { return PassBytes{p.forward * e / 2, p.backward * e / 2}; };
+    switch (kind) {
+        case EagerKernel::norm: return measured(timed.norm);
+        case EagerKernel::dropout: return measured(timed.dropout);
+        case EagerKernel::rope: return measured(timed.rope);
+        case EagerKernel::loss: return measured(timed.loss);
+        case EagerKernel::residual_add: return {3 * e, 3 * e};
+        case EagerKernel::gelu: return {2 * e, 3 * e};
+        case EagerKernel::swiglu: return {5 * e, 9 * e};
+        case EagerKernel::adam: {
+            const double moved = adam_bytes_per_param(timed, 4, adam_state_bytes(DType::fp32, DType::fp32), 4);
+            return {moved, 0};
+        }
+    }
+    return {};
+}
+
+ElementwiseBytes layer_elementwise_bytes(const TransformerSpec& m, const LayerSplit& s, const EagerKernelBytes& timed) {
     const double tokens = static_cast<double>(s.micro_batch) * m.seq, e = bytes_per_element(m.dtype);
     const double hp = tokens * m.hidden / (s.sequence_parallel ? s.tp : 1), f = tokens * m.ffn / s.tp;
     const bool eager = s.elementwise == ElementwiseKernels::eager;
-    const double norm_forward = s.composed_norm ? kComposedRmsNormBytes : kNormForwardBytes * e / 2;
-    const double norm_backward = s.composed_norm ? 2 * kComposedRmsNormBytes : kNormBackwardBytes * e / 2;
-    double residual_forward = 3 * e, residual_backward = 3 * e;
+    const PassBytes norm = eager_kernel_bytes(EagerKernel::norm, timed, e);
+    const double norm_forward = s.composed_norm ? kComposedRmsNormBytes : norm.forward;
+    const double norm_backward = s.composed_norm ? 2 * kComposedRmsNormBytes : norm.backward;
+    const PassBytes residual = eager_kernel_bytes(EagerKernel::residual_add, timed, e);
+    double residual_forward = residual.forward, residual_backward = residual.backward;
     if (m.dropout) {
-        residual_forward += eager ? kDropoutForwardBytes * e / 2 : 1;
-        residual_backward += eager ? kDropoutBackwardBytes * e / 2 : 2 * e + 1;
+        const PassBytes dropout = eager_kernel_bytes(EagerKernel::dropout, timed, e);
+        residual_forward += eager ? dropout.forward : 1;
+        residual_backward += eager ? dropout.backward : 2 * e + 1;
     }
-    double act_forward = 2 * e, act_backward = 3 * e, sums = 0;
+    const PassBytes gelu = eager_kernel_bytes(EagerKernel::gelu, timed, e);
+    double act_forward = gelu.forward, act_backward = gelu.backward, sums = 0;
     if (m.mlp == Mlp::swiglu) {
-        act_forward = eager ? 5 * e : 3 * e;
-        act_backward = eager ? 9 * e : 5 * e;
+        const PassBytes swiglu = eager_kernel_bytes(EagerKernel::swiglu, timed, e);
+        act_forward = eager ? swiglu.forward : 3 * e;
+        act_backward = eager ? swiglu.backward : 5 * e;
         sums = eager ? 3 * e * tokens * m.hidden : 0;  // per layer: two in the attention block, one in the MLP's
     }
     ElementwiseBytes b;
@@ -253,10 +277,10 @@ ModelStateBytes zero_model_states(double params, int stage, int dp, double grad_
     return b;
 }
 
-double adam_bytes_per_param(double grad_bytes, AdamStateBytes adam, double weight_bytes) {
+double adam_bytes_per_param(const EagerKernelBytes& timed, double grad_bytes, AdamStateBytes adam, double weight_bytes) {
     const double moved = adam.remainders ? 2 * adam.moments + 2 * (weight_bytes + adam.master) + grad_bytes
                                          : 2 * adam.total() + grad_bytes + (adam.master > 0 ? weight_bytes : 2 * weight_bytes);
-    return kAdamKernelBytes * moved;
+    return timed.adam * moved;
 }
 
 }  // namespace dtsim::hw

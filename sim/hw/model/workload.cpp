@@ -69,7 +69,7 @@ Workload make_workload(const TransformerSpec& model, const LayerSplit& s, const 
     // writes them, dropout reads them and writes its output and mask (9 bytes
     // per score, the full matrix: Megatron's fused masked softmax covers it all).
     const double scores = s.flash_attention ? 0 : 9 * b * (a / t) * S * S;
-    ElementwiseBytes elementwise = layer_elementwise_bytes(m, s);
+    ElementwiseBytes elementwise = layer_elementwise_bytes(m, s, gpu.eager_kernels);
     if (s.compiled) {
         const CompiledElementwiseBytes c = compiled_elementwise_bytes(m, s);
         elementwise = {c.attention / 3, c.mlp / 3, 2 * c.attention / 3, 2 * c.mlp / 3, 0};
@@ -123,7 +123,7 @@ Workload make_workload(const TransformerSpec& model, const LayerSplit& s, const 
     // The rotary embedding of this GPU's query and key heads (RopeKernel), before the core.
     // Compiled blocks count it in their fitted classes.
     const double rotated = s.compiled ? 0 : tokens * (a / t + kv_here) * hd;
-    const RopeBytes rope = rope_bytes(s.rope, el);
+    const PassBytes rope = rope_bytes(s.rope, el, gpu.eager_kernels);
     const double rope_forward = rope.forward * rotated;
     if (rope_forward > 0) {
         add(L.attention_forward, rope_forward);
@@ -236,7 +236,7 @@ Workload make_workload(const TransformerSpec& model, const LayerSplit& s, const 
         E.logits_backward = times(E.logits_forward, 2);
         // Softmax cross-entropy over fp32 logits, as LossBytes counts it.
         const double logits = tokens * v / t;
-        const LossBytes lb = loss_bytes_per_logit(s.cross_entropy);
+        const LossBytes lb = loss_bytes_per_logit(s.cross_entropy, gpu.eager_kernels);
         E.loss_forward = {gpu.memory_seconds(lb.forward * logits), 0, lb.forward * logits};
         E.loss_backward = {gpu.memory_seconds(lb.backward * logits), 0, lb.backward * logits};
         E.logits_activation_bytes = logits_activation_bytes(m, s);

@@ -345,7 +345,7 @@ double step_time_bound(const Config& c, const Workload& w, int output_rank, cons
     const bool sharded = replicas > 1 && (s.name == "fsdp" || s.zero_stage >= 1);
     // (After the rank's last backward: with a pipeline it may run while the drain below does.)
     double tail = c.cluster.gpu.memory_seconds((sharded ? params / static_cast<double>(replicas) : params) *
-                                               adam_bytes_per_param(w.grad_bytes, w.adam, w.weight_bytes));
+                                               adam_bytes_per_param(c.cluster.gpu.eager_kernels, w.grad_bytes, w.adam, w.weight_bytes));
     // The distributed optimizer's gather of the updated parameters (finish_step).
     const std::vector<int> dp = replicas > 1 ? group_gpus(s, critical, true) : std::vector<int>{};
     if (sharded && s.name != "fsdp" && info && !info->gathers_layers(s.zero_stage, s.overlap_param_gather, replicas))

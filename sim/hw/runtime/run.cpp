@@ -640,6 +640,22 @@ std::vector<std::string> prediction_caveats(const Config& c, const Workload& wor
     if (s.compile && s.fp8 == Fp8::te)
         out.push_back("compiled blocks with Transformer Engine's float8 linears were not measured: priced as compiled "
                       "bf16 blocks plus Transformer Engine's own casts");
+    if (c.model.kind == "transformer" && gpu.eager_kernels.datasets.empty()) {
+        // The kernels of this run that are priced by their timed bytes (EagerKernelBytes).
+        const LayerSplit& sp = work.split;
+        std::vector<std::string> timed;
+        if (!sp.compiled && !sp.composed_norm) timed.push_back("norms");
+        if (!sp.compiled && c.model.spec.dropout && sp.elementwise == ElementwiseKernels::eager) timed.push_back("dropout");
+        if (!sp.compiled && sp.rope == RopeKernel::complex) timed.push_back("the rotary embedding");
+        if (c.model.spec.vocab > 0 && sp.cross_entropy == CrossEntropy::pytorch) timed.push_back("the loss");
+        timed.push_back("Adam");
+        const std::string kinds = timed.size() == 1 ? timed[0]
+                                                    : fmt::format("{} and {}", fmt::join(timed.begin(), timed.end() - 1, ", "),
+                                                                  timed.back());
+        out.push_back(fmt::format("{} priced by the H100's timed bytes at {}'s streaming rate: no kernel file of {} fitted "
+                                  "(cluster.gpu.eager_kernels); on an H200 its own were 3-20 % higher",
+                                  kinds, gpu.name, gpu.name));
+    }
     const auto& ds = gpu.gemm.datasets;
     const bool end_to_end = std::any_of(ds.begin(), ds.end(), [](const std::string& id) {
         return id.find("megatron") != std::string::npos || id.find("end_to_end") != std::string::npos;

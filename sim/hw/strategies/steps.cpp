@@ -394,7 +394,8 @@ void allocate_grads(Device& gpu, const Job& job, double params, int layer) {
 }
 
 void optimizer_step(Device& gpu, const Job& job, double params) {
-    gpu.memory_bound(ops::optimizer, kNoLayer, params * adam_bytes_per_param(job.work->grad_bytes, job.work->adam, job.work->weight_bytes));
+    gpu.memory_bound(ops::optimizer, kNoLayer, params * adam_bytes_per_param(job.config->cluster.gpu.eager_kernels, job.work->grad_bytes,
+                                                                         job.work->adam, job.work->weight_bytes));
 }
 
 // ---------------------------------------------------------------- weights
