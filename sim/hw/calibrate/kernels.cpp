@@ -248,35 +248,32 @@ void read_eager_kernels(const Value& root, const std::string& file, const std::s
         if (!(us > fwd_us)) r.fail(fmt::format("fwd_bwd_us ({}) must exceed fwd_us ({})", us, fwd_us));
         return (us - fwd_us) * 1e-6;
     };
-    if (root.has("elementwise")) {
-        const Value sec = root["elementwise"];
-        constexpr std::string_view kColumns[] = {"kernel", "tokens", "width", "fwd_us", "fwd_bwd_us"};
-        const auto at = table_columns(sec["columns"], kColumns);
+    // A section of rows timed forward and forward + backward over tokens x `width` elements, each
+    // row's kind and name from `kind_of` (the elementwise section's "kernel" column).
+    const auto passes = [&](const char* key, const char* width, bool named, auto kind_of) {
+        if (!root.has(key)) return;
+        const Value sec = root[key];
+        std::vector<std::string_view> columns{"tokens", width, "fwd_us", "fwd_bwd_us"};
+        if (named) columns.push_back("kernel");
+        const auto at = table_columns(sec["columns"], columns);
         const Value rows = sec["rows"];
         for (std::size_t i = 0; i < rows.size(); ++i) {
             const Value r = rows.at(i);
-            const std::string name = r.at(at.at("kernel")).choice(kEagerNames);
+            const auto [kind, name] = kind_of(r, at);
             const double tokens = r.at(at.at("tokens")).real(ranges::timed_tokens);
-            const double width = r.at(at.at("width")).real(ranges::dimension);
+            const double wide = r.at(at.at(width)).real(ranges::dimension);
             const double fwd_us = r.at(at.at("fwd_us")).real(ranges::time_us);
-            set.rows.push_back({eager_kind(name), fmt::format("{} {:g} x {:g}", name, tokens, width), tokens * width,
-                                fwd_us * 1e-6, backward(r, fwd_us, r.at(at.at("fwd_bwd_us")))});
+            set.rows.push_back({kind, fmt::format("{} {:g} x {:g}", name, tokens, wide), tokens * wide, fwd_us * 1e-6,
+                                backward(r, fwd_us, r.at(at.at("fwd_bwd_us")))});
         }
-    }
-    if (root.has("cross_entropy")) {
-        const Value sec = root["cross_entropy"];
-        constexpr std::string_view kColumns[] = {"tokens", "vocab", "fwd_us", "fwd_bwd_us"};
-        const auto at = table_columns(sec["columns"], kColumns);
-        const Value rows = sec["rows"];
-        for (std::size_t i = 0; i < rows.size(); ++i) {
-            const Value r = rows.at(i);
-            const double tokens = r.at(at.at("tokens")).real(ranges::timed_tokens);
-            const double vocab = r.at(at.at("vocab")).real(ranges::dimension);
-            const double fwd_us = r.at(at.at("fwd_us")).real(ranges::time_us);
-            set.rows.push_back({EagerKernel::loss, fmt::format("cross_entropy {:g} x {:g}", tokens, vocab),
-                                tokens * vocab, fwd_us * 1e-6, backward(r, fwd_us, r.at(at.at("fwd_bwd_us")))});
-        }
-    }
+    };
+    passes("elementwise", "width", true, [](const Value& r, const std::map<std::string, std::size_t>& at) {
+        const std::string name = r.at(at.at("kernel")).choice(kEagerNames);
+        return std::pair{eager_kind(name), name};
+    });
+    passes("cross_entropy", "vocab", false, [](const Value&, const std::map<std::string, std::size_t>&) {
+        return std::pair{EagerKernel::loss, std::string("cross_entropy")};
+    });
     if (root.has("optimizer")) {
         // torch.optim.AdamW over fp32 parameters: the fused kernel's rows (the foreach form is not
         // what dtsim prices).
