@@ -469,6 +469,19 @@ TEST_CASE("a kernel file's memory-bound kernels: fitted into gpu.eager_kernels, 
     const GpuSpec h200 = cal::make_cluster(shipped, "dgx-h200.json").gpu;
     const EagerKernelBytes twice = cal::fit_eager_kernels({&s}, 2 / h200.memory_seconds(1.0), EagerKernelBytes{});
     CHECK(twice.norm.backward == doctest::Approx(2 * 16.35).epsilon(0.001));
+    // A file with the optimizer's rows alone refits Adam; the other kinds, and their set, stay.
+    nlohmann::json only_adam;
+    std::ifstream(file) >> only_adam;
+    for (const char* k : {"attention", "gemm", "launch", "elementwise", "cross_entropy"}) only_adam.erase(k);
+    const auto adam_data = cal::load_ground_truth({write_temp("dtsim_only_adam.json", only_adam.dump())});
+    REQUIRE(adam_data.eager.size() == 1);
+    CHECK(adam_data.kernels.empty());
+    const auto adam = cal::calibrate(shipped, "dgx-h200.json", adam_data, {});
+    const auto& ek = adam.cluster["cluster"]["gpu"]["eager_kernels"];
+    CHECK(ek["adam"] == shipped["cluster"]["gpu"]["eager_kernels"]["adam"]);
+    CHECK(ek["norm"] == shipped["cluster"]["gpu"]["eager_kernels"]["norm"]);
+    CHECK(ek["datasets"] == nlohmann::json::array({"dtsim_only_adam:eager_kernels", "h200_dtsim_torch_kernels:eager_kernels"}));
+    CHECK(adam.log.back().ends_with("kept from the base: norm, dropout, rotary, loss"));
     // Excluded, nothing of it is fitted and the base's table stays.
     cal::CalibrateOptions o;
     o.exclude = {"h200_dtsim_torch_kernels:eager_kernels"};
@@ -621,7 +634,23 @@ TEST_CASE("dtsim-membw's bandwidth file: read, fitted into gpu.stream_fraction, 
     int lines = 0;
     for (const auto& src : r.cluster["cluster"]["source"]) lines += src.get<std::string>().starts_with("gpu.stream_fraction");
     CHECK(lines == 1);
-    CHECK(r.log.back().find("stream fraction: 0.8635 of 3.35 TB/s (median 2892.8 GB/s), from 14 rows") != std::string::npos);
+    CHECK(r.log.end()[-2].find("stream fraction: 0.8635 of 3.35 TB/s (median 2892.8 GB/s), from 14 rows") != std::string::npos);
+    // The base's timed kernel bytes were bytes at its rate (0.5 of HBM): the same times at the
+    // fitted rate are 0.8635 / 0.5 of them, and they keep their sets.
+    CHECK(r.log.back().starts_with("eager kernels: the base's table moved to the streaming rate fitted here"));
+    CHECK(gpu["eager_kernels"]["norm"]["forward"].get<double>() == doctest::Approx(6.07 * 0.8635 / 0.5).epsilon(0.001));
+    CHECK(gpu["eager_kernels"]["adam"].get<double>() == doctest::Approx(1.12 * 0.8635 / 0.5).epsilon(0.005));
+    CHECK(gpu["eager_kernels"]["datasets"] == base["cluster"]["gpu"]["eager_kernels"]["datasets"]);
+    // With the kernel file in the same run, its rows are priced at the fitted rate: the shipped table.
+    const auto kernels = cal::load_ground_truth(
+        {std::string(DTSIM_CONFIGS) + "/../calibration/data/h100_dtsim_membw.json",
+         std::string(DTSIM_CONFIGS) + "/../calibration/data/h100_dtsim_torch_kernels.json"});
+    cal::CalibrateOptions eager_only;
+    eager_only.only = {"h100_dtsim_membw", "h100_dtsim_torch_kernels:eager_kernels"};
+    const auto both = cal::calibrate(base, "dgx-h100.json", kernels, eager_only);
+    nlohmann::json shipped;
+    std::ifstream(std::string(DTSIM_CONFIGS) + "/clusters/dgx-h100.json") >> shipped;
+    CHECK(both.cluster["cluster"]["gpu"]["eager_kernels"] == shipped["cluster"]["gpu"]["eager_kernels"]);
     // A cluster of another family fits nothing from it.
     nlohmann::json a100;
     std::ifstream(std::string(DTSIM_CONFIGS) + "/clusters/selene-a100.json") >> a100;

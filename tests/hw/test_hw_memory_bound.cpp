@@ -3,9 +3,11 @@
 // (calibration/data), and layer_elementwise_bytes against a hand count.
 #include "dtsim/hw/config.hpp"
 #include "dtsim/hw/gpu.hpp"
+#include "dtsim/hw/puzzle_costs.hpp"
 #include "dtsim/hw/run.hpp"
 #include "dtsim/hw/transformer.hpp"
 #include "dtsim/hw/workload.hpp"
+#include "hw/runtime/plan_bounds.hpp"
 
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
@@ -374,21 +376,65 @@ TEST_CASE("gpu.stream_fraction, gpu.eager_kernels and strategy.elementwise_kerne
 }
 
 TEST_CASE("a GPU without timed kernels of its own says so, naming the kinds its run prices by the H100's") {
-    const auto caveat = [](const std::string& run, std::vector<Override> sets) -> std::string {
+    const auto caveats = [](const std::string& run, std::vector<Override> sets) {
         const Config c = load_config(std::string(DTSIM_CONFIGS) + "/runs/" + run, sets);
-        for (const auto& s : prediction_caveats(c, make_workload(c.model.spec, layer_split(c), c.cluster.gpu)))
+        return prediction_caveats(c, make_workload(c.model.spec, layer_split(c), c.cluster.gpu));
+    };
+    const auto caveat = [&](const std::string& run, std::vector<Override> sets) -> std::string {
+        for (const auto& s : caveats(run, sets))
             if (s.find("priced by the H100's timed bytes") != std::string::npos) return s;
         return "";
     };
-    // The shipped H100 cluster has its own: nothing to say.
+    // The shipped H100 cluster has its own, and the defaults are an H100's: nothing to say.
     CHECK(caveat("llama3-8b-16xh100-fsdp.json", {}).empty());
-    // Without them, torchtitan's Llama prices its norms, complex rotary embedding, PyTorch's loss and Adam so;
-    // compiled, Inductor's kernels take the norms and the rotary embedding.
-    const Override none{"cluster.gpu.eager_kernels", "{}"};
-    CHECK(caveat("llama3-8b-16xh100-fsdp.json", {none}).starts_with(
-        "norms, the rotary embedding, the loss and Adam priced by the H100's timed bytes at H100-SXM's streaming rate"));
-    CHECK(caveat("llama3-8b-16xh100-fsdp.json", {none, {"strategy.compile", "true"}}).starts_with("the loss and Adam priced"));
-    // GPT-3 on the A100 cluster, which has no kernel file: Megatron's loss is counted, its rope none.
-    CHECK(caveat("gpt3-175b-1024xa100-1f1b-mb64.json", {}).starts_with("norms and Adam priced by the H100's timed bytes at "
-                                                                        "A100-SXM-80GB's streaming rate"));
+    CHECK(caveat("llama3-8b-16xh100-fsdp.json", {{"cluster.gpu.eager_kernels", "{}"}}).empty());
+    // Another GPU with the defaults: torchtitan's Llama prices its norms, complex rotary embedding,
+    // PyTorch's loss and Adam so; compiled, Inductor's kernels take the norms and the rotary embedding;
+    // a kind the table gives is not named.
+    const Override h200{"cluster.gpu.name", "\"H200-SXM\""}, none{"cluster.gpu.eager_kernels", "{}"};
+    CHECK(caveat("llama3-8b-16xh100-fsdp.json", {h200, none})
+              .starts_with("norms, the rotary embedding, the loss and Adam priced by the H100's timed bytes at "
+                           "H200-SXM's streaming rate: none timed on H200-SXM"));
+    CHECK(caveat("llama3-8b-16xh100-fsdp.json", {h200, none, {"strategy.compile", "true"}}).starts_with("the loss and Adam priced"));
+    CHECK(caveat("llama3-8b-16xh100-fsdp.json", {h200, {"cluster.gpu.eager_kernels", R"({"adam": 1.3})"}})
+              .starts_with("norms, the rotary embedding and the loss priced"));
+    // GPT-3 on the A100 cluster, which has no kernel file: Megatron's loss is counted, it does not
+    // rotate. The caveat comes after those about the collectives.
+    const std::vector<std::string> a100 = caveats("gpt3-175b-1024xa100-1f1b-mb64.json", {});
+    REQUIRE_FALSE(a100.empty());
+    CHECK(a100.back().starts_with("norms and Adam priced by the H100's timed bytes at A100-SXM-80GB's streaming rate"));
+}
+
+TEST_CASE("the rotary embedding, the loss and Adam take the GPU's own timed bytes: the layer, the step, the bound") {
+    // torchtitan's Llama 3 8B (complex rotary embedding, PyTorch's loss) on the shipped H100, and on
+    // a table with those three kinds at twice the H100's figures.
+    const std::string run = std::string(DTSIM_CONFIGS) + "/runs/llama3-8b-16xh100-fsdp.json";
+    const Config one = load_config(run);
+    const Config two = load_config(
+        run, {{"cluster.gpu.eager_kernels",
+               R"({"rope": {"forward": 46.44, "backward": 47.36}, "loss": {"forward": 46.86, "backward": 50.38}, "adam": 2.24})"}});
+    REQUIRE(layer_split(one).rope == RopeKernel::complex);
+    REQUIRE(layer_split(one).cross_entropy == CrossEntropy::pytorch);
+    const Workload a = make_workload(one.model.spec, layer_split(one), one.cluster.gpu);
+    const Workload b = make_workload(two.model.spec, layer_split(two), two.cluster.gpu);
+    // 8,192 tokens x (32 query + 8 key heads) x 128 rotated, the forward's bytes once more.
+    const double rotated = 8192.0 * (32 + 8) * 128;
+    CHECK(b.layer.attention_forward.bytes - a.layer.attention_forward.bytes == doctest::Approx(kComplexRopeForwardBytes * rotated));
+    CHECK(b.layer.attention_backward.bytes - a.layer.attention_backward.bytes ==
+          doctest::Approx(kComplexRopeBackwardBytes * rotated));
+    CHECK(b.edge.loss_forward.bytes == doctest::Approx(2 * a.edge.loss_forward.bytes));
+    CHECK(b.edge.loss_backward.bytes == doctest::Approx(2 * a.edge.loss_backward.bytes));
+    // The step's optimizer operation takes twice as long.
+    const auto optimizer = [](const Config& c) {
+        const RunResult r = simulate(c, {.keep_trace = true});
+        for (const auto& e : r.trace.ranks[0].events)
+            if (e.op.name() == std::string_view("optimizer")) return e.duration;
+        return 0.0;
+    };
+    const double adam = optimizer(one);
+    REQUIRE(adam > 0);
+    CHECK(optimizer(two) == doctest::Approx(2 * adam));
+    // The puzzle world's update on the same GPU, and the plan's least step time.
+    CHECK(HardwareCosts(two.cluster, 8).update(0, 1, 8) == doctest::Approx(2 * HardwareCosts(one.cluster, 8).update(0, 1, 8)));
+    CHECK(plan_bounds::step_time_bound(two, b) > plan_bounds::step_time_bound(one, a));
 }

@@ -5,7 +5,8 @@
 //   forward   one GEMM (batches x seq) x hidden x hidden on the GPU's GEMM model
 //   backward  two such GEMMs (input and weight gradients)
 //   loss      memory-bound pass over the batches' activations
-//   update    Adam over the layer's shard, adam_bytes_per_param(2) bytes per parameter (28 x 1.12)
+//   update    Adam over the layer's shard, adam_bytes_per_param(2) bytes per parameter (28 x the
+//             GPU's timed factor for the fused step, cluster.gpu.eager_kernels.adam)
 //   sizes     weights and weight grads 2 bytes per parameter, optimizer state 12,
 //             activations and their grads 2 bytes per element
 //   allreduce / scatterreduce  ring/tree/NVLS cost of the value over all ranks;

@@ -338,6 +338,10 @@ double logits_activation_bytes(const TransformerSpec& m, const LayerSplit& s);
 // them) 5e and 9e.
 enum class EagerKernel : std::uint8_t { norm, dropout, rope, residual_add, gelu, swiglu, loss, adam };
 PassBytes eager_kernel_bytes(EagerKernel kind, const EagerKernelBytes& timed, double e);
+// The kinds a run of `m` split as `s` prices by the GPU's timed bytes (EagerKernelBytes), in its
+// fields' order: a fused norm (not composed, not compiled), eager hidden dropout, the complex
+// rotary embedding (not compiled: Inductor's kernels take those three), PyTorch's loss, Adam.
+std::vector<EagerKernel> timed_kernels_of(const TransformerSpec& m, const LayerSplit& s);
 
 // The memory-bound work of one eager layer (norms, residual adds, hidden dropout, the MLP's
 // activation, and the gradient sums of the backward) for one microbatch, by block and pass, as the

@@ -943,43 +943,86 @@ void fit_stream(json& gpu_doc, const GpuSpec& gpu, const std::string& base_file,
 
 // gpu.eager_kernels from the memory-bound kernels timed on this family (kernel files' element-wise,
 // cross-entropy and fused-optimizer rows): each timed kind's median bytes at the streaming rate of
-// `gpu` (the fraction fitted in this run, or the base's). A base fitted before, and not refitted
-// now, keeps its sets named.
-void fit_eager(json& gpu_doc, const GpuSpec& gpu, const std::string& family, const GroundTruth& data,
-               const CalibrateOptions& o, CalibrateResult& out, std::vector<std::string>& sources) {
+// `gpu` (the fraction fitted in this run, or the base's). A kind without rows keeps the base's
+// figure, and the base's sets stay named beside the new ones. A table the base gives is bytes at
+// the base's rate: where this run refitted the fraction, what it keeps moves to the new rate (the
+// same time at another rate is other bytes).
+void fit_eager(json& gpu_doc, const GpuSpec& base, const GpuSpec& gpu, const std::string& family,
+               const GroundTruth& data, const CalibrateOptions& o, CalibrateResult& out,
+               std::vector<std::string>& sources) {
     std::vector<const EagerKernelSet*> sets;
     std::vector<std::string> ids;
     std::set<std::string> gpus;
+    std::set<EagerKernel> fitted_kinds;
     std::size_t rows = 0;
     for (const auto& s : data.eager) {
         if (!wanted(s.id, o) || !same_family(s.gpu, family)) continue;
-        const auto timed = std::count_if(s.rows.begin(), s.rows.end(), [](const auto& p) { return timed_kind(p.kind); });
+        std::size_t timed = 0;
+        for (const auto& p : s.rows)
+            if (timed_kind(p.kind)) {
+                ++timed;
+                fitted_kinds.insert(p.kind);
+            }
         if (timed == 0) continue;
-        rows += static_cast<std::size_t>(timed);
+        rows += timed;
         sets.push_back(&s);
         ids.push_back(s.id);
         gpus.insert(s.gpu);
     }
+    const double rate = 1 / gpu.memory_seconds(1.0), moved = rate * base.memory_seconds(1.0);
+    EagerKernelBytes start = base.eager_kernels;
+    const bool rescaled = gpu_doc.contains("eager_kernels") && std::abs(moved - 1) > 1e-12;
+    if (rescaled) {
+        for (PassBytes* p : {&start.norm, &start.dropout, &start.rope, &start.loss}) *p = {p->forward * moved, p->backward * moved};
+        start.adam *= moved;
+    }
+    const auto pass = [](const PassBytes& p) {
+        const auto r = [](double v) { return std::round(v * 100) / 100; };
+        return json{{"forward", r(p.forward)}, {"backward", r(p.backward)}};
+    };
+    const auto write = [&](const EagerKernelBytes& k, const std::vector<std::string>& datasets) {
+        gpu_doc["eager_kernels"] = {{"norm", pass(k.norm)},
+                                    {"dropout", pass(k.dropout)},
+                                    {"rope", pass(k.rope)},
+                                    {"loss", pass(k.loss)},
+                                    {"adam", std::round(k.adam * 100) / 100},
+                                    {"datasets", datasets}};
+    };
     if (sets.empty()) {
-        if (!gpu.eager_kernels.datasets.empty())
+        if (rescaled) {
+            write(start, base.eager_kernels.datasets);
+            out.log.push_back(fmt::format("eager kernels: the base's table moved to the streaming rate fitted here, "
+                                          "{:.1f} GB/s (x{:.4f})",
+                                          rate / 1e9, moved));
+        }
+        if (!base.eager_kernels.datasets.empty())
             sources.push_back(
-                fmt::format("gpu.eager_kernels: dtsim calibrate on {}", fmt::join(gpu.eager_kernels.datasets, ", ")));
+                fmt::format("gpu.eager_kernels: dtsim calibrate on {}", fmt::join(base.eager_kernels.datasets, ", ")));
         return;
     }
-    const double rate = 1 / gpu.memory_seconds(1.0);
-    const EagerKernelBytes k = fit_eager_kernels(sets, rate, gpu.eager_kernels);
-    const auto pass = [](const PassBytes& p) { return json{{"forward", p.forward}, {"backward", p.backward}}; };
-    gpu_doc["eager_kernels"] = {{"norm", pass(k.norm)}, {"dropout", pass(k.dropout)}, {"rope", pass(k.rope)},
-                                {"loss", pass(k.loss)}, {"adam", k.adam}, {"datasets", ids}};
+    const EagerKernelBytes k = fit_eager_kernels(sets, rate, start);
+    std::vector<std::string> datasets = ids, kept;
+    for (const auto& [kind, name] : {std::pair{EagerKernel::norm, "norm"}, std::pair{EagerKernel::dropout, "dropout"},
+                                     std::pair{EagerKernel::rope, "rotary"}, std::pair{EagerKernel::loss, "loss"},
+                                     std::pair{EagerKernel::adam, "Adam"}})
+        if (!fitted_kinds.contains(kind)) kept.push_back(name);
+    if (!kept.empty())  // the kinds kept are still the base's sets'
+        for (const auto& d : base.eager_kernels.datasets)
+            if (std::find(datasets.begin(), datasets.end(), d) == datasets.end()) datasets.push_back(d);
+    write(k, datasets);
     ++out.fitted;
-    out.log.push_back(fmt::format("eager kernels: bytes an element at {:.1f} GB/s, norm {:g} / {:g}, dropout {:g} / "
-                                  "{:g}, rotary {:g} / {:g}, loss {:g} / {:g} a logit, Adam {:g} x its count; from {} "
-                                  "timed {} of {} ({})",
-                                  rate / 1e9, k.norm.forward, k.norm.backward, k.dropout.forward, k.dropout.backward,
-                                  k.rope.forward, k.rope.backward, k.loss.forward, k.loss.backward, k.adam, rows,
-                                  rows == 1 ? "row" : "rows", fmt::join(ids, ", "), fmt::join(gpus, ", ")));
+    out.log.push_back(fmt::format(
+        "eager kernels: bytes an element at {:.1f} GB/s, norm {:g} / {:g}, dropout {:g} / {:g}, rotary {:g} / {:g}, "
+        "loss {:g} / {:g} a logit, Adam {:g} x its count; from {} timed {} of {} ({}){}",
+        rate / 1e9, k.norm.forward, k.norm.backward, k.dropout.forward, k.dropout.backward, k.rope.forward, k.rope.backward,
+        k.loss.forward, k.loss.backward, k.adam, rows, rows == 1 ? "row" : "rows", fmt::join(ids, ", "),
+        fmt::join(gpus, ", "),
+        kept.empty() ? std::string()
+                     : fmt::format("; kept from the base{}: {}", rescaled ? " (moved to this rate)" : "",
+                                   fmt::join(kept, ", "))));
+    // What was written by hand about the table gives way to what it was fitted to.
     std::erase_if(sources, [](const std::string& line) { return line.starts_with("gpu.eager_kernels"); });
-    sources.push_back(fmt::format("gpu.eager_kernels: dtsim calibrate on {}", fmt::join(ids, ", ")));
+    sources.push_back(fmt::format("gpu.eager_kernels: dtsim calibrate on {}", fmt::join(datasets, ", ")));
 }
 
 // Megatron rows: the fp16 GEMM ceiling (the SC21 runs are fp16) fitted end to end so that the
@@ -1163,7 +1206,7 @@ CalibrateResult calibrate(const json& base, const std::string& base_file, const 
     fit_power_clock(cl["gpu"], make_cluster(out.cluster, base_file).gpu, family, data, o, out, sources);
     fit_attention_model(cl["gpu"], c.gpu, family, data, o, out, sources);
     fit_stream(cl["gpu"], c.gpu, base_file, family, data, o, out, sources);
-    fit_eager(cl["gpu"], make_cluster(out.cluster, base_file).gpu, family, data, o, out, sources);
+    fit_eager(cl["gpu"], c.gpu, make_cluster(out.cluster, base_file).gpu, family, data, o, out, sources);
     if (out.fitted == 0) {
         // Nothing fitted: the written cluster would be the base, unchanged. Say why.
         std::vector<std::string> used;

@@ -52,7 +52,8 @@ constexpr double kHalfTilesStep = 10;
 }  // namespace
 
 bool is_kernel_file(const nlohmann::json& j) {
-    return j.is_object() && (j.contains("attention") || j.contains("attention_published"));
+    return j.is_object() && (j.contains("attention") || j.contains("attention_published") || j.contains("elementwise") ||
+                             j.contains("cross_entropy") || j.contains("optimizer"));
 }
 
 namespace {
@@ -151,18 +152,8 @@ void read_published_attention(const Value& root, const std::string& file, const 
     out.kernels.push_back(std::move(set));
 }
 
-}  // namespace
-
-void read_kernels(const json_reader::Value& root, const std::string& file, const std::string& stem, GroundTruth& out) {
-    if (root.has("attention_published")) return read_published_attention(root, file, stem, out);
-    for (const auto& [key, sec] : root.members()) {
-        if (std::find(std::begin(kKernelFileKeys), std::end(kKernelFileKeys), key) == std::end(kKernelFileKeys))
-            root.unknown_key(key, kKernelFileKeys);
-        if (key == "source" || key == "note" || key == "description" || key == "meta") continue;
-        sec.keys(kTableKeys);
-        const Value cols = sec["columns"], rows = sec["rows"];
-        for (std::size_t i = 0; i < rows.size(); ++i) (void)table_row(rows, i, cols.size());
-    }
+// The "attention" rows of a kernel file of dtsim_kernels.py: one KernelSet.
+void read_attention(const Value& root, const std::string& file, const std::string& stem, GroundTruth& out) {
     KernelSet set = kernel_set(root, file, stem);
     const std::string gpu = set.gpu;
     const Value sec = root["attention"];
@@ -187,8 +178,25 @@ void read_kernels(const json_reader::Value& root, const std::string& file, const
         set.attention.push_back(p);
     }
     if (set.attention.empty()) sec.fail("expected at least one measured attention row");
-    const std::string source = set.source;
     out.kernels.push_back(std::move(set));
+
+}
+
+}  // namespace
+
+void read_kernels(const json_reader::Value& root, const std::string& file, const std::string& stem, GroundTruth& out) {
+    if (root.has("attention_published")) return read_published_attention(root, file, stem, out);
+    for (const auto& [key, sec] : root.members()) {
+        if (std::find(std::begin(kKernelFileKeys), std::end(kKernelFileKeys), key) == std::end(kKernelFileKeys))
+            root.unknown_key(key, kKernelFileKeys);
+        if (key == "source" || key == "note" || key == "description" || key == "meta") continue;
+        sec.keys(kTableKeys);
+        const Value cols = sec["columns"], rows = sec["rows"];
+        for (std::size_t i = 0; i < rows.size(); ++i) (void)table_row(rows, i, cols.size());
+    }
+    const std::string gpu = measured_gpu(root);
+    const std::string source = root.has("source") ? root["source"].string() : "";
+    if (root.has("attention")) read_attention(root, file, stem, out);
     read_eager_kernels(root, file, stem, out);
 
     // "gemm": [m, n, k, dtype, tflops, time_us] rows, one GEMM set per data type.
@@ -222,16 +230,17 @@ void read_kernels(const json_reader::Value& root, const std::string& file, const
 }
 
 namespace {
-// The elementwise section's kernels, by the names the script gives them.
+// The elementwise section's kernels, by the names the script gives them, and their kinds.
 constexpr std::string_view kEagerNames[] = {"rms_norm", "layer_norm", "dropout", "rotary_torchtitan",
                                             "residual_add", "gelu_tanh", "swiglu"};
+constexpr EagerKernel kEagerKinds[] = {EagerKernel::norm,         EagerKernel::norm, EagerKernel::dropout,
+                                       EagerKernel::rope,         EagerKernel::residual_add,
+                                       EagerKernel::gelu,         EagerKernel::swiglu};
+static_assert(std::size(kEagerNames) == std::size(kEagerKinds));
+// The kind of a name choice() has accepted from kEagerNames.
 EagerKernel eager_kind(std::string_view name) {
-    if (name == "rms_norm" || name == "layer_norm") return EagerKernel::norm;
-    if (name == "dropout") return EagerKernel::dropout;
-    if (name == "rotary_torchtitan") return EagerKernel::rope;
-    if (name == "residual_add") return EagerKernel::residual_add;
-    if (name == "gelu_tanh") return EagerKernel::gelu;
-    return EagerKernel::swiglu;
+    return kEagerKinds[static_cast<std::size_t>(std::find(std::begin(kEagerNames), std::end(kEagerNames), name) -
+                                                std::begin(kEagerNames))];
 }
 }  // namespace
 

@@ -159,6 +159,16 @@ PassBytes eager_kernel_bytes(EagerKernel kind, const EagerKernelBytes& timed, do
     return {};
 }
 
+std::vector<EagerKernel> timed_kernels_of(const TransformerSpec& m, const LayerSplit& s) {
+    std::vector<EagerKernel> out;
+    if (!s.compiled && !s.composed_norm) out.push_back(EagerKernel::norm);
+    if (!s.compiled && m.dropout && s.elementwise == ElementwiseKernels::eager) out.push_back(EagerKernel::dropout);
+    if (!s.compiled && s.rope == RopeKernel::complex) out.push_back(EagerKernel::rope);
+    if (m.vocab > 0 && s.cross_entropy == CrossEntropy::pytorch) out.push_back(EagerKernel::loss);
+    out.push_back(EagerKernel::adam);
+    return out;
+}
+
 ElementwiseBytes layer_elementwise_bytes(const TransformerSpec& m, const LayerSplit& s, const EagerKernelBytes& timed) {
     const double tokens = static_cast<double>(s.micro_batch) * m.seq, e = bytes_per_element(m.dtype);
     const double hp = tokens * m.hidden / (s.sequence_parallel ? s.tp : 1), f = tokens * m.ffn / s.tp;

@@ -640,22 +640,6 @@ std::vector<std::string> prediction_caveats(const Config& c, const Workload& wor
     if (s.compile && s.fp8 == Fp8::te)
         out.push_back("compiled blocks with Transformer Engine's float8 linears were not measured: priced as compiled "
                       "bf16 blocks plus Transformer Engine's own casts");
-    if (c.model.kind == "transformer" && gpu.eager_kernels.datasets.empty()) {
-        // The kernels of this run that are priced by their timed bytes (EagerKernelBytes).
-        const LayerSplit& sp = work.split;
-        std::vector<std::string> timed;
-        if (!sp.compiled && !sp.composed_norm) timed.push_back("norms");
-        if (!sp.compiled && c.model.spec.dropout && sp.elementwise == ElementwiseKernels::eager) timed.push_back("dropout");
-        if (!sp.compiled && sp.rope == RopeKernel::complex) timed.push_back("the rotary embedding");
-        if (c.model.spec.vocab > 0 && sp.cross_entropy == CrossEntropy::pytorch) timed.push_back("the loss");
-        timed.push_back("Adam");
-        const std::string kinds = timed.size() == 1 ? timed[0]
-                                                    : fmt::format("{} and {}", fmt::join(timed.begin(), timed.end() - 1, ", "),
-                                                                  timed.back());
-        out.push_back(fmt::format("{} priced by the H100's timed bytes at {}'s streaming rate: no kernel file of {} fitted "
-                                  "(cluster.gpu.eager_kernels); on an H200 its own were 3-20 % higher",
-                                  kinds, gpu.name, gpu.name));
-    }
     const auto& ds = gpu.gemm.datasets;
     const bool end_to_end = std::any_of(ds.begin(), ds.end(), [](const std::string& id) {
         return id.find("megatron") != std::string::npos || id.find("end_to_end") != std::string::npos;
@@ -718,6 +702,30 @@ std::vector<std::string> prediction_caveats(const Config& c, const Workload& wor
             out.push_back(fmt::format("collective curves measured on at most {} nodes, the cluster has {}: a group over "
                                       "more nodes rests on the per-link model",
                                       measured, c.cluster.nodes));
+    }
+    // Kernels priced by timed bytes that are still the H100's on another GPU (EagerKernelBytes).
+    if (c.model.kind == "transformer" && gpu.name.find("H100") == std::string::npos) {
+        const EagerKernelBytes& k = gpu.eager_kernels;
+        const EagerKernelBytes h100;
+        const auto same = [](const PassBytes& a, const PassBytes& b) { return a.forward == b.forward && a.backward == b.backward; };
+        std::vector<std::string> kinds;
+        for (const EagerKernel kind : timed_kernels_of(c.model.spec, work.split)) {
+            switch (kind) {
+                case EagerKernel::norm: if (same(k.norm, h100.norm)) kinds.push_back("norms"); break;
+                case EagerKernel::dropout: if (same(k.dropout, h100.dropout)) kinds.push_back("dropout"); break;
+                case EagerKernel::rope: if (same(k.rope, h100.rope)) kinds.push_back("the rotary embedding"); break;
+                case EagerKernel::loss: if (same(k.loss, h100.loss)) kinds.push_back("the loss"); break;
+                case EagerKernel::adam: if (k.adam == h100.adam) kinds.push_back("Adam"); break;
+                default: break;
+            }
+        }
+        if (!kinds.empty())
+            out.push_back(fmt::format(
+                "{} priced by the H100's timed bytes at {}'s streaming rate: none timed on {} (cluster.gpu.eager_kernels, "
+                "which dtsim calibrate fits to a kernel file); on an H200 its own were 3-20 % higher",
+                kinds.size() == 1 ? kinds[0]
+                                  : fmt::format("{} and {}", fmt::join(kinds.begin(), kinds.end() - 1, ", "), kinds.back()),
+                gpu.name, gpu.name));
     }
     return out;
 }
