@@ -258,7 +258,7 @@ void register_calibrate_commands(CLI::App& app) {
                     "Cluster config to predict with, for data of its GPU family (default: configs/clusters)");
     val->add_flag("--holdout", va->holdout,
                   "Predict each collective data set from a fit to the others of its kind, each GEMM shape from the "
-                  "other shapes");
+                  "other shapes, each timed eager kernel from the other rows of its kind");
     val->add_option("--min-bytes", va->min_bytes, "Count collective points of at least this size")
         ->check(number_in(kMinBytes))
         ->capture_default_str();

@@ -503,6 +503,22 @@ TEST_CASE("a kernel file's memory-bound kernels: fitted into gpu.eager_kernels, 
     CHECK(held == 40);  // 8 residual adds (forward only), 8 GeLU and 8 SwiGLU each way
     CHECK(in_sample == v->counted - held);
     CHECK(v->held_median < 0.06);
+    // With --holdout each timed row is priced by the medians of its kind's other rows: nothing in-sample,
+    // the counted kinds as before, and a timed row's price moves (by at most the step between two medians).
+    vo.holdout = true;
+    const std::vector<cal::ValidationSet> held_sets = cal::validate(data, vo);
+    const auto h = std::find_if(held_sets.begin(), held_sets.end(), [](const auto& x) { return x.kind == "eager"; });
+    REQUIRE(h != held_sets.end());
+    REQUIRE(h->points.size() == v->points.size());
+    CHECK(h->fit.starts_with("held out: each timed row"));
+    int moved = 0;
+    for (std::size_t i = 0; i < h->points.size(); ++i) {
+        CHECK_FALSE(h->points[i].in_sample);
+        if (!v->points[i].in_sample) CHECK(h->points[i].predicted == v->points[i].predicted);
+        moved += h->points[i].predicted != v->points[i].predicted;
+    }
+    CHECK(moved > 0);
+    CHECK(h->median > v->median);
     // Every row names its kernel and size; a forward timed as a step for Adam.
     CHECK(std::any_of(v->points.begin(), v->points.end(), [](const auto& p) { return p.label == "adamw fused 1e+08 parameters step"; }));
 

@@ -738,24 +738,36 @@ ValidationSet stream_set(const StreamSet& s, Clusters& clusters) {
 // A kernel file's memory-bound kernels, each row's forward and backward timed alone against
 // memory_seconds of the bytes eager_kernel_bytes gives it on its GPU's cluster: the timed kinds at
 // the cluster's gpu.eager_kernels (in-sample where they were fitted to this set), the streaming
-// kinds (residual adds, GeLU, SwiGLU) at their counted passes, never fitted.
-ValidationSet eager_set(const EagerKernelSet& s, Clusters& clusters) {
+// kinds (residual adds, GeLU, SwiGLU) at their counted passes, never fitted. With `holdout`, a
+// timed row of a set the table was fitted to is priced by its kind's medians over the set's other
+// rows (leave one out).
+ValidationSet eager_set(const EagerKernelSet& s, Clusters& clusters, bool holdout) {
     const ClusterDoc& cd = clusters.require(s.gpu, s.file, s.id, "$.meta.gpu");
     const GpuSpec gpu = make_cluster(cd.doc, cd.file).gpu;
     ValidationSet v = heading(s.id, "eager", s.source, s.file, cd.file);
     const auto& fitted_to = gpu.eager_kernels.datasets;
     const bool fitted = std::find(fitted_to.begin(), fitted_to.end(), s.id) != fitted_to.end();
-    v.fit = fitted ? "in-sample where timed: gpu.eager_kernels (norms, dropout, rotary, loss, Adam) was fitted to this "
-                     "set; residual adds, GeLU and SwiGLU by their counts, held out"
-                   : "held out";
+    const bool leave_one_out = holdout && fitted;
+    v.fit = leave_one_out ? "held out: each timed row (norms, dropout, rotary, loss, Adam) priced by the medians of the "
+                            "other rows of its kind (leave one out); residual adds, GeLU and SwiGLU by their counts"
+            : fitted      ? "in-sample where timed: gpu.eager_kernels (norms, dropout, rotary, loss, Adam) was fitted to "
+                            "this set; residual adds, GeLU and SwiGLU by their counts, held out"
+                          : "held out";
     v.note = fmt::format("eager kernels timed alone on one {} against their bytes at {}'s streaming rate, {:.1f} GB/s: "
                          "norms, dropout, rotary, loss and Adam at its gpu.eager_kernels, residual adds, GeLU and "
                          "SwiGLU at their counted passes (eager_kernel_bytes); a small tensor's backward, several operators, "
                          "runs at eager PyTorch's launch rate (the file's launch section), not at the bandwidth",
                          s.gpu, fs::path(cd.file).filename().string(), 1e-9 / gpu.memory_seconds(1.0));
-    for (const EagerKernelPoint& p : s.rows) {
-        const PassBytes b = eager_kernel_bytes(p.kind, gpu.eager_kernels, 2);
-        const bool in_sample = fitted && timed_kind(p.kind);
+    for (std::size_t i = 0; i < s.rows.size(); ++i) {
+        const EagerKernelPoint& p = s.rows[i];
+        EagerKernelBytes table = gpu.eager_kernels;
+        if (leave_one_out && timed_kind(p.kind)) {
+            EagerKernelSet others = s;
+            others.rows.erase(others.rows.begin() + static_cast<std::ptrdiff_t>(i));
+            table = fit_eager_kernels({&others}, 1 / gpu.memory_seconds(1.0), gpu.eager_kernels);
+        }
+        const PassBytes b = eager_kernel_bytes(p.kind, table, 2);
+        const bool in_sample = fitted && timed_kind(p.kind) && !leave_one_out;
         const char* forward = p.kind == EagerKernel::adam ? " step" : " forward";
         v.points.push_back({p.label + forward, p.elements, 1e6 * p.forward_s,
                             1e6 * gpu.memory_seconds(b.forward * p.elements), "us", true, in_sample});
@@ -783,7 +795,7 @@ std::vector<ValidationSet> validate(const GroundTruth& data, const ValidateOptio
     }
     for (const auto& s : data.layers) out.push_back(layer_set(s, clusters));
     for (const auto& s : data.streams) out.push_back(stream_set(s, clusters));
-    for (const auto& s : data.eager) out.push_back(eager_set(s, clusters));
+    for (const auto& s : data.eager) out.push_back(eager_set(s, clusters, o.holdout));
     for (auto& s : out) summarize(s);
     // End to end: the mean |error| with the fit, where `dtsim validate --summary` shows it, and which
     // way dtsim errs on average (mean_direction).
