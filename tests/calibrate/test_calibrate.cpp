@@ -468,7 +468,8 @@ TEST_CASE("a kernel file's memory-bound kernels: fitted into gpu.eager_kernels, 
     // At another streaming rate the same times are other bytes: twice the rate, twice the bytes.
     const GpuSpec h200 = cal::make_cluster(shipped, "dgx-h200.json").gpu;
     const EagerKernelBytes twice = cal::fit_eager_kernels({&s}, 2 / h200.memory_seconds(1.0), EagerKernelBytes{});
-    CHECK(twice.norm.backward == doctest::Approx(2 * 16.35).epsilon(0.001));
+    CHECK(twice.norm.backward ==
+          doctest::Approx(2 * shipped["cluster"]["gpu"]["eager_kernels"]["norm"]["backward"].get<double>()).epsilon(0.001));
     // A file with the optimizer's rows alone refits Adam; the other kinds, and their set, stay.
     nlohmann::json only_adam;
     std::ifstream(file) >> only_adam;
@@ -481,7 +482,7 @@ TEST_CASE("a kernel file's memory-bound kernels: fitted into gpu.eager_kernels, 
     CHECK(ek["adam"] == shipped["cluster"]["gpu"]["eager_kernels"]["adam"]);
     CHECK(ek["norm"] == shipped["cluster"]["gpu"]["eager_kernels"]["norm"]);
     CHECK(ek["datasets"] == nlohmann::json::array({"dtsim_only_adam:eager_kernels", "h200_dtsim_torch_kernels:eager_kernels"}));
-    CHECK(adam.log.back().ends_with("kept from the base: norm, dropout, rotary, loss"));
+    CHECK(adam.log.back().ends_with("kept from the base: norm, dropout, rope, loss"));
     // Excluded, nothing of it is fitted and the base's table stays.
     cal::CalibrateOptions o;
     o.exclude = {"h200_dtsim_torch_kernels:eager_kernels"};
@@ -654,8 +655,9 @@ TEST_CASE("dtsim-membw's bandwidth file: read, fitted into gpu.stream_fraction, 
     // The base's timed kernel bytes were bytes at its rate (0.5 of HBM): the same times at the
     // fitted rate are 0.8635 / 0.5 of them, and they keep their sets.
     CHECK(r.log.back().starts_with("eager kernels: the base's table moved to the streaming rate fitted here"));
-    CHECK(gpu["eager_kernels"]["norm"]["forward"].get<double>() == doctest::Approx(6.07 * 0.8635 / 0.5).epsilon(0.001));
-    CHECK(gpu["eager_kernels"]["adam"].get<double>() == doctest::Approx(1.12 * 0.8635 / 0.5).epsilon(0.005));
+    CHECK(gpu["eager_kernels"]["norm"]["forward"].get<double>() ==
+          doctest::Approx(kNormForwardBytes * kStreamFraction / 0.5).epsilon(0.001));
+    CHECK(gpu["eager_kernels"]["adam"].get<double>() == doctest::Approx(kAdamKernelBytes * kStreamFraction / 0.5).epsilon(0.005));
     CHECK(gpu["eager_kernels"]["datasets"] == base["cluster"]["gpu"]["eager_kernels"]["datasets"]);
     // With the kernel file in the same run, its rows are priced at the fitted rate: the shipped table.
     const auto kernels = cal::load_ground_truth(

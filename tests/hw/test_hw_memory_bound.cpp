@@ -410,9 +410,11 @@ TEST_CASE("the rotary embedding, the loss and Adam take the GPU's own timed byte
     // a table with those three kinds at twice the H100's figures.
     const std::string run = std::string(DTSIM_CONFIGS) + "/runs/llama3-8b-16xh100-fsdp.json";
     const Config one = load_config(run);
-    const Config two = load_config(
-        run, {{"cluster.gpu.eager_kernels",
-               R"({"rope": {"forward": 46.44, "backward": 47.36}, "loss": {"forward": 46.86, "backward": 50.38}, "adam": 2.24})"}});
+    const nlohmann::json doubled{
+        {"rope", {{"forward", 2 * kComplexRopeForwardBytes}, {"backward", 2 * kComplexRopeBackwardBytes}}},
+        {"loss", {{"forward", 2 * kPytorchLossForwardBytes}, {"backward", 2 * kPytorchLossBackwardBytes}}},
+        {"adam", 2 * kAdamKernelBytes}};
+    const Config two = load_config(run, {{"cluster.gpu.eager_kernels", doubled.dump()}});
     REQUIRE(layer_split(one).rope == RopeKernel::complex);
     REQUIRE(layer_split(one).cross_entropy == CrossEntropy::pytorch);
     const Workload a = make_workload(one.model.spec, layer_split(one), one.cluster.gpu);

@@ -141,9 +141,8 @@ struct EagerKernelSet {
     std::vector<EagerKernelPoint> rows;
 };
 
-// The kinds priced by their timed bytes (EagerKernelBytes), and each kind's rows as bytes an element
-// at `bytes_per_s` (memory_seconds' rate), forward and backward.
-bool timed_kind(EagerKernel k);
+// Each timed kind's rows (timed_kind) as bytes an element at `bytes_per_s` (memory_seconds' rate),
+// forward and backward; Adam's as its factor on the bytes it counts.
 struct TimedBytes {
     std::vector<double> forward, backward;
 };

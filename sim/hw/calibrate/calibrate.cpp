@@ -972,21 +972,23 @@ void fit_eager(json& gpu_doc, const GpuSpec& base, const GpuSpec& gpu, const std
     const double rate = 1 / gpu.memory_seconds(1.0), moved = rate * base.memory_seconds(1.0);
     EagerKernelBytes start = base.eager_kernels;
     const bool rescaled = gpu_doc.contains("eager_kernels") && std::abs(moved - 1) > 1e-12;
-    if (rescaled) {
-        for (PassBytes* p : {&start.norm, &start.dropout, &start.rope, &start.loss}) *p = {p->forward * moved, p->backward * moved};
-        start.adam *= moved;
-    }
-    const auto pass = [](const PassBytes& p) {
-        const auto r = [](double v) { return std::round(v * 100) / 100; };
-        return json{{"forward", r(p.forward)}, {"backward", r(p.backward)}};
-    };
+    if (rescaled)
+        for (const EagerKernel kind : kTimedKernels) {
+            const PassBytes p = timed_figures(start, kind);
+            set_timed_figures(start, kind, {p.forward * moved, p.backward * moved});
+        }
+    // As written: each figure to 0.01 (those fitted here are so already).
     const auto write = [&](const EagerKernelBytes& k, const std::vector<std::string>& datasets) {
-        gpu_doc["eager_kernels"] = {{"norm", pass(k.norm)},
-                                    {"dropout", pass(k.dropout)},
-                                    {"rope", pass(k.rope)},
-                                    {"loss", pass(k.loss)},
-                                    {"adam", std::round(k.adam * 100) / 100},
-                                    {"datasets", datasets}};
+        json table = json::object();
+        const auto r = [](double v) { return std::round(v * 100) / 100; };
+        for (const EagerKernel kind : kTimedKernels) {
+            const PassBytes p = timed_figures(k, kind);
+            table[std::string(timed_key(kind))] = kind == EagerKernel::adam
+                                                      ? json(r(p.forward))
+                                                      : json{{"forward", r(p.forward)}, {"backward", r(p.backward)}};
+        }
+        table["datasets"] = datasets;
+        gpu_doc["eager_kernels"] = table;
     };
     if (sets.empty()) {
         if (rescaled) {
@@ -1002,10 +1004,8 @@ void fit_eager(json& gpu_doc, const GpuSpec& base, const GpuSpec& gpu, const std
     }
     const EagerKernelBytes k = fit_eager_kernels(sets, rate, start);
     std::vector<std::string> datasets = ids, kept;
-    for (const auto& [kind, name] : {std::pair{EagerKernel::norm, "norm"}, std::pair{EagerKernel::dropout, "dropout"},
-                                     std::pair{EagerKernel::rope, "rotary"}, std::pair{EagerKernel::loss, "loss"},
-                                     std::pair{EagerKernel::adam, "Adam"}})
-        if (!fitted_kinds.contains(kind)) kept.push_back(name);
+    for (const EagerKernel kind : kTimedKernels)
+        if (!fitted_kinds.contains(kind)) kept.emplace_back(timed_key(kind));
     if (!kept.empty())  // the kinds kept are still the base's sets'
         for (const auto& d : base.eager_kernels.datasets)
             if (std::find(datasets.begin(), datasets.end(), d) == datasets.end()) datasets.push_back(d);

@@ -303,11 +303,6 @@ void read_eager_kernels(const Value& root, const std::string& file, const std::s
     if (!set.rows.empty()) out.eager.push_back(std::move(set));
 }
 
-bool timed_kind(EagerKernel k) {
-    return k == EagerKernel::norm || k == EagerKernel::dropout || k == EagerKernel::rope || k == EagerKernel::loss ||
-           k == EagerKernel::adam;
-}
-
 TimedBytes timed_bytes(const EagerKernelSet& s, EagerKernel kind, double bytes_per_s) {
     // Adam's rows give its factor: bytes at the rate over the bytes counted.
     EagerKernelBytes counted;
@@ -324,28 +319,18 @@ TimedBytes timed_bytes(const EagerKernelSet& s, EagerKernel kind, double bytes_p
 
 EagerKernelBytes fit_eager_kernels(const std::vector<const EagerKernelSet*>& sets, double bytes_per_s,
                                    EagerKernelBytes base) {
-    const auto fit = [&](EagerKernel kind, PassBytes& into, double& adam) {
+    for (const EagerKernel kind : kTimedKernels) {
         TimedBytes all;
         for (const EagerKernelSet* s : sets) {
             TimedBytes t = timed_bytes(*s, kind, bytes_per_s);
             all.forward.insert(all.forward.end(), t.forward.begin(), t.forward.end());
             all.backward.insert(all.backward.end(), t.backward.begin(), t.backward.end());
         }
-        const auto rounded = [](double v) { return std::round(v * 100) / 100; };
-        if (kind == EagerKernel::adam) {
-            if (!all.forward.empty()) adam = rounded(median_of(all.forward));
-            return;
-        }
-        if (!all.forward.empty()) into.forward = rounded(median_of(all.forward));
-        if (!all.backward.empty()) into.backward = rounded(median_of(all.backward));
-    };
-    double unused = 0;
-    fit(EagerKernel::norm, base.norm, unused);
-    fit(EagerKernel::dropout, base.dropout, unused);
-    fit(EagerKernel::rope, base.rope, unused);
-    fit(EagerKernel::loss, base.loss, unused);
-    PassBytes none;
-    fit(EagerKernel::adam, none, base.adam);
+        PassBytes p = timed_figures(base, kind);
+        if (!all.forward.empty()) p.forward = std::round(median_of(all.forward) * 100) / 100;
+        if (!all.backward.empty()) p.backward = std::round(median_of(all.backward) * 100) / 100;
+        set_timed_figures(base, kind, p);
+    }
     return base;
 }
 

@@ -271,18 +271,19 @@ void from_json(const Node& n, GpuSpec& g) {
         const Node ek = n["eager_kernels"];
         if (!ek.is_object()) ek.expected("an object of timed kernel bytes (norm, dropout, rope, loss, adam) and datasets");
         ek.keys({"norm", "dropout", "rope", "loss", "adam", "datasets"});
-        const auto pass = [&](const char* key, PassBytes& into) {
-            if (!ek.has(key)) return;
+        for (const EagerKernel kind : kTimedKernels) {
+            const std::string key(timed_key(kind));
+            if (!ek.has(key)) continue;
             const Node p = ek[key];
+            if (kind == EagerKernel::adam) {
+                set_timed_figures(g.eager_kernels, kind, {p.real(ranges::kernel_factor), 0});
+                continue;
+            }
             if (!p.is_object()) p.expected("an object of forward and backward bytes an element");
             p.keys({"forward", "backward"});
-            into = {p["forward"].real(ranges::kernel_bytes), p["backward"].real(ranges::kernel_bytes)};
-        };
-        pass("norm", g.eager_kernels.norm);
-        pass("dropout", g.eager_kernels.dropout);
-        pass("rope", g.eager_kernels.rope);
-        pass("loss", g.eager_kernels.loss);
-        if (ek.has("adam")) g.eager_kernels.adam = ek["adam"].real(ranges::kernel_factor);
+            set_timed_figures(g.eager_kernels, kind,
+                              {p["forward"].real(ranges::kernel_bytes), p["backward"].real(ranges::kernel_bytes)});
+        }
         if (ek.has("datasets")) g.eager_kernels.datasets = read_datasets(ek["datasets"]);
     }
     g.tdp_watts = n.has("tdp_W") ? n["tdp_W"].real(ranges::power_W) : 0;

@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <iterator>
+
 #include <stdexcept>
 
 namespace dtsim::hw {
@@ -141,13 +144,54 @@ double logits_activation_bytes(const TransformerSpec& m, const LayerSplit& s) {
     return loss_bytes_per_logit(s.cross_entropy, EagerKernelBytes{}).kept * m.seq * s.micro_batch * m.vocab / s.tp;
 }
 
+bool timed_kind(EagerKernel k) {
+    return std::find(std::begin(kTimedKernels), std::end(kTimedKernels), k) != std::end(kTimedKernels);
+}
+
+std::string_view timed_key(EagerKernel k) {
+    switch (k) {
+        case EagerKernel::norm: return "norm";
+        case EagerKernel::dropout: return "dropout";
+        case EagerKernel::rope: return "rope";
+        case EagerKernel::loss: return "loss";
+        case EagerKernel::adam: return "adam";
+        default: break;
+    }
+    return "";
+}
+
+namespace {
+// The table's member for a timed kind other than Adam (whose figure is one factor), const or not.
+template <class Table>
+auto* timed_member(Table& t, EagerKernel k) {
+    switch (k) {
+        case EagerKernel::norm: return &t.norm;
+        case EagerKernel::dropout: return &t.dropout;
+        case EagerKernel::rope: return &t.rope;
+        case EagerKernel::loss: return &t.loss;
+        default: break;
+    }
+    return static_cast<decltype(&t.norm)>(nullptr);
+}
+}  // namespace
+
+PassBytes timed_figures(const EagerKernelBytes& t, EagerKernel k) {
+    if (k == EagerKernel::adam) return {t.adam, 0};
+    const PassBytes* p = timed_member(t, k);
+    return p ? *p : PassBytes{};
+}
+
+void set_timed_figures(EagerKernelBytes& t, EagerKernel k, PassBytes figures) {
+    if (k == EagerKernel::adam) t.adam = figures.forward;
+    else if (PassBytes* p = timed_member(t, k)) *p = figures;
+}
+
 PassBytes eager_kernel_bytes(EagerKernel kind, const EagerKernelBytes& timed, double e) {
-    const auto measured = [&](PassBytes p) { return PassBytes{p.forward * e / 2, p.backward * e / 2}; };
+    if (kind != EagerKernel::adam && timed_kind(kind)) {
+        const PassBytes p = timed_figures(timed, kind);  // measured on bf16 tensors
+        return {p.forward * e / 2, p.backward * e / 2};
+    }
     switch (kind) {
-        case EagerKernel::norm: return measured(timed.norm);
-        case EagerKernel::dropout: return measured(timed.dropout);
-        case EagerKernel::rope: return measured(timed.rope);
-        case EagerKernel::loss: return measured(timed.loss);
         case EagerKernel::residual_add: return {3 * e, 3 * e};
         case EagerKernel::gelu: return {2 * e, 3 * e};
         case EagerKernel::swiglu: return {5 * e, 9 * e};
@@ -155,6 +199,7 @@ PassBytes eager_kernel_bytes(EagerKernel kind, const EagerKernelBytes& timed, do
             const double moved = adam_bytes_per_param(timed, 4, adam_state_bytes(DType::fp32, DType::fp32), 4);
             return {moved, 0};
         }
+        default: break;
     }
     return {};
 }

@@ -705,19 +705,16 @@ std::vector<std::string> prediction_caveats(const Config& c, const Workload& wor
     }
     // Kernels priced by timed bytes that are still the H100's on another GPU (EagerKernelBytes).
     if (c.model.kind == "transformer" && gpu.name.find("H100") == std::string::npos) {
-        const EagerKernelBytes& k = gpu.eager_kernels;
         const EagerKernelBytes h100;
-        const auto same = [](const PassBytes& a, const PassBytes& b) { return a.forward == b.forward && a.backward == b.backward; };
         std::vector<std::string> kinds;
         for (const EagerKernel kind : timed_kernels_of(c.model.spec, work.split)) {
-            switch (kind) {
-                case EagerKernel::norm: if (same(k.norm, h100.norm)) kinds.push_back("norms"); break;
-                case EagerKernel::dropout: if (same(k.dropout, h100.dropout)) kinds.push_back("dropout"); break;
-                case EagerKernel::rope: if (same(k.rope, h100.rope)) kinds.push_back("the rotary embedding"); break;
-                case EagerKernel::loss: if (same(k.loss, h100.loss)) kinds.push_back("the loss"); break;
-                case EagerKernel::adam: if (k.adam == h100.adam) kinds.push_back("Adam"); break;
-                default: break;
-            }
+            const PassBytes here = timed_figures(gpu.eager_kernels, kind), there = timed_figures(h100, kind);
+            if (here.forward != there.forward || here.backward != there.backward) continue;
+            kinds.emplace_back(kind == EagerKernel::norm      ? "norms"
+                               : kind == EagerKernel::rope    ? "the rotary embedding"
+                               : kind == EagerKernel::loss    ? "the loss"
+                               : kind == EagerKernel::adam    ? "Adam"
+                                                              : "dropout");
         }
         if (!kinds.empty())
             out.push_back(fmt::format(
