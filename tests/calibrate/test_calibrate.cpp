@@ -752,6 +752,44 @@ TEST_CASE("the streaming fraction's fit: pooled sets, --only, provenance, and wh
     }
 }
 
+TEST_CASE("calibrate's source list: the base's lines stay but those about a parameter it refits") {
+    const nlohmann::json base = shipped_cluster("dgx-h100.json");
+    std::vector<std::string> before;
+    for (const auto& src : base["cluster"]["source"]) before.push_back(src.get<std::string>());
+    const auto refit = [&](const std::string& file, const std::vector<std::string>& only) {
+        cal::CalibrateOptions o;
+        o.only = only;
+        const auto r = cal::calibrate(base, "dgx-h100.json",
+                                      cal::load_ground_truth({std::string(DTSIM_CONFIGS) + "/../calibration/data/" + file}), o);
+        std::vector<std::string> after;
+        for (const auto& src : r.cluster["cluster"]["source"]) after.push_back(src.get<std::string>());
+        return after;
+    };
+    // Each shipped line about a fitted parameter, whole: one of them is replaced at a time.
+    const auto expect = [&](const std::string& key, const std::string& line) {
+        std::vector<std::string> want;
+        int replaced = 0;
+        for (const auto& l : before) {
+            if (l.starts_with(key + ":") || l.starts_with(key + " ")) ++replaced;
+            else want.push_back(l);
+        }
+        CHECK(replaced == 1);
+        want.push_back(line);
+        return want;
+    };
+    CHECK(refit("h100_dtsim_membw.json", {}) ==
+          expect("gpu.stream_fraction", "gpu.stream_fraction: dtsim calibrate on h100_dtsim_membw"));
+    // One curve of four: the other curves', the attention's and the power law's lines are the base's.
+    CHECK(refit("nccl_tests.json", {"h100x8-nvls-allreduce"}) ==
+          expect("links.intra_node.fits.all_reduce", "links.intra_node.fits.all_reduce: dtsim calibrate on h100x8-nvls-allreduce"));
+    const auto attention = refit("h100_attention_published.json", {});
+    CHECK(std::count_if(attention.begin(), attention.end(),
+                        [](const std::string& l) { return l.starts_with("gpu.attention:"); }) == 1);
+    CHECK(std::find(attention.begin(), attention.end(),
+                    "gpu.attention: dtsim calibrate on h100_attention_published:attention, "
+                    "h100_dtsim_torch_kernels:attention") != attention.end());
+}
+
 TEST_CASE("a bandwidth set is held out on a cluster not fitted to it, and a GPU without a cluster is named") {
     const auto data = cal::load_ground_truth({membw_file("dtsim_h100_other.json", "NVIDIA H100 80GB HBM3", {2800, 2900})});
     const cal::ValidationSet v = validated_alone(data);

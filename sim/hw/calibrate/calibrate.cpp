@@ -668,10 +668,17 @@ std::string fmt_lines(const std::vector<FitLine>& lines) {
     return s;
 }
 
+// A parameter this run fitted (its key in the cluster config) and the data sets it rests on. Its
+// line in the written cluster's "source" list takes the place of the base's line about it.
+struct Refit {
+    std::string key;
+    std::vector<std::string> datasets;
+};
+
 // Collectives: one curve per (level, operation, algorithm) from the data sets of this GPU
-// family, written to the cluster's links (cl) with a line of the log and of the sources each.
+// family, written to the cluster's links (cl) with a line of the log each.
 void fit_collective_curves(json& cl, const std::string& base_file, const std::string& family, const GroundTruth& data,
-                           const CalibrateOptions& o, CalibrateResult& out, std::vector<std::string>& sources) {
+                           const CalibrateOptions& o, CalibrateResult& out, std::vector<Refit>& refits) {
     struct Group {
         std::vector<const CollectiveSet*> sets;
     };
@@ -727,8 +734,7 @@ void fit_collective_curves(json& cl, const std::string& base_file, const std::st
         out.log.push_back(fmt::format("{} {}: {} on {} x {} GPUs from {} ({} rows)", level_name,
                                       algorithm_key(op, Algorithm(alg)), fmt_lines(lines), first.nodes,
                                       first.gpus_per_node, fmt::join(ids, ", "), pts.size()));
-        sources.push_back(fmt::format("links.{}.fits.{}: dtsim calibrate on {}", level_name,
-                                      algorithm_key(op, Algorithm(alg)), fmt::join(ids, ", ")));
+        refits.push_back({fmt::format("links.{}.fits.{}", level_name, algorithm_key(op, Algorithm(alg))), ids});
     }
 }
 
@@ -851,7 +857,7 @@ std::vector<std::string> fit_gemm_model(json& gm, GpuSpec gpu, const std::string
 // The tensor clock's power law (gpu.power_clock) from GEMM tables measured on this family at a
 // power limit below its TDP (a section's gpu_overrides), on the GEMM curve fitted at the TDP.
 void fit_power_clock(json& gpu_doc, const GpuSpec& gpu, const std::string& family, const GroundTruth& data,
-                     const CalibrateOptions& o, CalibrateResult& out, std::vector<std::string>& sources) {
+                     const CalibrateOptions& o, CalibrateResult& out, std::vector<Refit>& refits) {
     std::vector<GemmPoint> points;
     std::vector<std::string> ids;
     GpuSpec limited = gpu;
@@ -886,15 +892,14 @@ void fit_power_clock(json& gpu_doc, const GpuSpec& gpu, const std::string& famil
                                   fit.exponent, power_clock_exponent(), limited.tensor_clock_scale(),
                                   limited.power_limit_watts, limited.tdp_watts, fmt::join(ids, ", "), points.size(),
                                   100 * fit.rms_log));
-    sources.push_back(fmt::format("gpu.power_clock: dtsim calibrate on {}", fmt::join(ids, ", ")));
+    refits.push_back({"gpu.power_clock", ids});
 }
 
 // gpu.stream_fraction from the bandwidth sets measured on this family (dtsim-membw): the median
 // of their rows with arrays of kStreamMinArrayBytes or more, all the sets' rows pooled, over the
-// base's HBM bandwidth. A base fitted before, and not refitted now, keeps its sets named.
+// base's HBM bandwidth.
 void fit_stream(json& gpu_doc, const GpuSpec& gpu, const std::string& base_file, const std::string& family,
-                const GroundTruth& data, const CalibrateOptions& o, CalibrateResult& out,
-                std::vector<std::string>& sources) {
+                const GroundTruth& data, const CalibrateOptions& o, CalibrateResult& out, std::vector<Refit>& refits) {
     StreamSet all;
     std::vector<std::string> ids, files;
     std::set<std::string> gpus;
@@ -905,12 +910,7 @@ void fit_stream(json& gpu_doc, const GpuSpec& gpu, const std::string& base_file,
         files.push_back(s.file);
         gpus.insert(s.gpu);
     }
-    if (ids.empty()) {
-        if (!gpu.stream_datasets.empty())
-            sources.push_back(
-                fmt::format("gpu.stream_fraction: dtsim calibrate on {}", fmt::join(gpu.stream_datasets, ", ")));
-        return;
-    }
+    if (ids.empty()) return;
     const double fraction = stream_fraction(all, gpu.memory_bandwidth);
     if (!(fraction > 0)) {
         out.log.push_back(fmt::format("skipped {}: no row with arrays of {:.0f} MiB or more", fmt::join(ids, ", "),
@@ -936,9 +936,7 @@ void fit_stream(json& gpu_doc, const GpuSpec& gpu, const std::string& base_file,
                                   rounded, gpu.memory_bandwidth / kTera, median_gbps, counted,
                                   counted == 1 ? "row" : "rows", kStreamMinArrayBytes / (1 << 20), fmt::join(ids, ", "),
                                   fmt::join(gpus, ", ")));
-    // What was written by hand about the fraction gives way to what it was fitted to.
-    std::erase_if(sources, [](const std::string& line) { return line.starts_with("gpu.stream_fraction"); });
-    sources.push_back(fmt::format("gpu.stream_fraction: dtsim calibrate on {}", fmt::join(ids, ", ")));
+    refits.push_back({"gpu.stream_fraction", ids});
 }
 
 // gpu.eager_kernels from the memory-bound kernels timed on this family (kernel files' element-wise,
@@ -948,8 +946,7 @@ void fit_stream(json& gpu_doc, const GpuSpec& gpu, const std::string& base_file,
 // the base's rate: where this run refitted the fraction, what it keeps moves to the new rate (the
 // same time at another rate is other bytes).
 void fit_eager(json& gpu_doc, const GpuSpec& base, const GpuSpec& gpu, const std::string& family,
-               const GroundTruth& data, const CalibrateOptions& o, CalibrateResult& out,
-               std::vector<std::string>& sources) {
+               const GroundTruth& data, const CalibrateOptions& o, CalibrateResult& out, std::vector<Refit>& refits) {
     std::vector<const EagerKernelSet*> sets;
     std::vector<std::string> ids;
     std::set<std::string> gpus;
@@ -997,9 +994,6 @@ void fit_eager(json& gpu_doc, const GpuSpec& base, const GpuSpec& gpu, const std
                                           "{:.1f} GB/s (x{:.4f})",
                                           rate / 1e9, moved));
         }
-        if (!base.eager_kernels.datasets.empty())
-            sources.push_back(
-                fmt::format("gpu.eager_kernels: dtsim calibrate on {}", fmt::join(base.eager_kernels.datasets, ", ")));
         return;
     }
     const EagerKernelBytes k = fit_eager_kernels(sets, rate, start);
@@ -1020,9 +1014,7 @@ void fit_eager(json& gpu_doc, const GpuSpec& base, const GpuSpec& gpu, const std
         kept.empty() ? std::string()
                      : fmt::format("; kept from the base{}: {}", rescaled ? " (moved to this rate)" : "",
                                    fmt::join(kept, ", "))));
-    // What was written by hand about the table gives way to what it was fitted to.
-    std::erase_if(sources, [](const std::string& line) { return line.starts_with("gpu.eager_kernels"); });
-    sources.push_back(fmt::format("gpu.eager_kernels: dtsim calibrate on {}", fmt::join(datasets, ", ")));
+    refits.push_back({"gpu.eager_kernels", datasets});
 }
 
 // Megatron rows: the fp16 GEMM ceiling (the SC21 runs are fp16) fitted end to end so that the
@@ -1077,7 +1069,7 @@ namespace {
 // The fused-attention curves (AttentionModel) of the family's kernel sets, per backend and
 // head dimension; a base's curves for backends the data does not cover are kept.
 void fit_attention_model(json& gpu_doc, const GpuSpec& gpu, const std::string& family, const GroundTruth& data,
-                         const CalibrateOptions& o, CalibrateResult& out, std::vector<std::string>& sources) {
+                         const CalibrateOptions& o, CalibrateResult& out, std::vector<Refit>& refits) {
     std::vector<AttentionPoint> points;
     std::vector<std::string> ids, forwards;
     for (const auto& s : data.kernels) {
@@ -1158,7 +1150,7 @@ void fit_attention_model(json& gpu_doc, const GpuSpec& gpu, const std::string& f
                 k.from_sums ? " (one curve, fitted to forward + backward sums)" : "", errs.size(),
                 errs.empty() ? 0.0 : 100 * errs[errs.size() / 2], errs.empty() ? 0.0 : 100 * errs.back()));
         }
-    sources.push_back(fmt::format("gpu.attention: dtsim calibrate on {}", fmt::join(ids, ", ")));
+    refits.push_back({"gpu.attention", doc.value("datasets", std::vector<std::string>{})});
 }
 
 }  // namespace
@@ -1179,14 +1171,8 @@ CalibrateResult calibrate(const json& base, const std::string& base_file, const 
     if (family.empty())
         throw ConfigError(base_file, "$.cluster.gpu.name",
                           fmt::format("cannot tell the GPU family of \"{}\" (expected a name like H100-SXM)", c.gpu.name));
-    std::vector<std::string> sources;
-    if (cl.contains("source") && cl["source"].is_array())
-        for (const auto& s : cl["source"]) {
-            const std::string text = s.is_string() ? s.get<std::string>() : s.dump();
-            if (text.find("dtsim calibrate") == std::string::npos) sources.push_back(text);  // earlier runs' lines go
-        }
-
-    fit_collective_curves(cl, base_file, family, data, o, out, sources);
+    std::vector<Refit> refits;
+    fit_collective_curves(cl, base_file, family, data, o, out, refits);
 
     json& gm = cl["gpu"]["gemm"];
     std::vector<std::string> all = fit_gemm_model(gm, c.gpu, family, data, o, out);
@@ -1194,19 +1180,18 @@ CalibrateResult calibrate(const json& base, const std::string& base_file, const 
         const auto rows = fit_megatron_ceiling(gm, out.cluster, base_file, family, data, o, out);
         all.insert(all.end(), rows.begin(), rows.end());
     }
+    const bool fitted_gemm = !all.empty();
     // Parameters an earlier calibration fitted and this one left alone keep their data sets.
     if (gm.contains("datasets") && gm["datasets"].is_array())
         for (const auto& d : gm["datasets"])
             if (d.is_string() && std::find(all.begin(), all.end(), d.get<std::string>()) == all.end())
                 all.push_back(d.get<std::string>());
-    if (!all.empty()) {
-        gm["datasets"] = all;
-        sources.push_back(fmt::format("gpu.gemm: dtsim calibrate on {}", fmt::join(all, ", ")));
-    }
-    fit_power_clock(cl["gpu"], make_cluster(out.cluster, base_file).gpu, family, data, o, out, sources);
-    fit_attention_model(cl["gpu"], c.gpu, family, data, o, out, sources);
-    fit_stream(cl["gpu"], c.gpu, base_file, family, data, o, out, sources);
-    fit_eager(cl["gpu"], c.gpu, make_cluster(out.cluster, base_file).gpu, family, data, o, out, sources);
+    if (!all.empty()) gm["datasets"] = all;
+    if (fitted_gemm) refits.push_back({"gpu.gemm", all});
+    fit_power_clock(cl["gpu"], make_cluster(out.cluster, base_file).gpu, family, data, o, out, refits);
+    fit_attention_model(cl["gpu"], c.gpu, family, data, o, out, refits);
+    fit_stream(cl["gpu"], c.gpu, base_file, family, data, o, out, refits);
+    fit_eager(cl["gpu"], c.gpu, make_cluster(out.cluster, base_file).gpu, family, data, o, out, refits);
     if (out.fitted == 0) {
         // Nothing fitted: the written cluster would be the base, unchanged. Say why.
         std::vector<std::string> used;
@@ -1233,6 +1218,20 @@ CalibrateResult calibrate(const json& base, const std::string& base_file, const 
                               base_file, family, used.empty() ? std::string("none") : fmt::format("{}", fmt::join(used, ", ")))
                 : fmt::format("nothing was fitted to {}: {}", base_file, fmt::join(skipped, "; ")));
     }
+    // The base's lines but those about a parameter fitted here (starting with its key, then a colon
+    // or a space: "gpu.stream_fraction 0.8635: ..."), then one line for each of those.
+    const auto about = [](const std::string& line, const Refit& r) {
+        return line.starts_with(r.key) && line.size() > r.key.size() && (line[r.key.size()] == ':' || line[r.key.size()] == ' ');
+    };
+    std::vector<std::string> sources;
+    if (cl.contains("source") && cl["source"].is_array())
+        for (const auto& s : cl["source"]) {
+            const std::string text = s.is_string() ? s.get<std::string>() : s.dump();
+            if (std::none_of(refits.begin(), refits.end(), [&](const Refit& r) { return about(text, r); }))
+                sources.push_back(text);
+        }
+    for (const Refit& r : refits)
+        sources.push_back(fmt::format("{}: dtsim calibrate on {}", r.key, fmt::join(r.datasets, ", ")));
     cl["source"] = sources;
     // The result must load as it is.
     (void)make_cluster(out.cluster, base_file + " (calibrated)");
