@@ -661,7 +661,7 @@ TEST_CASE("a run says where its prediction is weakest") {
     CHECK(has(fitted, "the fp16 GEMM ceiling of A100-SXM-80GB was fitted end to end"));
 }
 
-// The loss is priced and sized op by op (LossBytes), nothing fitted to it: PyTorch's fp32
+// The loss is priced and sized op by op (loss_bytes_per_logit, loss_memory_per_logit), nothing fitted to it: PyTorch's fp32
 // cross-entropy measured 17.8 ms forward and backward at 8,192 x 128,256 on an H100
 // (calibration/data/h100_dtsim_torch_kernels.json, cross_entropy: 8.76 ms forward); eager PyTorch
 // kept 4.06 bytes a logit and peaked at 10.06 and 12.06 (h100_dtsim_torch_output_layer.json).

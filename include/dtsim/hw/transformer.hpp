@@ -71,8 +71,9 @@ enum class ElementwiseKernels : std::uint8_t { eager, fused };
 enum class Fp8 : std::uint8_t { none, te, torchao };
 std::string_view fp8_name(Fp8 f);
 
-// Per logit (one element of s b V / t): the bytes the loss moves forward and backward, what it
-// keeps from its forward to its backward, and what is alive at its peaks, counted op by op:
+// Per logit (one element of s b V / t): the bytes the loss moves forward and backward
+// (loss_bytes_per_logit), what it keeps from its forward to its backward and what is alive at its
+// peaks (loss_memory_per_logit), counted op by op:
 //   pytorch   forward: upcast (read 2, write 4), log_softmax (read 4 for its reductions, read 4 and
 //             write 4 for its output) = 18; backward: nll_loss's gradient (write 4), log_softmax's
 //             backward (read 4 + 4, write 4), the cast back to bf16 (read 4, write 2) = 22.
@@ -94,11 +95,11 @@ std::string_view fp8_name(Fp8 f);
 // move more than its 18 and 22 bytes at the streaming rate: it moves the GPU's timed bytes
 // (EagerKernelBytes::loss; on an H100 kPytorchLossForwardBytes and kPytorchLossBackwardBytes).
 // megatron's and fused's are their counts (no kernel of theirs was timed).
-struct LossBytes {
-    double forward = 0, backward = 0;            // moved
-    double kept = 0, forward_peak = 0, backward_peak = 0;  // alive
+PassBytes loss_bytes_per_logit(CrossEntropy c, const EagerKernelBytes& timed);
+struct LossMemory {
+    double kept = 0, forward_peak = 0, backward_peak = 0;
 };
-LossBytes loss_bytes_per_logit(CrossEntropy c, const EagerKernelBytes& timed);
+LossMemory loss_memory_per_logit(CrossEntropy c);
 
 struct TransformerSpec {
     std::string name;

@@ -89,7 +89,7 @@ struct EdgeWork {
     Work logits_forward, logits_backward;        // last stage: output GEMM
     Work loss_forward, loss_backward;            // last stage: softmax cross-entropy
     double logits_activation_bytes = 0;          // what the loss keeps for its backward
-    // Transient bytes above those kept while the loss runs forward and backward (LossBytes).
+    // Transient bytes above those kept while the loss runs forward and backward (loss_memory_per_logit).
     double loss_forward_extra_bytes = 0, loss_backward_extra_bytes = 0;
     double embedding_params = 0;                 // on one GPU, per copy (after TP)
     double p2p_bytes = 0;                        // activation (or its gradient) between stages

@@ -63,7 +63,7 @@ LayerSplit layer_split(const Config& c) {
     // over the vocabulary (ColwiseParallel, output_layouts=Shard(-1)) and the loss runs on the
     // local shard, but upcast to an fp32 copy first with its fp32 log-probabilities kept for the
     // backward (torchtitan/components/loss.py, cross_entropy_loss: pred.to_local().float() into
-    // _LossParallelCrossEntropy). That is the pytorch per-logit pattern of LossBytes on V / tp
+    // _LossParallelCrossEntropy). That is the pytorch per-logit pattern of loss_bytes_per_logit on V / tp
     // logits (both patterns are priced per GPU on V / tp), not Megatron-LM's in-place softmax.
     const CrossEntropy loss =
         s.cross_entropy.value_or(info && info->pytorch ? CrossEntropy::pytorch : CrossEntropy::megatron);

@@ -41,11 +41,16 @@ std::string_view fp8_name(Fp8 f) {
     return "?";
 }
 
-LossBytes loss_bytes_per_logit(CrossEntropy c, const EagerKernelBytes& timed) {
-    if (c == CrossEntropy::megatron) return LossBytes{38, 14, 4, 6, 6};
-    if (c == CrossEntropy::fused) return LossBytes{2, 4, 2, 2, 4};
-    const PassBytes moved = eager_kernel_bytes(EagerKernel::loss, timed, 2);
-    return LossBytes{moved.forward, moved.backward, 4, 10, 12};
+PassBytes loss_bytes_per_logit(CrossEntropy c, const EagerKernelBytes& timed) {
+    if (c == CrossEntropy::megatron) return {38, 14};
+    if (c == CrossEntropy::fused) return {2, 4};
+    return eager_kernel_bytes(EagerKernel::loss, timed, 2);
+}
+
+LossMemory loss_memory_per_logit(CrossEntropy c) {
+    if (c == CrossEntropy::megatron) return {4, 6, 6};
+    if (c == CrossEntropy::fused) return {2, 2, 4};
+    return {4, 10, 12};
 }
 
 namespace {
@@ -141,7 +146,7 @@ double layer_recompute_peak_bytes(const TransformerSpec& m, const LayerSplit& s)
 }
 
 double logits_activation_bytes(const TransformerSpec& m, const LayerSplit& s) {
-    return loss_bytes_per_logit(s.cross_entropy, EagerKernelBytes{}).kept * m.seq * s.micro_batch * m.vocab / s.tp;
+    return loss_memory_per_logit(s.cross_entropy).kept * m.seq * s.micro_batch * m.vocab / s.tp;
 }
 
 bool timed_kind(EagerKernel k) {

@@ -234,14 +234,15 @@ Workload make_workload(const TransformerSpec& model, const LayerSplit& s, const 
         E.embedding_backward = times(E.embedding_forward, 2);
         E.logits_forward = {gpu.gemm_seconds(tokens, v / t, h, d), logits_flops(m, s), 0};
         E.logits_backward = times(E.logits_forward, 2);
-        // Softmax cross-entropy over fp32 logits, as LossBytes counts it.
+        // Softmax cross-entropy over fp32 logits, as loss_bytes_per_logit and loss_memory_per_logit count it.
         const double logits = tokens * v / t;
-        const LossBytes lb = loss_bytes_per_logit(s.cross_entropy, gpu.eager_kernels);
-        E.loss_forward = {gpu.memory_seconds(lb.forward * logits), 0, lb.forward * logits};
-        E.loss_backward = {gpu.memory_seconds(lb.backward * logits), 0, lb.backward * logits};
+        const PassBytes moved = loss_bytes_per_logit(s.cross_entropy, gpu.eager_kernels);
+        const LossMemory alive = loss_memory_per_logit(s.cross_entropy);
+        E.loss_forward = {gpu.memory_seconds(moved.forward * logits), 0, moved.forward * logits};
+        E.loss_backward = {gpu.memory_seconds(moved.backward * logits), 0, moved.backward * logits};
         E.logits_activation_bytes = logits_activation_bytes(m, s);
-        E.loss_forward_extra_bytes = (lb.forward_peak - lb.kept) * logits;
-        E.loss_backward_extra_bytes = (lb.backward_peak - lb.kept) * logits;
+        E.loss_forward_extra_bytes = (alive.forward_peak - alive.kept) * logits;
+        E.loss_backward_extra_bytes = (alive.backward_peak - alive.kept) * logits;
         E.embedding_params = v * h / t;
     }
     // Megatron's scatter/gather optimization: each TP rank sends 1/t of the activation.

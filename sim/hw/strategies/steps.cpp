@@ -351,7 +351,7 @@ void embedding_backward(Device& gpu, const Job& job, int mb) {
 void logits_and_loss(Device& gpu, const Job& job, int mb) {
     const EdgeWork& e = job.work->edge;
     if (e.logits_forward.seconds <= 0) return;
-    // What the loss keeps, and while it runs the logits and its own temporaries (LossBytes).
+    // What the loss keeps, and while it runs the logits and its own temporaries (loss_memory_per_logit).
     gpu.allocate(e.logits_activation_bytes + e.loss_forward_extra_bytes, MemoryKind::activations, ops::logits, kNoLayer);
     run_work(gpu, ops::logits, kNoLayer, e.logits_forward, mb);
     run_work(gpu, ops::loss, kNoLayer, e.loss_forward, mb);
