@@ -340,12 +340,13 @@ double logits_activation_bytes(const TransformerSpec& m, const LayerSplit& s);
 enum class EagerKernel : std::uint8_t { norm, dropout, rope, residual_add, gelu, swiglu, loss, adam };
 PassBytes eager_kernel_bytes(EagerKernel kind, const EagerKernelBytes& timed, double e);
 // The kinds an EagerKernelBytes holds, in its order: each one's key in cluster.gpu.eager_kernels
-// (timed_key), its figures in a table (timed_figures; Adam's factor as the forward, no backward)
+// (timed_key), its name in prose ("norms", "the rotary embedding": timed_name), its figures in a table (timed_figures; Adam's factor as the forward, no backward)
 // and their replacement (set_timed_figures).
 inline constexpr EagerKernel kTimedKernels[] = {EagerKernel::norm, EagerKernel::dropout, EagerKernel::rope,
                                                 EagerKernel::loss, EagerKernel::adam};
 bool timed_kind(EagerKernel k);
 std::string_view timed_key(EagerKernel k);
+std::string_view timed_name(EagerKernel k);
 PassBytes timed_figures(const EagerKernelBytes& t, EagerKernel k);
 void set_timed_figures(EagerKernelBytes& t, EagerKernel k, PassBytes figures);
 // The kinds a run of `m` split as `s` prices by the GPU's timed bytes (EagerKernelBytes), in its

@@ -165,6 +165,18 @@ std::string_view timed_key(EagerKernel k) {
     return "";
 }
 
+std::string_view timed_name(EagerKernel k) {
+    switch (k) {
+        case EagerKernel::norm: return "norms";
+        case EagerKernel::dropout: return "dropout";
+        case EagerKernel::rope: return "the rotary embedding";
+        case EagerKernel::loss: return "the loss";
+        case EagerKernel::adam: return "Adam";
+        default: break;
+    }
+    return "";
+}
+
 namespace {
 // The table's member for a timed kind other than Adam (whose figure is one factor), const or not.
 template <class Table>

@@ -710,11 +710,7 @@ std::vector<std::string> prediction_caveats(const Config& c, const Workload& wor
         for (const EagerKernel kind : timed_kernels_of(c.model.spec, work.split)) {
             const PassBytes here = timed_figures(gpu.eager_kernels, kind), there = timed_figures(h100, kind);
             if (here.forward != there.forward || here.backward != there.backward) continue;
-            kinds.emplace_back(kind == EagerKernel::norm      ? "norms"
-                               : kind == EagerKernel::rope    ? "the rotary embedding"
-                               : kind == EagerKernel::loss    ? "the loss"
-                               : kind == EagerKernel::adam    ? "Adam"
-                                                              : "dropout");
+            kinds.emplace_back(timed_name(kind));
         }
         if (!kinds.empty())
             out.push_back(fmt::format(
