@@ -23,6 +23,7 @@
 #include <span>
 #include <stdexcept>
 #include <string_view>
+#include <type_traits>
 
 
 namespace dtsim::hw::calib {
@@ -347,16 +348,27 @@ double op_bus_factor(const std::string& op, int ranks) {
     throw std::invalid_argument(fmt::format("unknown operation \"{}\"", op));
 }
 
+namespace {
+// Calls f on every set of `data`, kind by kind (the order data_set_ids gives).
+template <class F>
+void for_each_set(const GroundTruth& data, F&& f) {
+    const auto each = [&](const auto& sets) {
+        for (const auto& s : sets) f(s);
+    };
+    each(data.collectives);
+    each(data.gemms);
+    each(data.megatron);
+    each(data.end_to_end);
+    each(data.kernels);
+    each(data.layers);
+    each(data.streams);
+    each(data.eager);
+}
+}  // namespace
+
 std::vector<std::string> data_set_ids(const GroundTruth& data) {
     std::vector<std::string> ids;
-    for (const auto& s : data.collectives) ids.push_back(s.id);
-    for (const auto& s : data.gemms) ids.push_back(s.id);
-    for (const auto& s : data.megatron) ids.push_back(s.id);
-    for (const auto& s : data.end_to_end) ids.push_back(s.id);
-    for (const auto& s : data.kernels) ids.push_back(s.id);
-    for (const auto& s : data.layers) ids.push_back(s.id);
-    for (const auto& s : data.streams) ids.push_back(s.id);
-    for (const auto& s : data.eager) ids.push_back(s.id);
+    for_each_set(data, [&](const auto& s) { ids.push_back(s.id); });
     return ids;
 }
 
@@ -404,18 +416,12 @@ GroundTruth load_ground_truth(const std::vector<std::string>& files) {
             throw ConfigError(file, "$", fmt::format("data set id \"{}\" appears twice (also in {})",
                                                      json_reader::shorten(id), it->second));
     };
-    for (const auto& s : out.collectives) once(s.id, s.file);
-    for (const auto& s : out.gemms) once(s.id, s.file);
-    for (const auto& s : out.megatron) once(s.id, s.file);
-    for (const auto& s : out.end_to_end) {
+    for_each_set(out, [&](const auto& s) {
         once(s.id, s.file);
-        if (std::any_of(s.rows.begin(), s.rows.end(), [](const EndToEndRow& r) { return r.measured.peak_memory_GiB; }))
-            once(s.id + ":memory", s.file);
-    }
-    for (const auto& s : out.kernels) once(s.id, s.file);
-    for (const auto& s : out.layers) once(s.id, s.file);
-    for (const auto& s : out.streams) once(s.id, s.file);
-    for (const auto& s : out.eager) once(s.id, s.file);
+        if constexpr (std::is_same_v<std::decay_t<decltype(s)>, EndToEndSet>)
+            if (std::any_of(s.rows.begin(), s.rows.end(), [](const EndToEndRow& r) { return r.measured.peak_memory_GiB; }))
+                once(s.id + ":memory", s.file);
+    });
     return out;
 }
 
