@@ -72,6 +72,47 @@ TEST_CASE("context parallelism: a GPU's share of each sequence, the attention co
     CHECK(whole.layer.cp_kv_bytes == 0);
 }
 
+TEST_CASE("Transformer Engine's ring: its buffers' and partial results' bytes, as counted from its code") {
+    // cp 4: (3 x 4 + 1) / 4 = 3.25 full steps of queries and of keys and values on average.
+    const double o = 100, kv = 10;
+    const PassBytes te = te_context_parallel_bytes(4, o, kv);
+    // Forward: concatenate K and V (read, write), zero the output, fold 3.25 steps in (3 o each).
+    CHECK(te.forward == doctest::Approx(2 * kv + o + 3 * 3.25 * o));
+    // Backward: copy K and V in (2 kv); dq: 3.25 steps of 3 o less one for the first (a copy);
+    // dk and dv: concatenated (2 kv a step) and folded in (3 kv a step, the first a copy).
+    CHECK(te.backward == doctest::Approx(2 * kv + (3 * 3.25 - 1) * o + 2 * 3.25 * kv + (3 * 3.25 - 1) * kv));
+    CHECK(te_context_parallel_bytes(1, o, kv).forward == 0);
+
+    // In a layer: on this GPU's 1,024 tokens, 16 query heads and 4 kv heads of 128, bf16.
+    const TransformerSpec m = gqa_model();
+    const GpuSpec gpu = plain_gpu();
+    LayerSplit pytorch{1, 1, false, Recompute::none, true};
+    pytorch.cp = 4;
+    LayerSplit megatron = pytorch;
+    megatron.te_context_parallel = true;
+    const Workload a = make_workload(m, pytorch, gpu), b = make_workload(m, megatron, gpu);
+    const PassBytes layer = te_context_parallel_bytes(4, 1024.0 * 16 * 128 * 2, 2.0 * 1024 * 4 * 128 * 2);
+    CHECK(b.layer.attention_forward.bytes - a.layer.attention_forward.bytes == doctest::Approx(layer.forward));
+    CHECK(b.layer.attention_backward.bytes - a.layer.attention_backward.bytes == doctest::Approx(layer.backward));
+    CHECK(b.layer.attention_forward.seconds - a.layer.attention_forward.seconds ==
+          doctest::Approx(gpu.memory_seconds(layer.forward)));
+
+    // The config's strategy says whose ring it is: Megatron's (Transformer Engine's) over a ring,
+    // not PyTorch's (torchtitan's merge is not counted), nor an all-gather of the keys and values.
+    json doc{{"cluster", realistic_cluster(1)},
+             {"model", small_model(2)},
+             {"training", {{"global_batch", 2}, {"micro_batch", 1}}},
+             {"strategy", {{"name", "megatron"}, {"cp", 4}, {"dp", 2}, {"flash_attention", true}}}};
+    CHECK(layer_split(parse_config(doc, "cp.json")).te_context_parallel);
+    doc["strategy"]["cp_comm"] = "allgather";
+    CHECK_FALSE(layer_split(parse_config(doc, "cp.json")).te_context_parallel);
+    doc["strategy"] = {{"name", "fsdp"}, {"cp", 4}, {"dp", 2}, {"flash_attention", true}};
+    CHECK_FALSE(layer_split(parse_config(doc, "cp.json")).te_context_parallel);
+    doc["strategy"] = {{"name", "megatron"}, {"dp", 8}, {"flash_attention", true}};
+    doc["training"]["global_batch"] = 8;
+    CHECK_FALSE(layer_split(parse_config(doc, "cp.json")).te_context_parallel);
+}
+
 TEST_CASE("context parallelism on pure compute: cp GPUs compute 1/cp of one GPU's step each") {
     json doc{{"cluster", compute_only(1)},
              {"model", small_model(2)},

@@ -198,6 +198,9 @@ struct LayerSplit {
     // and Transformer Engine's load balancing). The functions of this header take the model's
     // seq as given: make_workload passes a copy whose seq is the GPU's share.
     int cp = 1;
+    // The ring is Transformer Engine's (AttnFuncWithCPAndKVP2P, as Megatron-Core runs it), whose
+    // buffers and partial results cost element-wise work of their own (te_context_parallel_bytes).
+    bool te_context_parallel = false;
     // Each block compiled with torch.compile (compiled_elementwise_bytes, layer_activation_bytes).
     bool compiled = false;
     // The keys and values copied to every query head before the attention core
@@ -353,6 +356,23 @@ void set_timed_figures(EagerKernelBytes& t, EagerKernel k, PassBytes figures);
 // fields' order: a fused norm (not composed, not compiled), eager hidden dropout, the complex
 // rotary embedding (not compiled: Inductor's kernels take those three), PyTorch's loss, Adam.
 std::vector<EagerKernel> timed_kernels_of(const TransformerSpec& m, const LayerSplit& s);
+
+// Transformer Engine's context parallelism over a ring (AttnFuncWithCPAndKVP2P in
+// transformer_engine/pytorch/attention.py, TE v1.10, Megatron-Core's cp_comm_type "p2p"): beyond
+// the core's cp steps, the element-wise work on its buffers and partial results, counted from the
+// code for the sbhd layout (whose half-sequence slices are views, not copies), with `o` the bytes of
+// this GPU's queries (and output) and `kv` those of its keys and values together:
+//   forward   the keys and values concatenated into the first ring buffer (a read and a write of
+//             kv), the output zeroed (a write of o), and each step's partial output folded into it
+//             with the log-sum-exp correction (flash_attn_fwd_out_correction, one fused kernel:
+//             read the step's output and the sum, write the sum: 3 o a full step);
+//   backward  the keys and values copied into the first buffer (2 kv), each step's dq added into
+//             dq (3 o a full step, the first a copy, 2 o), its dk and dv concatenated (2 kv) and
+//             added into the gradient buffer that goes round the ring (3 kv, the first a copy).
+// On a ring of cp ranks, rank r runs r + 1 steps on all its queries and cp - 1 - r on half of them
+// (the second half), r steps on half its keys and values and cp - r on all: (3 cp + 1) / 4 full
+// steps of each, on average over the ring's ranks.
+PassBytes te_context_parallel_bytes(int cp, double o, double kv);
 
 // The memory-bound work of one eager layer (norms, residual adds, hidden dropout, the MLP's
 // activation, and the gradient sums of the backward) for one microbatch, by block and pass, as the

@@ -221,6 +221,12 @@ PassBytes eager_kernel_bytes(EagerKernel kind, const EagerKernelBytes& timed, do
     return {};
 }
 
+PassBytes te_context_parallel_bytes(int cp, double o, double kv) {
+    if (cp <= 1) return {};
+    const double steps = (3.0 * cp + 1) / 4;
+    return {2 * kv + o + 3 * steps * o, 2 * kv + (3 * steps - 1) * o + 2 * steps * kv + (3 * steps - 1) * kv};
+}
+
 std::vector<EagerKernel> timed_kernels_of(const TransformerSpec& m, const LayerSplit& s) {
     std::vector<EagerKernel> out;
     if (!s.compiled && !s.composed_norm) out.push_back(EagerKernel::norm);

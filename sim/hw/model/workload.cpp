@@ -120,6 +120,11 @@ Workload make_workload(const TransformerSpec& model, const LayerSplit& s, const 
         add(L.attention_forward, kv_copies);
         add(L.attention_backward, kv_copies);
     }
+    if (s.te_context_parallel) {
+        const PassBytes te = te_context_parallel_bytes(s.cp, tokens * (a / t) * hd * el, 2 * tokens * kv_core * hd * el);
+        add(L.attention_forward, te.forward);
+        add(L.attention_backward, te.backward);
+    }
     // The rotary embedding of this GPU's query and key heads (RopeKernel), before the core.
     // Compiled blocks count it in their fitted classes.
     const double rotated = s.compiled ? 0 : tokens * (a / t + kv_here) * hd;
