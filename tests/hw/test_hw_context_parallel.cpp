@@ -39,6 +39,12 @@ json compute_only(int gpus) {
 
 // 16 heads of 128 over 4 kv heads, 4,096 tokens; a GPU of 1 PFLOP/s and 3 TB/s.
 TransformerSpec gqa_model() { return {"m", 1, 2048, 16, 4, 8192, 4096, 0, DType::bf16, Mlp::swiglu, false}; }
+// One microbatch, no tensor parallelism, fused attention, the sequence over `cp` GPUs.
+LayerSplit cp_split(int cp) {
+    LayerSplit s{1, 1, false, Recompute::none, true};
+    s.cp = cp;
+    return s;
+}
 GpuSpec plain_gpu() {
     GpuSpec gpu;
     gpu.peak_flops[static_cast<std::size_t>(DType::bf16)] = 1e15;
@@ -86,8 +92,7 @@ TEST_CASE("Transformer Engine's ring: its buffers' and partial results' bytes, a
     // In a layer: on this GPU's 1,024 tokens, 16 query heads and 4 kv heads of 128, bf16.
     const TransformerSpec m = gqa_model();
     const GpuSpec gpu = plain_gpu();
-    LayerSplit pytorch{1, 1, false, Recompute::none, true};
-    pytorch.cp = 4;
+    const LayerSplit pytorch = cp_split(4);
     LayerSplit megatron = pytorch;
     megatron.te_context_parallel = true;
     const Workload a = make_workload(m, pytorch, gpu), b = make_workload(m, megatron, gpu);
@@ -291,8 +296,7 @@ TEST_CASE("repeat_kv: the keys and values copied to every query head, kept for t
     // 16 heads over 4 kv heads of 128, 4,096 tokens, context parallel over 4: 1,024 tokens here.
     const TransformerSpec m = gqa_model();
     const GpuSpec gpu = plain_gpu();
-    LayerSplit gqa{1, 1, false, Recompute::none, true};
-    gqa.cp = 4;
+    const LayerSplit gqa = cp_split(4);
     LayerSplit repeat = gqa;
     repeat.repeat_kv = true;
     const Workload native = make_workload(m, gqa, gpu);
