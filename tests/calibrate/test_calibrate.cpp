@@ -788,6 +788,29 @@ TEST_CASE("calibrate's source list: the base's lines stay but those about a para
     CHECK(std::find(attention.begin(), attention.end(),
                     "gpu.attention: dtsim calibrate on h100_attention_published:attention, "
                     "h100_dtsim_torch_kernels:attention") != attention.end());
+    // A key is not about a longer one: refitting the inter-node all-reduce keeps the ring's line.
+    const auto inter = refit("nccl_tests.json", {"h100x16-2node-ib400-allreduce", "h100x16-2node-ib400-allreduce-b"});
+    CHECK(std::count_if(inter.begin(), inter.end(), [](const std::string& l) {
+              return l == "links.inter_node.fits.all_reduce@ring: dtsim calibrate on h100x16-2node-ib400-allreduce-ring";
+          }) == 1);
+    // A table moved to a refitted streaming rate is another table: its line is the fit's, not the
+    // base's (which names the rate it was at).
+    const auto h200 = cal::calibrate(shipped_cluster("dgx-h200.json"), "dgx-h200.json",
+                                     cal::load_ground_truth({membw_file("dtsim_h200_rate.json", "NVIDIA H200", {4100})}), {});
+    std::vector<std::string> eager;
+    for (const auto& src : h200.cluster["cluster"]["source"])
+        if (src.get<std::string>().starts_with("gpu.eager_kernels")) eager.push_back(src.get<std::string>());
+    CHECK(eager == std::vector<std::string>{"gpu.eager_kernels: dtsim calibrate on h200_dtsim_torch_kernels:eager_kernels"});
+    // What the shipped clusters say about their GEMM fits starts with the key a refit replaces.
+    for (const char* name : {"dgx-h100.json", "dgx-h200.json", "h100-roce.json", "h200-roce.json", "p5-h100-efa.json",
+                             "selene-a100.json"}) {
+        const nlohmann::json cluster = shipped_cluster(name);
+        REQUIRE(cluster["cluster"]["source"].size() > 3);
+        for (const auto& src : cluster["cluster"]["source"]) {
+            CAPTURE(name);
+            CHECK_FALSE(src.get<std::string>().starts_with("gemm"));
+        }
+    }
 }
 
 TEST_CASE("a bandwidth set is held out on a cluster not fitted to it, and a GPU without a cluster is named") {

@@ -79,14 +79,28 @@ TEST_CASE("context parallelism: a GPU's share of each sequence, the attention co
 }
 
 TEST_CASE("Transformer Engine's ring: its buffers' and partial results' bytes, as counted from its code") {
-    // cp 4: (3 x 4 + 1) / 4 = 3.25 full steps of queries and of keys and values on average.
+    // Each rank's steps enumerated as AttnFuncWithCPAndKVP2P runs them, then averaged over the ring:
+    // step 0 on all the rank's queries and keys and values; steps 1..r on all its queries and the
+    // first half of the keys and values; the later ones on the second half of its queries.
     const double o = 100, kv = 10;
-    const PassBytes te = te_context_parallel_bytes(4, o, kv);
-    // Forward: concatenate K and V (read, write), zero the output, fold 3.25 steps in (3 o each).
-    CHECK(te.forward == doctest::Approx(2 * kv + o + 3 * 3.25 * o));
-    // Backward: copy K and V in (2 kv); dq: 3.25 steps of 3 o less one for the first (a copy);
-    // dk and dv: concatenated (2 kv a step) and folded in (3 kv a step, the first a copy).
-    CHECK(te.backward == doctest::Approx(2 * kv + (3 * 3.25 - 1) * o + 2 * 3.25 * kv + (3 * 3.25 - 1) * kv));
+    for (const int cp : {2, 4, 8}) {
+        double forward = 0, backward = 0;
+        for (int r = 0; r < cp; ++r) {
+            double q_steps = 0, kv_steps = 0;  // in full-size steps
+            for (int i = 0; i < cp; ++i) {
+                q_steps += i <= r ? 1 : 0.5;
+                kv_steps += i == 0 || i > r ? 1 : 0.5;
+            }
+            // Forward: concatenate K and V (read, write), zero the output, fold each step in (3 o).
+            forward += 2 * kv + o + 3 * o * q_steps;
+            // Backward: copy K and V in; dq added each step (3 o, the first a copy of o); dk and dv
+            // concatenated (2 kv a step) and added into the ring's buffer (3 kv, the first a copy).
+            backward += 2 * kv + (3 * q_steps - 1) * o + 2 * kv * kv_steps + (3 * kv_steps - 1) * kv;
+        }
+        const PassBytes te = te_context_parallel_bytes(cp, o, kv);
+        CHECK(te.forward == doctest::Approx(forward / cp));
+        CHECK(te.backward == doctest::Approx(backward / cp));
+    }
     CHECK(te_context_parallel_bytes(1, o, kv).forward == 0);
 
     // In a layer: on this GPU's 1,024 tokens, 16 query heads and 4 kv heads of 128, bf16.
@@ -101,6 +115,14 @@ TEST_CASE("Transformer Engine's ring: its buffers' and partial results' bytes, a
     CHECK(b.layer.attention_backward.bytes - a.layer.attention_backward.bytes == doctest::Approx(layer.backward));
     CHECK(b.layer.attention_forward.seconds - a.layer.attention_forward.seconds ==
           doctest::Approx(gpu.memory_seconds(layer.forward)));
+    // Recomputing the core attention (Megatron's selective) runs the ring's forward work again.
+    LayerSplit selective = megatron;
+    selective.recompute = Recompute::selective;
+    LayerSplit selective_pytorch = pytorch;
+    selective_pytorch.recompute = Recompute::selective;
+    CHECK(make_workload(m, selective, gpu).layer.attention_recompute.bytes -
+              make_workload(m, selective_pytorch, gpu).layer.attention_recompute.bytes ==
+          doctest::Approx(layer.forward));
 
     // The config's strategy says whose ring it is: Megatron's (Transformer Engine's) over a ring,
     // not PyTorch's (torchtitan's merge is not counted), nor an all-gather of the keys and values.

@@ -343,8 +343,9 @@ double logits_activation_bytes(const TransformerSpec& m, const LayerSplit& s);
 enum class EagerKernel : std::uint8_t { norm, dropout, rope, residual_add, gelu, swiglu, loss, adam };
 PassBytes eager_kernel_bytes(EagerKernel kind, const EagerKernelBytes& timed, double e);
 // The kinds an EagerKernelBytes holds, in its order: each one's key in cluster.gpu.eager_kernels
-// (timed_key), its name in prose ("norms", "the rotary embedding": timed_name), its figures in a table (timed_figures; Adam's factor as the forward, no backward)
-// and their replacement (set_timed_figures).
+// (timed_key), its name in prose ("norms", "the rotary embedding": timed_name), its figures in a
+// table (timed_figures; Adam's factor as the forward, no backward) and their replacement
+// (set_timed_figures).
 inline constexpr EagerKernel kTimedKernels[] = {EagerKernel::norm, EagerKernel::dropout, EagerKernel::rope,
                                                 EagerKernel::loss, EagerKernel::adam};
 bool timed_kind(EagerKernel k);
@@ -360,18 +361,22 @@ std::vector<EagerKernel> timed_kernels_of(const TransformerSpec& m, const LayerS
 // Transformer Engine's context parallelism over a ring (AttnFuncWithCPAndKVP2P in
 // transformer_engine/pytorch/attention.py, TE v1.10, Megatron-Core's cp_comm_type "p2p"): beyond
 // the core's cp steps, the element-wise work on its buffers and partial results, counted from the
-// code for the sbhd layout (whose half-sequence slices are views, not copies), with `o` the bytes of
-// this GPU's queries (and output) and `kv` those of its keys and values together:
+// code for the sbhd layout (whose half-sequence slices are views, not copies) with fused (cuDNN)
+// attention in bf16, with `o` the bytes of this GPU's queries (and output) and `kv` those of its
+// keys and values together:
 //   forward   the keys and values concatenated into the first ring buffer (a read and a write of
 //             kv), the output zeroed (a write of o), and each step's partial output folded into it
-//             with the log-sum-exp correction (flash_attn_fwd_out_correction, one fused kernel:
-//             read the step's output and the sum, write the sum: 3 o a full step);
+//             with the log-sum-exp correction (flash_attn_fwd_out_correction, one kernel where
+//             its jit_fuser is torch.compile: read the step's output and the sum, write the sum:
+//             3 o a full step);
 //   backward  the keys and values copied into the first buffer (2 kv), each step's dq added into
 //             dq (3 o a full step, the first a copy, 2 o), its dk and dv concatenated (2 kv) and
 //             added into the gradient buffer that goes round the ring (3 kv, the first a copy).
 // On a ring of cp ranks, rank r runs r + 1 steps on all its queries and cp - 1 - r on half of them
 // (the second half), r steps on half its keys and values and cp - r on all: (3 cp + 1) / 4 full
-// steps of each, on average over the ring's ranks.
+// steps of each, on average over the ring's ranks, which is what every rank is given (the "first
+// a copy" terms hold on that average, not rank by rank). Not counted: the flash-attn backend's
+// extra copies and per-step zeroing, and fp8 attention (NVTE_FP8_DPA), whose path differs.
 PassBytes te_context_parallel_bytes(int cp, double o, double kv);
 
 // The memory-bound work of one eager layer (norms, residual adds, hidden dropout, the MLP's

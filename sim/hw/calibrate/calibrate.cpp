@@ -349,7 +349,8 @@ double op_bus_factor(const std::string& op, int ranks) {
 }
 
 namespace {
-// Calls f on every set of `data`, kind by kind (the order data_set_ids gives).
+// Calls f on every set of `data`: collectives, GEMM tables, Megatron rows, end-to-end sets, kernel
+// files, layers, bandwidth sweeps, timed eager kernels.
 template <class F>
 void for_each_set(const GroundTruth& data, F&& f) {
     const auto each = [&](const auto& sets) {
@@ -681,6 +682,14 @@ struct Refit {
     std::vector<std::string> datasets;
 };
 
+// A line of a cluster's "source" list is about a parameter when it starts with the parameter's key
+// followed by a colon or a space ("gpu.stream_fraction 0.8635: ...", "gpu.gemm (how it was fitted):
+// ..."); "links.inter_node.fits.all_reduce" is not about "links.inter_node.fits.all_reduce@ring".
+bool about_refit(std::string_view line, const Refit& r) {
+    return line.starts_with(r.key) && line.size() > r.key.size() &&
+           (line[r.key.size()] == ':' || line[r.key.size()] == ' ');
+}
+
 // Collectives: one curve per (level, operation, algorithm) from the data sets of this GPU
 // family, written to the cluster's links (cl) with a line of the log each.
 void fit_collective_curves(json& cl, const std::string& base_file, const std::string& family, const GroundTruth& data,
@@ -999,6 +1008,8 @@ void fit_eager(json& gpu_doc, const GpuSpec& base, const GpuSpec& gpu, const std
             out.log.push_back(fmt::format("eager kernels: the base's table moved to the streaming rate fitted here, "
                                           "{:.1f} GB/s (x{:.4f})",
                                           rate / 1e9, moved));
+            // Its figures changed: the base's line about them (the rate they were at) no longer holds.
+            refits.push_back({"gpu.eager_kernels", base.eager_kernels.datasets});
         }
         return;
     }
@@ -1181,12 +1192,13 @@ CalibrateResult calibrate(const json& base, const std::string& base_file, const 
     fit_collective_curves(cl, base_file, family, data, o, out, refits);
 
     json& gm = cl["gpu"]["gemm"];
+    const int fitted_before_gemm = out.fitted;
     std::vector<std::string> all = fit_gemm_model(gm, c.gpu, family, data, o, out);
     if (!o.megatron_rows.empty()) {
         const auto rows = fit_megatron_ceiling(gm, out.cluster, base_file, family, data, o, out);
         all.insert(all.end(), rows.begin(), rows.end());
     }
-    const bool fitted_gemm = !all.empty();
+    const bool fitted_gemm = out.fitted > fitted_before_gemm;
     // Parameters an earlier calibration fitted and this one left alone keep their data sets.
     if (gm.contains("datasets") && gm["datasets"].is_array())
         for (const auto& d : gm["datasets"])
@@ -1224,16 +1236,12 @@ CalibrateResult calibrate(const json& base, const std::string& base_file, const 
                               base_file, family, used.empty() ? std::string("none") : fmt::format("{}", fmt::join(used, ", ")))
                 : fmt::format("nothing was fitted to {}: {}", base_file, fmt::join(skipped, "; ")));
     }
-    // The base's lines but those about a parameter fitted here (starting with its key, then a colon
-    // or a space: "gpu.stream_fraction 0.8635: ..."), then one line for each of those.
-    const auto about = [](const std::string& line, const Refit& r) {
-        return line.starts_with(r.key) && line.size() > r.key.size() && (line[r.key.size()] == ':' || line[r.key.size()] == ' ');
-    };
+    // The base's lines but those about a parameter fitted here (about_refit), then one line for each.
     std::vector<std::string> sources;
     if (cl.contains("source") && cl["source"].is_array())
         for (const auto& s : cl["source"]) {
             const std::string text = s.is_string() ? s.get<std::string>() : s.dump();
-            if (std::none_of(refits.begin(), refits.end(), [&](const Refit& r) { return about(text, r); }))
+            if (std::none_of(refits.begin(), refits.end(), [&](const Refit& r) { return about_refit(text, r); }))
                 sources.push_back(text);
         }
     for (const Refit& r : refits)

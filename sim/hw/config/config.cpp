@@ -86,8 +86,9 @@ LayerSplit layer_split(const Config& c) {
                                                        : RopeKernel::fused);
     split.elementwise =
         s.elementwise_kernels.value_or(pytorch_code ? ElementwiseKernels::eager : ElementwiseKernels::fused);
-    // Megatron-Core's context parallelism over a ring is Transformer Engine's; PyTorch's own (torchtitan)
-    // merges its partial results otherwise, which is not counted.
+    // Megatron-Core's context parallelism over a ring is Transformer Engine's (every strategy but
+    // PyTorch's own modules); PyTorch's (torchtitan) merges its partial results otherwise, which is
+    // not counted.
     split.te_context_parallel = s.cp > 1 && s.cp_comm == ContextComm::ring && !pytorch_code;
     split.userbuffers = te_userbuffers(s);
     if (split.userbuffers) split.ub = s.tp_overlap;

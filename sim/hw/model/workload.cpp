@@ -80,6 +80,8 @@ Workload make_workload(const TransformerSpec& model, const LayerSplit& s, const 
     // or, with repeat_kv, as many as its query heads.
     const double kv_here = std::max(1.0, kv / t);
     const double kv_core = s.repeat_kv ? a / t : kv_here;
+    // The keys and values the core reads (kv_core heads): what context parallelism's ring passes.
+    const double core_kv_bytes = 2 * tokens * kv_core * hd * el;
     // repeat_kv's copies (torchtitan's repeat_kv: expand and reshape, a copy once transposed for
     // SDPA): the forward reads the keys and values and writes a / t heads of each; the backward
     // reads the copies' gradients and writes their sums over the repeated heads. In compiled blocks
@@ -120,11 +122,11 @@ Workload make_workload(const TransformerSpec& model, const LayerSplit& s, const 
         add(L.attention_forward, kv_copies);
         add(L.attention_backward, kv_copies);
     }
-    if (s.te_context_parallel) {
-        const PassBytes te = te_context_parallel_bytes(s.cp, tokens * (a / t) * hd * el, 2 * tokens * kv_core * hd * el);
-        add(L.attention_forward, te.forward);
-        add(L.attention_backward, te.backward);
-    }
+    const double query_bytes = tokens * (a / t) * hd * el;
+    const PassBytes te_cp =
+        s.te_context_parallel ? te_context_parallel_bytes(s.cp, query_bytes, core_kv_bytes) : PassBytes{};
+    add(L.attention_forward, te_cp.forward);
+    add(L.attention_backward, te_cp.backward);
     // The rotary embedding of this GPU's query and key heads (RopeKernel), before the core.
     // Compiled blocks count it in their fitted classes.
     const double rotated = s.compiled ? 0 : tokens * (a / t + kv_here) * hd;
@@ -171,8 +173,10 @@ Workload make_workload(const TransformerSpec& model, const LayerSplit& s, const 
         case Recompute::selective:
             // Megatron-LM checkpoints CoreAttention whole (megatron/model/transformer.py,
             // _checkpointed_attention_forward, commit 53718d4c): Q K^T, the masked softmax, the
-            // dropout and the product with V, so the scores' memory-bound forward runs again too.
-            L.attention_recompute = {core + gpu.memory_seconds(scores), core_total_flops, scores};
+            // dropout and the product with V, so the scores' memory-bound forward runs again too;
+            // Megatron-Core's core attention, Transformer Engine's, with its context-parallel ring's work.
+            L.attention_recompute = {core + gpu.memory_seconds(scores + te_cp.forward), core_total_flops,
+                                     scores + te_cp.forward};
             break;
         case Recompute::selective_op: {
             // The products it did not keep (layer_activation_bytes) and all the memory-bound work.
@@ -217,8 +221,7 @@ Workload make_workload(const TransformerSpec& model, const LayerSplit& s, const 
     if (s.cp > 1) {
         L.cp_core_forward = core_step;
         L.cp_core_backward = core_step_backward;
-        // The keys and values the core reads (kv_core heads) go round the ring.
-        L.cp_kv_bytes = 2 * tokens * kv_core * hd * el;
+        L.cp_kv_bytes = core_kv_bytes;
     }
     L.tp_bytes = s.tp > 1 ? tokens * h * el : 0;
     L.activation_bytes = layer_activation_bytes(m, s);
