@@ -274,7 +274,10 @@ void from_json(const Node& n, GpuSpec& g) {
         //  "datasets": [...]}: any kind left out keeps the H100's figures.
         const Node ek = n["eager_kernels"];
         if (!ek.is_object()) ek.expected("an object of timed kernel bytes (norm, dropout, rope, loss, adam) and datasets");
-        ek.keys({"norm", "dropout", "rope", "loss", "adam", "datasets"});
+        std::vector<std::string_view> keys;
+        for (const EagerKernel kind : kTimedKernels) keys.push_back(timed_key(kind));
+        keys.push_back("datasets");
+        ek.keys(keys);
         for (const EagerKernel kind : kTimedKernels) {
             const std::string key(timed_key(kind));
             if (!ek.has(key)) continue;

@@ -149,32 +149,42 @@ double logits_activation_bytes(const TransformerSpec& m, const LayerSplit& s) {
     return loss_memory_per_logit(s.cross_entropy).kept * m.seq * s.micro_batch * m.vocab / s.tp;
 }
 
-bool timed_kind(EagerKernel k) {
-    return std::find(std::begin(kTimedKernels), std::end(kTimedKernels), k) != std::end(kTimedKernels);
+namespace {
+// Each timed kind's key in cluster.gpu.eager_kernels and its name in prose, in kTimedKernels' order.
+struct TimedNames {
+    EagerKernel kind;
+    std::string_view key, name;
+};
+constexpr TimedNames kTimedNames[] = {{EagerKernel::norm, "norm", "norms"},
+                                      {EagerKernel::dropout, "dropout", "dropout"},
+                                      {EagerKernel::rope, "rope", "the rotary embedding"},
+                                      {EagerKernel::loss, "loss", "the loss"},
+                                      {EagerKernel::adam, "adam", "Adam"}};
+constexpr bool in_table_order() {
+    if (std::size(kTimedNames) != std::size(kTimedKernels)) return false;
+    for (std::size_t i = 0; i < std::size(kTimedNames); ++i)
+        if (kTimedNames[i].kind != kTimedKernels[i]) return false;
+    return true;
 }
+static_assert(in_table_order());
+
+const TimedNames* names_of(EagerKernel k) {
+    const auto* it = std::find_if(std::begin(kTimedNames), std::end(kTimedNames),
+                                  [k](const TimedNames& n) { return n.kind == k; });
+    return it == std::end(kTimedNames) ? nullptr : it;
+}
+}  // namespace
+
+bool timed_kind(EagerKernel k) { return names_of(k) != nullptr; }
 
 std::string_view timed_key(EagerKernel k) {
-    switch (k) {
-        case EagerKernel::norm: return "norm";
-        case EagerKernel::dropout: return "dropout";
-        case EagerKernel::rope: return "rope";
-        case EagerKernel::loss: return "loss";
-        case EagerKernel::adam: return "adam";
-        default: break;
-    }
-    return "";
+    const TimedNames* n = names_of(k);
+    return n ? n->key : std::string_view();
 }
 
 std::string_view timed_name(EagerKernel k) {
-    switch (k) {
-        case EagerKernel::norm: return "norms";
-        case EagerKernel::dropout: return "dropout";
-        case EagerKernel::rope: return "the rotary embedding";
-        case EagerKernel::loss: return "the loss";
-        case EagerKernel::adam: return "Adam";
-        default: break;
-    }
-    return "";
+    const TimedNames* n = names_of(k);
+    return n ? n->name : std::string_view();
 }
 
 namespace {
