@@ -125,7 +125,7 @@ TEST_CASE("Transformer Engine's ring: its buffers' and partial results' bytes, a
           doctest::Approx(layer.forward));
 
     // The config's strategy says whose ring it is: Megatron's (Transformer Engine's) over a ring,
-    // not PyTorch's (torchtitan's merge is not counted), nor an all-gather of the keys and values.
+    // not PyTorch's (its own below), nor an all-gather of the keys and values.
     json doc{{"cluster", realistic_cluster(1)},
              {"model", small_model(2)},
              {"training", {{"global_batch", 2}, {"micro_batch", 1}}},
@@ -138,6 +138,135 @@ TEST_CASE("Transformer Engine's ring: its buffers' and partial results' bytes, a
     doc["strategy"] = {{"name", "megatron"}, {"dp", 8}, {"flash_attention", true}};
     doc["training"]["global_batch"] = 8;
     CHECK_FALSE(layer_split(parse_config(doc, "cp.json")).te_context_parallel);
+}
+
+TEST_CASE("PyTorch's ring: its merges' and gradient sums' bytes, as counted from its code") {
+    // Each rank's steps enumerated as _templated_ring_attention and its backward run them, then
+    // averaged over the ring. Step 0 on all the rank's queries, keys and values; steps 1..r on all
+    // its queries and the first half of the keys and values; the later ones on the second half of
+    // its queries (partial: the sum rebuilt whole by torch.cat). o and kv in bf16 bytes.
+    const double e = 2, O = 100, K = 30, o = O * e, kv = K * e;
+    for (const int cp : {2, 4, 8}) {
+        CAPTURE(cp);
+        double forward = 0, backward = 0, compiled_forward = 0, compiled_backward = 0, ring_cats = 0;
+        for (int r = 0; r < cp; ++r) {
+            double f = 2 * kv, bq = 4 * O, bk = 4 * K + 2 * kv;  // contiguous K and V; fp32 sums zeroed
+            double cf = 0, cq = 0, ck = 0;
+            for (int i = 0; i < cp; ++i) {
+                const double q = i > r ? 0.5 : 1, k = i > 0 && i <= r ? 0.5 : 1;
+                const bool last = i == cp - 1;
+                if (!last) f += 2 * kv, bk += 2 * kv;  // K and V concatenated for the next rank
+                if (!last && i > 0) ring_cats += 2 * kv;
+                // Eager: cast to fp32; merge (out - block, times the sigmoid, subtracted); torch.cat.
+                f += O * q * (e + 4) + (i > 0 ? O * q * 32 : 0) + (q < 1 ? O * 8 : 0);
+                bq += O * q * (8 + e) + (q < 1 ? O * 8 : 0);
+                bk += K * k * (8 + e) + (k < 1 ? K * 8 : 0) + K * 8;  // added in; cat for the next rank
+                // Compiled: one pass a step; the first step's output read in bf16, the last written so.
+                if (i > 0) cf += (i == 1 ? e : 4) + q * e + (last ? e : 4);
+                cq += (i > 0 ? 4 : 0) + q * e + (last ? e : 4);
+                ck += (i > 0 ? 4 : 0) + k * e + 4;
+            }
+            forward += f + O * (4 + e);
+            backward += bq + O * (4 + e) + bk + K * (4 + e);
+            compiled_forward += O * cf;
+            compiled_backward += O * cq + K * (ck + 4 + e);
+        }
+        const PassBytes eager = pytorch_context_parallel_bytes(cp, o, kv, e, false, false);
+        CHECK(eager.forward == doctest::Approx(forward / cp));
+        CHECK(eager.backward == doctest::Approx(backward / cp));
+        CHECK(pytorch_context_parallel_bytes(cp, o, kv, e, false, true).forward == doctest::Approx(forward / cp));
+        // Compiled: the first concatenation (the gather's input) stays; the ring's later ones too.
+        for (const bool ring : {false, true}) {
+            const PassBytes c = pytorch_context_parallel_bytes(cp, o, kv, e, true, ring);
+            const double cats = 2 * kv + (ring ? ring_cats / cp : 0);
+            CHECK(c.forward == doctest::Approx(compiled_forward / cp + cats));
+            CHECK(c.backward == doctest::Approx(compiled_backward / cp + cats));
+        }
+    }
+    // At cp 2 in bf16, eager: 12 + 32.5 bytes an output element forward.
+    CHECK(pytorch_context_parallel_bytes(2, o, 0, e, false, false).forward == doctest::Approx(O * 44.5));
+    CHECK(pytorch_context_parallel_bytes(1, o, kv, e, false, false).forward == 0);
+
+    // In a layer: on this GPU's 1,024 tokens, 16 query heads and 4 kv heads of 128, bf16.
+    const TransformerSpec m = gqa_model();
+    const GpuSpec gpu = plain_gpu();
+    const LayerSplit plain = cp_split(4);
+    LayerSplit pytorch = plain;
+    pytorch.pytorch_context_parallel = true;
+    const Workload a = make_workload(m, plain, gpu), b = make_workload(m, pytorch, gpu);
+    const double query = 1024.0 * 16 * 128 * 2, keys = 2.0 * 1024 * 4 * 128 * 2;
+    const PassBytes layer = pytorch_context_parallel_bytes(4, query, keys, 2, false, true);
+    CHECK(b.layer.attention_forward.bytes - a.layer.attention_forward.bytes == doctest::Approx(layer.forward));
+    CHECK(b.layer.attention_backward.bytes - a.layer.attention_backward.bytes == doctest::Approx(layer.backward));
+    CHECK(b.layer.attention_forward.seconds - a.layer.attention_forward.seconds ==
+          doctest::Approx(gpu.memory_seconds(layer.forward)));
+    // Its backward passes the key and value gradients in fp32: twice their bf16 bytes.
+    CHECK(b.layer.cp_grad_bytes == doctest::Approx(2 * keys));
+    CHECK(a.layer.cp_grad_bytes == 0);
+    pytorch.cp_gather = true;
+    pytorch.compiled = true;
+    LayerSplit compiled = plain;
+    compiled.compiled = true;
+    CHECK(make_workload(m, pytorch, gpu).layer.attention_forward.bytes -
+              make_workload(m, compiled, gpu).layer.attention_forward.bytes ==
+          doctest::Approx(pytorch_context_parallel_bytes(4, query, keys, 2, true, false).forward));
+
+    // PyTorch's strategies run it, by either method; Megatron's do not.
+    json doc{{"cluster", realistic_cluster(1)},
+             {"model", small_model(2)},
+             {"training", {{"global_batch", 2}, {"micro_batch", 1}}},
+             {"strategy", {{"name", "fsdp"}, {"cp", 4}, {"dp", 2}, {"flash_attention", true}}}};
+    LayerSplit split = layer_split(parse_config(doc, "cp.json"));
+    CHECK(split.pytorch_context_parallel);
+    CHECK_FALSE(split.cp_gather);
+    doc["strategy"]["cp_comm"] = "allgather";
+    split = layer_split(parse_config(doc, "cp.json"));
+    CHECK(split.pytorch_context_parallel);
+    CHECK(split.cp_gather);
+    doc["strategy"]["name"] = "megatron";
+    CHECK_FALSE(layer_split(parse_config(doc, "cp.json")).pytorch_context_parallel);
+    doc["strategy"] = {{"name", "fsdp"}, {"dp", 8}, {"flash_attention", true}};
+    doc["training"]["global_batch"] = 8;
+    CHECK_FALSE(layer_split(parse_config(doc, "cp.json")).pytorch_context_parallel);
+}
+
+TEST_CASE("PyTorch's ring in a run: the gather beside the first step, the gradients passed in fp32 after every step") {
+    json doc{{"cluster", realistic_cluster(1)},
+             {"model", small_model(2)},
+             {"training", {{"global_batch", 2}, {"micro_batch", 1}}},
+             {"strategy", {{"name", "fsdp"}, {"cp", 4}, {"dp", 2}, {"flash_attention", true}, {"cp_comm", "allgather"}}}};
+    const double kv = 2.0 * (1024 / 4) * 16 * 128 * 2;  // this rank's K and V, bf16
+    for (const char* method : {"allgather", "ring"}) {
+        CAPTURE(method);
+        doc["strategy"]["cp_comm"] = method;
+        Trace trace;
+        run(doc, &trace);
+        int gathers = 0, scatters = 0, kv_sends = 0, grad_sends = 0, grad_recvs = 0;
+        double gather_start = -1, first_step = -1;
+        const auto& events = trace.ranks[0].events;
+        for (std::size_t j = 0; j < events.size(); ++j) {
+            const auto& e = events[j];
+            if (e.layer != 0) continue;
+            const std::string_view op = e.op.name();
+            if (op == "all_gather" && e.bytes == doctest::Approx(4 * kv)) {
+                ++gathers;
+                if (gather_start < 0) gather_start = e.start;
+            }
+            if (op == "reduce_scatter" && e.bytes == doctest::Approx(4 * kv)) ++scatters;
+            if (op == "send" && e.bytes == doctest::Approx(kv)) ++kv_sends;
+            if (op == "send" && e.bytes == doctest::Approx(2 * kv)) ++grad_sends;
+            if (op == "recv" && e.bytes == doctest::Approx(2 * kv)) ++grad_recvs;
+            // The core's first step: the first forward event with FLOPs at the gather's start.
+            if (gather_start >= 0 && first_step < 0 && op == "forward" && e.flops > 0) first_step = e.start;
+        }
+        const bool gather = std::string_view(method) == "allgather";
+        CHECK(gathers == (gather ? 2 : 0));  // the forward's and the backward's, each started, not waited on
+        CHECK(scatters == 0);                // the gradients go round the ring instead
+        if (gather) CHECK(first_step == doctest::Approx(gather_start));
+        CHECK(kv_sends == (gather ? 0 : 2 * 3));  // cp - 1 passes forward and backward
+        CHECK(grad_sends == 4);                   // cp: after every backward step
+        CHECK(grad_recvs == 4);
+    }
 }
 
 TEST_CASE("context parallelism on pure compute: cp GPUs compute 1/cp of one GPU's step each") {

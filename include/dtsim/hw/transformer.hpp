@@ -201,6 +201,13 @@ struct LayerSplit {
     // The ring is Transformer Engine's (AttnFuncWithCPAndKVP2P, as Megatron-Core runs it), whose
     // buffers and partial results cost element-wise work of their own (te_context_parallel_bytes).
     bool te_context_parallel = false;
+    // The ring is PyTorch's (torchtitan's context parallelism, pytorch_context_parallel_bytes): its
+    // merges cost element-wise work, and its backward passes the key and value gradients round the
+    // ring in fp32, one transfer a step (LayerWork::cp_grad_bytes).
+    bool pytorch_context_parallel = false;
+    // Context parallelism gathers the keys and values (StrategyConfig::cp_comm "allgather") instead
+    // of passing them round the ring.
+    bool cp_gather = false;
     // Each block compiled with torch.compile (compiled_elementwise_bytes, layer_activation_bytes).
     bool compiled = false;
     // The keys and values copied to every query head before the attention core
@@ -378,6 +385,36 @@ std::vector<EagerKernel> timed_kernels_of(const TransformerSpec& m, const LayerS
 // a copy" terms hold on that average, not rank by rank). Not counted: the flash-attn backend's
 // extra copies and per-step zeroing, and fp8 attention (NVTE_FP8_DPA), whose path differs.
 PassBytes te_context_parallel_bytes(int cp, double o, double kv);
+
+// PyTorch's context parallelism (torchtitan's; torch/distributed/tensor/experimental/_attention.py,
+// read at 0123248a: _templated_ring_attention and its backward, _SDPAMerger, _partial_update):
+// beyond the core's cp steps, the element-wise work on its buffers and partial results, with `o`
+// the bytes of this GPU's queries (and output) and `kv` those of its keys and values together, in
+// elements of `e` bytes; O = o / e and K = kv / e elements. It keeps its partial results in fp32
+// (convert_to_f32). Eager, per step:
+//   forward   each step's output cast to fp32 (e + 4 an element); from the second step merged into
+//             the sum (out - sigmoid(lse' - lse) (out - out'): three passes, 12 + 8 + 12 bytes), a
+//             step on half the queries on that half, then the sum rebuilt whole by torch.cat
+//             (8); the result cast back (4 + e). The keys and values made contiguous (2 kv) and
+//             concatenated for the next rank at every step but the last (2 kv each), whatever the
+//             rotate method (allgather sends only the first).
+//   backward  fp32 sums of the query and key/value gradients zeroed (4 each); each step's
+//             gradients (in e) added in (8 + e), a half-size one into its half and the whole rebuilt
+//             by torch.cat (8 more); the key/value sum concatenated for the next rank every step
+//             (8 on K); both cast back at the end (4 + e); the keys and values made contiguous and
+//             concatenated as in the forward.
+// Compiled (torchtitan compiles each block with fullgraph, the ring inside it; counted as Inductor
+// fuses it, one pass a step between the attention kernels and dead concatenations dropped):
+//   forward   a merge reads the sum and the step's output and writes the sum (8 + e; a step on half
+//             the queries 8 + e / 2, the cat folded in), the first reading the first step's output
+//             in e and the last writing the result in e; the first concatenation (the allgather's
+//             input, or the ring's first send) and the ring's later ones (2 kv each);
+//   backward  the same for the query gradient's sum and the key/value sum (the first a cast, 4 + e;
+//             the last cast back, 4 + e on K) and the same concatenations.
+// A rank r of the ring runs r of its cp - 1 later steps on all its queries and half the keys and
+// values and cp - 1 - r on half its queries and all of them: half of each on average over the
+// ring, which every rank is given. The log-sum-exps (1 / head_dim of the output) are not counted.
+PassBytes pytorch_context_parallel_bytes(int cp, double o, double kv, double e, bool compiled, bool ring);
 
 // The memory-bound work of one eager layer (norms, residual adds, hidden dropout, the MLP's
 // activation, and the gradient sums of the backward) for one microbatch, by block and pass, as the

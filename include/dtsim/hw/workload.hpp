@@ -69,6 +69,9 @@ struct LayerWork {
     // includes the cp steps; these are one step's share.
     Work cp_core_forward, cp_core_backward;
     double cp_kv_bytes = 0;
+    // PyTorch's ring (LayerSplit::pytorch_context_parallel): the key and value gradients it passes
+    // to the next rank after each backward step, in fp32 (zero otherwise).
+    double cp_grad_bytes = 0;
     double tp_bytes = 0;               // S of each tensor-parallel collective: b s h x element size
     double activation_bytes = 0;       // kept per microbatch until the backward (Korthikanti)
     double recompute_peak_bytes = 0;   // more while the backward of a fully recomputed layer runs

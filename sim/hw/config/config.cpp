@@ -87,9 +87,10 @@ LayerSplit layer_split(const Config& c) {
     split.elementwise =
         s.elementwise_kernels.value_or(pytorch_code ? ElementwiseKernels::eager : ElementwiseKernels::fused);
     // Megatron-Core's context parallelism over a ring is Transformer Engine's (every strategy but
-    // PyTorch's own modules); PyTorch's (torchtitan) merges its partial results otherwise, which is
-    // not counted.
+    // PyTorch's own modules); PyTorch's own modules run PyTorch's (torchtitan's), by either method.
     split.te_context_parallel = s.cp > 1 && s.cp_comm == ContextComm::ring && !pytorch_code;
+    split.pytorch_context_parallel = s.cp > 1 && pytorch_code;
+    split.cp_gather = s.cp_comm == ContextComm::allgather;
     split.userbuffers = te_userbuffers(s);
     if (split.userbuffers) split.ub = s.tp_overlap;
     split.optimizer_dtype = s.optimizer_dtype;

@@ -237,6 +237,27 @@ PassBytes te_context_parallel_bytes(int cp, double o, double kv) {
     return {2 * kv + o + 3 * steps * o, 2 * kv + (3 * steps - 1) * o + 2 * steps * kv + (3 * steps - 1) * kv};
 }
 
+PassBytes pytorch_context_parallel_bytes(int cp, double o, double kv, double e, bool compiled, bool ring) {
+    if (cp <= 1) return {};
+    const double O = o / e, K = kv / e, later = cp - 1.0;
+    if (!compiled) {
+        const double copies = 2 * kv + later * 2 * kv;  // contiguous, then a cat every step but the last
+        const double full = (e + 4) + 32, half = (e + 4) / 2 + 16 + 8;
+        const double forward = O * ((e + 4) + later / 2 * (full + half) + (4 + e)) + copies;
+        const double add_full = 8 + e, add_half = (8 + e) / 2 + 8;
+        const double sums = later / 2 * (add_full + add_half);
+        const double query = O * (4 + add_full + sums + (4 + e));
+        const double keys = K * (4 + add_full + sums + 8 * cp + (4 + e)) + copies;
+        return {forward, query + keys};
+    }
+    const double copies = (ring ? later : 1.0) * 2 * kv;
+    const double merges = later / 2 * ((8 + e) + (8 + e / 2));
+    const double forward = O * (merges - 2 * (4 - e)) + copies;
+    const double query = O * ((4 + e) + merges - (4 - e));
+    const double keys = K * ((4 + e) + merges + (4 + e)) + copies;
+    return {forward, query + keys};
+}
+
 std::vector<EagerKernel> timed_kernels_of(const TransformerSpec& m, const LayerSplit& s) {
     std::vector<EagerKernel> out;
     if (!s.compiled && !s.composed_norm) out.push_back(EagerKernel::norm);

@@ -127,6 +127,12 @@ Workload make_workload(const TransformerSpec& model, const LayerSplit& s, const 
         s.te_context_parallel ? te_context_parallel_bytes(s.cp, query_bytes, core_kv_bytes) : PassBytes{};
     add(L.attention_forward, te_cp.forward);
     add(L.attention_backward, te_cp.backward);
+    const PassBytes torch_cp = s.pytorch_context_parallel
+                                   ? pytorch_context_parallel_bytes(s.cp, query_bytes, core_kv_bytes, el, s.compiled,
+                                                                    !s.cp_gather)
+                                   : PassBytes{};
+    add(L.attention_forward, torch_cp.forward);
+    add(L.attention_backward, torch_cp.backward);
     // The rotary embedding of this GPU's query and key heads (RopeKernel), before the core.
     // Compiled blocks count it in their fitted classes.
     const double rotated = s.compiled ? 0 : tokens * (a / t + kv_here) * hd;
@@ -222,6 +228,7 @@ Workload make_workload(const TransformerSpec& model, const LayerSplit& s, const 
         L.cp_core_forward = core_step;
         L.cp_core_backward = core_step_backward;
         L.cp_kv_bytes = core_kv_bytes;
+        if (s.pytorch_context_parallel) L.cp_grad_bytes = core_kv_bytes / el * 4;
     }
     L.tp_bytes = s.tp > 1 ? tokens * h * el : 0;
     L.activation_bytes = layer_activation_bytes(m, s);

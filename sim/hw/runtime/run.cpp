@@ -442,8 +442,10 @@ RunSize estimate_run_size(const Config& c, const RunOptions& options) {
     // its last few backwards: their W events are within what its whole backwards are counted at.
     if (s.name == "zbh1" || s.name == "schedule") per_layer += weight_pass_gathers_input(s) ? 4 : 2;
     // Context parallelism: the core's cp steps and a send and receive between them, forward,
-    // backward and in a full recompute.
+    // backward and in a full recompute (a gather instead: fewer); PyTorch's backward passes the
+    // gradients on after each step as well, a send and a receive.
     if (s.cp > 1) per_layer += (s.recompute == Recompute::full ? 3 : 2) * (3.0 * s.cp - 2);
+    if (s.cp > 1 && pytorch_modules(s)) per_layer += 2.0 * s.cp;
     if (s.name == "fsdp") {
         per_layer += hybrid_shard_ranks(c) > 0 ? 4 : s.sharding == "grad_op" ? 2 : 3;
         // FSDP2's copies: each gather's out, the gradients in.

@@ -34,19 +34,31 @@ Work part(const Work& w, double seconds) {
     return Work{seconds, w.flops * f, w.bytes * f};
 }
 
-// Context parallelism's attention core (StrategyConfig::cp_comm).
-//   ring       Megatron-Core and Transformer Engine's "p2p" context parallelism, torchtitan's ring
-//              attention: cp steps, each the fused kernel on this rank's queries against one
-//              rank's keys and values; at each step but the last the keys and values it holds go
-//              on to the next rank while it computes, and the next step waits for those of the
-//              previous rank. Backward passes the keys and values with their gradients (twice the
-//              bytes). One tag for the whole ring: messages of one sender arrive in order.
-//   allgather  Llama 3's (Dubey et al. 2024, section 3.3.2) and PyTorch's "allgather" rotate
-//              method: the keys and values all-gathered over the context-parallel group before
-//              the core, on the compute stream (not hidden), and gathered again before its
-//              backward, whose key and value gradients are reduce-scattered after it. The core's
-//              work is priced as the ring's cp steps.
+// Context parallelism's attention core (StrategyConfig::cp_comm), but PyTorch's (below).
+//   ring       Megatron-Core and Transformer Engine's "p2p" context parallelism: cp steps, each
+//              the fused kernel on this rank's queries against one rank's keys and values; at
+//              each step but the last the keys and values it holds go on to the next rank while
+//              it computes, and the next step waits for those of the previous rank. Backward
+//              passes the keys and values with their gradients (twice the bytes). One tag for
+//              the whole ring: messages of one sender arrive in order.
+//   allgather  Llama 3's (Dubey et al. 2024, section 3.3.2): the keys and values all-gathered
+//              over the context-parallel group before the core, on the compute stream (not
+//              hidden), and gathered again before its backward, whose key and value gradients
+//              are reduce-scattered after it. The core's work is priced as the ring's cp steps.
 inline constexpr int kContextRing = -2;
+// PyTorch's ring (LayerSplit::pytorch_context_parallel), torchtitan's context parallelism
+// (_templated_ring_attention and its backward in torch/distributed/tensor/experimental/_attention.py,
+// read at 0123248a; functional collectives on a process group of their own, so on a stream apart
+// from the data-parallel collectives: CommStream::tensor):
+//   allgather  the gather starts before the first step, which runs on the rank's own keys and
+//              values beside it; the second step waits for it. Forward and backward each gather.
+//   ring       the keys and values go on to the next rank at each step but the last, as above
+//              (all_to_all_single with one peer, in the tensors' dtype).
+// Either way the backward passes the key and value gradients' fp32 sums to the next rank after
+// every step (an all-to-all with one peer, LayerWork::cp_grad_bytes); a step adds its own into
+// what the previous rank sent, so each waits for that transfer after its kernel, and the last
+// one's end closes the core.
+inline constexpr int kContextGradients = -3;
 
 struct Ring {
     Work step;           // one step of the core
@@ -54,7 +66,31 @@ struct Ring {
     bool backward = false;
 };
 
+Task<> pytorch_ring_core(Device& gpu, const Job& job, OpCode op, int layer, const Ring& ring, int mb) {
+    const LayerWork& L = job.work->layer;
+    const IdSet ids = IdSet::single(mb);
+    const bool gather = job.work->split.cp_gather;
+    Transfer gathered;
+    if (gather)
+        gathered = co_await gpu.start(Collective::all_gather, *job.cp_group, L.cp_kv_bytes * job.cp, layer,
+                                      CommStream::tensor);
+    for (int i = 0; i < job.cp; ++i) {
+        if (gather && i == 1) co_await gpu.wait(gathered);
+        if (!gather && i > 0) co_await gpu.recv(job.cp_prev, kContextRing, layer, ids);
+        if (!gather && i + 1 < job.cp) gpu.send(job.cp_next, L.cp_kv_bytes, kContextRing, layer, ids);
+        run_work(gpu, op, layer, ring.step, mb);
+        if (!ring.backward) continue;
+        if (i > 0) co_await gpu.recv(job.cp_prev, kContextGradients, layer, ids);
+        gpu.send(job.cp_next, L.cp_grad_bytes, kContextGradients, layer, ids);
+    }
+    if (ring.backward) co_await gpu.recv(job.cp_prev, kContextGradients, layer, ids);
+}
+
 Task<> ring_core(Device& gpu, const Job& job, OpCode op, int layer, const Ring& ring, int mb) {
+    if (job.work->split.pytorch_context_parallel) {
+        co_await pytorch_ring_core(gpu, job, op, layer, ring, mb);
+        co_return;
+    }
     if (job.strategy().cp_comm == ContextComm::allgather) {
         const double kv = job.work->layer.cp_kv_bytes * job.cp;  // the gathered keys and values
         co_await gpu.all_gather(*job.cp_group, kv, layer);
