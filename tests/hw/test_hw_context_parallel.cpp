@@ -211,6 +211,19 @@ TEST_CASE("PyTorch's ring: its merges' and gradient sums' bytes, as counted from
               make_workload(m, compiled, gpu).layer.attention_forward.bytes ==
           doctest::Approx(pytorch_context_parallel_bytes(4, query, keys, 2, true, false).forward));
 
+    // What it holds while the core runs: the gathered keys and values of the 4 ranks and the
+    // gather's input (5 kv), or three buffers of them round the ring; the output's fp32 sum (2 o in
+    // bf16 bytes); the backward three fp32 sums of the key and value gradients (6 kv) and the
+    // query gradient's (2 o).
+    const PassBytes gathered = pytorch_context_parallel_memory(4, query, keys, 2, true);
+    CHECK(gathered.forward == doctest::Approx(5 * keys + 2 * query));
+    CHECK(gathered.backward == doctest::Approx(5 * keys + 6 * keys + 2 * query));
+    const PassBytes passed = pytorch_context_parallel_memory(4, query, keys, 2, false);
+    CHECK(passed.forward == doctest::Approx(3 * keys + 2 * query));
+    CHECK(passed.backward == doctest::Approx(9 * keys + 2 * query));
+    CHECK(make_workload(m, pytorch, gpu).layer.cp_buffers.backward == doctest::Approx(gathered.backward));
+    CHECK(a.layer.cp_buffers.forward == 0);
+
     // PyTorch's strategies run it, by either method; Megatron's do not.
     json doc{{"cluster", realistic_cluster(1)},
              {"model", small_model(2)},
@@ -242,7 +255,7 @@ TEST_CASE("PyTorch's ring in a run: the gather beside the first step, the gradie
         Trace trace;
         run(doc, &trace);
         int gathers = 0, scatters = 0, kv_sends = 0, grad_sends = 0, grad_recvs = 0;
-        double gather_start = -1, first_step = -1;
+        double gather_start = -1, first_step = -1, held = -1;
         const auto& events = trace.ranks[0].events;
         for (std::size_t j = 0; j < events.size(); ++j) {
             const auto& e = events[j];
@@ -250,7 +263,10 @@ TEST_CASE("PyTorch's ring in a run: the gather beside the first step, the gradie
             const std::string_view op = e.op.name();
             if (op == "all_gather" && e.bytes == doctest::Approx(4 * kv)) {
                 ++gathers;
-                if (gather_start < 0) gather_start = e.start;
+                if (gather_start < 0) {
+                    gather_start = e.start;
+                    held = e.memory - events[j - 1].memory;  // allocated as the core starts
+                }
             }
             if (op == "reduce_scatter" && e.bytes == doctest::Approx(4 * kv)) ++scatters;
             if (op == "send" && e.bytes == doctest::Approx(kv)) ++kv_sends;
@@ -262,7 +278,11 @@ TEST_CASE("PyTorch's ring in a run: the gather beside the first step, the gradie
         const bool gather = std::string_view(method) == "allgather";
         CHECK(gathers == (gather ? 2 : 0));  // the forward's and the backward's, each started, not waited on
         CHECK(scatters == 0);                // the gradients go round the ring instead
-        if (gather) CHECK(first_step == doctest::Approx(gather_start));
+        if (gather) {
+            CHECK(first_step == doctest::Approx(gather_start));
+            const double query = 256.0 * 16 * 128 * 2;  // this rank's queries, bf16
+            CHECK(held == doctest::Approx(pytorch_context_parallel_memory(4, query, kv, 2, true).forward));
+        }
         CHECK(kv_sends == (gather ? 0 : 2 * 3));  // cp - 1 passes forward and backward
         CHECK(grad_sends == 4);                   // cp: after every backward step
         CHECK(grad_recvs == 4);

@@ -415,6 +415,14 @@ PassBytes te_context_parallel_bytes(int cp, double o, double kv);
 // values and cp - 1 - r on half its queries and all of them: half of each on average over the
 // ring, which every rank is given. The log-sum-exps (1 / head_dim of the output) are not counted.
 PassBytes pytorch_context_parallel_bytes(int cp, double o, double kv, double e, bool compiled, bool ring);
+// The memory PyTorch's ring holds while its core runs (same source and units), beyond what the
+// layer keeps: the gathered keys and values of every rank (cp kv) and the gather's input, a
+// concatenation (kv); or, passed round the ring, three buffers of them (the one the step reads,
+// the one sent on, the one arriving); and the fp32 sum of the output (4 O). The backward holds the
+// same keys and values, three fp32 sums of their gradients (the one added into, the one sent on,
+// the one arriving: 4 K each) and the query gradient's fp32 sum (4 O). Not counted: a step's own
+// outputs and the eager merges' temporaries.
+PassBytes pytorch_context_parallel_memory(int cp, double o, double kv, double e, bool gather);
 
 // The memory-bound work of one eager layer (norms, residual adds, hidden dropout, the MLP's
 // activation, and the gradient sums of the backward) for one microbatch, by block and pass, as the

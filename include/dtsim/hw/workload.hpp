@@ -72,6 +72,8 @@ struct LayerWork {
     // PyTorch's ring (LayerSplit::pytorch_context_parallel): the key and value gradients it passes
     // to the next rank after each backward step, in fp32 (zero otherwise).
     double cp_grad_bytes = 0;
+    // And what it holds while its core runs, forward and backward (pytorch_context_parallel_memory).
+    PassBytes cp_buffers;
     double tp_bytes = 0;               // S of each tensor-parallel collective: b s h x element size
     double activation_bytes = 0;       // kept per microbatch until the backward (Korthikanti)
     double recompute_peak_bytes = 0;   // more while the backward of a fully recomputed layer runs

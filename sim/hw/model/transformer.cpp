@@ -258,6 +258,12 @@ PassBytes pytorch_context_parallel_bytes(int cp, double o, double kv, double e, 
     return {forward, query + keys};
 }
 
+PassBytes pytorch_context_parallel_memory(int cp, double o, double kv, double e, bool gather) {
+    if (cp <= 1) return {};
+    const double keys = gather ? (cp + 1.0) * kv : 3 * kv, sum = 4 * o / e;
+    return {keys + sum, keys + 3 * (4 * kv / e) + sum};
+}
+
 std::vector<EagerKernel> timed_kernels_of(const TransformerSpec& m, const LayerSplit& s) {
     std::vector<EagerKernel> out;
     if (!s.compiled && !s.composed_norm) out.push_back(EagerKernel::norm);

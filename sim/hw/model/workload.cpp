@@ -228,7 +228,10 @@ Workload make_workload(const TransformerSpec& model, const LayerSplit& s, const 
         L.cp_core_forward = core_step;
         L.cp_core_backward = core_step_backward;
         L.cp_kv_bytes = core_kv_bytes;
-        if (s.pytorch_context_parallel) L.cp_grad_bytes = core_kv_bytes / el * 4;
+        if (s.pytorch_context_parallel) {
+            L.cp_grad_bytes = core_kv_bytes / el * 4;
+            L.cp_buffers = pytorch_context_parallel_memory(s.cp, query_bytes, core_kv_bytes, el, s.cp_gather);
+        }
     }
     L.tp_bytes = s.tp > 1 ? tokens * h * el : 0;
     L.activation_bytes = layer_activation_bytes(m, s);

@@ -70,6 +70,8 @@ Task<> pytorch_ring_core(Device& gpu, const Job& job, OpCode op, int layer, cons
     const LayerWork& L = job.work->layer;
     const IdSet ids = IdSet::single(mb);
     const bool gather = job.work->split.cp_gather;
+    const double held = ring.backward ? L.cp_buffers.backward : L.cp_buffers.forward;
+    gpu.allocate(held, MemoryKind::buffers, op, layer);
     Transfer gathered;
     if (gather)
         gathered = co_await gpu.start(Collective::all_gather, *job.cp_group, L.cp_kv_bytes * job.cp, layer,
@@ -84,6 +86,7 @@ Task<> pytorch_ring_core(Device& gpu, const Job& job, OpCode op, int layer, cons
         gpu.send(job.cp_next, L.cp_grad_bytes, kContextGradients, layer, ids);
     }
     if (ring.backward) co_await gpu.recv(job.cp_prev, kContextGradients, layer, ids);
+    gpu.release(held, MemoryKind::buffers);
 }
 
 Task<> ring_core(Device& gpu, const Job& job, OpCode op, int layer, const Ring& ring, int mb) {
