@@ -607,6 +607,15 @@ TEST_CASE("a run says where its prediction is weakest") {
     CHECK(without_sms("llama3-8b-16xh100-fsdp.json", {"strategy.recompute_early_stop=true"}).empty());
     CHECK(without_sms("llama3-8b-16xh100-fsdp.json", {"strategy.recompute_early_stop=false"}).empty());
     CHECK_FALSE(has(caveats("llama3-70b-64xh100-1f1b.json", {"strategy.recompute=full"}), "recompute_early_stop"));
+    // PyTorch's context-parallel ring: counted from its code, compiled as Inductor would fuse it;
+    // not said of Megatron's (Transformer Engine's) ring.
+    const std::string torch_ring = "context parallelism by PyTorch's ring: its fp32 merges and gradient sums counted";
+    CHECK(has(caveats("llama3-8b-16xh100-fsdp.json", {"strategy.cp=2", "strategy.dp=8"}), torch_ring));
+    CHECK_FALSE(has(caveats("llama3-8b-16xh100-fsdp.json", {"strategy.cp=2", "strategy.dp=8"}), "Inductor"));
+    CHECK(has(caveats("llama3-8b-16xh100-fsdp.json", {"strategy.cp=2", "strategy.dp=8", "strategy.compile=true"}),
+              "as Inductor would fuse them (not measured)"));
+    CHECK_FALSE(has(caveats("llama3-8b-8xh100-megatron.json", {"strategy.cp=2", "strategy.dp=1"}), torch_ring));
+    CHECK_FALSE(has(caveats("llama3-8b-16xh100-fsdp.json", {}), torch_ring));
     // Without the attention curves, the core is priced as GEMMs, and the run says so.
     CHECK(has(caveats("llama3-8b-16xh100-fsdp.json", {"cluster.gpu.attention={}"}), "fused attention priced as two GEMMs"));
     // 8 nodes against curves measured on 2.

@@ -682,6 +682,13 @@ std::vector<std::string> prediction_caveats(const Config& c, const Workload& wor
                                  : " at no cost to them") +
                       (s.name == "schedule" ? " (where the schedule's backward is whole, not split into input and weight gradients)"
                                             : ""));
+    // PyTorch's context-parallel ring (LayerSplit::pytorch_context_parallel).
+    if (work.split.pytorch_context_parallel)
+        out.push_back(std::string("context parallelism by PyTorch's ring: its fp32 merges and gradient sums counted from "
+                                  "its code") +
+                      (s.compile ? ", as Inductor would fuse them (not measured)" : "") +
+                      "; the published torchtitan runs with it ran slower than predicted, the more so at cp 4 and 8 "
+                      "(docs/calibration.md)");
     // What collectives beside compute take from it (Device::hold_sms).
     if (s.dp > 1 || s.cp > 1 || tp_async_backward(s)) {
         if (nccl_holds_sms)
