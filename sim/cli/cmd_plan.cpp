@@ -502,10 +502,8 @@ void register_plan_command(CLI::App& app) {
     cmd->add_option("--set", pa->sets, "Override a field that is not searched: path=value (repeatable)")
         ->allow_extra_args(false);
     cmd->add_option("--space", pa->space,
-                    "The values of a knob to search: knob=v1,v2 (strategy, schedule_file, tp, pp, chunks, cp, "
-                    "zero_stage, micro_batch, recompute, sequence_parallel, tp_comm_overlap, fp8, compile, "
-                    "recompute_num_layers, recompute_every, microbatch_group, sharding, first_stage_layers, "
-                    "last_stage_layers; repeatable)")
+                    fmt::format("The values of a knob to search: knob=v1,v2 ({}; repeatable)",
+                                fmt::join(hw::plan_knobs(), ", ")))
         ->allow_extra_args(false);
     cmd->add_option("--top", pa->top, "Layouts to print: the search is exact for the best N (default 5)")
         ->transform(whole_number(1, 1000000));

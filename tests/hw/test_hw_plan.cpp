@@ -654,6 +654,53 @@ TEST_CASE("fp8 is searched only when asked for, each layout with each recipe") {
     CHECK_THROWS_WITH_AS(enumerate_layouts(twice), doctest::Contains("fp8 is searched here"), PlanError);
 }
 
+TEST_CASE("cp_comm is searched only when asked for, each layout of cp > 1 with each exchange") {
+    const json doc = base_document();
+    const std::vector<std::string> space = {"strategy=fsdp,megatron", "cp=1,2", "tp=1", "recompute=none",
+                                            "zero_stage=1,3", "micro_batch=1"};
+    const auto plain = enumerate_layouts(request_for(doc, space));
+    auto with = space;
+    with.push_back("cp_comm=ring,allgather");
+    const auto both = enumerate_layouts(request_for(doc, with));
+    std::size_t split = 0, whole = 0;
+    for (const auto& c : plain.candidates) (c.label.find(" cp=2") != std::string::npos ? split : whole) += 1;
+    REQUIRE(split > 0);
+    REQUIRE(whole > 0);
+    // Layouts without context parallelism once, as before; those with it once per exchange.
+    CHECK(both.candidates.size() == whole + 2 * split);
+    std::set<std::string> labels_with;
+    for (const auto& c : both.candidates) labels_with.insert(c.label);
+    for (const auto& c : plain.candidates) {
+        INFO(c.label);
+        const auto at = c.label.find(" cp=2");
+        if (at == std::string::npos) {
+            CHECK(labels_with.count(c.label) == 1);
+            continue;
+        }
+        for (const char* comm : {" cp_comm=ring", " cp_comm=allgather"}) {
+            std::string label = c.label;
+            label.insert(at + 5, comm);
+            CHECK(labels_with.count(label) == 1);
+        }
+    }
+    // Each candidate's config carries its exchange.
+    for (const auto& c : both.candidates) {
+        if (c.label.find("cp_comm=allgather") == std::string::npos) continue;
+        const auto it = std::find_if(c.overrides.begin(), c.overrides.end(),
+                                     [](const Override& o) { return o.path == "strategy.cp_comm"; });
+        REQUIRE(it != c.overrides.end());
+        CHECK(it->value == "\"allgather\"");
+    }
+    PlanRequest twice = request_for(doc, with);
+    twice.overrides = {{"strategy.cp_comm", "\"ring\""}};
+    CHECK_THROWS_WITH_AS(enumerate_layouts(twice), doctest::Contains("cp_comm is searched here"), PlanError);
+    PlanSpace s;
+    CHECK_THROWS_WITH_AS(set_space(s, "cp_comm=p2p"),
+                         doctest::Contains("--space cp_comm: 'p2p' is not a context-parallel exchange (expected ring or "
+                                           "allgather)"),
+                         PlanError);
+}
+
 TEST_CASE("compile is searched only when asked for: each layout eager and compiled") {
     json doc = base_document();
     doc["model"]["mlp"] = "swiglu";

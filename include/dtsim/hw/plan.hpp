@@ -66,6 +66,8 @@ public:
 //   pp                the divisors of the layers >= 2 for pipelines, 1 for the others
 //   chunks            interleaved and bfs: the divisors >= 2 of layers / pp; 1 for the others
 //   cp                1
+//   cp_comm           not searched: the config's own (strategy.cp_comm); asked for, each value with
+//                     each layout of cp > 1
 //   zero_stage        every stage the strategy runs (strategies.hpp)
 //   micro_batch       the divisors of global_batch / dp
 //   recompute         none, selective, full
@@ -91,6 +93,7 @@ struct PlanSpace {
     std::vector<std::string> recompute;
     std::vector<int> sequence_parallel, tp_comm_overlap;  // 0 / 1
     std::vector<std::string> fp8;  // none, te, torchao; empty: the config's own strategy.fp8
+    std::vector<std::string> cp_comm;  // ring, allgather (cp > 1); empty: the config's own strategy.cp_comm
     std::vector<int> compile;      // 0 / 1; empty: the config's own strategy.compile
     std::vector<int> recompute_num_layers, recompute_every;  // 0: every layer ("all"); empty: not searched
     std::vector<int> first_stage_layers, last_stage_layers;  // 0: even stages ("even"); empty: not searched

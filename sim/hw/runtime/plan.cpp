@@ -216,7 +216,7 @@ std::vector<int> gpu_counts(const std::string& spec, int per_node) {
 
 const std::vector<std::string>& plan_knobs() {
     static const std::vector<std::string> knobs = {"strategy", "schedule_file", "tp", "pp", "chunks", "cp",
-                                                   "zero_stage", "micro_batch", "recompute", "sequence_parallel",
+                                                   "cp_comm", "zero_stage", "micro_batch", "recompute", "sequence_parallel",
                                                    "tp_comm_overlap", "fp8", "compile",
                                                    "recompute_num_layers", "recompute_every",
                                                    "microbatch_group", "sharding", "first_stage_layers",
@@ -236,7 +236,7 @@ void keep_first(std::vector<T>& values) {
 }
 
 void keep_first(PlanSpace& s) {
-    for (auto* v : {&s.strategies, &s.recompute, &s.fp8, &s.sharding, &s.schedule_files}) keep_first(*v);
+    for (auto* v : {&s.strategies, &s.recompute, &s.fp8, &s.cp_comm, &s.sharding, &s.schedule_files}) keep_first(*v);
     for (auto* v : {&s.tp, &s.pp, &s.chunks, &s.cp, &s.zero_stage, &s.micro_batch, &s.sequence_parallel,
                     &s.tp_comm_overlap, &s.compile, &s.recompute_num_layers, &s.recompute_every,
                     &s.first_stage_layers, &s.last_stage_layers, &s.microbatch_group})
@@ -323,6 +323,13 @@ void set_space(PlanSpace& space, const std::string& text) {
                                             "hybrid)",
                                             v));
         space.sharding = values;
+    } else if (key == "cp_comm") {
+        for (const auto& v : values)
+            if (v != "ring" && v != "allgather")
+                throw PlanError(fmt::format("--space cp_comm: '{}' is not a context-parallel exchange (expected ring "
+                                            "or allgather)",
+                                            v));
+        space.cp_comm = values;
     } else if (key == "fp8") {
         for (const auto& v : values)
             if (v != "none" && v != "te" && v != "torchao")
@@ -367,6 +374,10 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
                                                   "and the batch)"
                                                 : ""));
             }
+    for (const auto& o : request.overrides)
+        if (strip(o.path) == "cp_comm" && !request.space.cp_comm.empty())
+            throw PlanError(fmt::format("--set {}: cp_comm is searched here (--space cp_comm=...); give it one way",
+                                        o.path));
     for (const auto& o : request.overrides)
         if (strip(o.path) == "fp8" && !request.space.fp8.empty())
             throw PlanError(fmt::format("--set {}: fp8 is searched here (--space fp8=...); give it one way", o.path));
@@ -487,6 +498,9 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
             }
             return out;
         };
+        // cp_comm: the config's own unless searched, and only where cp > 1 ("" keeps it).
+        static const std::vector<std::string> keep = {""};
+        const std::vector<std::string>& comms = sp.cp_comm.empty() ? keep : sp.cp_comm;
         // fp8: the config's own unless searched ("" keeps it).
         const std::vector<std::string> fp8s = sp.fp8.empty() ? std::vector<std::string>{""} : sp.fp8;
         // compile: likewise (-1 keeps it).
@@ -516,6 +530,7 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
                     for (int first : firsts)
                     for (int last : lasts)
                     for (int cp : cps)
+                    for (const std::string& comm : cp > 1 ? comms : keep)
                         for (int zero : zeros) {
                             const long long mp = static_cast<long long>(tp) * pp * cp;
                             const int dp = mp > 0 && gpus % mp == 0 ? static_cast<int>(gpus / mp) : 0;
@@ -584,6 +599,8 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
                                             o.push_back({"strategy.pp", std::to_string(pp)});
                                             o.push_back({"strategy.dp", std::to_string(dp)});
                                             if (cp > 1) o.push_back({"strategy.cp", std::to_string(cp)});
+                                            if (!comm.empty())
+                                                o.push_back({"strategy.cp_comm", fmt::format("\"{}\"", comm)});
                                             if (info.chunks) o.push_back({"strategy.chunks", std::to_string(v)});
                                             if (first > 0) o.push_back({"strategy.first_stage_layers", std::to_string(first)});
                                             if (last > 0) o.push_back({"strategy.last_stage_layers", std::to_string(last)});
@@ -606,7 +623,9 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
                                             c.label = fmt::format("{} tp={} pp={} dp={}{}{}{}{} zero_stage={}{} micro_batch={} "
                                                                   "recompute={}{}{}{}{}{}{}",
                                                                   sf ? "schedule " + sf->given : name, tp, pp, dp,
-                                                                  cp > 1 ? fmt::format(" cp={}", cp) : "",
+                                                                  cp > 1 ? fmt::format(" cp={}{}", cp,
+                                                                                       comm.empty() ? "" : " cp_comm=" + comm)
+                                                                         : "",
                                                                   info.chunks ? fmt::format(" chunks={}", v) : "",
                                                                   first > 0 ? fmt::format(" first_stage_layers={}", first) : "",
                                                                   last > 0 ? fmt::format(" last_stage_layers={}", last) : "",
