@@ -144,10 +144,14 @@ TEST_CASE("PyTorch's ring: its merges' and gradient sums' bytes, as counted from
     // Each rank's steps enumerated as _templated_ring_attention and its backward run them, then
     // averaged over the ring. Step 0 on all the rank's queries, keys and values; steps 1..r on all
     // its queries and the first half of the keys and values; the later ones on the second half of
-    // its queries (partial: the sum rebuilt whole by torch.cat). o and kv in bf16 bytes.
-    const double e = 2, O = 100, K = 30, o = O * e, kv = K * e;
+    // its queries (partial: the sum rebuilt whole by torch.cat). o and kv in bytes of e-byte
+    // elements: bf16, and fp32, whose casts to fp32 are no-ops.
+    const double O = 100, K = 30;
+    for (const double e : {2.0, 4.0})
     for (const int cp : {2, 4, 8}) {
+        CAPTURE(e);
         CAPTURE(cp);
+        const double o = O * e, kv = K * e, cast = e == 2 ? 6 : 0;
         double forward = 0, backward = 0, compiled_forward = 0, compiled_backward = 0, ring_cats = 0;
         for (int r = 0; r < cp; ++r) {
             double f = 2 * kv, bq = 4 * O, bk = 4 * K + 2 * kv;  // contiguous K and V; fp32 sums zeroed
@@ -158,31 +162,34 @@ TEST_CASE("PyTorch's ring: its merges' and gradient sums' bytes, as counted from
                 if (!last) f += 2 * kv, bk += 2 * kv;  // K and V concatenated for the next rank
                 if (!last && i > 0) ring_cats += 2 * kv;
                 // Eager: cast to fp32; merge (out - block, times the sigmoid, subtracted); torch.cat.
-                f += O * q * (e + 4) + (i > 0 ? O * q * 32 : 0) + (q < 1 ? O * 8 : 0);
+                f += O * q * cast + (i > 0 ? O * q * 32 : 0) + (q < 1 ? O * 8 : 0);
                 bq += O * q * (8 + e) + (q < 1 ? O * 8 : 0);
                 bk += K * k * (8 + e) + (k < 1 ? K * 8 : 0) + K * 8;  // added in; cat for the next rank
-                // Compiled: one pass a step; the first step's output read in bf16, the last written so.
+                // Compiled: one pass a step; the first step's output read in e, the last written so.
                 if (i > 0) cf += (i == 1 ? e : 4) + q * e + (last ? e : 4);
                 cq += (i > 0 ? 4 : 0) + q * e + (last ? e : 4);
                 ck += (i > 0 ? 4 : 0) + k * e + 4;
             }
-            forward += f + O * (4 + e);
-            backward += bq + O * (4 + e) + bk + K * (4 + e);
+            forward += f + O * cast;
+            backward += bq + O * cast + bk + K * cast;
             compiled_forward += O * cf;
-            compiled_backward += O * cq + K * (ck + 4 + e);
+            compiled_backward += O * cq + K * (ck + cast);
         }
-        const PassBytes eager = pytorch_context_parallel_bytes(cp, o, kv, e, false, false);
-        CHECK(eager.forward == doctest::Approx(forward / cp));
-        CHECK(eager.backward == doctest::Approx(backward / cp));
-        CHECK(pytorch_context_parallel_bytes(cp, o, kv, e, false, true).forward == doctest::Approx(forward / cp));
+        // Eager: the same by either method (the concatenations run whatever the rotater sends).
+        for (const bool gather : {false, true}) {
+            const PassBytes eager = pytorch_context_parallel_bytes(cp, o, kv, e, false, gather);
+            CHECK(eager.forward == doctest::Approx(forward / cp));
+            CHECK(eager.backward == doctest::Approx(backward / cp));
+        }
         // Compiled: the first concatenation (the gather's input) stays; the ring's later ones too.
-        for (const bool ring : {false, true}) {
-            const PassBytes c = pytorch_context_parallel_bytes(cp, o, kv, e, true, ring);
-            const double cats = 2 * kv + (ring ? ring_cats / cp : 0);
+        for (const bool gather : {false, true}) {
+            const PassBytes c = pytorch_context_parallel_bytes(cp, o, kv, e, true, gather);
+            const double cats = 2 * kv + (gather ? 0 : ring_cats / cp);
             CHECK(c.forward == doctest::Approx(compiled_forward / cp + cats));
             CHECK(c.backward == doctest::Approx(compiled_backward / cp + cats));
         }
     }
+    const double e = 2, o = O * e, kv = K * e;
     // At cp 2 in bf16, eager: 12 + 32.5 bytes an output element forward.
     CHECK(pytorch_context_parallel_bytes(2, o, 0, e, false, false).forward == doctest::Approx(O * 44.5));
     CHECK(pytorch_context_parallel_bytes(1, o, kv, e, false, false).forward == 0);
@@ -195,7 +202,7 @@ TEST_CASE("PyTorch's ring: its merges' and gradient sums' bytes, as counted from
     pytorch.pytorch_context_parallel = true;
     const Workload a = make_workload(m, plain, gpu), b = make_workload(m, pytorch, gpu);
     const double query = 1024.0 * 16 * 128 * 2, keys = 2.0 * 1024 * 4 * 128 * 2;
-    const PassBytes layer = pytorch_context_parallel_bytes(4, query, keys, 2, false, true);
+    const PassBytes layer = pytorch_context_parallel_bytes(4, query, keys, 2, false, false);
     CHECK(b.layer.attention_forward.bytes - a.layer.attention_forward.bytes == doctest::Approx(layer.forward));
     CHECK(b.layer.attention_backward.bytes - a.layer.attention_backward.bytes == doctest::Approx(layer.backward));
     CHECK(b.layer.attention_forward.seconds - a.layer.attention_forward.seconds ==
@@ -209,7 +216,7 @@ TEST_CASE("PyTorch's ring: its merges' and gradient sums' bytes, as counted from
     compiled.compiled = true;
     CHECK(make_workload(m, pytorch, gpu).layer.attention_forward.bytes -
               make_workload(m, compiled, gpu).layer.attention_forward.bytes ==
-          doctest::Approx(pytorch_context_parallel_bytes(4, query, keys, 2, true, false).forward));
+          doctest::Approx(pytorch_context_parallel_bytes(4, query, keys, 2, true, true).forward));
 
     // What it holds while the core runs: the gathered keys and values of the 4 ranks and the
     // gather's input (5 kv), or three buffers of them round the ring; the output's fp32 sum (2 o in
@@ -255,37 +262,63 @@ TEST_CASE("PyTorch's ring in a run: the gather beside the first step, the gradie
         Trace trace;
         run(doc, &trace);
         int gathers = 0, scatters = 0, kv_sends = 0, grad_sends = 0, grad_recvs = 0;
-        double gather_start = -1, first_step = -1, held = -1;
+        double held = -1, gather_end = -1, first_step_length = 0;
+        std::vector<double> forward_steps;  // the forward core's steps' starts
+        std::string backward_core;          // the backward core's steps (K) and gradient receives (R), in order
         const auto& events = trace.ranks[0].events;
         for (std::size_t j = 0; j < events.size(); ++j) {
             const auto& e = events[j];
             if (e.layer != 0) continue;
             const std::string_view op = e.op.name();
+            // A step of the core: the attention kernel alone, FLOPs and no element-wise bytes.
+            const bool step = e.flops > 0 && e.bytes == 0;
             if (op == "all_gather" && e.bytes == doctest::Approx(4 * kv)) {
                 ++gathers;
-                if (gather_start < 0) {
-                    gather_start = e.start;
+                if (held < 0) {
                     held = e.memory - events[j - 1].memory;  // allocated as the core starts
+                    gather_end = e.start + e.duration;
                 }
             }
             if (op == "reduce_scatter" && e.bytes == doctest::Approx(4 * kv)) ++scatters;
             if (op == "send" && e.bytes == doctest::Approx(kv)) ++kv_sends;
             if (op == "send" && e.bytes == doctest::Approx(2 * kv)) ++grad_sends;
-            if (op == "recv" && e.bytes == doctest::Approx(2 * kv)) ++grad_recvs;
-            // The core's first step: the first forward event with FLOPs at the gather's start.
-            if (gather_start >= 0 && first_step < 0 && op == "forward" && e.flops > 0) first_step = e.start;
+            if (op == "recv" && e.bytes == doctest::Approx(2 * kv)) {
+                ++grad_recvs;
+                backward_core += 'R';
+            }
+            if (op == "forward" && step) {
+                if (forward_steps.empty()) first_step_length = e.duration;
+                forward_steps.push_back(e.start);
+            }
+            if (op == "backward" && step) backward_core += 'K';
         }
         const bool gather = std::string_view(method) == "allgather";
         CHECK(gathers == (gather ? 2 : 0));  // the forward's and the backward's, each started, not waited on
         CHECK(scatters == 0);                // the gradients go round the ring instead
+        REQUIRE(forward_steps.size() == 4);
         if (gather) {
-            CHECK(first_step == doctest::Approx(gather_start));
+            // The first step runs beside the gather, the second waits for it (longer than a step here).
+            CHECK(gather_end > forward_steps[0] + first_step_length);
+            CHECK(forward_steps[1] == doctest::Approx(gather_end));
             const double query = 256.0 * 16 * 128 * 2;  // this rank's queries, bf16
             CHECK(held == doctest::Approx(pytorch_context_parallel_memory(4, query, kv, 2, true).forward));
         }
         CHECK(kv_sends == (gather ? 0 : 2 * 3));  // cp - 1 passes forward and backward
         CHECK(grad_sends == 4);                   // cp: after every backward step
         CHECK(grad_recvs == 4);
+        // Each step from the second on adds its gradients into the previous rank's sum after its
+        // kernel; the last sum closes the core.
+        CHECK(backward_core == "KKRKRKRR");
+        // The buffers: the backward's held at most, and nothing left held after the step.
+        const auto& r = trace.ranks[0];
+        const std::size_t stride = 1 + kMemoryKinds, buffers = 1 + static_cast<std::size_t>(MemoryKind::buffers);
+        REQUIRE(r.memory_by_kind.size() >= stride);
+        double most = 0;
+        for (std::size_t i = 0; i + stride <= r.memory_by_kind.size(); i += stride)
+            most = std::max(most, r.memory_by_kind[i + buffers]);
+        const double query = 256.0 * 16 * 128 * 2;
+        CHECK(most == doctest::Approx(pytorch_context_parallel_memory(4, query, kv, 2, gather).backward));
+        CHECK(r.memory_by_kind[r.memory_by_kind.size() - stride + buffers] == 0);
     }
 }
 

@@ -60,8 +60,9 @@ struct StrategyConfig {
     // split over cp ranks, attention as a ring passing the keys and values around (LayerSplit::cp).
     int cp = 1;
     // How the context-parallel ranks share keys and values: a ring of point-to-point passes
-    // beside the attention (Megatron-Core, Transformer Engine, torchtitan's ring), or an
-    // all-gather before it (Llama 3's, PyTorch's "allgather" rotate method).
+    // beside the attention (Megatron-Core, Transformer Engine, PyTorch's "alltoall" rotate
+    // method), or an all-gather: before it (Llama 3's) or, in PyTorch's strategies, beside its
+    // first step (PyTorch's "allgather" rotate method; LayerSplit::pytorch_context_parallel).
     ContextComm cp_comm = ContextComm::ring;
     // Per pipeline and step; 0 = global_batch / (micro_batch x dp). Given, it must equal that, but
     // for one case: given by a --set without training.global_batch, the global batch follows it

@@ -391,7 +391,9 @@ PassBytes te_context_parallel_bytes(int cp, double o, double kv);
 // beyond the core's cp steps, the element-wise work on its buffers and partial results, with `o`
 // the bytes of this GPU's queries (and output) and `kv` those of its keys and values together, in
 // elements of `e` bytes; O = o / e and K = kv / e elements. It keeps its partial results in fp32
-// (convert_to_f32). Eager, per step:
+// (convert_to_f32): a cast to or from fp32 costs e + 4 an element, nothing where e is 4 already.
+// `gather`: the allgather rotate method, else the ring's (alltoall). The bytes are priced with the
+// attention block's element-wise work, not placed between the ring's steps. Eager, per step:
 //   forward   each step's output cast to fp32 (e + 4 an element); from the second step merged into
 //             the sum (out - sigmoid(lse' - lse) (out - out'): three passes, 12 + 8 + 12 bytes), a
 //             step on half the queries on that half, then the sum rebuilt whole by torch.cat
@@ -404,7 +406,8 @@ PassBytes te_context_parallel_bytes(int cp, double o, double kv);
 //             (8 on K); both cast back at the end (4 + e); the keys and values made contiguous and
 //             concatenated as in the forward.
 // Compiled (torchtitan compiles each block with fullgraph, the ring inside it; counted as Inductor
-// fuses it, one pass a step between the attention kernels and dead concatenations dropped):
+// fuses it, one pass a step between the attention kernels, dead concatenations dropped, and the
+// contiguous copies folded into what produces the keys and values):
 //   forward   a merge reads the sum and the step's output and writes the sum (8 + e; a step on half
 //             the queries 8 + e / 2, the cat folded in), the first reading the first step's output
 //             in e and the last writing the result in e; the first concatenation (the allgather's
@@ -414,14 +417,15 @@ PassBytes te_context_parallel_bytes(int cp, double o, double kv);
 // A rank r of the ring runs r of its cp - 1 later steps on all its queries and half the keys and
 // values and cp - 1 - r on half its queries and all of them: half of each on average over the
 // ring, which every rank is given. The log-sum-exps (1 / head_dim of the output) are not counted.
-PassBytes pytorch_context_parallel_bytes(int cp, double o, double kv, double e, bool compiled, bool ring);
+PassBytes pytorch_context_parallel_bytes(int cp, double o, double kv, double e, bool compiled, bool gather);
 // The memory PyTorch's ring holds while its core runs (same source and units), beyond what the
 // layer keeps: the gathered keys and values of every rank (cp kv) and the gather's input, a
 // concatenation (kv); or, passed round the ring, three buffers of them (the one the step reads,
 // the one sent on, the one arriving); and the fp32 sum of the output (4 O). The backward holds the
 // same keys and values, three fp32 sums of their gradients (the one added into, the one sent on,
 // the one arriving: 4 K each) and the query gradient's fp32 sum (4 O). Not counted: a step's own
-// outputs and the eager merges' temporaries.
+// outputs, the eager merges' temporaries and the eager contiguous copy of the keys and values (kv,
+// held beside the gather through the first step).
 PassBytes pytorch_context_parallel_memory(int cp, double o, double kv, double e, bool gather);
 
 // The memory-bound work of one eager layer (norms, residual adds, hidden dropout, the MLP's

@@ -237,24 +237,26 @@ PassBytes te_context_parallel_bytes(int cp, double o, double kv) {
     return {2 * kv + o + 3 * steps * o, 2 * kv + (3 * steps - 1) * o + 2 * steps * kv + (3 * steps - 1) * kv};
 }
 
-PassBytes pytorch_context_parallel_bytes(int cp, double o, double kv, double e, bool compiled, bool ring) {
+PassBytes pytorch_context_parallel_bytes(int cp, double o, double kv, double e, bool compiled, bool gather) {
     if (cp <= 1) return {};
     const double O = o / e, K = kv / e, later = cp - 1.0;
+    // A cast to or from fp32: a read and a write, nothing where the elements are fp32 already.
+    const double cast = e < 4 ? e + 4 : 0;
     if (!compiled) {
         const double copies = 2 * kv + later * 2 * kv;  // contiguous, then a cat every step but the last
-        const double full = (e + 4) + 32, half = (e + 4) / 2 + 16 + 8;
-        const double forward = O * ((e + 4) + later / 2 * (full + half) + (4 + e)) + copies;
+        const double full = cast + 32, half = cast / 2 + 16 + 8;
+        const double forward = O * (cast + later / 2 * (full + half) + cast) + copies;
         const double add_full = 8 + e, add_half = (8 + e) / 2 + 8;
         const double sums = later / 2 * (add_full + add_half);
-        const double query = O * (4 + add_full + sums + (4 + e));
-        const double keys = K * (4 + add_full + sums + 8 * cp + (4 + e)) + copies;
+        const double query = O * (4 + add_full + sums + cast);
+        const double keys = K * (4 + add_full + sums + 8 * cp + cast) + copies;
         return {forward, query + keys};
     }
-    const double copies = (ring ? later : 1.0) * 2 * kv;
+    const double copies = (gather ? 1.0 : later) * 2 * kv;
     const double merges = later / 2 * ((8 + e) + (8 + e / 2));
     const double forward = O * (merges - 2 * (4 - e)) + copies;
     const double query = O * ((4 + e) + merges - (4 - e));
-    const double keys = K * ((4 + e) + merges + (4 + e)) + copies;
+    const double keys = K * ((4 + e) + merges + cast) + copies;
     return {forward, query + keys};
 }
 

@@ -129,7 +129,7 @@ Workload make_workload(const TransformerSpec& model, const LayerSplit& s, const 
     add(L.attention_backward, te_cp.backward);
     const PassBytes torch_cp = s.pytorch_context_parallel
                                    ? pytorch_context_parallel_bytes(s.cp, query_bytes, core_kv_bytes, el, s.compiled,
-                                                                    !s.cp_gather)
+                                                                    s.cp_gather)
                                    : PassBytes{};
     add(L.attention_forward, torch_cp.forward);
     add(L.attention_backward, torch_cp.backward);

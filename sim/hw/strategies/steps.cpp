@@ -49,7 +49,9 @@ inline constexpr int kContextRing = -2;
 // PyTorch's ring (LayerSplit::pytorch_context_parallel), torchtitan's context parallelism
 // (_templated_ring_attention and its backward in torch/distributed/tensor/experimental/_attention.py,
 // read at 0123248a; functional collectives on a process group of their own, so on a stream apart
-// from the data-parallel collectives: CommStream::tensor):
+// from the data-parallel collectives: CommStream::tensor, which it shares with tensor parallelism's
+// overlapped collectives where those run; its gradient passes go as point-to-point sends, which do
+// not queue behind its gather as they do on the group's one NCCL stream):
 //   allgather  the gather starts before the first step, which runs on the rank's own keys and
 //              values beside it; the second step waits for it. Forward and backward each gather.
 //   ring       the keys and values go on to the next rank at each step but the last, as above
@@ -94,7 +96,7 @@ Task<> ring_core(Device& gpu, const Job& job, OpCode op, int layer, const Ring& 
         co_await pytorch_ring_core(gpu, job, op, layer, ring, mb);
         co_return;
     }
-    if (job.strategy().cp_comm == ContextComm::allgather) {
+    if (job.work->split.cp_gather) {
         const double kv = job.work->layer.cp_kv_bytes * job.cp;  // the gathered keys and values
         co_await gpu.all_gather(*job.cp_group, kv, layer);
         for (int i = 0; i < job.cp; ++i) run_work(gpu, op, layer, ring.step, mb);
