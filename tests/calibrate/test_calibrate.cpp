@@ -551,46 +551,50 @@ TEST_CASE("every shipped data file loads; only the datasheets and the documentat
     const auto data = cal::load_ground_truth(files);
     CHECK_FALSE(data.collectives.empty());
     // gemm.json's two sections; per dtsim-gemm file, its best shape and its table(s) by shape; per
-    // kernel file (H100, H200), a bf16 and an fp8 table; the published A100 tables (square, skinny).
+    // kernel file (H100, H200), a bf16 and an fp8 table; the published A100 tables (square, skinny);
+    // the published B200 best shapes and its bf16 and fp8 tables.
     int best = 0, by_shape = 0;
     for (const auto& g : data.gemms) (g.best_shape ? best : by_shape) += 1;
-    CHECK(best == 1 + 4);
-    CHECK(by_shape == 1 + 5 + 2 * 2 + 2 + 1);  // and the published 500 W H100 table
+    CHECK(best == 1 + 4 + 1);
+    CHECK(by_shape == 1 + 5 + 2 * 2 + 2 + 1 + 2);  // and the published 500 W H100 table
     CHECK(data.megatron.size() == 1);
     // The published FlashAttention charts (A100, H100: the causal FlashAttention 1 and 2 rows, 12
     // each), the kernel files of calibration/pytorch/dtsim_kernels.py (H100, H200), the
     // FlashAttention-3 paper's forward chart (its causal FlashAttention-2 and cuDNN rows, 18 each)
     // and the cuDNN frontend's H200 tables (2024: 5 causal shapes of each backend; 2026: 5 of
-    // cuDNN; their passes apart), by file name.
-    REQUIRE(data.kernels.size() == 8);
+    // cuDNN; their passes apart) and B200 table (9 causal lengths of cuDNN), by file name.
+    REQUIRE(data.kernels.size() == 9);
     CHECK(data.kernels[0].id == "a100_attention_published:attention");
     CHECK(data.kernels[0].attention.size() == 24);
-    CHECK(data.kernels[1].id == "h100_attention_published:attention");
-    CHECK(data.kernels[1].attention.size() == 24);
-    CHECK(data.kernels[2].id == "h100_dtsim_torch_kernels:attention");
-    CHECK(data.kernels[2].attention.size() == 60);
-    CHECK(data.kernels[3].id == "h100_flash3_paper_attention:attention");
-    CHECK(data.kernels[3].attention.size() == 36);
-    CHECK(data.kernels[4].id == "h200_cudnn_frontend_2024_05_attention:attention");
-    CHECK(data.kernels[4].attention.size() == 10);
-    CHECK(data.kernels[5].id == "h200_cudnn_frontend_2024_09_attention:attention");
+    CHECK(data.kernels[1].id == "b200_cudnn_frontend_attention:attention");
+    CHECK(data.kernels[1].attention.size() == 9);
+    CHECK(data.kernels[2].id == "h100_attention_published:attention");
+    CHECK(data.kernels[2].attention.size() == 24);
+    CHECK(data.kernels[3].id == "h100_dtsim_torch_kernels:attention");
+    CHECK(data.kernels[3].attention.size() == 60);
+    CHECK(data.kernels[4].id == "h100_flash3_paper_attention:attention");
+    CHECK(data.kernels[4].attention.size() == 36);
+    CHECK(data.kernels[5].id == "h200_cudnn_frontend_2024_05_attention:attention");
     CHECK(data.kernels[5].attention.size() == 10);
-    CHECK(data.kernels[6].id == "h200_cudnn_frontend_2026_03_attention:attention");
-    CHECK(data.kernels[6].attention.size() == 5);
-    CHECK(data.kernels[7].gpu == "NVIDIA H200");
+    CHECK(data.kernels[6].id == "h200_cudnn_frontend_2024_09_attention:attention");
+    CHECK(data.kernels[6].attention.size() == 10);
+    CHECK(data.kernels[7].id == "h200_cudnn_frontend_2026_03_attention:attention");
+    CHECK(data.kernels[7].attention.size() == 5);
+    CHECK(data.kernels[8].gpu == "NVIDIA H200");
     // Their memory-bound kernels: 56 element-wise rows, 12 of the loss, 3 of fused AdamW each.
     REQUIRE(data.eager.size() == 2);
     CHECK(data.eager[0].id == "h100_dtsim_torch_kernels:eager_kernels");
     CHECK(data.eager[1].id == "h200_dtsim_torch_kernels:eager_kernels");
     for (const auto& e : data.eager) CHECK(e.rows.size() == 56 + 12 + 3);
-    // The end-to-end runs: 16 sets and the 14 of DGX Cloud's recipes, then the harness's one-GPU
-    // steps (H100, H200); each row dtsim cannot express yet is a line of data.skipped.
-    REQUIRE(data.end_to_end.size() == 32);
+    // The end-to-end runs: 16 sets, the 4 on B200 and the 14 of DGX Cloud's recipes, then the
+    // harness's one-GPU steps (H100, H200); each row dtsim cannot express yet is a line of
+    // data.skipped.
+    REQUIRE(data.end_to_end.size() == 36);
     CHECK(std::count_if(data.end_to_end.begin(), data.end_to_end.end(), [](const auto& s) { return s.harness(); }) == 2);
-    CHECK(data.end_to_end[30].id == "h100_dtsim_torch_steps");
-    CHECK(data.end_to_end[30].rows.size() == 9);
-    CHECK(data.end_to_end[31].id == "h200_dtsim_torch_steps");
-    CHECK(data.end_to_end[31].rows.size() == 4);
+    CHECK(data.end_to_end[34].id == "h100_dtsim_torch_steps");
+    CHECK(data.end_to_end[34].rows.size() == 9);
+    CHECK(data.end_to_end[35].id == "h200_dtsim_torch_steps");
+    CHECK(data.end_to_end[35].rows.size() == 4);
     std::size_t rows_skipped = 0;
     // The harness's blocks: their times (10 rows) and what they keep (16 rows).
     REQUIRE(data.layers.size() == 2);
