@@ -445,6 +445,23 @@ TEST_CASE("torchtitan's complex rotary embedding: its bytes are the medians of i
     CHECK(fitted.rope.backward == kComplexRopeBackwardBytes);
 }
 
+TEST_CASE("the shipped DGX B200 cluster is what calibrate writes from the published B200 kernels") {
+    // docs/calibration.md's command: the GEMM tables (the best-shape burst held out) and cuDNN's
+    // and PyTorch's FlashAttention-2 times, on the shipped config as base; the figures and the
+    // sources come back unchanged.
+    const std::string dir = std::string(DTSIM_CONFIGS) + "/../calibration/data/";
+    const auto data = cal::load_ground_truth({dir + "b200_gemm_published.json", dir + "b200_cudnn_frontend_attention.json"});
+    nlohmann::json shipped;
+    std::ifstream(std::string(DTSIM_CONFIGS) + "/clusters/dgx-b200.json") >> shipped;
+    cal::CalibrateOptions o;
+    o.exclude = {"b200_gemm_published:max_achievable"};
+    const auto r = cal::calibrate(shipped, "dgx-b200.json", data, o);
+    CHECK(r.cluster == shipped);
+    const GpuSpec b200 = cal::make_cluster(shipped, "dgx-b200.json").gpu;
+    CHECK(b200.attention.find("cudnn", 128) != nullptr);
+    CHECK(b200.attention.find("flash2", 128) != nullptr);
+}
+
 TEST_CASE("a kernel file's memory-bound kernels: fitted into gpu.eager_kernels, validated, and wrong rows named") {
     const std::string file = std::string(DTSIM_CONFIGS) + "/../calibration/data/h200_dtsim_torch_kernels.json";
     const auto data = cal::load_ground_truth({file});
@@ -562,12 +579,12 @@ TEST_CASE("every shipped data file loads; only the datasheets and the documentat
     // each), the kernel files of calibration/pytorch/dtsim_kernels.py (H100, H200), the
     // FlashAttention-3 paper's forward chart (its causal FlashAttention-2 and cuDNN rows, 18 each)
     // and the cuDNN frontend's H200 tables (2024: 5 causal shapes of each backend; 2026: 5 of
-    // cuDNN; their passes apart) and B200 table (9 causal lengths of cuDNN), by file name.
+    // cuDNN; their passes apart) and B200 table (9 causal lengths of cuDNN and of PyTorch's FlashAttention-2), by file name.
     REQUIRE(data.kernels.size() == 9);
     CHECK(data.kernels[0].id == "a100_attention_published:attention");
     CHECK(data.kernels[0].attention.size() == 24);
     CHECK(data.kernels[1].id == "b200_cudnn_frontend_attention:attention");
-    CHECK(data.kernels[1].attention.size() == 9);
+    CHECK(data.kernels[1].attention.size() == 18);
     CHECK(data.kernels[2].id == "h100_attention_published:attention");
     CHECK(data.kernels[2].attention.size() == 24);
     CHECK(data.kernels[3].id == "h100_dtsim_torch_kernels:attention");
@@ -956,6 +973,8 @@ TEST_CASE("collective data over RoCE is predicted on the RoCE cluster of its fam
     CHECK(file("H200", "RoCE 400 Gb/s") == "h200-roce.json");
     CHECK(file("H200", "InfiniBand") == "dgx-h200.json");
     CHECK(file("H100", "EFA") == "p5-h100-efa.json");
+    CHECK(file("B200", "") == "dgx-b200.json");
+    CHECK(file("GB200", "").empty());  // no GB200 cluster is shipped
     // Every shipped cluster config loads.
     for (const auto& e : std::filesystem::directory_iterator(std::string(DTSIM_CONFIGS) + "/clusters"))
         CHECK_NOTHROW(cal::make_cluster(cal::read_cluster_file(e.path().string()), e.path().string()));

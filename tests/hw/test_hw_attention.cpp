@@ -616,6 +616,10 @@ TEST_CASE("a run says where its prediction is weakest") {
               "as Inductor would fuse them (not measured)"));
     CHECK_FALSE(has(caveats("llama3-8b-8xh100-megatron.json", {"strategy.cp=2", "strategy.dp=1"}), torch_ring));
     CHECK_FALSE(has(caveats("llama3-8b-16xh100-fsdp.json", {}), torch_ring));
+    // A B200 cluster: curves from kernels timed briefly, runs slower than predicted; not said of an H100.
+    const std::string b200 = "B200-SXM: GEMM and attention curves from published kernels timed briefly";
+    CHECK(has(caveats("llama3-8b-8xh100-megatron.json", {"cluster.gpu.name=\"B200-SXM\""}), b200));
+    CHECK_FALSE(has(caveats("llama3-8b-8xh100-megatron.json", {}), b200));
     // Without the attention curves, the core is priced as GEMMs, and the run says so.
     CHECK(has(caveats("llama3-8b-16xh100-fsdp.json", {"cluster.gpu.attention={}"}), "fused attention priced as two GEMMs"));
     // 8 nodes against curves measured on 2.

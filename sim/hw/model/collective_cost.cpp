@@ -77,7 +77,7 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 enum Gen { volta = 0, ampere = 1, hopper = 2, blackwell = 3 };
 
 // From the GPU's name; a name that says nothing (test clusters) is taken for
-// Hopper, the generation the shipped clusters are.
+// Hopper, the generation of most shipped clusters.
 Gen generation(const GpuSpec& gpu) {
     std::string n = gpu.name;
     for (char& ch : n) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));

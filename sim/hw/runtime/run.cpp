@@ -682,6 +682,12 @@ std::vector<std::string> prediction_caveats(const Config& c, const Workload& wor
                                  : " at no cost to them") +
                       (s.name == "schedule" ? " (where the schedule's backward is whole, not split into input and weight gradients)"
                                             : ""));
+    // The B200's curves: published kernels timed briefly (configs/clusters/dgx-b200.json's sources).
+    if (gpu.name.find("B200") != std::string::npos)
+        out.push_back(fmt::format("{}: GEMM and attention curves from published kernels timed briefly at free clocks (no "
+                                  "B200 measured at sustained clocks), NVLink figures from single published points; the "
+                                  "published DGX B200 runs ran slower than predicted (docs/calibration.md)",
+                                  gpu.name));
     // PyTorch's context-parallel ring (LayerSplit::pytorch_context_parallel).
     if (work.split.pytorch_context_parallel)
         out.push_back(std::string("context parallelism by PyTorch's ring: its fp32 merges and gradient sums counted from "
