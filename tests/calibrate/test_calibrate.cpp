@@ -13,9 +13,13 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <numeric>
 #include <set>
+#include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 using namespace dtsim::hw;
@@ -580,23 +584,16 @@ TEST_CASE("every shipped data file loads; only the datasheets and the documentat
     // FlashAttention-3 paper's forward chart (its causal FlashAttention-2 and cuDNN rows, 18 each)
     // and the cuDNN frontend's H200 tables (2024: 5 causal shapes of each backend; 2026: 5 of
     // cuDNN; their passes apart) and B200 table (9 causal lengths of cuDNN and of PyTorch's FlashAttention-2), by file name.
-    REQUIRE(data.kernels.size() == 9);
-    CHECK(data.kernels[0].id == "a100_attention_published:attention");
-    CHECK(data.kernels[0].attention.size() == 24);
-    CHECK(data.kernels[1].id == "b200_cudnn_frontend_attention:attention");
-    CHECK(data.kernels[1].attention.size() == 18);
-    CHECK(data.kernels[2].id == "h100_attention_published:attention");
-    CHECK(data.kernels[2].attention.size() == 24);
-    CHECK(data.kernels[3].id == "h100_dtsim_torch_kernels:attention");
-    CHECK(data.kernels[3].attention.size() == 60);
-    CHECK(data.kernels[4].id == "h100_flash3_paper_attention:attention");
-    CHECK(data.kernels[4].attention.size() == 36);
-    CHECK(data.kernels[5].id == "h200_cudnn_frontend_2024_05_attention:attention");
-    CHECK(data.kernels[5].attention.size() == 10);
-    CHECK(data.kernels[6].id == "h200_cudnn_frontend_2024_09_attention:attention");
-    CHECK(data.kernels[6].attention.size() == 10);
-    CHECK(data.kernels[7].id == "h200_cudnn_frontend_2026_03_attention:attention");
-    CHECK(data.kernels[7].attention.size() == 5);
+    const std::pair<std::string_view, std::size_t> attention_sets[] = {
+        {"a100_attention_published:attention", 24},          {"b200_cudnn_frontend_attention:attention", 18},
+        {"h100_attention_published:attention", 24},          {"h100_dtsim_torch_kernels:attention", 60},
+        {"h100_flash3_paper_attention:attention", 36},       {"h200_cudnn_frontend_2024_05_attention:attention", 10},
+        {"h200_cudnn_frontend_2024_09_attention:attention", 10}, {"h200_cudnn_frontend_2026_03_attention:attention", 5}};
+    REQUIRE(data.kernels.size() == std::size(attention_sets) + 1);
+    for (std::size_t i = 0; i < std::size(attention_sets); ++i) {
+        CHECK(data.kernels[i].id == attention_sets[i].first);
+        CHECK(data.kernels[i].attention.size() == attention_sets[i].second);
+    }
     CHECK(data.kernels[8].gpu == "NVIDIA H200");
     // Their memory-bound kernels: 56 element-wise rows, 12 of the loss, 3 of fused AdamW each.
     REQUIRE(data.eager.size() == 2);

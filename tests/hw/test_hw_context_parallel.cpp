@@ -51,6 +51,20 @@ GpuSpec plain_gpu() {
     gpu.memory_bandwidth = 3e12;
     return gpu;
 }
+// gqa_model's queries (and output) and keys and values on one of 4 context-parallel GPUs: 1,024
+// tokens, 16 query heads and 4 kv heads of 128, bf16.
+constexpr double kQueryBytes = 1024.0 * 16 * 128 * 2, kKvBytes = 2.0 * 1024 * 4 * 128 * 2;
+
+// `with`'s layer over `without`'s (gqa_model on plain_gpu) is `bytes` more memory-bound work in its
+// attention passes, forward and backward, each priced at the GPU's streaming rate.
+void check_added(const LayerSplit& without, const LayerSplit& with, const PassBytes& bytes) {
+    const GpuSpec gpu = plain_gpu();
+    const Workload a = make_workload(gqa_model(), without, gpu), b = make_workload(gqa_model(), with, gpu);
+    CHECK(b.layer.attention_forward.bytes - a.layer.attention_forward.bytes == doctest::Approx(bytes.forward));
+    CHECK(b.layer.attention_backward.bytes - a.layer.attention_backward.bytes == doctest::Approx(bytes.backward));
+    CHECK(b.layer.attention_forward.seconds - a.layer.attention_forward.seconds ==
+          doctest::Approx(gpu.memory_seconds(bytes.forward)));
+}
 
 }  // namespace
 
@@ -103,18 +117,14 @@ TEST_CASE("Transformer Engine's ring: its buffers' and partial results' bytes, a
     }
     CHECK(te_context_parallel_bytes(1, o, kv).forward == 0);
 
-    // In a layer: on this GPU's 1,024 tokens, 16 query heads and 4 kv heads of 128, bf16.
+    // In a layer: on this GPU's 1,024 tokens.
     const TransformerSpec m = gqa_model();
     const GpuSpec gpu = plain_gpu();
     const LayerSplit pytorch = cp_split(4);
     LayerSplit megatron = pytorch;
     megatron.te_context_parallel = true;
-    const Workload a = make_workload(m, pytorch, gpu), b = make_workload(m, megatron, gpu);
-    const PassBytes layer = te_context_parallel_bytes(4, 1024.0 * 16 * 128 * 2, 2.0 * 1024 * 4 * 128 * 2);
-    CHECK(b.layer.attention_forward.bytes - a.layer.attention_forward.bytes == doctest::Approx(layer.forward));
-    CHECK(b.layer.attention_backward.bytes - a.layer.attention_backward.bytes == doctest::Approx(layer.backward));
-    CHECK(b.layer.attention_forward.seconds - a.layer.attention_forward.seconds ==
-          doctest::Approx(gpu.memory_seconds(layer.forward)));
+    const PassBytes layer = te_context_parallel_bytes(4, kQueryBytes, kKvBytes);
+    check_added(pytorch, megatron, layer);
     // Recomputing the core attention (Megatron's selective) runs the ring's forward work again.
     LayerSplit selective = megatron;
     selective.recompute = Recompute::selective;
@@ -194,19 +204,15 @@ TEST_CASE("PyTorch's ring: its merges' and gradient sums' bytes, as counted from
     CHECK(pytorch_context_parallel_bytes(2, o, 0, e, false, false).forward == doctest::Approx(O * 44.5));
     CHECK(pytorch_context_parallel_bytes(1, o, kv, e, false, false).forward == 0);
 
-    // In a layer: on this GPU's 1,024 tokens, 16 query heads and 4 kv heads of 128, bf16.
+    // In a layer: on this GPU's 1,024 tokens.
     const TransformerSpec m = gqa_model();
     const GpuSpec gpu = plain_gpu();
     const LayerSplit plain = cp_split(4);
     LayerSplit pytorch = plain;
     pytorch.pytorch_context_parallel = true;
     const Workload a = make_workload(m, plain, gpu), b = make_workload(m, pytorch, gpu);
-    const double query = 1024.0 * 16 * 128 * 2, keys = 2.0 * 1024 * 4 * 128 * 2;
-    const PassBytes layer = pytorch_context_parallel_bytes(4, query, keys, 2, false, false);
-    CHECK(b.layer.attention_forward.bytes - a.layer.attention_forward.bytes == doctest::Approx(layer.forward));
-    CHECK(b.layer.attention_backward.bytes - a.layer.attention_backward.bytes == doctest::Approx(layer.backward));
-    CHECK(b.layer.attention_forward.seconds - a.layer.attention_forward.seconds ==
-          doctest::Approx(gpu.memory_seconds(layer.forward)));
+    const double query = kQueryBytes, keys = kKvBytes;
+    check_added(plain, pytorch, pytorch_context_parallel_bytes(4, query, keys, 2, false, false));
     // Its backward passes the key and value gradients in fp32: twice their bf16 bytes.
     CHECK(b.layer.cp_grad_bytes == doctest::Approx(2 * keys));
     CHECK(a.layer.cp_grad_bytes == 0);
