@@ -683,6 +683,16 @@ TEST_CASE("cp_comm is searched only when asked for, each layout of cp > 1 with e
             CHECK(labels_with.count(label) == 1);
         }
     }
+    // Each layout's bounds hold by either exchange: simulated, no peak below its memory bound, no
+    // step shorter than its time bound.
+    const PlanRequest req = request_for(doc, with);
+    for (const auto& c : both.candidates) {
+        if (c.label.find(" cp_comm=") == std::string::npos) continue;
+        INFO(c.label);
+        const RunReport r = simulate(candidate_config(both, req, c), {.keep_trace = false}).report;
+        CHECK(c.memory_bound <= r.peak.bytes);
+        if (!r.oom) CHECK(c.time_bound <= r.step_time);
+    }
     // Each candidate's config carries its exchange.
     for (const auto& c : both.candidates) {
         if (c.label.find("cp_comm=allgather") == std::string::npos) continue;
@@ -694,6 +704,13 @@ TEST_CASE("cp_comm is searched only when asked for, each layout of cp > 1 with e
     PlanRequest twice = request_for(doc, with);
     twice.overrides = {{"strategy.cp_comm", "\"ring\""}};
     CHECK_THROWS_WITH_AS(enumerate_layouts(twice), doctest::Contains("cp_comm is searched here"), PlanError);
+    // Without a layout of cp > 1 it would search nothing: said.
+    for (const char* cp : {"", "cp=1"}) {
+        std::vector<std::string> none = {"strategy=fsdp", "cp_comm=ring,allgather"};
+        if (*cp) none.emplace_back(cp);
+        CHECK_THROWS_WITH_AS(enumerate_layouts(request_for(doc, none)),
+                             doctest::Contains("--space cp_comm: no layout searched has cp > 1"), PlanError);
+    }
     PlanSpace s;
     CHECK_THROWS_WITH_AS(set_space(s, "cp_comm=p2p"),
                          doctest::Contains("--space cp_comm: 'p2p' is not a context-parallel exchange (expected ring or "
