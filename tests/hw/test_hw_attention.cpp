@@ -616,9 +616,23 @@ TEST_CASE("a run says where its prediction is weakest") {
               "as Inductor would fuse them (not measured)"));
     CHECK_FALSE(has(caveats("llama3-8b-8xh100-megatron.json", {"strategy.cp=2", "strategy.dp=1"}), torch_ring));
     CHECK_FALSE(has(caveats("llama3-8b-16xh100-fsdp.json", {}), torch_ring));
-    // A B200 cluster: curves from kernels timed briefly, runs slower than predicted; not said of an H100.
+    // What a cluster config says of itself (cluster.caveats), as the shipped DGX B200 does: curves
+    // from kernels timed briefly, runs slower than predicted; not said of an H100, nor by name.
     const std::string b200 = "B200-SXM: GEMM and attention curves from published kernels timed briefly";
-    CHECK(has(caveats("llama3-8b-8xh100-megatron.json", {"cluster.gpu.name=\"B200-SXM\""}), b200));
+    {
+        const auto run = std::filesystem::temp_directory_path() / "dtsim-caveats-b200.json";
+        std::ofstream(run) << R"({"include": [")" << DTSIM_CONFIGS << R"(/clusters/dgx-b200.json", ")" << DTSIM_CONFIGS
+                           << R"(/models/llama3-8b.json"], "training": {"global_batch": 8, "micro_batch": 1},
+                               "strategy": {"name": "megatron", "flash_attention": true}})";
+        const Config c = load_config(run.string(), {});
+        std::filesystem::remove(run);
+        CHECK(has(prediction_caveats(c, make_workload(c.model.spec, layer_split(c), c.cluster.gpu)), b200));
+    }
+    CHECK_FALSE(has(caveats("llama3-8b-8xh100-megatron.json", {"cluster.gpu.name=\"B200-SXM\""}), b200));
+    CHECK(has(caveats("llama3-8b-8xh100-megatron.json", {R"(cluster.caveats=["our NICs are slower"])"}),
+              "our NICs are slower"));
+    CHECK_THROWS_WITH(caveats("llama3-8b-8xh100-megatron.json", {R"(cluster.caveats=["", "x"])"}),
+                      doctest::Contains("$.cluster.caveats[0]: expected a sentence (a non-empty string)"));
     CHECK_FALSE(has(caveats("llama3-8b-8xh100-megatron.json", {}), b200));
     // Without the attention curves, the core is priced as GEMMs, and the run says so.
     CHECK(has(caveats("llama3-8b-16xh100-fsdp.json", {"cluster.gpu.attention={}"}), "fused attention priced as two GEMMs"));

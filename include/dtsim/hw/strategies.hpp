@@ -102,6 +102,9 @@ bool pytorch_parallelism(const StrategyConfig& s);
 // pipeline with ZeRO-3 in its stages), not Megatron-Core's (its strategies, and fsdp_impl
 // "megatron"): the defaults of rope_kernel and elementwise_kernels (layer_split).
 bool pytorch_modules(const StrategyConfig& s);
+// Whether the attention core runs as PyTorch's context-parallel ring (LayerSplit::
+// pytorch_context_parallel): context parallelism in PyTorch's own modules, by either method.
+bool pytorch_context_parallel(const StrategyConfig& s);
 // Whether full recompute stops early (StrategyConfig::recompute_early_stop): as given, or with
 // PyTorch's own parallelism.
 bool recompute_early_stop(const StrategyConfig& s);

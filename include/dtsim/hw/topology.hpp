@@ -74,6 +74,9 @@ struct Cluster {
     double base_latency = 0;  // seconds added once per send/recv (collectives take NCCL's baseLat)
     Algorithm algorithm = Algorithm::automatic;
     Storage storage;
+    // What the config's own figures rest on least (cluster "caveats"): dtsim run prints each among
+    // the weakest points of a prediction on this cluster.
+    std::vector<std::string> caveats;
 
     [[nodiscard]] int gpus() const { return gpus_per_node * nodes; }
     [[nodiscard]] int node_of(int rank) const { return rank / gpus_per_node; }

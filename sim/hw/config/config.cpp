@@ -89,7 +89,7 @@ LayerSplit layer_split(const Config& c) {
     // Megatron-Core's context parallelism over a ring is Transformer Engine's (every strategy but
     // PyTorch's own modules); PyTorch's own modules run PyTorch's (torchtitan's), by either method.
     split.te_context_parallel = s.cp > 1 && s.cp_comm == ContextComm::ring && !pytorch_code;
-    split.pytorch_context_parallel = s.cp > 1 && pytorch_code;
+    split.pytorch_context_parallel = pytorch_context_parallel(s);
     split.cp_gather = s.cp_comm == ContextComm::allgather;
     split.userbuffers = te_userbuffers(s);
     if (split.userbuffers) split.ub = s.tp_overlap;
@@ -398,7 +398,8 @@ Algorithm read_algorithm(const Node& n) {
 }
 
 void from_json(const Node& n, Cluster& c) {
-    n.keys({"name", "gpu", "gpus_per_node", "nodes", "links", "collective_base_latency_us", "algorithm", "storage"});
+    n.keys({"name", "gpu", "gpus_per_node", "nodes", "links", "collective_base_latency_us", "algorithm", "storage",
+            "caveats"});
     c.name = n.has("name") ? n["name"].string() : "cluster";
     from_json(n["gpu"], c.gpu);
     c.gpus_per_node = n["gpus_per_node"].integer(1);
@@ -417,6 +418,15 @@ void from_json(const Node& n, Cluster& c) {
     }
     c.base_latency = n.has("collective_base_latency_us") ? n["collective_base_latency_us"].real(ranges::latency_us) * kMicro : 0;
     c.algorithm = n.has("algorithm") ? read_algorithm(n["algorithm"]) : Algorithm::automatic;
+    if (n.has("caveats")) {
+        const Node list = n["caveats"];
+        if (!list.is_array()) list.expected("an array of sentences (strings)");
+        for (std::size_t i = 0; i < list.size(); ++i) {
+            const Node line = list.at(i);
+            if (!line.json().is_string() || line.string().empty()) line.expected("a sentence (a non-empty string)");
+            c.caveats.push_back(line.string());
+        }
+    }
     if (n.has("storage")) {
         // Checkpoint storage: aggregate write and read bandwidth, and each node's own link to it.
         const Node st = n["storage"];

@@ -229,7 +229,7 @@ Workload make_workload(const TransformerSpec& model, const LayerSplit& s, const 
         L.cp_core_backward = core_step_backward;
         L.cp_kv_bytes = core_kv_bytes;
         if (s.pytorch_context_parallel) {
-            L.cp_grad_bytes = core_kv_bytes / el * 4;
+            L.cp_grad_bytes = core_kv_bytes / el * bytes_per_element(DType::fp32);
             L.cp_buffers = pytorch_context_parallel_memory(s.cp, query_bytes, core_kv_bytes, el, s.cp_gather);
         }
     }

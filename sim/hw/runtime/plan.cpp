@@ -374,23 +374,21 @@ Enumeration enumerate_layouts(const PlanRequest& request) {
                                                   "and the batch)"
                                                 : ""));
             }
-    for (const auto& o : request.overrides)
-        if (strip(o.path) == "cp_comm" && !request.space.cp_comm.empty())
-            throw PlanError(fmt::format("--set {}: cp_comm is searched here (--space cp_comm=...); give it one way",
-                                        o.path));
     // cp_comm only varies layouts that split sequences: asked for without one, it would search nothing.
     const auto& asked_cps = request.space.cp;
     if (!request.space.cp_comm.empty() &&
         std::none_of(asked_cps.begin(), asked_cps.end(), [](int cp) { return cp > 1; }))
         throw PlanError("--space cp_comm: no layout searched has cp > 1 (context parallelism is searched only when "
                         "asked for: give --space cp=1,2, for instance)");
+    // Keys a config may set but --space may search instead: not both.
+    const std::pair<std::string_view, bool> searched_or_set[] = {{"cp_comm", !request.space.cp_comm.empty()},
+                                                                 {"fp8", !request.space.fp8.empty()},
+                                                                 {"compile", !request.space.compile.empty()}};
     for (const auto& o : request.overrides)
-        if (strip(o.path) == "fp8" && !request.space.fp8.empty())
-            throw PlanError(fmt::format("--set {}: fp8 is searched here (--space fp8=...); give it one way", o.path));
-    for (const auto& o : request.overrides)
-        if (strip(o.path) == "compile" && !request.space.compile.empty())
-            throw PlanError(fmt::format("--set {}: compile is searched here (--space compile=...); give it one way",
-                                        o.path));
+        for (const auto& [key, searched_here] : searched_or_set)
+            if (searched_here && strip(o.path) == key)
+                throw PlanError(fmt::format("--set {}: {} is searched here (--space {}=...); give it one way", o.path,
+                                            key, key));
     for (const auto& o : request.overrides)
         if (strip(o.path) == "micro_batch")
             throw PlanError(fmt::format("--set {}: plan searches the micro-batch size; give it with --space "

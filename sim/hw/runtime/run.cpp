@@ -445,7 +445,7 @@ RunSize estimate_run_size(const Config& c, const RunOptions& options) {
     // backward and in a full recompute (a gather instead: fewer); PyTorch's backward passes the
     // gradients on after each step as well, a send and a receive.
     if (s.cp > 1) per_layer += (s.recompute == Recompute::full ? 3 : 2) * (3.0 * s.cp - 2);
-    if (s.cp > 1 && pytorch_modules(s)) per_layer += 2.0 * s.cp;
+    if (pytorch_context_parallel(s)) per_layer += 2.0 * s.cp;
     if (s.name == "fsdp") {
         per_layer += hybrid_shard_ranks(c) > 0 ? 4 : s.sharding == "grad_op" ? 2 : 3;
         // FSDP2's copies: each gather's out, the gradients in.
@@ -682,12 +682,8 @@ std::vector<std::string> prediction_caveats(const Config& c, const Workload& wor
                                  : " at no cost to them") +
                       (s.name == "schedule" ? " (where the schedule's backward is whole, not split into input and weight gradients)"
                                             : ""));
-    // The B200's curves: published kernels timed briefly (configs/clusters/dgx-b200.json's sources).
-    if (gpu.name.find("B200") != std::string::npos)
-        out.push_back(fmt::format("{}: GEMM and attention curves from published kernels timed briefly at free clocks (no "
-                                  "B200 measured at sustained clocks), NVLink figures from single published points; the "
-                                  "published DGX B200 runs ran slower than predicted (docs/calibration.md)",
-                                  gpu.name));
+    // What the cluster config says its own figures rest on least (Cluster::caveats).
+    out.insert(out.end(), c.cluster.caveats.begin(), c.cluster.caveats.end());
     // PyTorch's context-parallel ring (LayerSplit::pytorch_context_parallel).
     if (work.split.pytorch_context_parallel)
         out.push_back(std::string("context parallelism by PyTorch's ring: its fp32 merges and gradient sums counted from "

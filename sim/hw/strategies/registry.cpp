@@ -113,6 +113,8 @@ bool pytorch_modules(const StrategyConfig& s) {
     return info && ((info->pytorch && s.fsdp_impl != "megatron") || (info->zero3 && s.zero_stage == 3));
 }
 
+bool pytorch_context_parallel(const StrategyConfig& s) { return s.cp > 1 && pytorch_modules(s); }
+
 bool recompute_early_stop(const StrategyConfig& s) {
     return s.recompute_early_stop ? *s.recompute_early_stop : pytorch_parallelism(s);
 }

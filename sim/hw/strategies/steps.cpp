@@ -91,11 +91,7 @@ Task<> pytorch_ring_core(Device& gpu, const Job& job, OpCode op, int layer, cons
     gpu.release(held, MemoryKind::buffers);
 }
 
-Task<> ring_core(Device& gpu, const Job& job, OpCode op, int layer, const Ring& ring, int mb) {
-    if (job.work->split.pytorch_context_parallel) {
-        co_await pytorch_ring_core(gpu, job, op, layer, ring, mb);
-        co_return;
-    }
+Task<> megatron_ring_core(Device& gpu, const Job& job, OpCode op, int layer, const Ring& ring, int mb) {
     if (job.work->split.cp_gather) {
         const double kv = job.work->layer.cp_kv_bytes * job.cp;  // the gathered keys and values
         co_await gpu.all_gather(*job.cp_group, kv, layer);
@@ -109,6 +105,12 @@ Task<> ring_core(Device& gpu, const Job& job, OpCode op, int layer, const Ring& 
         run_work(gpu, op, layer, ring.step, mb);
         if (pass) co_await gpu.recv(job.cp_prev, kContextRing, layer, IdSet::single(mb));
     }
+}
+
+// The core's task, PyTorch's or the others': no frame of its own.
+Task<> ring_core(Device& gpu, const Job& job, OpCode op, int layer, const Ring& ring, int mb) {
+    return job.work->split.pytorch_context_parallel ? pytorch_ring_core(gpu, job, op, layer, ring, mb)
+                                                    : megatron_ring_core(gpu, job, op, layer, ring, mb);
 }
 
 // The block's work but its ring's steps.
