@@ -357,6 +357,30 @@ TEST_CASE("an end-to-end set runs on the shipped cluster it names, with its over
     CHECK(c.cluster.gpu.peak(DType::bf16) == doctest::Approx(312e12));  // the rest is selene-a100's
 }
 
+TEST_CASE("a set's jobs may run on NVLink segments of the cluster's nodes, never larger ones") {
+    const std::string rows = R"({"id": "two segments", "gpus": 8, "training": {"global_batch": 8}, "measured": {"step_time_s": 1}},
+        {"id": "one of three", "gpus": 12, "training": {"global_batch": 12}, "measured": {"step_time_s": 1}})";
+    const auto cluster = cal::read_cluster_file(test_data + "/test-cluster.json");  // 8 GPUs a node
+    const auto data = cal::load_ground_truth({write_temp("dtsim_e2e_segments.json", one_set(rows, R"("cluster_overrides": {"gpus_per_node": 4}, )"))});
+    const auto& set = data.end_to_end.at(0);
+    const Config two = cal::parse_end_to_end_row(set, set.rows[0], cluster);
+    CHECK(two.cluster.gpus_per_node == 4);
+    CHECK(two.cluster.nodes == 2);
+    // 12 GPUs on segments of 4: three of them, where the cluster's own nodes would need two for 16.
+    CHECK(cal::parse_end_to_end_row(set, set.rows[1], cluster).cluster.nodes == 3);
+    // A segment beyond the cluster's node is named at the override.
+    const auto wide = cal::load_ground_truth({write_temp("dtsim_e2e_wide.json", one_set(rows, R"("cluster_overrides": {"gpus_per_node": 16}, )"))});
+    const auto e = config_error([&] { (void)cal::parse_end_to_end_row(wide.end_to_end.at(0), wide.end_to_end.at(0).rows[0], cluster); });
+    CHECK(e.path == "$.sets[0].cluster_overrides.gpus_per_node");
+    CHECK(std::string(e.what()).find("segment of 16 GPUs is larger than the cluster's nodes of 8") != std::string::npos);
+    // Neither a fraction nor the node count.
+    for (const char* bad : {R"("cluster_overrides": {"gpus_per_node": 4.5}, )", R"("cluster_overrides": {"nodes": 2}, )"}) {
+        CAPTURE(bad);
+        const auto b = config_error([&] { (void)cal::load_ground_truth({write_temp("dtsim_e2e_badseg.json", one_set(rows, bad))}); });
+        CHECK(b.path.rfind("$.sets[0].cluster_overrides.", 0) == 0);
+    }
+}
+
 TEST_CASE("a malformed end-to-end row is an error naming the file and the row's JSON path") {
     auto error_of = [](const std::string& name, const std::string& text) {
         const std::string file = write_temp(name, text);

@@ -7,7 +7,9 @@
 //   {"description"?, "source"?, "sets": [{
 //      "id", "source", "note"?,
 //      "cluster": "<a file stem of configs/clusters, e.g. dgx-h100>",
-//      "cluster_overrides"?: {...merged onto that cluster's "cluster" section...},
+//      "cluster_overrides"?: {...merged onto that cluster's "cluster" section (not "nodes"; a
+//                              "gpus_per_node" at most the cluster's own: the NVLink segments the
+//                              set's jobs ran on)...},
 //      "defaults"?: {"model"?, "training"?, "strategy"?},
 //      "rows": [{"id", "gpus", "model"?, "training"?, "strategy"?,
 //                "measured": {<one of> "tokens_per_s_per_gpu" | "step_time_s" | "tflops_per_gpu" | "mfu",

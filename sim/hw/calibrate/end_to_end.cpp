@@ -153,6 +153,8 @@ std::string data_path(const EndToEndSet& set, const EndToEndRow& row, const std:
         return own.empty() ? r : fmt::format("{}.{}", r, section);
     }
     if (section == "cluster") {
+        if (key == "gpus_per_node" && set.cluster_overrides.contains(key))
+            return fmt::format("$.sets[{}].cluster_overrides.gpus_per_node", set.index);
         if (key == "nodes" || key == "gpus_per_node") return r + ".gpus";
         json::json_pointer ptr;
         std::string k;
@@ -218,9 +220,10 @@ void read_end_to_end(const json& root_json, const std::string& file, std::vector
                                            "\".json\", such as \"dgx-h100\"), found \"{}\"",
                                            json_reader::shorten(s.cluster)));
         s.cluster_overrides = object_or_empty(sv, "cluster_overrides");
-        for (auto k : {"nodes", "gpus_per_node"})
-            if (s.cluster_overrides.contains(k))
-                sv["cluster_overrides"][k].fail("each row's \"gpus\" sets the nodes; the cluster's own GPUs per node are kept");
+        if (s.cluster_overrides.contains("nodes"))
+            sv["cluster_overrides"]["nodes"].fail("each row's \"gpus\" sets the nodes");
+        // gpus_per_node: the NVLink segment the set's jobs were given (end_to_end_config).
+        if (s.cluster_overrides.contains("gpus_per_node")) (void)sv["cluster_overrides"]["gpus_per_node"].integer(1);
         if (const auto d = sv.find("defaults")) {
             d->keys(kDefaultsKeys);
             for (auto k : kDefaultsKeys) {
@@ -328,9 +331,16 @@ json end_to_end_config(const EndToEndSet& set, const EndToEndRow& row, const jso
     json d = json::object();
     d["name"] = fmt::format("{}: {}", set.id, row.id);
     json cluster = cluster_doc.is_object() && cluster_doc.contains("cluster") ? cluster_doc.at("cluster") : json::object();
+    const int domain = cluster.is_object() ? whole_size(cluster, "gpus_per_node", 8) : 0;
     merge_into(cluster, set.cluster_overrides);
     if (cluster.is_object()) {
         const int per_node = whole_size(cluster, "gpus_per_node", 8);
+        // A set's own gpus_per_node says its jobs ran on segments of the cluster's NVLink domain (a
+        // 72-GPU rack used as 64-GPU segments); a segment larger than the domain does not exist.
+        if (domain > 0 && per_node > domain)
+            throw ConfigError(set.file, fmt::format("$.sets[{}].cluster_overrides.gpus_per_node", set.index),
+                              fmt::format("a job's NVLink segment of {} GPUs is larger than the cluster's nodes of {}",
+                                          per_node, domain));
         if (per_node > 0 && row.gpus < per_node) {
             cluster["gpus_per_node"] = row.gpus;
             cluster["nodes"] = 1;
