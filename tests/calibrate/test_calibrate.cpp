@@ -466,6 +466,34 @@ TEST_CASE("the shipped DGX B200 cluster is what calibrate writes from the publis
     CHECK(b200.attention.find("flash2", 128) != nullptr);
 }
 
+TEST_CASE("the shipped GB200 NVL72 cluster: attention calibrated from GB200 kernels, GEMMs the B200's at the bursts' ratio") {
+    // docs/calibration.md's command: the GB200 attention times on the shipped config as base; the
+    // GEMM curve is no fit of calibrate's, and comes back unchanged.
+    const std::string configs(DTSIM_CONFIGS);
+    const auto data = cal::load_ground_truth({configs + "/../calibration/data/gb200_cudnn_frontend_attention.json"});
+    nlohmann::json shipped, b200;
+    std::ifstream(configs + "/clusters/gb200-nvl72.json") >> shipped;
+    std::ifstream(configs + "/clusters/dgx-b200.json") >> b200;
+    const auto r = cal::calibrate(shipped, "gb200-nvl72.json", data, {});
+    CHECK(r.cluster == shipped);
+    const Cluster gb = cal::make_cluster(shipped, "gb200-nvl72.json");
+    const Cluster b = cal::make_cluster(b200, "dgx-b200.json");
+    CHECK(gb.gpus_per_node == 72);
+    CHECK(gb.gpu.attention.find("cudnn", 128) != nullptr);
+    CHECK(gb.gpu.attention.find("flash2", 128) != nullptr);
+    // The ceilings: the B200's in TFLOP/s times the ratio of the two GPUs' best shapes in
+    // stas00/ml-engineering's MAMF table (bf16 1,822 / 1,745, fp8 3,615.6 / 3,432.5).
+    const double bf16 = gb.gpu.gemm.max_efficiency * gb.gpu.peak(DType::bf16);
+    CHECK(bf16 == doctest::Approx(b.gpu.gemm.max_efficiency * b.gpu.peak(DType::bf16) * 1822.0 / 1745.0).epsilon(1e-4));
+    const nlohmann::json& g8 = shipped["cluster"]["gpu"]["gemm"]["efficiency_by_dtype"]["fp8"];
+    const nlohmann::json& b8 = b200["cluster"]["gpu"]["gemm"]["efficiency_by_dtype"]["fp8"];
+    CHECK(g8.get<double>() * 5000 == doctest::Approx(b8.get<double>() * 4500 * 3615.6 / 3432.5).epsilon(1e-4));
+    // NVLink5 as on the B200 (ring, NVLS, point to point).
+    CHECK(gb.intra_node.bandwidth == b.intra_node.bandwidth);
+    CHECK(gb.intra_node.nvls_bandwidth == b.intra_node.nvls_bandwidth);
+    CHECK(gb.intra_node.p2p_bandwidth == b.intra_node.p2p_bandwidth);
+}
+
 TEST_CASE("a kernel file's memory-bound kernels: fitted into gpu.eager_kernels, validated, and wrong rows named") {
     const std::string file = std::string(DTSIM_CONFIGS) + "/../calibration/data/h200_dtsim_torch_kernels.json";
     const auto data = cal::load_ground_truth({file});
@@ -573,19 +601,21 @@ TEST_CASE("every shipped data file loads; only the datasheets and the documentat
     CHECK_FALSE(data.collectives.empty());
     // gemm.json's two sections; per dtsim-gemm file, its best shape and its table(s) by shape; per
     // kernel file (H100, H200), a bf16 and an fp8 table; the published A100 tables (square, skinny);
-    // the published B200 best shapes and its bf16 and fp8 tables.
+    // the published B200 best shapes and its bf16 and fp8 tables; the GB200 best shapes and
+    // Azure's GB200 fp8 table.
     int best = 0, by_shape = 0;
     for (const auto& g : data.gemms) (g.best_shape ? best : by_shape) += 1;
-    CHECK(best == 1 + 4 + 1);
-    CHECK(by_shape == 1 + 5 + 2 * 2 + 2 + 1 + 2);  // and the published 500 W H100 table
+    CHECK(best == 1 + 4 + 1 + 1);
+    CHECK(by_shape == 1 + 5 + 2 * 2 + 2 + 1 + 2 + 1);  // and the published 500 W H100 table
     CHECK(data.megatron.size() == 1);
     // The published FlashAttention charts (A100, H100: the causal FlashAttention 1 and 2 rows, 12
     // each), the kernel files of calibration/pytorch/dtsim_kernels.py (H100, H200), the
     // FlashAttention-3 paper's forward chart (its causal FlashAttention-2 and cuDNN rows, 18 each)
     // and the cuDNN frontend's H200 tables (2024: 5 causal shapes of each backend; 2026: 5 of
-    // cuDNN; their passes apart) and B200 table (9 causal lengths of cuDNN and of PyTorch's FlashAttention-2), by file name.
+    // cuDNN; their passes apart) and B200 and GB200 tables (9 causal lengths of cuDNN and of PyTorch's FlashAttention-2), by file name.
     const std::pair<std::string_view, std::size_t> attention_sets[] = {
         {"a100_attention_published:attention", 24},          {"b200_cudnn_frontend_attention:attention", 18},
+        {"gb200_cudnn_frontend_attention:attention", 18},
         {"h100_attention_published:attention", 24},          {"h100_dtsim_torch_kernels:attention", 60},
         {"h100_flash3_paper_attention:attention", 36},       {"h200_cudnn_frontend_2024_05_attention:attention", 10},
         {"h200_cudnn_frontend_2024_09_attention:attention", 10}, {"h200_cudnn_frontend_2026_03_attention:attention", 5}};
@@ -594,21 +624,21 @@ TEST_CASE("every shipped data file loads; only the datasheets and the documentat
         CHECK(data.kernels[i].id == attention_sets[i].first);
         CHECK(data.kernels[i].attention.size() == attention_sets[i].second);
     }
-    CHECK(data.kernels[8].gpu == "NVIDIA H200");
+    CHECK(data.kernels[9].gpu == "NVIDIA H200");
     // Their memory-bound kernels: 56 element-wise rows, 12 of the loss, 3 of fused AdamW each.
     REQUIRE(data.eager.size() == 2);
     CHECK(data.eager[0].id == "h100_dtsim_torch_kernels:eager_kernels");
     CHECK(data.eager[1].id == "h200_dtsim_torch_kernels:eager_kernels");
     for (const auto& e : data.eager) CHECK(e.rows.size() == 56 + 12 + 3);
-    // The end-to-end runs: 16 sets, the 4 on B200 and the 14 of DGX Cloud's recipes, then the
+    // The end-to-end runs: 16 sets, the 4 on B200, the 6 on GB200 and the 14 of DGX Cloud's recipes, then the
     // harness's one-GPU steps (H100, H200); each row dtsim cannot express yet is a line of
     // data.skipped.
-    REQUIRE(data.end_to_end.size() == 36);
+    REQUIRE(data.end_to_end.size() == 42);
     CHECK(std::count_if(data.end_to_end.begin(), data.end_to_end.end(), [](const auto& s) { return s.harness(); }) == 2);
-    CHECK(data.end_to_end[34].id == "h100_dtsim_torch_steps");
-    CHECK(data.end_to_end[34].rows.size() == 9);
-    CHECK(data.end_to_end[35].id == "h200_dtsim_torch_steps");
-    CHECK(data.end_to_end[35].rows.size() == 4);
+    CHECK(data.end_to_end[40].id == "h100_dtsim_torch_steps");
+    CHECK(data.end_to_end[40].rows.size() == 9);
+    CHECK(data.end_to_end[41].id == "h200_dtsim_torch_steps");
+    CHECK(data.end_to_end[41].rows.size() == 4);
     std::size_t rows_skipped = 0;
     // The harness's blocks: their times (10 rows) and what they keep (16 rows).
     REQUIRE(data.layers.size() == 2);
@@ -971,7 +1001,8 @@ TEST_CASE("collective data over RoCE is predicted on the RoCE cluster of its fam
     CHECK(file("H200", "InfiniBand") == "dgx-h200.json");
     CHECK(file("H100", "EFA") == "p5-h100-efa.json");
     CHECK(file("B200", "") == "dgx-b200.json");
-    CHECK(file("GB200", "").empty());  // no GB200 cluster is shipped
+    CHECK(file("GB200", "") == "gb200-nvl72.json");
+    CHECK(file("GB300", "").empty());  // no GB300 cluster is shipped
     // Every shipped cluster config loads.
     for (const auto& e : std::filesystem::directory_iterator(std::string(DTSIM_CONFIGS) + "/clusters"))
         CHECK_NOTHROW(cal::make_cluster(cal::read_cluster_file(e.path().string()), e.path().string()));

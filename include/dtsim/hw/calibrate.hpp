@@ -217,7 +217,7 @@ std::vector<std::string> data_set_ids(const GroundTruth& data);
 std::vector<std::string> shipped_data_files(const std::string& data_dir);
 // The shipped cluster config for a GPU family and network ("H100" -> configs/clusters/dgx-h100.json,
 // "H100" over EFA -> p5-h100-efa.json, over RoCE -> h100-roce.json; "H200" -> dgx-h200.json, over
-// RoCE -> h200-roce.json; "B200" -> dgx-b200.json), or "".
+// RoCE -> h200-roce.json; "B200" -> dgx-b200.json; "GB200" -> gb200-nvl72.json), or "".
 std::string shipped_cluster_for(const std::string& data_dir, const std::string& family,
                                 const std::string& network = "");
 

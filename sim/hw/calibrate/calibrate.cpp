@@ -447,6 +447,7 @@ std::string shipped_cluster_for(const std::string& data_dir, const std::string& 
     if (family == "H200") return (dir / "dgx-h200.json").string();
     if (family == "A100") return (dir / "selene-a100.json").string();
     if (family == "B200") return (dir / "dgx-b200.json").string();
+    if (family == "GB200") return (dir / "gb200-nvl72.json").string();
     return "";
 }
 
