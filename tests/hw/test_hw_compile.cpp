@@ -42,6 +42,7 @@ MeasuredBlock measured_block(const nlohmann::json& row) {
     LayerSplit s{row["batch"].get<int>(), t, false, Recompute::none, true};
     s.fp8 = row["linear"] == "fp8" ? Fp8::torchao : Fp8::none;
     s.compiled = row["mode"] == "compile";
+    s.elementwise = ElementwiseKernels::eager;  // PyTorch's modules, as the harness ran them eagerly
     return {m, s, row};
 }
 
@@ -123,6 +124,7 @@ TEST_CASE("a compiled block keeps no SwiGLU product, less again with torchao, an
         LayerSplit l{1, tp, sp, r, true};
         l.fp8 = f8;
         l.compiled = compiled;
+        l.elementwise = ElementwiseKernels::eager;  // against PyTorch's eager block
         return layer_activation_bytes(m, l);
     };
     CHECK(kept(Recompute::none, Fp8::none, false) - kept(Recompute::none, Fp8::none, true) == doctest::Approx(2 * s * f));
@@ -134,6 +136,9 @@ TEST_CASE("a compiled block keeps no SwiGLU product, less again with torchao, an
     CHECK(kept(Recompute::selective_op, Fp8::none, false) - kept(Recompute::selective_op, Fp8::none, true) ==
           doctest::Approx(2 * s * h));
     CHECK(kept(Recompute::full, Fp8::none, true) == kept(Recompute::full, Fp8::none, false));
+    // Megatron-Core's fused SwiGLU keeps what Inductor keeps (its input and output, no product).
+    LayerSplit fused{1, 1, false, Recompute::none, true};
+    CHECK(layer_activation_bytes(m, fused) == doctest::Approx(kept(Recompute::none, Fp8::none, true)));
     // A GeLU block keeps what it keeps eager.
     TransformerSpec gpt{"gpt", 1, 2048, 16, 16, 8192, 2048, 0, DType::bf16, Mlp::gelu, false};
     LayerSplit e{1, 1, false, Recompute::none, true}, c = e;

@@ -249,28 +249,64 @@ TEST_CASE("selective_op keeps the input, the attention output and every second p
 }
 
 // Transformer Engine saves the inputs of the four linears in fp8 (module/linear.py saves
-// inputmat_t, layernorm_linear.py and layernorm_mlp.py their fp8 ln_out and activation output).
+// inputmat_t, layernorm_linear.py and layernorm_mlp.py their fp8 ln_out and activation output);
+// a fused attention core saves its own bf16 output beside the projection's fp8 copy of it.
 TEST_CASE("float8 linears with Transformer Engine keep the four linears' inputs in one byte, torchao in two") {
     const TransformerSpec gpt{"gpt", 1, 2048, 16, 16, 4 * 2048, 2048, 0, DType::bf16, Mlp::gelu, true};
     const double sbh = 2048.0 * 1 * 2048;
-    auto bytes = [&](Fp8 f, Recompute r, int tp = 1, bool sp = false) {
-        LayerSplit s{1, tp, sp, r, true};
+    auto bytes = [&](Fp8 f, Recompute r, int tp = 1, bool sp = false, bool flash = true) {
+        LayerSplit s{1, tp, sp, r, flash};
         s.fp8 = f;
         return layer_activation_bytes(gpt, s);
     };
-    // Korthikanti's 34 sbh with fused attention; QKV's and fc1's inputs 2 -> 1, the projection's
-    // 2 -> 1, fc2's 4h-wide input 8 -> 4: 34 - 1 - 1 - 1 - 4 = 27 sbh.
+    // Korthikanti's 34 sbh with fused attention; QKV's and fc1's inputs 2 -> 1, fc2's 4h-wide
+    // input 8 -> 4, and the projection's fp8 copy beside the core's output, + 1:
+    // 34 - 1 - 1 - 4 + 1 = 29 sbh.
     CHECK(bytes(Fp8::none, Recompute::none) == doctest::Approx(34 * sbh));
-    CHECK(bytes(Fp8::te, Recompute::none) == doctest::Approx(27 * sbh));
+    CHECK(bytes(Fp8::te, Recompute::none) == doctest::Approx(29 * sbh));
     CHECK(bytes(Fp8::torchao, Recompute::none) == doctest::Approx(34 * sbh));
-    // With TP 4: 10 - 2 = 8 sbh whole, (8 - 1 + 16 - 4) sbh / 4 split.
-    CHECK(bytes(Fp8::te, Recompute::none, 4) == doctest::Approx(8 * sbh + 19 * sbh / 4));
-    CHECK(bytes(Fp8::te, Recompute::none, 4, true) == doctest::Approx(27 * sbh / 4));
-    // Full recompute keeps the bf16 layer input; the recomputed layer is fp8's 27 sbh.
+    // With TP 4: 10 - 2 = 8 sbh whole, (8 + 1 + 16 - 4) sbh / 4 split.
+    CHECK(bytes(Fp8::te, Recompute::none, 4) == doctest::Approx(8 * sbh + 21 * sbh / 4));
+    CHECK(bytes(Fp8::te, Recompute::none, 4, true) == doctest::Approx(29 * sbh / 4));
+    // Unfused, the core keeps its softmax and V, not its output: the projection's input 2 -> 1,
+    // 34 - 1 - 1 - 1 - 4 = 27 sbh beside the 5 a s^2 b of scores, their mask and dropout output.
+    CHECK(bytes(Fp8::te, Recompute::none, 1, false, false) ==
+          doctest::Approx(27 * sbh + 5.0 * 16 * 2048 * 2048));
+    // Full recompute keeps the bf16 layer input; the recomputed layer is fp8's 29 sbh.
     LayerSplit full{1, 1, false, Recompute::full, true};
     full.fp8 = Fp8::te;
     CHECK(layer_activation_bytes(gpt, full) == doctest::Approx(2 * sbh));
-    CHECK(layer_recompute_peak_bytes(gpt, full) == doctest::Approx(27 * sbh));
+    CHECK(layer_recompute_peak_bytes(gpt, full) == doctest::Approx(29 * sbh));
+}
+
+// Megatron-Core's fused SwiGLU keeps its input, the two fc1 products (4 bytes per ffn element),
+// and recomputes the SiLU in its backward; PyTorch's eager silu(w1 x) * w3 x keeps both products,
+// the SiLU and their product (8).
+TEST_CASE("a SwiGLU MLP keeps 6 bytes per ffn element with Megatron-Core's fused kernel, 8 eager") {
+    TransformerSpec llama{"llama", 1, 4096, 32, 8, 14336, 8192, 0, DType::bf16, Mlp::swiglu, false};
+    llama.dropout = false;
+    const double sbh = 8192.0 * 4096, sbf = 8192.0 * 14336;
+    auto bytes = [&](ElementwiseKernels k, int tp, Fp8 f = Fp8::none) {
+        LayerSplit s{1, tp, tp > 1, Recompute::none, true};
+        s.elementwise = k;
+        s.fp8 = f;
+        return layer_activation_bytes(llama, s);
+    };
+    // 8 sbh whole (norm inputs, attention and MLP inputs), Q 2 + K, V 4 x 8/32 + output 2.
+    const double attention = 8 * sbh + (4 + 1) * sbh;
+    CHECK(bytes(ElementwiseKernels::eager, 1) == doctest::Approx(attention + 8 * sbf));
+    CHECK(bytes(ElementwiseKernels::fused, 1) == doctest::Approx(attention + 6 * sbf));
+    CHECK(bytes(ElementwiseKernels::fused, 8) == doctest::Approx((attention + 6 * sbf) / 8));
+    // With Transformer Engine's fp8 (Megatron-Core's Llama): 6 sbh whole, Q, K, V and the core's
+    // output 5 sbh, the projection's fp8 copy 1, fc1's products 4 s b ffn, fc2's fp8 input 1.
+    CHECK(bytes(ElementwiseKernels::fused, 4, Fp8::te) == doctest::Approx((6 * sbh + 6 * sbh + 5 * sbf) / 4));
+    // A compiled block keeps what Inductor saves, whichever kernels the eager block would run.
+    LayerSplit c{1, 1, false, Recompute::none, true};
+    c.compiled = true;
+    c.elementwise = ElementwiseKernels::fused;
+    const double fused_compiled = layer_activation_bytes(llama, c);
+    c.elementwise = ElementwiseKernels::eager;
+    CHECK(fused_compiled == doctest::Approx(layer_activation_bytes(llama, c)));
 }
 
 TEST_CASE("float8 casts: Transformer Engine's cast-transposes, torchao's amax and cast per operand") {

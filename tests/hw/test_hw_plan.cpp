@@ -738,11 +738,16 @@ TEST_CASE("compile is searched only when asked for: each layout eager and compil
         REQUIRE(by_label.count(c.label + " eager") == 1);
         REQUIRE(by_label.count(c.label + " compile") == 1);
         // Eager is the config's own; compiled blocks price their memory-bound work otherwise and keep
-        // less (a SwiGLU model: no product of the gate). FSDP's bound over 8 GPUs is its
-        // communication stream's, the same compiled or not.
+        // less than PyTorch's eager modules (a SwiGLU model: no product of the gate), as much as
+        // Megatron-Core's fused SwiGLU. FSDP's bound over 8 GPUs is its communication stream's, the
+        // same compiled or not.
         CHECK(by_label[c.label + " eager"]->time_bound == c.time_bound);
-        if (c.label.starts_with("megatron")) CHECK(by_label[c.label + " compile"]->time_bound != c.time_bound);
-        CHECK(by_label[c.label + " compile"]->memory_bound < c.memory_bound);
+        if (c.label.starts_with("megatron")) {
+            CHECK(by_label[c.label + " compile"]->time_bound != c.time_bound);
+            CHECK(by_label[c.label + " compile"]->memory_bound == doctest::Approx(c.memory_bound));
+        } else {
+            CHECK(by_label[c.label + " compile"]->memory_bound < c.memory_bound);
+        }
     }
     PlanRequest twice = request_for(doc, with);
     twice.overrides = {{"strategy.compile", "true"}};

@@ -302,7 +302,8 @@ Fp8CastBytes fp8_cast_bytes(const TransformerSpec& m, const LayerSplit& s);
 //   kept whole on every TP rank (norm inputs, attention and MLP inputs, two
 //   dropout masks):                      10 sbh          (/t with sequence parallelism)
 //   split by TP: Q, K, V and projection input (4 + 4 kv/a) sbh, the MLP's
-//   intermediate ffn-wide tensors (4 or 8) sb ffn                              (/t)
+//   intermediate ffn-wide tensors (4 or 8; 6 for SwiGLU with fused element-wise
+//   kernels, kFusedSwigluKept) sb ffn                                          (/t)
 //   attention core (softmax, its dropout mask and output): 5 a s^2 b           (/t)
 // For GPT (ffn = 4h, kv = a) this is sbh(34 + 5as/h) without parallelism,
 // sbh(10 + 24/t + 5as/(ht)) with TP and sbh/t (34 + 5as/h) with TP+SP, as in
@@ -320,9 +321,11 @@ Fp8CastBytes fp8_cast_bytes(const TransformerSpec& m, const LayerSplit& s);
 // (calibration/data/h100_dtsim_torch_memory.json): 15.53 sbh for Llama 3 8B, 18.03 for
 // an MPT-style block, exactly these plus the fp32 log-sum-exp.
 // Float8 linears with Transformer Engine (Fp8::te) keep the inputs of the four linears in
-// fp8: the QKV and fc1 inputs (2 sbh of the kept-whole part) and the projection's and fc2's
-// (sbh and sb ffn of the split part) take one byte an element, not two. torchao keeps them
-// in high precision.
+// fp8: the QKV and fc1 inputs (2 sbh of the kept-whole part) and fc2's (sb ffn of the split
+// part) take one byte an element, not two. The projection's fp8 input is one byte more beside
+// a fused attention core, which keeps its bf16 output for its own backward (Transformer
+// Engine's FusedAttnFunc and flash-attn save `out`), and one byte less beside an unfused one.
+// torchao keeps them in high precision.
 // Compiled blocks (LayerSplit::compiled) keep what Inductor's partitioner saves, measured on one
 // H100 (calibration/data/h100_dtsim_torch_compile.json): with no recompute a SwiGLU block keeps
 // no product of its gate (2 sb ffn / t less: Llama 3 8B and the TP8 shares of 70B and 405B),
@@ -330,6 +333,11 @@ Fp8CastBytes fp8_cast_bytes(const TransformerSpec& m, const LayerSplit& s);
 // (/t with SP) less again (all four shapes); with selective_op 2 sbh less (/t with SP; Llama 3
 // 8B); full recompute keeps the input as eager does.
 double layer_activation_bytes(const TransformerSpec& m, const LayerSplit& s);
+// Megatron-Core's fused SwiGLU (megatron/core/fusions/fused_bias_swiglu.py, SwiGLUFunction and
+// BiasSwiGLUFunction: save_for_backward(input) and the backward recomputes SiLU from it), which its
+// MLP runs with bias_activation_fusion (Megatron-LM's default --bias-swiglu-fusion): it keeps the
+// fc1 output of both halves, 4 bytes per ffn element, and fc2 keeps the activation, 2 more.
+inline constexpr double kFusedSwigluKept = 6;
 // The layer's activations while its backward runs after a full recompute (what
 // `none` keeps, with or without the attention core as flash_attention says),
 // present for one layer at a time; after selective_op's recompute, what it

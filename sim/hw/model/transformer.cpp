@@ -101,12 +101,20 @@ double layer_activation_bytes(const TransformerSpec& m, const LayerSplit& s) {
     const double whole = (s.sequence_parallel ? kept_whole / t : kept_whole) * sbh;
     // Q, K, V and the core's output; with repeat_kv the core keeps the copied keys and values.
     const double kept_kv = s.repeat_kv ? 1.0 : kv_ratio(m);
-    const double split = ((4 + 4 * kept_kv) * sbh + (m.mlp == Mlp::gelu ? 4 : 8) * S * b * m.ffn) / t;
+    // The MLP's ffn-wide tensors, a byte count per element: GeLU's input and output; eager SwiGLU's
+    // two products, the gate's SiLU and their product; Megatron-Core's fused SwiGLU its input (the
+    // two products) and its output, fc2's input (fused_swiglu_kept).
+    const double mlp_kept = m.mlp == Mlp::gelu                                              ? 4
+                            : s.elementwise == ElementwiseKernels::fused && !s.compiled ? kFusedSwigluKept
+                                                                                            : 8;
+    const double split = ((4 + 4 * kept_kv) * sbh + mlp_kept * S * b * m.ffn) / t;
     const double core = s.flash_attention ? 0 : 5 * a * S * S * b / t;
     if (s.fp8 == Fp8::te && (s.recompute == Recompute::none || s.recompute == Recompute::selective)) {
-        // The four linears' inputs in fp8: QKV's and fc1's (kept whole), the projection's and fc2's (split).
+        // The four linears' inputs in fp8: QKV's and fc1's (kept whole) and fc2's in place of their
+        // bf16 tensors, which nothing else keeps. The projection's is a copy when the attention is
+        // fused, whose kernel keeps its bf16 output for its own backward; unfused, it replaces it.
         const double te_whole = (kept_whole - 2) * sbh / (s.sequence_parallel ? t : 1);
-        const double te_split = split - (sbh + S * b * m.ffn) / t;
+        const double te_split = split + ((s.flash_attention ? 1 : -1) * sbh - S * b * m.ffn) / t;
         return te_whole + te_split + (s.recompute == Recompute::none ? core : 0);
     }
     if (s.compiled && s.recompute == Recompute::none) {
