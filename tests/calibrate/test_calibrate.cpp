@@ -630,9 +630,9 @@ TEST_CASE("every shipped data file loads; only the datasheets and the documentat
     CHECK(data.eager[0].id == "h100_dtsim_torch_kernels:eager_kernels");
     CHECK(data.eager[1].id == "h200_dtsim_torch_kernels:eager_kernels");
     for (const auto& e : data.eager) CHECK(e.rows.size() == 56 + 12 + 3);
-    // The end-to-end runs: 16 sets, the 4 on B200, the 6 on GB200 and the 14 of DGX Cloud's recipes, then the
-    // harness's one-GPU steps (H100, H200); each row dtsim cannot express yet is a line of
-    // data.skipped.
+    // The end-to-end runs: 16 sets on A100 and H100, the 4 on B200, the 6 on GB200 and the 14 of DGX
+    // Cloud's recipes, then the harness's one-GPU steps (H100, H200); each row dtsim cannot express
+    // yet is a line of data.skipped.
     REQUIRE(data.end_to_end.size() == 42);
     CHECK(std::count_if(data.end_to_end.begin(), data.end_to_end.end(), [](const auto& s) { return s.harness(); }) == 2);
     CHECK(data.end_to_end[40].id == "h100_dtsim_torch_steps");

@@ -359,7 +359,9 @@ TEST_CASE("an end-to-end set runs on the shipped cluster it names, with its over
 
 TEST_CASE("a set's jobs may run on NVLink segments of the cluster's nodes, never larger ones") {
     const std::string rows = R"({"id": "two segments", "gpus": 8, "training": {"global_batch": 8}, "measured": {"step_time_s": 1}},
-        {"id": "one of three", "gpus": 12, "training": {"global_batch": 12}, "measured": {"step_time_s": 1}})";
+        {"id": "one of three", "gpus": 12, "training": {"global_batch": 12}, "measured": {"step_time_s": 1}},
+        {"id": "in one segment", "gpus": 2, "training": {"global_batch": 2}, "measured": {"step_time_s": 1}},
+        {"id": "a segment and a half", "gpus": 6, "training": {"global_batch": 8}, "measured": {"step_time_s": 1}})";
     const auto cluster = cal::read_cluster_file(test_data + "/test-cluster.json");  // 8 GPUs a node
     const auto data = cal::load_ground_truth({write_temp("dtsim_e2e_segments.json", one_set(rows, R"("cluster_overrides": {"gpus_per_node": 4}, )"))});
     const auto& set = data.end_to_end.at(0);
@@ -368,6 +370,14 @@ TEST_CASE("a set's jobs may run on NVLink segments of the cluster's nodes, never
     CHECK(two.cluster.nodes == 2);
     // 12 GPUs on segments of 4: three of them, where the cluster's own nodes would need two for 16.
     CHECK(cal::parse_end_to_end_row(set, set.rows[1], cluster).cluster.nodes == 3);
+    // Fewer GPUs than a segment: one node of that many, as without the override.
+    const Config small = cal::parse_end_to_end_row(set, set.rows[2], cluster);
+    CHECK(small.cluster.nodes == 1);
+    CHECK(small.cluster.gpus_per_node == 2);
+    // Not a whole number of segments: named at the row's gpus, with the segment in the message.
+    const auto half = config_error([&] { (void)cal::parse_end_to_end_row(set, set.rows[3], cluster); });
+    CHECK(half.path == "$.sets[0].rows[3].gpus");
+    CHECK(std::string(half.what()).find("4 GPUs per node") != std::string::npos);
     // A segment beyond the cluster's node is named at the override.
     const auto wide = cal::load_ground_truth({write_temp("dtsim_e2e_wide.json", one_set(rows, R"("cluster_overrides": {"gpus_per_node": 16}, )"))});
     const auto e = config_error([&] { (void)cal::parse_end_to_end_row(wide.end_to_end.at(0), wide.end_to_end.at(0).rows[0], cluster); });

@@ -153,8 +153,6 @@ std::string data_path(const EndToEndSet& set, const EndToEndRow& row, const std:
         return own.empty() ? r : fmt::format("{}.{}", r, section);
     }
     if (section == "cluster") {
-        if (key == "gpus_per_node" && set.cluster_overrides.contains(key))
-            return fmt::format("$.sets[{}].cluster_overrides.gpus_per_node", set.index);
         if (key == "nodes" || key == "gpus_per_node") return r + ".gpus";
         json::json_pointer ptr;
         std::string k;
@@ -345,7 +343,8 @@ json end_to_end_config(const EndToEndSet& set, const EndToEndRow& row, const jso
             cluster["gpus_per_node"] = row.gpus;
             cluster["nodes"] = 1;
         } else if (per_node > 0) {
-            // Not a whole number of nodes: parse_config names the mismatch at the row's gpus.
+            // Not a whole number of nodes: parse_end_to_end_row names the mismatch at the row's gpus (or a
+            // check of the run config that fails before it, such as the global batch over the dp it gives).
             cluster["nodes"] = row.gpus % per_node == 0 ? row.gpus / per_node : row.gpus / per_node + 1;
         }
     }
