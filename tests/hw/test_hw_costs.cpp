@@ -251,7 +251,7 @@ TEST_CASE("selective_op keeps the input, the attention output and every second p
 // Transformer Engine saves the inputs of the four linears in fp8 (module/linear.py saves
 // inputmat_t, layernorm_linear.py and layernorm_mlp.py their fp8 ln_out and activation output);
 // a fused attention core saves its own bf16 output beside the projection's fp8 copy of it.
-TEST_CASE("float8 linears with Transformer Engine keep the four linears' inputs in one byte, torchao in two") {
+TEST_CASE("float8 linears with Transformer Engine keep their inputs in one byte (the projection's a copy beside a fused core), torchao in two") {
     const TransformerSpec gpt{"gpt", 1, 2048, 16, 16, 4 * 2048, 2048, 0, DType::bf16, Mlp::gelu, true};
     const double sbh = 2048.0 * 1 * 2048;
     auto bytes = [&](Fp8 f, Recompute r, int tp = 1, bool sp = false, bool flash = true) {

@@ -135,9 +135,10 @@ struct StrategyConfig {
     std::optional<RopeKernel> rope_kernel;
     // How eager blocks run their norms' neighbours, dropout and MLP activation
     // (ElementwiseKernels in transformer.hpp): "eager", PyTorch's modules one kernel an operation,
-    // or "fused", Megatron-Core's fused kernels. Unless given: eager in PyTorch's code (ddp, fsdp,
-    // and a pipeline with ZeRO-3 in its stages), fused in Megatron-Core's (the other strategies,
-    // and fsdp_impl "megatron"): layer_split.
+    // or "fused", Megatron-Core's fused kernels, which also keep less of a SwiGLU for the backward
+    // (kFusedSwigluKept). Unless given: eager in PyTorch's code (ddp, fsdp, and a pipeline with
+    // ZeRO-3 in its stages), fused in Megatron-Core's (the other strategies, and fsdp_impl
+    // "megatron"): layer_split.
     std::optional<ElementwiseKernels> elementwise_kernels;
     bool flash_attention = false;          // fused attention: no s x s scores kept
     std::string attention_kernel = "flash2";  // which fused kernel: "flash2", "cudnn" or "flash1" (AttentionModel)

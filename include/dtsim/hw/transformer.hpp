@@ -325,7 +325,10 @@ Fp8CastBytes fp8_cast_bytes(const TransformerSpec& m, const LayerSplit& s);
 // part) take one byte an element, not two. The projection's fp8 input is one byte more beside
 // a fused attention core, which keeps its bf16 output for its own backward (Transformer
 // Engine's FusedAttnFunc and flash-attn save `out`), and one byte less beside an unfused one.
-// torchao keeps them in high precision.
+// That is Transformer Engine 1.x's recipe, as `te` prices it. Not modelled: from Megatron-Core
+// 0.14 with Transformer Engine 2.6 and a recipe other than delayed scaling, the projection keeps
+// its bf16 input, the core's output itself (megatron/core/transformer/attention.py,
+// set_save_original_input), one byte less again. torchao keeps them in high precision.
 // Compiled blocks (LayerSplit::compiled) keep what Inductor's partitioner saves, measured on one
 // H100 (calibration/data/h100_dtsim_torch_compile.json): with no recompute a SwiGLU block keeps
 // no product of its gate (2 sb ffn / t less: Llama 3 8B and the TP8 shares of 70B and 405B),

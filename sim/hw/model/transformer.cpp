@@ -103,7 +103,7 @@ double layer_activation_bytes(const TransformerSpec& m, const LayerSplit& s) {
     const double kept_kv = s.repeat_kv ? 1.0 : kv_ratio(m);
     // The MLP's ffn-wide tensors, a byte count per element: GeLU's input and output; eager SwiGLU's
     // two products, the gate's SiLU and their product; Megatron-Core's fused SwiGLU its input (the
-    // two products) and its output, fc2's input (fused_swiglu_kept).
+    // two products) and its output, fc2's input (kFusedSwigluKept).
     const double mlp_kept = m.mlp == Mlp::gelu                                              ? 4
                             : s.elementwise == ElementwiseKernels::fused && !s.compiled ? kFusedSwigluKept
                                                                                             : 8;
