@@ -201,16 +201,22 @@ const StrategyInfo& strategy_info(const std::string& name) {
 
 // ------------------------------------------------------ one from_json per struct
 
-// "datasets": ["id", ...], the measurements a fit came from.
-std::vector<std::string> read_datasets(const Node& n) {
-    if (!n.is_array()) n.expected("an array of data set ids");
+// An array of strings; `array` and `item` say what was expected of it and of each; `nonempty`: no "".
+std::vector<std::string> read_strings(const Node& n, std::string_view array, std::string_view item,
+                                      bool nonempty = false) {
+    if (!n.is_array()) n.expected(array);
     std::vector<std::string> out;
     for (std::size_t i = 0; i < n.size(); ++i) {
-        const Node id = n.at(i);
-        if (!id.json().is_string()) id.expected("a data set id (a string)");
-        out.push_back(id.string());
+        const Node s = n.at(i);
+        if (!s.json().is_string() || (nonempty && s.string().empty())) s.expected(item);
+        out.push_back(s.string());
     }
     return out;
+}
+
+// "datasets": ["id", ...], the measurements a fit came from.
+std::vector<std::string> read_datasets(const Node& n) {
+    return read_strings(n, "an array of data set ids", "a data set id (a string)");
 }
 
 void from_json(const Node& n, GemmModel& g) {
@@ -418,15 +424,8 @@ void from_json(const Node& n, Cluster& c) {
     }
     c.base_latency = n.has("collective_base_latency_us") ? n["collective_base_latency_us"].real(ranges::latency_us) * kMicro : 0;
     c.algorithm = n.has("algorithm") ? read_algorithm(n["algorithm"]) : Algorithm::automatic;
-    if (n.has("caveats")) {
-        const Node list = n["caveats"];
-        if (!list.is_array()) list.expected("an array of sentences (strings)");
-        for (std::size_t i = 0; i < list.size(); ++i) {
-            const Node line = list.at(i);
-            if (!line.json().is_string() || line.string().empty()) line.expected("a sentence (a non-empty string)");
-            c.caveats.push_back(line.string());
-        }
-    }
+    if (n.has("caveats"))
+        c.caveats = read_strings(n["caveats"], "an array of sentences (strings)", "a sentence (a non-empty string)", true);
     if (n.has("storage")) {
         // Checkpoint storage: aggregate write and read bandwidth, and each node's own link to it.
         const Node st = n["storage"];
